@@ -1,0 +1,71 @@
+// swift-tools-version: 6.0
+// TPMKeychain: Apple's Keychain model on Linux, rooted in the machine's TPM 2.0.
+import PackageDescription
+
+let strictness: [SwiftSetting] = [
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "TPMKeychain",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "TPM", targets: ["TPM"]),
+        .library(name: "TPMKeychainTesting", targets: ["TPMKeychainTesting"]),
+        .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+    ],
+    targets: [
+        // Layer 0: the tpm2-tss C libraries (ESAPI, TCTI loader, marshalling, RC decoding).
+        .systemLibrary(
+            name: "CTSS2",
+            path: "Sources/CTSS2",
+            pkgConfig: "tss2-esys",
+            providers: [.apt(["libtss2-dev"])]
+        ),
+        // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
+        .target(
+            name: "TPM",
+            dependencies: [
+                "CTSS2",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness
+        ),
+        // swtpm as a child process: used by the CLI's embedded default and by tests.
+        .target(name: "TPMSimulator", swiftSettings: strictness),
+        // What users import in their own tests: the simulator plus recording helpers.
+        .target(name: "TPMKeychainTesting", dependencies: ["TPMSimulator"], swiftSettings: strictness),
+        .executableTarget(
+            name: "tpm-keychain",
+            dependencies: [
+                "TPM", "TPMSimulator",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness
+        ),
+        // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
+        .executableTarget(
+            name: "TPMBenchmarks",
+            dependencies: ["TPM", "TPMKeychainTesting"],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "TPMTests",
+            dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "TPMSimulatorTests",
+            dependencies: ["TPMSimulator", "TPMKeychainTesting"],
+            swiftSettings: strictness
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)
