@@ -1,0 +1,39 @@
+internal import CTSS2
+
+/// TPM 2.0 Part 3 §30.2 TPM2_GetCapability.
+extension Engine {
+    /// The handles of one type currently in use, starting at `first` (same handle type only).
+    func handles(from first: UInt32) throws -> [UInt32] {
+        var capability: UnsafeMutablePointer<TPMS_CAPABILITY_DATA>?
+        var more: TPMI_YES_NO = 0
+        try check(Esys_GetCapability(esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE,
+                                     TPM2_CAP(TPM2_CAP_HANDLES), first, HandleRange.maximumCapabilityHandles, &more, &capability),
+                  "Esys_GetCapability(handles)")
+        return try takeFromEsys(capability, "capability data") { data in
+            let list = UnsafeMutableRawPointer(data) + MemoryLayout<TPMS_CAPABILITY_DATA>.offset(of: \.data)!
+            let count = min(Int(list.load(as: UInt32.self)), Int(HandleRange.maximumCapabilityHandles))
+            return (0..<count)
+                .map { (list + 4 + $0 * 4).loadUnaligned(as: UInt32.self) }
+                .filter { $0 >> 24 == first >> 24 }
+        }
+    }
+
+    /// TPM properties (TPM_PT) starting at `first`, as (property, value) pairs.
+    func properties(from first: UInt32, count: UInt32) throws -> [UInt32: UInt32] {
+        var capability: UnsafeMutablePointer<TPMS_CAPABILITY_DATA>?
+        var more: TPMI_YES_NO = 0
+        try check(Esys_GetCapability(esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE,
+                                     TPM2_CAP(TPM2_CAP_TPM_PROPERTIES), first, count, &more, &capability),
+                  "Esys_GetCapability(properties)")
+        return try takeFromEsys(capability, "capability data") { data in
+            let list = UnsafeMutableRawPointer(data) + MemoryLayout<TPMS_CAPABILITY_DATA>.offset(of: \.data)!
+            let found = min(Int(list.load(as: UInt32.self)), Int(HandleRange.maximumCapabilityProperties))
+            var result: [UInt32: UInt32] = [:]
+            for index in 0..<found {
+                let entry = list + 4 + index * 8
+                result[entry.loadUnaligned(as: UInt32.self)] = (entry + 4).loadUnaligned(as: UInt32.self)
+            }
+            return result
+        }
+    }
+}

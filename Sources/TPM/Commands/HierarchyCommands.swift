@@ -1,0 +1,45 @@
+internal import CTSS2
+
+/// TPM 2.0 Part 3 §24.1 TPM2_CreatePrimary.
+extension Engine {
+    /// Creates a primary object in the owner hierarchy from `template`, returning its handle and name.
+    ///
+    /// Nothing secret goes in (empty sensitive area, empty owner authorization), so a password
+    /// session is enough.
+    func createPrimary(_ template: PublicTemplate) throws -> (handle: ESYS_TR, name: [UInt8]) {
+        try withZeroedStructure(TPM2B_SENSITIVE_CREATE.self) { sensitive in
+            try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
+                try unmarshal(template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the storage key template")
+                var outsideInfo = TPM2B_DATA()
+                var creationPCR = TPML_PCR_SELECTION()
+                var handle = ESYS_TR(ESYS_TR_NONE)
+                var outPublic: UnsafeMutablePointer<TPM2B_PUBLIC>?
+                var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
+                var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
+                var creationTicket: UnsafeMutablePointer<TPMT_TK_CREATION>?
+                try check(Esys_CreatePrimary(esys, ESYS_TR(ESYS_TR_RH_OWNER), ESYS_TR(ESYS_TR_PASSWORD),
+                                             ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), sensitive, inPublic,
+                                             &outsideInfo, &creationPCR, &handle, &outPublic, &creationData,
+                                             &creationHash, &creationTicket),
+                          "Esys_CreatePrimary")
+                discardFromEsys(outPublic)
+                discardFromEsys(creationData)
+                discardFromEsys(creationHash)
+                discardFromEsys(creationTicket)
+                do {
+                    return (handle, try name(of: handle))
+                } catch {
+                    flush(handle)
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// The name ESAPI holds for `handle`.
+    func name(of handle: ESYS_TR) throws -> [UInt8] {
+        var name: UnsafeMutablePointer<TPM2B_NAME>?
+        try check(Esys_TR_GetName(esys, handle, &name), "Esys_TR_GetName")
+        return try takeSizedFromEsys(name, "name")
+    }
+}

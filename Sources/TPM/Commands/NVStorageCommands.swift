@@ -1,0 +1,142 @@
+internal import CTSS2
+
+/// What an NV index holds.
+public enum NVIndexKind: Sendable, Hashable {
+    /// A 64-bit monotonic counter (TPM_NT_COUNTER). It only goes up, and a counter defined anew
+    /// starts at the highest value any counter on this TPM has held, so deleting and re-creating
+    /// it cannot bring an old value back.
+    case counter
+    /// `size` bytes of ordinary storage (TPM_NT_ORDINARY).
+    case ordinary(size: UInt16)
+}
+
+/// TPMS_NV_PUBLIC (TPM 2.0 Part 2 §13.5) as this layer defines NV indices: owner-created,
+/// read and written with the index's own authorization value.
+struct NVPublicArea {
+    static let authWrite: UInt32 = 0x0000_0004
+    static let counterType: UInt32 = 0x0000_0010 // TPM_NT_COUNTER in bits 4-7
+    static let authRead: UInt32 = 0x0004_0000
+    static let written: UInt32 = 0x2000_0000
+
+    let index: UInt32
+    let kind: NVIndexKind
+
+    var attributes: UInt32 {
+        var value = Self.authWrite | Self.authRead
+        if case .counter = kind { value |= Self.counterType }
+        return value
+    }
+
+    var dataSize: UInt16 {
+        switch kind {
+        case .counter: 8
+        case .ordinary(let size): size
+        }
+    }
+
+    func marshalled(written: Bool) -> [UInt8] {
+        var writer = WireWriter()
+        writer.append(index)
+        writer.append(AlgorithmID.sha256)
+        writer.append(attributes | (written ? Self.written : 0))
+        writer.appendSized([])
+        writer.append(dataSize)
+        return writer.bytes
+    }
+
+    /// The index's name; it changes once the index is first written (TPMA_NV_WRITTEN).
+    func name(written: Bool) -> [UInt8] {
+        ObjectName.sha256(ofPublicArea: marshalled(written: written))
+    }
+}
+
+/// TPM 2.0 Part 3 §31 Non-volatile Storage: TPM2_NV_DefineSpace (§31.3), TPM2_NV_UndefineSpace
+/// (§31.4), TPM2_NV_ReadPublic (§31.6), TPM2_NV_Write (§31.7), TPM2_NV_Increment (§31.8) and
+/// TPM2_NV_Read (§31.13).
+extension Engine {
+    /// Owner indices live in 0x01000000-0x01FFFFFF (TPM 2.0 Part 2 §7.3, TPM_HT_NV_INDEX).
+    static func checkOwnerIndex(_ index: UInt32) throws(TPMError) {
+        guard index >> 24 == 0x01 else {
+            throw TPMError(.invalidArgument, "NV index 0x\(String(index, radix: 16)) is not an NV index handle (0x01xxxxxx)")
+        }
+    }
+
+    /// Runs `body` with an ESAPI handle for an existing NV index, closed afterwards.
+    func withNVIndex<R>(_ index: UInt32, _ body: (ESYS_TR) throws -> R) throws -> R {
+        try Self.checkOwnerIndex(index)
+        var handle = ESYS_TR(ESYS_TR_NONE)
+        try check(Esys_TR_FromTPMPublic(esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                        ESYS_TR(ESYS_TR_NONE), &handle),
+                  "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+        defer { _ = Esys_TR_Close(esys, &handle) }
+        return try body(handle)
+    }
+
+    /// Defines an NV index in the owner hierarchy. Its authorization value is the first parameter
+    /// and travels encrypted under the salted session.
+    func defineNVIndex(_ definition: NVPublicArea, authValue: SecretBytes?, session: ESYS_TR) throws {
+        try Self.checkOwnerIndex(definition.index)
+        try withZeroedStructure(TPM2B_AUTH.self) { auth in
+            if let authValue {
+                try authValue.withUnsafeBytes { (bytes) throws(TPMError) in
+                    try fillSized(auth, with: bytes, what: "The NV authorization value")
+                }
+            }
+            try withZeroedStructure(TPM2B_NV_PUBLIC.self) { publicInfo in
+                var writer = WireWriter()
+                writer.appendSized(definition.marshalled(written: false))
+                try unmarshal(writer.bytes, into: publicInfo, using: Tss2_MU_TPM2B_NV_PUBLIC_Unmarshal, "the NV public area")
+                try setAttributes(session, decrypt: true)
+                var handle = ESYS_TR(ESYS_TR_NONE)
+                try check(Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE),
+                                              ESYS_TR(ESYS_TR_NONE), auth, publicInfo, &handle),
+                          "Esys_NV_DefineSpace(0x\(String(definition.index, radix: 16)))")
+                _ = Esys_TR_Close(esys, &handle)
+            }
+        }
+    }
+
+    /// Removes an NV index, with owner authorization (empty).
+    func undefineNVIndex(_ index: UInt32) throws {
+        try Self.checkOwnerIndex(index)
+        var handle = ESYS_TR(ESYS_TR_NONE)
+        try check(Esys_TR_FromTPMPublic(esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                        ESYS_TR(ESYS_TR_NONE), &handle),
+                  "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+        let rc = Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), handle, ESYS_TR(ESYS_TR_PASSWORD),
+                                       ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
+        if rc != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
+        try check(rc, "Esys_NV_UndefineSpace(0x\(String(index, radix: 16)))")
+    }
+
+    /// TPM2_NV_Increment, authorised by the index's value through `session`.
+    func incrementNVCounter(_ nvHandle: ESYS_TR, session: ESYS_TR) throws {
+        try setAttributes(session)
+        try check(Esys_NV_Increment(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE)),
+                  "Esys_NV_Increment")
+    }
+
+    /// TPM2_NV_Write of `data` at `offset`; the data is the first parameter and travels encrypted.
+    func writeNV(_ nvHandle: ESYS_TR, data: SecretBytes, offset: UInt16, session: ESYS_TR) throws {
+        try withZeroedStructure(TPM2B_MAX_NV_BUFFER.self) { buffer in
+            try data.withUnsafeBytes { (bytes) throws(TPMError) in
+                try fillSized(buffer, with: bytes, what: "The NV data")
+            }
+            try setAttributes(session, decrypt: true)
+            try check(Esys_NV_Write(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                    buffer, offset),
+                      "Esys_NV_Write")
+        }
+    }
+
+    /// TPM2_NV_Read of `count` bytes at `offset`; the data comes back encrypted.
+    func readNV(_ nvHandle: ESYS_TR, count: UInt16, offset: UInt16, session: ESYS_TR) throws -> SecretBytes {
+        try setAttributes(session, encrypt: true)
+        var data: UnsafeMutablePointer<TPM2B_MAX_NV_BUFFER>?
+        let rc = Esys_NV_Read(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                              count, offset, &data)
+        defer { scrubResponseBuffer() }
+        try check(rc, "Esys_NV_Read")
+        return try takeSecretFromEsys(data, "NV data")
+    }
+}

@@ -1,0 +1,64 @@
+internal import CTSS2
+
+/// TPM 2.0 Part 3 §11 Session Commands: TPM2_StartAuthSession.
+extension Engine {
+    enum SessionKind {
+        case hmac, policy, trial
+
+        var sessionType: TPM2_SE {
+            switch self {
+            case .hmac: TPM2_SE(TPM2_SE_HMAC)
+            case .policy: TPM2_SE(TPM2_SE_POLICY)
+            case .trial: TPM2_SE(TPM2_SE_TRIAL)
+            }
+        }
+    }
+
+    /// Starts a session salted with the storage key (AES-128-CFB parameter encryption, SHA-256).
+    ///
+    /// The salt is encrypted to the storage key, so the session key is unknown to anyone watching
+    /// the bus: parameters encrypted under it and HMACs over a PIN reveal nothing, and a PIN cannot
+    /// be attacked offline from a recording. Trial sessions compute digests only and are unsalted.
+    func startSession(_ kind: SessionKind, saltedWith key: StorageRootKey?) throws(TPMError) -> ESYS_TR {
+        let protected = parameterEncryption && kind != .trial
+        var symmetric = TPMT_SYM_DEF()
+        if protected {
+            symmetric.algorithm = TPMI_ALG_SYM(TPM2_ALG_AES)
+            symmetric.keyBits.aes = 128
+            symmetric.mode.aes = TPMI_ALG_SYM_MODE(TPM2_ALG_CFB)
+        } else {
+            symmetric.algorithm = TPMI_ALG_SYM(TPM2_ALG_NULL)
+        }
+        let tpmKey = protected ? (key?.handle ?? ESYS_TR(ESYS_TR_NONE)) : ESYS_TR(ESYS_TR_NONE)
+        var session = ESYS_TR(ESYS_TR_NONE)
+        try check(Esys_StartAuthSession(esys, tpmKey, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                        ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), nil, kind.sessionType,
+                                        &symmetric, TPMI_ALG_HASH(TPM2_ALG_SHA256), &session),
+                  "Esys_StartAuthSession")
+        return session
+    }
+
+    /// Sets what the session does on its next command.
+    ///
+    /// `decrypt` encrypts the command's first parameter, `encrypt` the response's first parameter;
+    /// both only when parameter encryption is on. Without `continueSession` the TPM ends the session
+    /// when the command succeeds, which saves the round trip of flushing it.
+    func setAttributes(_ session: ESYS_TR, decrypt: Bool = false, encrypt: Bool = false,
+                       continueSession: Bool = true) throws(TPMError) {
+        var flags = TPMA_SESSION(0)
+        if continueSession { flags |= TPMA_SESSION(TPMA_SESSION_CONTINUESESSION) }
+        if parameterEncryption && decrypt { flags |= TPMA_SESSION(TPMA_SESSION_DECRYPT) }
+        if parameterEncryption && encrypt { flags |= TPMA_SESSION(TPMA_SESSION_ENCRYPT) }
+        try check(Esys_TRSess_SetAttributes(esys, session, flags, 0xFF), "Esys_TRSess_SetAttributes")
+    }
+
+    /// Runs `body` with a session that is flushed afterwards unless `body` reports that its last
+    /// command ended it (a command sent without continueSession that succeeded).
+    func withSession<R>(_ kind: SessionKind, saltedWith key: StorageRootKey?,
+                        _ body: (ESYS_TR, inout Bool) throws -> R) throws -> R {
+        let session = try startSession(kind, saltedWith: key)
+        var ended = false
+        defer { if !ended { flush(session) } }
+        return try body(session, &ended)
+    }
+}

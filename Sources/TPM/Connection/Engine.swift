@@ -1,0 +1,107 @@
+internal import CTSS2
+
+/// The ESAPI context of one connection and everything loaded through it.
+///
+/// Not thread-safe, like ESAPI itself: it is only ever reached through ``TPMConnection``'s lock.
+/// Every transient object and session it creates is flushed before the call that created it
+/// returns, on error paths too; only the storage root key stays loaded until ``shutDown()``.
+final class Engine {
+    let configuration: TPMConfiguration
+    private(set) var esys: OpaquePointer
+    private var tcti: OpaquePointer?
+    private let accessLock: TPMAccessLock?
+    /// Off only in tests that show what the bus carries without it.
+    let parameterEncryption: Bool
+    var storageKeys: [StorageKeyAlgorithm: StorageRootKey] = [:]
+
+    init(configuration: TPMConfiguration, parameterEncryption: Bool) throws {
+        self.configuration = configuration
+        self.parameterEncryption = parameterEncryption
+        accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
+
+        var loadedTCTI: OpaquePointer?
+        let tctiRC = Tss2_TctiLdr_Initialize(configuration.tcti, &loadedTCTI)
+        guard tctiRC == TSS2_RC_SUCCESS, let loadedTCTI else {
+            let cause = TPMError(responseCode: tctiRC, operation: "Tss2_TctiLdr_Initialize")
+            throw TPMError(.tpmUnavailable,
+                           "No TPM answered at '\(configuration.tcti)'. Set \(TPMConfiguration.environmentVariable) to a reachable TCTI (for example swtpm:host=127.0.0.1,port=2321) or check /dev/tpmrm0 exists and is readable and writable",
+                           operation: "connecting to \(configuration.tcti)", layer: cause.layer,
+                           responseCode: cause.responseCode, decodedResponse: cause.decodedResponse)
+        }
+        var context: OpaquePointer?
+        let esysRC = Esys_Initialize(&context, loadedTCTI, nil)
+        guard esysRC == TSS2_RC_SUCCESS, let context else {
+            var doomed: OpaquePointer? = loadedTCTI
+            Tss2_TctiLdr_Finalize(&doomed)
+            throw TPMError(responseCode: esysRC, operation: "Esys_Initialize")
+        }
+        esys = context
+        tcti = loadedTCTI
+        if !configuration.hasResourceManager {
+            do {
+                try flushStaleHandles()
+            } catch {
+                shutDown()
+                throw error
+            }
+        }
+    }
+
+    /// Flushes the storage keys, finalizes ESAPI and the TCTI, and releases the access lock.
+    func shutDown() {
+        for key in storageKeys.values where !key.isPersistent {
+            var handle = key.handle
+            if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
+        }
+        storageKeys.removeAll()
+        guard tcti != nil else { return }
+        var context: OpaquePointer? = esys
+        Esys_Finalize(&context)
+        Tss2_TctiLdr_Finalize(&tcti)
+        tcti = nil
+    }
+
+    deinit { shutDown() }
+
+    /// The SAPI context under ESAPI, for the two things ESAPI cannot do: flush a raw handle it
+    /// never created, and scrub its own response buffer.
+    func systemContext() throws(TPMError) -> OpaquePointer {
+        var sys: OpaquePointer?
+        try check(Esys_GetSysContext(esys, &sys), "Esys_GetSysContext")
+        guard let sys else { throw TPMError(.other, "ESAPI has no SAPI context") }
+        return sys
+    }
+
+    /// Overwrites the decrypted response parameters ESAPI leaves in its command buffer, so an
+    /// unsealed secret does not outlive the call in the TSS's memory.
+    func scrubResponseBuffer() {
+        guard let sys = try? systemContext() else { return }
+        var size = 0
+        var buffer: UnsafePointer<UInt8>?
+        guard Tss2_Sys_GetRpBuffer(sys, &size, &buffer) == TSS2_RC_SUCCESS, let buffer, size > 0 else { return }
+        ctss2_secure_zero(UnsafeMutableRawPointer(mutating: buffer), size)
+    }
+
+    /// The response parameters currently in ESAPI's buffer (tests check that secrets were scrubbed).
+    func responseBufferContents() -> [UInt8] {
+        guard let sys = try? systemContext() else { return [] }
+        var size = 0
+        var buffer: UnsafePointer<UInt8>?
+        guard Tss2_Sys_GetRpBuffer(sys, &size, &buffer) == TSS2_RC_SUCCESS, let buffer else { return [] }
+        return Array(UnsafeBufferPointer(start: buffer, count: size))
+    }
+
+    /// Runs `body` with a transient object handle and flushes the object afterwards, whatever happens.
+    func withFlushing<R>(_ handle: ESYS_TR, _ body: (ESYS_TR) throws -> R) throws -> R {
+        defer { flush(handle) }
+        return try body(handle)
+    }
+
+    /// Flushes a transient object or session; if the TPM refuses, ESAPI's record is closed anyway.
+    func flush(_ handle: ESYS_TR) {
+        var handle = handle
+        if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS {
+            _ = Esys_TR_Close(esys, &handle)
+        }
+    }
+}

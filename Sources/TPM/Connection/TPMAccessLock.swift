@@ -1,0 +1,66 @@
+import Crypto
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Serialises the processes that share a TPM with no resource manager.
+///
+/// Without a resource manager every client sees every other client's transient objects and
+/// sessions, swtpm has only three object slots, and a crashed process leaves its handles loaded.
+/// Holding an exclusive `flock` for the whole life of a connection makes this process the TPM's
+/// only user, so whatever is loaded when the lock is taken was left by a process that died, and
+/// may be flushed. The kernel drops the lock when its holder dies, however it dies.
+final class TPMAccessLock {
+    private let descriptor: Int32
+
+    /// - Throws: ``TPMError`` `.busy` when another process holds the TPM past `timeout`, or
+    ///   `.invalidArgument` when the lock directory is unsafe (a symlink, another owner, group or
+    ///   world access).
+    init(configuration: TPMConfiguration, timeout: Duration = .seconds(30)) throws(TPMError) {
+        let directory = configuration.lockDirectory
+        try Self.prepareDirectory(directory)
+        let digest = SHA256.hash(data: Array(configuration.tcti.utf8)).prefix(12)
+        let path = directory + "/tcti-" + Array(digest).hexString + ".lock"
+        let opened: Int32
+        do {
+            opened = try retryingInterrupts("open \(path)") {
+                open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            }
+        } catch {
+            throw TPMError(.invalidArgument, "Cannot open the TPM lock file \(path): \(error)")
+        }
+        descriptor = opened
+        let deadline = ContinuousClock.now + timeout
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            guard code == EWOULDBLOCK || code == EINTR else {
+                close(descriptor)
+                throw TPMError(.other, "Cannot lock \(path): \(String(cString: strerror(code)))")
+            }
+            guard ContinuousClock.now < deadline else {
+                close(descriptor)
+                throw TPMError(.busy, "Another process has been using the TPM at \(configuration.tcti) for longer than \(timeout)")
+            }
+            usleep(2_000)
+        }
+    }
+
+    deinit {
+        // Closing the descriptor releases the flock.
+        close(descriptor)
+    }
+
+    private static func prepareDirectory(_ path: String) throws(TPMError) {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw TPMError(.invalidArgument, "Cannot create the TPM lock directory \(path): \(String(cString: strerror(errno)))")
+        }
+        var status = stat()
+        guard lstat(path, &status) == 0 else {
+            throw TPMError(.invalidArgument, "Cannot inspect the TPM lock directory \(path)")
+        }
+        guard status.st_mode & S_IFMT == S_IFDIR, status.st_uid == getuid(), status.st_mode & 0o077 == 0 else {
+            throw TPMError(.invalidArgument,
+                           "The TPM lock directory \(path) must be a directory owned by this user with mode 0700")
+        }
+    }
+}

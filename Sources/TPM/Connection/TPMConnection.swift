@@ -1,0 +1,337 @@
+internal import CTSS2
+import Crypto
+import Synchronization
+
+/// A connection to one TPM through tpm2-tss's ESAPI.
+///
+/// Safe to share between threads and tasks: ESAPI contexts are not thread-safe, so every call
+/// runs under one lock. When the TPM has no resource manager (swtpm, `/dev/tpm0`) the connection
+/// also holds a cross-process lock for its whole life, so processes sharing that TPM take turns;
+/// open it for a unit of work and ``close()`` it promptly.
+///
+/// Every command that carries a secret (sealing, unsealing, PINs, NV data, TPM random bytes)
+/// runs in a session salted with the storage key, with parameter encryption on.
+public final class TPMConnection: Sendable {
+    public let configuration: TPMConfiguration
+    private let engine: Mutex<Engine?>
+
+    /// Connects to the TPM `configuration` names.
+    ///
+    /// - Throws: ``TPMError`` `.tpmUnavailable` naming the TCTI that was tried, or `.busy` when
+    ///   another process holds a TPM without resource manager for too long.
+    public convenience init(_ configuration: TPMConfiguration = .fromEnvironment()) throws {
+        try self.init(configuration, parameterEncryption: true)
+    }
+
+    /// Tests turn parameter encryption off to show what would otherwise cross the bus.
+    init(_ configuration: TPMConfiguration, parameterEncryption: Bool) throws {
+        self.configuration = configuration
+        engine = Mutex(try Engine(configuration: configuration, parameterEncryption: parameterEncryption))
+    }
+
+    /// Flushes what this connection loaded and disconnects; later calls throw `.connectionClosed`.
+    public func close() {
+        engine.withLock { engine in
+            engine?.shutDown()
+            engine = nil
+        }
+    }
+
+    func withEngine<R: Sendable>(_ body: (Engine) throws -> R) throws -> R {
+        try engine.withLock { (engine) throws -> R in
+            guard let engine else { throw TPMError(.connectionClosed, "The TPM connection is closed") }
+            return try body(engine)
+        }
+    }
+
+    // MARK: - Identity
+
+    /// Who made the TPM and whether it is a simulator.
+    ///
+    /// - Throws: ``TPMError`` if the TPM cannot be asked.
+    public func describe() throws -> TPMDescription {
+        try withEngine { engine in
+            let properties = try engine.properties(from: TPMProperty.manufacturer, count: 8)
+            func text(_ property: UInt32) -> String {
+                guard let value = properties[property] else { return "" }
+                let bytes = [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) }.filter { $0 >= 0x20 && $0 < 0x7F }
+                return String(decoding: bytes, as: UTF8.self).trimmingSpaces
+            }
+            let vendor = TPMProperty.vendorStrings.map { text($0) }.joined()
+            let firmware1 = properties[TPMProperty.firmwareVersion1] ?? 0
+            let firmware2 = properties[TPMProperty.firmwareVersion2] ?? 0
+            return TPMDescription(
+                tcti: configuration.tcti,
+                manufacturer: text(TPMProperty.manufacturer),
+                vendor: vendor,
+                firmwareVersion: "\(firmware1 >> 16).\(firmware1 & 0xFFFF).\(firmware2 >> 16).\(firmware2 & 0xFFFF)",
+                isSimulator: configuration.isSimulator)
+        }
+    }
+
+    /// The name and algorithm of the storage key this TPM derives from TCG's SRK template.
+    ///
+    /// - Throws: ``TPMError`` if the key cannot be created.
+    public func storageKey() throws -> (name: [UInt8], algorithm: StorageKeyAlgorithm) {
+        try withEngine { engine in
+            let key = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            return (key.name, key.algorithm)
+        }
+    }
+
+    // MARK: - Sealing
+
+    /// Makes a fresh 32-byte key and seals it: OS randomness and TPM randomness, combined with
+    /// HKDF-SHA256, so the key is strong if either source is.
+    ///
+    /// - Parameters:
+    ///   - policy: what unsealing will require; it must include ``PolicyAssertion/authValue`` for a PIN.
+    ///   - authValue: the PIN (at most 32 bytes), or nil.
+    /// - Returns: the key, for immediate use, and the sealed object to store.
+    /// - Throws: ``TPMError``.
+    public func generateSealedKey(policy: Policy = .authValue, authValue: SecretBytes? = nil) throws
+        -> (key: SecretBytes, sealed: SealedObject) {
+        try withEngine { engine in
+            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                let tpmRandom = try engine.randomBytes(32, session: session)
+                let osRandom = try SecretBytes.random(count: 32)
+                let key = Self.combine(osRandom, tpmRandom)
+                let sealed = try engine.seal(key, under: parent, policy: policy, authValue: authValue, session: session)
+                return (key, sealed)
+            }
+        }
+    }
+
+    /// Seals `secret` (1 to 128 bytes) to this TPM under `policy`.
+    ///
+    /// - Throws: ``TPMError`` `.invalidArgument` for sizes out of range or a PIN without
+    ///   PolicyAuthValue in `policy`.
+    public func seal(_ secret: SecretBytes, policy: Policy = .authValue, authValue: SecretBytes? = nil) throws -> SealedObject {
+        try withEngine { engine in
+            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                try engine.seal(secret, under: parent, policy: policy, authValue: authValue, session: session)
+            }
+        }
+    }
+
+    /// Unseals `sealed`, satisfying `policy` in a salted policy session.
+    ///
+    /// - Throws: ``TPMError`` `.wrongStorageKey` (another TPM), `.policyCheckFailed` (a PCR or NV
+    ///   condition no longer holds, or `policy` is not the one sealed with), `.authorizationFailed`
+    ///   (wrong PIN), `.lockout`, `.malformedData`.
+    public func unseal(_ sealed: SealedObject, policy: Policy = .authValue, authValue: SecretBytes? = nil) throws -> SecretBytes {
+        guard policy.digest == sealed.authPolicy else {
+            throw TPMError(.policyCheckFailed, "The policy given (\(policy.digest)) is not the one the object was sealed with (\(sealed.authPolicy))")
+        }
+        return try withEngine { engine in
+            let parent = try engine.storageKey(algorithm: sealed.storageKeyAlgorithm, pinnedName: sealed.storageKeyName)
+            let object = try engine.load(under: parent, publicArea: sealed.publicArea, privateArea: sealed.privateArea)
+            return try engine.withFlushing(object) { object in
+                try engine.withSession(.policy, saltedWith: parent) { session, ended in
+                    try engine.run(policy, in: session, trial: false)
+                    return try engine.unseal(object, authValue: authValue, session: session, sessionEnded: &ended)
+                }
+            }
+        }
+    }
+
+    /// `count` (1 to 32) random bytes from the TPM, encrypted on the bus.
+    ///
+    /// - Throws: ``TPMError``.
+    public func randomBytes(count: Int) throws -> SecretBytes {
+        try withEngine { engine in
+            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                try engine.randomBytes(count, session: session)
+            }
+        }
+    }
+
+    /// The digest the TPM itself computes for `policy`, in a trial session: the cross-check for
+    /// ``Policy/digest``.
+    ///
+    /// - Throws: ``TPMError``; NV indices the policy names must exist.
+    public func trialPolicyDigest(_ policy: Policy) throws -> PolicyDigest {
+        try withEngine { engine in
+            try engine.withSession(.trial, saltedWith: nil) { session, _ in
+                try engine.run(policy, in: session, trial: true)
+                return try engine.policyDigest(of: session)
+            }
+        }
+    }
+
+    // MARK: - NV storage
+
+    /// Defines an owner NV index (0x01xxxxxx) read and written with `authValue`.
+    ///
+    /// - Throws: ``TPMError`` `.nvIndexAlreadyDefined` if the handle is taken.
+    public func defineNVIndex(_ index: UInt32, kind: NVIndexKind, authValue: SecretBytes? = nil) throws {
+        try withEngine { engine in
+            let definition = NVPublicArea(index: index, kind: kind)
+            if authValue == nil {
+                try engine.defineNVIndex(definition, authValue: nil, session: ESYS_TR(ESYS_TR_PASSWORD))
+                return
+            }
+            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                try engine.defineNVIndex(definition, authValue: authValue, session: session)
+            }
+        }
+    }
+
+    /// Deletes an NV index. Call it only for indices your program defined.
+    ///
+    /// - Throws: ``TPMError`` `.handleNotFound` if there is no such index.
+    public func undefineNVIndex(_ index: UInt32) throws {
+        try withEngine { engine in try engine.undefineNVIndex(index) }
+    }
+
+    /// Adds one to an NV counter.
+    ///
+    /// - Throws: ``TPMError``; `.authorizationFailed` for a wrong `authValue`.
+    public func incrementNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session in
+            try engine.incrementNVCounter(handle, session: session)
+        }
+    }
+
+    /// The value of an NV counter.
+    ///
+    /// - Throws: ``TPMError`` `.nvIndexUninitialized` before the first increment.
+    public func readNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws -> UInt64 {
+        let bytes = try readNV(index, count: 8, authValue: authValue)
+        return bytes.withUnsafeBytes { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+    }
+
+    /// Writes secret data to an ordinary NV index; the data is encrypted on the bus.
+    ///
+    /// - Throws: ``TPMError``.
+    public func writeNV(_ index: UInt32, data: SecretBytes, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session in
+            try engine.writeNV(handle, data: data, offset: offset, session: session)
+        }
+    }
+
+    /// Reads NV data; it is encrypted on the bus.
+    ///
+    /// - Throws: ``TPMError``.
+    public func readNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws -> SecretBytes {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session in
+            try engine.readNV(handle, count: count, offset: offset, session: session)
+        }
+    }
+
+    /// The name the TPM reports for an NV index (it changes when the index is first written).
+    ///
+    /// - Throws: ``TPMError`` `.handleNotFound`.
+    public func nvIndexName(_ index: UInt32) throws -> [UInt8] {
+        try withEngine { engine in try engine.withNVIndex(index) { try engine.name(of: $0) } }
+    }
+
+    /// A PolicyNV assertion that the counter at `index` still equals its current value: an object
+    /// sealed with it becomes unreadable for good once the counter is incremented.
+    ///
+    /// - Throws: ``TPMError`` if the counter does not exist or was never incremented.
+    public func counterUnchangedAssertion(_ index: UInt32, authValue: SecretBytes? = nil) throws -> PolicyAssertion {
+        let value = try readNVCounter(index, authValue: authValue)
+        var operand = WireWriter()
+        operand.append(value)
+        return .nv(index: index, indexName: try nvIndexName(index), operand: operand.bytes, offset: 0, comparison: .equal)
+    }
+
+    private func withNVAuthorization<R: Sendable>(_ index: UInt32, authValue: SecretBytes?, secretParameters: Bool,
+                                                  _ body: (Engine, ESYS_TR, ESYS_TR) throws -> R) throws -> R {
+        try withEngine { engine in
+            try engine.withNVIndex(index) { handle in
+                try engine.setAuthValue(authValue, of: handle)
+                defer { try? engine.setAuthValue(nil, of: handle) }
+                if authValue == nil && !secretParameters {
+                    return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD))
+                }
+                let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+                return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                    try body(engine, handle, session)
+                }
+            }
+        }
+    }
+
+    // MARK: - PCRs
+
+    /// The current SHA-256 values of the selected PCRs, ascending.
+    ///
+    /// - Throws: ``TPMError``.
+    public func readPCRs(_ selection: PCRSelection) throws -> [[UInt8]] {
+        try withEngine { engine in try engine.readPCRs(selection) }
+    }
+
+    /// Extends a SHA-256 PCR with a 32-byte digest.
+    ///
+    /// - Throws: ``TPMError``.
+    public func extendPCR(_ index: Int, with digest: [UInt8]) throws {
+        try withEngine { engine in try engine.extendPCR(index, with: digest) }
+    }
+
+    /// A PolicyPCR assertion that the selected PCRs keep their current values.
+    ///
+    /// - Throws: ``TPMError``.
+    public func currentPCRAssertion(_ selection: PCRSelection) throws -> PolicyAssertion {
+        .pcrs(selection, expectedDigest: PCRSelection.digest(ofValues: try readPCRs(selection)))
+    }
+
+    // MARK: - Test support
+
+    /// The decrypted response parameters ESAPI still holds (tests check that secrets are scrubbed).
+    func responseBufferContents() throws -> [UInt8] {
+        try withEngine { $0.responseBufferContents() }
+    }
+
+    private static func combine(_ first: SecretBytes, _ second: SecretBytes) -> SecretBytes {
+        first.withUnsafeBytes { firstBytes in
+            second.withUnsafeBytes { secondBytes in
+                var hkdf = HMAC<SHA256>(key: SymmetricKey(data: firstBytes))
+                hkdf.update(data: secondBytes)
+                hkdf.update(data: Array("TPMKeychain sealed key v1".utf8))
+                let mac = hkdf.finalize()
+                return mac.withUnsafeBytes { SecretBytes(copying: $0) }
+            }
+        }
+    }
+}
+
+/// What ``TPMConnection/describe()`` reports.
+public struct TPMDescription: Sendable, Hashable {
+    public let tcti: String
+    /// The TPM_PT_MANUFACTURER code, e.g. "IBM" for swtpm, "INTC", "IFX", "STM".
+    public let manufacturer: String
+    public let vendor: String
+    public let firmwareVersion: String
+    /// True for swtpm or the Microsoft simulator: nothing is bound to hardware.
+    public let isSimulator: Bool
+}
+
+extension Engine {
+    /// TPM2_Create of a sealed object holding `secret` under `parent`, in the salted `session`.
+    func seal(_ secret: SecretBytes, under parent: StorageRootKey, policy: Policy, authValue: SecretBytes?,
+              session: ESYS_TR) throws -> SealedObject {
+        if let authValue, authValue.count > 0, !policy.usesAuthValue {
+            throw TPMError(.invalidArgument, "A PIN only protects an object whose policy includes PolicyAuthValue")
+        }
+        let template = PublicTemplate.sealedData(policy: policy.digest)
+        let (publicArea, privateArea) = try create(under: parent, template: template, data: secret,
+                                                   authValue: authValue, session: session)
+        return try SealedObject(publicArea: publicArea, privateArea: privateArea,
+                                storageKeyAlgorithm: parent.algorithm, storageKeyName: parent.name)
+    }
+}
+
+extension String {
+    fileprivate var trimmingSpaces: String {
+        var text = Substring(self)
+        while text.last == " " { text = text.dropLast() }
+        while text.first == " " { text = text.dropFirst() }
+        return String(text)
+    }
+}

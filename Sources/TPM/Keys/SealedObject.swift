@@ -1,0 +1,100 @@
+/// A secret sealed by a TPM: safe to store anywhere, usable only on the TPM that sealed it.
+///
+/// ``serialized()`` produces the "sealed object" format of docs/FORMAT.md (all integers big-endian):
+///
+///     magic            4 bytes  "TKSO"
+///     version          UINT16   1
+///     parentAlgorithm  UINT16   TPM_ALG_ID of the storage key: 0x0023 ECC, 0x0001 RSA
+///     parentName       UINT16 size + bytes (at most 66): the storage key's name when sealed
+///     public           UINT16 size + bytes: the marshalled TPM2B_PUBLIC
+///     private          UINT16 size + bytes: the marshalled TPM2B_PRIVATE
+///
+/// Every size is checked against its limit before anything is allocated, and trailing bytes are
+/// an error. The public area must describe a fixedTPM, fixedParent, policy-only SHA-256
+/// keyed-hash object; anything else is rejected before the TPM is asked.
+public struct SealedObject: Sendable, Hashable {
+    static let magic: [UInt8] = Array("TKSO".utf8)
+    static let version: UInt16 = 1
+    static let maximumNameSize = 2 + 64
+    static let maximumPublicSize = 2 + 1024
+    static let maximumPrivateSize = 2 + 1024
+
+    /// The marshalled TPM2B_PUBLIC.
+    public let publicArea: [UInt8]
+    /// The marshalled TPM2B_PRIVATE, encrypted by the storage key inside the TPM.
+    public let privateArea: [UInt8]
+    /// The kind of storage key the object was sealed under.
+    public let storageKeyAlgorithm: StorageKeyAlgorithm
+    /// The storage key's name at sealing time; a TPM with another storage key is refused.
+    public let storageKeyName: [UInt8]
+    /// The policy the object requires, read from its public area.
+    public let authPolicy: PolicyDigest
+
+    init(publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
+         storageKeyName: [UInt8]) throws(TPMError) {
+        self.publicArea = publicArea
+        self.privateArea = privateArea
+        self.storageKeyAlgorithm = storageKeyAlgorithm
+        self.storageKeyName = storageKeyName
+        authPolicy = try Self.validatedPolicy(ofPublicArea: publicArea)
+    }
+
+    /// Decodes ``serialized()`` output.
+    ///
+    /// - Throws: ``TPMError`` `.malformedData` for a wrong magic or version, oversized or
+    ///   truncated fields, trailing bytes, or a public area that is not a policy-only sealed object.
+    public init(serialized bytes: [UInt8]) throws(TPMError) {
+        var reader = WireReader(bytes)
+        guard try reader.readBytes(4) == Self.magic else {
+            throw TPMError(.malformedData, "Not a TPMKeychain sealed object (bad magic)")
+        }
+        let version = try reader.readUInt16()
+        guard version == Self.version else {
+            throw TPMError(.malformedData, "Sealed object version \(version) is not supported (this build reads version \(Self.version))")
+        }
+        let algorithm: StorageKeyAlgorithm
+        switch try reader.readUInt16() {
+        case AlgorithmID.ecc: algorithm = .eccP256
+        case AlgorithmID.rsa: algorithm = .rsa2048
+        case let other: throw TPMError(.malformedData, "Unknown storage key algorithm 0x\(String(other, radix: 16))")
+        }
+        let name = try reader.readSized(maximum: Self.maximumNameSize)
+        let publicArea = try reader.readSized(maximum: Self.maximumPublicSize)
+        let privateArea = try reader.readSized(maximum: Self.maximumPrivateSize)
+        guard reader.remaining == 0 else {
+            throw TPMError(.malformedData, "The sealed object has \(reader.remaining) trailing bytes")
+        }
+        try self.init(publicArea: publicArea, privateArea: privateArea, storageKeyAlgorithm: algorithm,
+                      storageKeyName: name)
+    }
+
+    /// The bytes to store; see the type's documentation for the layout.
+    public func serialized() -> [UInt8] {
+        var writer = WireWriter()
+        writer.append(raw: Self.magic)
+        writer.append(Self.version)
+        writer.append(storageKeyAlgorithm == .eccP256 ? AlgorithmID.ecc : AlgorithmID.rsa)
+        writer.appendSized(storageKeyName)
+        writer.appendSized(publicArea)
+        writer.appendSized(privateArea)
+        return writer.bytes
+    }
+
+    private static func validatedPolicy(ofPublicArea publicArea: [UInt8]) throws(TPMError) -> PolicyDigest {
+        var reader = WireReader(publicArea)
+        let size = Int(try reader.readUInt16())
+        guard size == reader.remaining else {
+            throw TPMError(.malformedData, "The sealed object's public area is \(reader.remaining) bytes but claims \(size)")
+        }
+        let type = try reader.readUInt16()
+        let nameAlgorithm = try reader.readUInt16()
+        let attributes = ObjectAttributes(rawValue: try reader.readUInt32())
+        let policy = try reader.readSized(maximum: 64)
+        guard type == AlgorithmID.keyedHash, nameAlgorithm == AlgorithmID.sha256,
+              attributes.isSuperset(of: [.fixedTPM, .fixedParent]), !attributes.contains(.userWithAuth),
+              policy.count == 32 else {
+            throw TPMError(.malformedData, "The public area is not a policy-only sealed object bound to this TPM")
+        }
+        return try PolicyDigest(policy)
+    }
+}

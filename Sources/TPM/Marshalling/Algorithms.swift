@@ -1,0 +1,51 @@
+/// TPM 2.0 Part 2 §6.3 (TPM_ALG_ID) and §6.4 (TPM_ECC_CURVE) values this layer uses.
+enum AlgorithmID {
+    static let rsa: UInt16 = 0x0001
+    static let aes: UInt16 = 0x0006
+    static let keyedHash: UInt16 = 0x0008
+    static let sha256: UInt16 = 0x000B
+    static let null: UInt16 = 0x0010
+    static let ecc: UInt16 = 0x0023
+    static let cfb: UInt16 = 0x0043
+    static let eccNistP256: UInt16 = 0x0003
+}
+
+/// TPM 2.0 Part 2 §8.3 TPMA_OBJECT bits.
+struct ObjectAttributes: OptionSet, Sendable {
+    let rawValue: UInt32
+    static let fixedTPM = ObjectAttributes(rawValue: 0x0000_0002)
+    static let fixedParent = ObjectAttributes(rawValue: 0x0000_0010)
+    static let sensitiveDataOrigin = ObjectAttributes(rawValue: 0x0000_0020)
+    static let userWithAuth = ObjectAttributes(rawValue: 0x0000_0040)
+    static let adminWithPolicy = ObjectAttributes(rawValue: 0x0000_0080)
+    static let noDA = ObjectAttributes(rawValue: 0x0000_0400)
+    static let restricted = ObjectAttributes(rawValue: 0x0001_0000)
+    static let decrypt = ObjectAttributes(rawValue: 0x0002_0000)
+}
+
+/// TPM 2.0 Part 2 §6.5 command codes that enter policy digests or audit records.
+enum CommandCode {
+    static let policyNV: UInt32 = 0x0000_0149
+    static let policyAuthValue: UInt32 = 0x0000_016B
+    static let policyPCR: UInt32 = 0x0000_017F
+}
+
+/// TPM 2.0 Part 2 §6.13 TPM_PT properties (PT_FIXED + n; compound macros in the C header).
+enum TPMProperty {
+    static let manufacturer: UInt32 = 0x105
+    static let vendorStrings: [UInt32] = [0x106, 0x107, 0x108, 0x109]
+    static let firmwareVersion1: UInt32 = 0x10B
+    static let firmwareVersion2: UInt32 = 0x10C
+}
+
+/// TPM 2.0 Part 2 §7 handle ranges and capability limits. tss2_tpm2_types.h writes these as
+/// compound macros (TPM2_HR_TRANSIENT + 0, buffer arithmetic), which do not import into Swift.
+enum HandleRange {
+    static let loadedSessionFirst: UInt32 = 0x0200_0000
+    static let activeSessionFirst: UInt32 = 0x0300_0000
+    static let transientFirst: UInt32 = 0x8000_0000
+    /// (MAX_CAP_BUFFER 1024 - capability 4 - count 4) / 4.
+    static let maximumCapabilityHandles: UInt32 = 254
+    /// (MAX_CAP_BUFFER 1024 - capability 4 - count 4) / 8.
+    static let maximumCapabilityProperties: UInt32 = 127
+}

@@ -1,0 +1,97 @@
+import Crypto
+
+/// The key type of the storage root key.
+public enum StorageKeyAlgorithm: String, Sendable, Hashable, Codable {
+    /// NIST P-256, the TCG provisioning-guidance default.
+    case eccP256 = "ecc-p256"
+    /// RSA-2048, for TPMs without ECC.
+    case rsa2048 = "rsa-2048"
+}
+
+/// A TPMT_PUBLIC (TPM 2.0 Part 2 §12.2.4) in its canonical encoding.
+///
+/// Built in Swift so that the same bytes are handed to the TPM (via Tss2_MU) and hashed into
+/// names this layer predicts or compares.
+struct PublicTemplate: Equatable {
+    /// The marshalled TPMT_PUBLIC.
+    let bytes: [UInt8]
+    /// How many trailing bytes are the `unique` field, which the TPM replaces on creation.
+    let uniqueLength: Int
+
+    /// TCG TPM v2.0 Provisioning Guidance §7.5.1, "Storage Primary Key (SRK) Templates": the
+    /// owner-hierarchy storage key every TCG-conformant tool derives, so a persistent SRK made by
+    /// other software is recognisable. `unique` is zero-filled to the key size, as the guidance says.
+    static func storageRootKey(_ algorithm: StorageKeyAlgorithm) -> PublicTemplate {
+        let attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .sensitiveDataOrigin, .userWithAuth,
+                                            .noDA, .restricted, .decrypt]
+        var writer = WireWriter()
+        var unique = WireWriter()
+        switch algorithm {
+        case .eccP256:
+            writer.append(AlgorithmID.ecc)
+            writer.append(AlgorithmID.sha256)
+            writer.append(attributes.rawValue)
+            writer.appendSized([])                     // authPolicy
+            appendAES128CFB(&writer)                   // symmetric
+            writer.append(AlgorithmID.null)            // scheme
+            writer.append(AlgorithmID.eccNistP256)     // curveID
+            writer.append(AlgorithmID.null)            // kdf
+            unique.appendSized([UInt8](repeating: 0, count: 32))
+            unique.appendSized([UInt8](repeating: 0, count: 32))
+        case .rsa2048:
+            writer.append(AlgorithmID.rsa)
+            writer.append(AlgorithmID.sha256)
+            writer.append(attributes.rawValue)
+            writer.appendSized([])
+            appendAES128CFB(&writer)
+            writer.append(AlgorithmID.null)            // scheme
+            writer.append(UInt16(2048))                // keyBits
+            writer.append(UInt32(0))                   // exponent: default 65537
+            unique.appendSized([UInt8](repeating: 0, count: 256))
+        }
+        writer.append(raw: unique.bytes)
+        return PublicTemplate(bytes: writer.bytes, uniqueLength: unique.bytes.count)
+    }
+
+    /// A sealed-data object (keyed-hash with no scheme) under a storage parent.
+    ///
+    /// fixedTPM and fixedParent keep it from being duplicated off this TPM. userWithAuth is clear
+    /// and adminWithPolicy set, so every use (user and admin role) must satisfy `policy`: a PIN is
+    /// PolicyAuthValue, never a bare password, and policies compose.
+    static func sealedData(policy: PolicyDigest) -> PublicTemplate {
+        let attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .adminWithPolicy]
+        var writer = WireWriter()
+        writer.append(AlgorithmID.keyedHash)
+        writer.append(AlgorithmID.sha256)
+        writer.append(attributes.rawValue)
+        writer.appendSized(policy.bytes)
+        writer.append(AlgorithmID.null)                // keyed-hash scheme
+        writer.appendSized([])                         // unique: computed by the TPM
+        return PublicTemplate(bytes: writer.bytes, uniqueLength: 2)
+    }
+
+    /// Everything but `unique`: what must match for a key to have been made from this template.
+    var templatePrefix: ArraySlice<UInt8> { bytes.dropLast(uniqueLength) }
+
+    /// The TPM2B_PUBLIC wrapping (size prefix) that Tss2_MU unmarshals.
+    var sizedBytes: [UInt8] {
+        var writer = WireWriter()
+        writer.appendSized(bytes)
+        return writer.bytes
+    }
+
+    private static func appendAES128CFB(_ writer: inout WireWriter) {
+        writer.append(AlgorithmID.aes)
+        writer.append(UInt16(128))
+        writer.append(AlgorithmID.cfb)
+    }
+}
+
+/// TPM 2.0 Part 1 §16: an object's or NV index's name is nameAlg || H_nameAlg(public area).
+enum ObjectName {
+    static func sha256(ofPublicArea publicArea: [UInt8]) -> [UInt8] {
+        var name: [UInt8] = [UInt8(AlgorithmID.sha256 >> 8), UInt8(AlgorithmID.sha256 & 0xFF)]
+        name.append(contentsOf: SHA256.hash(data: publicArea))
+        return name
+    }
+}

@@ -1,0 +1,97 @@
+/// TPM 2.0 Part 2 canonical encoding: big-endian integers, TPM2B = UINT16 size + bytes.
+///
+/// Templates and policy inputs are built here, in Swift, so that the same bytes feed the
+/// TPM (through Tss2_MU unmarshalling) and the digests this layer computes itself.
+struct WireWriter {
+    private(set) var bytes: [UInt8] = []
+
+    mutating func append(_ value: UInt8) { bytes.append(value) }
+    mutating func append(_ value: UInt16) { bytes.append(contentsOf: [UInt8(value >> 8), UInt8(truncatingIfNeeded: value)]) }
+    mutating func append(_ value: UInt32) {
+        append(UInt16(truncatingIfNeeded: value >> 16))
+        append(UInt16(truncatingIfNeeded: value))
+    }
+    mutating func append(_ value: UInt64) {
+        append(UInt32(truncatingIfNeeded: value >> 32))
+        append(UInt32(truncatingIfNeeded: value))
+    }
+    mutating func append(raw: some Sequence<UInt8>) { bytes.append(contentsOf: raw) }
+    /// A TPM2B: UINT16 size followed by the bytes.
+    mutating func appendSized(_ raw: [UInt8]) {
+        append(UInt16(raw.count))
+        bytes.append(contentsOf: raw)
+    }
+}
+
+/// Reads the encoding back, checking every length against what remains before using it.
+struct WireReader {
+    private let bytes: [UInt8]
+    private(set) var offset = 0
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    var remaining: Int { bytes.count - offset }
+
+    mutating func readUInt8() throws(TPMError) -> UInt8 { try take(1)[0] }
+    mutating func readUInt16() throws(TPMError) -> UInt16 {
+        let raw = try take(2)
+        return UInt16(raw[0]) << 8 | UInt16(raw[1])
+    }
+    mutating func readUInt32() throws(TPMError) -> UInt32 {
+        UInt32(try readUInt16()) << 16 | UInt32(try readUInt16())
+    }
+    mutating func readUInt64() throws(TPMError) -> UInt64 {
+        UInt64(try readUInt32()) << 32 | UInt64(try readUInt32())
+    }
+    mutating func readBytes(_ count: Int) throws(TPMError) -> [UInt8] { Array(try take(count)) }
+    mutating func readSized(maximum: Int) throws(TPMError) -> [UInt8] {
+        let count = Int(try readUInt16())
+        guard count <= maximum else {
+            throw TPMError(.malformedData, "A size field (\(count)) exceeds its limit (\(maximum))")
+        }
+        return try readBytes(count)
+    }
+
+    private mutating func take(_ count: Int) throws(TPMError) -> ArraySlice<UInt8> {
+        guard count >= 0, count <= remaining else {
+            throw TPMError(.malformedData, "Data ends \(count - remaining) bytes early")
+        }
+        defer { offset += count }
+        return bytes[offset..<offset + count]
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Lower-case hexadecimal, for names and digests in messages and fixtures.
+    var hexString: String { map { byte in String(byte, radix: 16).leftPadded(to: 2) }.joined() }
+
+    /// Parses lower- or upper-case hexadecimal; nil for odd lengths or other characters.
+    init?(hexString: String) {
+        let characters = Array(hexString.utf8)
+        guard characters.count.isMultiple(of: 2) else { return nil }
+        var result: [UInt8] = []
+        result.reserveCapacity(characters.count / 2)
+        var index = 0
+        while index < characters.count {
+            guard let high = Self.nibble(characters[index]), let low = Self.nibble(characters[index + 1]) else { return nil }
+            result.append(high << 4 | low)
+            index += 2
+        }
+        self = result
+    }
+
+    private static func nibble(_ character: UInt8) -> UInt8? {
+        switch character {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}

@@ -1,0 +1,207 @@
+// The proxy's machinery: one accepting thread per channel, two pumping threads per connection.
+// Blocking sockets throughout; stop() wakes blocked threads with shutdown(2), joins them, and only
+// then closes descriptors, so no thread ever touches a descriptor number that was reused.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Synchronization
+import TPMSimulator
+
+final class ProxyForwarder: Sendable {
+    struct Record: Sendable {
+        var bytes: [UInt8] = []
+        var commandCodes: [UInt32] = []
+    }
+
+    private struct State: Sendable {
+        var record = Record()
+        var stopped = false
+        /// Connection descriptors still open; closed by whoever finishes with them, under the lock.
+        var openDescriptors: Set<Int32> = []
+        var pumpThreads: [JoinableThread] = []
+        var acceptThreads: [JoinableThread] = []
+        var listenersClosed = false
+    }
+
+    private enum Channel { case command, control }
+
+    let listenPort: Int
+    private let commandListener: Int32
+    private let controlListener: Int32
+    private let upstreamHost: String
+    private let upstreamPort: Int
+    private let state = Mutex(State())
+
+    private init(listenPort: Int, commandListener: Int32, controlListener: Int32, upstreamHost: String, upstreamPort: Int) {
+        self.listenPort = listenPort
+        self.commandListener = commandListener
+        self.controlListener = controlListener
+        self.upstreamHost = upstreamHost
+        self.upstreamPort = upstreamPort
+    }
+
+    static func start(upstreamHost: String, upstreamPort: Int) throws(RecordingTPMProxyError) -> ProxyForwarder {
+        let pair: (port: Int, first: Int32, second: Int32)
+        do {
+            pair = try LoopbackSocket.listenOnConsecutivePorts()
+        } catch {
+            throw RecordingTPMProxyError(.listenFailed, "cannot listen on two consecutive loopback ports: \(error)", systemErrno: error.rawValue)
+        }
+        let forwarder = ProxyForwarder(
+            listenPort: pair.port, commandListener: pair.first, controlListener: pair.second,
+            upstreamHost: upstreamHost, upstreamPort: upstreamPort)
+        do {
+            let command = try JoinableThread { [forwarder] in forwarder.acceptLoop(.command) }
+            forwarder.state.withLock { $0.acceptThreads.append(command) }
+            let control = try JoinableThread { [forwarder] in forwarder.acceptLoop(.control) }
+            forwarder.state.withLock { $0.acceptThreads.append(control) }
+        } catch {
+            forwarder.stop()
+            throw error
+        }
+        return forwarder
+    }
+
+    func snapshot() -> Record { state.withLock { $0.record } }
+
+    func reset() { state.withLock { $0.record = Record() } }
+
+    func stop() {
+        let acceptThreads: [JoinableThread]? = state.withLock { state in
+            guard !state.stopped else { return nil }
+            state.stopped = true
+            // Under the lock, so a pump cannot close (and the kernel reuse) a descriptor between
+            // our looking it up and shutting it down.
+            for fd in state.openDescriptors { LoopbackSocket.shutdownBoth(fd) }
+            return state.acceptThreads
+        }
+        guard let acceptThreads else { return }
+        LoopbackSocket.shutdownBoth(commandListener)
+        LoopbackSocket.shutdownBoth(controlListener)
+        acceptThreads.forEach { $0.join() }
+        // No accept loop runs any more, so no new pumps can appear.
+        let pumps = state.withLock { $0.pumpThreads }
+        pumps.forEach { $0.join() }
+        closeDescriptor(commandListener)
+        closeDescriptor(controlListener)
+    }
+
+    private func acceptLoop(_ channel: Channel) {
+        let listener = channel == .command ? commandListener : controlListener
+        let target = channel == .command ? upstreamPort : upstreamPort + 1
+        while true {
+            let client: Int32
+            do {
+                client = try LoopbackSocket.acceptConnection(listener)
+            } catch {
+                if state.withLock({ $0.stopped }) { return }
+                if error.rawValue == ECONNABORTED || error.rawValue == EMFILE || error.rawValue == ENFILE {
+                    sleep(for: .milliseconds(10))
+                    continue
+                }
+                return
+            }
+            let upstream: Int32
+            do {
+                upstream = try LoopbackSocket.connectTCP(host: upstreamHost, port: target, timeout: nil)
+            } catch {
+                closeDescriptor(client)  // The client sees EOF, as it would with the TPM down.
+                continue
+            }
+            let connection = Connection(client: client, upstream: upstream)
+            let registered: Bool = state.withLock { state in
+                guard !state.stopped else { return false }
+                state.openDescriptors.formUnion([client, upstream])
+                return true
+            }
+            guard registered else {
+                closeDescriptor(client)
+                closeDescriptor(upstream)
+                return
+            }
+            do {
+                let toTPM = try JoinableThread { [self] in
+                    pump(from: client, to: upstream, channel: channel, parsing: true, connection: connection)
+                }
+                state.withLock { $0.pumpThreads.append(toTPM) }
+                let fromTPM = try JoinableThread { [self] in
+                    pump(from: upstream, to: client, channel: channel, parsing: false, connection: connection)
+                }
+                state.withLock { $0.pumpThreads.append(fromTPM) }
+            } catch {
+                // Without its partner a pump would wait forever; cut the connection instead.
+                state.withLock { _ in
+                    LoopbackSocket.shutdownBoth(client)
+                    LoopbackSocket.shutdownBoth(upstream)
+                }
+                connection.finishOne(self)
+                connection.finishOne(self)
+            }
+        }
+    }
+
+    /// Copies one direction until EOF or error, recording command-channel traffic.
+    private func pump(from source: Int32, to destination: Int32, channel: Channel, parsing: Bool, connection: Connection) {
+        var parser = CommandStreamParser()
+        while true {
+            let chunk: [UInt8]
+            do {
+                chunk = try LoopbackSocket.receive(source, maximum: 64 * 1024)
+            } catch {
+                break
+            }
+            if chunk.isEmpty { break }
+            if channel == .command {
+                let codes = parsing ? parser.consume(chunk) : []
+                state.withLock { state in
+                    state.record.bytes += chunk
+                    state.record.commandCodes += codes
+                }
+            }
+            do {
+                try LoopbackSocket.sendAll(destination, chunk)
+            } catch {
+                break
+            }
+        }
+        // Pass the end of stream on (swtpm drops the client on EOF), and stop the partner
+        // direction if we ended on an error.
+        state.withLock { state in
+            if state.openDescriptors.contains(destination) { _ = shutdown(destination, Int32(SHUT_WR)) }
+            if state.openDescriptors.contains(source) { _ = shutdown(source, Int32(SHUT_RD)) }
+        }
+        connection.finishOne(self)
+    }
+
+    fileprivate func closeConnection(_ connection: Connection) {
+        state.withLock { state in
+            state.openDescriptors.remove(connection.client)
+            state.openDescriptors.remove(connection.upstream)
+            closeDescriptor(connection.client)
+            closeDescriptor(connection.upstream)
+        }
+    }
+}
+
+/// One proxied connection; its descriptors are closed when both directions have finished.
+private final class Connection: Sendable {
+    let client: Int32
+    let upstream: Int32
+    private let remaining = Mutex(2)
+
+    init(client: Int32, upstream: Int32) {
+        self.client = client
+        self.upstream = upstream
+    }
+
+    func finishOne(_ forwarder: ProxyForwarder) {
+        let last = remaining.withLock { count in
+            count -= 1
+            return count == 0
+        }
+        if last { forwarder.closeConnection(self) }
+    }
+}

@@ -1,0 +1,149 @@
+// Starting and stopping one swtpm child: port selection with retry, readiness probing, and the
+// escalating stop sequence. SoftwareTPM.swift holds the public API over this.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+
+/// A swtpm child that answered its first TPM command.
+struct SimulatorProcess: Sendable {
+    let pid: pid_t
+    let port: Int
+    let watchdog: Watchdog
+
+    static let stderrFileName = "swtpm.stderr.log"
+    /// Port conflicts are a race with unrelated processes; a handful of fresh pairs is plenty.
+    static let maximumPortAttempts = 5
+
+    /// Spawns swtpm on fresh consecutive loopback ports and waits until it answers
+    /// TPM2_GetRandom, retrying with new ports when swtpm lost a port to another process.
+    ///
+    /// - Throws: `SoftwareTPMError` with `.launchFailed` (spawn failure, early exit: message
+    ///   carries swtpm's stderr) or `.startupTimedOut`.
+    /// - Parameter choosePorts: where port pairs come from; tests substitute a taken pair.
+    static func launch(
+        executablePath: String,
+        stateDirectory: String,
+        ownsStateDirectory: Bool,
+        timeout: Duration,
+        choosePorts: () throws(Errno) -> Int = LoopbackSocket.reserveConsecutivePorts
+    ) throws(SoftwareTPMError) -> SimulatorProcess {
+        let deadline = ContinuousClock.now + timeout
+        let stderrPath = stateDirectory + "/" + stderrFileName
+        var conflicts: [String] = []
+        for _ in 1...maximumPortAttempts {
+            let port: Int
+            do {
+                port = try choosePorts()
+            } catch {
+                throw SoftwareTPMError(.launchFailed, "no two consecutive free loopback ports for swtpm", cause: error)
+            }
+            let pid: pid_t
+            do {
+                pid = try ChildProcess.spawn(
+                    executablePath: executablePath,
+                    arguments: arguments(port: port, stateDirectory: stateDirectory),
+                    standardInput: .devNull,
+                    standardErrorPath: stderrPath)
+            } catch {
+                throw SoftwareTPMError(.launchFailed, "cannot spawn \(executablePath)", cause: error)
+            }
+            let watchdog: Watchdog
+            do {
+                watchdog = try Watchdog.guarding(pid, removing: ownsStateDirectory ? stateDirectory : nil)
+            } catch {
+                ChildProcess.killAndReap(pid)
+                throw SoftwareTPMError(.launchFailed, "cannot spawn the /bin/sh watchdog that guards swtpm", cause: error)
+            }
+
+            switch waitUntilReady(pid: pid, port: port, deadline: deadline) {
+            case .ready:
+                return SimulatorProcess(pid: pid, port: port, watchdog: watchdog)
+            case .exited:
+                watchdog.disarm()
+                let output = stderrTail(stderrPath)
+                if output.contains("Address already in use") {
+                    conflicts.append("ports \(port)/\(port + 1)")
+                    continue
+                }
+                throw SoftwareTPMError(
+                    .launchFailed,
+                    "swtpm exited during startup (state directory \(stateDirectory)). swtpm said:\n\(output)")
+            case .timedOut(let lastProblem):
+                watchdog.disarm()
+                terminate(pid: pid, port: port, orderly: false)
+                throw SoftwareTPMError(
+                    .startupTimedOut,
+                    "swtpm (pid \(pid), port \(port)) did not answer TPM2_GetRandom within \(timeout); last problem: \(lastProblem). swtpm said:\n\(stderrTail(stderrPath))")
+            }
+        }
+        throw SoftwareTPMError(
+            .launchFailed,
+            "swtpm lost its ports to other processes \(maximumPortAttempts) times (\(conflicts.joined(separator: ", "))); the machine is short of free loopback ports")
+    }
+
+    static func arguments(port: Int, stateDirectory: String) -> [String] {
+        [
+            "socket", "--tpm2",
+            "--server", "type=tcp,port=\(port),bindaddr=127.0.0.1",
+            "--ctrl", "type=tcp,port=\(port + 1),bindaddr=127.0.0.1",
+            "--tpmstate", "dir=\(stateDirectory)",
+            // Power on and TPM2_Startup(SU_CLEAR) by itself, like firmware does on real hardware.
+            "--flags", "not-need-init,startup-clear",
+            "--pid", "file=\(stateDirectory)/swtpm.pid",
+        ]
+    }
+
+    private enum Readiness {
+        case ready
+        case exited
+        case timedOut(lastProblem: String)
+    }
+
+    private static func waitUntilReady(pid: pid_t, port: Int, deadline: ContinuousClock.Instant) -> Readiness {
+        var lastProblem = "nothing tried yet"
+        while true {
+            if ChildProcess.reapIfExited(pid) { return .exited }
+            do {
+                let response = try TPMTransport.transmit(
+                    RandomNumberGeneratorCommands.getRandom(byteCount: 8), port: port, timeout: .seconds(1))
+                if response.responseCode == 0 { return .ready }
+                lastProblem = "TPM2_GetRandom answered TPM_RC 0x\(String(response.responseCode, radix: 16))"
+            } catch {
+                lastProblem = error.message
+            }
+            if ContinuousClock.now >= deadline {
+                // The child may have died during the last probe: report that rather than a timeout.
+                return ChildProcess.reapIfExited(pid) ? .exited : .timedOut(lastProblem: lastProblem)
+            }
+            sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Stops swtpm and always reaps it. Orderly first (TPM2_Shutdown so no DA failure is
+    /// counted on the next start of a persistent state; CMD_SHUTDOWN so swtpm saves and exits),
+    /// then SIGTERM, then SIGKILL.
+    static func terminate(pid: pid_t, port: Int, orderly: Bool) {
+        if ChildProcess.reapIfExited(pid) { return }
+        if orderly {
+            _ = try? TPMTransport.transmit(StartupCommands.shutdownClear(), port: port, timeout: .seconds(1))
+            _ = try? TPMTransport.control(.shutdown, port: port + 1, timeout: .seconds(1))
+            if ChildProcess.waitForExit(pid, timeout: .seconds(2)) { return }
+        }
+        _ = kill(pid, SIGTERM)
+        if ChildProcess.waitForExit(pid, timeout: .seconds(1)) { return }
+        ChildProcess.killAndReap(pid)
+    }
+
+    /// The last part of swtpm's stderr, for error messages.
+    static func stderrTail(_ path: String, limit: Int = 2000) -> String {
+        guard let data = FileManager.default.contents(atPath: path), !data.isEmpty else {
+            return "(no output)"
+        }
+        let text = String(decoding: data.suffix(limit), as: UTF8.self)
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}

@@ -1,0 +1,67 @@
+// The one place where TPMSimulator talks to libc: every call that can fail goes through
+// `retryingInterrupts` (or `spawnResult` for the posix_spawn family), so EINTR is retried in one
+// place and every failure surfaces as a typed `Errno` instead of a bare -1.
+// Modeled on apple/swift-system's Internals/Syscalls.swift.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A POSIX error number, thrown by the syscall wrappers.
+package struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertible {
+    package let rawValue: Int32
+
+    package init(rawValue: Int32) { self.rawValue = rawValue }
+
+    /// The calling thread's current `errno`.
+    package static var current: Errno { Errno(rawValue: errno) }
+
+    package var description: String {
+        // strerror returns static strings for every errno glibc knows; copy it out immediately.
+        "\(String(cString: strerror(rawValue))) (errno \(rawValue))"
+    }
+}
+
+/// Runs a call that reports failure as `-1` plus `errno`, retrying while it is interrupted by a
+/// signal. Test runners deliver signals to arbitrary threads, so EINTR is an ordinary outcome.
+///
+/// - Throws: `Errno` for any failure other than EINTR.
+@discardableResult
+package func retryingInterrupts<T: FixedWidthInteger>(_ body: () -> T) throws(Errno) -> T {
+    while true {
+        let result = body()
+        if result != -1 { return result }
+        let error = errno
+        if error == EINTR { continue }
+        throw Errno(rawValue: error)
+    }
+}
+
+/// The posix_spawn family returns the error number instead of setting `errno`.
+///
+/// - Throws: `Errno` when `body` returns non-zero.
+package func spawnResult(_ body: () -> Int32) throws(Errno) {
+    let result = body()
+    if result != 0 { throw Errno(rawValue: result) }
+}
+
+/// Sleeps without being cut short by signals (nanosleep reports the remainder on EINTR).
+package func sleep(for duration: Duration) {
+    let (seconds, attoseconds) = duration.components
+    guard seconds > 0 || attoseconds > 0 else { return }
+    var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+    var remaining = timespec()
+    while nanosleep(&request, &remaining) == -1 && errno == EINTR {
+        request = remaining
+    }
+}
+
+/// Closes a descriptor. Linux always releases the descriptor, even when close reports EINTR,
+/// so retrying could close an unrelated descriptor another thread just opened: never retry.
+package func closeDescriptor(_ fd: Int32) {
+    _ = close(fd)
+}

@@ -1,0 +1,52 @@
+// Guarantees that no swtpm outlives this process, even when it is SIGKILLed or crashes and no
+// atexit handler runs: a tiny shell blocks reading a pipe whose only write end we hold (O_CLOEXEC,
+// so no other child inherits it). The kernel closes that end when we die, `read` sees EOF, and
+// the shell SIGKILLs swtpm. For a private state directory it then also deletes that directory,
+// which nobody else would clean up after an abrupt death.
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+struct Watchdog: Sendable {
+    let pid: pid_t
+    /// Closing this (or our death) fires the watchdog.
+    let writeEnd: Int32
+
+    /// The shell script; `$1` is swtpm's PID, `$2` an optional directory to delete afterwards.
+    /// Values are passed as arguments, never spliced into the script, so no path needs quoting.
+    /// The pause lets the kernel finish tearing swtpm down before its files are removed.
+    static let script = #"read _; kill -KILL "$1"; if [ -n "$2" ]; then sleep 1; rm -rf -- "$2"; fi"#
+
+    /// Spawns a watchdog for `target`.
+    ///
+    /// - Parameters:
+    ///   - target: swtpm's PID.
+    ///   - directory: a private state directory to delete after killing swtpm, or nil.
+    /// - Throws: `Errno` from pipe2 or posix_spawn.
+    static func guarding(_ target: pid_t, removing directory: String?) throws(Errno) -> Watchdog {
+        let ends = try makeCloseOnExecPipe()
+        // Our copy of the read end must go: if we kept it, the pipe would never see EOF.
+        defer { closeDescriptor(ends.read) }
+        do throws(Errno) {
+            let pid = try ChildProcess.spawn(
+                executablePath: "/bin/sh",
+                arguments: ["-c", script, "tpm-simulator-watchdog", String(target), directory ?? ""],
+                standardInput: .descriptor(ends.read),
+                standardErrorPath: nil)
+            return Watchdog(pid: pid, writeEnd: ends.write)
+        } catch {
+            closeDescriptor(ends.write)
+            throw error
+        }
+    }
+
+    /// Kills and reaps the watchdog *before* its target is stopped and reaped, so it can never
+    /// fire at a PID the kernel has recycled; then releases the pipe.
+    func disarm() {
+        ChildProcess.killAndReap(pid)
+        closeDescriptor(writeEnd)
+    }
+}
