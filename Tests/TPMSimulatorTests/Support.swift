@@ -1,39 +1,16 @@
 import Foundation
 import Testing
 @testable import TPMSimulator
+import TPMKeychainTesting
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Runs a tpm2-tools command against `tcti` and returns its exit status and output. tpm2-tools
-/// exit by themselves, so Foundation.Process is fine here (unlike for the long-lived swtpm).
-struct ToolResult {
-    let status: Int32
-    let output: String
-    let errorOutput: String
-}
+typealias ToolResult = TPM2Tools.Result
 
 func runTool(_ arguments: [String], tcti: String) throws -> ToolResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    var environment = ProcessInfo.processInfo.environment
-    environment["TPM2TOOLS_TCTI"] = tcti
-    process.environment = environment
-    let output = Pipe()
-    let errorOutput = Pipe()
-    process.standardOutput = output
-    process.standardError = errorOutput
-    try process.run()
-    // Read before waiting so a chatty tool cannot fill the pipe and block.
-    let outputData = output.fileHandleForReading.readDataToEndOfFile()
-    let errorData = errorOutput.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return ToolResult(
-        status: process.terminationStatus,
-        output: String(decoding: outputData, as: UTF8.self),
-        errorOutput: String(decoding: errorData, as: UTF8.self))
+    try TPM2Tools.run(arguments, tcti: tcti)
 }
 
 /// Runs a tool and records a test issue (with its stderr) when it fails.

@@ -1,4 +1,7 @@
 internal import CTSS2
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The ESAPI context of one connection and everything loaded through it.
 ///
@@ -17,6 +20,7 @@ final class Engine {
     init(configuration: TPMConfiguration, parameterEncryption: Bool) throws {
         self.configuration = configuration
         self.parameterEncryption = parameterEncryption
+        Self.quietTSSLogging
         accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
 
         var loadedTCTI: OpaquePointer?
@@ -46,6 +50,12 @@ final class Engine {
             }
         }
     }
+
+    /// tpm2-tss prints every failed command to stderr; this layer reports typed errors instead, so
+    /// its log is off unless the user asked for it with TSS2_LOG.
+    private static let quietTSSLogging: Void = {
+        setenv("TSS2_LOG", "all+NONE", 0)
+    }()
 
     /// Flushes the storage keys, finalizes ESAPI and the TCTI, and releases the access lock.
     func shutDown() {

@@ -1,0 +1,82 @@
+import Foundation
+import Testing
+@testable import TPM
+import TPMKeychainTesting
+
+/// A private swtpm for one test, stopped when the body returns or throws.
+func withSimulator<R>(_ body: (SoftwareTPM, TPMConfiguration) throws -> R) throws -> R {
+    let simulator = try SoftwareTPM.start()
+    defer { simulator.stop() }
+    return try body(simulator, TPMConfiguration(tcti: simulator.tcti))
+}
+
+/// Opens a connection, runs `body`, and closes it (swtpm serves one connection at a time).
+func withConnection<R>(_ configuration: TPMConfiguration, parameterEncryption: Bool = true,
+                       _ body: (TPMConnection) throws -> R) throws -> R {
+    let connection = try TPMConnection(configuration, parameterEncryption: parameterEncryption)
+    defer { connection.close() }
+    return try body(connection)
+}
+
+/// A recognisable secret: `count` bytes that cannot occur by accident in TPM traffic.
+func distinctSecret(_ seed: UInt8, count: Int = 32) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: Int(seed) &+ $0 &* 37 &+ 11) }
+}
+
+extension SecretBytes {
+    var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
+}
+
+extension Array where Element == UInt8 {
+    /// Whether `needle` occurs anywhere in this array.
+    func containsSubsequence(_ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= count else { return false }
+        for start in 0...(count - needle.count) where self[start] == needle[0] {
+            if self[start..<start + needle.count].elementsEqual(needle) { return true }
+        }
+        return false
+    }
+}
+
+/// Asserts that `body` throws a ``TPMError`` with `code`.
+func expectTPMError(_ code: TPMError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("expected TPMError.\(code), but nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as TPMError {
+        #expect(error.code == code, "got \(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("expected TPMError.\(code), got \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+/// Runs a tpm2-tools command and fails the test if it fails.
+@discardableResult
+func tool(_ arguments: [String], _ simulator: SoftwareTPM, in directory: String? = nil,
+          sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+    let result = try TPM2Tools.run(arguments, tcti: simulator.tcti, workingDirectory: directory)
+    #expect(result.status == 0, "\(arguments.joined(separator: " ")): \(result.errorOutput)", sourceLocation: sourceLocation)
+    return result.output
+}
+
+/// The handles `tpm2_getcap handles-<kind>` lists.
+func listedHandles(_ kind: String, _ simulator: SoftwareTPM) throws -> [String] {
+    try tool(["tpm2_getcap", "handles-\(kind)"], simulator)
+        .split(separator: "\n")
+        .map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "- ")) }
+        .filter { !$0.isEmpty }
+}
+
+func temporaryDirectory() throws -> String {
+    let path = NSTemporaryDirectory() + "tpm-tests-" + UUID().uuidString
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+struct MissingFixtureValue: Error {}
+
+/// Unwraps a fixture value, failing the test (not trapping) when it is absent.
+func required<T>(_ value: T?) throws -> T {
+    guard let value else { throw MissingFixtureValue() }
+    return value
+}
