@@ -43,7 +43,7 @@ struct WireReader {
     mutating func readUInt64() throws(TPMError) -> UInt64 {
         UInt64(try readUInt32()) << 32 | UInt64(try readUInt32())
     }
-    mutating func readBytes(_ count: Int) throws(TPMError) -> [UInt8] { Array(try take(count)) }
+    mutating func readBytes(_ count: Int) throws(TPMError) -> [UInt8] { try take(count) }
     mutating func readSized(maximum: Int) throws(TPMError) -> [UInt8] {
         let count = Int(try readUInt16())
         guard count <= maximum else {
@@ -52,12 +52,13 @@ struct WireReader {
         return try readBytes(count)
     }
 
-    private mutating func take(_ count: Int) throws(TPMError) -> ArraySlice<UInt8> {
+    /// The next `count` bytes as a zero-based array.
+    private mutating func take(_ count: Int) throws(TPMError) -> [UInt8] {
         guard count >= 0, count <= remaining else {
             throw TPMError(.malformedData, "Data ends \(count - remaining) bytes early")
         }
         defer { offset += count }
-        return bytes[offset..<offset + count]
+        return Array(bytes[offset..<offset + count])
     }
 }
 

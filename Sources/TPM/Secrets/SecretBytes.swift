@@ -13,14 +13,15 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
     private let storage: UnsafeMutableRawBufferPointer
     private let locked: Bool
 
-    /// The number of secret bytes.
-    public var count: Int { storage.count }
+    /// The number of secret bytes (the allocation is at least one byte, even for an empty secret).
+    public let count: Int
 
     /// Allocates `count` bytes and lets `initializer` fill them.
     ///
     /// - Throws: whatever `initializer` throws; the buffer is zeroized and freed first.
     public init(count: Int, initializer: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
         precondition(count >= 0, "a secret cannot have a negative size")
+        self.count = count
         storage = UnsafeMutableRawBufferPointer.allocate(byteCount: max(count, 1), alignment: 16)
         storage.initializeMemory(as: UInt8.self, repeating: 0)
         // Best effort: RLIMIT_MEMLOCK may be small; an unlocked secret is still zeroized.
@@ -31,7 +32,6 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
             Self.release(storage, locked: locked)
             throw error
         }
-        if count == 0 { return }
     }
 
     /// Copies `bytes` into a new secret. The caller remains responsible for its own copy.
