@@ -8,9 +8,12 @@ extension Engine {
         guard count > 0, count <= 32 else {
             throw TPMError(.invalidArgument, "TPM2_GetRandom is asked for 1 to 32 bytes at a time")
         }
-        try setAttributes(session, encrypt: true)
+        // GetRandom authorizes nothing: its session is there only to encrypt, and the TPM refuses a
+        // session that neither encrypts nor audits.
+        let encryptingSession = parameterEncryption ? session : ESYS_TR(ESYS_TR_NONE)
+        try setAttributes(encryptingSession, encrypt: true)
         var random: UnsafeMutablePointer<TPM2B_DIGEST>?
-        let rc = Esys_GetRandom(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), UInt16(count), &random)
+        let rc = Esys_GetRandom(esys, encryptingSession, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), UInt16(count), &random)
         defer { scrubResponseBuffer() }
         try check(rc, "Esys_GetRandom")
         let bytes = try takeSecretFromEsys(random, "random bytes")

@@ -46,7 +46,7 @@ extension Engine {
     func setAttributes(_ session: ESYS_TR, decrypt: Bool = false, encrypt: Bool = false,
                        continueSession: Bool = true) throws(TPMError) {
         // A password "session" has no attributes to set and never encrypts.
-        guard session != ESYS_TR(ESYS_TR_PASSWORD) else { return }
+        guard session != ESYS_TR(ESYS_TR_PASSWORD), session != ESYS_TR(ESYS_TR_NONE) else { return }
         var flags = TPMA_SESSION(0)
         if continueSession { flags |= TPMA_SESSION(TPMA_SESSION_CONTINUESESSION) }
         if parameterEncryption && decrypt { flags |= TPMA_SESSION(TPMA_SESSION_DECRYPT) }

@@ -1,0 +1,80 @@
+import Testing
+@testable import TPM
+import TPMKeychainTesting
+
+@Suite struct NVAndPCRPolicyTests {
+    static let counter: UInt32 = 0x0150_0010
+    static let storage: UInt32 = 0x0150_0011
+
+    @Test func nvCounterDefineIncrementRead() throws {
+        try withSimulator { _, configuration in
+            try withConnection(configuration) { tpm in
+                try tpm.defineNVIndex(Self.counter, kind: .counter)
+                expectTPMError(.nvIndexUninitialized) { _ = try tpm.readNVCounter(Self.counter) }
+                try tpm.incrementNVCounter(Self.counter)
+                let first = try tpm.readNVCounter(Self.counter)
+                try tpm.incrementNVCounter(Self.counter)
+                #expect(try tpm.readNVCounter(Self.counter) == first + 1)
+                expectTPMError(.nvIndexAlreadyDefined) { try tpm.defineNVIndex(Self.counter, kind: .counter) }
+                try tpm.undefineNVIndex(Self.counter)
+                expectTPMError(.handleNotFound) { try tpm.undefineNVIndex(Self.counter) }
+                expectTPMError(.invalidArgument) { try tpm.defineNVIndex(0x8100_0001, kind: .counter) }
+            }
+        }
+    }
+
+    @Test func nvDataWriteReadWithAnAuthValue() throws {
+        try withSimulator { _, configuration in
+            try withConnection(configuration) { tpm in
+                let auth = SecretBytes(copying: Array("nv-secret".utf8))
+                try tpm.defineNVIndex(Self.storage, kind: .ordinary(size: 32), authValue: auth)
+                let data = SecretBytes(copying: distinctSecret(5))
+                try tpm.writeNV(Self.storage, data: data, authValue: auth)
+                #expect(try tpm.readNV(Self.storage, count: 32, authValue: auth) == data)
+                expectTPMError(.authorizationFailed) {
+                    _ = try tpm.readNV(Self.storage, count: 32, authValue: SecretBytes(copying: Array("guess".utf8)))
+                }
+            }
+        }
+    }
+
+    @Test("Sealed under PolicyNV(counter == g): readable at g, never again once the counter moves, not even after undefine and redefine")
+    func counterPolicyCannotBeRolledBack() throws {
+        try withSimulator { _, configuration in
+            try withConnection(configuration) { tpm in
+                try tpm.defineNVIndex(Self.counter, kind: .counter)
+                try tpm.incrementNVCounter(Self.counter)
+                let generation = try tpm.readNVCounter(Self.counter)
+                let policy = Policy([.authValue, try tpm.counterUnchangedAssertion(Self.counter)])
+                let (key, sealed) = try tpm.generateSealedKey(policy: policy)
+                #expect(try tpm.unseal(sealed, policy: policy) == key)
+
+                try tpm.incrementNVCounter(Self.counter)
+                expectTPMError(.policyCheckFailed) { _ = try tpm.unseal(sealed, policy: policy) }
+
+                // Take the counter away and make it again with the same attributes.
+                try tpm.undefineNVIndex(Self.counter)
+                try tpm.defineNVIndex(Self.counter, kind: .counter)
+                expectTPMError(.nvIndexUninitialized) { _ = try tpm.unseal(sealed, policy: policy) }
+                try tpm.incrementNVCounter(Self.counter)
+                #expect(try tpm.readNVCounter(Self.counter) > generation)
+                expectTPMError(.policyCheckFailed) { _ = try tpm.unseal(sealed, policy: policy) }
+            }
+        }
+    }
+
+    @Test("Sealed under PolicyPCR: readable until the PCR is extended")
+    func pcrPolicy() throws {
+        try withSimulator { _, configuration in
+            try withConnection(configuration) { tpm in
+                let selection = try PCRSelection([16])
+                let policy = Policy([.authValue, try tpm.currentPCRAssertion(selection)])
+                #expect(try tpm.trialPolicyDigest(policy) == policy.digest)
+                let (key, sealed) = try tpm.generateSealedKey(policy: policy)
+                #expect(try tpm.unseal(sealed, policy: policy) == key)
+                try tpm.extendPCR(16, with: distinctSecret(3))
+                expectTPMError(.policyCheckFailed) { _ = try tpm.unseal(sealed, policy: policy) }
+            }
+        }
+    }
+}
