@@ -10,12 +10,14 @@ public enum TPM2Tools {
         public let errorOutput: String
     }
 
-    /// Runs `arguments` (the tool name first) with `TPM2TOOLS_TCTI` set to `tcti`.
+    /// Runs `arguments` (the tool name first) with `TPM2TOOLS_TCTI` set to `tcti`, feeding `input`
+    /// to its standard input (for options such as `--unique-data -`).
     ///
     /// tpm2-tools exit by themselves, so Foundation.Process is fine here (unlike for swtpm,
     /// which must be stopped by signal).
     /// - Throws: if the process cannot be started (tpm2-tools missing: `apt-get install tpm2-tools`).
-    public static func run(_ arguments: [String], tcti: String, workingDirectory: String? = nil) throws -> Result {
+    public static func run(_ arguments: [String], tcti: String, workingDirectory: String? = nil,
+                           input: [UInt8] = []) throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = arguments
@@ -27,7 +29,12 @@ public enum TPM2Tools {
         let errorOutput = Pipe()
         process.standardOutput = output
         process.standardError = errorOutput
+        let standardInput = Pipe()
+        process.standardInput = standardInput
         try process.run()
+        // Small inputs fit the pipe buffer, so writing before reading cannot deadlock.
+        standardInput.fileHandleForWriting.write(Data(input))
+        try standardInput.fileHandleForWriting.close()
         // Read before waiting so a chatty tool cannot fill the pipe and block.
         let outputData = output.fileHandleForReading.readDataToEndOfFile()
         let errorData = errorOutput.fileHandleForReading.readDataToEndOfFile()

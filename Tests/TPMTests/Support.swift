@@ -52,9 +52,9 @@ func expectTPMError(_ code: TPMError.Code, sourceLocation: SourceLocation = #_so
 
 /// Runs a tpm2-tools command and fails the test if it fails.
 @discardableResult
-func tool(_ arguments: [String], _ simulator: SoftwareTPM, in directory: String? = nil,
+func tool(_ arguments: [String], _ simulator: SoftwareTPM, in directory: String? = nil, input: [UInt8] = [],
           sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    let result = try TPM2Tools.run(arguments, tcti: simulator.tcti, workingDirectory: directory)
+    let result = try TPM2Tools.run(arguments, tcti: simulator.tcti, workingDirectory: directory, input: input)
     #expect(result.status == 0, "\(arguments.joined(separator: " ")): \(result.errorOutput)", sourceLocation: sourceLocation)
     return result.output
 }
@@ -80,3 +80,10 @@ func required<T>(_ value: T?) throws -> T {
     guard let value else { throw MissingFixtureValue() }
     return value
 }
+
+/// tpm2-tools' arguments for the TCG SRK template (EK Credential Profile L-2 with the provisioning
+/// guidance's changes). tpm2-tools 5.4 takes the zero-filled unique field only from standard input.
+let tcgStorageKeyArguments = ["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:aes128cfb", "-a",
+                              "decrypt|restricted|fixedtpm|fixedparent|sensitivedataorigin|userwithauth|noda",
+                              "--unique-data", "-"]
+let tcgStorageKeyUnique = [UInt8](repeating: 0, count: 64)

@@ -14,8 +14,16 @@ extension Engine {
             let count = min(Int(list.load(as: UInt32.self)), Int(HandleRange.maximumCapabilityHandles))
             return (0..<count)
                 .map { (list + 4 + $0 * 4).loadUnaligned(as: UInt32.self) }
-                .filter { $0 >> 24 == first >> 24 }
+                .filter { Self.sameHandleKind($0, first) }
         }
+    }
+
+    /// Sessions are listed by state (loaded from 0x02000000, saved from 0x03000000) but keep the
+    /// type byte of their kind (0x02 HMAC, 0x03 policy), so either may come back for either query.
+    private static func sameHandleKind(_ handle: UInt32, _ first: UInt32) -> Bool {
+        let (kind, queried) = (handle >> 24, first >> 24)
+        if queried == 0x02 || queried == 0x03 { return kind == 0x02 || kind == 0x03 }
+        return kind == queried
     }
 
     /// TPM properties (TPM_PT) starting at `first`, as (property, value) pairs.

@@ -1,0 +1,180 @@
+import Foundation
+import Testing
+@testable import TPM
+import TPMKeychainTesting
+
+@Suite struct ConnectionTests {
+    @Test func unreachableTPMsAreReportedWithTheTCTITried() throws {
+        for tcti in ["swtpm:host=127.0.0.1,port=1", "device:/dev/tpm-keychain-no-such-device"] {
+            do {
+                _ = try TPMConnection(TPMConfiguration(tcti: tcti))
+                Issue.record("connected to \(tcti)")
+            } catch let error as TPMError {
+                #expect(error.code == .tpmUnavailable)
+                #expect(error.message.contains(tcti))
+                #expect(error.message.contains(TPMConfiguration.environmentVariable))
+            }
+        }
+    }
+
+    @Test func callsAfterCloseThrowConnectionClosed() throws {
+        try withSimulator { _, configuration in
+            let tpm = try TPMConnection(configuration)
+            tpm.close()
+            tpm.close()
+            expectTPMError(.connectionClosed) { _ = try tpm.randomBytes(count: 8) }
+        }
+    }
+
+    @Test func describesTheSimulator() throws {
+        try withSimulator { simulator, configuration in
+            let description = try withConnection(configuration) { try $0.describe() }
+            #expect(description.isSimulator)
+            #expect(description.manufacturer == "IBM")
+            #expect(description.tcti == simulator.tcti)
+        }
+    }
+
+    @Test("The storage key is the TCG template's: tpm2-tools derives the same name")
+    func storageKeyMatchesTheTCGTemplate() throws {
+        try withSimulator { simulator, configuration in
+            let ours = try withConnection(configuration) { try $0.storageKey() }
+            #expect(ours.algorithm == .eccP256)
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try tool(tcgStorageKeyArguments + ["-c", "srk.ctx"], simulator, in: directory, input: tcgStorageKeyUnique)
+            let readPublic = try tool(["tpm2_readpublic", "-c", "srk.ctx"], simulator, in: directory)
+            #expect(readPublic.contains("name: " + ours.name.hexString))
+            try tool(["tpm2_flushcontext", "-t"], simulator)
+        }
+    }
+
+    @Test("A persistent SRK with the pinned name is used; a foreign key at 0x81000001 is ignored and left alone")
+    func persistentStorageKeys() throws {
+        try withSimulator { simulator, configuration in
+            let (key, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+
+            // Someone else's key (tpm2-tools' default RSA template) at the SRK handle.
+            try tool(["tpm2_createprimary", "-C", "o", "-c", "foreign.ctx"], simulator, in: directory)
+            try tool(["tpm2_evictcontrol", "-C", "o", "-c", "foreign.ctx", "0x81000001"], simulator, in: directory)
+            try tool(["tpm2_flushcontext", "-t"], simulator)
+            #expect(try withConnection(configuration) { try $0.unseal(sealed) } == key)
+            #expect(try listedHandles("persistent", simulator).contains("0x81000001"))
+
+            // Replace it with the TCG SRK: now the unseal must not derive the key again.
+            try tool(["tpm2_evictcontrol", "-C", "o", "-c", "0x81000001"], simulator)
+            try tool(tcgStorageKeyArguments + ["-c", "srk.ctx"], simulator, in: directory, input: tcgStorageKeyUnique)
+            try tool(["tpm2_evictcontrol", "-C", "o", "-c", "srk.ctx", "0x81000001"], simulator, in: directory)
+            try tool(["tpm2_flushcontext", "-t"], simulator)
+            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+            defer { proxy.stop() }
+            #expect(try withConnection(TPMConfiguration(tcti: proxy.tcti)) { try $0.unseal(sealed) } == key)
+            #expect(!proxy.commandCodes.contains(0x131), "TPM2_CreatePrimary was sent: \(proxy.commandCodes)")
+            #expect(try listedHandles("persistent", simulator).contains("0x81000001"))
+        }
+    }
+
+    @Test("Handles a crashed process left on a TPM without resource manager are flushed on connect")
+    func staleHandlesAreFlushed() throws {
+        try withSimulator { simulator, configuration in
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            // tpm2-tools leave these loaded: all three of swtpm's object slots, and a session.
+            for name in ["a", "b", "c"] {
+                try tool(["tpm2_createprimary", "-C", "o", "-G", "ecc", "-c", "\(name).ctx"], simulator, in: directory)
+            }
+            try tool(["tpm2_startauthsession", "-S", "session.ctx"], simulator, in: directory)
+            #expect(try listedHandles("transient", simulator).count == 3)
+            let (key, sealed) = try withConnection(configuration) { tpm in
+                let generated = try tpm.generateSealedKey()
+                #expect(try tpm.unseal(generated.sealed) == generated.key)
+                return generated
+            }
+            #expect(key.count == 32 && sealed.privateArea.count > 0)
+            #expect(try listedHandles("transient", simulator).isEmpty)
+            #expect(try listedHandles("loaded-session", simulator).isEmpty)
+            #expect(try listedHandles("saved-session", simulator).isEmpty)
+        }
+    }
+
+    @Test("200 connect/seal/unseal/close cycles leave the TPM with nothing loaded")
+    func repeatedCyclesDoNotLeakHandles() throws {
+        try withSimulator { simulator, configuration in
+            for cycle in 0..<200 {
+                let secret = SecretBytes(copying: distinctSecret(UInt8(truncatingIfNeeded: cycle)))
+                let unsealed = try withConnection(configuration) { tpm in try tpm.unseal(tpm.seal(secret)) }
+                #expect(unsealed == secret)
+            }
+            #expect(try listedHandles("transient", simulator).isEmpty)
+            #expect(try listedHandles("loaded-session", simulator).isEmpty)
+        }
+    }
+
+    @Test("Error paths flush too: failed unseals leave nothing loaded")
+    func errorPathsDoNotLeakHandles() throws {
+        try withSimulator { simulator, configuration in
+            // swtpm locks out after 3 failures by default; this test is about handles, not lockout.
+            try simulator.setDictionaryAttackParameters(maxTries: 1000, recoveryTime: 0, lockoutRecovery: 0)
+            try withConnection(configuration) { tpm in
+                let pin = SecretBytes(copying: Array("pin".utf8))
+                let sealed = try tpm.seal(SecretBytes(copying: [1]), authValue: pin)
+                // More failures than swtpm has object (3) or session slots.
+                for _ in 0..<10 {
+                    expectTPMError(.authorizationFailed) { _ = try tpm.unseal(sealed, authValue: SecretBytes(copying: [9])) }
+                }
+                #expect(try tpm.unseal(sealed, authValue: pin).bytes == [1])
+            }
+            #expect(try listedHandles("transient", simulator).isEmpty)
+        }
+    }
+
+    @Test("One connection is safe to share between concurrent tasks")
+    func concurrentTasksShareAConnection() async throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let tpm = try TPMConnection(TPMConfiguration(tcti: simulator.tcti))
+        defer { tpm.close() }
+        let sealed = try (0..<4).map { index in
+            let secret = SecretBytes(copying: distinctSecret(UInt8(index)))
+            return (secret, try tpm.seal(secret))
+        }
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    var allMatched = true
+                    for round in 0..<10 {
+                        let (secret, object) = sealed[(task + round) % sealed.count]
+                        let unsealed = try tpm.unseal(object)
+                        allMatched = allMatched && unsealed == secret
+                    }
+                    return allMatched
+                }
+            }
+            for try await matched in group { #expect(matched) }
+        }
+    }
+
+    @Test("Connections from several threads to one swtpm take turns through the access lock")
+    func concurrentConnectionsAreSerialised() async throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let configuration = TPMConfiguration(tcti: simulator.tcti)
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            for worker in 0..<4 {
+                group.addTask {
+                    var allMatched = true
+                    for round in 0..<5 {
+                        let secret = SecretBytes(copying: distinctSecret(UInt8(worker * 16 + round)))
+                        let unsealed = try withConnection(configuration) { tpm in try tpm.unseal(tpm.seal(secret)) }
+                        allMatched = allMatched && unsealed == secret
+                    }
+                    return allMatched
+                }
+            }
+            for try await matched in group { #expect(matched) }
+        }
+        #expect(try listedHandles("transient", simulator).isEmpty)
+    }
+}
