@@ -47,8 +47,14 @@ let package = Package(
             dependencies: [
                 "TPM", "TPMSimulator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
+        ),
+        // The floor the benchmarks compare against: the same round trips written directly in C.
+        .executableTarget(
+            name: "ESAPIFloor",
+            linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(

@@ -1,5 +1,6 @@
 internal import CTSS2
 import Crypto
+import Foundation
 import Synchronization
 
 /// A connection to one TPM through tpm2-tss's ESAPI.
@@ -64,7 +65,7 @@ public final class TPMConnection: Sendable {
                 tcti: configuration.tcti,
                 manufacturer: text(TPMProperty.manufacturer),
                 vendor: vendor,
-                firmwareVersion: "\(firmware1 >> 16).\(firmware1 & 0xFFFF).\(firmware2 >> 16).\(firmware2 & 0xFFFF)",
+                firmwareVersion: String(format: "%08x.%08x", firmware1, firmware2),
                 isSimulator: configuration.isSimulator)
         }
     }

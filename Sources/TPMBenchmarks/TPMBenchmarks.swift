@@ -1,0 +1,112 @@
+import Foundation
+import TPM
+import TPMKeychainTesting
+
+/// Benchmarks of the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor
+/// (ESAPIFloor, the same round trips without this layer) run against the same TPM in the same run.
+///
+///     swift build -c release --product ESAPIFloor && swift run -c release TPMBenchmarks [iterations]
+///
+/// Each figure is the median and 90th percentile of `iterations` timed runs after one warm-up.
+@main
+struct TPMBenchmarks {
+    static func main() throws {
+        let iterations = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 300
+        let simulator = TPMConfiguration.environmentTCTI == nil ? try SoftwareTPM.start() : nil
+        defer { simulator?.stop() }
+        let configuration = TPMConfiguration(tcti: TPMConfiguration.environmentTCTI ?? simulator!.tcti)
+        print("TPM: \(configuration.tcti); \(iterations) iterations per figure")
+        print(machineDescription())
+
+        let (_, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
+
+        let cold = try measure(iterations) {
+            try withConnection(configuration) { _ = try $0.unseal(sealed) }
+        }
+        report("cold open + unseal (connect, sweep, storage key, load, salted unseal, close)", cold)
+
+        try withConnection(configuration) { tpm in
+            let warm = try measure(iterations) { _ = try tpm.unseal(sealed) }
+            report("warm unseal (connection and storage key open)", warm)
+            let seal = try measure(max(iterations / 3, 10)) { _ = try tpm.generateSealedKey() }
+            report("generate + seal a key (warm)", seal)
+        }
+
+        if let floor = runFloor(configuration.tcti, iterations: iterations) {
+            print(floor, terminator: "")
+        } else {
+            print("floor: build it first with `swift build -c release --product ESAPIFloor`")
+        }
+
+        if let simulator {
+            try countCommands(simulator: simulator, sealed: sealed)
+        }
+    }
+
+    static func withConnection<R>(_ configuration: TPMConfiguration, _ body: (TPMConnection) throws -> R) throws -> R {
+        let tpm = try TPMConnection(configuration)
+        defer { tpm.close() }
+        return try body(tpm)
+    }
+
+    static func measure(_ iterations: Int, _ body: () throws -> Void) throws -> [Duration] {
+        let clock = ContinuousClock()
+        try body()
+        return try (0..<iterations).map { _ in try clock.measure(body) }.sorted()
+    }
+
+    static func report(_ what: String, _ samples: [Duration]) {
+        func ms(_ duration: Duration) -> String {
+            String(format: "%.3f ms", Double(duration.components.attoseconds) / 1e15 + Double(duration.components.seconds) * 1e3)
+        }
+        print("\(what): median \(ms(samples[samples.count / 2])), p90 \(ms(samples[samples.count * 9 / 10])) (n=\(samples.count))")
+    }
+
+    /// Runs ESAPIFloor from the same build directory against the same TPM.
+    static func runFloor(_ tcti: String, iterations: Int) -> String? {
+        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ESAPIFloor")
+        guard FileManager.default.isExecutableFile(atPath: executable.path) else { return nil }
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = [tcti, String(iterations)]
+        let output = Pipe()
+        process.standardOutput = output
+        do { try process.run() } catch { return nil }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The TPM commands one cold open + unseal and one warm unseal send, from the recording proxy.
+    static func countCommands(simulator: SoftwareTPM, sealed: SealedObject) throws {
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+        defer { proxy.stop() }
+        let configuration = TPMConfiguration(tcti: proxy.tcti)
+        try withConnection(configuration) { tpm in
+            _ = try tpm.unseal(sealed)
+            let cold = proxy.commandCodes
+            proxy.reset()
+            _ = try tpm.unseal(sealed)
+            print("commands, cold open + unseal (\(cold.count)): \(cold.map(commandName).joined(separator: ", "))")
+            print("commands, warm unseal (\(proxy.commandCount)): \(proxy.commandCodes.map(commandName).joined(separator: ", "))")
+            proxy.reset()
+        }
+        print("commands, close: \(proxy.commandCodes.map(commandName).joined(separator: ", "))")
+    }
+
+    static func commandName(_ code: UInt32) -> String {
+        let names: [UInt32: String] = [
+            0x131: "CreatePrimary", 0x153: "Create", 0x157: "Load", 0x15E: "Unseal", 0x165: "FlushContext",
+            0x16B: "PolicyAuthValue", 0x173: "ReadPublic", 0x176: "StartAuthSession", 0x17A: "GetCapability",
+            0x17B: "GetRandom", 0x169: "NV_ReadPublic",
+        ]
+        return names[code] ?? String(format: "0x%x", code)
+    }
+
+    static func machineDescription() -> String {
+        let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+            .split(separator: "\n").first { $0.hasPrefix("model name") }?
+            .split(separator: ":", maxSplits: 1).last?.trimmingCharacters(in: .whitespaces) ?? "unknown CPU"
+        return "machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores"
+    }
+}
