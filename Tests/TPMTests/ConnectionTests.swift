@@ -49,6 +49,21 @@ import TPMKeychainTesting
         }
     }
 
+    @Test("The RSA-2048 fallback storage key is the TCG L-1 template's: tpm2-tools derives the same name")
+    func rsaStorageKeyMatchesTheTCGTemplate() throws {
+        try withSimulator { simulator, configuration in
+            let name = try withConnection(configuration) { tpm in
+                try tpm.withEngine { try $0.storageKey(algorithm: .rsa2048, pinnedName: nil).name }
+            }
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let arguments = tcgStorageKeyArguments.map { $0 == "ecc256:aes128cfb" ? "rsa2048:aes128cfb" : $0 }
+            try tool(arguments + ["-c", "srk.ctx"], simulator, in: directory, input: [UInt8](repeating: 0, count: 256))
+            #expect(try tool(["tpm2_readpublic", "-c", "srk.ctx"], simulator, in: directory).contains("name: " + name.hexString))
+            try tool(["tpm2_flushcontext", "-t"], simulator)
+        }
+    }
+
     @Test("A persistent SRK with the pinned name is used; a foreign key at 0x81000001 is ignored and left alone")
     func persistentStorageKeys() throws {
         try withSimulator { simulator, configuration in

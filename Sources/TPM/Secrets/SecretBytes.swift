@@ -1,4 +1,5 @@
 internal import CTSS2
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -63,8 +64,13 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
 
     deinit { Self.release(storage, locked: locked) }
 
+    /// Sees every buffer after it is zeroized and before it is freed: how tests prove zeroization
+    /// without reading freed memory.
+    static let releaseObserver = Mutex<(@Sendable (UnsafeRawBufferPointer) -> Void)?>(nil)
+
     private static func release(_ storage: UnsafeMutableRawBufferPointer, locked: Bool) {
         ctss2_secure_zero(storage.baseAddress, storage.count)
+        releaseObserver.withLock { observer in observer?(UnsafeRawBufferPointer(storage)) }
         if locked { munlock(storage.baseAddress, storage.count) }
         storage.deallocate()
     }
