@@ -28,20 +28,22 @@ let package = Package(
             pkgConfig: "tss2-esys",
             providers: [.apt(["libtss2-dev"])]
         ),
+        // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
+        .target(name: "SystemCalls", swiftSettings: strictness),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
         .target(
             name: "TPM",
             dependencies: [
-                "CTSS2",
+                "CTSS2", "SystemCalls",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictness
         ),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
-        .target(name: "TPMSimulator", swiftSettings: strictness),
+        .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
-        .target(name: "TPMKeychainTesting", dependencies: ["TPMSimulator"], swiftSettings: strictness),
+        .target(name: "TPMKeychainTesting", dependencies: ["TPMSimulator", "SystemCalls"], swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
@@ -69,7 +71,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TPMSimulatorTests",
-            dependencies: ["TPMSimulator", "TPMKeychainTesting"],
+            dependencies: ["TPMSimulator", "TPMKeychainTesting", "SystemCalls"],
             swiftSettings: strictness
         ),
     ],

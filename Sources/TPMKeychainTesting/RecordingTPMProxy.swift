@@ -1,3 +1,4 @@
+import SystemCalls
 /// Why a ``RecordingTPMProxy`` could not start.
 public struct RecordingTPMProxyError: Error, CustomStringConvertible, Sendable, Equatable {
     /// The failures a caller may want to tell apart.

@@ -1,3 +1,4 @@
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

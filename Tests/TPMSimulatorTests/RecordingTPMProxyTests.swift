@@ -1,3 +1,4 @@
+import SystemCalls
 import Foundation
 import Testing
 @testable import TPMKeychainTesting

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import TPMSimulator
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #endif

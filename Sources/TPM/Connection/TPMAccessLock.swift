@@ -1,4 +1,5 @@
 import Crypto
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +24,7 @@ final class TPMAccessLock {
         let path = directory + "/tcti-" + Array(digest).hexString + ".lock"
         let opened: Int32
         do {
-            opened = try retryingInterrupts("open \(path)") {
+            opened = try retryingInterrupts {
                 open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
             }
         } catch {

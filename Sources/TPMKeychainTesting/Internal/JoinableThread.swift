@@ -1,6 +1,7 @@
 // A pthread that can be joined. Foundation.Thread cannot be joined, and the proxy's stop() must
 // know that every forwarding thread has finished before it closes the descriptors they use.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

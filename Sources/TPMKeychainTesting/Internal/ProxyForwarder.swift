@@ -2,6 +2,7 @@
 // Blocking sockets throughout; stop() wakes blocked threads with shutdown(2), joins them, and only
 // then closes descriptors, so no thread ever touches a descriptor number that was reused.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

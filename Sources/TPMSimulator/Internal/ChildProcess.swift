@@ -2,6 +2,7 @@
 // thread inherits that thread's signal mask, and Swift Testing's workers may block SIGTERM, which
 // would make the child ignore our orderly termination. We reset mask and dispositions explicitly.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

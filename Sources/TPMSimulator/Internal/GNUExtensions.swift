@@ -3,6 +3,7 @@
 // Swift even though libc exports them. They are resolved at run time instead; without them a
 // descriptor could leak into a child spawned concurrently by another thread.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

@@ -1,6 +1,7 @@
 // Starting and stopping one swtpm child: port selection with retry, readiness probing, and the
 // escalating stop sequence. SoftwareTPM.swift holds the public API over this.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

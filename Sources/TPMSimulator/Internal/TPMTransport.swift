@@ -7,6 +7,7 @@
 // A fresh connection is opened per request: swtpm serves a single command client at a time, so
 // holding a connection open would lock out every TSS context the user creates.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

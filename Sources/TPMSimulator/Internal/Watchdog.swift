@@ -4,6 +4,7 @@
 // the shell SIGKILLs swtpm. For a private state directory it then also deletes that directory,
 // which nobody else would clean up after an abrupt death.
 
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

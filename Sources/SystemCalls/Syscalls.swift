@@ -1,4 +1,4 @@
-// The one place where TPMSimulator talks to libc: every call that can fail goes through
+// The one place where TPMKeychain's targets talk to libc for calls that can fail: every call that can fail goes through
 // `retryingInterrupts` (or `spawnResult` for the posix_spawn family), so EINTR is retried in one
 // place and every failure surfaces as a typed `Errno` instead of a bare -1.
 // Modeled on apple/swift-system's Internals/Syscalls.swift.
