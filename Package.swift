@@ -11,12 +11,13 @@ let package = Package(
     name: "TPMKeychain",
     platforms: [.macOS(.v15)],
     products: [
+        .library(name: "TPMKeychain", targets: ["TPMKeychain"]),
         .library(name: "TPM", targets: ["TPM"]),
         .library(name: "TPMKeychainTesting", targets: ["TPMKeychainTesting"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
     ],
@@ -40,6 +41,14 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // Layer 2: the store engine. On-disk format, item sealing, atomic files, locking.
+        .target(
+            name: "KeychainStore",
+            dependencies: ["TPM", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
+        // Layer 3: the public Swift API.
+        .target(name: "TPMKeychain", dependencies: ["KeychainStore", "TPM"], swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
@@ -47,7 +56,7 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPM", "TPMSimulator",
+                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -67,6 +76,17 @@ let package = Package(
         .testTarget(
             name: "TPMTests",
             dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
+        .testTarget(
+            name: "TPMKeychainTests",
+            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
+        // Runs the built tpm-keychain binary as a user would.
+        .testTarget(
+            name: "TPMKeychainCLITests",
+            dependencies: ["TPMKeychain", "TPMKeychainTesting", "tpm-keychain"],
             swiftSettings: strictness
         ),
         .testTarget(

@@ -2,49 +2,50 @@
 ///
 /// Templates and policy inputs are built here, in Swift, so that the same bytes feed the
 /// TPM (through Tss2_MU unmarshalling) and the digests this layer computes itself.
-struct WireWriter {
-    private(set) var bytes: [UInt8] = []
+package struct WireWriter {
+    package init() {}
+    package private(set) var bytes: [UInt8] = []
 
-    mutating func append(_ value: UInt8) { bytes.append(value) }
-    mutating func append(_ value: UInt16) { bytes.append(contentsOf: [UInt8(value >> 8), UInt8(truncatingIfNeeded: value)]) }
-    mutating func append(_ value: UInt32) {
+    package mutating func append(_ value: UInt8) { bytes.append(value) }
+    package mutating func append(_ value: UInt16) { bytes.append(contentsOf: [UInt8(value >> 8), UInt8(truncatingIfNeeded: value)]) }
+    package mutating func append(_ value: UInt32) {
         append(UInt16(truncatingIfNeeded: value >> 16))
         append(UInt16(truncatingIfNeeded: value))
     }
-    mutating func append(_ value: UInt64) {
+    package mutating func append(_ value: UInt64) {
         append(UInt32(truncatingIfNeeded: value >> 32))
         append(UInt32(truncatingIfNeeded: value))
     }
-    mutating func append(raw: some Sequence<UInt8>) { bytes.append(contentsOf: raw) }
+    package mutating func append(raw: some Sequence<UInt8>) { bytes.append(contentsOf: raw) }
     /// A TPM2B: UINT16 size followed by the bytes.
-    mutating func appendSized(_ raw: [UInt8]) {
+    package mutating func appendSized(_ raw: [UInt8]) {
         append(UInt16(raw.count))
         bytes.append(contentsOf: raw)
     }
 }
 
 /// Reads the encoding back, checking every length against what remains before using it.
-struct WireReader {
+package struct WireReader {
     private let bytes: [UInt8]
-    private(set) var offset = 0
+    package private(set) var offset = 0
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    package init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-    var remaining: Int { bytes.count - offset }
+    package var remaining: Int { bytes.count - offset }
 
-    mutating func readUInt8() throws(TPMError) -> UInt8 { try take(1)[0] }
-    mutating func readUInt16() throws(TPMError) -> UInt16 {
+    package mutating func readUInt8() throws(TPMError) -> UInt8 { try take(1)[0] }
+    package mutating func readUInt16() throws(TPMError) -> UInt16 {
         let raw = try take(2)
         return UInt16(raw[0]) << 8 | UInt16(raw[1])
     }
-    mutating func readUInt32() throws(TPMError) -> UInt32 {
+    package mutating func readUInt32() throws(TPMError) -> UInt32 {
         UInt32(try readUInt16()) << 16 | UInt32(try readUInt16())
     }
-    mutating func readUInt64() throws(TPMError) -> UInt64 {
+    package mutating func readUInt64() throws(TPMError) -> UInt64 {
         UInt64(try readUInt32()) << 32 | UInt64(try readUInt32())
     }
-    mutating func readBytes(_ count: Int) throws(TPMError) -> [UInt8] { try take(count) }
-    mutating func readSized(maximum: Int) throws(TPMError) -> [UInt8] {
+    package mutating func readBytes(_ count: Int) throws(TPMError) -> [UInt8] { try take(count) }
+    package mutating func readSized(maximum: Int) throws(TPMError) -> [UInt8] {
         let count = Int(try readUInt16())
         guard count <= maximum else {
             throw TPMError(.malformedData, "A size field (\(count)) exceeds its limit (\(maximum))")

@@ -1,0 +1,237 @@
+import Crypto
+import Foundation
+import TPM
+
+/// The item file, format version 1 (docs/FORMAT.md, "Item file"). All integers big-endian.
+///
+///     offset size  field
+///     0      4     magic "TKIT"
+///     4      2     version = 1
+///     6      2     header size = 104
+///     8      16    store ID (the store's UUID)
+///     24     16    item ID (random at creation, kept across updates)
+///     40     8     generation (1 at creation, +1 per update)
+///     48     1     accessibility (``Accessibility``)
+///     49     1     policy = 0 (master key only; reserved for access control)
+///     50     1     value kind (``ValueKind``)
+///     51     1     reserved = 0
+///     52     32    key salt: this write's item key is HKDF(items key, salt, info || store ID)
+///     84     12    nonce N
+///     96     4     attributes ciphertext length A
+///     100    4     secret ciphertext length S
+///     104    A+16  AES-256-GCM(item key, N, attributes) || tag
+///     ...    S+16  AES-256-GCM(item key, N xor 1 in the last byte, secret) || tag
+///
+/// The whole header is the additional authenticated data of both sections, so every plaintext
+/// byte is authenticated; the attributes carry the access group, service and account, which a
+/// reader checks against the file's location. The file is exactly 104 + A + 16 + S + 16 bytes.
+enum ItemFile {
+    static let magic = Array("TKIT".utf8)
+    static let version: UInt16 = 1
+    static let headerSize = 104
+    static let tagSize = 16
+    static let maximumLabelBytes = 4096
+    static let maximumGenericDataBytes = 64 << 10
+    static let maximumAttributesSize = 3 * (2 + ItemIdentity.maximumNameBytes) + 2 * (3 + maximumLabelBytes)
+        + 5 + maximumGenericDataBytes + 16
+    static let maximumFileSize = headerSize + maximumAttributesSize + tagSize + ItemValue.maximumSize + tagSize
+
+    struct Header {
+        let bytes: [UInt8]
+        let storeID: [UInt8]
+        let itemID: [UInt8]
+        let generation: UInt64
+        let accessibility: Accessibility
+        let kind: ValueKind
+        let salt: [UInt8]
+        let nonce: [UInt8]
+        let attributesLength: Int
+        let secretLength: Int
+
+        var attributesRange: Range<Int> { ItemFile.headerSize..<ItemFile.headerSize + attributesLength + ItemFile.tagSize }
+        var secretRange: Range<Int> { attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFile.tagSize }
+        var fileSize: Int { secretRange.upperBound }
+    }
+
+    // MARK: Writing
+
+    /// Encrypts `record` into file bytes. `salt` (32 bytes) and `nonce` (12) must be fresh random
+    /// bytes for every write; tests pass fixed ones to check known answers.
+    static func encode(_ record: ItemRecord, keys: StoreKeys, storeID: [UInt8], salt: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
+        let attributes = encodeAttributes(record.attributes)
+        var header = WireWriter()
+        header.append(raw: magic)
+        header.append(version)
+        header.append(UInt16(headerSize))
+        header.append(raw: storeID)
+        header.append(raw: record.itemID)
+        header.append(record.generation)
+        header.append(record.attributes.accessibility.rawValue)
+        header.append(UInt8(0))
+        header.append(record.value.kind.rawValue)
+        header.append(UInt8(0))
+        header.append(raw: salt)
+        header.append(raw: nonce)
+        header.append(UInt32(attributes.count))
+        header.append(UInt32(record.value.bytes.count))
+        precondition(header.bytes.count == headerSize, "the v1 header layout is fixed")
+
+        let key = keys.itemKey(salt: salt, storeID: storeID)
+        let sealedAttributes = try AES.GCM.seal(attributes, using: key, nonce: AES.GCM.Nonce(data: nonce),
+                                                authenticating: header.bytes)
+        let sealedSecret = try AES.GCM.seal(record.value.bytes, using: key, nonce: AES.GCM.Nonce(data: secretNonce(nonce)),
+                                            authenticating: header.bytes)
+        var file = header.bytes
+        file.reserveCapacity(headerSize + attributes.count + record.value.bytes.count + 2 * tagSize)
+        file.append(contentsOf: sealedAttributes.ciphertext)
+        file.append(contentsOf: sealedAttributes.tag)
+        file.append(contentsOf: sealedSecret.ciphertext)
+        file.append(contentsOf: sealedSecret.tag)
+        return file
+    }
+
+    // MARK: Reading
+
+    /// Parses and bounds-checks a header; nothing in it is trusted until a section decrypts.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` (wrong magic, sizes, store) or `.unsupportedVersion`.
+    static func decodeHeader(_ bytes: [UInt8], fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
+        do {
+            var reader = WireReader(bytes)
+            guard try reader.readBytes(4) == magic else {
+                throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
+            }
+            let version = try reader.readUInt16()
+            guard version == Self.version else {
+                throw KeychainError(.unsupportedVersion, "\(path) has item format version \(version); this build reads version \(Self.version)")
+            }
+            guard try reader.readUInt16() == headerSize else {
+                throw KeychainError(.tampered, "\(path) has a damaged header")
+            }
+            let fileStoreID = try reader.readBytes(16)
+            let itemID = try reader.readBytes(16)
+            let generation = try reader.readUInt64()
+            let accessibility = Accessibility(rawValue: try reader.readUInt8())
+            let policy = try reader.readUInt8()
+            let kind = ValueKind(rawValue: try reader.readUInt8())
+            let reserved = try reader.readUInt8()
+            let salt = try reader.readBytes(32)
+            let nonce = try reader.readBytes(12)
+            let attributesLength = Int(try reader.readUInt32())
+            let secretLength = Int(try reader.readUInt32())
+            guard let accessibility, let kind, policy == 0, reserved == 0,
+                  attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
+                throw KeychainError(.tampered, "\(path) has a damaged header")
+            }
+            guard fileStoreID == storeID else {
+                throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
+            }
+            let header = Header(bytes: bytes, storeID: fileStoreID, itemID: itemID, generation: generation,
+                                accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
+                                attributesLength: attributesLength, secretLength: secretLength)
+            guard header.fileSize == fileSize else {
+                throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
+            }
+            return header
+        } catch let error as KeychainError {
+            throw error
+        } catch {
+            throw KeychainError(.tampered, "\(path) is truncated")
+        }
+    }
+
+    /// Decrypts the attributes and checks that they name the item the file was found for.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file belongs to another item.
+    static func decryptAttributes(_ sealed: [UInt8], header: Header, keys: StoreKeys, expected: ItemIdentity?,
+                                  path: String) throws(KeychainError) -> ItemAttributes {
+        let key = keys.itemKey(salt: header.salt, storeID: header.storeID)
+        let plaintext = try open(sealed, key: key, nonce: header.nonce, header: header, path: path)
+        let attributes = try decodeAttributes(plaintext, header: header, path: path)
+        if let expected {
+            guard attributes.service == expected.service, attributes.account == expected.account,
+                  attributes.accessGroup == expected.accessGroup else {
+                throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
+            }
+        }
+        return attributes
+    }
+
+    /// Decrypts the secret section.
+    static func decryptSecret(_ sealed: [UInt8], header: Header, keys: StoreKeys, path: String) throws(KeychainError) -> ItemValue {
+        let key = keys.itemKey(salt: header.salt, storeID: header.storeID)
+        return ItemValue(kind: header.kind, bytes: try open(sealed, key: key, nonce: secretNonce(header.nonce), header: header, path: path))
+    }
+
+    private static func open(_ sealed: [UInt8], key: SymmetricKey, nonce: [UInt8], header: Header, path: String) throws(KeychainError) -> [UInt8] {
+        do {
+            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
+                                            tag: sealed.suffix(tagSize))
+            return Array(try AES.GCM.open(box, using: key, authenticating: header.bytes))
+        } catch {
+            throw KeychainError(.tampered, "\(path) failed authentication: it was modified or damaged")
+        }
+    }
+
+    /// The second section's nonce differs from the first in its last bit.
+    static func secretNonce(_ nonce: [UInt8]) -> [UInt8] {
+        var second = nonce
+        second[second.count - 1] ^= 1
+        return second
+    }
+
+    // MARK: Attributes plaintext
+
+    static func encodeAttributes(_ attributes: ItemAttributes) -> [UInt8] {
+        var writer = WireWriter()
+        writer.appendSized(Array(attributes.accessGroup.utf8))
+        writer.appendSized(Array(attributes.service.utf8))
+        writer.appendSized(Array(attributes.account.utf8))
+        appendOptional(&writer, attributes.label.map { Array($0.utf8) }, wide: false)
+        appendOptional(&writer, attributes.comment.map { Array($0.utf8) }, wide: false)
+        appendOptional(&writer, attributes.genericData.map { Array($0) }, wide: true)
+        writer.append(UInt64(bitPattern: Int64((attributes.creationDate.timeIntervalSince1970 * 1000).rounded())))
+        writer.append(UInt64(bitPattern: Int64((attributes.modificationDate.timeIntervalSince1970 * 1000).rounded())))
+        return writer.bytes
+    }
+
+    private static func appendOptional(_ writer: inout WireWriter, _ bytes: [UInt8]?, wide: Bool) {
+        guard let bytes else { return writer.append(UInt8(0)) }
+        writer.append(UInt8(1))
+        if wide { writer.append(UInt32(bytes.count)) } else { writer.append(UInt16(bytes.count)) }
+        writer.append(raw: bytes)
+    }
+
+    private static func decodeAttributes(_ plaintext: [UInt8], header: Header, path: String) throws(KeychainError) -> ItemAttributes {
+        do {
+            var reader = WireReader(plaintext)
+            func text(_ maximum: Int) throws -> String {
+                let bytes = try reader.readSized(maximum: maximum)
+                guard let string = String(validating: bytes, as: UTF8.self) else { throw KeychainError(.tampered, "") }
+                return string
+            }
+            func optional(_ maximum: Int, wide: Bool) throws -> [UInt8]? {
+                guard try reader.readUInt8() == 1 else { return nil }
+                let count = wide ? Int(try reader.readUInt32()) : Int(try reader.readUInt16())
+                guard count <= maximum else { throw KeychainError(.tampered, "") }
+                return try reader.readBytes(count)
+            }
+            let accessGroup = try text(ItemIdentity.maximumNameBytes)
+            let service = try text(ItemIdentity.maximumNameBytes)
+            let account = try text(ItemIdentity.maximumNameBytes)
+            let label = try optional(maximumLabelBytes, wide: false).map { String(decoding: $0, as: UTF8.self) }
+            let comment = try optional(maximumLabelBytes, wide: false).map { String(decoding: $0, as: UTF8.self) }
+            let generic = try optional(maximumGenericDataBytes, wide: true).map { Data($0) }
+            let created = Int64(bitPattern: try reader.readUInt64())
+            let modified = Int64(bitPattern: try reader.readUInt64())
+            guard reader.remaining == 0 else { throw KeychainError(.tampered, "") }
+            return ItemAttributes(service: service, account: account, accessGroup: accessGroup, label: label, comment: comment,
+                                  genericData: generic, creationDate: Date(timeIntervalSince1970: Double(created) / 1000),
+                                  modificationDate: Date(timeIntervalSince1970: Double(modified) / 1000),
+                                  accessibility: header.accessibility)
+        } catch {
+            // Authenticated but undecodable: written by a broken writer; still never trusted.
+            throw KeychainError(.tampered, "\(path) has undecodable attributes")
+        }
+    }
+}

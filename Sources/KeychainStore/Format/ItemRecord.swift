@@ -1,0 +1,107 @@
+public import Foundation
+
+/// How an item is allowed to be read, as on Apple platforms. Stored and authenticated with every
+/// item. Every TPMKeychain item is bound to this machine's TPM, so the "ThisDeviceOnly" variants
+/// describe all items; the distinction is kept so code ported from iOS round-trips its values.
+public enum Accessibility: UInt8, Sendable, Hashable, Codable, CaseIterable {
+    case whenUnlocked = 1
+    case afterFirstUnlock = 2
+    case whenPasscodeSetThisDeviceOnly = 3
+    case whenUnlockedThisDeviceOnly = 4
+    case afterFirstUnlockThisDeviceOnly = 5
+}
+
+/// What the secret bytes hold, so tools can show them sensibly. Authenticated with the item.
+package enum ValueKind: UInt8, Sendable, Hashable {
+    case data = 0
+    case string = 1
+    case bool = 2
+    case integer = 3
+    case double = 4
+    case json = 5
+}
+
+/// Who an item belongs to: the triple that names it, validated before it reaches the disk.
+package struct ItemIdentity: Sendable, Hashable {
+    package static let maximumNameBytes = 1024
+
+    package let accessGroup: String
+    package let service: String
+    package let account: String
+
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or account,
+    ///   an oversized access group, or a name containing NUL.
+    package init(accessGroup: String, service: String, account: String) throws(KeychainError) {
+        try Self.validate(service, "service", allowEmpty: false)
+        try Self.validate(account, "account", allowEmpty: false)
+        try Self.validate(accessGroup, "access group", allowEmpty: true)
+        self.accessGroup = accessGroup
+        self.service = service
+        self.account = account
+    }
+
+    package static func validate(_ name: String, _ what: String, allowEmpty: Bool) throws(KeychainError) {
+        let size = name.utf8.count
+        if size == 0 && !allowEmpty {
+            throw KeychainError(.invalidParameter, "The \(what) name is empty")
+        }
+        guard size <= maximumNameBytes else {
+            throw KeychainError(.invalidParameter, "The \(what) name is \(size) bytes; the limit is \(maximumNameBytes)")
+        }
+        guard !name.utf8.contains(0) else {
+            throw KeychainError(.invalidParameter, "The \(what) name contains a NUL character")
+        }
+    }
+}
+
+/// The attributes of an item: everything but the secret, readable without decrypting it.
+public struct ItemAttributes: Sendable, Hashable {
+    public let service: String
+    public let account: String
+    /// Empty when the item belongs to no access group.
+    public let accessGroup: String
+    public var label: String?
+    public var comment: String?
+    /// Application data stored with the item (kSecAttrGeneric).
+    public var genericData: Data?
+    public let creationDate: Date
+    public let modificationDate: Date
+    public let accessibility: Accessibility
+}
+
+/// Attributes a write sets; nil leaves the stored value (or nothing, for a new item) as it is.
+package struct AttributeChanges: Sendable {
+    package var label: String?
+    package var comment: String?
+    package var genericData: Data?
+    package var accessibility: Accessibility?
+
+    package init(label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil) {
+        self.label = label
+        self.comment = comment
+        self.genericData = genericData
+        self.accessibility = accessibility
+    }
+}
+
+/// A secret and what kind of value it encodes.
+package struct ItemValue: Sendable, Hashable {
+    /// Values up to 16 MiB; at least 1 MiB is promised.
+    package static let maximumSize = 16 << 20
+
+    package let kind: ValueKind
+    package let bytes: [UInt8]
+
+    package init(kind: ValueKind, bytes: [UInt8]) {
+        self.kind = kind
+        self.bytes = bytes
+    }
+}
+
+/// One item as stored: identity, attributes and (when read) the secret.
+package struct ItemRecord: Sendable {
+    package var itemID: [UInt8]
+    package var generation: UInt64
+    package var attributes: ItemAttributes
+    package var value: ItemValue
+}

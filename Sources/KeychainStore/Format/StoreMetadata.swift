@@ -1,0 +1,83 @@
+import Crypto
+import Foundation
+import TPM
+
+/// `store.meta`, format version 1 (docs/FORMAT.md, "Store metadata"). All integers big-endian.
+///
+///     offset size  field
+///     0      4     magic "TKSM"
+///     4      2     version = 1
+///     6      2     reserved = 0
+///     8      16    store ID (random UUID)
+///     24     8     creation time, milliseconds since 1970
+///     32     4     sealed master key length L (at most 4096)
+///     36     L     the master key as a TPM sealed object (SealedObject, "TKSO"), which pins the
+///                  storage key's name: another TPM is recognised before anything is decrypted
+///     36+L   32    HMAC-SHA256(metadata key, bytes 0 ..< 36+L); the metadata key is derived from
+///                  the master key, so the store ID and everything else is authenticated once
+///                  the TPM has unsealed the key
+struct StoreMetadata {
+    static let magic = Array("TKSM".utf8)
+    static let version: UInt16 = 1
+    static let maximumSealedKeySize = 4096
+
+    let storeID: [UInt8]
+    let createdAt: Date
+    let sealedMasterKey: SealedObject
+
+    /// The authenticated bytes, without the MAC.
+    var body: [UInt8] {
+        var writer = WireWriter()
+        writer.append(raw: Self.magic)
+        writer.append(Self.version)
+        writer.append(UInt16(0))
+        writer.append(raw: storeID)
+        writer.append(UInt64(bitPattern: Int64(createdAt.timeIntervalSince1970 * 1000)))
+        let sealed = sealedMasterKey.serialized()
+        writer.append(UInt32(sealed.count))
+        writer.append(raw: sealed)
+        return writer.bytes
+    }
+
+    func serialized(metadataKey: SymmetricKey) -> [UInt8] {
+        let body = body
+        return body + Array(HMAC<SHA256>.authenticationCode(for: body, using: metadataKey))
+    }
+
+    /// Parses the file; the MAC is checked by ``verify(_:metadataKey:)`` once the key is unsealed.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` or `.unsupportedVersion`.
+    static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> (metadata: StoreMetadata, mac: [UInt8]) {
+        do {
+            var reader = WireReader(bytes)
+            guard try reader.readBytes(4) == magic else {
+                throw KeychainError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
+            }
+            let version = try reader.readUInt16()
+            guard version == Self.version else {
+                throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads version \(Self.version)")
+            }
+            _ = try reader.readUInt16()
+            let storeID = try reader.readBytes(16)
+            let created = Int64(bitPattern: try reader.readUInt64())
+            let sealedLength = Int(try reader.readUInt32())
+            guard sealedLength <= maximumSealedKeySize else { throw KeychainError(.tampered, "\(path) is damaged") }
+            let sealed = try SealedObject(serialized: try reader.readBytes(sealedLength))
+            let mac = try reader.readBytes(32)
+            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
+            return (StoreMetadata(storeID: storeID, createdAt: Date(timeIntervalSince1970: Double(created) / 1000),
+                                  sealedMasterKey: sealed), mac)
+        } catch let error as KeychainError {
+            throw error
+        } catch {
+            throw KeychainError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
+        }
+    }
+
+    /// - Throws: ``KeychainError`` `.tampered` unless `mac` authenticates the metadata.
+    func verify(_ mac: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) {
+        guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: body, using: metadataKey) else {
+            throw KeychainError(.tampered, "\(path) failed authentication: the store's metadata was modified")
+        }
+    }
+}

@@ -1,0 +1,48 @@
+import Crypto
+import Foundation
+
+/// Keys derived from the store's master key with HKDF-SHA256, one per purpose (domain separation).
+///
+/// The master key itself is dropped once these exist; `SymmetricKey` zeroizes its storage when
+/// released, so closing the store erases every key.
+struct StoreKeys: Sendable {
+    /// Parent of the per-write item keys.
+    let items: SymmetricKey
+    /// Keys the file and directory names, so names reveal nothing about services and accounts.
+    let names: SymmetricKey
+    /// Authenticates store.meta.
+    let metadata: SymmetricKey
+
+    static let itemsInfo = Array("TPMKeychain v1 item keys".utf8)
+    static let namesInfo = Array("TPMKeychain v1 names".utf8)
+    static let metadataInfo = Array("TPMKeychain v1 metadata".utf8)
+    static let itemKeyInfo = Array("TPMKeychain v1 item".utf8)
+
+    init(masterKey: SymmetricKey, storeID: [UInt8]) {
+        items = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo, outputByteCount: 32)
+        names = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo, outputByteCount: 32)
+        metadata = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: [UInt8](), info: Self.metadataInfo, outputByteCount: 32)
+    }
+
+    /// The AES-256-GCM key of one write: a fresh 32-byte salt per write means no (key, nonce) pair
+    /// can repeat in practice, however many items a store sees.
+    func itemKey(salt: [UInt8], storeID: [UInt8]) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: items, salt: salt, info: Self.itemKeyInfo + storeID, outputByteCount: 32)
+    }
+
+    /// 128 bits of HMAC-SHA256 over length-prefixed fields, as lower-case hex.
+    func name(_ domain: String, _ fields: [String]) -> String {
+        var message = Array(domain.utf8)
+        for field in fields {
+            let bytes = Array(field.utf8)
+            message.append(contentsOf: [UInt8(truncatingIfNeeded: bytes.count >> 24), UInt8(truncatingIfNeeded: bytes.count >> 16),
+                                        UInt8(truncatingIfNeeded: bytes.count >> 8), UInt8(truncatingIfNeeded: bytes.count)])
+            message.append(contentsOf: bytes)
+        }
+        let mac = HMAC<SHA256>.authenticationCode(for: message, using: names)
+        return mac.prefix(16).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
+    }
+}

@@ -1,0 +1,144 @@
+public import Foundation
+import KeychainStore
+
+/// A service's items in a TPM-sealed keychain store: Apple's Keychain model on Linux.
+///
+/// Items are named by service (and optional access group) plus account, hold any `Codable`
+/// value, and are encrypted with AES-256-GCM under keys derived from a master key that only this
+/// machine's TPM can unseal. `Keychain` is a small value: create it wherever convenient, share it
+/// between threads and tasks, and every copy uses the same opened store.
+///
+/// ```swift
+/// let keychain = try Keychain(service: "com.example.api")
+/// try keychain.set(token, forKey: "accessToken")
+/// let token: String? = try keychain.get("accessToken")
+/// ```
+///
+/// - Important: the first operation on a store unseals its master key with the TPM (a few
+///   milliseconds); later operations are file I/O and AES-GCM.
+public struct Keychain: Sendable, Hashable {
+    public let service: String
+    public let accessGroup: String?
+    public let location: KeychainLocation
+
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or access group.
+    public init(service: String, accessGroup: String? = nil, location: KeychainLocation = .default) throws(KeychainError) {
+        try ItemIdentity.validate(service, "service", allowEmpty: false)
+        if let accessGroup { try ItemIdentity.validate(accessGroup, "access group", allowEmpty: false) }
+        self.service = service
+        self.accessGroup = accessGroup
+        self.location = location
+    }
+
+    // MARK: Writing
+
+    /// Stores `value` for `key`, replacing any value already there (upsert). Attributes left nil
+    /// keep what the item had.
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` (empty or oversized key, value over 16 MiB),
+    ///   `.tampered` (the stored item is damaged; remove it first), `.tpmUnavailable`, `.wrongTPM`.
+    public func set<Value: Encodable>(_ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
+                                      genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+        try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+    }
+
+    /// Stores `value` for `key` only if there is no item yet.
+    ///
+    /// - Throws: ``KeychainError`` `.duplicateItem` if the key exists, and what ``set(_:forKey:label:comment:genericData:accessibility:)`` throws.
+    public func add<Value: Encodable>(_ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
+                                      genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+        try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+    }
+
+    /// Changes an existing item's attributes without touching its value.
+    ///
+    /// - Throws: ``KeychainError`` `.itemNotFound`.
+    public func updateAttributes(forKey key: String, label: String? = nil, comment: String? = nil,
+                                 genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+        try store().write(identity(key), mode: .update, value: nil,
+                          changes: AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+    }
+
+    private func write<Value: Encodable>(_ value: Value, _ key: String, _ mode: ItemStore.WriteMode,
+                                         _ changes: AttributeChanges) throws(KeychainError) {
+        let identity = try identity(key)
+        let encoded = try ValueCoding.encode(value)
+        try store().write(identity, mode: mode, value: encoded, changes: changes)
+    }
+
+    // MARK: Reading
+
+    /// The value for `key` decoded as `Value`, or nil when there is no such item.
+    ///
+    /// - Throws: ``KeychainError`` `.decodingFailed` when the stored bytes are not a `Value`
+    ///   (for example not UTF-8 for a String), `.tampered`, `.tpmUnavailable`, `.wrongTPM`.
+    public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self) throws(KeychainError) -> Value? {
+        guard let record = try store().item(identity(key)) else { return nil }
+        return try ValueCoding.decode(record.value, as: type, key: key)
+    }
+
+    /// The string for `key`, or nil. - Throws: as ``get(_:as:)``.
+    public func string(forKey key: String) throws(KeychainError) -> String? { try get(key, as: String.self) }
+
+    /// The bytes for `key`, or nil. - Throws: as ``get(_:as:)``.
+    public func data(forKey key: String) throws(KeychainError) -> Data? { try get(key, as: Data.self) }
+
+    /// Whether an item exists for `key`; its secret is not decrypted.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when the file is there but damaged.
+    public func contains(_ key: String) throws(KeychainError) -> Bool {
+        try store().attributes(identity(key)) != nil
+    }
+
+    /// The attributes of the item for `key` (label, comment, dates, generic data), without its secret.
+    public func attributes(forKey key: String) throws(KeychainError) -> ItemAttributes? {
+        try store().attributes(identity(key))
+    }
+
+    /// The accounts (keys) of this service, sorted.
+    public func allKeys() throws(KeychainError) -> [String] {
+        try store().list(service: service, accessGroup: accessGroup ?? "").map(\.account).sorted()
+    }
+
+    /// The attributes of every item of this service, sorted by account.
+    public func allItems() throws(KeychainError) -> [ItemAttributes] {
+        try store().list(service: service, accessGroup: accessGroup ?? "").sorted { $0.account < $1.account }
+    }
+
+    // MARK: Removing
+
+    /// Removes the item for `key`. - Returns: false if there was none.
+    @discardableResult
+    public func remove(_ key: String) throws(KeychainError) -> Bool {
+        try store().delete(identity(key))
+    }
+
+    /// Removes every item of this service (and access group). - Returns: how many were removed.
+    @discardableResult
+    public func removeAll() throws(KeychainError) -> Int {
+        try store().deleteAll(service: service, accessGroup: accessGroup ?? "")
+    }
+
+    // MARK: Store
+
+    /// Erases the store's keys from this process's memory. The next operation on the store
+    /// unseals its master key with the TPM again.
+    public static func closeStore(_ location: KeychainLocation = .default) {
+        OpenStores.close(location)
+    }
+
+    /// Every item in the store, all services, sorted by service then account.
+    ///
+    /// - Throws: ``KeychainError``.
+    public static func allItems(in location: KeychainLocation = .default) throws(KeychainError) -> [ItemAttributes] {
+        try OpenStores.store(at: location).listAll().sorted { ($0.service, $0.account) < ($1.service, $1.account) }
+    }
+
+    private func store() throws(KeychainError) -> ItemStore {
+        try OpenStores.store(at: location)
+    }
+
+    private func identity(_ key: String) throws(KeychainError) -> ItemIdentity {
+        try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key)
+    }
+}

@@ -1,0 +1,33 @@
+import Foundation
+
+/// Where a keychain store lives and which TPM seals its master key.
+public struct KeychainLocation: Sendable, Hashable {
+    /// The store's directory (absolute).
+    public let path: String
+    /// The TPM as a TCTI string; nil means `TPM_KEYCHAIN_TCTI`, else `device:/dev/tpmrm0`.
+    public let tcti: String?
+
+    /// - Parameters:
+    ///   - path: an absolute directory path; created (mode 0700) on first use.
+    ///   - tcti: for example `swtpm:host=127.0.0.1,port=2321`; nil uses the environment's choice.
+    public init(path: String, tcti: String? = nil) {
+        self.path = (path as NSString).standardizingPath
+        self.tcti = tcti
+    }
+
+    /// The store named `name` under `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`.
+    public static func named(_ name: String, tcti: String? = nil) -> KeychainLocation {
+        KeychainLocation(path: dataDirectory + "/" + name, tcti: tcti)
+    }
+
+    /// The store every `Keychain` uses unless told otherwise: `named("default")`.
+    public static var `default`: KeychainLocation { named("default") }
+
+    /// `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`.
+    public static var dataDirectory: String {
+        if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+            return data + "/tpm-keychain"
+        }
+        return NSHomeDirectory() + "/.local/share/tpm-keychain"
+    }
+}
