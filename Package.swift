@@ -67,6 +67,8 @@ let package = Package(
             name: "ESAPIFloor",
             linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
+        // Writes to a store from its own process; the crash and multi-process tests kill it mid-write.
+        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain"], swiftSettings: strictness),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
@@ -80,7 +82,8 @@ let package = Package(
         ),
         .testTarget(
             name: "TPMKeychainTests",
-            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress",
+                           .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         // Runs the built tpm-keychain binary as a user would.

@@ -37,3 +37,45 @@ func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocat
         Issue.record("expected KeychainError.\(code), got \(error)", sourceLocation: sourceLocation)
     }
 }
+
+extension TestStore {
+    /// Every regular file under the store, recursively.
+    func files() throws -> [String] {
+        let root = location.path
+        guard let enumerator = FileManager.default.enumerator(atPath: root) else { return [] }
+        return enumerator.compactMap { $0 as? String }.map { root + "/" + $0 }.filter { path in
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+        }
+    }
+
+    func itemFiles() throws -> [String] {
+        try files().filter { $0.hasSuffix(".item") }.sorted()
+    }
+}
+
+func bytes(of path: String) throws -> [UInt8] {
+    Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+}
+
+/// Writes `bytes` over an existing file in place, keeping its inode, owner and mode.
+func overwrite(_ path: String, with bytes: [UInt8]) throws {
+    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+    defer { try? handle.close() }
+    try handle.truncate(atOffset: 0)
+    try handle.write(contentsOf: Data(bytes))
+}
+
+func mode(of path: String) throws -> Int {
+    (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue ?? -1
+}
+
+extension Array where Element == UInt8 {
+    func containsSubsequence(_ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= count else { return false }
+        for start in 0...(count - needle.count) where self[start] == needle[0] {
+            if self[start..<start + needle.count].elementsEqual(needle) { return true }
+        }
+        return false
+    }
+}

@@ -101,9 +101,12 @@ enum ItemFile {
             guard try reader.readBytes(4) == magic else {
                 throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
             }
+            // The store's format version is authenticated in store.meta, and a store whose version
+            // this build does not know is refused when it is opened. An item of another version in
+            // a version-1 store was therefore not written by any TPMKeychain: it was modified.
             let version = try reader.readUInt16()
             guard version == Self.version else {
-                throw KeychainError(.unsupportedVersion, "\(path) has item format version \(version); this build reads version \(Self.version)")
+                throw KeychainError(.tampered, "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified")
             }
             guard try reader.readUInt16() == headerSize else {
                 throw KeychainError(.tampered, "\(path) has a damaged header")

@@ -1,0 +1,46 @@
+// tpm-keychain-stress: writes to a keychain store from its own process, acknowledging each durable
+// write on stdout, until it has written --count values or is killed.
+//
+//     tpm-keychain-stress --keychain DIR --tcti TCTI --service S --accounts a,b,c --count N --size BYTES
+//
+// The crash-safety and multi-process tests run it and kill -9 it mid-write; it is also a quick
+// way to hammer a store by hand. Each value is "<account>:<sequence>:" padded to --size bytes,
+// so a reader can tell exactly which write it holds. Output: "ready" once the store is open,
+// then "wrote <account> <sequence>" after each write returns.
+import Foundation
+import TPMKeychain
+
+func argument(_ name: String) -> String? {
+    guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count else { return nil }
+    return CommandLine.arguments[index + 1]
+}
+
+guard let path = argument("--keychain"), let service = argument("--service") else {
+    FileHandle.standardError.write(Data("usage: tpm-keychain-stress --keychain DIR [--tcti TCTI] --service S [--accounts a,b] [--count N] [--size BYTES]\n".utf8))
+    exit(64)
+}
+let accounts = (argument("--accounts") ?? "item").split(separator: ",").map(String.init)
+let count = Int(argument("--count") ?? "") ?? Int.max
+let size = Int(argument("--size") ?? "") ?? 64
+
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+do {
+    let keychain = try Keychain(service: service, location: KeychainLocation(path: path, tcti: argument("--tcti")))
+    _ = try keychain.contains(accounts[0])   // opens the store: one TPM unseal
+    emit("ready")
+    var sequence = 0
+    while sequence < count {
+        let account = accounts[sequence % accounts.count]
+        var value = Array("\(account):\(sequence):".utf8)
+        if value.count < size { value += [UInt8](repeating: UInt8(ascii: "."), count: size - value.count) }
+        try keychain.set(Data(value), forKey: account)
+        emit("wrote \(account) \(sequence)")
+        sequence += 1
+    }
+} catch {
+    FileHandle.standardError.write(Data("tpm-keychain-stress: \(error)\n".utf8))
+    exit(1)
+}
