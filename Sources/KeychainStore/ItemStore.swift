@@ -12,6 +12,7 @@ package import TPM
 ///         <service>/        0700  HMAC(names key, access group, service), 32 hex digits
 ///           .lock           0600  flock: writers of this service, across processes
 ///           <account>.item  0600  HMAC(names key, access group, service, account) + ".item"
+///           <account>.item.tmp    only while written, or left by a writer that died
 ///
 /// The TPM is used once, to unseal the master key when the store is opened; from then on every
 /// operation is file I/O and AES-GCM. Readers take no lock: files are replaced by rename, so a
@@ -212,7 +213,6 @@ package final class ItemStore: Sendable {
         try SecureFileSystem.ensureDirectory(directory)
         let lock = try DirectoryLock(directory + "/.lock")
         defer { withExtendedLifetime(lock) {} }
-        try removeTemporaryFiles(in: directory)
 
         let path = itemPath(identity, keys: keys)
         let existing = try readItem(at: path, expected: identity, keys: keys)
@@ -264,18 +264,15 @@ package final class ItemStore: Sendable {
         let lock = try DirectoryLock(directory + "/.lock")
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
-        for name in try SecureFileSystem.entries(of: directory) where name.hasSuffix(".item") {
-            if try SecureFileSystem.remove(directory + "/" + name, durable: false) { removed += 1 }
+        for name in try SecureFileSystem.entries(of: directory) {
+            if name.hasSuffix(".item") {
+                if try SecureFileSystem.remove(directory + "/" + name, durable: false) { removed += 1 }
+            } else if name.hasSuffix(SecureFileSystem.temporarySuffix) {
+                _ = try SecureFileSystem.remove(directory + "/" + name, durable: false)
+            }
         }
         if durable && removed > 0 { try SecureFileSystem.syncDirectory(directory) }
         return removed
-    }
-
-    /// Temporary files seen while holding the service's lock belong to writers that died.
-    private func removeTemporaryFiles(in directory: String) throws(KeychainError) {
-        for name in try SecureFileSystem.entries(of: directory) where name.contains(SecureFileSystem.temporarySuffix) {
-            _ = try SecureFileSystem.remove(directory + "/" + name, durable: false)
-        }
     }
 
     private static func validate(value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {

@@ -1,7 +1,7 @@
 // tpm-keychain-stress: writes to a keychain store from its own process, acknowledging each durable
 // write on stdout, until it has written --count values or is killed.
 //
-//     tpm-keychain-stress --keychain DIR --tcti TCTI --service S --accounts a,b,c --count N --size BYTES
+//     tpm-keychain-stress --keychain DIR --tcti TCTI --service S --accounts a,b,c --count N --size BYTES --start K
 //
 // The crash-safety and multi-process tests run it and kill -9 it mid-write; it is also a quick
 // way to hammer a store by hand. Each value is "<account>:<sequence>:" padded to --size bytes,
@@ -22,6 +22,7 @@ guard let path = argument("--keychain"), let service = argument("--service") els
 let accounts = (argument("--accounts") ?? "item").split(separator: ",").map(String.init)
 let count = Int(argument("--count") ?? "") ?? Int.max
 let size = Int(argument("--size") ?? "") ?? 64
+let start = Int(argument("--start") ?? "") ?? 0
 
 func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
@@ -31,9 +32,9 @@ do {
     let keychain = try Keychain(service: service, location: KeychainLocation(path: path, tcti: argument("--tcti")))
     _ = try keychain.contains(accounts[0])   // opens the store: one TPM unseal
     emit("ready")
-    var sequence = 0
-    while sequence < count {
-        let account = accounts[sequence % accounts.count]
+    var sequence = start
+    while sequence - start < count {
+        let account = accounts[(sequence - start) % accounts.count]
         var value = Array("\(account):\(sequence):".utf8)
         if value.count < size { value += [UInt8](repeating: UInt8(ascii: "."), count: size - value.count) }
         try keychain.set(Data(value), forKey: account)

@@ -5,7 +5,7 @@ import TPMKeychainTesting
 /// Policy digests computed in Swift against tpm2-tools' vectors and against the TPM itself.
 @Suite struct PolicyDigestTests {
     static let vectors: PolicyDigestVectors = {
-        do { return try Fixtures.load("policy-digests.json", as: PolicyDigestVectors.self) } catch {
+        do { return try ProjectFixtures.load("policy-digests.json", as: PolicyDigestVectors.self) } catch {
             preconditionFailure("Fixtures/policy-digests.json is unreadable: \(error)")
         }
     }()

@@ -70,15 +70,19 @@ enum SecureFileSystem {
         return file
     }
 
-    /// Replaces `path` atomically: a temporary file in the same directory, written, fsynced, renamed
+    /// Replaces `path` atomically: `<path>.tmp` in the same directory, written, fsynced, renamed
     /// over the target, then the directory fsynced so the rename itself is durable. A crash at any
-    /// point leaves the old file or the new one, and at worst a temporary file that the next
-    /// writer under the directory's lock removes.
+    /// point leaves the old file or the new one, and at worst `<path>.tmp`.
+    ///
+    /// The caller holds the directory's lock, so no live writer owns `<path>.tmp`: a leftover
+    /// belongs to a writer that died and is removed first. One fixed name per target means at most
+    /// one leftover per item and no directory scan on the write path.
     ///
     /// - Throws: ``KeychainError`` `.storageFailed`.
     static func replace(_ path: String, with bytes: [UInt8], durable: Bool) throws(KeychainError) {
         let directory = parentDirectory(of: path)
-        let temporary = path + temporarySuffix + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let temporary = path + temporarySuffix
+        _ = unlink(temporary)
         let descriptor: Int32
         do {
             descriptor = try retryingInterrupts { open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
@@ -103,7 +107,7 @@ enum SecureFileSystem {
     ///
     /// - Returns: false if the file already existed.
     static func createExclusively(_ path: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
-        let temporary = path + temporarySuffix + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let temporary = path + ".new"
         try replace(temporary, with: bytes, durable: true)
         defer { unlink(temporary) }
         do {
@@ -152,8 +156,8 @@ enum SecureFileSystem {
         return names
     }
 
-    /// Names of temporary files dead writers left, for clean-up under the directory's lock.
-    static let temporarySuffix = ".tmp-"
+    /// The suffix of a file being written; one left behind belongs to a writer that died.
+    static let temporarySuffix = ".tmp"
 
     static func syncDirectory(_ path: String) throws(KeychainError) {
         do {

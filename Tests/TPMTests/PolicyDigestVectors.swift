@@ -1,16 +1,5 @@
 import Foundation
 
-/// The one place test vectors under Fixtures/ are found and decoded.
-enum Fixtures {
-    static let directory = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fixtures")
-
-    static func load<T: Decodable>(_ name: String, as type: T.Type) throws -> T {
-        try JSONDecoder().decode(T.self, from: Data(contentsOf: directory.appendingPathComponent(name)))
-    }
-}
-
 /// Fixtures/policy-digests.json.
 struct PolicyDigestVectors: Decodable {
     struct NVIndex: Decodable {
