@@ -167,7 +167,8 @@ package final class ItemStore: Sendable {
     }
 
     private func readItem(at path: String, expected: ItemIdentity, keys: StoreKeys) throws(KeychainError) -> ItemRecord? {
-        guard let file = try SecureFileSystem.openForReading(path) else { return nil }
+        guard try SecureFileSystem.checkDirectoryIfPresent(SecureFileSystem.parentDirectory(of: path)),
+              let file = try SecureFileSystem.openForReading(path) else { return nil }
         guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
             throw KeychainError(.tampered, "\(path) has an impossible size (\(file.size) bytes)")
         }
@@ -180,7 +181,8 @@ package final class ItemStore: Sendable {
     }
 
     private func readAttributes(at path: String, expected: ItemIdentity?, keys: StoreKeys) throws(KeychainError) -> ItemAttributes? {
-        guard let file = try SecureFileSystem.openForReading(path) else { return nil }
+        guard try SecureFileSystem.checkDirectoryIfPresent(SecureFileSystem.parentDirectory(of: path)),
+              let file = try SecureFileSystem.openForReading(path) else { return nil }
         guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
             throw KeychainError(.tampered, "\(path) has an impossible size (\(file.size) bytes)")
         }

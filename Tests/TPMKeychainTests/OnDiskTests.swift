@@ -56,6 +56,8 @@ import TPMKeychainTesting
         try FileManager.default.moveItem(atPath: serviceDirectory, toPath: movedDirectory)
         try FileManager.default.createSymbolicLink(atPath: serviceDirectory, withDestinationPath: movedDirectory)
         expectKeychainError(.unsafeFileSystem) { try keychain.set("w", forKey: "k") }
+        expectKeychainError(.unsafeFileSystem) { _ = try keychain.string(forKey: "k") }
+        expectKeychainError(.unsafeFileSystem) { _ = try keychain.contains("k") }
     }
 
     @Test func hardLinksAreRefused() throws {
@@ -86,6 +88,7 @@ import TPMKeychainTesting
         let directory = (path as NSString).deletingLastPathComponent
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory)
         expectKeychainError(.unsafeFileSystem) { try keychain.set("w", forKey: "k") }
+        expectKeychainError(.unsafeFileSystem) { _ = try keychain.string(forKey: "k") }
     }
 
     @Test("A store copied next to a different TPM cannot be opened")

@@ -33,6 +33,23 @@ enum SecureFileSystem {
         try checkOwnership(status, path: path)
     }
 
+    /// Checks a directory that may not exist: false when it does not, true when it is a safe
+    /// directory. Reads go through here, since O_NOFOLLOW guards only a path's last component.
+    ///
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` for a symlink, another owner or a loose mode.
+    static func checkDirectoryIfPresent(_ path: String) throws(KeychainError) -> Bool {
+        var status = stat()
+        guard lstat(path, &status) == 0 else {
+            if errno == ENOENT { return false }
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        guard status.st_mode & S_IFMT == S_IFDIR else {
+            throw KeychainError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
+        }
+        try checkOwnership(status, path: path)
+        return true
+    }
+
     /// Whether a directory exists (without following a symlink).
     static func directoryExists(_ path: String) -> Bool {
         var status = stat()
