@@ -2,6 +2,9 @@ import Crypto
 import Foundation
 import Synchronization
 package import TPM
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// An opened keychain store: a directory of sealed item files under one TPM-sealed master key.
 ///
@@ -62,6 +65,11 @@ package final class ItemStore: Sendable {
         }
         try SecureFileSystem.ensureDirectory(root + "/items")
         return store
+    }
+
+    /// Whether a store was ever created at `root` (its metadata exists), without opening it.
+    package static func exists(at root: String) -> Bool {
+        SecureFileSystem.directoryExists(root) && access(root + "/store.meta", F_OK) == 0
     }
 
     /// Erases the keys from memory; later calls throw `.storeClosed`.
@@ -133,7 +141,7 @@ package final class ItemStore: Sendable {
     package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
         let keys = try currentKeys()
         return try listDirectory(serviceDirectory(accessGroup, service, keys: keys), keys: keys)
-            .filter { $0.service == service && $0.accessGroup == accessGroup }
+            .filter { $0.service == service && $0.accessGroupName == accessGroup }
     }
 
     /// The attributes of every item in the store.
@@ -144,7 +152,7 @@ package final class ItemStore: Sendable {
             let path = root + "/items/" + directory
             try SecureFileSystem.ensureDirectory(path, create: false)
             let items = try listDirectory(path, keys: keys)
-            for item in items where keys.name("service", [item.accessGroup, item.service]) != directory {
+            for item in items where keys.name("service", [item.accessGroupName, item.service]) != directory {
                 throw KeychainError(.tampered, "\(path) holds an item of another service: files were moved")
             }
             all += items
@@ -157,7 +165,7 @@ package final class ItemStore: Sendable {
         for name in try SecureFileSystem.entries(of: directory) where name.hasSuffix(".item") {
             let path = directory + "/" + name
             guard let attributes = try readAttributes(at: path, expected: nil, keys: keys) else { continue }
-            let expectedName = keys.name("item", [attributes.accessGroup, attributes.service, attributes.account]) + ".item"
+            let expectedName = keys.name("item", [attributes.accessGroupName, attributes.service, attributes.account]) + ".item"
             guard name == expectedName else {
                 throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
             }
@@ -232,7 +240,7 @@ package final class ItemStore: Sendable {
         let now = Date()
         let old = existing?.attributes
         let attributes = ItemAttributes(
-            service: identity.service, account: identity.account, accessGroup: identity.accessGroup,
+            service: identity.service, account: identity.account, accessGroupName: identity.accessGroup,
             label: changes.label ?? old?.label, comment: changes.comment ?? old?.comment,
             genericData: changes.genericData ?? old?.genericData,
             creationDate: old?.creationDate ?? now, modificationDate: now,
@@ -315,7 +323,7 @@ extension KeychainError {
         case .wrongStorageKey:
             self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared); it cannot be opened here", underlying: error)
         case .tpmUnavailable, .busy:
-            self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached: \(error.message)", underlying: error)
+            self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
         case .authorizationFailed, .policyCheckFailed:
             self.init(.authenticationFailed, "The TPM refused to unseal the keychain's key", underlying: error)
         case .lockout:

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainStore
 
 /// Where a keychain store lives and which TPM seals its master key.
 public struct KeychainLocation: Sendable, Hashable {
@@ -22,6 +23,9 @@ public struct KeychainLocation: Sendable, Hashable {
 
     /// The store every `Keychain` uses unless told otherwise: `named("default")`.
     public static var `default`: KeychainLocation { named("default") }
+
+    /// Whether a store was ever created here; answers without opening it or touching the TPM.
+    public var storeExists: Bool { ItemStore.exists(at: path) }
 
     /// `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`.
     public static var dataDirectory: String {

@@ -5,27 +5,25 @@ import Foundation
 struct TPMKeychainCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tpm-keychain",
-        abstract: "A keychain for Linux whose master key is sealed to the TPM.",
+        abstract: "A keychain for Linux whose master key is sealed to the TPM, with the verbs of macOS's security tool.",
         discussion: """
             The TPM is chosen as follows: \(TPMConfigurationHelp.text)
+
+            Exit status: 0 success, 44 item not found, 45 duplicate item (as security), 64 usage, \
+            65 unusable data (damaged, or sealed by another TPM), 69 TPM unavailable, 74 I/O error, \
+            75 TPM lockout, 77 permission (authorization refused, unsafe file modes).
             """,
-        subcommands: [Demo.self, TPMStatus.self])
+        subcommands: [
+            AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self, DumpKeychain.self,
+            TPMStatus.self, Demo.self,
+        ])
 }
 
 enum TPMConfigurationHelp {
     static let text = """
         TPM_KEYCHAIN_TCTI if set (for example swtpm:host=127.0.0.1,port=2321); else the hardware TPM at \
         /dev/tpmrm0 when this user may open it; else a private swtpm started for the command, whose state \
-        is kept so later runs see the same simulated TPM. A simulated TPM is always reported as such.
+        is kept in the store directory (<store>/swtpm) so later runs see the same simulated TPM. A \
+        simulated TPM is always reported as such.
         """
-}
-
-/// Where the CLI keeps its own files: $XDG_DATA_HOME/tpm-keychain, else ~/.local/share/tpm-keychain.
-enum DataDirectory {
-    static var path: String {
-        if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") {
-            return data + "/tpm-keychain"
-        }
-        return NSHomeDirectory() + "/.local/share/tpm-keychain"
-    }
 }

@@ -26,9 +26,9 @@ final class WriterProcess {
         try process.run()
     }
 
-    /// Blocks until the writer has opened the store.
-    func waitUntilReady() {
-        while !buffer.contains("ready\n") {
+    /// Blocks until the writer's output contains `marker` (or it exits).
+    func waitFor(_ marker: String) {
+        while !buffer.contains(marker) {
             let chunk = output.fileHandleForReading.availableData
             if chunk.isEmpty { return }
             buffer += String(decoding: chunk, as: UTF8.self)
@@ -139,8 +139,8 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         for cycle in 0..<200 {
             let writer = try WriterProcess(store: store, service: "com.example.crash", accounts: ["item"], size: size,
                                            start: cycle * 1_000_000)
-            writer.waitUntilReady()
-            usleep(UInt32.random(in: 0...6_000, using: &generator))
+            writer.waitFor("wrote ")   // the writer is in its loop: every kill lands while it writes
+            usleep(UInt32.random(in: 0...3_000, using: &generator))
             writer.kill()
             let acknowledged = writer.acknowledged()["item"] ?? []
             if !acknowledged.isEmpty { killedWhileWriting += 1 }
@@ -155,8 +155,8 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
             #expect(temporaries.count <= 1, "cycle \(cycle): \(temporaries.count) temporary files")
             leftoversSeen += temporaries.count
         }
-        // The kills landed in a writing loop, not before it started; some left a half-written temp file.
-        #expect(killedWhileWriting > 150, "\(killedWhileWriting) of 200 writers were killed while writing")
+        // Every kill landed in the writing loop, and some in the middle of a write (a temp file left).
+        #expect(killedWhileWriting == 200, "\(killedWhileWriting) of 200 writers were killed while writing")
         #expect(leftoversSeen > 0, "no kill landed mid-write")
         try keychain.set(Data(count: 8), forKey: "item")   // the next writer of the item replaces what a dead one left
         #expect(try store.files().filter { $0.hasSuffix(".tmp") }.isEmpty)

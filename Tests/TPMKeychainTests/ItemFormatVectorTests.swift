@@ -36,7 +36,7 @@ func hex(_ text: String) -> [UInt8] {
 
     static func record(_ inputs: ItemVector.Inputs) throws -> ItemRecord {
         let attributes = ItemAttributes(
-            service: inputs.service, account: inputs.account, accessGroup: inputs.accessGroup, label: inputs.label,
+            service: inputs.service, account: inputs.account, accessGroupName: inputs.accessGroup, label: inputs.label,
             comment: inputs.comment, genericData: Data(hex(inputs.genericData)),
             creationDate: Date(timeIntervalSince1970: Double(inputs.creationMilliseconds) / 1000),
             modificationDate: Date(timeIntervalSince1970: Double(inputs.modificationMilliseconds) / 1000),

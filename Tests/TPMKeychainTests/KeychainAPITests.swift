@@ -46,7 +46,7 @@ struct Session: Codable, Equatable {
         #expect(first.comment == "A comment")
         #expect(first.genericData == Data([1, 2, 3]))
         #expect(first.accessibility == .afterFirstUnlockThisDeviceOnly)
-        #expect(first.service == "com.example.tests" && first.account == "account" && first.accessGroup == "")
+        #expect(first.service == "com.example.tests" && first.account == "account" && first.accessGroup == nil)
         #expect(first.creationDate.timeIntervalSince(before) > -1 && first.creationDate == first.modificationDate)
         Thread.sleep(forTimeInterval: 0.01)
         try keychain.set("v2", forKey: "account", comment: "Changed")
@@ -88,7 +88,7 @@ struct Session: Codable, Equatable {
         #expect(try a.allKeys().isEmpty)
         #expect(try b.string(forKey: "key") == "b")
         #expect(try grouped.string(forKey: "key") == "g")
-        let everything = try Keychain.allItems(in: store.location).map { "\($0.accessGroup)/\($0.service)/\($0.account)" }
+        let everything = try Keychain.allItems(in: store.location).map { "\($0.accessGroup ?? "")/\($0.service)/\($0.account)" }
         #expect(everything == ["team.shared/service.a/key", "/service.b/key"])
     }
 

@@ -153,7 +153,7 @@ enum ItemFile {
         let attributes = try decodeAttributes(plaintext, header: header, path: path)
         if let expected {
             guard attributes.service == expected.service, attributes.account == expected.account,
-                  attributes.accessGroup == expected.accessGroup else {
+                  attributes.accessGroupName == expected.accessGroup else {
                 throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
             }
         }
@@ -187,7 +187,7 @@ enum ItemFile {
 
     static func encodeAttributes(_ attributes: ItemAttributes) -> [UInt8] {
         var writer = WireWriter()
-        writer.appendSized(Array(attributes.accessGroup.utf8))
+        writer.appendSized(Array(attributes.accessGroupName.utf8))
         writer.appendSized(Array(attributes.service.utf8))
         writer.appendSized(Array(attributes.account.utf8))
         appendOptional(&writer, attributes.label.map { Array($0.utf8) }, wide: false)
@@ -228,7 +228,7 @@ enum ItemFile {
             let created = Int64(bitPattern: try reader.readUInt64())
             let modified = Int64(bitPattern: try reader.readUInt64())
             guard reader.remaining == 0 else { throw KeychainError(.tampered, "") }
-            return ItemAttributes(service: service, account: account, accessGroup: accessGroup, label: label, comment: comment,
+            return ItemAttributes(service: service, account: account, accessGroupName: accessGroup, label: label, comment: comment,
                                   genericData: generic, creationDate: Date(timeIntervalSince1970: Double(created) / 1000),
                                   modificationDate: Date(timeIntervalSince1970: Double(modified) / 1000),
                                   accessibility: header.accessibility)

@@ -58,8 +58,10 @@ package struct ItemIdentity: Sendable, Hashable {
 public struct ItemAttributes: Sendable, Hashable {
     public let service: String
     public let account: String
-    /// Empty when the item belongs to no access group.
-    public let accessGroup: String
+    /// The access group, nil when the item belongs to none.
+    public var accessGroup: String? { accessGroupName.isEmpty ? nil : accessGroupName }
+    /// The access group as stored: empty for none.
+    package let accessGroupName: String
     public var label: String?
     public var comment: String?
     /// Application data stored with the item (kSecAttrGeneric).

@@ -1,80 +1,106 @@
 import ArgumentParser
-import Crypto
 import Foundation
 import TPM
+import TPMKeychain
 
-/// Seals a fresh master key to the TPM, stores it, and unseals it again, timing each step.
+/// The CLI at work on this machine's TPM (or a simulated one, said out loud): a short transcript
+/// of the `security`-style verbs on a demo store, each step timed.
 struct Demo: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Seal a master key to the TPM, store it in a file, unseal it, and time each step.")
+        abstract: "Run the keychain verbs on a demo store and time each step, including the TPM unseal of the master key.")
 
-    @Option(name: .long, help: "Directory for the sealed key file (and the simulated TPM's state, if one is needed).")
-    var directory: String = DataDirectory.path + "/demo"
+    @Option(name: .long, help: ArgumentHelp("The demo store's directory.", valueName: "dir"), completion: .directory)
+    var keychain: String = KeychainLocation.dataDirectory + "/demo"
 
-    @Option(name: .long, help: "A PIN to protect the key with (PolicyAuthValue); omitted: no PIN.")
-    var pin: String?
+    static let service = "com.example.tpm-keychain.demo"
+    static let account = "alice"
+    /// Public on purpose: the demo prints it back, so it must never be a real secret.
+    static let password = "correct horse battery staple"
 
     func run() throws {
         try reportingErrors {
-            try AtomicFile.makeDirectory(directory)
-            let selection = try TPMSelection(simulatorStateDirectory: directory + "/swtpm")
-            defer { selection.stop() }
-            print("TPM: \(selection.summary)")
+            let path = StoreDirectory.absolute(keychain)
+            let session = try StoreSession(path: path, announceSimulation: false)
+            defer { session.close() }
+            try describeTPM(session.selection)
 
-            let keyFile = directory + "/master-key.sealed"
-            let authValue = pin.map { SecretBytes(copying: Array($0.utf8)) }
-            let clock = ContinuousClock()
-
-            var connectTime = Duration.zero
-            let tpm = try measured(&connectTime, clock) { try TPMConnection(selection.configuration) }
-            let description = try tpm.describe()
-            print("     manufacturer \(description.manufacturer), vendor \(description.vendor), firmware \(description.firmwareVersion)")
-            print("connect:            \(milliseconds(connectTime))")
-
-            let sealed: SealedObject
-            let expected: SecretBytes
-            if let stored = FileManager.default.contents(atPath: keyFile) {
-                sealed = try SealedObject(serialized: Array(stored))
-                var unsealTime = Duration.zero
-                expected = try measured(&unsealTime, clock) { try tpm.unseal(sealed, authValue: authValue) }
-                print("unseal stored key:  \(milliseconds(unsealTime))  (sealed by an earlier run, read from \(keyFile))")
+            let existed = KeychainLocation(path: path).storeExists
+            var elapsed = Duration.zero
+            let count = try measured(&elapsed) { try Keychain.allItems(in: session.location).count }
+            print("store:        \(path)")
+            if existed {
+                print("open store:   \(milliseconds(elapsed))  (the TPM unseals the master key; \(count) item\(count == 1 ? "" : "s") in the store)")
             } else {
-                var sealTime = Duration.zero
-                let generated = try measured(&sealTime, clock) { try tpm.generateSealedKey(authValue: authValue) }
-                (expected, sealed) = (generated.key, generated.sealed)
-                try AtomicFile.write(sealed.serialized(), to: keyFile)
-                print("generate + seal:    \(milliseconds(sealTime))  (written to \(keyFile), \(sealed.serialized().count) bytes)")
+                print("create store: \(milliseconds(elapsed))  (a new 32-byte master key, sealed to the TPM)")
             }
-            var warmTime = Duration.zero
-            let warm = try measured(&warmTime, clock) { try tpm.unseal(sealed, authValue: authValue) }
-            tpm.close()
-            print("warm unseal:        \(milliseconds(warmTime))  (connection and storage key already open)")
+            // An interrupted earlier run may have left the demo item behind.
+            if try Keychain(service: Self.service, location: session.location).remove(Self.account) {
+                print("              (removed the demo item an interrupted earlier run left behind)")
+            }
 
-            var coldTime = Duration.zero
-            let cold = try measured(&coldTime, clock) {
-                let fresh = try TPMConnection(selection.configuration)
-                defer { fresh.close() }
-                return try fresh.unseal(try SealedObject(serialized: Array(try Data(contentsOf: URL(fileURLWithPath: keyFile)))),
-                                        authValue: authValue)
+            print("\n$ STORE=\(shellQuoted(path))")
+            let store = ["--keychain", path]
+            try step(AddGenericPassword.self, ["add-generic-password"], store,
+                     ["-s", Self.service, "-a", Self.account, "-l", "Demo login", "-j", "added by tpm-keychain demo",
+                      "-w", Self.password]) { command, output in
+                try command.perform(in: session, value: .text(Self.password))
+                output("(no output: added; the password above is a public demo value)")
             }
-            print("cold open + unseal: \(milliseconds(coldTime))  (connect, storage key, load, salted unseal, close)")
+            try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", Self.account, "-w"]) { command, output in
+                try command.perform(in: session) { output($0 + "    (the public demo value, not a secret)") }
+            }
+            try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", Self.account]) {
+                try $0.perform(in: session, output: $1)
+            }
+            try step(DumpKeychain.self, ["dump-keychain"], store, []) { try $0.perform(in: session, output: $1) }
+            try step(DeleteGenericPassword.self, ["delete-generic-password"], store, ["-s", Self.service, "-a", Self.account]) {
+                try $0.perform(in: session, output: $1)
+            }
 
-            guard warm == expected, cold == expected else {
-                printError("tpm-keychain: the unsealed key differs from the sealed one")
-                throw ExitCode(ExitStatus.software)
-            }
-            // A fingerprint, never the key: secrets do not go to terminals or logs.
-            let fingerprint = expected.withUnsafeBytes { Array(SHA256.hash(data: $0)).prefix(8).map { String(format: "%02x", $0) }.joined() }
-            print("master key: 32 bytes, SHA-256 fingerprint \(fingerprint); unsealed three ways, all equal")
-            if selection.isSimulated {
-                print("note: this TPM is SIMULATED; on a machine with a TPM the same file would be bound to its hardware")
+            Keychain.closeStore(session.location)
+            _ = try measured(&elapsed) { try Keychain.allItems(in: session.location) }
+            print("\nreopen store: \(milliseconds(elapsed))  (keys erased from memory, then the master key unsealed by the TPM again)")
+            if session.selection.isSimulated {
+                print("note: this TPM is SIMULATED; on a machine with a TPM the store would be bound to its hardware")
             }
         }
     }
 
-    private func measured<T>(_ elapsed: inout Duration, _ clock: ContinuousClock, _ body: () throws -> T) rethrows -> T {
+    private func describeTPM(_ selection: TPMSelection) throws {
+        print("TPM:          \(selection.summary)")
+        if let startup = selection.simulatorStartup {
+            print("              swtpm started in \(milliseconds(startup))")
+        }
+        // Closed before the store connects: a TPM without resource manager takes one client at a time.
+        let tpm = try TPMConnection(selection.configuration)
+        defer { tpm.close() }
+        let description = try tpm.describe()
+        print("              manufacturer \(description.manufacturer), vendor \(description.vendor), firmware \(description.firmwareVersion)")
+    }
+
+    /// Prints the command line as a user would type it, runs the verb parsed from exactly those
+    /// arguments against the already open store, and prints its output indented with the time taken.
+    private func step<Command: ParsableCommand>(_: Command.Type, _ verb: [String], _ store: [String], _ arguments: [String],
+                                                _ body: (Command, OutputLine) throws -> Void) throws {
+        let shown = verb + ["--keychain", "\"$STORE\""] + arguments.map(shellQuoted)
+        print("$ tpm-keychain " + shown.joined(separator: " "))
+        let command = try Command.parse(Array(verb.dropFirst()) + store + arguments)
+        var lines: [String] = []
+        var elapsed = Duration.zero
+        try measured(&elapsed) { try body(command, { lines.append($0) }) }
+        for line in lines { print("    " + line) }
+        print("    [\(milliseconds(elapsed))]")
+    }
+
+    private func measured<T>(_ elapsed: inout Duration, _ body: () throws -> T) rethrows -> T {
+        let clock = ContinuousClock()
         let start = clock.now
         defer { elapsed = clock.now - start }
         return try body()
+    }
+
+    private func shellQuoted(_ text: String) -> String {
+        let plain = text.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "-_./=:@,+".unicodeScalars.contains($0) }
+        return plain && !text.isEmpty ? text : "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 }

@@ -4,8 +4,9 @@ import TPMSimulator
 
 /// Which TPM a command talks to, chosen the way every `tpm-keychain` verb does:
 /// `TPM_KEYCHAIN_TCTI` if set, else the kernel's resource-managed device if this user may use it,
-/// else a private swtpm whose state lives in a directory of ours, so later runs see the same
-/// simulated TPM. The simulated case is always said out loud: nothing it seals is hardware-bound.
+/// else a private swtpm whose state lives inside the store directory (`<store>/swtpm`), so later
+/// runs see the same simulated TPM and the store's master key can be unsealed again. The
+/// simulated case is always said out loud: nothing it seals is hardware-bound.
 final class TPMSelection {
     enum Source {
         case environment
@@ -15,23 +16,38 @@ final class TPMSelection {
 
     let configuration: TPMConfiguration
     let source: Source
+    /// How long starting the embedded simulator took; nil when none was started.
+    let simulatorStartup: Duration?
     private let simulator: SoftwareTPM?
+    /// Held while the embedded simulator runs: one swtpm per state directory, across processes.
+    private let simulatorLock: FileLock?
 
-    /// - Throws: ``SoftwareTPMError`` when a simulator is needed but swtpm cannot start.
-    init(simulatorStateDirectory: String) throws {
+    /// - Parameter storeDirectory: the keychain store's directory (absolute). Created (0700) only
+    ///   when the embedded simulator is needed, since its state lives there.
+    /// - Throws: ``SoftwareTPMError`` when a simulator is needed but swtpm cannot start;
+    ///   ``CommandFailure`` when the store directory or its lock cannot be made.
+    init(storeDirectory: String) throws {
         if let tcti = TPMConfiguration.environmentTCTI {
             configuration = TPMConfiguration(tcti: tcti)
             source = .environment
-            simulator = nil
+            (simulator, simulatorLock, simulatorStartup) = (nil, nil, nil)
         } else if TPMConfiguration.hardwareTPMIsUsable {
             configuration = TPMConfiguration(tcti: TPMConfiguration.defaultTCTI)
             source = .hardware
-            simulator = nil
+            (simulator, simulatorLock, simulatorStartup) = (nil, nil, nil)
         } else {
-            let started = try SoftwareTPM.start(.init(stateDirectory: simulatorStateDirectory))
+            try StoreDirectory.create(storeDirectory)
+            let lock = try FileLock(storeDirectory + "/simulator.lock",
+                                    waitingMessage: "tpm-keychain: waiting for another tpm-keychain using the simulated TPM of \(storeDirectory)")
+            let stateDirectory = storeDirectory + "/swtpm"
+            let clock = ContinuousClock()
+            let start = clock.now
+            let started = try SoftwareTPM.start(.init(stateDirectory: stateDirectory))
+            simulatorStartup = clock.now - start
             configuration = TPMConfiguration(tcti: started.tcti)
-            source = .embeddedSimulator(stateDirectory: simulatorStateDirectory)
+            source = .embeddedSimulator(stateDirectory: stateDirectory)
             simulator = started
+            simulatorLock = lock
         }
     }
 
@@ -53,7 +69,16 @@ final class TPMSelection {
         return configuration.isSimulator
     }
 
-    func stop() { simulator?.stop() }
+    var isEmbeddedSimulator: Bool {
+        if case .embeddedSimulator = source { return true }
+        return false
+    }
+
+    /// Stops the embedded simulator, then lets the next process start its own. Idempotent.
+    func stop() {
+        simulator?.stop()
+        simulatorLock?.release()
+    }
 
     deinit { stop() }
 }

@@ -1,0 +1,55 @@
+// TPM 2.0 Part 3 §30.2 TPM2_GetCapability(TPM_CAP_TPM_PROPERTIES) over the PT_VAR group
+// (Part 2 §6.13): the TPM's changing state, as opposed to describe()'s fixed identity.
+
+extension TPMConnection {
+    /// The TPM's dictionary-attack state and how many NV counters are defined.
+    ///
+    /// Reads only variable properties; it needs no authorization and changes nothing, so it is
+    /// safe to call while the TPM is in lockout, which is when it is most useful.
+    ///
+    /// - Throws: ``TPMError`` if the TPM cannot be asked.
+    public func dictionaryAttackStatus() throws -> TPMDictionaryAttackStatus {
+        try withEngine { engine in
+            let first = VariableProperty.permanent
+            let properties = try engine.properties(from: first, count: VariableProperty.lockoutRecovery - first + 1)
+            let permanent = properties[VariableProperty.permanent] ?? 0
+            return TPMDictionaryAttackStatus(
+                failedAuthorizations: properties[VariableProperty.lockoutCounter] ?? 0,
+                maxAuthorizationFailures: properties[VariableProperty.maxAuthFail] ?? 0,
+                recoveryInterval: properties[VariableProperty.lockoutInterval] ?? 0,
+                lockoutRecovery: properties[VariableProperty.lockoutRecovery] ?? 0,
+                inLockout: permanent & VariableProperty.inLockoutBit != 0,
+                nvCounters: properties[VariableProperty.nvCounters] ?? 0)
+        }
+    }
+}
+
+/// What ``TPMConnection/dictionaryAttackStatus()`` reports: TPM_PT_LOCKOUT_COUNTER (0x20E),
+/// TPM_PT_MAX_AUTH_FAIL (0x20F), TPM_PT_LOCKOUT_INTERVAL (0x210), TPM_PT_LOCKOUT_RECOVERY (0x211),
+/// TPMA_PERMANENT.inLockout (0x200, bit 9) and TPM_PT_NV_COUNTERS (0x20A).
+public struct TPMDictionaryAttackStatus: Sendable, Hashable {
+    /// Authorization failures currently counted against objects with dictionary-attack protection.
+    public let failedAuthorizations: UInt32
+    /// How many failures put the TPM into lockout.
+    public let maxAuthorizationFailures: UInt32
+    /// Seconds after which one counted failure is forgotten; 0 means protection is off.
+    public let recoveryInterval: UInt32
+    /// Seconds before the lockout authorization may be tried again after it failed.
+    public let lockoutRecovery: UInt32
+    /// Whether the TPM refuses authorizations with dictionary-attack protection right now.
+    public let inLockout: Bool
+    /// NV indices of type counter currently defined (every owner, not only this library's).
+    public let nvCounters: UInt32
+}
+
+/// TPM 2.0 Part 2 §6.13, PT_VAR = 0x200.
+private enum VariableProperty {
+    static let permanent: UInt32 = 0x200
+    static let nvCounters: UInt32 = 0x20A
+    static let lockoutCounter: UInt32 = 0x20E
+    static let maxAuthFail: UInt32 = 0x20F
+    static let lockoutInterval: UInt32 = 0x210
+    static let lockoutRecovery: UInt32 = 0x211
+    /// TPMA_PERMANENT bit 9.
+    static let inLockoutBit: UInt32 = 1 << 9
+}

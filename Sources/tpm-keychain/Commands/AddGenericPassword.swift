@@ -1,0 +1,56 @@
+import ArgumentParser
+import Foundation
+import TPMKeychain
+
+/// `security add-generic-password`, for a TPM-sealed store.
+struct AddGenericPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add-generic-password",
+        abstract: "Add a generic password item (or update it with -U).",
+        discussion: """
+            Without -w the password is read from standard input, which keeps it out of the process \
+            list and shell history: on a terminal you are prompted with echo off; otherwise all of \
+            standard input is used, minus one trailing newline.
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(name: [.customShort("s"), .customLong("service")], help: "Service name.")
+    var service: String
+
+    @Option(name: [.customShort("a"), .customLong("account")], help: "Account name.")
+    var account: String
+
+    @Option(name: [.customShort("w"), .customLong("password")], parsing: .unconditional,
+            help: "The password. Visible to other users in the process list while the command runs: prefer standard input.")
+    var password: String?
+
+    @Flag(name: [.customShort("U"), .customLong("update")], help: "Update the item if it already exists.")
+    var update = false
+
+    @Option(name: [.customShort("l"), .customLong("label")], parsing: .unconditional, help: "Label (kSecAttrLabel).")
+    var label: String?
+
+    @Option(name: [.customShort("j"), .customLong("comment")], parsing: .unconditional, help: "Comment (kSecAttrComment).")
+    var comment: String?
+
+    func run() throws {
+        try reportingErrors {
+            // Validate and read the password before a TPM (or a simulator) is started for nothing.
+            _ = try Keychain(service: service)
+            let value = try password.map { .text($0) } ?? PasswordInput.read(prompt: "password data for new item: ")
+            try StoreSession.with(store.path) { try perform(in: $0, value: value) }
+        }
+    }
+
+    /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
+    func perform(in session: StoreSession, value: PasswordValue) throws {
+        let keychain = try Keychain(service: service, location: session.location)
+        switch (value, update) {
+        case (.text(let text), false): try keychain.add(text, forKey: account, label: label, comment: comment)
+        case (.text(let text), true): try keychain.set(text, forKey: account, label: label, comment: comment)
+        case (.bytes(let bytes), false): try keychain.add(bytes, forKey: account, label: label, comment: comment)
+        case (.bytes(let bytes), true): try keychain.set(bytes, forKey: account, label: label, comment: comment)
+        }
+    }
+}

@@ -1,0 +1,33 @@
+import ArgumentParser
+import Foundation
+import TPMKeychain
+
+/// `security delete-generic-password`.
+struct DeleteGenericPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete-generic-password", abstract: "Delete a generic password item.")
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(name: [.customShort("s"), .customLong("service")], help: "Service name.")
+    var service: String
+
+    @Option(name: [.customShort("a"), .customLong("account")], help: "Account name.")
+    var account: String
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            guard KeychainLocation(path: path).storeExists else { throw KeychainError(.itemNotFound, "No keychain store at \(path)") }
+            try StoreSession.with(path) { try perform(in: $0) }
+        }
+    }
+
+    func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
+        let keychain = try Keychain(service: service, location: session.location)
+        guard try keychain.remove(account) else {
+            throw KeychainError(.itemNotFound, "No item for account \"\(account)\" of service \"\(service)\"")
+        }
+        output("password has been deleted.")
+    }
+}

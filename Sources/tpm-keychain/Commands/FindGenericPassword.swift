@@ -1,0 +1,49 @@
+import ArgumentParser
+import Foundation
+import TPMKeychain
+
+/// `security find-generic-password`: the item's attributes, or with -w only its password.
+struct FindGenericPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "find-generic-password",
+        abstract: "Show a generic password item's attributes, or with -w only its password.")
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(name: [.customShort("s"), .customLong("service")], help: "Service name.")
+    var service: String
+
+    @Option(name: [.customShort("a"), .customLong("account")],
+            help: "Account name; omitted: the service's first account in sorted order, as security matches any.")
+    var account: String?
+
+    @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")
+    var passwordOnly = false
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            // Looking something up never creates a store (or starts a simulator for one).
+            guard KeychainLocation(path: path).storeExists else { throw KeychainError(.itemNotFound, "No keychain store at \(path)") }
+            try StoreSession.with(path) { try perform(in: $0) }
+        }
+    }
+
+    func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
+        let keychain = try Keychain(service: service, location: session.location)
+        guard let account = try account ?? keychain.allKeys().first else {
+            throw KeychainError(.itemNotFound, "No item of service \"\(service)\"")
+        }
+        if passwordOnly {
+            guard let secret = try keychain.data(forKey: account) else { throw notFound(account) }
+            output(SecurityFormat.bareValue(secret))
+        } else {
+            guard let attributes = try keychain.attributes(forKey: account) else { throw notFound(account) }
+            SecurityFormat.attributeBlock(attributes, keychain: session.path).forEach(output)
+        }
+    }
+
+    private func notFound(_ account: String) -> KeychainError {
+        KeychainError(.itemNotFound, "No item for account \"\(account)\" of service \"\(service)\"")
+    }
+}

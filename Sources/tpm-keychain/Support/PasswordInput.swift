@@ -1,0 +1,121 @@
+import Foundation
+import SystemCalls
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A password as given: text when it is UTF-8 (stored as a string item), else raw bytes.
+enum PasswordValue {
+    case text(String)
+    case bytes(Data)
+
+    init(_ data: Data) {
+        if let text = String(validating: data, as: UTF8.self) { self = .text(text) } else { self = .bytes(data) }
+    }
+}
+
+/// Reads a password from standard input, so that it never appears in argv (visible to every user
+/// through /proc) or in shell history.
+enum PasswordInput {
+    /// The store refuses larger values anyway; stop reading rather than fill memory first.
+    static let maximumSize = 16 << 20
+
+    /// On a terminal: prompts on stderr with echo off and reads one line. Otherwise: reads all of
+    /// standard input and drops one trailing newline (what `echo` and here-strings add).
+    ///
+    /// - Throws: ``CommandFailure`` when standard input cannot be read or is too large.
+    static func read(prompt: String) throws(CommandFailure) -> PasswordValue {
+        if isatty(STDIN_FILENO) == 1 {
+            return PasswordValue(try readLineWithoutEcho(prompt: prompt))
+        }
+        var data = try readAll()
+        if data.last == UInt8(ascii: "\n") { data.removeLast() }
+        return PasswordValue(data)
+    }
+
+    private static func readAll() throws(CommandFailure) -> Data {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count: Int
+            do {
+                count = try retryingInterrupts { buffer.withUnsafeMutableBytes { Glibc.read(STDIN_FILENO, $0.baseAddress, $0.count) } }
+            } catch {
+                throw CommandFailure(ExitStatus.ioError, "cannot read the password from standard input: \(error)")
+            }
+            if count == 0 { return data }
+            data.append(contentsOf: buffer[0..<count])
+            guard data.count <= maximumSize + 1 else {
+                throw CommandFailure(ExitStatus.usage, "the password on standard input is larger than \(maximumSize) bytes")
+            }
+        }
+    }
+
+    private static func readLineWithoutEcho(prompt: String) throws(CommandFailure) -> Data {
+        var saved = termios()
+        let haveTerminal = tcgetattr(STDIN_FILENO, &saved) == 0
+        if haveTerminal {
+            TerminalRestore.arm(saved)
+            var quiet = saved
+            quiet.c_lflag &= ~tcflag_t(ECHO)
+            _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet)
+        }
+        // Prompt only once echo is off: TCSAFLUSH discards what was typed before it (as getpass(3)).
+        FileHandle.standardError.write(Data(prompt.utf8))
+        defer {
+            if haveTerminal {
+                _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+                TerminalRestore.disarm()
+            }
+            // The newline the user typed was not echoed.
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+        var line = Data()
+        var byte: UInt8 = 0
+        while true {
+            let count: Int
+            do {
+                count = try retryingInterrupts { Glibc.read(STDIN_FILENO, &byte, 1) }
+            } catch {
+                throw CommandFailure(ExitStatus.ioError, "cannot read the password from the terminal: \(error)")
+            }
+            if count == 0 || byte == UInt8(ascii: "\n") { return line }
+            line.append(byte)
+            guard line.count <= maximumSize else {
+                throw CommandFailure(ExitStatus.usage, "the password is larger than \(maximumSize) bytes")
+            }
+        }
+    }
+}
+
+/// Puts the terminal's echo back if the user interrupts the prompt (Ctrl-C, hangup, kill), then
+/// lets the signal do what it would have done.
+private enum TerminalRestore {
+    nonisolated(unsafe) static var saved = termios()
+    nonisolated(unsafe) static var previous: [Int32: sighandler_t?] = [:]
+    static let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+
+    static func arm(_ terminal: termios) {
+        saved = terminal
+        for signalNumber in signals {
+            let earlier = signal(signalNumber) { received in
+                _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &TerminalRestore.saved)
+                signal(received, SIG_DFL)
+                raise(received)
+            }
+            previous[signalNumber] = earlier
+        }
+        // A parent may have left these blocked (children of threads often inherit such a mask);
+        // then an interrupt would wait for the password and leave echo off if it ever came.
+        var handled = sigset_t()
+        sigemptyset(&handled)
+        for signalNumber in signals { sigaddset(&handled, signalNumber) }
+        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
+    }
+
+    /// Restores whatever handled the signals before (SIG_IGN under nohup, for example).
+    static func disarm() {
+        for (signalNumber, handler) in previous { signal(signalNumber, handler) }
+        previous = [:]
+    }
+}

@@ -1,1 +1,0 @@
-// The CLI tests land here.

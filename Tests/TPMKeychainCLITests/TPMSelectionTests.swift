@@ -1,0 +1,161 @@
+import Foundation
+import Testing
+import TPMKeychainTesting
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which TPM the CLI talks to, what it says about it, and what happens when it is the wrong one.
+@Suite("TPM selection and status")
+struct TPMSelectionTests {
+    @Test("tpm-status names a swtpm TCTI SIMULATED and shows its dictionary-attack counters")
+    func status() throws {
+        let fixture = try CLIFixture()
+        // Distinctive values, so the counters shown must come from this TPM.
+        try fixture.simulator.setDictionaryAttackParameters(maxTries: 17, recoveryTime: 123, lockoutRecovery: 45)
+        let define = try TPM2Tools.run(["tpm2_nvdefine", "0x1500017", "-C", "o", "-s", "8", "-a", "ownerread|ownerwrite|nt=counter"],
+                                       tcti: fixture.simulator.tcti)
+        #expect(define.status == 0, "\(define.errorOutput)")
+
+        let result = try fixture.succeed("tpm-status")
+        let output = result.stdout
+        #expect(output.contains("SIMULATED"), "\(output)")
+        #expect(output.contains("simulated:    yes"))
+        #expect(output.contains(fixture.simulator.tcti))
+        #expect(output.contains("manufacturer: IBM"))
+        #expect(output.contains(/storage key:  (ecc-p256|rsa-2048), name 000b[0-9a-f]{64}/), "\(output)")
+        #expect(output.contains("lockout counter:   0 failed authorizations (not in lockout)"), "\(output)")
+        #expect(output.contains("max tries:         17"))
+        #expect(output.contains("recovery interval: 123 s"))
+        #expect(output.contains("lockout recovery:  45 s"))
+        #expect(output.contains("NV counters:       1 defined"))
+        #expect(output.contains("keychain:     \"\(fixture.store)\" (does not exist yet)"))
+
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "a", "-w", "b")
+        #expect(try fixture.succeed("tpm-status").stdout.contains("\"\(fixture.store)\" (exists)"))
+    }
+
+    @Test("a store sealed by one TPM cannot be opened with another: non-zero exit naming another TPM")
+    func wrongTPM() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "bound-to-the-first-tpm")
+        let other = try SoftwareTPM.start()
+        defer { other.stop() }
+        for arguments in [["find-generic-password", "-s", "svc", "-a", "alice", "-w"], ["dump-keychain", "-d"]] {
+            let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(),
+                                     environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": other.tcti]) { $1 })
+            #expect(result.status == 65, "\(result)")
+            #expect(result.stderr.contains("another TPM"), "\(result)")
+            #expect(!result.stdout.contains("bound-to-the-first-tpm"))
+        }
+        // The first TPM still opens it.
+        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout == "bound-to-the-first-tpm\n")
+    }
+
+    @Test("an unreachable TPM is a clear error with exit 69")
+    func unreachableTPM() throws {
+        let fixture = try CLIFixture()
+        let unreachable = "swtpm:host=127.0.0.1,port=1"
+        for verb in [["add-generic-password", "-s", "svc", "-a", "a", "-w", "b"], ["tpm-status"]] {
+            let result = try CLI.run([verb[0], "--keychain", fixture.store] + verb.dropFirst(),
+                                     environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": unreachable]) { $1 })
+            #expect(result.status == 69, "\(result)")
+            #expect(result.stderr.contains("No TPM answered at '\(unreachable)'"), "\(result)")
+            #expect(result.stdout.isEmpty)
+        }
+    }
+}
+
+/// The default a user gets with no TPM_KEYCHAIN_TCTI: the hardware TPM, or else a swtpm started
+/// by the CLI with its state inside the store.
+@Suite("embedded default TPM")
+struct EmbeddedSimulatorTests {
+    static let hardwareIsUsable = access("/dev/tpmrm0", R_OK | W_OK) == 0
+
+    /// No TPM_KEYCHAIN_TCTI; a private XDG data directory.
+    static func environment(_ directory: String) -> [String: String?] {
+        ["TPM_KEYCHAIN_TCTI": nil, "XDG_DATA_HOME": directory + "/xdg-data"]
+    }
+
+    @Test("add then find in two processes share the simulated TPM kept in <store>/swtpm, which never outlives them")
+    func persistsAcrossProcesses() throws {
+        let directory = try makeScratchDirectory("embedded")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/nested/keychain"
+        let environment = Self.environment(directory)
+
+        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "persisted"],
+                                environment: environment)
+        #expect(added.status == 0, "\(added)")
+        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
+        #expect(found.status == 0, "\(found)")
+        #expect(found.stdout == "persisted\n")
+        // A failing command stops its simulator too.
+        let duplicate = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "again"],
+                                    environment: environment)
+        #expect(duplicate.status == 45, "\(duplicate)")
+        #expect(duplicate.lastErrorLine == SecurityMessages.duplicateItem)
+
+        let status = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
+        #expect(status.status == 0, "\(status)")
+        if Self.hardwareIsUsable {
+            #expect(status.stdout.contains("hardware TPM at device:/dev/tpmrm0"), "\(status)")
+        } else {
+            #expect(added.stderr.contains("SIMULATED"), "\(added)")
+            #expect(status.stdout.contains("SIMULATED"), "\(status)")
+            #expect(status.stdout.contains("state in \(store)/swtpm"), "\(status)")
+            #expect(FileManager.default.fileExists(atPath: store + "/swtpm"))
+            #expect(permissions(store) == 0o700)
+            #expect(permissions(directory + "/nested") == 0o700)
+        }
+        let leftovers = try runningSimulators().filter { $0.contains(store) }
+        #expect(leftovers.isEmpty, "swtpm still running: \(leftovers)")
+    }
+
+    @Test("concurrent invocations on one store take turns with its simulator and all succeed")
+    func concurrentInvocations() throws {
+        let directory = try makeScratchDirectory("concurrent")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let environment = Self.environment(directory)
+        let accounts = ["first", "second", "third"]
+        let running = try accounts.map {
+            try CLI.start(["add-generic-password", "--keychain", store, "-s", "svc", "-a", $0, "-w", "password-\($0)"],
+                          environment: environment, stdinPipe: false)
+        }
+        for result in try running.map({ try $0.finish() }) {
+            #expect(result.status == 0, "\(result)")
+        }
+        let readers = try accounts.map {
+            try CLI.start(["find-generic-password", "--keychain", store, "-s", "svc", "-a", $0, "-w"],
+                          environment: environment, stdinPipe: false)
+        }
+        for (account, result) in zip(accounts, try readers.map { try $0.finish() }) {
+            #expect(result.status == 0, "\(result)")
+            #expect(result.stdout == "password-\(account)\n")
+        }
+        #expect(try runningSimulators().filter { $0.contains(store) }.isEmpty)
+    }
+
+    @Test("demo runs twice in a row on the embedded default and cleans up after itself")
+    func demoTwice() throws {
+        let directory = try makeScratchDirectory("demo")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let environment = Self.environment(directory)
+        let demoStore = directory + "/xdg-data/tpm-keychain/demo"
+        for run in 1...2 {
+            let result = try CLI.run(["demo"], environment: environment)
+            #expect(result.status == 0, "\(result)")
+            #expect(result.stdout.contains(run == 1 ? "create store:" : "open store:"), "\(result)")
+            #expect(result.stdout.contains("$ tpm-keychain find-generic-password --keychain \"$STORE\""))
+            #expect(result.stdout.contains("correct horse battery staple    (the public demo value"))
+            #expect(result.stdout.contains("password has been deleted."))
+            #expect(result.stdout.contains("store:        \(demoStore)"))
+            #expect(result.stdout.contains(Self.hardwareIsUsable ? "hardware TPM" : "SIMULATED"))
+        }
+        // The demo item is gone: an empty dump.
+        let dump = try CLI.run(["dump-keychain", "--keychain", demoStore], environment: environment)
+        #expect(dump.status == 0 && dump.stdout.isEmpty, "\(dump)")
+    }
+}
