@@ -1,4 +1,5 @@
 internal import CTSS2
+import Logging
 
 /// The owner-hierarchy storage key that parents every sealed object and salts every session.
 struct StorageRootKey {
@@ -32,6 +33,7 @@ extension Engine {
             return cached
         }
         if let pinnedName, let persistent = try persistentStorageKey(named: pinnedName, algorithm: preferred) {
+            tpmLogger.debug("using the persistent storage key", metadata: ["handle": "0x81000001"])
             storageKeys[preferred] = persistent
             return persistent
         }
@@ -50,6 +52,7 @@ extension Engine {
             flush(created.handle)
             throw error
         }
+        tpmLogger.debug("derived the storage key", metadata: ["algorithm": "\(chosen.rawValue)"])
         let key = StorageRootKey(handle: created.handle, name: created.name, algorithm: chosen, isPersistent: false)
         storageKeys[chosen] = key
         return key
