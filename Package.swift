@@ -72,7 +72,8 @@ let package = Package(
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
-            dependencies: ["TPM", "TPMKeychainTesting"],
+            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore",
+                           .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         .testTarget(

@@ -1,22 +1,62 @@
 import Foundation
 import TPM
 import TPMKeychainTesting
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// Benchmarks of the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor
-/// (ESAPIFloor, the same round trips without this layer) run against the same TPM in the same run.
+/// Benchmarks, each figure next to a floor measured the same way in the same run:
 ///
-///     swift build -c release --product ESAPIFloor && swift run -c release TPMBenchmarks [iterations]
+///     swift build -c release --product ESAPIFloor --product tpm-keychain   (the floors and the CLI)
+///     swift run -c release TPMBenchmarks [tpm|store|cli|all] [iterations]
 ///
-/// Each figure is the median and 90th percentile of `iterations` timed runs after one warm-up.
+/// - tpm: the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor (ESAPIFloor,
+///   the same round trips without this layer) run against the same TPM.
+/// - store: the item store's gets, durable sets and gets among 100,000 items (StoreBenchmarks).
+/// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
+///   (CLIBenchmarks).
+///
+/// Each figure is the median and 90th percentile of timed runs after warm-up. `iterations`
+/// overrides every suite's default count; a bare number (`TPMBenchmarks 300`) runs the tpm suite.
 @main
 struct TPMBenchmarks {
     static func main() throws {
-        let iterations = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 300
-        let simulator = TPMConfiguration.environmentTCTI == nil ? try SoftwareTPM.start() : nil
-        defer { simulator?.stop() }
-        let configuration = TPMConfiguration(tcti: TPMConfiguration.environmentTCTI ?? simulator!.tcti)
-        print("TPM: \(configuration.tcti); \(iterations) iterations per figure")
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        var suite = "all"
+        if let first = arguments.first, Int(first) == nil {
+            suite = first
+            arguments.removeFirst()
+        } else if !arguments.isEmpty {
+            suite = "tpm"
+        }
+        let iterations = arguments.first.flatMap(Int.init)
+        guard ["tpm", "store", "store-get", "cli", "all"].contains(suite) else {
+            print("usage: TPMBenchmarks [tpm|store|store-get|cli|all] [iterations]")
+            exit(64)
+        }
         print(machineDescription())
+        print("method: median and p90 of timed runs after warm-up; each floor is timed in the same run, interleaved with ours where both are in-process")
+        let summary = Summary()
+
+        if suite == "tpm" || suite == "all" || suite.hasPrefix("store") {
+            let simulator = TPMConfiguration.environmentTCTI == nil ? try SoftwareTPM.start() : nil
+            defer { simulator?.stop() }
+            let configuration = TPMConfiguration(tcti: TPMConfiguration.environmentTCTI ?? simulator!.tcti)
+            if !suite.hasPrefix("store") {
+                try runTPMSuite(configuration, simulator: simulator, iterations: iterations ?? 300)
+            }
+            if suite != "tpm" {
+                try StoreBenchmarks(tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get").run()
+            }
+        }
+        if suite == "cli" || suite == "all" {
+            try CLIBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        summary.printTable()
+    }
+
+    static func runTPMSuite(_ configuration: TPMConfiguration, simulator: SoftwareTPM?, iterations: Int) throws {
+        print("\n== TPM layer; TPM: \(configuration.tcti); \(iterations) iterations per figure")
 
         let (_, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
 
@@ -107,6 +147,12 @@ struct TPMBenchmarks {
         let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
             .split(separator: "\n").first { $0.hasPrefix("model name") }?
             .split(separator: ":", maxSplits: 1).last?.trimmingCharacters(in: .whitespaces) ?? "unknown CPU"
-        return "machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores"
+        let memory = (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8))?
+            .split(separator: "\n").first { $0.hasPrefix("MemTotal") }?
+            .split(separator: ":", maxSplits: 1).last?.trimmingCharacters(in: .whitespaces) ?? "unknown memory"
+        var system = utsname()
+        uname(&system)
+        let kernel = withUnsafeBytes(of: system.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        return "machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores, \(memory), Linux \(kernel)"
     }
 }

@@ -1,0 +1,133 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Timed samples of one operation, sorted, in seconds.
+struct Samples {
+    let sorted: [Double]
+
+    init(_ durations: [Duration]) {
+        sorted = durations.map(\.seconds).sorted()
+    }
+
+    var median: Double { sorted[sorted.count / 2] }
+    var p90: Double { sorted[sorted.count * 9 / 10] }
+    var count: Int { sorted.count }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+/// One line of the summary printed at the end of a run: a figure next to its floor and goal.
+struct Figure {
+    let name: String
+    let ours: Samples
+    let floorName: String?
+    let floor: Samples?
+    /// The largest acceptable ours/floor ratio of medians, or nil when there is no goal.
+    let goal: Double?
+
+    var ratio: Double? { floor.map { ours.median / $0.median } }
+}
+
+/// Collects the figures of a run and prints them as one Markdown table.
+final class Summary {
+    private(set) var figures: [Figure] = []
+
+    func add(_ figure: Figure) {
+        figures.append(figure)
+        var line = "\(figure.name): median \(format(figure.ours.median)), p90 \(format(figure.ours.p90)) (n=\(figure.ours.count))"
+        if let floor = figure.floor, let floorName = figure.floorName, let ratio = figure.ratio {
+            line += "\n    floor (\(floorName)): median \(format(floor.median)), p90 \(format(floor.p90)); ratio \(String(format: "%.2f", ratio))x"
+            if let goal = figure.goal { line += ", goal <= \(String(format: "%.2f", goal))x: " + (ratio <= goal ? "met" : "MISSED") }
+        }
+        print(line)
+    }
+
+    func printTable() {
+        guard !figures.isEmpty else { return }
+        print("\n| Figure | Ours median (p90) | Floor | Floor median (p90) | Ratio | Goal |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for figure in figures {
+            let floorCells: String
+            if let floor = figure.floor, let ratio = figure.ratio {
+                let goal = figure.goal.map { String(format: "<= %.2fx ", $0) + (ratio <= $0 ? "met" : "**missed**") } ?? "-"
+                floorCells = "\(figure.floorName ?? "") | \(format(floor.median)) (\(format(floor.p90))) | \(String(format: "%.2f", ratio))x | \(goal)"
+            } else {
+                floorCells = "- | - | - | -"
+            }
+            print("| \(figure.name) | \(format(figure.ours.median)) (\(format(figure.ours.p90))) | \(floorCells) |")
+        }
+    }
+}
+
+/// Seconds in the unit that reads best: µs below a millisecond, ms otherwise.
+func format(_ seconds: Double) -> String {
+    seconds < 1e-3 ? String(format: "%.1f µs", seconds * 1e6) : String(format: "%.2f ms", seconds * 1e3)
+}
+
+/// Times `body` `iterations` times after `warmup` untimed runs.
+func measure(_ iterations: Int, warmup: Int = 1, _ body: () throws -> Void) rethrows -> Samples {
+    let clock = ContinuousClock()
+    for _ in 0..<warmup { try body() }
+    var durations: [Duration] = []
+    durations.reserveCapacity(iterations)
+    for _ in 0..<iterations { durations.append(try clock.measure(body)) }
+    return Samples(durations)
+}
+
+/// Times two operations alternately (a b, b a, a b, ...), so drift in the machine's state (CPU
+/// frequency, page cache, other processes) falls on both alike.
+func measurePair(_ iterations: Int, warmup: Int, _ a: () throws -> Void, _ b: () throws -> Void) rethrows -> (Samples, Samples) {
+    let clock = ContinuousClock()
+    for _ in 0..<warmup {
+        try a()
+        try b()
+    }
+    var first: [Duration] = [], second: [Duration] = []
+    first.reserveCapacity(iterations)
+    second.reserveCapacity(iterations)
+    for index in 0..<iterations {
+        if index % 2 == 0 {
+            first.append(try clock.measure(a))
+            second.append(try clock.measure(b))
+        } else {
+            second.append(try clock.measure(b))
+            first.append(try clock.measure(a))
+        }
+    }
+    return (Samples(first), Samples(second))
+}
+
+/// Keeps results alive so the optimiser cannot drop the work that made them.
+nonisolated(unsafe) var sink = 0
+
+/// This process's resident set size in bytes (/proc/self/statm, second field).
+func residentBytes() -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = text.split(separator: " ")
+    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+    return pages * sysconf(Int32(_SC_PAGESIZE))
+}
+
+func mebibytes(_ bytes: Int) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
+
+/// A fresh private directory (0700) under the system temporary directory.
+func makeTemporaryDirectory(_ prefix: String) throws -> String {
+    var template = Array((NSTemporaryDirectory() + "/\(prefix).XXXXXX").utf8CString)
+    guard let result = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+        throw BenchmarkError("mkdtemp failed: errno \(errno)")
+    }
+    return (String(cString: result) as NSString).standardizingPath
+}
+
+func removeTree(_ path: String) {
+    try? FileManager.default.removeItem(atPath: path)
+}
+
+struct BenchmarkError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,236 @@
+import Crypto
+import Foundation
+import KeychainStore
+import TPM
+import TPMKeychain
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Benchmarks of the item store (issue 3): gets, durable sets and gets in a large service, each
+/// next to a floor made of the same system calls and crypto with nothing of the store around them.
+///
+/// The TPM is used once per store, when its master key is unsealed; every timed operation here is
+/// file I/O and AES-GCM.
+struct StoreBenchmarks {
+    let tpm: TPMConfiguration
+    let summary: Summary
+    /// Overrides every iteration count when set (command line).
+    let iterations: Int?
+    /// Only the gets (item 1): `TPMBenchmarks store-get N`, for profiling.
+    var getsOnly = false
+
+    func run() throws {
+        let directory = try makeTemporaryDirectory("tpm-keychain-store-bench")
+        defer { removeTree(directory) }
+        print("\n== Item store (issue 3); files in \(directory) (\(fileSystemType(directory)))")
+        try gets(in: directory)
+        if getsOnly { return }
+        try durableSet(in: directory)
+        try scale(in: directory)
+    }
+
+    // MARK: 1. get of a 32-byte and a 4 KiB item
+
+    private func gets(in directory: String) throws {
+        let location = KeychainLocation(path: directory + "/store", tcti: tpm.tcti)
+        let count = iterations ?? 5000
+        for size in [32, 4096] {
+            let keychain = try Keychain(service: "bench.get.\(size)", location: location)
+            let value = Data(randomBytes(size))
+            let before = serviceDirectories(location.path)
+            try keychain.set(value, forKey: "item")
+            guard try keychain.data(forKey: "item") == value else { throw BenchmarkError("the store returned other bytes") }
+            let itemFile = try onlyItemFile(newSince: before, store: location.path)
+            let fileSize = try fileSizeOf(itemFile)
+
+            // The floor: a file of the item file's size, opened, read and closed; then one AES-GCM
+            // open of a ciphertext of the value's size with a key derived beforehand.
+            let floorFile = directory + "/floor-\(size).bin"
+            try Data(randomBytes(fileSize)).write(to: URL(fileURLWithPath: floorFile))
+            let key = SymmetricKey(size: .bits256)
+            let box = try AES.GCM.seal(randomBytes(size), using: key)
+            var buffer = [UInt8](repeating: 0, count: fileSize + 1)
+            let floor = {
+                try readWhole(floorFile, into: &buffer)
+                sink &+= try AES.GCM.open(box, using: key).count
+            }
+
+            let (ours, floorSamples) = try measurePair(count, warmup: 200, { sink &+= try keychain.data(forKey: "item")?.count ?? 0 }, floor)
+            summary.add(Figure(name: "get \(size) B (Keychain.data, file \(fileSize) B)", ours: ours,
+                               floorName: "open+read+close \(fileSize) B + AES-GCM open \(size) B", floor: floorSamples, goal: 2.0))
+
+            // The engine without the public API's value decoding.
+            let store = try ItemStore.open(at: location.path, tpm: tpm)
+            defer { store.close() }
+            let identity = try ItemIdentity(accessGroup: "", service: "bench.get.\(size)", account: "item")
+            let (engine, floorAgain) = try measurePair(count, warmup: 200, { sink &+= try store.item(identity)?.value.bytes.count ?? 0 }, floor)
+            summary.add(Figure(name: "get \(size) B (ItemStore.item)", ours: engine,
+                               floorName: "same floor", floor: floorAgain, goal: 2.0))
+        }
+    }
+
+    // MARK: 2. durable set
+
+    private func durableSet(in directory: String) throws {
+        let location = KeychainLocation(path: directory + "/store", tcti: tpm.tcti)
+        let keychain = try Keychain(service: "bench.set", location: location)
+        let before = serviceDirectories(location.path)
+        try keychain.set(Data(randomBytes(32)), forKey: "item")
+        let fileSize = try fileSizeOf(try onlyItemFile(newSince: before, store: location.path))
+
+        // The floor: the same atomic, durable replacement with nothing else: write a temporary
+        // file, fsync it, rename it over the target, fsync the directory.
+        let floorDirectory = directory + "/floor-set"
+        mkdir(floorDirectory, 0o700)
+        let bytes = randomBytes(fileSize)
+        let floor = { try durableReplace(floorDirectory + "/item", with: bytes) }
+
+        let count = iterations ?? 300
+        let (ours, floorSamples) = try measurePair(count, warmup: 20, { try keychain.set(Data(randomBytes(32)), forKey: "item") }, floor)
+        summary.add(Figure(name: "durable set 32 B (Keychain.set, upsert)", ours: ours,
+                           floorName: "write \(fileSize) B tmp + fsync + rename + fsync dir", floor: floorSamples, goal: 1.2))
+    }
+
+    // MARK: 3. gets with 100, 10,000 and 100,000 items in one service
+
+    private func scale(in directory: String) throws {
+        let path = directory + "/scale"
+        let service = "bench.scale"
+        let count = iterations ?? 2000
+        print("scale: filling one service with ItemStore.open(durable: false): no fsync for the fill only")
+        let filler = try ItemStore.open(at: path, tpm: tpm, durable: false)
+        defer { filler.close() }
+        let reader = try Keychain(service: service, location: KeychainLocation(path: path, tcti: tpm.tcti))
+        _ = try reader.data(forKey: "warm-up")  // opens the store (one TPM unseal) before RSS is read
+        let baseline = residentBytes()
+        print("scale: RSS after opening the stores: \(mebibytes(baseline))")
+
+        var filled = 0
+        var rows: [(items: Int, samples: Samples, rss: Int, fill: Double, added: Int)] = []
+        var generator = SplitMix64(seed: 0x5EED)
+        for target in [100, 10_000, 100_000] {
+            let clock = ContinuousClock()
+            let added = target - filled
+            let fillTime = try clock.measure {
+                while filled < target {
+                    try filler.write(ItemIdentity(accessGroup: "", service: service, account: Self.account(filled)),
+                                     mode: .upsert, value: ItemValue(kind: .data, bytes: randomBytes(32)), changes: AttributeChanges())
+                    filled += 1
+                }
+            }
+            let rssBefore = residentBytes()
+            // A different random existing item every time; the names are made before the clock runs.
+            let accounts = (0..<count + 200).map { _ in Self.account(Int(generator.next() % UInt64(filled))) }
+            var index = 0
+            let samples = try measure(count, warmup: 200) {
+                defer { index += 1 }
+                guard let value = try reader.data(forKey: accounts[index]) else { throw BenchmarkError("an item is missing") }
+                sink &+= value.count
+            }
+            let rssAfter = residentBytes()
+            summary.add(Figure(name: "get 32 B, \(target) items in the service (random item)", ours: samples,
+                               floorName: nil, floor: nil, goal: nil))
+            print(String(format: "    fill: %d items in %.2f s (%.0f writes/s); RSS before gets %@, after %@ (%+.0f KiB)",
+                         added, fillTime.seconds, Double(added) / fillTime.seconds, mebibytes(rssBefore), mebibytes(rssAfter),
+                         Double(rssAfter - rssBefore) / 1024))
+            rows.append((target, samples, rssAfter, fillTime.seconds, added))
+        }
+        print("scale summary:")
+        for (items, samples, rss, fill, added) in rows {
+            print("    \(items) items: get median \(format(samples.median)), p90 \(format(samples.p90)); RSS \(mebibytes(rss)); "
+                  + String(format: "fill of the last %d: %.2f s", added, fill))
+        }
+    }
+
+    private static func account(_ index: Int) -> String { "account-\(index)" }
+
+    // MARK: Helpers
+
+    /// The service directories of a store (their names are keyed hashes the benchmark cannot compute).
+    private func serviceDirectories(_ store: String) -> Set<String> {
+        Set((try? FileManager.default.contentsOfDirectory(atPath: store + "/items")) ?? [])
+    }
+
+    /// The item file of the one service created since `before`, which holds a single item.
+    private func onlyItemFile(newSince before: Set<String>, store: String) throws -> String {
+        let created = serviceDirectories(store).subtracting(before)
+        guard created.count == 1, let name = created.first else { throw BenchmarkError("expected one new service directory in \(store)") }
+        let directory = store + "/items/" + name
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".item") }
+        guard files.count == 1 else { throw BenchmarkError("\(directory) holds \(files.count) items, expected 1") }
+        return directory + "/" + files[0]
+    }
+}
+
+
+private func fileSizeOf(_ path: String) throws -> Int {
+    var status = stat()
+    guard lstat(path, &status) == 0 else { throw BenchmarkError("cannot stat \(path)") }
+    return Int(status.st_size)
+}
+
+/// open, read until end of file, close: what any reader of a small file of unknown size does.
+private func readWhole(_ path: String, into buffer: inout [UInt8]) throws {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { throw BenchmarkError("cannot open \(path)") }
+    defer { close(descriptor) }
+    var total = 0
+    try buffer.withUnsafeMutableBytes { raw in
+        while true {
+            let count = read(descriptor, raw.baseAddress! + total, raw.count - total)
+            if count == 0 { break }
+            guard count > 0 else { throw BenchmarkError("cannot read \(path)") }
+            total += count
+        }
+    }
+    sink &+= total
+}
+
+/// The floor of a durable write: temporary file, write, fsync, close, rename, fsync the directory.
+private func durableReplace(_ path: String, with bytes: [UInt8]) throws {
+    let temporary = path + ".tmp"
+    let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard descriptor >= 0 else { throw BenchmarkError("cannot create \(temporary)") }
+    let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress!, $0.count) }
+    guard written == bytes.count, fsync(descriptor) == 0 else { throw BenchmarkError("cannot write \(temporary)") }
+    close(descriptor)
+    guard rename(temporary, path) == 0 else { throw BenchmarkError("cannot rename \(temporary)") }
+    let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard directory >= 0 else { throw BenchmarkError("cannot open the directory of \(path)") }
+    defer { close(directory) }
+    guard fsync(directory) == 0 else { throw BenchmarkError("cannot fsync the directory of \(path)") }
+}
+
+private func randomBytes(_ count: Int) -> [UInt8] {
+    var generator = SystemRandomNumberGenerator()
+    return (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+}
+
+/// The file system type of `path` as /proc/mounts names it (the longest mount point containing it).
+func fileSystemType(_ path: String) -> String {
+    guard let mounts = try? String(contentsOfFile: "/proc/mounts", encoding: .utf8) else { return "unknown file system" }
+    var best = ("", "unknown")
+    for line in mounts.split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        guard fields.count > 2 else { continue }
+        let point = String(fields[1])
+        if (path == point || path.hasPrefix(point == "/" ? "/" : point + "/")) && point.count > best.0.count {
+            best = (point, "\(fields[2]) on \(fields[0])")
+        }
+    }
+    return best.1
+}
+
+/// A small deterministic generator, so runs pick the same items.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
