@@ -43,8 +43,10 @@ header = (b"TKIT" + struct.pack(">HH", 1, 104) + store_id + inputs["itemID"] + s
           + struct.pack(">II", len(attributes), len(inputs["value"])))
 assert len(header) == 104
 second_nonce = inputs["nonce"][:-1] + bytes([inputs["nonce"][-1] ^ 1])
-aead = AESGCM(item_key)
-file_bytes = header + aead.encrypt(inputs["nonce"], attributes, header) + aead.encrypt(second_nonce, inputs["value"], header)
+attributes_section = AESGCM(item_key).encrypt(inputs["nonce"], attributes, header)
+secret_aad = header + b"".join(struct.pack(">I", len(f.encode())) + f.encode()
+                              for f in (inputs["accessGroup"], inputs["service"], inputs["account"])) + attributes_section
+file_bytes = header + attributes_section + AESGCM(item_key).encrypt(second_nonce, inputs["value"], secret_aad)
 
 vector = {
     "about": "Item file v1 computed by Fixtures/make-item-vector.py from docs/FORMAT.md, independently of the Swift code.",

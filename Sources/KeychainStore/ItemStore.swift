@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Synchronization
+import SystemCalls
 package import TPM
 #if canImport(Glibc)
 import Glibc
@@ -25,11 +26,32 @@ package final class ItemStore: Sendable {
     package let storeID: [UInt8]
     /// Off only where a benchmark fills a store with many items it will not need after a crash.
     package let durable: Bool
+    private let items: Directory
     private let keys: Mutex<StoreKeys?>
+    private let caches = Mutex(Caches())
 
-    private init(root: String, storeID: [UInt8], keys: StoreKeys, durable: Bool) {
+    /// What a get would otherwise recompute or reopen: two HMACs for the names, an HKDF for the
+    /// key, and the service directory (opened and verified once). All bounded, all emptied by
+    /// ``close()``. A cached item key is found by its write's random salt, so a hit means the same
+    /// file version; GCM still authenticates every byte.
+    private struct Caches {
+        static let limit = 4096
+        var names: [ItemIdentity: ItemNames] = [:]
+        var itemKeys: [[UInt8]: SymmetricKey] = [:]
+        var services: [String: Directory] = [:]
+    }
+
+    /// An item's directory and file name inside `items/`, and its identity as the secret's AAD encodes it.
+    private struct ItemNames {
+        let service: String
+        let file: String
+        let encodedIdentity: [UInt8]
+    }
+
+    private init(root: String, storeID: [UInt8], items: Directory, keys: StoreKeys, durable: Bool) {
         self.root = root
         self.storeID = storeID
+        self.items = items
         self.keys = Mutex(keys)
         self.durable = durable
     }
@@ -42,39 +64,45 @@ package final class ItemStore: Sendable {
     ///   `.tpmUnavailable`, `.tampered` for damaged metadata, `.unsafeFileSystem`, `.storageFailed`.
     package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true) throws(KeychainError) -> ItemStore {
         try createParents(of: root)
-        try SecureFileSystem.ensureDirectory(root)
-        let lock = try DirectoryLock(root + "/store.lock")
+        guard let rootDirectory = try Directory.open(root, in: nil, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create \(root)")
+        }
+        let lock = try rootDirectory.lock("store.lock")
         defer { withExtendedLifetime(lock) {} }
         let metadataPath = root + "/store.meta"
-        let store: ItemStore
-        if let file = try SecureFileSystem.openForReading(metadataPath) {
+        let storeID: [UInt8]
+        let keys: StoreKeys
+        if let file = try rootDirectory.openFile("store.meta") {
             guard file.size <= 4096 + 128 else { throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata") }
             let (metadata, mac) = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
             let masterKey = try withTPM(tpm, root: root) { try $0.unseal(metadata.sealedMasterKey) }
-            let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
+            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
             try metadata.verify(mac, metadataKey: keys.metadata, path: metadataPath)
-            store = ItemStore(root: root, storeID: metadata.storeID, keys: keys, durable: durable)
+            storeID = metadata.storeID
         } else {
             let (masterKey, sealed) = try withTPM(tpm, root: root) { try $0.generateSealedKey() }
             let metadata = StoreMetadata(storeID: randomBytes(16), createdAt: Date(), sealedMasterKey: sealed)
-            let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
-            guard try SecureFileSystem.createExclusively(metadataPath, with: metadata.serialized(metadataKey: keys.metadata)) else {
+            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
+            guard try rootDirectory.createExclusively("store.meta", with: metadata.serialized(metadataKey: keys.metadata)) else {
                 throw KeychainError(.storageFailed, "Another process created \(metadataPath) at the same time")
             }
-            store = ItemStore(root: root, storeID: metadata.storeID, keys: keys, durable: durable)
+            storeID = metadata.storeID
         }
-        try SecureFileSystem.ensureDirectory(root + "/items")
-        return store
+        guard let items = try Directory.open("items", in: rootDirectory, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create \(root)/items")
+        }
+        return ItemStore(root: root, storeID: storeID, items: items, keys: keys, durable: durable)
     }
 
     /// Whether a store was ever created at `root` (its metadata exists), without opening it.
     package static func exists(at root: String) -> Bool {
-        SecureFileSystem.directoryExists(root) && access(root + "/store.meta", F_OK) == 0
+        access(root + "/store.meta", F_OK) == 0
     }
 
     /// Erases the keys from memory; later calls throw `.storeClosed`.
     package func close() {
         keys.withLock { $0 = nil }
+        caches.withLock { $0 = Caches() }
     }
 
     private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String,
@@ -90,6 +118,7 @@ package final class ItemStore: Sendable {
         }
     }
 
+    /// Missing parents are created 0700; existing ones (such as ~/.local/share) are not ours to judge.
     private static func createParents(of root: String) throws(KeychainError) {
         guard root.hasPrefix("/") else {
             throw KeychainError(.invalidParameter, "The store path must be absolute: \(root)")
@@ -97,8 +126,8 @@ package final class ItemStore: Sendable {
         var path = ""
         for component in root.split(separator: "/").dropLast() {
             path += "/" + component
-            if !SecureFileSystem.directoryExists(path) {
-                try SecureFileSystem.ensureDirectory(path)
+            if mkdir(path, 0o700) != 0 && errno != EEXIST {
+                throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: Errno.current)
             }
         }
     }
@@ -110,15 +139,53 @@ package final class ItemStore: Sendable {
         return current
     }
 
-    // MARK: Paths
+    // MARK: Names and directories
 
-    private func serviceDirectory(_ accessGroup: String, _ service: String, keys: StoreKeys) -> String {
-        root + "/items/" + keys.name("service", [accessGroup, service])
+    private func names(_ identity: ItemIdentity, keys: StoreKeys) -> ItemNames {
+        if let cached = caches.withLock({ $0.names[identity] }) { return cached }
+        let names = ItemNames(service: keys.name("service", [identity.accessGroup, identity.service]),
+                              file: keys.name("item", [identity.accessGroup, identity.service, identity.account]) + ".item",
+                              encodedIdentity: ItemFile.encode(identity))
+        caches.withLock { caches in
+            if caches.names.count >= Caches.limit { caches.names.removeAll(keepingCapacity: true) }
+            caches.names[identity] = names
+        }
+        return names
     }
 
-    private func itemPath(_ identity: ItemIdentity, keys: StoreKeys) -> String {
-        serviceDirectory(identity.accessGroup, identity.service, keys: keys) + "/"
-            + keys.name("item", [identity.accessGroup, identity.service, identity.account]) + ".item"
+    /// The service's directory: opened once, re-checked (fstat) on every use, and opened (or
+    /// created) again if it was removed from the file system meanwhile.
+    private func serviceDirectory(_ name: String, create: Bool) throws(KeychainError) -> Directory? {
+        if let cached = caches.withLock({ $0.services[name] }) {
+            if try cached.revalidate() { return cached }
+            forgetServiceDirectory(name)
+        }
+        guard let opened = try Directory.open(name, in: items, create: create) else { return nil }
+        caches.withLock { caches in
+            if caches.services.count >= Caches.limit { caches.services.removeAll(keepingCapacity: true) }
+            caches.services[name] = opened
+        }
+        return opened
+    }
+
+    private func forgetServiceDirectory(_ name: String) {
+        caches.withLock { _ = $0.services.removeValue(forKey: name) }
+    }
+
+    /// The item's file, or nil.
+    private func openItem(_ names: ItemNames) throws(KeychainError) -> OpenFile? {
+        try serviceDirectory(names.service, create: false)?.openFile(names.file)
+    }
+
+    /// The item key of the write that produced `header`.
+    private func itemKey(for header: ItemFile.Header, keys: StoreKeys) -> SymmetricKey {
+        if let cached = caches.withLock({ $0.itemKeys[header.salt] }) { return cached }
+        let key = keys.itemKey(salt: header.salt, storeID: header.storeID)
+        caches.withLock { caches in
+            if caches.itemKeys.count >= Caches.limit { caches.itemKeys.removeAll(keepingCapacity: true) }
+            caches.itemKeys[header.salt] = key
+        }
+        return key
     }
 
     // MARK: Reading
@@ -128,76 +195,95 @@ package final class ItemStore: Sendable {
     /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
     package func item(_ identity: ItemIdentity) throws(KeychainError) -> ItemRecord? {
         let keys = try currentKeys()
-        return try readItem(at: itemPath(identity, keys: keys), expected: identity, keys: keys)
+        guard let file = try openItem(names(identity, keys: keys)) else { return nil }
+        return try readItem(file, expected: identity, keys: keys)
+    }
+
+    /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
+    package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
+        let keys = try currentKeys()
+        let names = names(identity, keys: keys)
+        guard let file = try openItem(names) else { return nil }
+        let (bytes, header) = try readWhole(file)
+        return try ItemFile.decryptSecret(of: bytes, header: header, key: itemKey(for: header, keys: keys),
+                                          encodedIdentity: names.encodedIdentity, path: file.path)
     }
 
     /// The item's attributes, read and authenticated without decrypting the secret.
     package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
         let keys = try currentKeys()
-        return try readAttributes(at: itemPath(identity, keys: keys), expected: identity, keys: keys)
+        guard let file = try openItem(names(identity, keys: keys)) else { return nil }
+        return try readHeaderAndAttributes(file, expected: identity, keys: keys).attributes
     }
 
     /// The attributes of every item of a service, in no particular order.
     package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
         let keys = try currentKeys()
-        return try listDirectory(serviceDirectory(accessGroup, service, keys: keys), keys: keys)
-            .filter { $0.service == service && $0.accessGroupName == accessGroup }
+        guard let directory = try serviceDirectory(keys.name("service", [accessGroup, service]), create: false) else { return [] }
+        return try list(directory, keys: keys).filter { $0.service == service && $0.accessGroupName == accessGroup }
     }
 
     /// The attributes of every item in the store.
     package func listAll() throws(KeychainError) -> [ItemAttributes] {
         let keys = try currentKeys()
         var all: [ItemAttributes] = []
-        for directory in try SecureFileSystem.entries(of: root + "/items") {
-            let path = root + "/items/" + directory
-            try SecureFileSystem.ensureDirectory(path, create: false)
-            let items = try listDirectory(path, keys: keys)
-            for item in items where keys.name("service", [item.accessGroupName, item.service]) != directory {
-                throw KeychainError(.tampered, "\(path) holds an item of another service: files were moved")
+        for name in try items.entries() {
+            guard let directory = try Directory.open(name, in: items, create: false) else { continue }
+            let found = try list(directory, keys: keys)
+            for item in found where keys.name("service", [item.accessGroupName, item.service]) != name {
+                throw KeychainError(.tampered, "\(directory.path) holds an item of another service: files were moved")
             }
-            all += items
+            all += found
         }
         return all
     }
 
-    private func listDirectory(_ directory: String, keys: StoreKeys) throws(KeychainError) -> [ItemAttributes] {
+    private func list(_ directory: Directory, keys: StoreKeys) throws(KeychainError) -> [ItemAttributes] {
         var result: [ItemAttributes] = []
-        for name in try SecureFileSystem.entries(of: directory) where name.hasSuffix(".item") {
-            let path = directory + "/" + name
-            guard let attributes = try readAttributes(at: path, expected: nil, keys: keys) else { continue }
+        for name in try directory.entries() where name.hasSuffix(".item") {
+            guard let file = try directory.openFile(name) else { continue }
+            let attributes = try readHeaderAndAttributes(file, expected: nil, keys: keys).attributes
             let expectedName = keys.name("item", [attributes.accessGroupName, attributes.service, attributes.account]) + ".item"
             guard name == expectedName else {
-                throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
+                throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
             }
             result.append(attributes)
         }
         return result
     }
 
-    private func readItem(at path: String, expected: ItemIdentity, keys: StoreKeys) throws(KeychainError) -> ItemRecord? {
-        guard try SecureFileSystem.checkDirectoryIfPresent(SecureFileSystem.parentDirectory(of: path)),
-              let file = try SecureFileSystem.openForReading(path) else { return nil }
+    private func readWhole(_ file: OpenFile) throws(KeychainError) -> (bytes: [UInt8], header: ItemFile.Header) {
         guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-            throw KeychainError(.tampered, "\(path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let bytes = try file.read(count: file.size, at: 0)
-        let header = try ItemFile.decodeHeader(Array(bytes[0..<ItemFile.headerSize]), fileSize: file.size, storeID: storeID, path: path)
-        let attributes = try ItemFile.decryptAttributes(Array(bytes[header.attributesRange]), header: header, keys: keys,
-                                                        expected: expected, path: path)
-        let value = try ItemFile.decryptSecret(Array(bytes[header.secretRange]), header: header, keys: keys, path: path)
+        let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+        return (bytes, header)
+    }
+
+    private func readItem(_ file: OpenFile, expected: ItemIdentity, keys: StoreKeys) throws(KeychainError) -> ItemRecord {
+        let (bytes, header) = try readWhole(file)
+        let key = itemKey(for: header, keys: keys)
+        let attributes = try ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: key,
+                                                        expected: expected, path: file.path)
+        let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, identity: expected, path: file.path)
         return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
     }
 
-    private func readAttributes(at path: String, expected: ItemIdentity?, keys: StoreKeys) throws(KeychainError) -> ItemAttributes? {
-        guard try SecureFileSystem.checkDirectoryIfPresent(SecureFileSystem.parentDirectory(of: path)),
-              let file = try SecureFileSystem.openForReading(path) else { return nil }
+    /// The header and attributes of an item, authenticated, without touching the secret section.
+    private func readHeaderAndAttributes(_ file: OpenFile, expected: ItemIdentity?, keys: StoreKeys) throws(KeychainError)
+        -> (header: ItemFile.Header, attributes: ItemAttributes) {
         guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-            throw KeychainError(.tampered, "\(path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0), fileSize: file.size,
-                                               storeID: storeID, path: path)
+        let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
+                                               storeID: storeID, path: file.path)
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        return try ItemFile.decryptAttributes(sealed, header: header, keys: keys, expected: expected, path: path)
+        let attributes = try ItemFile.decryptAttributes(sealed[...], header: header, key: itemKey(for: header, keys: keys),
+                                                        expected: expected, path: file.path)
+        return (header, attributes)
     }
 
     // MARK: Writing
@@ -219,13 +305,26 @@ package final class ItemStore: Sendable {
     package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
         try Self.validate(value: value, changes: changes)
         let keys = try currentKeys()
-        let directory = serviceDirectory(identity.accessGroup, identity.service, keys: keys)
-        try SecureFileSystem.ensureDirectory(directory)
-        let lock = try DirectoryLock(directory + "/.lock")
+        let names = names(identity, keys: keys)
+        guard let directory = try serviceDirectory(names.service, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create the directory for service \"\(identity.service)\"")
+        }
+        let lock = try directory.lock(".lock")
         defer { withExtendedLifetime(lock) {} }
 
-        let path = itemPath(identity, keys: keys)
-        let existing = try readItem(at: path, expected: identity, keys: keys)
+        // Only an attribute update needs the old secret; an upsert with a value reads header and attributes.
+        let existing: (itemID: [UInt8], generation: UInt64, attributes: ItemAttributes, value: ItemValue?)?
+        if let file = try directory.openFile(names.file) {
+            if value == nil {
+                let record = try readItem(file, expected: identity, keys: keys)
+                existing = (record.itemID, record.generation, record.attributes, record.value)
+            } else {
+                let (header, attributes) = try readHeaderAndAttributes(file, expected: identity, keys: keys)
+                existing = (header.itemID, header.generation, attributes, nil)
+            }
+        } else {
+            existing = nil
+        }
         switch (mode, existing) {
         case (.add, .some):
             throw KeychainError(.duplicateItem, "An item for account \"\(identity.account)\" of service \"\(identity.service)\" already exists")
@@ -253,35 +352,34 @@ package final class ItemStore: Sendable {
         } catch {
             throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }
-        try SecureFileSystem.replace(path, with: bytes, durable: durable)
+        try directory.replace(names.file, with: bytes, durable: durable)
     }
 
     /// Deletes one item. - Returns: false if it did not exist.
     package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
         let keys = try currentKeys()
-        let directory = serviceDirectory(identity.accessGroup, identity.service, keys: keys)
-        guard SecureFileSystem.directoryExists(directory) else { return false }
-        let lock = try DirectoryLock(directory + "/.lock")
+        let names = names(identity, keys: keys)
+        guard let directory = try serviceDirectory(names.service, create: false) else { return false }
+        let lock = try directory.lock(".lock")
         defer { withExtendedLifetime(lock) {} }
-        return try SecureFileSystem.remove(itemPath(identity, keys: keys), durable: durable)
+        return try directory.remove(names.file, durable: durable)
     }
 
-    /// Deletes every item of a service. - Returns: how many were deleted.
+    /// Deletes every item of a service, and temporary files dead writers left. - Returns: how many items.
     package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
         let keys = try currentKeys()
-        let directory = serviceDirectory(accessGroup, service, keys: keys)
-        guard SecureFileSystem.directoryExists(directory) else { return 0 }
-        let lock = try DirectoryLock(directory + "/.lock")
+        guard let directory = try serviceDirectory(keys.name("service", [accessGroup, service]), create: false) else { return 0 }
+        let lock = try directory.lock(".lock")
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
-        for name in try SecureFileSystem.entries(of: directory) {
+        for name in try directory.entries() {
             if name.hasSuffix(".item") {
-                if try SecureFileSystem.remove(directory + "/" + name, durable: false) { removed += 1 }
-            } else if name.hasSuffix(SecureFileSystem.temporarySuffix) {
-                _ = try SecureFileSystem.remove(directory + "/" + name, durable: false)
+                if try directory.remove(name, durable: false) { removed += 1 }
+            } else if name.hasSuffix(Directory.temporarySuffix) {
+                _ = try directory.remove(name, durable: false)
             }
         }
-        if durable && removed > 0 { try SecureFileSystem.syncDirectory(directory) }
+        if durable && removed > 0 { try directory.sync() }
         return removed
     }
 

@@ -73,8 +73,8 @@ public struct Keychain: Sendable, Hashable {
     /// - Throws: ``KeychainError`` `.decodingFailed` when the stored bytes are not a `Value`
     ///   (for example not UTF-8 for a String), `.tampered`, `.tpmUnavailable`, `.wrongTPM`.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self) throws(KeychainError) -> Value? {
-        guard let record = try store().item(identity(key)) else { return nil }
-        return try ValueCoding.decode(record.value, as: type, key: key)
+        guard let value = try store().value(identity(key)) else { return nil }
+        return try ValueCoding.decode(value, as: type, key: key)
     }
 
     /// The string for `key`, or nil. - Throws: as ``get(_:as:)``.

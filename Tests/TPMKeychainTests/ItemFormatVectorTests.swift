@@ -62,17 +62,21 @@ func hex(_ text: String) -> [UInt8] {
         let storeID = hex(vector.inputs.storeID)
         let keys = StoreKeys(masterKey: SymmetricKey(data: hex(vector.inputs.masterKey)), storeID: storeID)
         let file = hex(vector.file)
-        let header = try ItemFile.decodeHeader(Array(file[0..<ItemFile.headerSize]), fileSize: file.count, storeID: storeID, path: "vector")
+        let header = try ItemFile.decodeHeader(file[0..<ItemFile.headerSize], fileSize: file.count, storeID: storeID, path: "vector")
+        let key = keys.itemKey(salt: header.salt, storeID: storeID)
         let identity = try ItemIdentity(accessGroup: vector.inputs.accessGroup, service: vector.inputs.service, account: vector.inputs.account)
-        let attributes = try ItemFile.decryptAttributes(Array(file[header.attributesRange]), header: header, keys: keys,
+        let attributes = try ItemFile.decryptAttributes(file[header.attributesRange], header: header, key: key,
                                                         expected: identity, path: "vector")
-        let value = try ItemFile.decryptSecret(Array(file[header.secretRange]), header: header, keys: keys, path: "vector")
+        let value = try ItemFile.decryptSecret(of: file, header: header, key: key, identity: identity, path: "vector")
         #expect(attributes == (try Self.record(vector.inputs)).attributes)
         #expect(value.bytes == hex(vector.inputs.value))
         #expect(header.generation == vector.inputs.generation)
         let other = try ItemIdentity(accessGroup: "", service: vector.inputs.service, account: "mallory")
         #expect(throws: KeychainError.self) {
-            _ = try ItemFile.decryptAttributes(Array(file[header.attributesRange]), header: header, keys: keys, expected: other, path: "vector")
+            _ = try ItemFile.decryptAttributes(file[header.attributesRange], header: header, key: key, expected: other, path: "vector")
+        }
+        #expect(throws: KeychainError.self) {
+            _ = try ItemFile.decryptSecret(of: file, header: header, key: key, identity: other, path: "vector")
         }
     }
 }

@@ -23,8 +23,11 @@ import TPM
 ///     ...    S+16  AES-256-GCM(item key, N xor 1 in the last byte, secret) || tag
 ///
 /// The whole header is the additional authenticated data of both sections, so every plaintext
-/// byte is authenticated; the attributes carry the access group, service and account, which a
-/// reader checks against the file's location. The file is exactly 104 + A + 16 + S + 16 bytes.
+/// byte is authenticated. The attributes carry the access group, service and account, which a
+/// reader checks against the item it looked up. The secret section's AAD is the header, then the
+/// identity (UINT32-length-prefixed access group, service, account), then the whole attributes
+/// section: a value read decrypts the secret alone, yet any changed byte anywhere in the file,
+/// or a file that belongs to another item, still fails. The file is exactly 104 + A + 16 + S + 16 bytes.
 enum ItemFile {
     static let magic = Array("TKIT".utf8)
     static let version: UInt16 = 1
@@ -79,12 +82,14 @@ enum ItemFile {
         let key = keys.itemKey(salt: salt, storeID: storeID)
         let sealedAttributes = try AES.GCM.seal(attributes, using: key, nonce: AES.GCM.Nonce(data: nonce),
                                                 authenticating: header.bytes)
+        let identity = try ItemIdentity(accessGroup: record.attributes.accessGroupName, service: record.attributes.service,
+                                        account: record.attributes.account)
+        let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)
         let sealedSecret = try AES.GCM.seal(record.value.bytes, using: key, nonce: AES.GCM.Nonce(data: secretNonce(nonce)),
-                                            authenticating: header.bytes)
+                                            authenticating: secretAAD(header.bytes, identity, attributesSection[...]))
         var file = header.bytes
         file.reserveCapacity(headerSize + attributes.count + record.value.bytes.count + 2 * tagSize)
-        file.append(contentsOf: sealedAttributes.ciphertext)
-        file.append(contentsOf: sealedAttributes.tag)
+        file.append(contentsOf: attributesSection)
         file.append(contentsOf: sealedSecret.ciphertext)
         file.append(contentsOf: sealedSecret.tag)
         return file
@@ -95,12 +100,12 @@ enum ItemFile {
     /// Parses and bounds-checks a header; nothing in it is trusted until a section decrypts.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (wrong magic, sizes, store) or `.unsupportedVersion`.
-    static func decodeHeader(_ bytes: [UInt8], fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
+    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
         do {
-            var reader = WireReader(bytes)
-            guard try reader.readBytes(4) == magic else {
+            guard bytes.prefix(4).elementsEqual(magic) else {
                 throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
             }
+            var reader = WireReader(Array(bytes.dropFirst(4)))
             // The store's format version is authenticated in store.meta, and a store whose version
             // this build does not know is refused when it is opened. An item of another version in
             // a version-1 store was therefore not written by any TPMKeychain: it was modified.
@@ -129,7 +134,7 @@ enum ItemFile {
             guard fileStoreID == storeID else {
                 throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
             }
-            let header = Header(bytes: bytes, storeID: fileStoreID, itemID: itemID, generation: generation,
+            let header = Header(bytes: Array(bytes), storeID: fileStoreID, itemID: itemID, generation: generation,
                                 accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
                                 attributesLength: attributesLength, secretLength: secretLength)
             guard header.fileSize == fileSize else {
@@ -144,12 +149,12 @@ enum ItemFile {
     }
 
     /// Decrypts the attributes and checks that they name the item the file was found for.
+    /// `key` is the write's item key (``StoreKeys/itemKey(salt:storeID:)`` of the header's salt).
     ///
     /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file belongs to another item.
-    static func decryptAttributes(_ sealed: [UInt8], header: Header, keys: StoreKeys, expected: ItemIdentity?,
+    static func decryptAttributes(_ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey, expected: ItemIdentity?,
                                   path: String) throws(KeychainError) -> ItemAttributes {
-        let key = keys.itemKey(salt: header.salt, storeID: header.storeID)
-        let plaintext = try open(sealed, key: key, nonce: header.nonce, header: header, path: path)
+        let plaintext = try open(sealed, key: key, nonce: header.nonce, authenticating: header.bytes, path: path)
         let attributes = try decodeAttributes(plaintext, header: header, path: path)
         if let expected {
             guard attributes.service == expected.service, attributes.account == expected.account,
@@ -161,18 +166,51 @@ enum ItemFile {
     }
 
     /// Decrypts the secret section.
-    static func decryptSecret(_ sealed: [UInt8], header: Header, keys: StoreKeys, path: String) throws(KeychainError) -> ItemValue {
-        let key = keys.itemKey(salt: header.salt, storeID: header.storeID)
-        return ItemValue(kind: header.kind, bytes: try open(sealed, key: key, nonce: secretNonce(header.nonce), header: header, path: path))
+    /// Decrypts the secret section of the item `identity` names.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when the file was modified or belongs to another item.
+    /// `file` is the whole item file; its attributes section is authenticated along with the secret.
+    static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, identity: ItemIdentity,
+                              path: String) throws(KeychainError) -> ItemValue {
+        try decryptSecret(of: file, header: header, key: key, encodedIdentity: encode(identity), path: path)
     }
 
-    private static func open(_ sealed: [UInt8], key: SymmetricKey, nonce: [UInt8], header: Header, path: String) throws(KeychainError) -> [UInt8] {
+    /// As above, with the identity already encoded by ``encode(_:)`` (the store caches it).
+    static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, encodedIdentity: [UInt8],
+                              path: String) throws(KeychainError) -> ItemValue {
+        var aad = header.bytes
+        aad.reserveCapacity(header.bytes.count + encodedIdentity.count + header.attributesRange.count)
+        aad.append(contentsOf: encodedIdentity)
+        aad.append(contentsOf: file[header.attributesRange])
+        return ItemValue(kind: header.kind, bytes: try open(file[header.secretRange], key: key, nonce: secretNonce(header.nonce),
+                                                            authenticating: aad, path: path))
+    }
+
+    /// The secret section's additional data: the header, the identity it belongs to, and the
+    /// attributes section as stored (ciphertext and tag).
+    static func secretAAD(_ header: [UInt8], _ identity: ItemIdentity, _ attributesSection: ArraySlice<UInt8>) -> [UInt8] {
+        header + encode(identity) + attributesSection
+    }
+
+    /// Access group, service and account, each as UINT32 length and UTF-8.
+    static func encode(_ identity: ItemIdentity) -> [UInt8] {
+        var writer = WireWriter()
+        for field in [identity.accessGroup, identity.service, identity.account] {
+            let bytes = Array(field.utf8)
+            writer.append(UInt32(bytes.count))
+            writer.append(raw: bytes)
+        }
+        return writer.bytes
+    }
+
+    private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
+                             path: String) throws(KeychainError) -> [UInt8] {
         do {
             let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
                                             tag: sealed.suffix(tagSize))
-            return Array(try AES.GCM.open(box, using: key, authenticating: header.bytes))
+            return Array(try AES.GCM.open(box, using: key, authenticating: aad))
         } catch {
-            throw KeychainError(.tampered, "\(path) failed authentication: it was modified or damaged")
+            throw KeychainError(.tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
         }
     }
 

@@ -40,9 +40,13 @@ struct StoreKeys: Sendable {
             message.append(contentsOf: bytes)
         }
         let mac = HMAC<SHA256>.authenticationCode(for: message, using: names)
-        return mac.prefix(16).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        var hex: [UInt8] = []
+        hex.reserveCapacity(32)
+        for byte in mac.prefix(16) {
+            hex.append(digits[Int(byte >> 4)])
+            hex.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: hex, as: UTF8.self)
     }
 }

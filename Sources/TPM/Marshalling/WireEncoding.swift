@@ -33,10 +33,15 @@ package struct WireReader {
 
     package var remaining: Int { bytes.count - offset }
 
-    package mutating func readUInt8() throws(TPMError) -> UInt8 { try take(1)[0] }
+    package mutating func readUInt8() throws(TPMError) -> UInt8 {
+        try need(1)
+        defer { offset += 1 }
+        return bytes[offset]
+    }
     package mutating func readUInt16() throws(TPMError) -> UInt16 {
-        let raw = try take(2)
-        return UInt16(raw[0]) << 8 | UInt16(raw[1])
+        try need(2)
+        defer { offset += 2 }
+        return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1])
     }
     package mutating func readUInt32() throws(TPMError) -> UInt32 {
         UInt32(try readUInt16()) << 16 | UInt32(try readUInt16())
@@ -55,11 +60,16 @@ package struct WireReader {
 
     /// The next `count` bytes as a zero-based array.
     private mutating func take(_ count: Int) throws(TPMError) -> [UInt8] {
+        try need(count)
+        defer { offset += count }
+        return Array(bytes[offset..<offset + count])
+    }
+
+    /// Integers are read in place; only byte strings are copied out.
+    private func need(_ count: Int) throws(TPMError) {
         guard count >= 0, count <= remaining else {
             throw TPMError(.malformedData, "Data ends \(count - remaining) bytes early")
         }
-        defer { offset += count }
-        return Array(bytes[offset..<offset + count])
     }
 }
 

@@ -8,15 +8,16 @@ import Glibc
 /// flock locks belong to an open file description, so two locks opened separately conflict even
 /// inside one process: each writer opens its own. The kernel releases the lock when the holder
 /// dies, so a killed writer never leaves the store locked.
-final class DirectoryLock {
+final class FileLock {
     private let descriptor: Int32
 
-    /// Blocks until the lock on `path` (created 0600 if missing) is held.
+    /// Blocks until the lock on `name` in `directory` (created 0600 if missing) is held.
     ///
     /// - Throws: ``KeychainError`` `.storageFailed` or `.unsafeFileSystem`.
-    init(_ path: String) throws(KeychainError) {
+    init(_ name: String, in directory: Directory) throws(KeychainError) {
+        let path = directory.path + "/" + name
         do {
-            descriptor = try retryingInterrupts { open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+            descriptor = try retryingInterrupts { openat(directory.descriptor, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         } catch where error.rawValue == ELOOP {
             throw KeychainError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
         } catch {

@@ -1,0 +1,274 @@
+import SystemCalls
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An open, verified directory: every file operation of the store goes through one, relative to
+/// its descriptor (openat, renameat, unlinkat, linkat).
+///
+/// Opening verifies it: O_NOFOLLOW|O_DIRECTORY on the last component, then fstat for owner and
+/// mode; ``revalidate()`` repeats the fstat. Operations use the verified inode, so a path swapped
+/// for a symlink afterwards is never followed, and each file open walks one component.
+final class Directory: Sendable {
+    let descriptor: Int32
+    /// For messages only; operations never resolve it again.
+    let path: String
+
+    private init(descriptor: Int32, path: String) {
+        self.descriptor = descriptor
+        self.path = path
+    }
+
+    deinit { closeDescriptor(descriptor) }
+
+    /// Opens `name` inside `parent` (or the absolute `name` when `parent` is nil), creating it
+    /// with mode 0700 first when `create` is set.
+    ///
+    /// - Returns: nil when it does not exist and `create` is false.
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` (a symlink or non-directory, another owner,
+    ///   group or world access), `.storageFailed`.
+    static func open(_ name: String, in parent: Directory?, create: Bool) throws(KeychainError) -> Directory? {
+        let base = parent?.descriptor ?? AT_FDCWD
+        let path = parent.map { $0.path + "/" + name } ?? name
+        if create {
+            do {
+                try retryingInterrupts { mkdirat(base, name, 0o700) }
+            } catch where error.rawValue == EEXIST {
+            } catch {
+                throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
+            }
+        }
+        let descriptor: Int32
+        do {
+            descriptor = try retryingInterrupts { openat(base, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        } catch where error.rawValue == ENOENT && !create {
+            return nil
+        } catch where error.rawValue == ELOOP || error.rawValue == ENOTDIR {
+            throw KeychainError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
+        }
+        let directory = Directory(descriptor: descriptor, path: path)
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        try Ownership.check(status, path: path)
+        return directory
+    }
+
+    /// Checks the open directory again (one fstat, no path walk): still ours and 0700.
+    ///
+    /// - Returns: false when it was removed from the file system while we held it open.
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` when its owner or mode changed.
+    func revalidate() throws(KeychainError) -> Bool {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        try Ownership.check(status, path: path)
+        return status.st_nlink > 0
+    }
+
+    // MARK: Files
+
+    /// Opens a regular file for reading after checking it is ours, not group or world accessible,
+    /// and singly linked.
+    ///
+    /// - Returns: nil when the file does not exist.
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` or `.storageFailed`.
+    func openFile(_ name: String) throws(KeychainError) -> OpenFile? {
+        let path = self.path + "/" + name
+        let fileDescriptor: Int32
+        do {
+            fileDescriptor = try retryingInterrupts { openat(descriptor, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+        } catch where error.rawValue == ENOENT {
+            return nil
+        } catch where error.rawValue == ELOOP {
+            throw KeychainError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(path)", underlying: error)
+        }
+        let file = OpenFile(descriptor: fileDescriptor, path: path)
+        var status = stat()
+        guard fstat(fileDescriptor, &status) == 0 else {
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw KeychainError(.unsafeFileSystem, "\(path) is not a regular file")
+        }
+        guard status.st_nlink == 1 else {
+            throw KeychainError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
+        }
+        try Ownership.check(status, path: path)
+        file.size = Int(status.st_size)
+        return file
+    }
+
+    /// The suffix of a file being written; one left behind belongs to a writer that died.
+    static let temporarySuffix = ".tmp"
+
+    /// Replaces `name` atomically: `<name>.tmp` written, fsynced, renamed over `name`, then the
+    /// directory fsynced so the rename itself is durable. A crash at any point leaves the old file
+    /// or the new one, and at worst `<name>.tmp`.
+    ///
+    /// The caller holds the directory's lock, so no live writer owns `<name>.tmp`: a leftover
+    /// belongs to a writer that died and is removed first. One fixed name per target means at most
+    /// one leftover per item and no directory scan on the write path.
+    ///
+    /// - Throws: ``KeychainError`` `.storageFailed`.
+    func replace(_ name: String, with bytes: [UInt8], durable: Bool) throws(KeychainError) {
+        let temporary = name + Self.temporarySuffix
+        _ = unlinkat(descriptor, temporary, 0)
+        let fileDescriptor: Int32
+        do {
+            fileDescriptor = try retryingInterrupts {
+                openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            }
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create \(path)/\(temporary)", underlying: error)
+        }
+        do {
+            try Self.writeAll(fileDescriptor, bytes)
+            if durable { try retryingInterrupts { fsync(fileDescriptor) } }
+            closeDescriptor(fileDescriptor)
+            try retryingInterrupts { renameat(descriptor, temporary, descriptor, name) }
+        } catch {
+            closeDescriptor(fileDescriptor)
+            _ = unlinkat(descriptor, temporary, 0)
+            throw KeychainError(.storageFailed, "Cannot write \(path)/\(name)", underlying: error)
+        }
+        if durable { try sync() }
+    }
+
+    /// Creates `name` with `bytes` only if nothing exists there (linkat of a complete temporary
+    /// file, so a reader never sees a partial file and two creators cannot both win).
+    ///
+    /// - Returns: false if the file already existed.
+    func createExclusively(_ name: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
+        let temporary = name + ".new"
+        try replace(temporary, with: bytes, durable: true)
+        defer { _ = unlinkat(descriptor, temporary, 0) }
+        do {
+            try retryingInterrupts { linkat(descriptor, temporary, descriptor, name, 0) }
+        } catch where error.rawValue == EEXIST {
+            return false
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create \(path)/\(name)", underlying: error)
+        }
+        try sync()
+        return true
+    }
+
+    /// Removes a file. - Returns: false if it did not exist.
+    func remove(_ name: String, durable: Bool) throws(KeychainError) -> Bool {
+        do {
+            try retryingInterrupts { unlinkat(descriptor, name, 0) }
+        } catch where error.rawValue == ENOENT {
+            return false
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+        }
+        if durable { try sync() }
+        return true
+    }
+
+    /// The names in the directory (not . and ..).
+    func entries() throws(KeychainError) -> [String] {
+        let copy = dup(descriptor)
+        guard copy >= 0, let stream = fdopendir(copy) else {
+            if copy >= 0 { closeDescriptor(copy) }
+            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
+        }
+        defer { closedir(stream) }
+        // The copy shares its position with our descriptor: start from the beginning every time.
+        rewinddir(stream)
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Takes the directory's writer lock (`<directory>/<name>`, an flock, released on deinit).
+    func lock(_ name: String) throws(KeychainError) -> FileLock {
+        try FileLock(name, in: self)
+    }
+
+    /// fsync of the directory, so renames and unlinks in it are durable.
+    func sync() throws(KeychainError) {
+        do {
+            try retryingInterrupts { fsync(descriptor) }
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot sync the directory \(path)", underlying: error)
+        }
+    }
+
+    private static func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) throws(Errno) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = try retryingInterrupts {
+                bytes.withUnsafeBytes { raw in write(descriptor, raw.baseAddress! + offset, raw.count - offset) }
+            }
+            offset += written
+        }
+    }
+}
+
+/// The store's files belong to this user alone.
+enum Ownership {
+    /// The effective user never changes under us; asking the kernel once saves a syscall per file.
+    static let effectiveUser = geteuid()
+
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` for another owner or any group/other bits.
+    static func check(_ status: stat, path: String) throws(KeychainError) {
+        guard status.st_uid == effectiveUser else {
+            throw KeychainError(.unsafeFileSystem, "\(path) belongs to user \(status.st_uid), not to this user (\(effectiveUser)); refusing to use it")
+        }
+        guard status.st_mode & 0o077 == 0 else {
+            let mode = String(status.st_mode & 0o777, radix: 8)
+            throw KeychainError(.unsafeFileSystem, "\(path) has mode \(mode); the keychain requires 0700 directories and 0600 files")
+        }
+    }
+}
+
+/// A file open for reading; closed when released.
+final class OpenFile {
+    let descriptor: Int32
+    let path: String
+    var size = 0
+
+    init(descriptor: Int32, path: String) {
+        self.descriptor = descriptor
+        self.path = path
+    }
+
+    deinit { closeDescriptor(descriptor) }
+
+    /// Reads exactly `count` bytes at `offset`.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when the file is shorter, `.storageFailed` on I/O errors.
+    func read(count: Int, at offset: Int) throws(KeychainError) -> [UInt8] {
+        guard count >= 0, offset >= 0, offset + count <= size else {
+            throw KeychainError(.tampered, "\(path) is truncated")
+        }
+        var buffer = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let read: Int
+            do {
+                read = try retryingInterrupts {
+                    buffer.withUnsafeMutableBytes { raw in pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset + done)) }
+                }
+            } catch {
+                throw KeychainError(.storageFailed, "Cannot read \(path)", underlying: error)
+            }
+            guard read > 0 else { throw KeychainError(.tampered, "\(path) is truncated") }
+            done += read
+        }
+        return buffer
+    }
+}
