@@ -75,12 +75,14 @@ package final class ItemStore: Sendable {
         if let file = try rootDirectory.openFile("store.meta") {
             guard file.size <= 4096 + 128 else { throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata") }
             let (metadata, mac) = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
-            let masterKey = try withTPM(tpm, root: root) { try $0.unseal(metadata.sealedMasterKey) }
+            let cache = StorageKeyContextFile(directory: rootDirectory)
+            let masterKey = try withTPM(tpm, root: root, cache: cache) { try $0.unseal(metadata.sealedMasterKey) }
             keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
             try metadata.verify(mac, metadataKey: keys.metadata, path: metadataPath)
             storeID = metadata.storeID
         } else {
-            let (masterKey, sealed) = try withTPM(tpm, root: root) { try $0.generateSealedKey() }
+            let cache = StorageKeyContextFile(directory: rootDirectory)
+            let (masterKey, sealed) = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
             let metadata = StoreMetadata(storeID: randomBytes(16), createdAt: Date(), sealedMasterKey: sealed)
             keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
             guard try rootDirectory.createExclusively("store.meta", with: metadata.serialized(metadataKey: keys.metadata)) else {
@@ -105,10 +107,10 @@ package final class ItemStore: Sendable {
         caches.withLock { $0 = Caches() }
     }
 
-    private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String,
+    private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile,
                                              _ body: (TPMConnection) throws -> R) throws(KeychainError) -> R {
         do {
-            let tpm = try TPMConnection(configuration)
+            let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
             defer { tpm.close() }
             return try body(tpm)
         } catch let error as TPMError {

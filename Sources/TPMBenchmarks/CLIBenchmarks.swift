@@ -19,11 +19,13 @@ struct CLIBenchmarks {
     let iterations: Int?
 
     func run() throws {
-        let executable = siblingExecutable("tpm-keychain")
+        // The shipped CLI is linked with --static-swift-stdlib (its own build directory); name it here.
+        let executable = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_CLI"] ?? siblingExecutable("tpm-keychain")
         guard FileManager.default.isExecutableFile(atPath: executable) else {
-            print("\n== CLI: build it first with `swift build -c release --product tpm-keychain`")
+            print("\n== CLI: build it first with `swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain`")
             return
         }
+        print("CLI under test: \(executable)")
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
         let tcti = simulator.tcti

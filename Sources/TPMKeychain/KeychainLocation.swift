@@ -27,11 +27,16 @@ public struct KeychainLocation: Sendable, Hashable {
     /// Whether a store was ever created here; answers without opening it or touching the TPM.
     public var storeExists: Bool { ItemStore.exists(at: path) }
 
-    /// `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`.
-    public static var dataDirectory: String {
-        if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+    /// `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`; worked out once per process.
+    public static var dataDirectory: String { resolvedDataDirectory }
+
+    private static let resolvedDataDirectory: String = {
+        let environment = ProcessInfo.processInfo.environment
+        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
             return data + "/tpm-keychain"
         }
-        return NSHomeDirectory() + "/.local/share/tpm-keychain"
-    }
+        // $HOME first: NSHomeDirectory() asks the user database (NSS, /etc/passwd) on every call.
+        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        return home + "/.local/share/tpm-keychain"
+    }()
 }

@@ -15,11 +15,14 @@ final class Engine {
     private let accessLock: TPMAccessLock?
     /// Off only in tests that show what the bus carries without it.
     let parameterEncryption: Bool
+    /// Where the storage key's context is kept between processes, if anywhere.
+    let contextCache: (any StorageKeyContextCache)?
     var storageKeys: [StorageKeyAlgorithm: StorageRootKey] = [:]
 
-    init(configuration: TPMConfiguration, parameterEncryption: Bool) throws {
+    init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws {
         self.configuration = configuration
         self.parameterEncryption = parameterEncryption
+        self.contextCache = contextCache
         Self.quietTSSLogging
         accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
 

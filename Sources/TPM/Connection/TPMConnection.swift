@@ -20,14 +20,19 @@ public final class TPMConnection: Sendable {
     ///
     /// - Throws: ``TPMError`` `.tpmUnavailable` naming the TCTI that was tried, or `.busy` when
     ///   another process holds a TPM without resource manager for too long.
-    public convenience init(_ configuration: TPMConfiguration = .fromEnvironment()) throws {
-        try self.init(configuration, parameterEncryption: true)
+    /// - Parameter storageKeyContextCache: where to keep the storage key's TPM context between
+    ///   processes, to skip deriving it again (see ``StorageKeyContextCache``); nil derives it per connection.
+    public convenience init(_ configuration: TPMConfiguration = .fromEnvironment(),
+                            storageKeyContextCache: (any StorageKeyContextCache)? = nil) throws {
+        try self.init(configuration, parameterEncryption: true, storageKeyContextCache: storageKeyContextCache)
     }
 
     /// Tests turn parameter encryption off to show what would otherwise cross the bus.
-    init(_ configuration: TPMConfiguration, parameterEncryption: Bool) throws {
+    init(_ configuration: TPMConfiguration, parameterEncryption: Bool,
+         storageKeyContextCache: (any StorageKeyContextCache)? = nil) throws {
         self.configuration = configuration
-        engine = Mutex(try Engine(configuration: configuration, parameterEncryption: parameterEncryption))
+        engine = Mutex(try Engine(configuration: configuration, parameterEncryption: parameterEncryption,
+                                  contextCache: storageKeyContextCache))
     }
 
     /// Flushes what this connection loaded and disconnects; later calls throw `.connectionClosed`.

@@ -32,6 +32,10 @@ extension Engine {
             try Self.verify(cached.name, against: pinnedName)
             return cached
         }
+        if let pinnedName, let cached = try cachedStorageKey(named: pinnedName, algorithm: preferred) {
+            storageKeys[preferred] = cached
+            return cached
+        }
         if let pinnedName, let persistent = try persistentStorageKey(named: pinnedName, algorithm: preferred) {
             tpmLogger.debug("using the persistent storage key", metadata: ["handle": "0x81000001"])
             storageKeys[preferred] = persistent
@@ -54,8 +58,23 @@ extension Engine {
         }
         tpmLogger.debug("derived the storage key", metadata: ["algorithm": "\(chosen.rawValue)"])
         let key = StorageRootKey(handle: created.handle, name: created.name, algorithm: chosen, isPersistent: false)
+        if let contextCache, let context = try? saveContext(created.handle) {
+            contextCache.saveStorageKeyContext(context)
+        }
         storageKeys[chosen] = key
         return key
+    }
+
+    /// The storage key from the context cache, if the TPM accepts the saved context and the key
+    /// has the pinned name; otherwise nil, with nothing left loaded.
+    private func cachedStorageKey(named pinnedName: [UInt8], algorithm: StorageKeyAlgorithm) throws -> StorageRootKey? {
+        guard let context = contextCache?.loadStorageKeyContext(), let handle = try? loadContext(context) else { return nil }
+        guard let name = try? name(of: handle), name == pinnedName else {
+            flush(handle)
+            return nil
+        }
+        tpmLogger.debug("loaded the storage key from its saved context")
+        return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: false)
     }
 
     private func persistentStorageKey(named pinnedName: [UInt8], algorithm: StorageKeyAlgorithm) throws -> StorageRootKey? {

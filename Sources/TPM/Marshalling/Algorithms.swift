@@ -36,6 +36,9 @@ enum TPMProperty {
     static let vendorStrings: [UInt32] = [0x106, 0x107, 0x108, 0x109]
     static let firmwareVersion1: UInt32 = 0x10B
     static let firmwareVersion2: UInt32 = 0x10C
+    /// TPM_PT_HR_LOADED: sessions loaded now; TPM_PT_HR_ACTIVE (two further): sessions active (saved or loaded).
+    static let loadedSessions: UInt32 = 0x203
+    static let activeSessions: UInt32 = 0x205
 }
 
 /// TPM 2.0 Part 2 §7 handle ranges and capability limits. tss2_tpm2_types.h writes these as
