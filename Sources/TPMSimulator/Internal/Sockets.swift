@@ -3,6 +3,7 @@
 // with SOCK_CLOEXEC so that children spawned concurrently by other threads never inherit it.
 
 package import SystemCalls
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -23,15 +24,12 @@ package enum LoopbackSocket {
         attempts: Int = 64
     ) throws(Errno) -> (port: Int, first: Int32, second: Int32) {
         var lastError = Errno(rawValue: EADDRINUSE)
+        let candidates = candidatePorts()
         for _ in 0..<attempts {
             let first = try makeSocket()
             do throws(Errno) {
-                try bindSocket(first, host: host, port: 0)
-                let port = try localPort(of: first)
-                guard port < 65535 else {
-                    closeDescriptor(first)
-                    continue
-                }
+                let port = Int.random(in: candidates)
+                try bindSocket(first, host: host, port: port)
                 let second = try makeSocket()
                 do throws(Errno) {
                     try bindSocket(second, host: host, port: port + 1)
@@ -165,8 +163,33 @@ package enum LoopbackSocket {
 
     // MARK: - Helpers
 
+    /// Where to look for a free pair: below the kernel's ephemeral range, because every TPM command
+    /// through the tss2 swtpm TCTI is its own TCP connection and a busy run can leave the whole
+    /// ephemeral range in client-side TIME_WAIT, where even bind(port 0) finds nothing.
+    private static func candidatePorts() -> ClosedRange<Int> {
+        var low = 32768
+        if let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8),
+           let first = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first, let value = Int(first) {
+            low = value
+        }
+        return low > 12_000 ? 10_000...(low - 2) : 61_000...65_533
+    }
+
+    /// A listening-socket candidate with SO_REUSEADDR, as servers (swtpm included) bind theirs:
+    /// every TPM command through the tss2 swtpm TCTI is its own TCP connection, so a busy test run
+    /// leaves thousands of loopback ports in TIME_WAIT, which would otherwise refuse the bind.
     private static func makeSocket() throws(Errno) -> Int32 {
-        try retryingInterrupts { socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0) }
+        let descriptor = try retryingInterrupts { socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0) }
+        var enable: Int32 = 1
+        do {
+            try retryingInterrupts {
+                setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &enable, socklen_t(MemoryLayout<Int32>.size))
+            }
+        } catch {
+            closeDescriptor(descriptor)
+            throw error
+        }
+        return descriptor
     }
 
     private static func socketAddress(host: String, port: Int) throws(Errno) -> sockaddr_in {
