@@ -23,7 +23,7 @@ struct ExpectedStore: Decodable {
         // git keeps neither 0700 nor 0600; a store restored that way needs its modes back.
         for case let relative as String in FileManager.default.enumerator(atPath: copy)! {
             var isDirectory: ObjCBool = false
-            FileManager.default.fileExists(atPath: copy + "/" + relative, isDirectory: &isDirectory)
+            _ = FileManager.default.fileExists(atPath: copy + "/" + relative, isDirectory: &isDirectory)
             try FileManager.default.setAttributes([.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600],
                                                   ofItemAtPath: copy + "/" + relative)
         }
