@@ -15,8 +15,6 @@ public enum StorageKeyAlgorithm: String, Sendable, Hashable, Codable {
 struct PublicTemplate: Equatable {
     /// The marshalled TPMT_PUBLIC.
     let bytes: [UInt8]
-    /// How many trailing bytes are the `unique` field, which the TPM replaces on creation.
-    let uniqueLength: Int
 
     /// TCG TPM v2.0 Provisioning Guidance §7.5.1, "Storage Primary Key (SRK) Templates": the
     /// owner-hierarchy storage key every TCG-conformant tool derives, so a persistent SRK made by
@@ -50,7 +48,7 @@ struct PublicTemplate: Equatable {
             unique.appendSized([UInt8](repeating: 0, count: 256))
         }
         writer.append(raw: unique.bytes)
-        return PublicTemplate(bytes: writer.bytes, uniqueLength: unique.bytes.count)
+        return PublicTemplate(bytes: writer.bytes)
     }
 
     /// A sealed-data object (keyed-hash with no scheme) under a storage parent.
@@ -67,11 +65,8 @@ struct PublicTemplate: Equatable {
         writer.appendSized(policy.bytes)
         writer.append(AlgorithmID.null)                // keyed-hash scheme
         writer.appendSized([])                         // unique: computed by the TPM
-        return PublicTemplate(bytes: writer.bytes, uniqueLength: 2)
+        return PublicTemplate(bytes: writer.bytes)
     }
-
-    /// Everything but `unique`: what must match for a key to have been made from this template.
-    var templatePrefix: ArraySlice<UInt8> { bytes.dropLast(uniqueLength) }
 
     /// The TPM2B_PUBLIC wrapping (size prefix) that Tss2_MU unmarshals.
     var sizedBytes: [UInt8] {
