@@ -125,12 +125,11 @@ package final class ItemStore: Sendable {
         guard root.hasPrefix("/") else {
             throw KeychainError(.invalidParameter, "The store path must be absolute: \(root)")
         }
-        var path = ""
-        for component in root.split(separator: "/").dropLast() {
-            path += "/" + component
-            if mkdir(path, 0o700) != 0 && errno != EEXIST {
-                throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: Errno.current)
-            }
+        let parent = String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)])
+        do {
+            try createDirectories(parent)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create the directories of \(root)", underlying: error)
         }
     }
 

@@ -193,9 +193,21 @@ final class Directory: Sendable {
         return names
     }
 
-    /// Takes the directory's writer lock (`<directory>/<name>`, an flock, released on deinit).
-    func lock(_ name: String) throws(KeychainError) -> FileLock {
-        try FileLock(name, in: self)
+    /// Takes the directory's writer lock (`<directory>/<name>`, an flock held until the returned
+    /// object is released), blocking until writers before us are done.
+    ///
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` for a symlink, `.storageFailed` otherwise.
+    func lock(_ name: String) throws(KeychainError) -> LockFile {
+        let lockPath = path + "/" + name
+        do {
+            let file = try LockFile(name, in: descriptor)
+            try file.lock(wait: true)
+            return file
+        } catch where error.rawValue == ELOOP {
+            throw KeychainError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot lock \(lockPath)", underlying: error)
+        }
     }
 
     /// fsync of the directory, so renames and unlinks in it are durable.

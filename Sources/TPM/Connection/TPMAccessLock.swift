@@ -12,7 +12,7 @@ import Glibc
 /// only user, so whatever is loaded when the lock is taken was left by a process that died, and
 /// may be flushed. The kernel drops the lock when its holder dies, however it dies.
 final class TPMAccessLock {
-    private let descriptor: Int32
+    private let file: LockFile
 
     /// - Throws: ``TPMError`` `.busy` when another process holds the TPM past `timeout`, or
     ///   `.invalidArgument` when the lock directory is unsafe (a symlink, another owner, group or
@@ -22,33 +22,25 @@ final class TPMAccessLock {
         try Self.prepareDirectory(directory)
         let digest = SHA256.hash(data: Array(configuration.tcti.utf8)).prefix(12)
         let path = directory + "/tcti-" + Array(digest).hexString + ".lock"
-        let opened: Int32
         do {
-            opened = try retryingInterrupts {
-                open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-            }
+            file = try LockFile(path)
         } catch {
             throw TPMError(.invalidArgument, "Cannot open the TPM lock file \(path): \(error)")
         }
-        descriptor = opened
+        // Poll rather than block, so a process that never lets go surfaces as `.busy`.
         let deadline = ContinuousClock.now + timeout
-        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
-            let code = errno
-            guard code == EWOULDBLOCK || code == EINTR else {
-                close(descriptor)
-                throw TPMError(.other, "Cannot lock \(path): \(String(cString: strerror(code)))")
+        do {
+            while try !file.lock(wait: false) {
+                guard ContinuousClock.now < deadline else {
+                    throw TPMError(.busy, "Another process has been using the TPM at \(configuration.tcti) for longer than \(timeout)")
+                }
+                usleep(2_000)
             }
-            guard ContinuousClock.now < deadline else {
-                close(descriptor)
-                throw TPMError(.busy, "Another process has been using the TPM at \(configuration.tcti) for longer than \(timeout)")
-            }
-            usleep(2_000)
+        } catch let error as TPMError {
+            throw error
+        } catch {
+            throw TPMError(.other, "Cannot lock \(path): \(error)")
         }
-    }
-
-    deinit {
-        // Closing the descriptor releases the flock.
-        close(descriptor)
     }
 
     private static func prepareDirectory(_ path: String) throws(TPMError) {

@@ -1,6 +1,7 @@
 import Foundation
 import TPM
 import TPMSimulator
+import SystemCalls
 
 /// Which TPM a command talks to, chosen the way every `tpm-keychain` verb does:
 /// `TPM_KEYCHAIN_TCTI` if set, else the kernel's resource-managed device if this user may use it,
@@ -20,7 +21,9 @@ final class TPMSelection {
     let simulatorStartup: Duration?
     private let simulator: SoftwareTPM?
     /// Held while the embedded simulator runs: one swtpm per state directory, across processes.
-    private let simulatorLock: FileLock?
+    /// Held while the embedded swtpm runs: its state directory serves one swtpm at a time, so
+    /// other tpm-keychain processes on the same store wait their turn.
+    private var simulatorLock: LockFile?
 
     /// - Parameter storeDirectory: the keychain store's directory (absolute). Created (0700) only
     ///   when the embedded simulator is needed, since its state lives there.
@@ -37,8 +40,7 @@ final class TPMSelection {
             (simulator, simulatorLock, simulatorStartup) = (nil, nil, nil)
         } else {
             try StoreDirectory.create(storeDirectory)
-            let lock = try FileLock(storeDirectory + "/simulator.lock",
-                                    waitingMessage: "tpm-keychain: waiting for another tpm-keychain using the simulated TPM of \(storeDirectory)")
+            let lock = try Self.lockSimulator(storeDirectory)
             let stateDirectory = storeDirectory + "/swtpm"
             let clock = ContinuousClock()
             let start = clock.now
@@ -77,7 +79,21 @@ final class TPMSelection {
     /// Stops the embedded simulator, then lets the next process start its own. Idempotent.
     func stop() {
         simulator?.stop()
-        simulatorLock?.release()
+        simulatorLock = nil
+    }
+
+    private static func lockSimulator(_ storeDirectory: String) throws(CommandFailure) -> LockFile {
+        let path = storeDirectory + "/simulator.lock"
+        do {
+            let lock = try LockFile(path)
+            if try !lock.lock(wait: false) {
+                printError("tpm-keychain: waiting for another tpm-keychain using the simulated TPM of \(storeDirectory)")
+                try lock.lock(wait: true)
+            }
+            return lock
+        } catch {
+            throw CommandFailure(ExitStatus.ioError, "cannot lock \(path): \(error)")
+        }
     }
 
     deinit { stop() }
