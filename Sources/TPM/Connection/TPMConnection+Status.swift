@@ -10,16 +10,16 @@ extension TPMConnection {
     /// - Throws: ``TPMError`` if the TPM cannot be asked.
     public func dictionaryAttackStatus() throws -> TPMDictionaryAttackStatus {
         try withEngine { engine in
-            let first = VariableProperty.permanent
-            let properties = try engine.properties(from: first, count: VariableProperty.lockoutRecovery - first + 1)
-            let permanent = properties[VariableProperty.permanent] ?? 0
+            let first = TPMProperty.permanent
+            let properties = try engine.properties(from: first, count: TPMProperty.lockoutRecovery - first + 1)
+            let permanent = properties[TPMProperty.permanent] ?? 0
             return TPMDictionaryAttackStatus(
-                failedAuthorizations: properties[VariableProperty.lockoutCounter] ?? 0,
-                maxAuthorizationFailures: properties[VariableProperty.maxAuthFail] ?? 0,
-                recoveryInterval: properties[VariableProperty.lockoutInterval] ?? 0,
-                lockoutRecovery: properties[VariableProperty.lockoutRecovery] ?? 0,
-                inLockout: permanent & VariableProperty.inLockoutBit != 0,
-                nvCounters: properties[VariableProperty.nvCounters] ?? 0)
+                failedAuthorizations: properties[TPMProperty.lockoutCounter] ?? 0,
+                maxAuthorizationFailures: properties[TPMProperty.maxAuthFail] ?? 0,
+                recoveryInterval: properties[TPMProperty.lockoutInterval] ?? 0,
+                lockoutRecovery: properties[TPMProperty.lockoutRecovery] ?? 0,
+                inLockout: permanent & TPMProperty.inLockoutBit != 0,
+                nvCounters: properties[TPMProperty.nvCounters] ?? 0)
         }
     }
 }
@@ -40,16 +40,4 @@ public struct TPMDictionaryAttackStatus: Sendable, Hashable {
     public let inLockout: Bool
     /// NV indices of type counter currently defined (every owner, not only this library's).
     public let nvCounters: UInt32
-}
-
-/// TPM 2.0 Part 2 §6.13, PT_VAR = 0x200.
-private enum VariableProperty {
-    static let permanent: UInt32 = 0x200
-    static let nvCounters: UInt32 = 0x20A
-    static let lockoutCounter: UInt32 = 0x20E
-    static let maxAuthFail: UInt32 = 0x20F
-    static let lockoutInterval: UInt32 = 0x210
-    static let lockoutRecovery: UInt32 = 0x211
-    /// TPMA_PERMANENT bit 9.
-    static let inLockoutBit: UInt32 = 1 << 9
 }

@@ -1,6 +1,5 @@
 internal import CTSS2
 import Crypto
-import Foundation
 import Synchronization
 
 /// A connection to one TPM through tpm2-tss's ESAPI.
@@ -70,7 +69,7 @@ public final class TPMConnection: Sendable {
                 tcti: configuration.tcti,
                 manufacturer: text(TPMProperty.manufacturer),
                 vendor: vendor,
-                firmwareVersion: String(format: "%08x.%08x", firmware1, firmware2),
+                firmwareVersion: Self.hex8(firmware1) + "." + Self.hex8(firmware2),
                 isSimulator: configuration.isSimulator)
         }
     }
@@ -207,7 +206,10 @@ public final class TPMConnection: Sendable {
     ///
     /// - Throws: ``TPMError`` `.nvIndexUninitialized` before the first increment.
     public func readNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws -> UInt64 {
-        let bytes = try readNV(index, count: 8, authValue: authValue)
+        // A counter's value is no secret: without a PIN no salted session (and so no storage key) is needed.
+        let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session in
+            try engine.readNV(handle, count: 8, offset: 0, session: session)
+        }
         return bytes.withUnsafeBytes { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
     }
 
@@ -292,6 +294,12 @@ public final class TPMConnection: Sendable {
     /// The decrypted response parameters ESAPI still holds (tests check that secrets are scrubbed).
     func responseBufferContents() throws -> [UInt8] {
         try withEngine { $0.responseBufferContents() }
+    }
+
+    /// Eight lower-case hex digits, as TPM firmware versions are usually shown.
+    private static func hex8(_ value: UInt32) -> String {
+        let digits = String(value, radix: 16)
+        return String(repeating: "0", count: max(0, 8 - digits.count)) + digits
     }
 
     private static func combine(_ first: SecretBytes, _ second: SecretBytes) -> SecretBytes {

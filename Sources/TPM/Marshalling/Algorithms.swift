@@ -30,15 +30,25 @@ enum CommandCode {
     static let policyPCR: UInt32 = 0x0000_017F
 }
 
-/// TPM 2.0 Part 2 §6.13 TPM_PT properties (PT_FIXED + n; compound macros in the C header).
+/// TPM 2.0 Part 2 §6.13 TPM_PT properties: PT_FIXED (0x100 + n), the TPM's identity, and PT_VAR
+/// (0x200 + n), its changing state. The C header spells them as compound macros.
 enum TPMProperty {
     static let manufacturer: UInt32 = 0x105
     static let vendorStrings: [UInt32] = [0x106, 0x107, 0x108, 0x109]
     static let firmwareVersion1: UInt32 = 0x10B
     static let firmwareVersion2: UInt32 = 0x10C
-    /// TPM_PT_HR_LOADED: sessions loaded now; TPM_PT_HR_ACTIVE (two further): sessions active (saved or loaded).
+
+    /// TPM_PT_PERMANENT (TPMA_PERMANENT bits; inLockout is bit 9).
+    static let permanent: UInt32 = 0x200
+    static let inLockoutBit: UInt32 = 1 << 9
+    /// TPM_PT_HR_LOADED: sessions loaded now; TPM_PT_HR_ACTIVE: sessions active (saved or loaded).
     static let loadedSessions: UInt32 = 0x203
     static let activeSessions: UInt32 = 0x205
+    static let nvCounters: UInt32 = 0x20A
+    static let lockoutCounter: UInt32 = 0x20E
+    static let maxAuthFail: UInt32 = 0x20F
+    static let lockoutInterval: UInt32 = 0x210
+    static let lockoutRecovery: UInt32 = 0x211
 }
 
 /// TPM 2.0 Part 2 §7 handle ranges and capability limits. tss2_tpm2_types.h writes these as
