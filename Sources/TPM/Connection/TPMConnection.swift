@@ -302,16 +302,17 @@ public final class TPMConnection: Sendable {
         return String(repeating: "0", count: max(0, 8 - digits.count)) + digits
     }
 
-    private static func combine(_ first: SecretBytes, _ second: SecretBytes) -> SecretBytes {
-        first.withUnsafeBytes { firstBytes in
-            second.withUnsafeBytes { secondBytes in
-                var hkdf = HMAC<SHA256>(key: SymmetricKey(data: firstBytes))
-                hkdf.update(data: secondBytes)
-                hkdf.update(data: Array("TPMKeychain sealed key v1".utf8))
-                let mac = hkdf.finalize()
-                return mac.withUnsafeBytes { SecretBytes(copying: $0) }
-            }
+    /// HKDF-SHA256 over both sources (OS randomness as the key material, TPM randomness as the
+    /// salt): the result is as strong as the stronger one. The intermediate keys are swift-crypto
+    /// `SymmetricKey`s, which zeroize their storage when released.
+    private static func combine(_ osRandom: SecretBytes, _ tpmRandom: SecretBytes) -> SecretBytes {
+        let material = osRandom.withUnsafeBytes { SymmetricKey(data: $0) }
+        let salt = tpmRandom.withUnsafeBytes { SymmetricKey(data: $0) }
+        let key = salt.withUnsafeBytes { saltBytes in
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: material, salt: saltBytes,
+                                   info: Array("TPMKeychain sealed key v1".utf8), outputByteCount: 32)
         }
+        return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 }
 
