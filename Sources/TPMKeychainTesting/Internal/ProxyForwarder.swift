@@ -24,7 +24,6 @@ final class ProxyForwarder: Sendable {
         var openDescriptors: Set<Int32> = []
         var pumpThreads: [JoinableThread] = []
         var acceptThreads: [JoinableThread] = []
-        var listenersClosed = false
     }
 
     private enum Channel { case command, control }

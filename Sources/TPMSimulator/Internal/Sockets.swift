@@ -211,17 +211,6 @@ package enum LoopbackSocket {
         }
     }
 
-    private static func localPort(of fd: Int32) throws(Errno) -> Int {
-        var address = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        try retryingInterrupts {
-            withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-            }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     private static func setTimeouts(_ fd: Int32, _ timeout: Duration) throws(Errno) {
         let (seconds, attoseconds) = timeout.components
         var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
