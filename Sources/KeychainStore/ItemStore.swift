@@ -231,7 +231,7 @@ package final class ItemStore: Sendable {
         let keys = try currentKeys()
         var all: [ItemAttributes] = []
         for name in try items.entries() {
-            guard let directory = try Directory.open(name, in: items, create: false) else { continue }
+            guard let directory = try serviceDirectory(name, create: false) else { continue }
             let found = try list(directory, keys: keys)
             for item in found where keys.name("service", [item.accessGroupName, item.service]) != name {
                 throw KeychainError(.tampered, "\(directory.path) holds an item of another service: files were moved")
