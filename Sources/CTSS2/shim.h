@@ -9,6 +9,9 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/random.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <tss2/tss2_common.h>
 #include <tss2/tss2_tpm2_types.h>
 #include <tss2/tss2_esys.h>
@@ -27,6 +30,21 @@ static inline void ctss2_secure_zero(void *pointer, size_t count) {
 /// getrandom(2), which Swift's Glibc module does not export.
 static inline ssize_t ctss2_getrandom(void *buffer, size_t count) {
     return getrandom(buffer, count, 0);
+}
+
+/// No core dump for this process: RLIMIT_CORE 0 (soft and hard) for ordinary dumps, and not
+/// dumpable, which also stops core_pattern pipes (systemd-coredump) and same-user ptrace.
+/// Returns 0 when both took effect.
+static inline int ctss2_disable_core_dumps(void) {
+    struct rlimit none = { 0, 0 };
+    int limit = setrlimit(RLIMIT_CORE, &none);
+    int dumpable = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    return (limit == 0 && dumpable == 0) ? 0 : -1;
+}
+
+/// Leaves whole pages out of any core dump (MADV_DONTDUMP); `pointer` must be page-aligned.
+static inline int ctss2_exclude_from_core_dumps(void *pointer, size_t count) {
+    return madvise(pointer, count, MADV_DONTDUMP);
 }
 
 #endif

@@ -9,9 +9,9 @@ import Glibc
 
 /// An opened keychain store: a directory of sealed item files under one TPM-sealed master key.
 ///
-///     <root>/               0700
+///     <root>/               0700  flock on the directory itself: creating or opening the store
 ///       store.meta          0600  format version, store ID, sealed master key, MAC
-///       store.lock          0600  flock: creating or opening the store
+///       storage-key.context 0600  the TPM context of the storage key, to skip deriving it again
 ///       items/              0700
 ///         <service>/        0700  HMAC(names key, access group, service), 32 hex digits
 ///           .lock           0600  flock: writers of this service, across processes
@@ -26,7 +26,7 @@ package final class ItemStore: Sendable {
     package let storeID: [UInt8]
     /// Off only where a benchmark fills a store with many items it will not need after a crash.
     package let durable: Bool
-    private let items: Directory
+    let items: Directory
     private let keys: Mutex<StoreKeys?>
     private let caches = Mutex(Caches())
 
@@ -48,89 +48,22 @@ package final class ItemStore: Sendable {
         let encodedIdentity: [UInt8]
     }
 
-    private init(root: String, storeID: [UInt8], items: Directory, keys: StoreKeys, durable: Bool) {
+    /// The longest a writer waits for another process's lock of a service.
+    let lockTimeout: Duration
+
+    init(root: String, storeID: [UInt8], items: Directory, keys: StoreKeys, durable: Bool, lockTimeout: Duration) {
         self.root = root
         self.storeID = storeID
         self.items = items
         self.keys = Mutex(keys)
         self.durable = durable
-    }
-
-    // MARK: Opening
-
-    /// Opens the store at `root`, creating it (and a new master key sealed to the TPM) if absent.
-    ///
-    /// - Throws: ``KeychainError``: `.wrongTPM` when the store was sealed by another TPM,
-    ///   `.tpmUnavailable`, `.tampered` for damaged metadata, `.unsafeFileSystem`, `.storageFailed`.
-    package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true) throws(KeychainError) -> ItemStore {
-        try createParents(of: root)
-        guard let rootDirectory = try Directory.open(root, in: nil, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create \(root)")
-        }
-        let lock = try rootDirectory.lock("store.lock")
-        defer { withExtendedLifetime(lock) {} }
-        let metadataPath = root + "/store.meta"
-        let storeID: [UInt8]
-        let keys: StoreKeys
-        if let file = try rootDirectory.openFile("store.meta") {
-            guard file.size <= 4096 + 128 else { throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata") }
-            let (metadata, mac) = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
-            let cache = StorageKeyContextFile(directory: rootDirectory)
-            let masterKey = try withTPM(tpm, root: root, cache: cache) { try $0.unseal(metadata.sealedMasterKey) }
-            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
-            try metadata.verify(mac, metadataKey: keys.metadata, path: metadataPath)
-            storeID = metadata.storeID
-        } else {
-            let cache = StorageKeyContextFile(directory: rootDirectory)
-            let (masterKey, sealed) = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
-            let metadata = StoreMetadata(storeID: randomBytes(16), createdAt: Date(), sealedMasterKey: sealed)
-            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
-            guard try rootDirectory.createExclusively("store.meta", with: metadata.serialized(metadataKey: keys.metadata)) else {
-                throw KeychainError(.storageFailed, "Another process created \(metadataPath) at the same time")
-            }
-            storeID = metadata.storeID
-        }
-        guard let items = try Directory.open("items", in: rootDirectory, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create \(root)/items")
-        }
-        return ItemStore(root: root, storeID: storeID, items: items, keys: keys, durable: durable)
-    }
-
-    /// Whether a store was ever created at `root` (its metadata exists), without opening it.
-    package static func exists(at root: String) -> Bool {
-        access(root + "/store.meta", F_OK) == 0
+        self.lockTimeout = lockTimeout
     }
 
     /// Erases the keys from memory; later calls throw `.storeClosed`.
     package func close() {
         keys.withLock { $0 = nil }
         caches.withLock { $0 = Caches() }
-    }
-
-    private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile,
-                                             _ body: (TPMConnection) throws -> R) throws(KeychainError) -> R {
-        do {
-            let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
-            defer { tpm.close() }
-            return try body(tpm)
-        } catch let error as TPMError {
-            throw KeychainError(tpmError: error, store: root)
-        } catch {
-            throw KeychainError(.tpmUnavailable, "The TPM failed", underlying: error)
-        }
-    }
-
-    /// Missing parents are created 0700; existing ones (such as ~/.local/share) are not ours to judge.
-    private static func createParents(of root: String) throws(KeychainError) {
-        guard root.hasPrefix("/") else {
-            throw KeychainError(.invalidParameter, "The store path must be absolute: \(root)")
-        }
-        let parent = String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)])
-        do {
-            try createDirectories(parent)
-        } catch {
-            throw KeychainError(.storageFailed, "Cannot create the directories of \(root)", underlying: error)
-        }
     }
 
     private func currentKeys() throws(KeychainError) -> StoreKeys {
@@ -310,7 +243,7 @@ package final class ItemStore: Sendable {
         guard let directory = try serviceDirectory(names.service, create: true) else {
             throw KeychainError(.storageFailed, "Cannot create the directory for service \"\(identity.service)\"")
         }
-        let lock = try directory.lock(".lock")
+        let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
 
         // Only an attribute update needs the old secret; an upsert with a value reads header and attributes.
@@ -361,7 +294,7 @@ package final class ItemStore: Sendable {
         let keys = try currentKeys()
         let names = names(identity, keys: keys)
         guard let directory = try serviceDirectory(names.service, create: false) else { return false }
-        let lock = try directory.lock(".lock")
+        let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         return try directory.remove(names.file, durable: durable)
     }
@@ -370,7 +303,7 @@ package final class ItemStore: Sendable {
     package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
         let keys = try currentKeys()
         guard let directory = try serviceDirectory(keys.name("service", [accessGroup, service]), create: false) else { return 0 }
-        let lock = try directory.lock(".lock")
+        let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
         for name in try directory.entries() {
@@ -413,24 +346,4 @@ func randomBytes(_ count: Int) -> [UInt8] {
         }
     }
     return bytes
-}
-
-extension KeychainError {
-    /// The store's view of a TPM failure.
-    init(tpmError error: TPMError, store: String) {
-        switch error.code {
-        case .wrongStorageKey:
-            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared); it cannot be opened here", underlying: error)
-        case .tpmUnavailable, .busy:
-            self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
-        case .authorizationFailed, .policyCheckFailed:
-            self.init(.authenticationFailed, "The TPM refused to unseal the keychain's key", underlying: error)
-        case .lockout:
-            self.init(.lockout, "The TPM is in dictionary-attack lockout", underlying: error)
-        case .malformedData:
-            self.init(.tampered, "The keychain's sealed master key is damaged", underlying: error)
-        default:
-            self.init(.tpmUnavailable, "The TPM failed while opening the keychain at \(store)", underlying: error)
-        }
-    }
 }

@@ -2,33 +2,50 @@
 ///
 /// Messages name what went wrong and what to do; they never contain secrets.
 public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible {
-    public enum Code: Sendable, Hashable {
+    /// What a caller acts on. An extensible set, as `Errno` is: new codes are added as static
+    /// members, so a `switch` over codes needs a `default` and never breaks when one appears.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        /// A stable name, for logs and scripts.
+        public let name: String
+
+        private init(_ name: String) { self.name = name }
+
+        public var description: String { name }
+
         /// No item exists for the service and account (errSecItemNotFound).
-        case itemNotFound
+        public static let itemNotFound = Code("itemNotFound")
         /// `add` found an item that already exists (errSecDuplicateItem).
-        case duplicateItem
+        public static let duplicateItem = Code("duplicateItem")
         /// The stored value cannot be read as the requested type (not UTF-8, not that JSON shape).
-        case decodingFailed
-        /// A file was modified, truncated, swapped or renamed: authentication failed. Nothing was returned.
-        case tampered
+        public static let decodingFailed = Code("decodingFailed")
+        /// A file was modified, truncated, swapped, renamed or removed (a store whose metadata is
+        /// gone is damaged): authentication failed. Nothing was returned and nothing was changed.
+        public static let tampered = Code("tampered")
         /// The store was written by a newer TPMKeychain.
-        case unsupportedVersion
+        public static let unsupportedVersion = Code("unsupportedVersion")
         /// No TPM could be reached.
-        case tpmUnavailable
+        public static let tpmUnavailable = Code("tpmUnavailable")
         /// The store's master key is sealed to another TPM (the store was copied, or the TPM was cleared).
-        case wrongTPM
+        public static let wrongTPM = Code("wrongTPM")
         /// The TPM refused the authorization (wrong passcode) or a policy no longer holds.
-        case authenticationFailed
+        public static let authenticationFailed = Code("authenticationFailed")
         /// The TPM's dictionary-attack lockout is in force.
-        case lockout
+        public static let lockout = Code("lockout")
         /// An argument is out of range: empty or oversized names, values over the limit.
-        case invalidParameter
+        public static let invalidParameter = Code("invalidParameter")
         /// A file or directory is a symlink, has another owner, is reachable by group or others, or has extra links.
-        case unsafeFileSystem
-        /// The file system failed (permission, disk full, I/O error).
-        case storageFailed
+        public static let unsafeFileSystem = Code("unsafeFileSystem")
+        /// This user may not read or write a file or directory of the store (EACCES, EPERM).
+        public static let permissionDenied = Code("permissionDenied")
+        /// The file system failed (disk full, I/O error).
+        public static let storageFailed = Code("storageFailed")
         /// The store was closed.
-        case storeClosed
+        public static let storeClosed = Code("storeClosed")
+        /// There is no store at the location, and the operation does not create one.
+        public static let storeNotFound = Code("storeNotFound")
+        /// A wait had a limit and reached it: the TPM did not answer, or another process held a
+        /// lock of the store. The message names what was waited for; trying again later may work.
+        public static let timedOut = Code("timedOut")
     }
 
     public let code: Code

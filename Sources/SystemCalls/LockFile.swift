@@ -21,6 +21,14 @@ package final class LockFile {
         descriptor = try retryingInterrupts { openat(base, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
     }
 
+    /// A lock on the directory `directory` itself: a new open file description of it, so the
+    /// lock conflicts with every other, in this process too, and no lock file has to be created.
+    ///
+    /// - Throws: `Errno`.
+    package init(directory: Int32) throws(Errno) {
+        descriptor = try retryingInterrupts { openat(directory, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+    }
+
     /// Takes the lock. - Returns: false, without waiting, when `wait` is false and someone holds it.
     /// - Throws: `Errno` for any other failure.
     @discardableResult
@@ -31,6 +39,48 @@ package final class LockFile {
         } catch where !wait && error.rawValue == EWOULDBLOCK {
             return false
         }
+    }
+
+    /// Takes the lock, waiting at most `timeout`: a holder that never lets go (stopped, hung on a
+    /// device) becomes an error its caller can report instead of a silent hang.
+    ///
+    /// - Returns: false when the lock was still held after `timeout`.
+    /// - Throws: `Errno` for any failure other than contention.
+    package func lock(timeout: Duration) throws(Errno) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        var pause = Duration.microseconds(200)
+        while try !lock(wait: false) {
+            guard ContinuousClock.now < deadline else { return false }
+            sleep(for: pause)
+            pause = min(pause * 2, .milliseconds(20))
+        }
+        return true
+    }
+
+    /// The process holding this file's lock, from /proc/locks, for messages: nil when the lock is
+    /// free or its holder is not visible (another PID namespace).
+    package var holderProcessID: Int32? {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return nil }
+        let device = UInt64(status.st_dev)
+        let major = ((device >> 8) & 0xFFF) | ((device >> 32) & ~0xFFF)
+        let minor = (device & 0xFF) | ((device >> 12) & ~0xFF)
+        func hex2(_ value: UInt64) -> String {
+            let digits = String(value, radix: 16)
+            return digits.count < 2 ? "0" + digits : digits
+        }
+        let identity = "\(hex2(major)):\(hex2(minor)):\(status.st_ino)"
+        guard let file = fopen("/proc/locks", "r") else { return nil }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 512)
+        // "1: FLOCK  ADVISORY  WRITE 4242 00:2d:1234 0 EOF"; waiters are marked "->" and skipped.
+        while fgets(&line, Int32(line.count), file) != nil {
+            let fields = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                .split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 6, fields[1] == "FLOCK", fields[5] == identity else { continue }
+            return Int32(fields[4])
+        }
+        return nil
     }
 
     deinit { closeDescriptor(descriptor) }

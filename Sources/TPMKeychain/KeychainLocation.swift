@@ -25,7 +25,20 @@ public struct KeychainLocation: Sendable, Hashable {
     public static var `default`: KeychainLocation { named("default") }
 
     /// Whether a store was ever created here; answers without opening it or touching the TPM.
-    public var storeExists: Bool { ItemStore.exists(at: path) }
+    /// False also when the location cannot be read or holds a damaged store: ``checkStore()``
+    /// says which.
+    public var storeExists: Bool { (try? ItemStore.presence(at: path)) == .present }
+
+    /// Checks, without the TPM, that a usable store exists here.
+    ///
+    /// - Throws: ``KeychainError`` `.storeNotFound` when there is none, `.tampered` for a store
+    ///   whose metadata is gone, `.permissionDenied`, `.unsafeFileSystem`, `.invalidParameter`
+    ///   for a directory that holds something else.
+    public func checkStore() throws(KeychainError) {
+        guard try ItemStore.presence(at: path) == .present else {
+            throw KeychainError(.storeNotFound, "No keychain store at \(path)")
+        }
+    }
 
     /// `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`; worked out once per process.
     public static var dataDirectory: String { resolvedDataDirectory }

@@ -7,10 +7,12 @@ import Musl
 import Foundation
 import Synchronization
 
-/// A software TPM 2.0 (swtpm) running as a child process on loopback TCP ports, for tests and
-/// for trying TPMKeychain on machines without a TPM.
+/// A software TPM 2.0 (swtpm) running as a child process, for tests and for trying TPMKeychain on
+/// machines without a TPM. It listens on two loopback TCP ports, or with
+/// ``Configuration/listensOnUnixSocket`` on Unix sockets in a private 0700 directory, which other
+/// local users cannot reach (a TCP port on loopback is open to every user of the machine).
 ///
-/// Point a TSS at it with ``tcti`` (`swtpm:host=127.0.0.1,port=…`). The simulator is a child of
+/// Point a TSS at it with ``tcti`` (`swtpm:host=127.0.0.1,port=…` or `swtpm:path=…`). The simulator is a child of
 /// this process and never outlives it: ``stop()`` ends it in order, an `atexit` handler stops
 /// every instance on normal exit, and a watchdog process kills swtpm if this process dies
 /// abruptly (crash, SIGKILL).
@@ -32,28 +34,41 @@ public final class SoftwareTPM: Sendable {
         public var executable: String
         /// How long swtpm may take to answer its first command.
         public var startupTimeout: Duration
+        /// Listen on Unix sockets in a private directory instead of loopback TCP ports: no other
+        /// user can send the TPM commands, and no TCP connection per command piles up in
+        /// TIME_WAIT. ``SoftwareTPM/port`` is then 0, and tools that need a port (the recording
+        /// proxy) cannot be used.
+        public var listensOnUnixSocket: Bool
 
         /// - Parameters:
         ///   - stateDirectory: `nil` for a throwaway TPM, a path for a persistent one.
         ///   - executable: the swtpm binary; Debian/Ubuntu ship it in the package "swtpm".
         ///   - startupTimeout: generous by default because loaded CI machines start slowly.
-        public init(stateDirectory: String? = nil, executable: String = "swtpm", startupTimeout: Duration = .seconds(10)) {
+        ///   - listensOnUnixSocket: Unix sockets in a private directory instead of TCP ports.
+        public init(stateDirectory: String? = nil, executable: String = "swtpm", startupTimeout: Duration = .seconds(10),
+                    listensOnUnixSocket: Bool = false) {
             self.stateDirectory = stateDirectory
             self.executable = executable
             self.startupTimeout = startupTimeout
+            self.listensOnUnixSocket = listensOnUnixSocket
         }
     }
 
-    /// The TPM command port on 127.0.0.1.
-    public let port: Int
+    /// The TPM command port on 127.0.0.1; 0 when the simulator listens on a Unix socket.
+    public var port: Int { process.port }
     /// swtpm's control port. Always ``port`` + 1, because the tss2 swtpm TCTI derives it that way.
     public var controlPort: Int { port + 1 }
+    /// The command socket's path when the simulator listens on Unix sockets; nil on TCP.
+    public var socketPath: String? { process.endpoint.commandSocketPath }
     /// The swtpm process.
-    public let processID: Int32
+    public var processID: Int32 { process.pid }
     /// The directory holding swtpm's state, its pid file and its stderr log.
     public let stateDirectory: String
     /// The TCTI configuration string for tpm2-tss (`Tss2_TctiLdr_Initialize`, `TPM2TOOLS_TCTI`, `-T`).
-    public var tcti: String { "swtpm:host=127.0.0.1,port=\(port)" }
+    public var tcti: String { process.endpoint.tcti }
+
+    private let process: SimulatorProcess
+    var endpoint: SimulatorEndpoint { process.endpoint }
 
     private let ownsStateDirectory: Bool
     private let state: Mutex<Lifecycle>
@@ -67,8 +82,7 @@ public final class SoftwareTPM: Sendable {
     }
 
     private init(process: SimulatorProcess, stateDirectory: String, ownsStateDirectory: Bool) {
-        self.port = process.port
-        self.processID = process.pid
+        self.process = process
         self.stateDirectory = stateDirectory
         self.ownsStateDirectory = ownsStateDirectory
         self.state = Mutex(Lifecycle(watchdog: process.watchdog))
@@ -102,15 +116,24 @@ public final class SoftwareTPM: Sendable {
             directory = try makePrivateDirectory()
             owned = true
         }
-        do {
+        var socketDirectory: String?
+        do throws(SoftwareTPMError) {
+            if configuration.listensOnUnixSocket {
+                do {
+                    socketDirectory = try SimulatorEndpoint.makeSocketDirectory()
+                } catch {
+                    throw SoftwareTPMError(.stateDirectoryUnusable, "cannot create a private directory for swtpm's sockets", cause: error)
+                }
+            }
             let process = try SimulatorProcess.launch(
                 executablePath: executablePath, stateDirectory: directory, ownsStateDirectory: owned,
-                timeout: configuration.startupTimeout)
+                socketDirectory: socketDirectory, timeout: configuration.startupTimeout)
             let instance = SoftwareTPM(process: process, stateDirectory: directory, ownsStateDirectory: owned)
             InstanceRegistry.register(instance)
             return instance
         } catch {
             if owned { try? FileManager.default.removeItem(atPath: directory) }
+            if let socketDirectory { try? FileManager.default.removeItem(atPath: socketDirectory) }
             throw error
         }
     }
@@ -135,10 +158,10 @@ public final class SoftwareTPM: Sendable {
     ///   command connection), or ``SoftwareTPMError/Code/notRunning``.
     public func powerCycle() throws(SoftwareTPMError) {
         try requireRunning()
-        try TPMTransport.execute(StartupCommands.shutdownClear(), name: "TPM2_Shutdown(SU_CLEAR)", port: port, timeout: commandTimeout)
+        try TPMTransport.execute(StartupCommands.shutdownClear(), name: "TPM2_Shutdown(SU_CLEAR)", endpoint: endpoint, timeout: commandTimeout)
         // Init flags 0: keep no volatile state file; a real reboot loses volatile state too.
-        try TPMTransport.control(.initialize, payload: [0, 0, 0, 0], port: controlPort, timeout: commandTimeout)
-        try TPMTransport.execute(StartupCommands.startupClear(), name: "TPM2_Startup(SU_CLEAR)", port: port, timeout: commandTimeout)
+        try TPMTransport.control(.initialize, payload: [0, 0, 0, 0], endpoint: endpoint, timeout: commandTimeout)
+        try TPMTransport.execute(StartupCommands.startupClear(), name: "TPM2_Startup(SU_CLEAR)", endpoint: endpoint, timeout: commandTimeout)
     }
 
     /// Clears the dictionary-attack failure counter and lockout (TPM2_DictionaryAttackLockReset),
@@ -151,7 +174,7 @@ public final class SoftwareTPM: Sendable {
     public func resetDictionaryAttackLockout() throws(SoftwareTPMError) {
         try requireRunning()
         try TPMTransport.execute(
-            DictionaryAttackCommands.lockReset(), name: "TPM2_DictionaryAttackLockReset", port: port, timeout: commandTimeout)
+            DictionaryAttackCommands.lockReset(), name: "TPM2_DictionaryAttackLockReset", endpoint: endpoint, timeout: commandTimeout)
     }
 
     /// Sets the dictionary-attack policy (TPM2_DictionaryAttackParameters), e.g. a low
@@ -166,7 +189,7 @@ public final class SoftwareTPM: Sendable {
         try requireRunning()
         try TPMTransport.execute(
             DictionaryAttackCommands.parameters(maxTries: maxTries, recoveryTime: recoveryTime, lockoutRecovery: lockoutRecovery),
-            name: "TPM2_DictionaryAttackParameters", port: port, timeout: commandTimeout)
+            name: "TPM2_DictionaryAttackParameters", endpoint: endpoint, timeout: commandTimeout)
     }
 
     /// Stops swtpm: disarms the watchdog, shuts the TPM down in order (falling back to SIGTERM and
@@ -183,17 +206,20 @@ public final class SoftwareTPM: Sendable {
         // Watchdog first: once swtpm is reaped its PID may be reused, and a watchdog still armed
         // could then SIGKILL an unrelated process.
         watchdog.disarm()
-        SimulatorProcess.terminate(pid: processID, port: port, orderly: true)
+        SimulatorProcess.terminate(pid: processID, endpoint: endpoint, orderly: true)
         state.withLock { $0.reaped = true }
         if ownsStateDirectory {
             try? FileManager.default.removeItem(atPath: stateDirectory)
+        }
+        if case .unixSocket(let directory) = endpoint {
+            try? FileManager.default.removeItem(atPath: directory)
         }
         InstanceRegistry.unregister(ObjectIdentifier(self))
     }
 
     private func requireRunning() throws(SoftwareTPMError) {
         guard isRunning else {
-            throw SoftwareTPMError(.notRunning, "the simulator (pid \(processID), port \(port)) is not running; start a new one")
+            throw SoftwareTPMError(.notRunning, "the simulator (pid \(processID), \(endpoint.description)) is not running; start a new one")
         }
     }
 

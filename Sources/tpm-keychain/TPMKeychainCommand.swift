@@ -1,5 +1,8 @@
 import ArgumentParser
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @main
 struct TPMKeychainCommand: ParsableCommand {
@@ -9,14 +12,33 @@ struct TPMKeychainCommand: ParsableCommand {
         discussion: """
             The TPM is chosen as follows: \(TPMConfigurationHelp.text)
 
-            Exit status: 0 success, 44 item not found, 45 duplicate item (as security), 64 usage, \
-            65 unusable data (damaged, or sealed by another TPM), 69 TPM unavailable, 74 I/O error, \
-            75 TPM lockout, 77 permission (authorization refused, unsafe file modes).
+            \(ExitStatus.helpText)
             """,
         subcommands: [
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self, DumpKeychain.self,
-            TPMStatus.self, Demo.self,
+            TPMStatus.self, ResetLockout.self, Demo.self,
         ])
+
+    /// Guards the process before ArgumentParser sees the arguments.
+    static func main() {
+        ProcessGuard.install()
+        if let position = firstArgumentThatIsNotUTF8() {
+            // Swift would turn the bytes into U+FFFD, and two different names would then name
+            // the same item (or a path another directory): refuse instead of guessing.
+            printError("tpm-keychain: argument \(position) is not valid UTF-8; names and paths must be UTF-8 text")
+            Glibc.exit(ExitStatus.usage)
+        }
+        main(nil)
+    }
+
+    /// The 1-based position of the first argument whose bytes are not UTF-8, if any.
+    private static func firstArgumentThatIsNotUTF8() -> Int? {
+        for index in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[index] else { continue }
+            if String(validatingCString: raw) == nil { return index }
+        }
+        return nil
+    }
 }
 
 enum TPMConfigurationHelp {

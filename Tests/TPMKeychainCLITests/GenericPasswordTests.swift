@@ -100,7 +100,9 @@ struct GenericPasswordTests {
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "bob", "-w", "first", "-l", "Bob's login")
         let duplicate = try fixture.run("add-generic-password", "-s", "svc", "-a", "bob", "-w", "second")
         #expect(duplicate.status == 45, "\(duplicate)")
-        #expect(duplicate.stderr == SecurityMessages.duplicateItem + "\n")
+        // -w is public to every local user while the command runs: said first, then security's message.
+        #expect(duplicate.stderr.hasPrefix("tpm-keychain: warning: a password given with -w can be read by every local user"), "\(duplicate)")
+        #expect(duplicate.lastErrorLine == SecurityMessages.duplicateItem)
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "bob", "-w").stdout == "first\n")
 
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "bob", "-w", "second", "-U")
@@ -115,10 +117,10 @@ struct GenericPasswordTests {
     @Test("a missing item exits 44 with exactly security's message, for find and delete")
     func notFound() throws {
         let fixture = try CLIFixture()
-        // No store at all yet: nothing is found, and looking does not create one.
+        // No store at all yet: its own error naming the path (66), and looking does not create one.
         let beforeStore = try fixture.run("find-generic-password", "-s", "svc", "-a", "nobody")
-        #expect(beforeStore.status == 44, "\(beforeStore)")
-        #expect(beforeStore.stderr == SecurityMessages.itemNotFound + "\n")
+        #expect(beforeStore.status == 66, "\(beforeStore)")
+        #expect(beforeStore.stderr == "tpm-keychain: No keychain store at \(fixture.store)\n")
         #expect(!FileManager.default.fileExists(atPath: fixture.store))
 
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "present", "-w", "x")
@@ -187,11 +189,13 @@ struct GenericPasswordTests {
         #expect(decrypted.contains("data:\n0xFF0041\n"), "bytes that are not UTF-8 are shown as hex")
     }
 
-    @Test("dump-keychain of a store that does not exist prints nothing and creates nothing")
+    @Test("dump-keychain of a store that does not exist says so (66), prints nothing and creates nothing")
     func dumpWithoutStore() throws {
         let fixture = try CLIFixture()
-        let result = try fixture.succeed("dump-keychain", "-d")
-        #expect(result.stdout.isEmpty && result.stderr.isEmpty)
+        let result = try fixture.run("dump-keychain", "-d")
+        #expect(result.status == 66, "\(result)")
+        #expect(result.stdout.isEmpty)
+        #expect(result.stderr == "tpm-keychain: No keychain store at \(fixture.store)\n")
         #expect(!FileManager.default.fileExists(atPath: fixture.store))
     }
 

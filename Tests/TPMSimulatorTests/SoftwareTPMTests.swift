@@ -154,12 +154,12 @@ struct SoftwareTPMTests {
             })
         defer {
             process.watchdog.disarm()
-            SimulatorProcess.terminate(pid: process.pid, port: process.port, orderly: true)
+            SimulatorProcess.terminate(pid: process.pid, endpoint: process.endpoint, orderly: true)
         }
         #expect(handedOut.count == 2)
         #expect(process.port == handedOut.last)
         #expect(process.port != taken.port)
-        #expect(try TPMTransport.transmit(RandomNumberGeneratorCommands.getRandom(byteCount: 8), port: process.port, timeout: .seconds(5)).responseCode == 0)
+        #expect(try TPMTransport.transmit(RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: process.endpoint, timeout: .seconds(5)).responseCode == 0)
     }
 
     @Test("a process that never answers times out and is terminated")

@@ -36,7 +36,7 @@ func makeScratchPath(_ name: String) -> String {
 /// Sends TPM2_GetRandom(8) and returns the response; the TPM answered if this does not throw.
 func getRandom(_ tpm: SoftwareTPM) throws -> TPMResponse {
     try TPMTransport.execute(
-        RandomNumberGeneratorCommands.getRandom(byteCount: 8), name: "TPM2_GetRandom", port: tpm.port, timeout: .seconds(10))
+        RandomNumberGeneratorCommands.getRandom(byteCount: 8), name: "TPM2_GetRandom", endpoint: tpm.endpoint, timeout: .seconds(10))
 }
 
 /// Parses `tpm2_getcap properties-variable` output into property name -> value.

@@ -34,6 +34,8 @@ final class Directory: Sendable {
             do {
                 try retryingInterrupts { mkdirat(base, name, 0o700) }
             } catch where error.rawValue == EEXIST {
+            } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+                throw permissionDenied(path, error)
             } catch {
                 throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
             }
@@ -45,6 +47,8 @@ final class Directory: Sendable {
             return nil
         } catch where error.rawValue == ELOOP || error.rawValue == ENOTDIR {
             throw KeychainError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw permissionDenied(path, error)
         } catch {
             throw KeychainError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
         }
@@ -86,6 +90,8 @@ final class Directory: Sendable {
             return nil
         } catch where error.rawValue == ELOOP {
             throw KeychainError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw Self.permissionDenied(path, error)
         } catch {
             throw KeychainError(.storageFailed, "Cannot open \(path)", underlying: error)
         }
@@ -126,6 +132,7 @@ final class Directory: Sendable {
                 openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             }
         } catch {
+            if error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS { throw Self.permissionDenied(path, error) }
             throw KeychainError(.storageFailed, "Cannot create \(path)/\(temporary)", underlying: error)
         }
         do {
@@ -194,20 +201,56 @@ final class Directory: Sendable {
     }
 
     /// Takes the directory's writer lock (`<directory>/<name>`, an flock held until the returned
-    /// object is released), blocking until writers before us are done.
+    /// object is released), waiting at most `timeout` for writers before us.
     ///
-    /// - Throws: ``KeychainError`` `.unsafeFileSystem` for a symlink, `.storageFailed` otherwise.
-    func lock(_ name: String) throws(KeychainError) -> LockFile {
+    /// - Throws: ``KeychainError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
+    ///   for a symlink, `.permissionDenied`, `.storageFailed`.
+    func lock(_ name: String, timeout: Duration) throws(KeychainError) -> LockFile {
         let lockPath = path + "/" + name
+        let file: LockFile
         do {
-            let file = try LockFile(name, in: descriptor)
-            try file.lock(wait: true)
-            return file
+            file = try LockFile(name, in: descriptor)
         } catch where error.rawValue == ELOOP {
             throw KeychainError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
+            throw Self.permissionDenied(lockPath, error)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot lock \(lockPath)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
         }
+        try Self.take(file, path: lockPath, timeout: timeout, purpose: "writing to it")
+        return file
+    }
+
+    /// Takes an flock on the directory itself, which needs no lock file: used while a store is
+    /// opened or created, when nothing may be written yet.
+    ///
+    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
+    func lockItself(timeout: Duration, purpose: String) throws(KeychainError) -> LockFile {
+        let file: LockFile
+        do {
+            file = try LockFile(directory: descriptor)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
+        }
+        try Self.take(file, path: path, timeout: timeout, purpose: purpose)
+        return file
+    }
+
+    private static func take(_ file: LockFile, path: String, timeout: Duration, purpose: String) throws(KeychainError) {
+        let locked: Bool
+        do {
+            locked = try file.lock(timeout: timeout)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot lock \(path)", underlying: error)
+        }
+        guard locked else {
+            let holder = file.holderProcessID.map { "process \($0)" } ?? "another process"
+            throw KeychainError(.timedOut, "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again")
+        }
+    }
+
+    static func permissionDenied(_ path: String, _ error: Errno) -> KeychainError {
+        KeychainError(.permissionDenied, "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error)
     }
 
     /// fsync of the directory, so renames and unlinks in it are durable.

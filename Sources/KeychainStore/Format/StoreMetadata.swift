@@ -13,17 +13,27 @@ import TPM
 ///     32     4     sealed master key length L (at most 4096)
 ///     36     L     the master key as a TPM sealed object (SealedObject, "TKSO"), which pins the
 ///                  storage key's name: another TPM is recognised before anything is decrypted
-///     36+L   32    HMAC-SHA256(metadata key, bytes 0 ..< 36+L); the metadata key is derived from
-///                  the master key, so the store ID and everything else is authenticated once
-///                  the TPM has unsealed the key
+///     36+L   32    HMAC-SHA256(metadata key, bytes 0 ..< 36+L as read from disk); the metadata
+///                  key is derived from the master key, so the store ID and everything else is
+///                  authenticated once the TPM has unsealed the key
+///
+/// The MAC is checked over the bytes exactly as they are on disk, never over a re-encoding: a
+/// field a parser ignores or normalises (the reserved bytes) cannot change unnoticed.
 struct StoreMetadata {
     static let magic = Array("TKSM".utf8)
     static let version: UInt16 = 1
     static let maximumSealedKeySize = 4096
+    static let fileName = "store.meta"
+    static let maximumFileSize = 36 + maximumSealedKeySize + 32
 
     let storeID: [UInt8]
-    let createdAt: Date
+    /// Milliseconds since 1970, kept exact so a rewrite (a migration) keeps the same value.
+    let createdMilliseconds: Int64
     let sealedMasterKey: SealedObject
+
+    var createdAt: Date { Date(timeIntervalSince1970: Double(createdMilliseconds) / 1000) }
+
+    static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// The authenticated bytes, without the MAC.
     var body: [UInt8] {
@@ -32,7 +42,7 @@ struct StoreMetadata {
         writer.append(Self.version)
         writer.append(UInt16(0))
         writer.append(raw: storeID)
-        writer.append(UInt64(bitPattern: Int64(createdAt.timeIntervalSince1970 * 1000)))
+        writer.append(UInt64(bitPattern: createdMilliseconds))
         let sealed = sealedMasterKey.serialized()
         writer.append(UInt32(sealed.count))
         writer.append(raw: sealed)
@@ -47,7 +57,7 @@ struct StoreMetadata {
     /// Parses the file; the MAC is checked by ``verify(_:metadataKey:)`` once the key is unsealed.
     ///
     /// - Throws: ``KeychainError`` `.tampered` or `.unsupportedVersion`.
-    static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> (metadata: StoreMetadata, mac: [UInt8]) {
+    static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> Parsed {
         do {
             var reader = WireReader(bytes)
             guard try reader.readBytes(4) == magic else {
@@ -57,16 +67,19 @@ struct StoreMetadata {
             guard version == Self.version else {
                 throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads version \(Self.version)")
             }
-            _ = try reader.readUInt16()
+            guard try reader.readUInt16() == 0 else {
+                throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
+            }
             let storeID = try reader.readBytes(16)
             let created = Int64(bitPattern: try reader.readUInt64())
             let sealedLength = Int(try reader.readUInt32())
             guard sealedLength <= maximumSealedKeySize else { throw KeychainError(.tampered, "\(path) is damaged") }
             let sealed = try SealedObject(serialized: try reader.readBytes(sealedLength))
+            let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
-            return (StoreMetadata(storeID: storeID, createdAt: Date(timeIntervalSince1970: Double(created) / 1000),
-                                  sealedMasterKey: sealed), mac)
+            return Parsed(metadata: StoreMetadata(storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed),
+                          authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
         } catch let error as KeychainError {
             throw error
         } catch {
@@ -74,10 +87,18 @@ struct StoreMetadata {
         }
     }
 
-    /// - Throws: ``KeychainError`` `.tampered` unless `mac` authenticates the metadata.
-    func verify(_ mac: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) {
-        guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: body, using: metadataKey) else {
-            throw KeychainError(.tampered, "\(path) failed authentication: the store's metadata was modified")
+    /// The file as read: the decoded fields, and the bytes its MAC covers exactly as they were on disk.
+    struct Parsed {
+        let metadata: StoreMetadata
+        let authenticatedBytes: [UInt8]
+        let mac: [UInt8]
+        let path: String
+
+        /// - Throws: ``KeychainError`` `.tampered` unless the MAC authenticates the bytes read.
+        func verify(metadataKey: SymmetricKey) throws(KeychainError) {
+            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: authenticatedBytes, using: metadataKey) else {
+                throw KeychainError(.tampered, "\(path) failed authentication: the store's metadata was modified")
+            }
         }
     }
 }

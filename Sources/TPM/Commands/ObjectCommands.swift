@@ -70,9 +70,17 @@ extension Engine {
                 try unmarshal(publicArea, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the sealed object's public area")
                 try unmarshal(privateArea, into: inPrivate, using: Tss2_MU_TPM2B_PRIVATE_Unmarshal, "the sealed object's private area")
                 var handle = ESYS_TR(ESYS_TR_NONE)
-                try check(Esys_Load(esys, parent.handle, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
-                                    ESYS_TR(ESYS_TR_NONE), inPrivate, inPublic, &handle),
-                          "Esys_Load")
+                do {
+                    try check(Esys_Load(esys, parent.handle, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                                        ESYS_TR(ESYS_TR_NONE), inPrivate, inPublic, &handle),
+                              "Esys_Load")
+                } catch let error as TPMError where error.layer == .tpm && error.responseCode & ResponseCodes.format1 != 0 {
+                    // A format-one code names a parameter of ours: the stored areas themselves
+                    // (integrity check failed, wrong size, bad attributes), not the TPM's state.
+                    throw TPMError(.malformedData, "The TPM refused to load the sealed object: its stored bytes are damaged or were modified",
+                                   operation: error.operation, layer: error.layer, responseCode: error.responseCode,
+                                   decodedResponse: error.decodedResponse)
+                }
                 return handle
             }
         }

@@ -17,12 +17,15 @@ final class Engine {
     let parameterEncryption: Bool
     /// Where the storage key's context is kept between processes, if anywhere.
     let contextCache: (any StorageKeyContextCache)?
+    /// How long any TPM round trip through this engine may take.
+    let deadline: CommandDeadline
     var storageKeys: [StorageKeyAlgorithm: StorageRootKey] = [:]
 
     init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws {
         self.configuration = configuration
         self.parameterEncryption = parameterEncryption
         self.contextCache = contextCache
+        deadline = CommandDeadline(configuration)
         Self.quietTSSLogging
         accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
 
@@ -46,7 +49,10 @@ final class Engine {
         tcti = loadedTCTI
         if !configuration.hasResourceManager {
             do {
-                try flushStaleHandles()
+                try deadline.guarding("flushing handles a dead process left") { try flushStaleHandles() }
+            } catch let error as TPMError where error.code == .timedOut {
+                abandon()
+                throw error
             } catch {
                 shutDown()
                 throw error
@@ -66,6 +72,17 @@ final class Engine {
             var handle = key.handle
             if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
         }
+        storageKeys.removeAll()
+        guard tcti != nil else { return }
+        var context: OpaquePointer? = esys
+        Esys_Finalize(&context)
+        Tss2_TctiLdr_Finalize(&tcti)
+        tcti = nil
+    }
+
+    /// Releases ESAPI and the TCTI without sending the TPM anything (it stopped answering): the
+    /// storage keys stay loaded until the next connection's stale-handle sweep or a TPM restart.
+    func abandon() {
         storageKeys.removeAll()
         guard tcti != nil else { return }
         var context: OpaquePointer? = esys

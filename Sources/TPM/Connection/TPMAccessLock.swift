@@ -17,7 +17,8 @@ final class TPMAccessLock {
     /// - Throws: ``TPMError`` `.busy` when another process holds the TPM past `timeout`, or
     ///   `.invalidArgument` when the lock directory is unsafe (a symlink, another owner, group or
     ///   world access).
-    init(configuration: TPMConfiguration, timeout: Duration = .seconds(30)) throws(TPMError) {
+    init(configuration: TPMConfiguration) throws(TPMError) {
+        let timeout = configuration.timeout
         let directory = configuration.lockDirectory
         try Self.prepareDirectory(directory)
         let digest = SHA256.hash(data: Array(configuration.tcti.utf8)).prefix(12)
@@ -27,23 +28,23 @@ final class TPMAccessLock {
         } catch {
             throw TPMError(.invalidArgument, "Cannot open the TPM lock file \(path): \(error)")
         }
-        // Poll rather than block, so a process that never lets go surfaces as `.busy`.
-        let deadline = ContinuousClock.now + timeout
+        // Bounded, so a process that never lets go surfaces as `.busy`.
+        let locked: Bool
         do {
-            while try !file.lock(wait: false) {
-                guard ContinuousClock.now < deadline else {
-                    throw TPMError(.busy, "Another process has been using the TPM at \(configuration.tcti) for longer than \(timeout)")
-                }
-                usleep(2_000)
-            }
-        } catch let error as TPMError {
-            throw error
+            locked = try file.lock(timeout: timeout)
         } catch {
             throw TPMError(.other, "Cannot lock \(path): \(error)")
+        }
+        guard locked else {
+            let holder = file.holderProcessID.map { " (process \($0))" } ?? ""
+            throw TPMError(.busy, "Another process\(holder) has been using the TPM at \(configuration.tcti) for longer than \(timeout); it holds \(path)")
         }
     }
 
     private static func prepareDirectory(_ path: String) throws(TPMError) {
+        // Parents such as ~/.cache may not exist yet; existing ones are left as they are.
+        let parent = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+        if !parent.isEmpty { try? createDirectories(parent) }
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw TPMError(.invalidArgument, "Cannot create the TPM lock directory \(path): \(String(cString: strerror(errno)))")
         }
@@ -53,7 +54,7 @@ final class TPMAccessLock {
         }
         guard status.st_mode & S_IFMT == S_IFDIR, status.st_uid == getuid(), status.st_mode & 0o077 == 0 else {
             throw TPMError(.invalidArgument,
-                           "The TPM lock directory \(path) must be a directory owned by this user with mode 0700")
+                           "The TPM lock directory \(path) must be a directory owned by this user with mode 0700, and it is not (another user may have created it); remove it, or set XDG_RUNTIME_DIR to a private directory")
         }
     }
 }

@@ -17,15 +17,34 @@ public struct TPMConfiguration: Sendable, Hashable {
     public var hasResourceManager: Bool
     /// Where the cross-process lock files live when there is no resource manager.
     public var lockDirectory: String
+    /// The longest a TPM command, or a wait for another process's use of the TPM, may take before
+    /// it fails with `.timedOut` or `.busy`. Enforced for socket TCTIs (swtpm, mssim) by cutting
+    /// the connection; a device TPM is bounded by the kernel driver's own command timeouts.
+    public var timeout: Duration
+
+    /// The environment variable that overrides the default ``timeout``, in seconds.
+    public static let timeoutVariable = "TPM_KEYCHAIN_TIMEOUT"
+    /// ``timeout`` unless `TPM_KEYCHAIN_TIMEOUT` says otherwise.
+    public static let defaultTimeout: Duration = .seconds(30)
 
     /// - Parameters:
     ///   - tcti: the TCTI configuration string.
     ///   - hasResourceManager: derived from `tcti` when nil.
-    ///   - lockDirectory: defaults to `$XDG_RUNTIME_DIR/tpm-keychain`, else `/tmp/tpm-keychain-<uid>`.
-    public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil) {
+    ///   - lockDirectory: defaults to `$XDG_RUNTIME_DIR/tpm-keychain`, else `/run/user/<uid>/tpm-keychain`,
+    ///     else `~/.cache/tpm-keychain` (never a name other users could create first).
+    ///   - timeout: nil for `TPM_KEYCHAIN_TIMEOUT` (seconds) when set, else 30 seconds.
+    public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil) {
         self.tcti = tcti
         self.hasResourceManager = hasResourceManager ?? Self.impliesResourceManager(tcti)
         self.lockDirectory = lockDirectory ?? Self.defaultLockDirectory()
+        self.timeout = timeout ?? Self.environmentTimeout ?? Self.defaultTimeout
+    }
+
+    /// `TPM_KEYCHAIN_TIMEOUT` as a duration, when it holds a positive number of seconds.
+    public static var environmentTimeout: Duration? {
+        guard let text = getenv(timeoutVariable).map({ String(cString: $0) }), let seconds = Double(text),
+              seconds > 0, seconds.isFinite else { return nil }
+        return .milliseconds(Int64(seconds * 1000))
     }
 
     /// `TPM_KEYCHAIN_TCTI` when set and not empty, else ``defaultTCTI``.
@@ -55,10 +74,24 @@ public struct TPMConfiguration: Sendable, Hashable {
         return false
     }
 
+    /// A directory no other user can create first: `$XDG_RUNTIME_DIR`, else the user's
+    /// `/run/user/<uid>` when it is theirs, else `$XDG_CACHE_HOME` or `~/.cache`. A fixed name in
+    /// a world-writable directory such as /tmp could be squatted by any local user (a directory or
+    /// symlink made in advance), denying every TPM operation; it is the last resort, for users
+    /// without a home, and refused with a clear message when it is not ours.
     private static func defaultLockDirectory() -> String {
-        if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), runtime.hasPrefix("/") {
-            return runtime + "/tpm-keychain"
+        func environment(_ name: String) -> String? {
+            getenv(name).map { String(cString: $0) }.flatMap { $0.hasPrefix("/") ? $0 : nil }
         }
+        if let runtime = environment("XDG_RUNTIME_DIR") { return runtime + "/tpm-keychain" }
+        let userRuntime = "/run/user/\(getuid())"
+        var status = stat()
+        if lstat(userRuntime, &status) == 0, status.st_mode & S_IFMT == S_IFDIR, status.st_uid == getuid(),
+           status.st_mode & 0o077 == 0 {
+            return userRuntime + "/tpm-keychain"
+        }
+        if let cache = environment("XDG_CACHE_HOME") { return cache + "/tpm-keychain" }
+        if let home = environment("HOME"), home != "/", access(home, W_OK) == 0 { return home + "/.cache/tpm-keychain" }
         return "/tmp/tpm-keychain-\(getuid())"
     }
 }

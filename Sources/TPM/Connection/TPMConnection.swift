@@ -37,15 +37,34 @@ public final class TPMConnection: Sendable {
     /// Flushes what this connection loaded and disconnects; later calls throw `.connectionClosed`.
     public func close() {
         engine.withLock { engine in
-            engine?.shutDown()
+            // A TPM that stopped answering must not hang the close as well: the flushes are
+            // bounded, and their failures only mean the handles stay for the next sweep.
+            if let engine { _ = try? engine.deadline.guarding("flushing the storage key") { engine.shutDown() } }
             engine = nil
         }
     }
 
+    /// Runs `body` on the engine under the connection's lock and the TPM's deadline. A command
+    /// that timed out leaves ESAPI mid-command, so the connection is abandoned (closed without
+    /// talking to the TPM again) and later calls throw `.connectionClosed`.
     func withEngine<R: Sendable>(_ body: (Engine) throws -> R) throws -> R {
-        try engine.withLock { (engine) throws -> R in
-            guard let engine else { throw TPMError(.connectionClosed, "The TPM connection is closed") }
-            return try body(engine)
+        do {
+            return try engine.withLock { (engine) throws -> R in
+                guard let engine else { throw TPMError(.connectionClosed, "The TPM connection is closed") }
+                let alarm = engine.deadline.arm()
+                defer { alarm?.disarm() }
+                do {
+                    return try body(engine)
+                } catch {
+                    throw alarm?.translate(error, while: "waiting for a TPM command") ?? error
+                }
+            }
+        } catch let error as TPMError where error.code == .timedOut {
+            engine.withLock { engine in
+                engine?.abandon()
+                engine = nil
+            }
+            throw error
         }
     }
 
@@ -334,7 +353,7 @@ extension Engine {
         if let authValue, authValue.count > 0, !policy.usesAuthValue {
             throw TPMError(.invalidArgument, "A PIN only protects an object whose policy includes PolicyAuthValue")
         }
-        let template = PublicTemplate.sealedData(policy: policy.digest)
+        let template = PublicTemplate.sealedData(policy: policy.digest, dictionaryAttackProtected: (authValue?.count ?? 0) > 0)
         let (publicArea, privateArea) = try create(under: parent, template: template, data: secret,
                                                    authValue: authValue, session: session)
         return try SealedObject(publicArea: publicArea, privateArea: privateArea,

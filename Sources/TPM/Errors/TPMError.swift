@@ -29,6 +29,9 @@ public struct TPMError: Error, Sendable, Hashable, CustomStringConvertible {
         case invalidArgument
         /// Another process kept the TPM busy past the wait limit.
         case busy
+        /// The TPM did not answer a command within ``TPMConfiguration/timeout`` (a hung or stopped
+        /// TPM); the connection was closed.
+        case timedOut
         /// The connection was already closed.
         case connectionClosed
         /// Anything else; see ``TPMError/responseCode`` and ``TPMError/decodedResponse``.

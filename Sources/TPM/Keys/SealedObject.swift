@@ -29,6 +29,10 @@ public struct SealedObject: Sendable, Hashable {
     public let storageKeyName: [UInt8]
     /// The policy the object requires, read from its public area.
     public let authPolicy: PolicyDigest
+    /// Whether the TPM counts failed authorizations of this object toward its dictionary-attack
+    /// lockout (the noDA attribute is clear). Objects sealed with a PIN are; objects without one
+    /// are not, except those sealed by versions before 0.2, which a store reseals when it opens.
+    public let isDictionaryAttackProtected: Bool
 
     init(publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
          storageKeyName: [UInt8]) throws(TPMError) {
@@ -36,7 +40,7 @@ public struct SealedObject: Sendable, Hashable {
         self.privateArea = privateArea
         self.storageKeyAlgorithm = storageKeyAlgorithm
         self.storageKeyName = storageKeyName
-        authPolicy = try Self.validatedPolicy(ofPublicArea: publicArea)
+        (authPolicy, isDictionaryAttackProtected) = try Self.validatedPolicy(ofPublicArea: publicArea)
     }
 
     /// Decodes ``serialized()`` output.
@@ -80,7 +84,8 @@ public struct SealedObject: Sendable, Hashable {
         return writer.bytes
     }
 
-    private static func validatedPolicy(ofPublicArea publicArea: [UInt8]) throws(TPMError) -> PolicyDigest {
+    private static func validatedPolicy(ofPublicArea publicArea: [UInt8]) throws(TPMError)
+        -> (policy: PolicyDigest, dictionaryAttackProtected: Bool) {
         var reader = WireReader(publicArea)
         let size = Int(try reader.readUInt16())
         guard size == reader.remaining else {
@@ -95,6 +100,6 @@ public struct SealedObject: Sendable, Hashable {
               policy.count == 32 else {
             throw TPMError(.malformedData, "The public area is not a policy-only sealed object bound to this TPM")
         }
-        return try PolicyDigest(policy)
+        return (try PolicyDigest(policy), !attributes.contains(.noDA))
     }
 }

@@ -41,6 +41,8 @@ enum TPMProperty {
     /// TPM_PT_PERMANENT (TPMA_PERMANENT bits; inLockout is bit 9).
     static let permanent: UInt32 = 0x200
     static let inLockoutBit: UInt32 = 1 << 9
+    /// TPMA_PERMANENT.lockoutAuthSet.
+    static let lockoutAuthSetBit: UInt32 = 1 << 2
     /// TPM_PT_HR_LOADED: sessions loaded now; TPM_PT_HR_ACTIVE: sessions active (saved or loaded).
     static let loadedSessions: UInt32 = 0x203
     static let activeSessions: UInt32 = 0x205

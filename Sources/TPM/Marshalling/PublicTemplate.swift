@@ -56,8 +56,14 @@ struct PublicTemplate: Equatable {
     /// fixedTPM and fixedParent keep it from being duplicated off this TPM. userWithAuth is clear
     /// and adminWithPolicy set, so every use (user and admin role) must satisfy `policy`: a PIN is
     /// PolicyAuthValue, never a bare password, and policies compose.
-    static func sealedData(policy: PolicyDigest) -> PublicTemplate {
-        let attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .adminWithPolicy]
+    ///
+    /// An object without an authorization secret is noDA: there is nothing to guess, and a
+    /// DA-protected object counts a failure against the whole TPM after every unorderly shutdown
+    /// that followed its use (TPM 2.0 Part 1 §19.8.6), so a few killed processes would lock out
+    /// every PIN on the machine. Only an object with a PIN is worth that protection.
+    static func sealedData(policy: PolicyDigest, dictionaryAttackProtected: Bool) -> PublicTemplate {
+        var attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .adminWithPolicy]
+        if !dictionaryAttackProtected { attributes.insert(.noDA) }
         var writer = WireWriter()
         writer.append(AlgorithmID.keyedHash)
         writer.append(AlgorithmID.sha256)

@@ -4,8 +4,9 @@ import Synchronization
 import Glibc
 #endif
 
-/// Secret key material that lives in one heap buffer, is kept out of swap where the system
-/// allows, compares in constant time and is zeroized when the last reference goes away.
+/// Secret key material that lives in its own pages, is kept out of swap and out of core dumps
+/// where the system allows, compares in constant time and is zeroized when the last reference
+/// goes away.
 ///
 /// - Important: the bytes are only reachable through ``withUnsafeBytes(_:)``. Copying them into a
 ///   `[UInt8]` or `Data` creates a copy this type cannot erase; keep such copies short-lived.
@@ -23,14 +24,17 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
     public init(count: Int, initializer: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
         precondition(count >= 0, "a secret cannot have a negative size")
         self.count = count
-        storage = UnsafeMutableRawBufferPointer.allocate(byteCount: max(count, 1), alignment: 16)
+        // Whole pages, so MADV_DONTDUMP covers the secret and nothing else shares them.
+        let page = SecretMemory.pageSize
+        storage = UnsafeMutableRawBufferPointer.allocate(byteCount: (max(count, 1) + page - 1) / page * page, alignment: page)
         storage.initializeMemory(as: UInt8.self, repeating: 0)
         // Best effort: RLIMIT_MEMLOCK may be small; an unlocked secret is still zeroized.
         locked = mlock(storage.baseAddress, storage.count) == 0
+        _ = ctss2_exclude_from_core_dumps(storage.baseAddress, storage.count)
         do {
             try initializer(UnsafeMutableRawBufferPointer(rebasing: storage[0..<count]))
         } catch {
-            Self.release(storage, locked: locked)
+            Self.release(storage, count: count, locked: locked)
             throw error
         }
     }
@@ -62,15 +66,15 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
         }
     }
 
-    deinit { Self.release(storage, locked: locked) }
+    deinit { Self.release(storage, count: count, locked: locked) }
 
-    /// Sees every buffer after it is zeroized and before it is freed: how tests prove zeroization
-    /// without reading freed memory.
+    /// Sees every secret's bytes after they are zeroized and before they are freed: how tests
+    /// prove zeroization without reading freed memory.
     static let releaseObserver = Mutex<(@Sendable (UnsafeRawBufferPointer) -> Void)?>(nil)
 
-    private static func release(_ storage: UnsafeMutableRawBufferPointer, locked: Bool) {
+    private static func release(_ storage: UnsafeMutableRawBufferPointer, count: Int, locked: Bool) {
         ctss2_secure_zero(storage.baseAddress, storage.count)
-        releaseObserver.withLock { observer in observer?(UnsafeRawBufferPointer(storage)) }
+        releaseObserver.withLock { observer in observer?(UnsafeRawBufferPointer(rebasing: storage[0..<count])) }
         if locked { munlock(storage.baseAddress, storage.count) }
         storage.deallocate()
     }
@@ -88,6 +92,24 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
             difference |= lhs.storage[index] ^ rhs.storage[index]
         }
         return difference == 0
+    }
+}
+
+/// Process-wide protection of secrets in memory.
+public enum SecretMemory {
+    static let pageSize = max(Int(sysconf(Int32(_SC_PAGESIZE))), 4096)
+
+    /// Stops this process from ever writing a core dump: decrypted keychain values pass through
+    /// ordinary memory (Swift strings, Data) that no library can erase, and a crash would write
+    /// them to disk. Sets RLIMIT_CORE to 0 and marks the process not dumpable (which also stops
+    /// systemd-coredump and ptrace by other processes of the same user). Call it early in
+    /// programs that read secrets; `tpm-keychain` does. ``SecretBytes`` are left out of dumps
+    /// regardless (MADV_DONTDUMP).
+    ///
+    /// - Returns: false when the kernel refused either setting.
+    @discardableResult
+    public static func disableCoreDumps() -> Bool {
+        ctss2_disable_core_dumps() == 0
     }
 }
 

@@ -12,8 +12,14 @@ import Foundation
 /// A swtpm child that answered its first TPM command.
 struct SimulatorProcess: Sendable {
     let pid: pid_t
-    let port: Int
+    let endpoint: SimulatorEndpoint
     let watchdog: Watchdog
+
+    /// The TCP command port; 0 on Unix sockets.
+    var port: Int {
+        if case .tcp(let port) = endpoint { return port }
+        return 0
+    }
 
     static let stderrFileName = "swtpm.stderr.log"
     /// Port conflicts are a race with unrelated processes; a handful of fresh pairs is plenty.
@@ -25,28 +31,37 @@ struct SimulatorProcess: Sendable {
     /// - Throws: `SoftwareTPMError` with `.launchFailed` (spawn failure, early exit: message
     ///   carries swtpm's stderr) or `.startupTimedOut`.
     /// - Parameter choosePorts: where port pairs come from; tests substitute a taken pair.
+    /// - Parameter socketDirectory: listen on Unix sockets in this private directory instead of
+    ///   TCP ports; it is removed with the simulator, also by the watchdog.
     static func launch(
         executablePath: String,
         stateDirectory: String,
         ownsStateDirectory: Bool,
+        socketDirectory: String? = nil,
         timeout: Duration,
         choosePorts: () throws(Errno) -> Int = LoopbackSocket.reserveConsecutivePorts
     ) throws(SoftwareTPMError) -> SimulatorProcess {
         let deadline = ContinuousClock.now + timeout
         let stderrPath = stateDirectory + "/" + stderrFileName
         var conflicts: [String] = []
+        var removedWithSimulator = ownsStateDirectory ? [stateDirectory] : []
+        if let socketDirectory { removedWithSimulator.append(socketDirectory) }
         for _ in 1...maximumPortAttempts {
-            let port: Int
-            do {
-                port = try choosePorts()
-            } catch {
-                throw SoftwareTPMError(.launchFailed, "no two consecutive free loopback ports for swtpm", cause: error)
+            let endpoint: SimulatorEndpoint
+            if let socketDirectory {
+                endpoint = .unixSocket(directory: socketDirectory)
+            } else {
+                do {
+                    endpoint = .tcp(port: try choosePorts())
+                } catch {
+                    throw SoftwareTPMError(.launchFailed, "no two consecutive free loopback ports for swtpm", cause: error)
+                }
             }
             let pid: pid_t
             do {
                 pid = try ChildProcess.spawn(
                     executablePath: executablePath,
-                    arguments: arguments(port: port, stateDirectory: stateDirectory),
+                    arguments: arguments(endpoint: endpoint, stateDirectory: stateDirectory),
                     standardInput: .devNull,
                     standardErrorPath: stderrPath)
             } catch {
@@ -54,19 +69,19 @@ struct SimulatorProcess: Sendable {
             }
             let watchdog: Watchdog
             do {
-                watchdog = try Watchdog.guarding(pid, removing: ownsStateDirectory ? stateDirectory : nil)
+                watchdog = try Watchdog.guarding(pid, removing: removedWithSimulator)
             } catch {
                 ChildProcess.killAndReap(pid)
                 throw SoftwareTPMError(.launchFailed, "cannot spawn the /bin/sh watchdog that guards swtpm", cause: error)
             }
 
-            switch waitUntilReady(pid: pid, port: port, deadline: deadline) {
+            switch waitUntilReady(pid: pid, endpoint: endpoint, deadline: deadline) {
             case .ready:
-                return SimulatorProcess(pid: pid, port: port, watchdog: watchdog)
+                return SimulatorProcess(pid: pid, endpoint: endpoint, watchdog: watchdog)
             case .exited:
                 watchdog.disarm()
                 let output = stderrTail(stderrPath)
-                if output.contains("Address already in use") {
+                if output.contains("Address already in use"), case .tcp(let port) = endpoint {
                     conflicts.append("ports \(port)/\(port + 1)")
                     continue
                 }
@@ -75,10 +90,10 @@ struct SimulatorProcess: Sendable {
                     "swtpm exited during startup (state directory \(stateDirectory)). swtpm said:\n\(output)")
             case .timedOut(let lastProblem):
                 watchdog.disarm()
-                terminate(pid: pid, port: port, orderly: false)
+                terminate(pid: pid, endpoint: endpoint, orderly: false)
                 throw SoftwareTPMError(
                     .startupTimedOut,
-                    "swtpm (pid \(pid), port \(port)) did not answer TPM2_GetRandom within \(timeout); last problem: \(lastProblem). swtpm said:\n\(stderrTail(stderrPath))")
+                    "swtpm (pid \(pid), \(endpoint.description)) did not answer TPM2_GetRandom within \(timeout); last problem: \(lastProblem). swtpm said:\n\(stderrTail(stderrPath))")
             }
         }
         throw SoftwareTPMError(
@@ -86,11 +101,8 @@ struct SimulatorProcess: Sendable {
             "swtpm lost its ports to other processes \(maximumPortAttempts) times (\(conflicts.joined(separator: ", "))); the machine is short of free loopback ports")
     }
 
-    static func arguments(port: Int, stateDirectory: String) -> [String] {
-        [
-            "socket", "--tpm2",
-            "--server", "type=tcp,port=\(port),bindaddr=127.0.0.1",
-            "--ctrl", "type=tcp,port=\(port + 1),bindaddr=127.0.0.1",
+    static func arguments(endpoint: SimulatorEndpoint, stateDirectory: String) -> [String] {
+        ["socket", "--tpm2"] + endpoint.serverArguments + [
             "--tpmstate", "dir=\(stateDirectory)",
             // Power on and TPM2_Startup(SU_CLEAR) by itself, like firmware does on real hardware.
             "--flags", "not-need-init,startup-clear",
@@ -104,13 +116,13 @@ struct SimulatorProcess: Sendable {
         case timedOut(lastProblem: String)
     }
 
-    private static func waitUntilReady(pid: pid_t, port: Int, deadline: ContinuousClock.Instant) -> Readiness {
+    private static func waitUntilReady(pid: pid_t, endpoint: SimulatorEndpoint, deadline: ContinuousClock.Instant) -> Readiness {
         var lastProblem = "nothing tried yet"
         while true {
             if ChildProcess.reapIfExited(pid) { return .exited }
             do {
                 let response = try TPMTransport.transmit(
-                    RandomNumberGeneratorCommands.getRandom(byteCount: 8), port: port, timeout: .seconds(1))
+                    RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: endpoint, timeout: .seconds(1))
                 if response.responseCode == 0 { return .ready }
                 lastProblem = "TPM2_GetRandom answered TPM_RC 0x\(String(response.responseCode, radix: 16))"
             } catch {
@@ -127,11 +139,11 @@ struct SimulatorProcess: Sendable {
     /// Stops swtpm and always reaps it. Orderly first (TPM2_Shutdown so no DA failure is
     /// counted on the next start of a persistent state; CMD_SHUTDOWN so swtpm saves and exits),
     /// then SIGTERM, then SIGKILL.
-    static func terminate(pid: pid_t, port: Int, orderly: Bool) {
+    static func terminate(pid: pid_t, endpoint: SimulatorEndpoint, orderly: Bool) {
         if ChildProcess.reapIfExited(pid) { return }
         if orderly {
-            _ = try? TPMTransport.transmit(StartupCommands.shutdownClear(), port: port, timeout: .seconds(1))
-            _ = try? TPMTransport.control(.shutdown, port: port + 1, timeout: .seconds(1))
+            _ = try? TPMTransport.transmit(StartupCommands.shutdownClear(), endpoint: endpoint, timeout: .seconds(1))
+            _ = try? TPMTransport.control(.shutdown, endpoint: endpoint, timeout: .seconds(1))
             if ChildProcess.waitForExit(pid, timeout: .seconds(2)) { return }
         }
         _ = kill(pid, SIGTERM)

@@ -1,4 +1,4 @@
-// swtpm's two TCP channels. Both carry big-endian data. The command channel carries raw TPM 2.0
+// swtpm's two channels (TCP ports or Unix sockets, see SimulatorEndpoint). Both carry big-endian data. The command channel carries raw TPM 2.0
 // command/response buffers (TPM 2.0 Part 1 §18: tag UINT16, size UINT32, code UINT32); the control
 // channel carries a UINT32 command code followed by the request part of the matching struct in
 // swtpm's include/swtpm/tpm_ioctl.h, and returns that struct's response part, which always starts
@@ -31,7 +31,6 @@ enum ControlCommand: UInt32 {
 }
 
 enum TPMTransport {
-    static let host = "127.0.0.1"
     static let headerSize = 10
     /// swtpm's largest buffer is 4 KiB; anything far beyond that is a framing error, and the
     /// size is checked before allocating.
@@ -41,12 +40,13 @@ enum TPMTransport {
     ///
     /// - Throws: ``SoftwareTPMError/Code/commandChannelFailed`` for I/O failures and malformed
     ///   responses. A non-zero response code is *not* an error here; see `execute`.
-    static func transmit(_ command: [UInt8], port: Int, timeout: Duration) throws(SoftwareTPMError) -> TPMResponse {
+    static func transmit(_ command: [UInt8], endpoint: SimulatorEndpoint, timeout: Duration) throws(SoftwareTPMError) -> TPMResponse {
+        let port = endpoint.description
         let fd: Int32
         do {
-            fd = try LoopbackSocket.connectTCP(host: host, port: port, timeout: timeout)
+            fd = try endpoint.connect(control: false, timeout: timeout)
         } catch {
-            throw SoftwareTPMError(.commandChannelFailed, "cannot connect to the TPM command port \(port)", cause: error)
+            throw SoftwareTPMError(.commandChannelFailed, "cannot connect to the TPM command channel (\(port))", cause: error)
         }
         defer { closeDescriptor(fd) }
         do {
@@ -56,18 +56,18 @@ enum TPMTransport {
             guard size >= headerSize, size <= maximumResponseSize else {
                 throw SoftwareTPMError(
                     .commandChannelFailed,
-                    "the TPM on port \(port) sent a response of impossible size \(size); is something else listening there?")
+                    "the TPM at \(port) sent a response of impossible size \(size); is something else listening there?")
             }
             let rest = try LoopbackSocket.receiveExactly(fd, count: size - 6)
             return TPMResponse(bytes: header + rest)
         } catch let error as Errno {
             let hint = error.rawValue == ETIMEDOUT
                 ? " (swtpm serves one command connection at a time: is a TSS context still connected?)" : ""
-            throw SoftwareTPMError(.commandChannelFailed, "TPM command exchange on port \(port) failed\(hint)", cause: error)
+            throw SoftwareTPMError(.commandChannelFailed, "TPM command exchange with \(port) failed\(hint)", cause: error)
         } catch let error as SoftwareTPMError {
             throw error
         } catch {
-            throw SoftwareTPMError(.commandChannelFailed, "TPM command exchange on port \(port) failed: \(error)")
+            throw SoftwareTPMError(.commandChannelFailed, "TPM command exchange with \(port) failed: \(error)")
         }
     }
 
@@ -76,8 +76,8 @@ enum TPMTransport {
     /// - Throws: ``SoftwareTPMError/Code/commandFailed(responseCode:)`` with the TPM's code, or a
     ///   channel failure from `transmit`.
     @discardableResult
-    static func execute(_ command: [UInt8], name: String, port: Int, timeout: Duration) throws(SoftwareTPMError) -> TPMResponse {
-        let response = try transmit(command, port: port, timeout: timeout)
+    static func execute(_ command: [UInt8], name: String, endpoint: SimulatorEndpoint, timeout: Duration) throws(SoftwareTPMError) -> TPMResponse {
+        let response = try transmit(command, endpoint: endpoint, timeout: timeout)
         let code = response.responseCode
         guard code == 0 else {
             throw SoftwareTPMError(
@@ -90,12 +90,13 @@ enum TPMTransport {
     /// Sends one control command and checks its UINT32 result.
     ///
     /// - Throws: ``SoftwareTPMError/Code/controlChannelFailed`` on I/O failure or a non-zero result.
-    static func control(_ command: ControlCommand, payload: [UInt8] = [], port: Int, timeout: Duration) throws(SoftwareTPMError) {
+    static func control(_ command: ControlCommand, payload: [UInt8] = [], endpoint: SimulatorEndpoint, timeout: Duration) throws(SoftwareTPMError) {
+        let port = endpoint.description
         let fd: Int32
         do {
-            fd = try LoopbackSocket.connectTCP(host: host, port: port, timeout: timeout)
+            fd = try endpoint.connect(control: true, timeout: timeout)
         } catch {
-            throw SoftwareTPMError(.controlChannelFailed, "cannot connect to the swtpm control port \(port)", cause: error)
+            throw SoftwareTPMError(.controlChannelFailed, "cannot connect to the swtpm control channel (\(port))", cause: error)
         }
         defer { closeDescriptor(fd) }
         let result: UInt32
@@ -106,7 +107,7 @@ enum TPMTransport {
             try LoopbackSocket.sendAll(fd, request)
             result = try LoopbackSocket.receiveExactly(fd, count: 4).bigEndianUInt32(at: 0)
         } catch {
-            throw SoftwareTPMError(.controlChannelFailed, "control command \(command) on port \(port) failed", cause: error)
+            throw SoftwareTPMError(.controlChannelFailed, "control command \(command) to \(port) failed", cause: error)
         }
         guard result == 0 else {
             throw SoftwareTPMError(

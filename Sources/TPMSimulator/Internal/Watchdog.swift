@@ -16,25 +16,25 @@ struct Watchdog: Sendable {
     /// Closing this (or our death) fires the watchdog.
     let writeEnd: Int32
 
-    /// The shell script; `$1` is swtpm's PID, `$2` an optional directory to delete afterwards.
+    /// The shell script; `$1` is swtpm's PID, the rest directories to delete afterwards.
     /// Values are passed as arguments, never spliced into the script, so no path needs quoting.
     /// The pause lets the kernel finish tearing swtpm down before its files are removed.
-    static let script = #"read _; kill -KILL "$1"; if [ -n "$2" ]; then sleep 1; rm -rf -- "$2"; fi"#
+    static let script = #"read _; kill -KILL "$1"; shift; if [ $# -gt 0 ]; then sleep 1; rm -rf -- "$@"; fi"#
 
     /// Spawns a watchdog for `target`.
     ///
     /// - Parameters:
     ///   - target: swtpm's PID.
-    ///   - directory: a private state directory to delete after killing swtpm, or nil.
+    ///   - directories: private directories (state, sockets) to delete after killing swtpm.
     /// - Throws: `Errno` from pipe2 or posix_spawn.
-    static func guarding(_ target: pid_t, removing directory: String?) throws(Errno) -> Watchdog {
+    static func guarding(_ target: pid_t, removing directories: [String]) throws(Errno) -> Watchdog {
         let ends = try makeCloseOnExecPipe()
         // Our copy of the read end must go: if we kept it, the pipe would never see EOF.
         defer { closeDescriptor(ends.read) }
         do throws(Errno) {
             let pid = try ChildProcess.spawn(
                 executablePath: "/bin/sh",
-                arguments: ["-c", script, "tpm-simulator-watchdog", String(target), directory ?? ""],
+                arguments: ["-c", script, "tpm-simulator-watchdog", String(target)] + directories,
                 standardInput: .descriptor(ends.read),
                 standardErrorPath: nil)
             return Watchdog(pid: pid, writeEnd: ends.write)

@@ -28,6 +28,9 @@ struct AddGenericPassword: ParsableCommand {
     @Flag(name: [.customShort("U"), .customLong("update")], help: "Update the item if it already exists.")
     var update = false
 
+    @Flag(name: .customLong("allow-empty"), help: "Accept an empty password from standard input (otherwise refused as a likely mistake).")
+    var allowEmpty = false
+
     @Option(name: [.customShort("l"), .customLong("label")], parsing: .unconditional, help: "Label (kSecAttrLabel).")
     var label: String?
 
@@ -38,7 +41,16 @@ struct AddGenericPassword: ParsableCommand {
         try reportingErrors {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             _ = try Keychain(service: service)
-            let value = try password.map { .text($0) } ?? PasswordInput.read(prompt: "password data for new item: ")
+            let value: PasswordValue
+            if let password {
+                printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) while the command runs; give it on standard input instead")
+                value = .text(password)
+            } else {
+                value = try PasswordInput.read(prompt: "password data for new item: ")
+                if value.isEmpty && !allowEmpty {
+                    throw CommandFailure(ExitStatus.usage, "the password read from standard input is empty; nothing was stored (use --allow-empty to store an empty password)")
+                }
+            }
             try StoreSession.with(store.path) { try perform(in: $0, value: value) }
         }
     }

@@ -18,7 +18,7 @@ struct DeleteGenericPassword: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let path = store.path
-            guard KeychainLocation(path: path).storeExists else { throw KeychainError(.itemNotFound, "No keychain store at \(path)") }
+            try KeychainLocation(path: path).checkStore()
             try StoreSession.with(path) { try perform(in: $0) }
         }
     }

@@ -16,8 +16,8 @@ struct DumpKeychain: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let path = store.path
-            // No store: an empty keychain, not a reason to create one.
-            guard KeychainLocation(path: path).storeExists else { return }
+            // Never creates a store: a mistyped path is an error, not an empty keychain.
+            try KeychainLocation(path: path).checkStore()
             try StoreSession.with(path) { try perform(in: $0) }
         }
     }

@@ -24,7 +24,7 @@ struct FindGenericPassword: ParsableCommand {
         try reportingErrors {
             let path = store.path
             // Looking something up never creates a store (or starts a simulator for one).
-            guard KeychainLocation(path: path).storeExists else { throw KeychainError(.itemNotFound, "No keychain store at \(path)") }
+            try KeychainLocation(path: path).checkStore()
             try StoreSession.with(path) { try perform(in: $0) }
         }
     }

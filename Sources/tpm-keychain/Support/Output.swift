@@ -11,6 +11,7 @@ enum ExitStatus {
     static let duplicateItem: Int32 = 45
     static let usage: Int32 = 64
     static let dataError: Int32 = 65
+    static let noInput: Int32 = 66
     static let unavailable: Int32 = 69
     static let software: Int32 = 70
     static let ioError: Int32 = 74
@@ -19,9 +20,9 @@ enum ExitStatus {
 
     static func forTPMError(_ code: TPMError.Code) -> Int32 {
         switch code {
-        case .tpmUnavailable, .busy: unavailable
+        case .tpmUnavailable: unavailable
         case .authorizationFailed, .policyCheckFailed: permissionDenied
-        case .lockout, .outOfResources: temporaryFailure
+        case .lockout, .outOfResources, .busy, .timedOut: temporaryFailure
         case .wrongStorageKey, .malformedData: dataError
         case .invalidArgument: usage
         default: software
@@ -35,13 +36,19 @@ enum ExitStatus {
         case .invalidParameter: usage
         // The bytes on disk cannot be used here: damaged, foreign (another TPM) or from a newer version.
         case .decodingFailed, .tampered, .unsupportedVersion, .wrongTPM: dataError
+        case .storeNotFound: noInput
         case .tpmUnavailable: unavailable
-        case .authenticationFailed, .unsafeFileSystem: permissionDenied
-        case .lockout: temporaryFailure
+        case .authenticationFailed, .unsafeFileSystem, .permissionDenied: permissionDenied
+        case .lockout, .timedOut: temporaryFailure
         case .storageFailed: ioError
-        case .storeClosed: software
+        default: software
         }
     }
+
+    /// The table `--help` shows; kept next to the mapping it describes.
+    static let helpText = """
+        Exit status: 0 success, 44 item not found, 45 duplicate item (as security), 64 usage (also         invalid UTF-8 in an argument, a directory that is not a store), 65 unusable data (damaged or         modified files, a store sealed by another TPM), 66 no keychain store at the path, 69 TPM         unavailable, 70 internal error, 74 I/O error, 75 temporary failure (TPM lockout, a TPM or lock         that did not answer within TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission         (permission denied, authorization refused, unsafe file modes); a command killed by a signal         exits with that signal.
+        """
 }
 
 /// `security`'s wording, which scripts written for macOS match on.
@@ -72,6 +79,14 @@ func milliseconds(_ duration: Duration) -> String {
     return String(format: "%.2f ms", value)
 }
 
+/// What to do about a lockout: a simulated TPM only runs while a command does, so it never
+/// accumulates the uptime a hardware TPM needs to forget failures by itself.
+let lockoutAdvice = """
+    tpm-keychain: a simulated TPM (and any TPM whose lockout hierarchy has no password) is unlocked \
+    with: tpm-keychain reset-lockout --keychain <store>. A hardware TPM forgets one failure per \
+    recovery interval while it runs (tpm-keychain tpm-status shows both).
+    """
+
 /// Runs a command body, turning the project's typed errors into a message and an exit status.
 ///
 /// The status is thrown as `ExitCode` rather than passed to `exit()`, so every `defer` between
@@ -84,11 +99,12 @@ func reportingErrors(_ body: () throws -> Void) throws {
         switch error.code {
         case .itemNotFound: printError(SecurityMessage.itemNotFound)
         case .duplicateItem: printError(SecurityMessage.duplicateItem)
+        case .lockout: printError("tpm-keychain: \(error)\n\(lockoutAdvice)")
         default: printError("tpm-keychain: \(error)")
         }
         throw ExitCode(ExitStatus.forKeychainError(error.code))
     } catch let error as TPMError {
-        printError("tpm-keychain: \(error)")
+        printError("tpm-keychain: \(error)" + (error.code == .lockout ? "\n" + lockoutAdvice : ""))
         throw ExitCode(ExitStatus.forTPMError(error.code))
     } catch let error as SoftwareTPMError {
         printError("tpm-keychain: cannot start the embedded TPM simulator: \(error)")

@@ -12,6 +12,13 @@ enum PasswordValue {
     init(_ data: Data) {
         if let text = String(validating: data, as: UTF8.self) { self = .text(text) } else { self = .bytes(data) }
     }
+
+    var isEmpty: Bool {
+        switch self {
+        case .text(let text): text.isEmpty
+        case .bytes(let bytes): bytes.isEmpty
+        }
+    }
 }
 
 /// Reads a password from standard input, so that it never appears in argv (visible to every user
@@ -54,8 +61,14 @@ enum PasswordInput {
     private static func readLineWithoutEcho(prompt: String) throws(CommandFailure) -> Data {
         var saved = termios()
         let haveTerminal = tcgetattr(STDIN_FILENO, &saved) == 0
+        var restoreToken: Int?
         if haveTerminal {
-            TerminalRestore.arm(saved)
+            // Echo comes back if the user interrupts the prompt (Ctrl-C, hangup, kill).
+            let original = saved
+            restoreToken = ProcessGuard.onInterruption {
+                var terminal = original
+                _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &terminal)
+            }
             var quiet = saved
             quiet.c_lflag &= ~tcflag_t(ECHO)
             _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet)
@@ -65,8 +78,8 @@ enum PasswordInput {
         defer {
             if haveTerminal {
                 _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
-                TerminalRestore.disarm()
             }
+            restoreToken.map(ProcessGuard.remove)
             // The newline the user typed was not echoed.
             FileHandle.standardError.write(Data("\n".utf8))
         }
@@ -85,37 +98,5 @@ enum PasswordInput {
                 throw CommandFailure(ExitStatus.usage, "the password is larger than \(maximumSize) bytes")
             }
         }
-    }
-}
-
-/// Puts the terminal's echo back if the user interrupts the prompt (Ctrl-C, hangup, kill), then
-/// lets the signal do what it would have done.
-private enum TerminalRestore {
-    nonisolated(unsafe) static var saved = termios()
-    nonisolated(unsafe) static var previous: [Int32: sighandler_t?] = [:]
-    static let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
-
-    static func arm(_ terminal: termios) {
-        saved = terminal
-        for signalNumber in signals {
-            let earlier = signal(signalNumber) { received in
-                _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &TerminalRestore.saved)
-                signal(received, SIG_DFL)
-                raise(received)
-            }
-            previous[signalNumber] = earlier
-        }
-        // A parent may have left these blocked (children of threads often inherit such a mask);
-        // then an interrupt would wait for the password and leave echo off if it ever came.
-        var handled = sigset_t()
-        sigemptyset(&handled)
-        for signalNumber in signals { sigaddset(&handled, signalNumber) }
-        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
-    }
-
-    /// Restores whatever handled the signals before (SIG_IGN under nohup, for example).
-    static func disarm() {
-        for (signalNumber, handler) in previous { signal(signalNumber, handler) }
-        previous = [:]
     }
 }

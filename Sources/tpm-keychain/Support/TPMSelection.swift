@@ -20,16 +20,20 @@ final class TPMSelection {
     /// How long starting the embedded simulator took; nil when none was started.
     let simulatorStartup: Duration?
     private let simulator: SoftwareTPM?
-    /// Held while the embedded simulator runs: one swtpm per state directory, across processes.
     /// Held while the embedded swtpm runs: its state directory serves one swtpm at a time, so
-    /// other tpm-keychain processes on the same store wait their turn.
+    /// other tpm-keychain processes on the same store wait their turn (at most the TPM timeout).
     private var simulatorLock: LockFile?
+    /// Stops the simulator in order if the command is interrupted.
+    private var interruptionToken: Int?
 
-    /// - Parameter storeDirectory: the keychain store's directory (absolute). Created (0700) only
-    ///   when the embedded simulator is needed, since its state lives there.
+    /// - Parameters:
+    ///   - storeDirectory: the keychain store's directory (absolute). Created (0700) only when the
+    ///     embedded simulator is needed, since its state lives there.
+    ///   - createStoreDirectory: false for commands that need an existing simulated TPM.
     /// - Throws: ``SoftwareTPMError`` when a simulator is needed but swtpm cannot start;
-    ///   ``CommandFailure`` when the store directory or its lock cannot be made.
-    init(storeDirectory: String) throws {
+    ///   ``CommandFailure`` when the store directory or its lock cannot be made, or the lock is
+    ///   held past the timeout.
+    init(storeDirectory: String, createStoreDirectory: Bool = true) throws {
         if let tcti = TPMConfiguration.environmentTCTI {
             configuration = TPMConfiguration(tcti: tcti)
             source = .environment
@@ -39,17 +43,23 @@ final class TPMSelection {
             source = .hardware
             (simulator, simulatorLock, simulatorStartup) = (nil, nil, nil)
         } else {
+            let stateDirectory = storeDirectory + "/swtpm"
+            if !createStoreDirectory && access(stateDirectory, F_OK) != 0 {
+                throw CommandFailure(ExitStatus.noInput, "no simulated TPM at \(stateDirectory): the store at \(storeDirectory) was not created with one")
+            }
             try StoreDirectory.create(storeDirectory)
             let lock = try Self.lockSimulator(storeDirectory)
-            let stateDirectory = storeDirectory + "/swtpm"
             let clock = ContinuousClock()
             let start = clock.now
-            let started = try SoftwareTPM.start(.init(stateDirectory: stateDirectory))
+            // A Unix socket in a private directory: a loopback TCP port would let every local user
+            // send this TPM commands (exhaust its lockout counter, unseal with a copied store).
+            let started = try SoftwareTPM.start(.init(stateDirectory: stateDirectory, listensOnUnixSocket: true))
             simulatorStartup = clock.now - start
             configuration = TPMConfiguration(tcti: started.tcti)
             source = .embeddedSimulator(stateDirectory: stateDirectory)
             simulator = started
             simulatorLock = lock
+            interruptionToken = ProcessGuard.onInterruption { started.stop() }
         }
     }
 
@@ -79,21 +89,28 @@ final class TPMSelection {
     /// Stops the embedded simulator, then lets the next process start its own. Idempotent.
     func stop() {
         simulator?.stop()
+        interruptionToken.map(ProcessGuard.remove)
+        interruptionToken = nil
         simulatorLock = nil
     }
 
     private static func lockSimulator(_ storeDirectory: String) throws(CommandFailure) -> LockFile {
         let path = storeDirectory + "/simulator.lock"
+        let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
+        let lock: LockFile
         do {
-            let lock = try LockFile(path)
-            if try !lock.lock(wait: false) {
-                printError("tpm-keychain: waiting for another tpm-keychain using the simulated TPM of \(storeDirectory)")
-                try lock.lock(wait: true)
-            }
-            return lock
+            lock = try LockFile(path)
+            if try lock.lock(wait: false) { return lock }
+            printError("tpm-keychain: waiting for another tpm-keychain using the simulated TPM of \(storeDirectory)")
+            if try lock.lock(timeout: timeout) { return lock }
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw CommandFailure(ExitStatus.permissionDenied, "permission denied: cannot use \(path)")
         } catch {
             throw CommandFailure(ExitStatus.ioError, "cannot lock \(path): \(error)")
         }
+        let holder = lock.holderProcessID.map { "process \($0)" } ?? "another process"
+        throw CommandFailure(ExitStatus.temporaryFailure,
+                             "waited \(timeout) for the simulated TPM of \(storeDirectory); \(holder) still holds \(path). If it is stuck, stop it and try again (\(TPMConfiguration.timeoutVariable) sets the wait in seconds)")
     }
 
     deinit { stop() }

@@ -1,0 +1,200 @@
+import Crypto
+import Foundation
+import SystemCalls
+package import TPM
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Finding, creating and opening a store: the only part of the engine that talks to the TPM.
+extension ItemStore {
+    /// What stands at a store location, found without the TPM.
+    package enum Presence: Sendable, Equatable {
+        /// Nothing yet: no directory, or one holding only what may precede a store (an embedded
+        /// simulator's state, lock files, an interrupted creation).
+        case absent
+        /// A store: its metadata file exists.
+        case present
+    }
+
+    /// Names a directory may hold before a store is created in it.
+    static let entriesBeforeCreation: Set<String> = [
+        "swtpm", "simulator.lock", "store.lock", StorageKeyContextFile.name,
+        StoreMetadata.fileName + ".new", StoreMetadata.fileName + ".new" + Directory.temporarySuffix,
+    ]
+
+    /// Whether a store exists at `root`, without the TPM.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` for a damaged store (items but no metadata),
+    ///   `.invalidParameter` for a relative path or a directory that holds something else,
+    ///   `.permissionDenied`, `.unsafeFileSystem`.
+    package static func presence(at root: String) throws(KeychainError) -> Presence {
+        try validate(root)
+        guard let directory = try Directory.open(root, in: nil, create: false) else { return .absent }
+        return try presence(in: directory)
+    }
+
+    /// Opens the store at `root`; when there is none and `create` is set, creates it with a new
+    /// master key sealed to the TPM. Nothing is written before the TPM has sealed that key, so a
+    /// TPM that cannot be reached leaves no trace.
+    ///
+    /// A store whose master key was sealed by an older version with dictionary-attack protection
+    /// (which a key without a PIN must not have) is resealed as noDA here, once.
+    ///
+    /// - Throws: ``KeychainError``: `.storeNotFound` (none, and `create` is false), `.wrongTPM`
+    ///   when the store was sealed by another TPM, `.tpmUnavailable`, `.timedOut`, `.lockout`,
+    ///   `.tampered` for damaged metadata or a store whose metadata is gone, `.invalidParameter`
+    ///   for a relative path or a directory that is not a store, `.permissionDenied`,
+    ///   `.unsafeFileSystem`, `.storageFailed`.
+    package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true,
+                             create: Bool = true) throws(KeychainError) -> ItemStore {
+        try validate(root)
+        if let directory = try Directory.open(root, in: nil, create: false) {
+            return try open(directory, tpm: tpm, durable: durable, create: create, sealedKey: nil)
+        }
+        guard create else { throw storeNotFound(root) }
+        let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
+        try createParents(of: root)
+        guard let directory = try Directory.open(root, in: nil, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create \(root)")
+        }
+        return try open(directory, tpm: tpm, durable: durable, create: create, sealedKey: sealedKey)
+    }
+
+    /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
+    ///   unused when another process created the store meanwhile.
+    private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool,
+                             sealedKey: (key: SecretBytes, sealed: SealedObject)?) throws(KeychainError) -> ItemStore {
+        let root = rootDirectory.path
+        let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
+        defer { withExtendedLifetime(lock) {} }
+        let cache = StorageKeyContextFile(directory: rootDirectory)
+        let storeID: [UInt8]
+        let keys: StoreKeys
+        switch try presence(in: rootDirectory) {
+        case .present:
+            (storeID, keys) = try unlock(rootDirectory, tpm: tpm, cache: cache)
+        case .absent:
+            guard create else { throw storeNotFound(root) }
+            let generated: (key: SecretBytes, sealed: SealedObject)
+            if let sealedKey {
+                generated = sealedKey
+            } else {
+                generated = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
+            }
+            let (masterKey, sealed) = generated
+            let metadata = StoreMetadata(storeID: randomBytes(16), createdMilliseconds: StoreMetadata.now, sealedMasterKey: sealed)
+            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
+            guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
+                throw KeychainError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
+            }
+            storeID = metadata.storeID
+        }
+        guard let items = try Directory.open("items", in: rootDirectory, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create \(root)/items")
+        }
+        return ItemStore(root: root, storeID: storeID, items: items, keys: keys, durable: durable, lockTimeout: tpm.timeout)
+    }
+
+    /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
+    /// when an older version sealed it with dictionary-attack protection).
+    private static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration,
+                               cache: StorageKeyContextFile) throws(KeychainError) -> (storeID: [UInt8], keys: StoreKeys) {
+        let root = rootDirectory.path
+        let metadataPath = root + "/" + StoreMetadata.fileName
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
+            throw KeychainError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
+        }
+        guard file.size <= StoreMetadata.maximumFileSize else {
+            throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata")
+        }
+        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
+        let sealed = parsed.metadata.sealedMasterKey
+        let (masterKey, resealed) = try withTPM(tpm, root: root, cache: cache) { tpm in
+            let key = try tpm.unseal(sealed)
+            return (key, sealed.isDictionaryAttackProtected ? try tpm.seal(key) : nil)
+        }
+        let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
+        try parsed.verify(metadataKey: keys.metadata)
+        if let resealed {
+            // Authenticated first, so a forged file is never rewritten as genuine. The old file
+            // keeps working until the rename; the new one differs only in the sealed object.
+            let migrated = StoreMetadata(storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
+                                         sealedMasterKey: resealed)
+            try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
+        }
+        return (parsed.metadata.storeID, keys)
+    }
+
+    /// - Throws: as ``presence(at:)``.
+    private static func presence(in directory: Directory) throws(KeychainError) -> Presence {
+        if try directory.openFile(StoreMetadata.fileName) != nil { return .present }
+        let entries = try directory.entries()
+        if entries.contains("items") {
+            throw KeychainError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
+        }
+        let foreign = entries.filter { !entriesBeforeCreation.contains($0) }.sorted()
+        guard foreign.isEmpty else {
+            let shown = foreign.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ") + (foreign.count > 3 ? ", ..." : "")
+            throw KeychainError(.invalidParameter, "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory")
+        }
+        return .absent
+    }
+
+    private static func storeNotFound(_ root: String) -> KeychainError {
+        KeychainError(.storeNotFound, "No keychain store at \(root)")
+    }
+
+    private static func validate(_ root: String) throws(KeychainError) {
+        guard root.hasPrefix("/") else {
+            throw KeychainError(.invalidParameter, "The store path must be absolute: \(root)")
+        }
+    }
+
+    private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
+                                             _ body: (TPMConnection) throws -> R) throws(KeychainError) -> R {
+        do {
+            let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
+            defer { tpm.close() }
+            return try body(tpm)
+        } catch let error as TPMError {
+            throw KeychainError(tpmError: error, store: root)
+        } catch {
+            throw KeychainError(.tpmUnavailable, "The TPM failed", underlying: error)
+        }
+    }
+
+    /// Missing parents are created 0700; existing ones (such as ~/.local/share) are not ours to judge.
+    private static func createParents(of root: String) throws(KeychainError) {
+        let parent = String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)])
+        do {
+            try createDirectories(parent)
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw KeychainError(.permissionDenied, "Permission denied creating the directories of \(root)", underlying: error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create the directories of \(root)", underlying: error)
+        }
+    }
+}
+
+extension KeychainError {
+    /// The store's view of a TPM failure while opening it.
+    init(tpmError error: TPMError, store: String) {
+        switch error.code {
+        case .wrongStorageKey:
+            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared); it cannot be opened here", underlying: error)
+        case .tpmUnavailable:
+            self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
+        case .busy, .timedOut:
+            self.init(.timedOut, "The keychain at \(store) could not get an answer from the TPM in time", underlying: error)
+        case .lockout:
+            self.init(.lockout, "The TPM is in dictionary-attack lockout", underlying: error)
+        // The master key has no PIN and one fixed policy: the TPM refusing it, or failing to
+        // parse or load it, means the stored bytes changed, not that the TPM is unwell.
+        case .malformedData, .policyCheckFailed, .authorizationFailed, .invalidArgument:
+            self.init(.tampered, "The keychain's sealed master key in \(store)/\(StoreMetadata.fileName) is damaged or was modified", underlying: error)
+        default:
+            self.init(.tpmUnavailable, "The TPM failed while opening the keychain at \(store)", underlying: error)
+        }
+    }
+}

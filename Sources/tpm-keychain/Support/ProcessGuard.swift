@@ -1,0 +1,110 @@
+import Foundation
+import Synchronization
+import TPM
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the CLI does to its own process before it touches a secret: no core dumps, a crash that
+/// ends the process with its signal, and cleanups (terminal echo, the embedded simulator's orderly
+/// shutdown) that run when the user interrupts a command.
+enum ProcessGuard {
+    static let interruptions = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
+    static let crashes = [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS]
+
+    /// Call first in `main`. Decrypted secrets live in this process's memory, so it never
+    /// writes a core file.
+    static func install() {
+        SecretMemory.disableCoreDumps()
+        handleCrashes()
+        handleInterruptions()
+    }
+
+    /// The Swift runtime's crash reporter returns from a SIGSEGV it did not cause itself (one sent
+    /// with kill), and the process then went on to exit 0 with its output cut short. This handler
+    /// says one line and lets the signal's default action end the process, so the exit status
+    /// reports the crash. Only async-signal-safe calls: write(2) and raise(3).
+    private static func handleCrashes() {
+        for signalNumber in crashes {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { received in
+                let message: StaticString = "tpm-keychain: terminated by a crash signal\n"
+                _ = message.withUTF8Buffer { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+                raise(received)
+            }
+            // RESETHAND: the default action is back on entry; NODEFER: raise() delivers at once.
+            action.sa_flags = Int32(truncatingIfNeeded: SA_RESETHAND) | Int32(truncatingIfNeeded: SA_NODEFER)
+            sigemptyset(&action.sa_mask)
+            sigaction(signalNumber, &action, nil)
+        }
+    }
+
+    // MARK: Interruptions
+
+    private static let cleanups = Mutex<[Int: @Sendable () -> Void]>([:])
+    private static let nextToken = Atomic<Int>(0)
+    /// The handler writes the signal number here; a thread reads it and does the real work.
+    nonisolated(unsafe) private static var pipeWriteEnd: Int32 = -1
+
+    /// Runs `cleanup` if the process is interrupted (SIGINT, SIGTERM, SIGHUP, SIGQUIT) before
+    /// ``remove(_:)`` is called with the returned token.
+    static func onInterruption(_ cleanup: @escaping @Sendable () -> Void) -> Int {
+        let token = nextToken.add(1, ordering: .relaxed).newValue
+        cleanups.withLock { $0[token] = cleanup }
+        return token
+    }
+
+    static func remove(_ token: Int) {
+        cleanups.withLock { _ = $0.removeValue(forKey: token) }
+    }
+
+    /// A signal handler may only do async-signal-safe work, and stopping a simulator in order
+    /// (TPM2_Shutdown, so the TPM counts no dictionary-attack failure) is not: the handler only
+    /// writes to a pipe, and a thread runs the cleanups, then ends the process with the signal.
+    private static func handleInterruptions() {
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { return }
+        // No other thread spawns children this early, so setting FD_CLOEXEC afterwards is safe.
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        pipeWriteEnd = ends[1]
+        let readEnd = ends[0]
+        let thread = Thread {
+            var received: Int32 = 0
+            while read(readEnd, &received, MemoryLayout<Int32>.size) != MemoryLayout<Int32>.size {
+                if errno != EINTR { return }
+            }
+            let pending = cleanups.withLock { cleanups in
+                defer { cleanups.removeAll() }
+                return Array(cleanups.values)
+            }
+            for cleanup in pending { cleanup() }
+            signal(received, SIG_DFL)
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, received)
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            raise(received)
+        }
+        thread.start()
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        for signalNumber in interruptions {
+            // Respect an ignored signal (nohup, background jobs): the user asked for no interruption.
+            var previous = sigaction()
+            sigaction(signalNumber, nil, &previous)
+            if unsafeBitCast(previous.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) { continue }
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { received in
+                var number = received
+                _ = write(ProcessGuard.pipeWriteEnd, &number, MemoryLayout<Int32>.size)
+            }
+            action.sa_flags = Int32(SA_RESTART)
+            sigemptyset(&action.sa_mask)
+            sigaction(signalNumber, &action, nil)
+            sigaddset(&unblocked, signalNumber)
+        }
+        // A parent may have left these blocked (children of threads often inherit such a mask);
+        // then an interrupt would wait for the password, or never come.
+        pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
+    }
+}
