@@ -90,7 +90,7 @@ let package = Package(
         // Runs the built tpm-keychain binary as a user would.
         .testTarget(
             name: "TPMKeychainCLITests",
-            dependencies: ["TPMKeychain", "TPMKeychainTesting", "tpm-keychain"],
+            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain"],
             swiftSettings: strictness
         ),
         .testTarget(

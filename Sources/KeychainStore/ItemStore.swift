@@ -39,6 +39,9 @@ package final class ItemStore: Sendable {
         var names: [ItemIdentity: ItemNames] = [:]
         var itemKeys: [[UInt8]: SymmetricKey] = [:]
         var services: [String: Directory] = [:]
+        /// Service directories whose every item file was read and found where it belongs, with
+        /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
+        var consistent: [String: Directory.Stamp] = [:]
     }
 
     /// An item's directory and file name inside `items/`, and its identity as the secret's AAD encodes it.
@@ -129,7 +132,8 @@ package final class ItemStore: Sendable {
     /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
     package func item(_ identity: ItemIdentity) throws(KeychainError) -> ItemRecord? {
         let keys = try currentKeys()
-        guard let file = try openItem(names(identity, keys: keys)) else { return nil }
+        let names = names(identity, keys: keys)
+        guard let file = try openItem(names) else { return try confirmAbsence(names, keys: keys) }
         return try readItem(file, expected: identity, keys: keys)
     }
 
@@ -139,7 +143,7 @@ package final class ItemStore: Sendable {
     package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
         let keys = try currentKeys()
         let names = names(identity, keys: keys)
-        guard let file = try openItem(names) else { return nil }
+        guard let file = try openItem(names) else { return try confirmAbsence(names, keys: keys) }
         let (bytes, header) = try readWhole(file)
         return try ItemFile.decryptSecret(of: bytes, header: header, key: itemKey(for: header, keys: keys),
                                           encodedIdentity: names.encodedIdentity, path: file.path)
@@ -148,15 +152,17 @@ package final class ItemStore: Sendable {
     /// The item's attributes, read and authenticated without decrypting the secret.
     package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
         let keys = try currentKeys()
-        guard let file = try openItem(names(identity, keys: keys)) else { return nil }
+        let names = names(identity, keys: keys)
+        guard let file = try openItem(names) else { return try confirmAbsence(names, keys: keys) }
         return try readHeaderAndAttributes(file, expected: identity, keys: keys).attributes
     }
 
     /// The attributes of every item of a service, in no particular order.
     package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
         let keys = try currentKeys()
-        guard let directory = try serviceDirectory(keys.name("service", [accessGroup, service]), create: false) else { return [] }
-        return try list(directory, keys: keys).filter { $0.service == service && $0.accessGroupName == accessGroup }
+        let name = keys.name("service", [accessGroup, service])
+        guard let directory = try serviceDirectory(name, create: false) else { return [] }
+        return try list(directory, named: name, keys: keys)
     }
 
     /// The attributes of every item in the store.
@@ -165,16 +171,16 @@ package final class ItemStore: Sendable {
         var all: [ItemAttributes] = []
         for name in try items.entries() {
             guard let directory = try serviceDirectory(name, create: false) else { continue }
-            let found = try list(directory, keys: keys)
-            for item in found where keys.name("service", [item.accessGroupName, item.service]) != name {
-                throw KeychainError(.tampered, "\(directory.path) holds an item of another service: files were moved")
-            }
-            all += found
+            all += try list(directory, named: name, keys: keys)
         }
         return all
     }
 
-    private func list(_ directory: Directory, keys: StoreKeys) throws(KeychainError) -> [ItemAttributes] {
+    /// Every item of a service directory, each checked to be the item its file name says and to
+    /// belong to the service the directory's name says: a renamed file or a swapped directory is
+    /// reported, never skipped. The directory is then known to be consistent until it changes.
+    private func list(_ directory: Directory, named serviceName: String, keys: StoreKeys) throws(KeychainError) -> [ItemAttributes] {
+        let stamp = try directory.stamp()
         var result: [ItemAttributes] = []
         for name in try directory.entries() where name.hasSuffix(".item") {
             guard let file = try directory.openFile(name) else { continue }
@@ -183,7 +189,42 @@ package final class ItemStore: Sendable {
             guard name == expectedName else {
                 throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
             }
+            guard keys.name("service", [attributes.accessGroupName, attributes.service]) == serviceName else {
+                throw KeychainError(.tampered, "\(directory.path) holds an item of another service: directories or files were swapped or moved")
+            }
             result.append(attributes)
+        }
+        if try directory.stamp() == stamp {
+            caches.withLock { caches in
+                if caches.consistent.count >= Caches.limit { caches.consistent.removeAll(keepingCapacity: true) }
+                caches.consistent[serviceName] = stamp
+            }
+        }
+        return result
+    }
+
+    /// Makes a miss trustworthy: an item file renamed away, or a service directory swapped with
+    /// another, would otherwise read as "not found" while a listing reports tampering. The
+    /// directory is checked once (every item read, as a listing does) and then only again after
+    /// it changed, so repeated misses cost one fstat.
+    ///
+    /// - Returns: nil, when the item is genuinely absent.
+    /// - Throws: ``KeychainError`` `.tampered` when the directory holds misplaced items.
+    private func confirmAbsence<T>(_ names: ItemNames, keys: StoreKeys) throws(KeychainError) -> T? {
+        guard let directory = try serviceDirectory(names.service, create: false) else { return nil }
+        if try caches.withLock({ $0.consistent[names.service] }) == directory.stamp() { return nil }
+        _ = try list(directory, named: names.service, keys: keys)
+        return nil
+    }
+
+    /// Runs a write of this process to a service directory, under its lock. A directory known to
+    /// be consistent before the write stays known so: the change is ours.
+    private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R) throws(KeychainError) -> R {
+        let before = try directory.stamp()
+        let result = try body()
+        let after = try directory.stamp()
+        caches.withLock { caches in
+            if caches.consistent[serviceName] == before { caches.consistent[serviceName] = after }
         }
         return result
     }
@@ -286,7 +327,9 @@ package final class ItemStore: Sendable {
         } catch {
             throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }
-        try directory.replace(names.file, with: bytes, durable: durable)
+        try changing(directory, named: names.service) { () throws(KeychainError) in
+            try directory.replace(names.file, with: bytes, durable: durable)
+        }
     }
 
     /// Deletes one item. - Returns: false if it did not exist.
@@ -296,7 +339,11 @@ package final class ItemStore: Sendable {
         guard let directory = try serviceDirectory(names.service, create: false) else { return false }
         let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
-        return try directory.remove(names.file, durable: durable)
+        let removed = try changing(directory, named: names.service) { () throws(KeychainError) in
+            try directory.remove(names.file, durable: durable)
+        }
+        if !removed { _ = try confirmAbsence(names, keys: keys) as Bool? }
+        return removed
     }
 
     /// Deletes every item of a service, and temporary files dead writers left. - Returns: how many items.

@@ -9,7 +9,9 @@ import Glibc
 /// One finished run of the `tpm-keychain` binary.
 struct CLIResult: Sendable, CustomStringConvertible {
     let arguments: [String]
+    /// The exit status, or the signal number when ``killedBySignal``.
     let status: Int32
+    var killedBySignal = false
     let stdout: String
     let stderr: String
 
@@ -108,7 +110,8 @@ final class RunningCLI: @unchecked Sendable {
         defer { try? FileManager.default.removeItem(atPath: outputDirectory) }
         let stdout = try String(contentsOfFile: outputDirectory + "/stdout", encoding: .utf8)
         let stderr = try String(contentsOfFile: outputDirectory + "/stderr", encoding: .utf8)
-        return CLIResult(arguments: arguments, status: process.terminationStatus, stdout: stdout, stderr: stderr)
+        return CLIResult(arguments: arguments, status: process.terminationStatus,
+                         killedBySignal: process.terminationReason == .uncaughtSignal, stdout: stdout, stderr: stderr)
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TPM
 import TPMKeychainTesting
 
 #if canImport(Glibc)
@@ -157,5 +158,92 @@ struct EmbeddedSimulatorTests {
         // The demo item is gone: an empty dump.
         let dump = try CLI.run(["dump-keychain", "--keychain", demoStore], environment: environment)
         #expect(dump.status == 0 && dump.stdout.isEmpty, "\(dump)")
+    }
+
+    @Test("the embedded simulator listens on a Unix socket in a private directory, removed afterwards; no TCP port")
+    func embeddedSimulatorUsesAUnixSocket() throws {
+        guard !Self.hardwareIsUsable else { return }
+        let directory = try makeScratchDirectory("embedded-socket")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let status = try CLI.run(["tpm-status", "--keychain", store], environment: Self.environment(directory))
+        #expect(status.status == 0, "\(status)")
+        let tcti = try #require(status.stdout.split(separator: "\n").first { $0.hasPrefix("tcti:") }).dropFirst("tcti:".count)
+            .trimmingCharacters(in: .whitespaces)
+        #expect(tcti.hasPrefix("swtpm:path=/"), "\(status)")
+        let socketDirectory = ((tcti.dropFirst("swtpm:path=".count)) as NSString).deletingLastPathComponent
+        #expect(!FileManager.default.fileExists(atPath: socketDirectory), "the socket directory outlived the command")
+    }
+
+    @Test("an interrupted command stops its embedded simulator, in order, and nothing it was doing is half-done")
+    func interruptStopsTheEmbeddedSimulator() throws {
+        guard !Self.hardwareIsUsable else { return }
+        let directory = try makeScratchDirectory("embedded-interrupt")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let environment = Self.environment(directory)
+        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "old"], environment: environment)
+        #expect(added.status == 0, "\(added)")
+        // Hold the service's lock, so the next writer waits with its simulator running.
+        let lockPath = try #require(regularFiles(under: store + "/items").first { $0.hasSuffix("/.lock") })
+        let holder = open(lockPath, O_RDWR | O_CLOEXEC)
+        defer { close(holder) }
+        #expect(flock(holder, LOCK_EX) == 0)
+
+        for interruption in [SIGINT, SIGTERM] {
+            let running = try CLI.start(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "new", "-U"],
+                                        environment: environment, stdinPipe: false)
+            let deadline = ContinuousClock.now + .seconds(15)
+            while try runningSimulators().filter({ $0.contains(store) }).isEmpty && ContinuousClock.now < deadline { usleep(20_000) }
+            #expect(try !runningSimulators().filter { $0.contains(store) }.isEmpty, "the simulator never started")
+            usleep(500_000)   // the store is open and the writer waits for the lock
+            #expect(kill(running.processIdentifier, interruption) == 0)
+            let result = try running.finish()
+            #expect(result.killedBySignal && result.status == interruption, "\(result)")
+            #expect(try runningSimulators().filter { $0.contains(store) }.isEmpty, "swtpm outlived the interrupted command")
+        }
+        flock(holder, LOCK_UN)
+        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
+        #expect(found.stdout == "old\n", "\(found)")
+        let status = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
+        #expect(status.stdout.contains("lockout counter:   0 failed authorizations (not in lockout)"), "\(status)")
+    }
+
+    @Test("reset-lockout ends a lockout of the embedded simulated TPM; items without a PIN stay readable during it")
+    func resetLockoutOfTheEmbeddedTPM() throws {
+        guard !Self.hardwareIsUsable else { return }
+        let directory = try makeScratchDirectory("embedded-lockout")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let environment = Self.environment(directory)
+        #expect(try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "x"], environment: environment).status == 0)
+
+        // Lock the store's simulated TPM out with wrong PINs on an object of its own.
+        do {
+            let simulator = try SoftwareTPM.start(.init(stateDirectory: store + "/swtpm"))
+            defer { simulator.stop() }
+            try simulator.setDictionaryAttackParameters(maxTries: 2, recoveryTime: 1000, lockoutRecovery: 1000)
+            let tpm = try TPMConnection(TPMConfiguration(tcti: simulator.tcti))
+            defer { tpm.close() }
+            let sealed = try tpm.seal(SecretBytes(copying: [1, 2, 3]), authValue: SecretBytes(copying: Array("right".utf8)))
+            for _ in 0..<3 { _ = try? tpm.unseal(sealed, authValue: SecretBytes(copying: Array("wrong".utf8))) }
+            #expect(try tpm.dictionaryAttackStatus().inLockout)
+        }
+        let locked = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
+        #expect(locked.stdout.contains("IN LOCKOUT"), "\(locked)")
+        // The master key carries no secret, so it is noDA: the lockout does not touch the store.
+        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
+        #expect(found.stdout == "x\n", "\(found)")
+
+        let reset = try CLI.run(["reset-lockout", "--keychain", store], environment: environment)
+        #expect(reset.status == 0, "\(reset)")
+        #expect(reset.stdout.contains("IN LOCKOUT"), "\(reset)")
+        #expect(reset.stdout.contains("after:   0 failed authorizations\n"), "\(reset)")
+        let after = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
+        #expect(after.stdout.contains("(not in lockout)"), "\(after)")
+
+        let noStore = try CLI.run(["reset-lockout", "--keychain", directory + "/elsewhere"], environment: environment)
+        #expect(noStore.status == 66, "\(noStore)")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/elsewhere"))
     }
 }

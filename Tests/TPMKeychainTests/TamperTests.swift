@@ -59,7 +59,10 @@ import TPMKeychain
         let path = try #require(try store.itemFiles().first)
         let renamed = (path as NSString).deletingLastPathComponent + "/00000000000000000000000000000000.item"
         try FileManager.default.moveItem(atPath: path, toPath: renamed)
-        #expect(try keychain.string(forKey: "alice") == nil)
+        // A lookup reports it as a listing does, not as "not found".
+        expectKeychainError(.tampered) { _ = try keychain.string(forKey: "alice") }
+        expectKeychainError(.tampered) { _ = try keychain.contains("alice") }
+        expectKeychainError(.tampered) { _ = try keychain.remove("alice") }
         expectKeychainError(.tampered) { _ = try keychain.allKeys() }
         expectKeychainError(.tampered) { _ = try Keychain.allItems(in: store.location) }
     }
@@ -125,5 +128,113 @@ import TPMKeychain
         metadata[10] ^= 0x01   // inside the store ID, which the MAC covers
         try overwrite(path, with: metadata)
         expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
+    }
+
+    @Test("Swapped service directories are reported by lookups and listings alike")
+    func swappedServiceDirectoriesAreDetected() throws {
+        let store = try TestStore()
+        try store.keychain("service.a").set("a", forKey: "alice")
+        try store.keychain("service.b").set("b", forKey: "bob")
+        Keychain.closeStore(store.location)
+        let directories = Set(try store.itemFiles().map { ($0 as NSString).deletingLastPathComponent }).sorted()
+        #expect(directories.count == 2)
+        try FileManager.default.moveItem(atPath: directories[0], toPath: directories[0] + ".swap")
+        try FileManager.default.moveItem(atPath: directories[1], toPath: directories[0])
+        try FileManager.default.moveItem(atPath: directories[0] + ".swap", toPath: directories[1])
+        expectKeychainError(.tampered) { _ = try store.keychain("service.a").string(forKey: "alice") }
+        expectKeychainError(.tampered) { _ = try store.keychain("service.b").string(forKey: "bob") }
+        expectKeychainError(.tampered) { _ = try store.keychain("service.a").allKeys() }
+        expectKeychainError(.tampered) { _ = try Keychain.allItems(in: store.location) }
+    }
+
+    @Test("A genuine miss stays a miss, also after writes to the same service")
+    func genuineMissesAreNotTampering() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        for index in 0..<20 {
+            #expect(try keychain.contains("key\(index)") == false)
+            try keychain.add("value \(index)", forKey: "key\(index)")
+        }
+        #expect(try keychain.string(forKey: "absent") == nil)
+        #expect(try keychain.remove("absent") == false)
+    }
+
+    @Test("The reserved bytes of store.meta are authenticated as they are on disk")
+    func storeMetadataReservedBytesAreAuthenticated() throws {
+        let store = try TestStore()
+        try store.keychain().set("v", forKey: "k")
+        Keychain.closeStore(store.location)
+        let path = store.location.path + "/store.meta"
+        let original = try bytes(of: path)
+        for position in [6, 7] {
+            var metadata = original
+            metadata[position] ^= 0x01
+            try overwrite(path, with: metadata)
+            expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
+            Keychain.closeStore(store.location)
+        }
+        try overwrite(path, with: original)
+        #expect(try store.keychain().string(forKey: "k") == "v")
+    }
+
+    @Test("Damaged sealed-key bytes in store.meta are damaged data, never a TPM failure or a refusal")
+    func damagedSealedKeyIsTampering() throws {
+        let store = try TestStore()
+        try store.keychain().set("v", forKey: "k")
+        Keychain.closeStore(store.location)
+        let path = store.location.path + "/store.meta"
+        let original = try bytes(of: path)
+        // The sealed object starts at byte 36 and ends 32 bytes (the MAC) before the end; probe
+        // its header, name, public and private areas.
+        let sealedRange = 36..<(original.count - 32)
+        let positions = stride(from: sealedRange.lowerBound, to: sealedRange.upperBound, by: 7).map { $0 }
+        let keychain = try store.keychain()
+        for position in positions {
+            var metadata = original
+            metadata[position] ^= 0x40
+            try overwrite(path, with: metadata)
+            do throws(KeychainError) {
+                _ = try keychain.string(forKey: "k")
+                Issue.record("byte \(position): a damaged store opened")
+            } catch {
+                // wrongTPM: a damaged storage-key name is indistinguishable from another TPM's.
+                #expect(error.code == .tampered || error.code == .wrongTPM, "byte \(position): \(error)")
+            }
+            Keychain.closeStore(store.location)
+        }
+        try overwrite(path, with: original)
+        #expect(try store.keychain().string(forKey: "k") == "v")
+    }
+
+    @Test("A store whose store.meta was deleted is refused as damaged and never re-initialised")
+    func deletedMetadataIsNeverReinitialised() throws {
+        let store = try TestStore()
+        try store.keychain().set("precious", forKey: "k")
+        Keychain.closeStore(store.location)
+        let path = store.location.path + "/store.meta"
+        let metadata = try bytes(of: path)
+        let itemsBefore = try store.itemFiles().map { try bytes(of: $0) }
+        try FileManager.default.removeItem(atPath: path)
+
+        expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
+        expectKeychainError(.tampered) { try store.keychain().set("new", forKey: "other") }
+        expectKeychainError(.tampered) { try store.location.checkStore() }
+        #expect(!store.location.storeExists)
+        #expect(!FileManager.default.fileExists(atPath: path), "a new master key was sealed over the items")
+        #expect(try store.itemFiles().map { try bytes(of: $0) } == itemsBefore)
+
+        // Restoring the file restores the store.
+        FileManager.default.createFile(atPath: path, contents: Data(metadata), attributes: [.posixPermissions: 0o600])
+        #expect(try store.keychain().string(forKey: "k") == "precious")
+    }
+
+    @Test("A store is created only in a new or empty directory")
+    func storesAreNotCreatedInForeignDirectories() throws {
+        let store = try TestStore()
+        try FileManager.default.createDirectory(atPath: store.location.path, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        FileManager.default.createFile(atPath: store.location.path + "/notes.txt", contents: Data("mine".utf8))
+        expectKeychainError(.invalidParameter) { try store.keychain().set("v", forKey: "k") }
+        #expect(!FileManager.default.fileExists(atPath: store.location.path + "/store.meta"))
     }
 }

@@ -38,6 +38,33 @@ struct SoftwareTPMTests {
         #expect(error?.code == .notRunning)
     }
 
+    @Test("on a Unix socket: a private 0700 directory, no TCP socket at all, tpm2-tools talk to it, stop removes it")
+    func unixSocket() throws {
+        let tpm = try SoftwareTPM.start(.init(listensOnUnixSocket: true))
+        let socket = try #require(tpm.socketPath)
+        let directory = (socket as NSString).deletingLastPathComponent
+        #expect(tpm.tcti == "swtpm:path=\(socket)")
+        #expect(tpm.port == 0)
+        var status = stat()
+        #expect(lstat(directory, &status) == 0)
+        #expect(status.st_mode & 0o777 == 0o700 && status.st_uid == getuid())
+        #expect(try getRandom(tpm).responseCode == 0)
+        #expect(try runToolExpectingSuccess(["tpm2_getrandom", "--hex", "8"], tcti: tpm.tcti).count == 16)
+        // None of swtpm's sockets is a TCP one: other local users cannot reach it.
+        let tcpInodes = try ["/proc/net/tcp", "/proc/net/tcp6"].flatMap { path in
+            try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").dropFirst()
+                .compactMap { $0.split(separator: " ", omittingEmptySubsequences: true).dropFirst(9).first.map(String.init) }
+        }
+        let socketInodes = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(tpm.processID)/fd").compactMap { fd in
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(tpm.processID)/fd/\(fd)"))
+                .flatMap { $0.hasPrefix("socket:[") ? String($0.dropFirst(8).dropLast()) : nil }
+        }
+        #expect(socketInodes.count >= 2, "\(socketInodes)")
+        #expect(Set(socketInodes).isDisjoint(with: tcpInodes))
+        tpm.stop()
+        #expect(!FileManager.default.fileExists(atPath: directory))
+    }
+
     @Test("two simulators run side by side on distinct ports")
     func twoInstances() throws {
         let first = try SoftwareTPM.start()

@@ -74,6 +74,23 @@ final class Directory: Sendable {
         return status.st_nlink > 0
     }
 
+    /// What changes whenever an entry is added, removed or renamed: the inode and the
+    /// modification time (nanoseconds) of the directory.
+    struct Stamp: Hashable, Sendable {
+        let inode: UInt64
+        let seconds: Int
+        let nanoseconds: Int
+    }
+
+    /// - Throws: ``KeychainError`` `.storageFailed` if fstat fails.
+    func stamp() throws(KeychainError) -> Stamp {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        return Stamp(inode: UInt64(status.st_ino), seconds: status.st_mtim.tv_sec, nanoseconds: status.st_mtim.tv_nsec)
+    }
+
     // MARK: Files
 
     /// Opens a regular file for reading after checking it is ours, not group or world accessible,

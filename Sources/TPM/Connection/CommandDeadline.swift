@@ -138,22 +138,26 @@ enum TCTIEndpoint: Sendable, Hashable {
         }
         guard got == 0 else { return false }
         switch self {
+        // The command channel, or swtpm's control channel (port + 1, or path + ".ctrl"), which
+        // the TCTI already talks to while it initialises.
         case .tcp(let port):
             let family = Int32(storage.ss_family)
+            let peerPort: UInt16
             if family == AF_INET {
-                return withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_in.self).sin_port } == port.bigEndian
+                peerPort = UInt16(bigEndian: withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_in.self).sin_port })
+            } else if family == AF_INET6 {
+                peerPort = UInt16(bigEndian: withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_in6.self).sin6_port })
+            } else {
+                return false
             }
-            if family == AF_INET6 {
-                return withUnsafeBytes(of: &storage) { $0.load(as: sockaddr_in6.self).sin6_port } == port.bigEndian
-            }
-            return false
+            return peerPort == port || peerPort == port &+ 1
         case .unixSocket(let path):
             guard Int32(storage.ss_family) == AF_UNIX else { return false }
             let peer = withUnsafeBytes(of: &storage) { raw -> String in
                 let pathBytes = raw.dropFirst(MemoryLayout<sa_family_t>.size)
                 return String(decoding: pathBytes.prefix { $0 != 0 }, as: UTF8.self)
             }
-            return peer == path
+            return peer == path || peer == path + ".ctrl"
         }
     }
 }

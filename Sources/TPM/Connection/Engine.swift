@@ -30,7 +30,14 @@ final class Engine {
         accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
 
         var loadedTCTI: OpaquePointer?
+        // The swtpm TCTI already asks the simulator's control channel while it initialises.
+        let alarm = deadline.arm()
         let tctiRC = Tss2_TctiLdr_Initialize(configuration.tcti, &loadedTCTI)
+        alarm?.disarm()
+        if let alarm, alarm.hasFired {
+            if tctiRC == TSS2_RC_SUCCESS { Tss2_TctiLdr_Finalize(&loadedTCTI) }
+            throw alarm.translate(TPMError(.tpmUnavailable, "connecting"), while: "connecting to the TPM")
+        }
         guard tctiRC == TSS2_RC_SUCCESS, let loadedTCTI else {
             let cause = TPMError(responseCode: tctiRC, operation: "Tss2_TctiLdr_Initialize")
             throw TPMError(.tpmUnavailable,

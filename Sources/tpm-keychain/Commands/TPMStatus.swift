@@ -25,6 +25,7 @@ struct TPMStatus: ParsableCommand {
             let status = try tpm.dictionaryAttackStatus()
             let lockout = status.inLockout ? "IN LOCKOUT" : "not in lockout"
             print("tpm:          \(selection.summary)")
+            print("tcti:         \(selection.configuration.tcti)")
             print("simulated:    \(selection.isSimulated ? "yes" : "no")")
             print("manufacturer: \(description.manufacturer) (\(description.vendor)), firmware \(description.firmwareVersion)")
             print("storage key:  \(storageKey.algorithm.rawValue), name \(storageKey.name.map { String(format: "%02x", $0) }.joined())")

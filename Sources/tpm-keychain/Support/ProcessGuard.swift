@@ -25,6 +25,12 @@ enum ProcessGuard {
     /// says one line and lets the signal's default action end the process, so the exit status
     /// reports the crash. Only async-signal-safe calls: write(2) and raise(3).
     private static func handleCrashes() {
+        // A parent may have left them blocked (Foundation's Process passes its thread's mask on):
+        // a blocked SIGABRT sent to a hung command would then never end it.
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        for signalNumber in crashes { sigaddset(&unblocked, signalNumber) }
+        pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
         for signalNumber in crashes {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { received in
