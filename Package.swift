@@ -48,7 +48,7 @@ let package = Package(
             swiftSettings: strictness
         ),
         // Layer 3: the public Swift API.
-        .target(name: "TPMKeychain", dependencies: ["KeychainStore", "TPM"], swiftSettings: strictness),
+        .target(name: "TPMKeychain", dependencies: ["KeychainStore", "TPM", "TPMSimulator", "SystemCalls"], swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.

@@ -33,7 +33,7 @@ struct StoreBenchmarks {
     // MARK: 1. get of a 32-byte and a 4 KiB item
 
     private func gets(in directory: String) throws {
-        let location = KeychainLocation(path: directory + "/store", tcti: tpm.tcti)
+        let location = try KeychainLocation(path: directory + "/store", tcti: tpm.tcti)
         let count = iterations ?? 5000
         for size in [32, 4096] {
             let keychain = try Keychain(service: "bench.get.\(size)", location: location)
@@ -73,7 +73,7 @@ struct StoreBenchmarks {
     // MARK: 2. durable set
 
     private func durableSet(in directory: String) throws {
-        let location = KeychainLocation(path: directory + "/store", tcti: tpm.tcti)
+        let location = try KeychainLocation(path: directory + "/store", tcti: tpm.tcti)
         let keychain = try Keychain(service: "bench.set", location: location)
         let before = serviceDirectories(location.path)
         try keychain.set(Data(randomBytes(32)), forKey: "item")
@@ -101,7 +101,7 @@ struct StoreBenchmarks {
         print("scale: filling one service with ItemStore.open(durable: false): no fsync for the fill only")
         let filler = try ItemStore.open(at: path, tpm: tpm, durable: false)
         defer { filler.close() }
-        let reader = try Keychain(service: service, location: KeychainLocation(path: path, tcti: tpm.tcti))
+        let reader = try Keychain(service: service, location: try KeychainLocation(path: path, tcti: tpm.tcti))
         _ = try reader.data(forKey: "warm-up")  // opens the store (one TPM unseal) before RSS is read
         let baseline = residentBytes()
         print("scale: RSS after opening the stores: \(mebibytes(baseline))")

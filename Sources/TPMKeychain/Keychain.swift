@@ -16,11 +16,25 @@ import KeychainStore
 ///
 /// - Important: the first operation on a store unseals its master key with the TPM (a few
 ///   milliseconds); later operations are file I/O and AES-GCM.
-public struct Keychain: Sendable, Hashable {
+public struct Keychain: Sendable, Hashable, CustomStringConvertible {
+    /// The service of every item this value reads and writes (kSecAttrService).
     public let service: String
+    /// The access group (kSecAttrAccessGroup), a namespace inside the store; nil for none.
+    ///
+    /// - Important: until access control lands, an access group separates names, it is not a
+    ///   boundary: every process of the user can open every group.
     public let accessGroup: String?
+    /// The store.
     public let location: KeychainLocation
 
+    public var description: String {
+        "Keychain(service: \"\(service)\"\(accessGroup.map { ", accessGroup: \"\($0)\"" } ?? ""), \(location.path))"
+    }
+
+    /// - Parameters:
+    ///   - service: the service the items belong to (kSecAttrService), 1 to 1024 bytes of UTF-8.
+    ///   - accessGroup: a namespace inside the store (kSecAttrAccessGroup).
+    ///   - location: the store; ``KeychainLocation/default`` unless told otherwise.
     /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or access group.
     public init(service: String, accessGroup: String? = nil, location: KeychainLocation = .default) throws(KeychainError) {
         try ItemIdentity.validate(service, "service", allowEmpty: false)
@@ -30,23 +44,52 @@ public struct Keychain: Sendable, Hashable {
         self.location = location
     }
 
+    /// A keychain for a service written in the source, which cannot fail at run time, so a
+    /// `static let` needs no `try`:
+    ///
+    /// ```swift
+    /// static let keychain = Keychain(literalService: "com.example.api")
+    /// ```
+    ///
+    /// - Important: an empty service is a programming error and stops the program, as an invalid
+    ///   `StaticString` format would; names that come from input go through ``init(service:accessGroup:location:)``.
+    public init(literalService service: StaticString, location: KeychainLocation = .default) {
+        let text = service.withUTF8Buffer { String(decoding: $0, as: UTF8.self) }
+        precondition(!text.isEmpty && text.utf8.count <= ItemIdentity.maximumNameBytes,
+                     "Keychain(literalService:) needs a service of 1 to \(ItemIdentity.maximumNameBytes) bytes")
+        self.service = text
+        self.accessGroup = nil
+        self.location = location
+    }
+
     // MARK: Writing
 
     /// Stores `value` for `key`, replacing any value already there (upsert). Attributes left nil
     /// keep what the item had.
     ///
+    /// A nil optional removes the item, as `keychain["key"] = nil` does in KeychainAccess:
+    /// storing "nothing" never leaves an item behind (nor the text `null`).
+    ///
     /// - Throws: ``KeychainError`` `.invalidParameter` (empty or oversized key, value over 16 MiB),
     ///   `.tampered` (the stored item is damaged; remove it first), `.tpmUnavailable`, `.wrongTPM`.
     public func set<Value: Encodable>(_ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
                                       genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+        if isNilOptional(value) {
+            try remove(key)
+            return
+        }
         try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
     /// Stores `value` for `key` only if there is no item yet.
     ///
     /// - Throws: ``KeychainError`` `.duplicateItem` if the key exists, and what ``set(_:forKey:label:comment:genericData:accessibility:)`` throws.
+    ///   A nil optional is refused with `.invalidParameter`: there is nothing to add.
     public func add<Value: Encodable>(_ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
                                       genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+        if isNilOptional(value) {
+            throw KeychainError(.invalidParameter, "Cannot add nil for \"\(key)\": there is no value to store")
+        }
         try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
@@ -82,6 +125,25 @@ public struct Keychain: Sendable, Hashable {
 
     /// The bytes for `key`, or nil. - Throws: as ``get(_:as:)``.
     public func data(forKey key: String) throws(KeychainError) -> Data? { try get(key, as: Data.self) }
+
+    /// The Boolean for `key` (stored as `true`/`false`, `1`/`0` also read), or nil. - Throws: as ``get(_:as:)``.
+    public func bool(forKey key: String) throws(KeychainError) -> Bool? { try get(key, as: Bool.self) }
+
+    /// The integer for `key` (stored as decimal text), or nil. - Throws: as ``get(_:as:)``.
+    public func int(forKey key: String) throws(KeychainError) -> Int? { try get(key, as: Int.self) }
+
+    /// The number for `key` (stored as decimal text), or nil. - Throws: as ``get(_:as:)``.
+    public func double(forKey key: String) throws(KeychainError) -> Double? { try get(key, as: Double.self) }
+
+    /// The string for `key`, or nil: `try keychain["accessToken"]`.
+    ///
+    /// Read-only, because a subscript setter cannot throw and a keychain write can fail; write
+    /// with ``set(_:forKey:label:comment:genericData:accessibility:)`` (nil removes).
+    ///
+    /// - Throws: as ``get(_:as:)``.
+    public subscript(key: String) -> String? {
+        get throws(KeychainError) { try string(forKey: key) }
+    }
 
     /// Whether an item exists for `key`; its secret is not decrypted.
     ///
@@ -138,7 +200,25 @@ public struct Keychain: Sendable, Hashable {
         try OpenStores.store(at: location)
     }
 
+    private func isNilOptional<Value>(_ value: Value) -> Bool {
+        (value as? any OptionalValue)?.isNone ?? false
+    }
+
     private func identity(_ key: String) throws(KeychainError) -> ItemIdentity {
         try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key)
+    }
+}
+
+/// Lets generic code ask whether a value is an empty Optional, however deeply wrapped.
+private protocol OptionalValue {
+    var isNone: Bool { get }
+}
+
+extension Optional: OptionalValue {
+    var isNone: Bool {
+        switch self {
+        case .none: true
+        case .some(let wrapped): (wrapped as? any OptionalValue)?.isNone ?? false
+        }
     }
 }

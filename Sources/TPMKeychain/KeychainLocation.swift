@@ -2,27 +2,79 @@ import Foundation
 import KeychainStore
 
 /// Where a keychain store lives and which TPM seals its master key.
-public struct KeychainLocation: Sendable, Hashable {
-    /// The store's directory (absolute).
+///
+/// ```swift
+/// let location = KeychainLocation.default                                   // ~/.local/share/tpm-keychain/default
+/// let work = try KeychainLocation.named("work")                              // a second store beside it
+/// let custom = try KeychainLocation(path: "/var/lib/myservice/keychain")     // anywhere (absolute)
+/// let test = try KeychainLocation(path: directory, tcti: simulator.tcti)     // a TPM of your choice
+/// ```
+public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
+    /// The store's directory (absolute, normalised).
     public let path: String
-    /// The TPM as a TCTI string; nil means `TPM_KEYCHAIN_TCTI`, else `device:/dev/tpmrm0`.
-    public let tcti: String?
+    /// How the TPM is found: see ``TPMChoice``.
+    public let tpm: TPMChoice
+
+    /// The TCTI given in code, if any.
+    public var tcti: String? {
+        if case .tcti(let tcti) = tpm { return tcti }
+        return nil
+    }
 
     /// - Parameters:
-    ///   - path: an absolute directory path; created (mode 0700) on first use.
-    ///   - tcti: for example `swtpm:host=127.0.0.1,port=2321`; nil uses the environment's choice.
-    public init(path: String, tcti: String? = nil) {
+    ///   - path: an absolute directory path; the store is created there (mode 0700) on first use.
+    ///   - tcti: for example `swtpm:host=127.0.0.1,port=2321`; nil chooses ``TPMChoice/automatic``.
+    /// - Throws: ``KeychainError`` `.invalidParameter` for a relative or empty path, or a path
+    ///   that is not UTF-8 text without NUL.
+    public init(path: String, tcti: String? = nil) throws(KeychainError) {
+        try self.init(path: path, tpm: tcti.map { .tcti($0) } ?? .automatic)
+    }
+
+    /// - Parameters:
+    ///   - path: an absolute directory path; the store is created there (mode 0700) on first use.
+    ///   - tpm: how the TPM is found.
+    /// - Throws: ``KeychainError`` `.invalidParameter` for a relative or empty path.
+    public init(path: String, tpm: TPMChoice) throws(KeychainError) {
+        guard path.hasPrefix("/"), !path.utf8.contains(0) else {
+            throw KeychainError(.invalidParameter, "A keychain location needs an absolute path, not \"\(path)\"")
+        }
+        self.init(validatedPath: path, tpm: tpm)
+    }
+
+    private init(validatedPath path: String, tpm: TPMChoice) {
         self.path = (path as NSString).standardizingPath
-        self.tcti = tcti
+        self.tpm = tpm
     }
 
     /// The store named `name` under `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`.
-    public static func named(_ name: String, tcti: String? = nil) -> KeychainLocation {
-        KeychainLocation(path: dataDirectory + "/" + name, tcti: tcti)
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an empty name or one with `/`, NUL, or
+    ///   that is `.` or `..`.
+    public static func named(_ name: String, tcti: String? = nil) throws(KeychainError) -> KeychainLocation {
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.utf8.contains(0) else {
+            throw KeychainError(.invalidParameter, "A store name is a single path component, not \"\(name)\"")
+        }
+        return KeychainLocation(validatedPath: dataDirectory + "/" + name, tpm: tcti.map { .tcti($0) } ?? .automatic)
     }
 
-    /// The store every `Keychain` uses unless told otherwise: `named("default")`.
-    public static var `default`: KeychainLocation { named("default") }
+    /// This location with another way of finding the TPM.
+    public func with(tpm: TPMChoice) -> KeychainLocation {
+        KeychainLocation(validatedPath: path, tpm: tpm)
+    }
+
+    public var description: String {
+        switch tpm {
+        case .automatic: "KeychainLocation(\(path))"
+        case .automaticOrSimulated: "KeychainLocation(\(path), TPM automatic or simulated)"
+        case .tcti(let tcti): "KeychainLocation(\(path), TPM \(tcti))"
+        }
+    }
+
+    /// The store every `Keychain` uses unless told otherwise: `~/.local/share/tpm-keychain/default`
+    /// (or under `$XDG_DATA_HOME`), with the TPM chosen automatically.
+    public static var `default`: KeychainLocation {
+        KeychainLocation(validatedPath: dataDirectory + "/default", tpm: .automatic)
+    }
 
     /// Whether a store was ever created here; answers without opening it or touching the TPM.
     /// False also when the location cannot be read or holds a damaged store: ``checkStore()``

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TPM
+import TPMKeychain
 import TPMKeychainTesting
 
 #if canImport(Glibc)
@@ -62,7 +63,7 @@ struct TPMSelectionTests {
             let result = try CLI.run([verb[0], "--keychain", fixture.store] + verb.dropFirst(),
                                      environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": unreachable]) { $1 })
             #expect(result.status == 69, "\(result)")
-            #expect(result.stderr.contains("No TPM answered at '\(unreachable)'"), "\(result)")
+            #expect(result.stderr.contains("No TPM answered at '\(unreachable)' (from TPM_KEYCHAIN_TCTI)"), "\(result)")
             #expect(result.stdout.isEmpty)
         }
     }
@@ -242,8 +243,56 @@ struct EmbeddedSimulatorTests {
         let after = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
         #expect(after.stdout.contains("(not in lockout)"), "\(after)")
 
+        // Never a new simulated TPM just to reset it: no TPM (69), and nothing created.
         let noStore = try CLI.run(["reset-lockout", "--keychain", directory + "/elsewhere"], environment: environment)
-        #expect(noStore.status == 66, "\(noStore)")
+        #expect(noStore.status == 69, "\(noStore)")
+        #expect(noStore.lastErrorLine.contains("No TPM for the keychain"), "\(noStore)")
         #expect(!FileManager.default.fileExists(atPath: directory + "/elsewhere"))
+    }
+
+    @Test("a store the CLI created on its simulated TPM opens from Swift with the default policy, and says it is simulated")
+    func libraryOpensTheCLIsSimulatedStore() throws {
+        guard !Self.hardwareIsUsable, TPMConfiguration.environmentTCTI == nil else { return }
+        let directory = try makeScratchDirectory("shared-policy")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "from the CLI"],
+                                environment: Self.environment(directory))
+        #expect(added.status == 0, "\(added)")
+
+        let location = try KeychainLocation(path: store)
+        defer { Keychain.closeStore(location) }
+        #expect(try Keychain(service: "svc", location: location).string(forKey: "alice") == "from the CLI")
+        let tpm = try StoreTPM.choose(for: location)
+        defer { tpm.stop() }
+        #expect(tpm.isSimulated)
+        #expect(tpm.summary.hasPrefix("SIMULATED"))
+        #expect(try runningSimulators().filter { $0.contains(store) }.count == 1, "the store's simulator runs while chosen")
+        tpm.stop()
+        #expect(try runningSimulators().filter { $0.contains(store) }.isEmpty, "the library stops the simulator after the open")
+    }
+
+    @Test("without any TPM the library refuses to create a store unless asked for a simulated one, and creates nothing")
+    func libraryNeedsConsentForASimulatedTPM() throws {
+        guard !Self.hardwareIsUsable, TPMConfiguration.environmentTCTI == nil else { return }
+        let directory = try makeScratchDirectory("consent")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let automatic = try KeychainLocation(path: directory + "/keychain")
+        do {
+            try Keychain(service: "svc", location: automatic).set("v", forKey: "k")
+            Issue.record("a store was created without a TPM")
+        } catch {
+            #expect(error.code == .tpmUnavailable)
+            #expect(error.message.contains(".automaticOrSimulated"), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory + "/keychain"))
+
+        let simulated = automatic.with(tpm: .automaticOrSimulated)
+        defer { Keychain.closeStore(simulated) }
+        try Keychain(service: "svc", location: simulated).set("v", forKey: "k")
+        Keychain.closeStore(simulated)
+        // Created with a simulated TPM, the store is found again by the automatic policy.
+        #expect(try Keychain(service: "svc", location: automatic).string(forKey: "k") == "v")
+        Keychain.closeStore(automatic)
     }
 }

@@ -51,17 +51,17 @@ struct AvailabilityTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let tpm = try KillableTPM(stateDirectory: directory + "/swtpm")
         let store = directory + "/store"
-        let location = { KeychainLocation(path: store, tcti: tpm.simulator.tcti) }
-        try Keychain(service: "svc", location: location()).set("survives", forKey: "token")
+        let location = { () throws -> KeychainLocation in try KeychainLocation(path: store, tcti: tpm.simulator.tcti) }
+        try Keychain(service: "svc", location: try location()).set("survives", forKey: "token")
         #expect(try sealedMasterKey(of: store).isDictionaryAttackProtected == false)
 
         for round in 1...10 {
-            Keychain.closeStore(location())
+            Keychain.closeStore(try location())
             try tpm.killAndRestart()
             // Each read unseals the master key again on a TPM that was not shut down in order.
-            #expect(try Keychain(service: "svc", location: location()).string(forKey: "token") == "survives", "round \(round)")
+            #expect(try Keychain(service: "svc", location: try location()).string(forKey: "token") == "survives", "round \(round)")
         }
-        Keychain.closeStore(location())
+        Keychain.closeStore(try location())
         let status = try tpm.dictionaryAttackStatus()
         #expect(status.failedAuthorizations == 0)
         #expect(!status.inLockout)
@@ -76,20 +76,20 @@ struct AvailabilityTests {
         let metadataBefore = try Data(contentsOf: URL(fileURLWithPath: copy + "/store.meta"))
 
         let tpm = try KillableTPM(stateDirectory: copy + "/swtpm")
-        let location = { KeychainLocation(path: copy, tcti: tpm.simulator.tcti) }
+        let location = { () throws -> KeychainLocation in try KeychainLocation(path: copy, tcti: tpm.simulator.tcti) }
         let expected = try ProjectFixtures.load("store-v1/expected.json", as: ExpectedStore.self).items[0]
-        #expect(try Keychain(service: expected.service, location: location()).string(forKey: expected.account) == expected.password)
+        #expect(try Keychain(service: expected.service, location: try location()).string(forKey: expected.account) == expected.password)
         #expect(try sealedMasterKey(of: copy).isDictionaryAttackProtected == false)
         #expect(try Data(contentsOf: URL(fileURLWithPath: copy + "/store.meta")) != metadataBefore)
         #expect(try mode(of: copy + "/store.meta") == 0o600)
 
         for round in 1...10 {
-            Keychain.closeStore(location())
+            Keychain.closeStore(try location())
             try tpm.killAndRestart()
-            #expect(try Keychain(service: expected.service, location: location()).string(forKey: expected.account) == expected.password,
+            #expect(try Keychain(service: expected.service, location: try location()).string(forKey: expected.account) == expected.password,
                     "round \(round)")
         }
-        Keychain.closeStore(location())
+        Keychain.closeStore(try location())
         // The one unseal of the old DA-protected key marks that TPM session, so the first unclean
         // stop after it counts one failure; none of the nine after the reseal count anything.
         let status = try tpm.dictionaryAttackStatus()

@@ -31,7 +31,7 @@ struct ExpectedStore: Decodable {
 
         let simulator = try SoftwareTPM.start(.init(stateDirectory: copy + "/swtpm"))
         defer { simulator.stop() }
-        let location = KeychainLocation(path: copy, tcti: simulator.tcti)
+        let location = try KeychainLocation(path: copy, tcti: simulator.tcti)
         defer { Keychain.closeStore(location) }
 
         let all = try Keychain.allItems(in: location)

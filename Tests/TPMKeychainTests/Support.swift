@@ -12,7 +12,7 @@ final class TestStore: @unchecked Sendable {
     init() throws {
         simulator = try SoftwareTPM.start()
         directory = NSTemporaryDirectory() + "tpm-keychain-tests-" + UUID().uuidString
-        location = KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
+        location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
     }
 
     func keychain(_ service: String = "com.example.tests", accessGroup: String? = nil) throws -> Keychain {

@@ -12,7 +12,22 @@ import TPMKeychainTesting
             } catch let error as TPMError {
                 #expect(error.code == .tpmUnavailable)
                 #expect(error.message.contains(tcti))
-                #expect(error.message.contains(TPMConfiguration.environmentVariable))
+                // Given in code, not by the environment: the user is not sent to TPM_KEYCHAIN_TCTI.
+                #expect(!error.message.contains(TPMConfiguration.environmentVariable), "\(error)")
+            }
+        }
+    }
+
+    @Test("a malformed TCTI is reported as malformed, not as a TPM that did not answer")
+    func malformedTCTIsAreSaidToBeMalformed() throws {
+        for tcti in ["swtpm:nonsense", "swtpm:port=abc", "no-such-tcti:x"] {
+            do {
+                _ = try TPMConnection(TPMConfiguration(tcti: tcti))
+                Issue.record("connected to \(tcti)")
+            } catch let error as TPMError {
+                #expect(error.code == .invalidArgument, "\(tcti): \(error)")
+                #expect(error.message.contains("malformed"), "\(error)")
+                #expect(error.message.contains(tcti))
             }
         }
     }

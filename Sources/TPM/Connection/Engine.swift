@@ -39,11 +39,7 @@ final class Engine {
             throw alarm.translate(TPMError(.tpmUnavailable, "connecting"), while: "connecting to the TPM")
         }
         guard tctiRC == TSS2_RC_SUCCESS, let loadedTCTI else {
-            let cause = TPMError(responseCode: tctiRC, operation: "Tss2_TctiLdr_Initialize")
-            throw TPMError(.tpmUnavailable,
-                           "No TPM answered at '\(configuration.tcti)'. Set \(TPMConfiguration.environmentVariable) to a reachable TCTI (for example swtpm:host=127.0.0.1,port=2321) or check /dev/tpmrm0 exists and is readable and writable",
-                           operation: "connecting to \(configuration.tcti)", layer: cause.layer,
-                           responseCode: cause.responseCode, decodedResponse: cause.decodedResponse)
+            throw Self.connectionError(tctiRC, configuration: configuration)
         }
         var context: OpaquePointer?
         let esysRC = Esys_Initialize(&context, loadedTCTI, nil)
@@ -65,6 +61,32 @@ final class Engine {
                 throw error
             }
         }
+    }
+
+    /// Why connecting failed, in terms of where the TCTI came from: a user who set
+    /// `TPM_KEYCHAIN_TCTI` is told to check it; a TCTI given in code is not blamed on the environment.
+    private static func connectionError(_ rc: TSS2_RC, configuration: TPMConfiguration) -> TPMError {
+        let cause = TPMError(responseCode: rc, operation: "Tss2_TctiLdr_Initialize")
+        let tcti = configuration.tcti
+        let fromEnvironment = TPMConfiguration.environmentTCTI == tcti
+        let origin = fromEnvironment ? " (from \(TPMConfiguration.environmentVariable))" : ""
+        let base = rc & 0xFFFF
+        if base == UInt32(TSS2_BASE_RC_BAD_VALUE) || base == UInt32(TSS2_BASE_RC_NOT_SUPPORTED) {
+            return TPMError(.invalidArgument,
+                            "The TCTI '\(tcti)'\(origin) is malformed or names no installed TCTI; examples: device:/dev/tpmrm0, swtpm:host=127.0.0.1,port=2321, swtpm:path=/run/user/1000/swtpm.sock",
+                            operation: "connecting to \(tcti)", layer: cause.layer, responseCode: cause.responseCode,
+                            decodedResponse: cause.decodedResponse)
+        }
+        var advice: String
+        if tcti.hasPrefix("device") {
+            advice = "check that the device exists and that this user may read and write it (usually: member of group tss)"
+        } else {
+            advice = "check that the simulator or TPM server is running there"
+        }
+        if fromEnvironment { advice += ", or change \(TPMConfiguration.environmentVariable)" }
+        return TPMError(.tpmUnavailable, "No TPM answered at '\(tcti)'\(origin): \(advice)",
+                        operation: "connecting to \(tcti)", layer: cause.layer, responseCode: cause.responseCode,
+                        decodedResponse: cause.decodedResponse)
     }
 
     /// tpm2-tss prints every failed command to stderr; this layer reports typed errors instead, so

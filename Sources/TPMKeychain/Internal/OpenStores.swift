@@ -2,26 +2,44 @@ import KeychainStore
 import Synchronization
 import TPM
 
-/// The stores this process has opened, one per path, so the master key is unsealed once per
+/// The stores this process has opened, one per location, so the master key is unsealed once per
 /// store and shared by every `Keychain` value and thread.
+///
+/// The process-wide lock only finds or adds a location's entry; opening (a TPM unseal that may
+/// wait up to the TPM timeout) happens under that entry's own lock, so a store whose TPM hangs
+/// never delays operations on other stores.
 enum OpenStores {
-    private static let stores = Mutex<[KeychainLocation: ItemStore]>([:])
+    private final class Entry: Sendable {
+        let store = Mutex<ItemStore?>(nil)
+    }
+
+    private static let entries = Mutex<[KeychainLocation: Entry]>([:])
 
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
     static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
-        try stores.withLock { (stores) throws(KeychainError) -> ItemStore in
-            if let store = stores[location] { return store }
-            let configuration = location.tcti.map { TPMConfiguration(tcti: $0) } ?? .fromEnvironment()
-            let store = try ItemStore.open(at: location.path, tpm: configuration)
-            stores[location] = store
-            return store
+        let entry = entries.withLock { entries in
+            if let entry = entries[location] { return entry }
+            let entry = Entry()
+            entries[location] = entry
+            return entry
+        }
+        return try entry.store.withLock { (store) throws(KeychainError) -> ItemStore in
+            if let store { return store }
+            let tpm = try StoreTPM.choose(for: location)
+            // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
+            defer { tpm.stop() }
+            let opened = try ItemStore.open(at: location.path, tpm: tpm.configuration)
+            store = opened
+            return opened
         }
     }
 
     /// Erases the store's keys from memory; the next use unseals the master key again.
     static func close(_ location: KeychainLocation) {
-        stores.withLock { stores in
-            stores.removeValue(forKey: location)?.close()
+        let entry = entries.withLock { $0.removeValue(forKey: location) }
+        entry?.store.withLock { store in
+            store?.close()
+            store = nil
         }
     }
 }

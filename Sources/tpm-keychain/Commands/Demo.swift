@@ -22,9 +22,9 @@ struct Demo: ParsableCommand {
             let path = StoreDirectory.absolute(keychain)
             let session = try StoreSession(path: path, announceSimulation: false)
             defer { session.close() }
-            try describeTPM(session.selection)
+            try describeTPM(session.tpm)
 
-            let existed = KeychainLocation(path: path).storeExists
+            let existed = try KeychainLocation(path: path).storeExists
             var elapsed = Duration.zero
             let count = try measured(&elapsed) { try Keychain.allItems(in: session.location).count }
             print("store:        \(path)")
@@ -60,13 +60,13 @@ struct Demo: ParsableCommand {
             Keychain.closeStore(session.location)
             _ = try measured(&elapsed) { try Keychain.allItems(in: session.location) }
             print("\nreopen store: \(milliseconds(elapsed))  (keys erased from memory, then the master key unsealed by the TPM again)")
-            if session.selection.isSimulated {
+            if session.tpm.isSimulated {
                 print("note: this TPM is SIMULATED; on a machine with a TPM the store would be bound to its hardware")
             }
         }
     }
 
-    private func describeTPM(_ selection: TPMSelection) throws {
+    private func describeTPM(_ selection: StoreTPM) throws {
         print("TPM:          \(selection.summary)")
         if let startup = selection.simulatorStartup {
             print("              swtpm started in \(milliseconds(startup))")

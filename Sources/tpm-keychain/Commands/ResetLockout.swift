@@ -20,14 +20,15 @@ struct ResetLockout: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let selection = try TPMSelection(storeDirectory: store.path, createStoreDirectory: false)
-            defer { selection.stop() }
-            let tpm = try TPMConnection(selection.configuration)
+            // Automatic, never a new simulated TPM: only an existing one can be locked out.
+            let session = try StoreSession(path: store.path, choice: .automatic, announceSimulation: false)
+            defer { session.close() }
+            let tpm = try TPMConnection(session.tpm.configuration)
             defer { tpm.close() }
             let before = try tpm.dictionaryAttackStatus()
             try tpm.resetDictionaryAttackLockout()
             let after = try tpm.dictionaryAttackStatus()
-            print("tpm:     \(selection.summary)")
+            print("tpm:     \(session.tpm.summary)")
             print("before:  \(before.failedAuthorizations) failed authorizations\(before.inLockout ? ", IN LOCKOUT" : "")")
             print("after:   \(after.failedAuthorizations) failed authorizations\(after.inLockout ? ", IN LOCKOUT" : "")")
         }

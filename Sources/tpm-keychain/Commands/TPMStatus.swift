@@ -15,9 +15,10 @@ struct TPMStatus: ParsableCommand {
         try reportingErrors {
             let path = store.path
             // Before the session: an embedded simulator creates the directory for its state.
-            let storeExists = KeychainLocation(path: path).storeExists
-            let selection = try TPMSelection(storeDirectory: path)
-            defer { selection.stop() }
+            let storeExists = try KeychainLocation(path: path).storeExists
+            let session = try StoreSession(path: path, announceSimulation: false)
+            defer { session.close() }
+            let selection = session.tpm
             let tpm = try TPMConnection(selection.configuration)
             defer { tpm.close() }
             let description = try tpm.describe()

@@ -11,29 +11,37 @@ struct KeychainOptions: ParsableArguments {
     var path: String { StoreDirectory.absolute(keychain) }
 }
 
-/// A store directory plus the TPM chosen for it, for the length of one command.
+/// A store directory plus the TPM chosen for it (``StoreTPM``: the library's one policy), for
+/// the length of one command.
 ///
-/// ``close()`` erases the store's keys from memory and stops an embedded simulator; every verb
-/// closes its session on every path, errors included.
+/// ``close()`` erases the store's keys from memory and stops a simulated TPM; every verb closes
+/// its session on every path, errors and interruptions included.
 final class StoreSession {
     let path: String
-    let selection: TPMSelection
+    let tpm: StoreTPM
     let location: KeychainLocation
+    private let interruptionToken: Int
 
-    /// - Parameter announceSimulation: say on stderr when an embedded simulator stands in for the
-    ///   hardware; commands whose own output says so turn it off.
-    init(path: String, announceSimulation: Bool = true) throws {
+    /// - Parameters:
+    ///   - choice: ``TPMChoice/automaticOrSimulated`` for verbs that may create a store.
+    ///   - announceSimulation: say on stderr when a simulated TPM stands in for the hardware;
+    ///     commands whose own output says so turn it off.
+    init(path: String, choice: TPMChoice = .automaticOrSimulated, announceSimulation: Bool = true) throws {
         self.path = path
-        selection = try TPMSelection(storeDirectory: path)
-        location = KeychainLocation(path: path, tcti: selection.configuration.tcti)
-        if announceSimulation && selection.isEmbeddedSimulator {
-            printError("tpm-keychain: note: \(selection.summary)")
+        let tpm = try StoreTPM.choose(for: try KeychainLocation(path: path, tpm: choice))
+        self.tpm = tpm
+        // Interrupted: stop the simulated TPM in order (TPM2_Shutdown), then die of the signal.
+        interruptionToken = ProcessGuard.onInterruption { tpm.stop() }
+        location = try KeychainLocation(path: path, tcti: tpm.configuration.tcti)
+        if announceSimulation, case .simulatedInStore = tpm.source {
+            printError("tpm-keychain: note: \(tpm.summary)")
         }
     }
 
     func close() {
         Keychain.closeStore(location)
-        selection.stop()
+        tpm.stop()
+        ProcessGuard.remove(interruptionToken)
     }
 
     /// Opens a session on `path`, runs `body`, and closes the session whatever happens.

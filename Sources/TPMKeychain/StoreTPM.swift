@@ -1,0 +1,170 @@
+public import TPM
+import KeychainStore
+import Synchronization
+import SystemCalls
+import TPMSimulator
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How a ``KeychainLocation`` finds the TPM that seals its store's master key.
+public enum TPMChoice: Sendable, Hashable {
+    /// `TPM_KEYCHAIN_TCTI` when set; else the simulated TPM the store was created with (its state
+    /// in `<store>/swtpm`), if it was; else the hardware TPM at `/dev/tpmrm0` when this user may
+    /// open it; else ``KeychainError/Code/tpmUnavailable``, with a message that says how to opt
+    /// in to a simulated TPM.
+    case automatic
+    /// As ``automatic``, but where that would fail for want of a TPM, the store gets a simulated
+    /// TPM of its own in `<store>/swtpm` (what `tpm-keychain` does on machines without a TPM).
+    ///
+    /// - Important: a simulated TPM binds nothing to hardware: its state is a file next to the
+    ///   store, so a copy of the directory opens anywhere. Use it for development and CI.
+    case automaticOrSimulated
+    /// A tpm2-tss TCTI string, for example `swtpm:host=127.0.0.1,port=2321` or `device:/dev/tpm0`.
+    case tcti(String)
+}
+
+/// The TPM chosen for one store, with the simulated TPM started when that is the choice: one
+/// policy for the library and the CLI (``TPMChoice``).
+///
+/// A simulated TPM runs only while this value is in use: ``stop()`` shuts it down in order
+/// (TPM2_Shutdown) and lets the next process start it. The library keeps one just long enough
+/// to open a store; the CLI keeps one for a command.
+public final class StoreTPM: Sendable {
+    /// Where the TPM came from.
+    public enum Source: Sendable, Hashable {
+        /// `TPM_KEYCHAIN_TCTI`.
+        case environment
+        /// A TCTI given in code (``TPMChoice/tcti(_:)``).
+        case explicit
+        /// The kernel's resource-managed TPM device.
+        case hardware
+        /// A swtpm started for this store, whose state is kept in `stateDirectory`.
+        case simulatedInStore(stateDirectory: String)
+    }
+
+    /// The TCTI and timeouts to connect with.
+    public let configuration: TPMConfiguration
+    public let source: Source
+    /// How long starting the simulated TPM took; nil when none was started.
+    public let simulatorStartup: Duration?
+    private let running: Mutex<Running?>
+
+    /// A started simulator and the lock that makes it this process's alone.
+    private struct Running {
+        let simulator: SoftwareTPM
+        let lock: LockFile
+    }
+
+    private init(configuration: TPMConfiguration, source: Source, simulatorStartup: Duration? = nil,
+                 running: sending Running? = nil) {
+        self.configuration = configuration
+        self.source = source
+        self.simulatorStartup = simulatorStartup
+        self.running = Mutex(running)
+    }
+
+    deinit { stop() }
+
+    /// Whether nothing sealed with this TPM is bound to hardware: a swtpm or another simulator.
+    public var isSimulated: Bool {
+        if case .hardware = source { return false }
+        return configuration.isSimulator
+    }
+
+    /// One line for people: where the TPM is and whether it is real.
+    public var summary: String {
+        switch source {
+        case .environment:
+            "\(configuration.tcti) from \(TPMConfiguration.environmentVariable), \(isSimulated ? "SIMULATED (not bound to hardware)" : "as configured")"
+        case .explicit:
+            "\(configuration.tcti), \(isSimulated ? "SIMULATED (not bound to hardware)" : "as configured")"
+        case .hardware:
+            "hardware TPM at \(configuration.tcti)"
+        case .simulatedInStore(let directory):
+            "SIMULATED: no hardware TPM is usable, so a private swtpm was started (state in \(directory)); secrets are not bound to hardware"
+        }
+    }
+
+    /// Stops a simulated TPM in order and releases it for other processes. Idempotent; safe
+    /// from any thread (the CLI calls it when interrupted).
+    public func stop() {
+        let stopped = running.withLock { running in
+            defer { running = nil }
+            return running
+        }
+        // The simulator first, then the lock: the next process never finds the state in use.
+        stopped?.simulator.stop()
+        withExtendedLifetime(stopped?.lock) {}
+    }
+
+    /// Chooses the TPM for `location` by its ``KeychainLocation/tpm`` and starts a simulated one
+    /// when that is the choice.
+    ///
+    /// - Throws: ``KeychainError`` `.tpmUnavailable` when there is no TPM to use (the message says
+    ///   how to opt in to a simulated one) or swtpm cannot start; `.timedOut` when another process
+    ///   keeps the store's simulated TPM past the timeout; `.permissionDenied`, `.storageFailed`.
+    public static func choose(for location: KeychainLocation) throws(KeychainError) -> StoreTPM {
+        let stateDirectory = location.path + "/swtpm"
+        switch location.tpm {
+        case .tcti(let tcti):
+            return StoreTPM(configuration: TPMConfiguration(tcti: tcti), source: .explicit)
+        case .automatic, .automaticOrSimulated:
+            if let tcti = TPMConfiguration.environmentTCTI {
+                return StoreTPM(configuration: TPMConfiguration(tcti: tcti), source: .environment)
+            }
+            let hasOwnSimulator = access(stateDirectory, F_OK) == 0
+            if !hasOwnSimulator && TPMConfiguration.hardwareTPMIsUsable {
+                return StoreTPM(configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI), source: .hardware)
+            }
+            guard hasOwnSimulator || location.tpm == .automaticOrSimulated else {
+                throw KeychainError(.tpmUnavailable, """
+                    No TPM for the keychain at \(location.path): /dev/tpmrm0 is not usable by this user (is it there? \
+                    is the user in group tss?) and \(TPMConfiguration.environmentVariable) is not set. To keep this store \
+                    with a simulated TPM instead (development, CI; nothing is bound to hardware), open it with \
+                    KeychainLocation(path:tpm: .automaticOrSimulated), or create it with the tpm-keychain tool
+                    """)
+            }
+            return try startSimulator(for: location.path, stateDirectory: stateDirectory)
+        }
+    }
+
+    private static func startSimulator(for store: String, stateDirectory: String) throws(KeychainError) -> StoreTPM {
+        let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
+        do {
+            try createDirectories(store)
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw KeychainError(.permissionDenied, "Permission denied creating \(store)", underlying: error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create \(store)", underlying: error)
+        }
+        // One swtpm per state directory, across processes: the others wait their turn.
+        let lockPath = store + "/simulator.lock"
+        let lock: LockFile
+        do {
+            lock = try LockFile(lockPath)
+            guard try lock.lock(timeout: timeout) else {
+                let holder = lock.holderProcessID.map { "process \($0)" } ?? "another process"
+                throw KeychainError(.timedOut, "Waited \(timeout) for the simulated TPM of \(store); \(holder) still holds \(lockPath). If it is stuck, stop it and try again (\(TPMConfiguration.timeoutVariable) sets the wait in seconds)")
+            }
+        } catch let error as KeychainError {
+            throw error
+        } catch let error as Errno where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw KeychainError(.permissionDenied, "Permission denied: cannot use \(lockPath)", underlying: error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot lock \(lockPath)", underlying: error)
+        }
+        let clock = ContinuousClock()
+        let start = clock.now
+        let simulator: SoftwareTPM
+        do {
+            // A Unix socket in a private directory: a loopback TCP port would let every local
+            // user send this TPM commands (exhaust its lockout counter, unseal with a copied store).
+            simulator = try SoftwareTPM.start(.init(stateDirectory: stateDirectory, listensOnUnixSocket: true))
+        } catch {
+            throw KeychainError(.tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
+        }
+        return StoreTPM(configuration: TPMConfiguration(tcti: simulator.tcti), source: .simulatedInStore(stateDirectory: stateDirectory),
+                        simulatorStartup: clock.now - start, running: Running(simulator: simulator, lock: lock))
+    }
+}
