@@ -1,5 +1,7 @@
 // swift-tools-version: 6.0
-// TPMKeychain: Apple's Keychain model on Linux, rooted in the machine's TPM 2.0.
+// TPMKeychain 0.2.0: Apple's Keychain model on Linux, rooted in the machine's TPM 2.0.
+// Linux only (x86_64, arm64): Apple's platforms have their own Keychain, and tpm2-tss is a Linux
+// stack. No `platforms:` entry, since that only sets minimum Apple OS versions.
 import PackageDescription
 
 let strictness: [SwiftSetting] = [
@@ -9,7 +11,6 @@ let strictness: [SwiftSetting] = [
 
 let package = Package(
     name: "TPMKeychain",
-    platforms: [.macOS(.v15)],
     products: [
         .library(name: "TPMKeychain", targets: ["TPMKeychain"]),
         .library(name: "TPM", targets: ["TPM"]),
@@ -91,6 +92,12 @@ let package = Package(
         .testTarget(
             name: "TPMKeychainCLITests",
             dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain"],
+            swiftSettings: strictness
+        ),
+        // Every Swift snippet of README.md and docs/RECIPES.md, compiled (and the test recipes run).
+        .testTarget(
+            name: "DocumentationTests",
+            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting"],
             swiftSettings: strictness
         ),
         .testTarget(
