@@ -10,6 +10,7 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
 
         private init(_ name: String) { self.name = name }
 
+        /// The code's name, as in the source (`itemNotFound`).
         public var description: String { name }
 
         /// No item exists for the service and account (errSecItemNotFound).
@@ -48,26 +49,35 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let timedOut = Code("timedOut")
     }
 
+    /// What a caller acts on.
     public let code: Code
+    /// What happened and what to do about it, for people; never contains a secret.
     public let message: String
     /// The lower-level error, for logs: a TPM error, an errno, a decoding error.
     public let underlyingError: (any Error)?
 
+    /// - Parameters:
+    ///   - code: what a caller acts on.
+    ///   - message: a sentence for people, without secrets.
+    ///   - underlying: the lower-level cause, for logs.
     public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
         self.code = code
         self.message = message
         underlyingError = underlying
     }
 
+    /// The message, followed by the underlying error in parentheses when there is one.
     public var description: String {
         guard let underlyingError else { return message }
         return "\(message) (\(underlyingError))"
     }
 
+    /// Equal code and message; the underlying error is not compared.
     public static func == (lhs: KeychainError, rhs: KeychainError) -> Bool {
         lhs.code == rhs.code && lhs.message == rhs.message
     }
 
+    /// Hashes the code and the message, consistently with `==`.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(code)
         hasher.combine(message)

@@ -27,6 +27,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     /// The store.
     public let location: KeychainLocation
 
+    /// The service, access group and store path: nothing secret.
     public var description: String {
         "Keychain(service: \"\(service)\"\(accessGroup.map { ", accessGroup: \"\($0)\"" } ?? ""), \(location.path))"
     }

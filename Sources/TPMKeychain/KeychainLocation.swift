@@ -62,6 +62,7 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         KeychainLocation(validatedPath: path, tpm: tpm)
     }
 
+    /// The path and how the TPM is chosen.
     public var description: String {
         switch tpm {
         case .automatic: "KeychainLocation(\(path))"

@@ -45,6 +45,7 @@ public final class StoreTPM: Sendable {
 
     /// The TCTI and timeouts to connect with.
     public let configuration: TPMConfiguration
+    /// Where the TPM came from: the environment, code, the hardware, or the store's own simulator.
     public let source: Source
     /// How long starting the simulated TPM took; nil when none was started.
     public let simulatorStartup: Duration?

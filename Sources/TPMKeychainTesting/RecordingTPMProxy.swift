@@ -23,6 +23,7 @@ public struct RecordingTPMProxyError: Error, CustomStringConvertible, Sendable, 
         self.systemErrno = systemErrno
     }
 
+    /// The code and the message.
     public var description: String { "RecordingTPMProxyError.\(code): \(message)" }
 }
 

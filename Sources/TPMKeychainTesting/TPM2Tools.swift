@@ -5,8 +5,11 @@ import Foundation
 public enum TPM2Tools {
     /// A finished tool run.
     public struct Result: Sendable {
+        /// The exit status.
         public let status: Int32
+        /// What the tool wrote to standard output.
         public let output: String
+        /// What the tool wrote to standard error.
         public let errorOutput: String
     }
 

@@ -38,6 +38,7 @@ public struct SoftwareTPMError: Error, CustomStringConvertible, Sendable, Equata
         self.systemErrno = systemErrno
     }
 
+    /// The message, with the underlying system error when there is one.
     public var description: String {
         "SoftwareTPMError.\(code): \(message)"
     }
