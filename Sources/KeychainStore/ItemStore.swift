@@ -220,11 +220,15 @@ package final class ItemStore: Sendable {
     /// Runs a write of this process to a service directory, under its lock. A directory known to
     /// be consistent before the write stays known so: the change is ours.
     private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R) throws(KeychainError) -> R {
-        let before = try directory.stamp()
+        // Nothing to carry forward for a directory never checked: spare the write path two fstats.
+        guard let known = caches.withLock({ $0.consistent[serviceName] }) else { return try body() }
+        let unchangedBefore = try directory.stamp() == known
         let result = try body()
-        let after = try directory.stamp()
-        caches.withLock { caches in
-            if caches.consistent[serviceName] == before { caches.consistent[serviceName] = after }
+        if unchangedBefore {
+            let after = try directory.stamp()
+            caches.withLock { $0.consistent[serviceName] = after }
+        } else {
+            caches.withLock { _ = $0.consistent.removeValue(forKey: serviceName) }
         }
         return result
     }

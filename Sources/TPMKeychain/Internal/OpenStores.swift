@@ -14,9 +14,12 @@ enum OpenStores {
     }
 
     private static let entries = Mutex<[KeychainLocation: Entry]>([:])
+    /// The stores already open: the get path's one lock and one lookup.
+    private static let opened = Mutex<[KeychainLocation: ItemStore]>([:])
 
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
     static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
+        if let store = opened.withLock({ $0[location] }) { return store }
         let entry = entries.withLock { entries in
             if let entry = entries[location] { return entry }
             let entry = Entry()
@@ -28,15 +31,17 @@ enum OpenStores {
             let tpm = try StoreTPM.choose(for: location)
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
-            let opened = try ItemStore.open(at: location.path, tpm: tpm.configuration)
-            store = opened
-            return opened
+            let newStore = try ItemStore.open(at: location.path, tpm: tpm.configuration)
+            store = newStore
+            opened.withLock { $0[location] = newStore }
+            return newStore
         }
     }
 
     /// Erases the store's keys from memory; the next use unseals the master key again.
     static func close(_ location: KeychainLocation) {
         let entry = entries.withLock { $0.removeValue(forKey: location) }
+        opened.withLock { _ = $0.removeValue(forKey: location) }
         entry?.store.withLock { store in
             store?.close()
             store = nil
