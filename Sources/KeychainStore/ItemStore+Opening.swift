@@ -166,14 +166,7 @@ extension ItemStore {
 
     /// Missing parents are created 0700; existing ones (such as ~/.local/share) are not ours to judge.
     private static func createParents(of root: String) throws(KeychainError) {
-        let parent = String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)])
-        do {
-            try createDirectories(parent)
-        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
-            throw KeychainError(.permissionDenied, "Permission denied creating the directories of \(root)", underlying: error)
-        } catch {
-            throw KeychainError(.storageFailed, "Cannot create the directories of \(root)", underlying: error)
-        }
+        try Directory.createPath(String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]))
     }
 }
 

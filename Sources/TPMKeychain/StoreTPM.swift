@@ -132,13 +132,7 @@ public final class StoreTPM: Sendable {
 
     private static func startSimulator(for store: String, stateDirectory: String) throws(KeychainError) -> StoreTPM {
         let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
-        do {
-            try createDirectories(store)
-        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
-            throw KeychainError(.permissionDenied, "Permission denied creating \(store)", underlying: error)
-        } catch {
-            throw KeychainError(.storageFailed, "Cannot create \(store)", underlying: error)
-        }
+        try Directory.createPath(store)
         // One swtpm per state directory, across processes: the others wait their turn.
         let lockPath = store + "/simulator.lock"
         let lock: LockFile

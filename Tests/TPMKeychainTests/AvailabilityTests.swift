@@ -163,3 +163,36 @@ func copyVersionOneFixture(to copy: String) throws {
     }
     try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: copy)
 }
+
+@Suite("availability: one store's TPM cannot stall another store")
+struct StoreIsolationTests {
+    @Test("while one store's first open waits on a stopped TPM, gets on another open store go on")
+    func hungTPMDoesNotDelayOtherStores() async throws {
+        let healthy = try TestStore()
+        try healthy.keychain().set("fine", forKey: "key")
+        let stalled = try TestStore()
+        try stalled.keychain().set("later", forKey: "key")
+        Keychain.closeStore(stalled.location)
+        #expect(kill(stalled.simulator.processID, SIGSTOP) == 0)
+        defer { kill(stalled.simulator.processID, SIGCONT) }
+
+        let stalledKeychain = try stalled.keychain()
+        let opening = Task.detached { () -> KeychainError.Code? in
+            do throws(KeychainError) {
+                _ = try stalledKeychain.string(forKey: "key")
+                return nil
+            } catch {
+                return error.code
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))   // the open is now waiting for the TPM
+        let started = ContinuousClock.now
+        for _ in 0..<100 {
+            #expect(try healthy.keychain().string(forKey: "key") == "fine")
+        }
+        #expect(ContinuousClock.now - started < .seconds(2), "gets on the healthy store waited")
+        // Let the stalled open finish (it would time out after TPM_KEYCHAIN_TIMEOUT otherwise).
+        kill(stalled.simulator.processID, SIGCONT)
+        #expect(await opening.value == nil)
+    }
+}

@@ -9,7 +9,7 @@ import Glibc
 /// Opening verifies it: O_NOFOLLOW|O_DIRECTORY on the last component, then fstat for owner and
 /// mode; ``revalidate()`` repeats the fstat. Operations use the verified inode, so a path swapped
 /// for a symlink afterwards is never followed, and each file open walks one component.
-final class Directory: Sendable {
+package final class Directory: Sendable {
     let descriptor: Int32
     /// For messages only; operations never resolve it again.
     let path: String
@@ -263,6 +263,19 @@ final class Directory: Sendable {
         guard locked else {
             let holder = file.holderProcessID.map { "process \($0)" } ?? "another process"
             throw KeychainError(.timedOut, "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again")
+        }
+    }
+
+    /// `mkdir -p` with mode 0700 for what is missing, its failures as keychain errors.
+    ///
+    /// - Throws: ``KeychainError`` `.permissionDenied` or `.storageFailed`.
+    package static func createPath(_ path: String) throws(KeychainError) {
+        do {
+            try createDirectories(path)
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw permissionDenied(path, error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
         }
     }
 
