@@ -154,29 +154,43 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The attributes of the item for `key` (label, comment, dates, generic data), without its secret.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when the file is there but damaged or misplaced.
     public func attributes(forKey key: String) throws(KeychainError) -> ItemAttributes? {
         try store().attributes(identity(key))
     }
 
     /// The accounts (keys) of this service, sorted.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allKeys() throws(KeychainError) -> [String] {
         try store().list(service: service, accessGroup: accessGroup ?? "").map(\.account).sorted()
     }
 
     /// The attributes of every item of this service, sorted by account.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allItems() throws(KeychainError) -> [ItemAttributes] {
         try store().list(service: service, accessGroup: accessGroup ?? "").sorted { $0.account < $1.account }
     }
 
     // MARK: Removing
 
-    /// Removes the item for `key`. - Returns: false if there was none.
+    /// Removes the item for `key`.
+    ///
+    /// - Returns: false if there was none.
+    /// - Throws: ``KeychainError`` `.tampered` when the item's file was misplaced (renamed or moved),
+    ///   `.timedOut` when another process holds the service's lock past the timeout.
     @discardableResult
     public func remove(_ key: String) throws(KeychainError) -> Bool {
         try store().delete(identity(key))
     }
 
-    /// Removes every item of this service (and access group). - Returns: how many were removed.
+    /// Removes every item of this service (and access group).
+    ///
+    /// - Returns: how many were removed.
+    /// - Throws: ``KeychainError`` `.timedOut` when another process holds the service's lock past
+    ///   the timeout, `.storageFailed`.
     @discardableResult
     public func removeAll() throws(KeychainError) -> Int {
         try store().deleteAll(service: service, accessGroup: accessGroup ?? "")

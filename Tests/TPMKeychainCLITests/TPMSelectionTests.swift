@@ -65,6 +65,7 @@ struct TPMSelectionTests {
             #expect(result.status == 69, "\(result)")
             #expect(result.stderr.contains("No TPM answered at '\(unreachable)' (from TPM_KEYCHAIN_TCTI)"), "\(result)")
             #expect(result.stdout.isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: fixture.store), "a failed first open left \(fixture.store) behind")
         }
     }
 }
