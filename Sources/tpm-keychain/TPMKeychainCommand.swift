@@ -42,10 +42,11 @@ struct TPMKeychainCommand: ParsableCommand {
 }
 
 enum TPMConfigurationHelp {
-    static let text = """
-        TPM_KEYCHAIN_TCTI if set (for example swtpm:host=127.0.0.1,port=2321); else the hardware TPM at \
-        /dev/tpmrm0 when this user may open it; else a private swtpm started for the command, whose state \
-        is kept in the store directory (<store>/swtpm) so later runs see the same simulated TPM. A \
-        simulated TPM is always reported as such.
-        """
+    static let text = [
+        "TPM_KEYCHAIN_TCTI if set (for example swtpm:host=127.0.0.1,port=2321); else the simulated TPM",
+        "the store was created with (state in <store>/swtpm); else the hardware TPM at /dev/tpmrm0 when",
+        "this user may open it; else a private swtpm started for the command, whose state is kept in the",
+        "store directory so later runs (and the TPMKeychain library) use the same simulated TPM. A",
+        "simulated TPM is always reported as such; it listens on a private Unix socket only.",
+    ].joined(separator: " ")
 }

@@ -46,9 +46,15 @@ enum ExitStatus {
     }
 
     /// The table `--help` shows; kept next to the mapping it describes.
-    static let helpText = """
-        Exit status: 0 success, 44 item not found, 45 duplicate item (as security), 64 usage (also         invalid UTF-8 in an argument, a directory that is not a store), 65 unusable data (damaged or         modified files, a store sealed by another TPM), 66 no keychain store at the path, 69 TPM         unavailable, 70 internal error, 74 I/O error, 75 temporary failure (TPM lockout, a TPM or lock         that did not answer within TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission         (permission denied, authorization refused, unsafe file modes); a command killed by a signal         exits with that signal.
-        """
+    static let helpText = [
+        "Exit status: 0 success, 44 item not found, 45 duplicate item (as security),",
+        "64 usage (also an argument that is not UTF-8, a directory that is not a store),",
+        "65 unusable data (damaged or modified files, a store sealed by another TPM),",
+        "66 no keychain store at the path, 69 TPM unavailable, 70 internal error, 74 I/O error,",
+        "75 temporary failure (TPM lockout; a TPM or lock that did not answer within",
+        "TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission (permission denied,",
+        "authorization refused, unsafe file modes); a command killed by a signal exits with that signal.",
+    ].joined(separator: " ")
 }
 
 /// `security`'s wording, which scripts written for macOS match on.
