@@ -39,6 +39,17 @@ struct StoreKeys: Sendable {
                                         UInt8(truncatingIfNeeded: bytes.count >> 8), UInt8(truncatingIfNeeded: bytes.count)])
             message.append(contentsOf: bytes)
         }
+        return name(message: message)
+    }
+
+    /// Format 2's names: 128 bits of HMAC-SHA256(names key, domain || encoded), as lower-case hex.
+    /// An item file is named by its class's primary key ("item2"); its directory by the class,
+    /// access group and service or server ("group2"): see ``ItemFileV2``.
+    func name(_ domain: String, encoded: [UInt8]) -> String {
+        name(message: Array(domain.utf8) + encoded)
+    }
+
+    private func name(message: [UInt8]) -> String {
         let mac = HMAC<SHA256>.authenticationCode(for: message, using: names)
         let digits = Array("0123456789abcdef".utf8)
         var hex: [UInt8] = []

@@ -1,0 +1,202 @@
+import Crypto
+import TPM
+
+/// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"). All integers
+/// big-endian. Defined and tested here; the store still writes version 1 until the upgrade path
+/// lands (issue 7), so nothing on disk uses it yet.
+///
+///     offset size  field
+///     0      4     magic "TKIT"
+///     4      2     version = 2
+///     6      2     header size H = 124 (readers refuse any other size for version 2)
+///     8      16    store ID
+///     24     16    item ID (random at creation, kept across updates: the persistent reference)
+///     40     8     generation (1 at creation, +1 per update)
+///     48     4     class: "genp", "inet" ("keys", "cert" reserved)
+///     52     16    key record ID: the record whose key the item key derives from; all zero for
+///                  the store's master key
+///     68     1     accessibility (``Accessibility``)
+///     69     1     value kind (``ValueKind``)
+///     70     2     reserved = 0
+///     72     32    key salt: item key = HKDF(record's item-key parent, salt, "TPMKeychain v2 item" || store ID || record ID)
+///     104    12    nonce N
+///     116    4     attributes plaintext length A
+///     120    4     secret plaintext length S
+///     124    A+16  AES-256-GCM(item key, N, attributes (``AttributeList``), AAD = header) || tag
+///     ...    S+16  AES-256-GCM(item key, N xor 1 in the last byte, secret,
+///                  AAD = header || class primary key (``ItemClass/encodedPrimaryKey(of:)``) || attributes section) || tag
+///
+/// Differences from version 1: the class and the key record are in the header (access control
+/// reads them before decrypting anything); attributes are tagged, so new ones never change the
+/// format; the identity in the secret's AAD is the class's whole primary key.
+enum ItemFileV2 {
+    static let version: UInt16 = 2
+    static let headerSize = 124
+    static let tagSize = 16
+    /// The key record ID of items protected by the store's master key.
+    static let masterKeyRecord = [UInt8](repeating: 0, count: 16)
+
+    /// What a format-2 item holds, decrypted.
+    struct Contents: Sendable, Equatable {
+        var itemID: [UInt8]
+        var generation: UInt64
+        var itemClass: ItemClass
+        var keyRecord: [UInt8]
+        var accessibility: Accessibility
+        var kind: ValueKind
+        var attributes: AttributeList
+        var value: [UInt8]
+    }
+
+    struct Header {
+        let bytes: [UInt8]
+        let storeID: [UInt8]
+        let itemID: [UInt8]
+        let generation: UInt64
+        let itemClass: ItemClass
+        let keyRecord: [UInt8]
+        let accessibility: Accessibility
+        let kind: ValueKind
+        let salt: [UInt8]
+        let nonce: [UInt8]
+        let attributesLength: Int
+        let secretLength: Int
+
+        var attributesRange: Range<Int> { ItemFileV2.headerSize..<ItemFileV2.headerSize + attributesLength + ItemFileV2.tagSize }
+        var secretRange: Range<Int> { attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFileV2.tagSize }
+        var fileSize: Int { secretRange.upperBound }
+    }
+
+    /// The directory of an item's group: the class, access group, and service (generic
+    /// passwords) or server (internet passwords), each as UINT32 length and bytes.
+    static func groupName(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
+        let groupTag = itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
+        var writer = WireWriter()
+        writer.append(itemClass.rawValue)
+        for tag in [AttributeTag.accessGroup, groupTag] {
+            let value = attributes[tag] ?? []
+            writer.append(UInt32(value.count))
+            writer.append(raw: value)
+        }
+        return keys.name("group2", encoded: writer.bytes)
+    }
+
+    /// The item's file name: its class's primary key, keyed.
+    static func fileName(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
+        keys.name("item2", encoded: itemClass.encodedPrimaryKey(of: attributes)) + ".item"
+    }
+
+    /// The AES-256-GCM key of one write, from the item-key parent of the item's key record.
+    static func itemKey(parent: SymmetricKey, salt: [UInt8], storeID: [UInt8], keyRecord: [UInt8]) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: parent, salt: salt, info: Array("TPMKeychain v2 item".utf8) + storeID + keyRecord,
+                               outputByteCount: 32)
+    }
+
+    /// Encrypts `contents` into file bytes. `salt` (32 bytes) and `nonce` (12) must be fresh
+    /// random bytes for every write; tests pass fixed ones to check known answers.
+    static func encode(_ contents: Contents, itemKeyParent: SymmetricKey, storeID: [UInt8], salt: [UInt8],
+                       nonce: [UInt8]) throws -> [UInt8] {
+        let attributes = contents.attributes.encoded()
+        var header = WireWriter()
+        header.append(raw: ItemFile.magic)
+        header.append(version)
+        header.append(UInt16(headerSize))
+        header.append(raw: storeID)
+        header.append(raw: contents.itemID)
+        header.append(contents.generation)
+        header.append(contents.itemClass.rawValue)
+        header.append(raw: contents.keyRecord)
+        header.append(contents.accessibility.rawValue)
+        header.append(contents.kind.rawValue)
+        header.append(UInt16(0))
+        header.append(raw: salt)
+        header.append(raw: nonce)
+        header.append(UInt32(attributes.count))
+        header.append(UInt32(contents.value.count))
+        precondition(header.bytes.count == headerSize, "the v2 header layout is fixed")
+
+        let key = itemKey(parent: itemKeyParent, salt: salt, storeID: storeID, keyRecord: contents.keyRecord)
+        let sealedAttributes = try AES.GCM.seal(attributes, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: header.bytes)
+        let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)
+        let aad = header.bytes + contents.itemClass.encodedPrimaryKey(of: contents.attributes) + attributesSection
+        let sealedSecret = try AES.GCM.seal(contents.value, using: key, nonce: AES.GCM.Nonce(data: ItemFile.secretNonce(nonce)),
+                                            authenticating: aad)
+        return header.bytes + attributesSection + Array(sealedSecret.ciphertext) + Array(sealedSecret.tag)
+    }
+
+    /// Parses and bounds-checks a version-2 header; nothing in it is trusted until a section decrypts.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` (magic, version, sizes, store, class, reserved bytes).
+    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
+        do {
+            guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(ItemFile.magic) else {
+                throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
+            }
+            var reader = WireReader(Array(bytes.prefix(headerSize).dropFirst(4)))
+            guard try reader.readUInt16() == version, try reader.readUInt16() == headerSize else {
+                throw KeychainError(.tampered, "\(path) does not have a version-2 header")
+            }
+            let fileStoreID = try reader.readBytes(16)
+            let itemID = try reader.readBytes(16)
+            let generation = try reader.readUInt64()
+            let itemClass = ItemClass(rawValue: try reader.readUInt32())
+            let keyRecord = try reader.readBytes(16)
+            let accessibility = Accessibility(rawValue: try reader.readUInt8())
+            let kind = ValueKind(rawValue: try reader.readUInt8())
+            let reserved = try reader.readUInt16()
+            let salt = try reader.readBytes(32)
+            let nonce = try reader.readBytes(12)
+            let attributesLength = Int(try reader.readUInt32())
+            let secretLength = Int(try reader.readUInt32())
+            guard let itemClass, let accessibility, let kind, reserved == 0,
+                  attributesLength <= ItemFile.maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
+                throw KeychainError(.tampered, "\(path) has a damaged header")
+            }
+            guard fileStoreID == storeID else {
+                throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
+            }
+            let header = Header(bytes: Array(bytes.prefix(headerSize)), storeID: fileStoreID, itemID: itemID, generation: generation,
+                                itemClass: itemClass, keyRecord: keyRecord, accessibility: accessibility, kind: kind, salt: salt,
+                                nonce: nonce, attributesLength: attributesLength, secretLength: secretLength)
+            guard header.fileSize == fileSize else {
+                throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
+            }
+            return header
+        } catch let error as KeychainError {
+            throw error
+        } catch {
+            throw KeychainError(.tampered, "\(path) is truncated")
+        }
+    }
+
+    /// Decrypts a whole version-2 file. With `expectedPrimaryKey` (a lookup), the file must hold
+    /// exactly that item; without it (a listing) the caller checks the name against the result.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file holds another item.
+    static func decode(_ file: [UInt8], itemKeyParent: SymmetricKey, storeID: [UInt8], expectedPrimaryKey: [UInt8]?,
+                       path: String) throws(KeychainError) -> Contents {
+        let header = try decodeHeader(file[...], fileSize: file.count, storeID: storeID, path: path)
+        let key = itemKey(parent: itemKeyParent, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+        let attributes = try AttributeList(decoding: open(file[header.attributesRange], key: key, nonce: header.nonce,
+                                                          aad: header.bytes, path: path), path: path)
+        let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
+        if let expectedPrimaryKey, expectedPrimaryKey != primaryKey {
+            throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
+        }
+        let value = try open(file[header.secretRange], key: key, nonce: ItemFile.secretNonce(header.nonce),
+                             aad: header.bytes + primaryKey + Array(file[header.attributesRange]), path: path)
+        return Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass, keyRecord: header.keyRecord,
+                        accessibility: header.accessibility, kind: header.kind, attributes: attributes, value: value)
+    }
+
+    private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
+                             path: String) throws(KeychainError) -> [UInt8] {
+        do {
+            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
+                                            tag: sealed.suffix(tagSize))
+            return Array(try AES.GCM.open(box, using: key, authenticating: aad))
+        } catch {
+            throw KeychainError(.tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
+        }
+    }
+}
