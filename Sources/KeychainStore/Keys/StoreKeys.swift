@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import TPM
 
 /// Keys derived from the store's master key with HKDF-SHA256, one per purpose (domain separation).
 ///
@@ -50,14 +51,6 @@ struct StoreKeys: Sendable {
     }
 
     private func name(message: [UInt8]) -> String {
-        let mac = HMAC<SHA256>.authenticationCode(for: message, using: names)
-        let digits = Array("0123456789abcdef".utf8)
-        var hex: [UInt8] = []
-        hex.reserveCapacity(32)
-        for byte in mac.prefix(16) {
-            hex.append(digits[Int(byte >> 4)])
-            hex.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: hex, as: UTF8.self)
+        Array(HMAC<SHA256>.authenticationCode(for: message, using: names)).prefix(16).hexString
     }
 }

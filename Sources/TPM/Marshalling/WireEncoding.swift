@@ -73,12 +73,24 @@ package struct WireReader {
     }
 }
 
-extension Array where Element == UInt8 {
-    /// Lower-case hexadecimal, for names and digests in messages and fixtures.
-    var hexString: String { map { byte in String(byte, radix: 16).leftPadded(to: 2) }.joined() }
+extension Collection<UInt8> {
+    /// Lower-case hexadecimal: the one hex encoder of every target (names on disk, digests in
+    /// messages, fixtures). Table-driven, since file names are computed on the get path.
+    package var hexString: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(count * 2)
+        for byte in self {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}
 
+extension Array where Element == UInt8 {
     /// Parses lower- or upper-case hexadecimal; nil for odd lengths or other characters.
-    init?(hexString: String) {
+    package init?(hexString: String) {
         let characters = Array(hexString.utf8)
         guard characters.count.isMultiple(of: 2) else { return nil }
         var result: [UInt8] = []
@@ -102,8 +114,4 @@ extension Array where Element == UInt8 {
     }
 }
 
-extension String {
-    fileprivate func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
-    }
-}
+

@@ -29,7 +29,7 @@ struct TPMStatus: ParsableCommand {
             print("tcti:         \(selection.configuration.tcti)")
             print("simulated:    \(selection.isSimulated ? "yes" : "no")")
             print("manufacturer: \(description.manufacturer) (\(description.vendor)), firmware \(description.firmwareVersion)")
-            print("storage key:  \(storageKey.algorithm.rawValue), name \(storageKey.name.map { String(format: "%02x", $0) }.joined())")
+            print("storage key:  \(storageKey.algorithm.rawValue), name \(storageKey.name.hexString)")
             print("counters:")
             print("    lockout counter:   \(status.failedAuthorizations) failed authorizations (\(lockout))")
             print("    max tries:         \(status.maxAuthorizationFailures)")

@@ -1,4 +1,5 @@
 import Foundation
+import TPM
 import TPMKeychain
 
 /// Output in the shape of macOS `security`'s item listings, so people and scripts that know
@@ -79,7 +80,7 @@ enum SecurityFormat {
     }
 
     private static func hex(_ data: Data) -> String {
-        "0x" + data.map { String(format: "%02X", $0) }.joined()
+        "0x" + data.hexString.uppercased()
     }
 }
 
