@@ -126,18 +126,7 @@ package final class ItemStore: Sendable {
     }
 }
 
-/// Fresh bytes from the system CSPRNG (getrandom).
+/// Fresh bytes from the system CSPRNG (getrandom), through the one path every target uses.
 func randomBytes(_ count: Int) -> [UInt8] {
-    var generator = SystemRandomNumberGenerator()
-    var bytes = [UInt8](repeating: 0, count: count)
-    var index = 0
-    while index < count {
-        var word = generator.next()
-        for _ in 0..<8 where index < count {
-            bytes[index] = UInt8(truncatingIfNeeded: word)
-            word >>= 8
-            index += 1
-        }
-    }
-    return bytes
+    SystemRandom.bytes(count)
 }

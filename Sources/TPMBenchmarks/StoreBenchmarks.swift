@@ -203,8 +203,7 @@ private func durableReplace(_ path: String, with bytes: [UInt8]) throws {
 }
 
 private func randomBytes(_ count: Int) -> [UInt8] {
-    var generator = SystemRandomNumberGenerator()
-    return (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+    SystemRandom.bytes(count)
 }
 
 /// The file system type of `path` as /proc/mounts names it (the longest mount point containing it).

@@ -305,17 +305,17 @@ package final class Directory: Sendable {
 
 /// The store's files belong to this user alone.
 enum Ownership {
-    /// The effective user never changes under us; asking the kernel once saves a syscall per file.
-    static let effectiveUser = geteuid()
+    static var effectiveUser: uid_t { PrivateOwnership.effectiveUser }
 
     /// - Throws: ``KeychainError`` `.unsafeFileSystem` for another owner or any group/other bits.
     static func check(_ status: stat, path: String) throws(KeychainError) {
-        guard status.st_uid == effectiveUser else {
-            throw KeychainError(.unsafeFileSystem, "\(path) belongs to user \(status.st_uid), not to this user (\(effectiveUser)); refusing to use it")
-        }
-        guard status.st_mode & 0o077 == 0 else {
-            let mode = String(status.st_mode & 0o777, radix: 8)
-            throw KeychainError(.unsafeFileSystem, "\(path) has mode \(mode); the keychain requires 0700 directories and 0600 files")
+        switch PrivateOwnership.problem(owner: status.st_uid, mode: status.st_mode) {
+        case nil:
+            return
+        case .foreignOwner(let owner):
+            throw KeychainError(.unsafeFileSystem, "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
+        case .looseMode(let mode):
+            throw KeychainError(.unsafeFileSystem, "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
         }
     }
 }

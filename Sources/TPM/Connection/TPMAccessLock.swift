@@ -48,11 +48,7 @@ final class TPMAccessLock {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw TPMError(.invalidArgument, "Cannot create the TPM lock directory \(path): \(String(cString: strerror(errno)))")
         }
-        var status = stat()
-        guard lstat(path, &status) == 0 else {
-            throw TPMError(.invalidArgument, "Cannot inspect the TPM lock directory \(path)")
-        }
-        guard status.st_mode & S_IFMT == S_IFDIR, status.st_uid == getuid(), status.st_mode & 0o077 == 0 else {
+        guard PrivateOwnership.isPrivateDirectory(path) else {
             throw TPMError(.invalidArgument,
                            "The TPM lock directory \(path) must be a directory owned by this user with mode 0700, and it is not (another user may have created it); remove it, or set XDG_RUNTIME_DIR to a private directory")
         }

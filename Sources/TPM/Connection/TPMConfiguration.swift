@@ -1,3 +1,4 @@
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -84,12 +85,8 @@ public struct TPMConfiguration: Sendable, Hashable {
             getenv(name).map { String(cString: $0) }.flatMap { $0.hasPrefix("/") ? $0 : nil }
         }
         if let runtime = environment("XDG_RUNTIME_DIR") { return runtime + "/tpm-keychain" }
-        let userRuntime = "/run/user/\(getuid())"
-        var status = stat()
-        if lstat(userRuntime, &status) == 0, status.st_mode & S_IFMT == S_IFDIR, status.st_uid == getuid(),
-           status.st_mode & 0o077 == 0 {
-            return userRuntime + "/tpm-keychain"
-        }
+        let userRuntime = "/run/user/\(PrivateOwnership.effectiveUser)"
+        if PrivateOwnership.isPrivateDirectory(userRuntime) { return userRuntime + "/tpm-keychain" }
         if let cache = environment("XDG_CACHE_HOME") { return cache + "/tpm-keychain" }
         if let home = environment("HOME"), home != "/", access(home, W_OK) == 0 { return home + "/.cache/tpm-keychain" }
         return "/tmp/tpm-keychain-\(getuid())"

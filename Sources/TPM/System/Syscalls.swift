@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The kernel's CSPRNG.
-enum SystemRandom {
+package enum SystemRandom {
     /// - Throws: `Errno` if `getrandom` fails for a reason other than EINTR.
     static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws(Errno) {
         var offset = 0
@@ -15,5 +15,20 @@ enum SystemRandom {
             }
             offset += read
         }
+    }
+
+    /// `count` fresh bytes from the kernel's CSPRNG: the one path every target takes for salts,
+    /// nonces and IDs. getrandom(2) without flags blocks only before the pool is first seeded,
+    /// and never fails afterwards, so a failure here is a broken system, not an input error.
+    package static func bytes(_ count: Int) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { buffer in
+            do {
+                try fill(buffer)
+            } catch {
+                preconditionFailure("getrandom failed: \(error)")
+            }
+        }
+        return bytes
     }
 }
