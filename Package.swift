@@ -49,7 +49,11 @@ let package = Package(
             swiftSettings: strictness
         ),
         // Layer 3: the public Swift API.
-        .target(name: "TPMKeychain", dependencies: ["KeychainStore", "TPM", "TPMSimulator", "SystemCalls"], swiftSettings: strictness),
+        .target(
+            name: "TPMKeychain",
+            dependencies: ["KeychainStore", "TPM", "TPMSimulator", "SystemCalls", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictness
+        ),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
@@ -79,7 +83,8 @@ let package = Package(
         ),
         .testTarget(
             name: "TPMTests",
-            dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictness
         ),
         .testTarget(

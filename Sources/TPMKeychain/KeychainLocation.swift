@@ -1,3 +1,4 @@
+public import Logging
 import Foundation
 import KeychainStore
 
@@ -14,6 +15,9 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     public let path: String
     /// How the TPM is found: see ``TPMChoice``.
     public let tpm: TPMChoice
+    /// Where the TPM layer logs while it opens this store (debug level; never secrets or item
+    /// names). Dropped unless you set one. Not part of equality.
+    public var logger: Logger = .disabled
 
     /// The TCTI given in code, if any.
     public var tcti: String? {
@@ -63,6 +67,17 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The path and how the TPM is chosen.
+    /// Same path and TPM choice; the logger is not compared.
+    public static func == (lhs: KeychainLocation, rhs: KeychainLocation) -> Bool {
+        lhs.path == rhs.path && lhs.tpm == rhs.tpm
+    }
+
+    /// Hashes what `==` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(path)
+        hasher.combine(tpm)
+    }
+
     public var description: String {
         switch tpm {
         case .automatic: "KeychainLocation(\(path))"

@@ -1,4 +1,5 @@
 public import TPM
+import Logging
 import KeychainStore
 import Synchronization
 import SystemCalls
@@ -109,14 +110,14 @@ public final class StoreTPM: Sendable {
         let stateDirectory = location.path + "/swtpm"
         switch location.tpm {
         case .tcti(let tcti):
-            return StoreTPM(configuration: TPMConfiguration(tcti: tcti), source: .explicit)
+            return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .explicit)
         case .automatic, .automaticOrSimulated:
             if let tcti = TPMConfiguration.environmentTCTI {
-                return StoreTPM(configuration: TPMConfiguration(tcti: tcti), source: .environment)
+                return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .environment)
             }
             let hasOwnSimulator = access(stateDirectory, F_OK) == 0
             if !hasOwnSimulator && TPMConfiguration.hardwareTPMIsUsable {
-                return StoreTPM(configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI), source: .hardware)
+                return StoreTPM(configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI, logger: location.logger), source: .hardware)
             }
             guard hasOwnSimulator || location.tpm == .automaticOrSimulated else {
                 throw KeychainError(.tpmUnavailable, """
@@ -126,11 +127,11 @@ public final class StoreTPM: Sendable {
                     KeychainLocation(path:tpm: .automaticOrSimulated), or create it with the tpm-keychain tool
                     """)
             }
-            return try startSimulator(for: location.path, stateDirectory: stateDirectory)
+            return try startSimulator(for: location.path, stateDirectory: stateDirectory, logger: location.logger)
         }
     }
 
-    private static func startSimulator(for store: String, stateDirectory: String) throws(KeychainError) -> StoreTPM {
+    private static func startSimulator(for store: String, stateDirectory: String, logger: Logger) throws(KeychainError) -> StoreTPM {
         let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
         try Directory.createPath(store)
         // One swtpm per state directory, across processes: the others wait their turn.
@@ -159,7 +160,7 @@ public final class StoreTPM: Sendable {
         } catch {
             throw KeychainError(.tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
         }
-        return StoreTPM(configuration: TPMConfiguration(tcti: simulator.tcti), source: .simulatedInStore(stateDirectory: stateDirectory),
+        return StoreTPM(configuration: TPMConfiguration(tcti: simulator.tcti, logger: logger), source: .simulatedInStore(stateDirectory: stateDirectory),
                         simulatorStartup: clock.now - start, running: Running(simulator: simulator, lock: lock))
     }
 }

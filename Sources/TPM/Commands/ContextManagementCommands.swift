@@ -44,7 +44,7 @@ extension Engine {
             }
         }
         if !flushed.isEmpty {
-            tpmLogger.debug("flushed handles a crashed process left", metadata: [
+            configuration.logger.debug("flushed handles a crashed process left", metadata: [
                 "tcti": "\(configuration.tcti)", "handles": "\(flushed.map { "0x" + String($0, radix: 16) })"])
         }
     }

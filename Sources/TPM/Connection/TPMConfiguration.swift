@@ -1,3 +1,4 @@
+public import Logging
 import SystemCalls
 #if canImport(Glibc)
 import Glibc
@@ -5,6 +6,10 @@ import Glibc
 
 /// Which TPM to talk to, as a tpm2-tss TCTI configuration string.
 public struct TPMConfiguration: Sendable, Hashable {
+    /// Where the TPM layer logs (debug level only); ``Logging/Logger/disabled`` unless given.
+    /// Not part of equality: two configurations of the same TPM are the same TPM.
+    public var logger: Logger = .disabled
+
     /// The environment variable that selects the TPM for every TPMKeychain program.
     public static let environmentVariable = "TPM_KEYCHAIN_TCTI"
     /// The kernel's resource-managed TPM device.
@@ -34,7 +39,10 @@ public struct TPMConfiguration: Sendable, Hashable {
     ///   - lockDirectory: defaults to `$XDG_RUNTIME_DIR/tpm-keychain`, else `/run/user/<uid>/tpm-keychain`,
     ///     else `~/.cache/tpm-keychain` (never a name other users could create first).
     ///   - timeout: nil for `TPM_KEYCHAIN_TIMEOUT` (seconds) when set, else 30 seconds.
-    public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil) {
+    ///   - logger: where the TPM layer logs; ``Logging/Logger/disabled`` drops everything.
+    public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil,
+                logger: Logger = .disabled) {
+        self.logger = logger
         self.tcti = tcti
         self.hasResourceManager = hasResourceManager ?? Self.impliesResourceManager(tcti)
         self.lockDirectory = lockDirectory ?? Self.defaultLockDirectory()
@@ -46,6 +54,20 @@ public struct TPMConfiguration: Sendable, Hashable {
         guard let text = getenv(timeoutVariable).map({ String(cString: $0) }), let seconds = Double(text),
               seconds > 0, seconds.isFinite else { return nil }
         return .milliseconds(Int64(seconds * 1000))
+    }
+
+    /// Equal TPM, lock directory and timeout; the logger is not compared.
+    public static func == (lhs: TPMConfiguration, rhs: TPMConfiguration) -> Bool {
+        lhs.tcti == rhs.tcti && lhs.hasResourceManager == rhs.hasResourceManager && lhs.lockDirectory == rhs.lockDirectory
+            && lhs.timeout == rhs.timeout
+    }
+
+    /// Hashes what `==` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(tcti)
+        hasher.combine(hasResourceManager)
+        hasher.combine(lockDirectory)
+        hasher.combine(timeout)
     }
 
     /// `TPM_KEYCHAIN_TCTI` when set and not empty, else ``defaultTCTI``.

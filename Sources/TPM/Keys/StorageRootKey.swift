@@ -37,7 +37,7 @@ extension Engine {
             return cached
         }
         if let pinnedName, let persistent = try persistentStorageKey(named: pinnedName, algorithm: preferred) {
-            tpmLogger.debug("using the persistent storage key", metadata: ["handle": "0x81000001"])
+            configuration.logger.debug("using the persistent storage key", metadata: ["handle": "0x81000001"])
             storageKeys[preferred] = persistent
             return persistent
         }
@@ -56,7 +56,7 @@ extension Engine {
             flush(created.handle)
             throw error
         }
-        tpmLogger.debug("derived the storage key", metadata: ["algorithm": "\(chosen.rawValue)"])
+        configuration.logger.debug("derived the storage key", metadata: ["algorithm": "\(chosen.rawValue)"])
         let key = StorageRootKey(handle: created.handle, name: created.name, algorithm: chosen, isPersistent: false)
         if let contextCache, let context = try? saveContext(created.handle) {
             contextCache.saveStorageKeyContext(context)
@@ -73,7 +73,7 @@ extension Engine {
             flush(handle)
             return nil
         }
-        tpmLogger.debug("loaded the storage key from its saved context")
+        configuration.logger.debug("loaded the storage key from its saved context")
         return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: false)
     }
 
