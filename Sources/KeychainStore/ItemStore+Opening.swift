@@ -46,11 +46,14 @@ extension ItemStore {
     ///   `.tampered` for damaged metadata or a store whose metadata is gone, `.invalidParameter`
     ///   for a relative path or a directory that is not a store, `.permissionDenied`,
     ///   `.unsafeFileSystem`, `.storageFailed`.
-    package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true,
-                             create: Bool = true) throws(KeychainError) -> ItemStore {
+    ///
+    /// - Parameter newStoreVersion: the format of a store created here; 2, except in tests that
+    ///   need a format-1 store to upgrade.
+    package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
+                             newStoreVersion: UInt16 = StoreMetadata.currentVersion) throws(KeychainError) -> ItemStore {
         try validate(root)
         if let directory = try Directory.open(root, in: nil, create: false) {
-            return try open(directory, tpm: tpm, durable: durable, create: create, sealedKey: nil)
+            return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil)
         }
         guard create else { throw storeNotFound(root) }
         let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
@@ -58,12 +61,12 @@ extension ItemStore {
         guard let directory = try Directory.open(root, in: nil, create: true) else {
             throw KeychainError(.storageFailed, "Cannot create \(root)")
         }
-        return try open(directory, tpm: tpm, durable: durable, create: create, sealedKey: sealedKey)
+        return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey)
     }
 
     /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
     ///   unused when another process created the store meanwhile.
-    private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool,
+    private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool, newStoreVersion: UInt16,
                              sealedKey: (key: SecretBytes, sealed: SealedObject)?) throws(KeychainError) -> ItemStore {
         let root = rootDirectory.path
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
@@ -71,9 +74,10 @@ extension ItemStore {
         let cache = StorageKeyContextFile(directory: rootDirectory)
         let storeID: [UInt8]
         let keys: StoreKeys
+        let version: UInt16
         switch try presence(in: rootDirectory) {
         case .present:
-            (storeID, keys) = try unlock(rootDirectory, tpm: tpm, cache: cache)
+            (storeID, keys, version) = try unlock(rootDirectory, tpm: tpm, cache: cache)
         case .absent:
             guard create else { throw storeNotFound(root) }
             let generated: (key: SecretBytes, sealed: SealedObject)
@@ -83,23 +87,32 @@ extension ItemStore {
                 generated = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
             }
             let (masterKey, sealed) = generated
-            let metadata = StoreMetadata(storeID: randomBytes(16), createdMilliseconds: StoreMetadata.now, sealedMasterKey: sealed)
+            let metadata = StoreMetadata(version: newStoreVersion, storeID: randomBytes(16), createdMilliseconds: StoreMetadata.now,
+                                         sealedMasterKey: sealed)
             keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
             guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
                 throw KeychainError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
             }
             storeID = metadata.storeID
+            version = newStoreVersion
         }
-        guard let items = try Directory.open("items", in: rootDirectory, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create \(root)/items")
+        if version == 2 {
+            // What an upgrade that died after its switch left: format 2 is complete without them.
+            try rootDirectory.removeTree(itemsDirectory)
+            try rootDirectory.removeTree(stagingDirectory)
         }
-        return ItemStore(root: root, storeID: storeID, items: items, keys: keys, durable: durable, lockTimeout: tpm.timeout)
+        let itemsName = itemsDirectoryName(version)
+        guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsName)")
+        }
+        return ItemStore(root: rootDirectory, storeID: storeID, layout: Layout(version: version, items: items), keys: keys,
+                         durable: durable, lockTimeout: tpm.timeout)
     }
 
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
     /// when an older version sealed it with dictionary-attack protection).
     private static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration,
-                               cache: StorageKeyContextFile) throws(KeychainError) -> (storeID: [UInt8], keys: StoreKeys) {
+                               cache: StorageKeyContextFile) throws(KeychainError) -> (storeID: [UInt8], keys: StoreKeys, version: UInt16) {
         let root = rootDirectory.path
         let metadataPath = root + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
@@ -119,18 +132,18 @@ extension ItemStore {
         if let resealed {
             // Authenticated first, so a forged file is never rewritten as genuine. The old file
             // keeps working until the rename; the new one differs only in the sealed object.
-            let migrated = StoreMetadata(storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
+            let migrated = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
                                          sealedMasterKey: resealed)
             try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
         }
-        return (parsed.metadata.storeID, keys)
+        return (parsed.metadata.storeID, keys, parsed.metadata.version)
     }
 
     /// - Throws: as ``presence(at:)``.
     private static func presence(in directory: Directory) throws(KeychainError) -> Presence {
         if try directory.openFile(StoreMetadata.fileName) != nil { return .present }
         let entries = try directory.entries()
-        if entries.contains("items") {
+        if entries.contains(itemsDirectory) || entries.contains(itemsV2Directory) {
             throw KeychainError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
         }
         let foreign = entries.filter { !entriesBeforeCreation.contains($0) }.sorted()

@@ -1,76 +1,109 @@
 import Crypto
 import Foundation
 import SystemCalls
+import TPM
 #if canImport(Glibc)
 import Glibc
 #endif
 
 // The read path: lookups, listings, and the checks that make a miss trustworthy. Readers take no
-// lock: files are replaced by rename, so a reader sees the old item or the new one.
+// lock: files are replaced by rename, so a reader sees the old item or the new one. Every
+// function reads format 1 or format 2, as the store's layout says.
 extension ItemStore {
     /// The item with its secret, or nil when there is none.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
     package func item(_ identity: ItemIdentity) throws(KeychainError) -> ItemRecord? {
-        let keys = try currentKeys()
-        let names = names(identity, keys: keys)
-        guard let file = try openItem(names) else { return try confirmAbsence(names, keys: keys) }
-        return try readItem(file, expected: identity, keys: keys)
+        let state = try currentFollowingUpgrades()
+        let names = names(identity, state)
+        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
+        let bytes = try readWhole(file, version: names.version)
+        if names.version == 1 {
+            let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            let key = v1ItemKey(header, state.keys)
+            let attributes = try ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: key,
+                                                            expected: identity, path: file.path)
+            let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity,
+                                                   path: file.path)
+            return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
+        }
+        let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, state)
+        return ItemRecord(itemID: contents.itemID, generation: contents.generation,
+                          attributes: try ItemAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
+                          value: ItemValue(kind: contents.kind, bytes: contents.value))
     }
 
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
     package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
-        let keys = try currentKeys()
-        let names = names(identity, keys: keys)
-        guard let file = try openItem(names) else { return try confirmAbsence(names, keys: keys) }
-        let (bytes, header) = try readWhole(file)
-        return try ItemFile.decryptSecret(of: bytes, header: header, key: itemKey(for: header, keys: keys),
-                                          encodedIdentity: names.encodedIdentity, path: file.path)
+        let state = try currentFollowingUpgrades()
+        let names = names(identity, state)
+        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
+        let bytes = try readWhole(file, version: names.version)
+        if names.version == 1 {
+            let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            return try ItemFile.decryptSecret(of: bytes, header: header, key: v1ItemKey(header, state.keys),
+                                              encodedIdentity: names.encodedIdentity, path: file.path)
+        }
+        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
+        guard header.itemClass == .genericPassword else {
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2ItemKey(header, state.keys),
+                                                  primaryKey: names.encodedIdentity, path: file.path)
+        return ItemValue(kind: header.kind, bytes: secret)
     }
 
     /// The item's attributes, read and authenticated without decrypting the secret.
     package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
-        let keys = try currentKeys()
-        let names = names(identity, keys: keys)
-        guard let file = try openItem(names) else { return try confirmAbsence(names, keys: keys) }
-        return try readHeaderAndAttributes(file, expected: identity, keys: keys).attributes
+        let state = try currentFollowingUpgrades()
+        let names = names(identity, state)
+        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
+        let (attributes, primaryKey) = try readAttributes(file, state)
+        if let primaryKey, primaryKey != names.encodedIdentity {
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        if primaryKey == nil, ItemIdentity(checked: attributes) != identity {
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        return attributes
     }
 
     /// The attributes of every item of a service, in no particular order.
     package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
-        let keys = try currentKeys()
-        let name = keys.name("service", [accessGroup, service])
-        guard let directory = try serviceDirectory(name, create: false) else { return [] }
-        return try list(directory, named: name, keys: keys)
+        let state = try currentFollowingUpgrades()
+        let name = groupName(service: service, accessGroup: accessGroup, state)
+        guard let directory = try serviceDirectory(name, create: false, state) else { return [] }
+        return try list(directory, named: name, state)
     }
 
     /// The attributes of every item in the store.
     package func listAll() throws(KeychainError) -> [ItemAttributes] {
-        let keys = try currentKeys()
+        let state = try currentFollowingUpgrades()
         var all: [ItemAttributes] = []
-        for name in try items.entries() {
-            guard let directory = try serviceDirectory(name, create: false) else { continue }
-            all += try list(directory, named: name, keys: keys)
+        for name in try state.layout.items.entries() {
+            guard let directory = try serviceDirectory(name, create: false, state) else { continue }
+            all += try list(directory, named: name, state)
         }
         return all
     }
 
-    /// Every item of a service directory, each checked to be the item its file name says and to
-    /// belong to the service the directory's name says: a renamed file or a swapped directory is
+    /// Every item of a group directory, each checked to be the item its file name says and to
+    /// belong to the group the directory's name says: a renamed file or a swapped directory is
     /// reported, never skipped. The directory is then known to be consistent until it changes.
-    func list(_ directory: Directory, named serviceName: String, keys: StoreKeys) throws(KeychainError) -> [ItemAttributes] {
+    func list(_ directory: Directory, named groupName: String, _ state: OpenState) throws(KeychainError) -> [ItemAttributes] {
         let stamp = try directory.stamp()
         var result: [ItemAttributes] = []
         for name in try directory.entries() where name.hasSuffix(".item") {
             guard let file = try directory.openFile(name) else { continue }
-            let attributes = try readHeaderAndAttributes(file, expected: nil, keys: keys).attributes
-            let expectedName = keys.name("item", [attributes.accessGroupName, attributes.service, attributes.account]) + ".item"
-            guard name == expectedName else {
+            let (attributes, _) = try readAttributes(file, state)
+            let identity = ItemIdentity(checked: attributes)
+            let expected = names(identity, state)
+            guard name == expected.file else {
                 throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
             }
-            guard keys.name("service", [attributes.accessGroupName, attributes.service]) == serviceName else {
+            guard expected.service == groupName else {
                 throw KeychainError(.tampered, "\(directory.path) holds an item of another service: directories or files were swapped or moved")
             }
             result.append(attributes)
@@ -78,57 +111,116 @@ extension ItemStore {
         if try directory.stamp() == stamp {
             caches.withLock { caches in
                 if caches.consistent.count >= Caches.limit { caches.consistent.removeAll(keepingCapacity: true) }
-                caches.consistent[serviceName] = stamp
+                caches.consistent[groupName] = stamp
             }
         }
         return result
     }
 
-    /// Makes a miss trustworthy: an item file renamed away, or a service directory swapped with
+    /// Makes a miss trustworthy: an item file renamed away, or a group directory swapped with
     /// another, would otherwise read as "not found" while a listing reports tampering. The
     /// directory is checked once (every item read, as a listing does) and then only again after
     /// it changed, so repeated misses cost one fstat.
     ///
     /// - Returns: nil, when the item is genuinely absent.
     /// - Throws: ``KeychainError`` `.tampered` when the directory holds misplaced items.
-    func confirmAbsence<T>(_ names: ItemNames, keys: StoreKeys) throws(KeychainError) -> T? {
-        guard let directory = try serviceDirectory(names.service, create: false) else { return nil }
+    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> T? {
+        guard let directory = try serviceDirectory(names.service, create: false, state) else { return nil }
         if try caches.withLock({ $0.consistent[names.service] }) == directory.stamp() { return nil }
-        _ = try list(directory, named: names.service, keys: keys)
+        _ = try list(directory, named: names.service, state)
         return nil
     }
 
-    /// Runs a write of this process to a service directory, under its lock. A directory known to
-    /// be consistent before the write stays known so: the change is ours.
-    func readWhole(_ file: OpenFile) throws(KeychainError) -> (bytes: [UInt8], header: ItemFile.Header) {
-        guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+    /// The decrypted contents of a format-2 file that must be the generic password `expectedPrimaryKey` names.
+    func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], _ state: OpenState) throws(KeychainError)
+        -> ItemFileV2.Contents {
+        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
+        let key = v2ItemKey(header, state.keys)
+        let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: path)
+        let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
+        guard primaryKey == expectedPrimaryKey else {
+            throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
-        let bytes = try file.read(count: file.size, at: 0)
-        let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
-        return (bytes, header)
+        let value = try ItemFileV2.decryptSecret(of: bytes, header: header, key: key, primaryKey: primaryKey, path: path)
+        return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
+                                   keyRecord: header.keyRecord, accessibility: header.accessibility, kind: header.kind,
+                                   attributes: attributes, value: value)
     }
 
-    func readItem(_ file: OpenFile, expected: ItemIdentity, keys: StoreKeys) throws(KeychainError) -> ItemRecord {
-        let (bytes, header) = try readWhole(file)
-        let key = itemKey(for: header, keys: keys)
-        let attributes = try ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: key,
-                                                        expected: expected, path: file.path)
-        let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, identity: expected, path: file.path)
-        return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
-    }
-
-    /// The header and attributes of an item, authenticated, without touching the secret section.
-    func readHeaderAndAttributes(_ file: OpenFile, expected: ItemIdentity?, keys: StoreKeys) throws(KeychainError)
-        -> (header: ItemFile.Header, attributes: ItemAttributes) {
-        guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
+    func readWhole(_ file: OpenFile, version: UInt16) throws(KeychainError) -> [UInt8] {
+        let (minimum, maximum) = version == 1 ? (ItemFile.headerSize, ItemFile.maximumFileSize)
+                                              : (ItemFileV2.headerSize, ItemFileV2.maximumFileSize)
+        guard file.size >= minimum, file.size <= maximum else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
-                                               storeID: storeID, path: file.path)
+        return try file.read(count: file.size, at: 0)
+    }
+
+    /// The header and attributes of an item, authenticated, without touching the secret section;
+    /// for format 2 also the primary key its attributes give (a generic password's, or an error).
+    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(KeychainError) -> (ItemAttributes, [UInt8]?) {
+        if state.layout.version == 1 {
+            guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
+                throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            }
+            let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
+                                                   storeID: storeID, path: file.path)
+            let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
+            return (try ItemFile.decryptAttributes(sealed[...], header: header, key: v1ItemKey(header, state.keys), expected: nil,
+                                                   path: file.path), nil)
+        }
+        guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+        }
+        let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                 storeID: storeID, path: file.path)
+        guard header.itemClass == .genericPassword else {
+            throw KeychainError(.tampered, "\(file.path) holds an item of another class where a generic password belongs")
+        }
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        let attributes = try ItemFile.decryptAttributes(sealed[...], header: header, key: itemKey(for: header, keys: keys),
-                                                        expected: expected, path: file.path)
-        return (header, attributes)
+        let list = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
+        return (try ItemAttributes(list, accessibility: header.accessibility, path: file.path),
+                header.itemClass.encodedPrimaryKey(of: list))
+    }
+
+    func v1ItemKey(_ header: ItemFile.Header, _ keys: StoreKeys) -> SymmetricKey {
+        itemKey(salt: header.salt) { keys.itemKey(salt: header.salt, storeID: header.storeID) }
+    }
+
+    func v2ItemKey(_ header: ItemFileV2.Header, _ keys: StoreKeys) -> SymmetricKey {
+        // Only the master key record exists yet; the key records of access control come with it.
+        itemKey(salt: header.salt) {
+            ItemFileV2.itemKey(parent: keys.items, salt: header.salt, storeID: header.storeID, keyRecord: header.keyRecord)
+        }
+    }
+}
+
+extension ItemIdentity {
+    /// The identity of attributes already decrypted and authenticated (their names were
+    /// validated when written; a file that fails this was not written by TPMKeychain).
+    init(checked attributes: ItemAttributes) {
+        self.init(unchecked: attributes.accessGroupName, attributes.service, attributes.account)
+    }
+}
+
+extension ItemAttributes {
+    /// A generic password's attributes from its format-2 tagged list.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when the service or account is missing or not UTF-8.
+    init(_ list: AttributeList, accessibility: Accessibility, path: String) throws(KeychainError) {
+        guard let service = list.string(AttributeTag.service), let account = list.string(AttributeTag.account) else {
+            throw KeychainError(.tampered, "\(path) has no service or account")
+        }
+        func date(_ tag: FourCharacterCode) -> Date {
+            let nanoseconds = list.nanoseconds(tag) ?? 0
+            // Whole milliseconds (items moved from format 1) convert as format 1 did, to the same Date.
+            if nanoseconds % 1_000_000 == 0 { return Date(timeIntervalSince1970: Double(nanoseconds / 1_000_000) / 1000) }
+            return Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000)
+        }
+        self.init(service: service, account: account, accessGroupName: list.string(AttributeTag.accessGroup) ?? "",
+                  label: list.string(AttributeTag.label), comment: list.string(AttributeTag.comment),
+                  genericData: list[AttributeTag.generic].map { Data($0) },
+                  creationDate: date(AttributeTag.creationDate), modificationDate: date(AttributeTag.modificationDate),
+                  accessibility: accessibility)
     }
 }

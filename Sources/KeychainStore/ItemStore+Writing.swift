@@ -17,84 +17,100 @@ extension ItemStore {
         case upsert
     }
 
-    /// Writes an item under the service's lock: durable, atomic, and safe against concurrent
-    /// writers in this and other processes. A nil `value` keeps the stored secret (update only).
+    /// Writes an item under the store lock (shared) and its group's lock: durable, atomic, and
+    /// safe against concurrent writers in this and other processes. A nil `value` keeps the
+    /// stored secret (update only). Attributes the item has and the change does not name (also
+    /// ones a later version added) are kept. The first write to a format-1 store upgrades it.
     ///
     /// - Throws: ``KeychainError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
-    ///   `.tampered` (the existing file is damaged: remove it first), `.storageFailed`.
+    ///   `.tampered` (the existing file is damaged: remove it first), `.timedOut`, `.storageFailed`.
     package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
         try Self.validate(value: value, changes: changes)
-        let keys = try currentKeys()
-        let names = names(identity, keys: keys)
-        guard let directory = try serviceDirectory(names.service, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create the directory for service \"\(identity.service)\"")
-        }
-        let lock = try directory.lock(".lock", timeout: lockTimeout)
-        defer { withExtendedLifetime(lock) {} }
-
-        // Only an attribute update needs the old secret; an upsert with a value reads header and attributes.
-        let existing: (itemID: [UInt8], generation: UInt64, attributes: ItemAttributes, value: ItemValue?)?
-        if let file = try directory.openFile(names.file) {
-            if value == nil {
-                let record = try readItem(file, expected: identity, keys: keys)
-                existing = (record.itemID, record.generation, record.attributes, record.value)
-            } else {
-                let (header, attributes) = try readHeaderAndAttributes(file, expected: identity, keys: keys)
-                existing = (header.itemID, header.generation, attributes, nil)
+        try withWriteAccess { (state) throws(KeychainError) in
+            let names = names(identity, state)
+            guard let directory = try serviceDirectory(names.service, create: true, state) else {
+                throw KeychainError(.storageFailed, "Cannot create the directory for service \"\(identity.service)\"")
             }
-        } else {
-            existing = nil
+            let lock = try directory.lock(".lock", timeout: lockTimeout)
+            defer { withExtendedLifetime(lock) {} }
+
+            let existing: ItemFileV2.Contents?
+            if let file = try directory.openFile(names.file) {
+                existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: names.encodedIdentity, state)
+            } else {
+                existing = nil
+            }
+            switch (mode, existing) {
+            case (.add, .some):
+                throw KeychainError(.duplicateItem, "An item for account \"\(identity.account)\" of service \"\(identity.service)\" already exists")
+            case (.update, .none):
+                throw KeychainError(.itemNotFound, "No item for account \"\(identity.account)\" of service \"\(identity.service)\"")
+            default:
+                break
+            }
+            guard let newValue = value ?? existing.map({ ItemValue(kind: $0.kind, bytes: $0.value) }) else {
+                throw KeychainError(.invalidParameter, "A new item needs a value")
+            }
+            var attributes = existing?.attributes ?? AttributeList(identity)
+            changes.apply(to: &attributes)
+            let now = Self.nanosecondsNow()
+            if attributes.nanoseconds(AttributeTag.creationDate) == nil { attributes.setNanoseconds(now, for: AttributeTag.creationDate) }
+            attributes.setNanoseconds(now, for: AttributeTag.modificationDate)
+            let contents = ItemFileV2.Contents(
+                itemID: existing?.itemID ?? randomBytes(16), generation: (existing?.generation ?? 0) + 1, itemClass: .genericPassword,
+                keyRecord: existing?.keyRecord ?? ItemFileV2.masterKeyRecord,
+                accessibility: changes.accessibility ?? existing?.accessibility ?? .whenUnlocked, kind: newValue.kind,
+                attributes: attributes, value: newValue.bytes)
+            let bytes = try encode(contents, state)
+            try changing(directory, named: names.service) { () throws(KeychainError) in
+                try directory.replace(names.file, with: bytes, durable: durable)
+            }
         }
-        switch (mode, existing) {
-        case (.add, .some):
-            throw KeychainError(.duplicateItem, "An item for account \"\(identity.account)\" of service \"\(identity.service)\" already exists")
-        case (.update, .none):
-            throw KeychainError(.itemNotFound, "No item for account \"\(identity.account)\" of service \"\(identity.service)\"")
-        default:
-            break
-        }
-        guard let newValue = value ?? existing?.value else {
-            throw KeychainError(.invalidParameter, "A new item needs a value")
-        }
-        let now = Date()
-        let old = existing?.attributes
-        let attributes = ItemAttributes(
-            service: identity.service, account: identity.account, accessGroupName: identity.accessGroup,
-            label: changes.label ?? old?.label, comment: changes.comment ?? old?.comment,
-            genericData: changes.genericData ?? old?.genericData,
-            creationDate: old?.creationDate ?? now, modificationDate: now,
-            accessibility: changes.accessibility ?? old?.accessibility ?? .whenUnlocked)
-        let record = ItemRecord(itemID: existing?.itemID ?? randomBytes(16), generation: (existing?.generation ?? 0) + 1,
-                                attributes: attributes, value: newValue)
-        let bytes: [UInt8]
+    }
+
+    /// Format-2 bytes of `contents` with a fresh salt and nonce.
+    func encode(_ contents: ItemFileV2.Contents, _ state: OpenState) throws(KeychainError) -> [UInt8] {
         do {
-            bytes = try ItemFile.encode(record, keys: keys, storeID: storeID, salt: randomBytes(32), nonce: randomBytes(12))
+            return try ItemFileV2.encode(contents, itemKeyParent: state.keys.items, storeID: storeID, salt: randomBytes(32),
+                                         nonce: randomBytes(12))
         } catch {
             throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }
-        try changing(directory, named: names.service) { () throws(KeychainError) in
-            try directory.replace(names.file, with: bytes, durable: durable)
-        }
+    }
+
+    /// Nanoseconds since 1970: format 2's dates, fine enough to order items created in a burst.
+    static func nanosecondsNow() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
     }
 
     /// Deletes one item. - Returns: false if it did not exist.
     package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
-        let keys = try currentKeys()
-        let names = names(identity, keys: keys)
-        guard let directory = try serviceDirectory(names.service, create: false) else { return false }
-        let lock = try directory.lock(".lock", timeout: lockTimeout)
-        defer { withExtendedLifetime(lock) {} }
-        let removed = try changing(directory, named: names.service) { () throws(KeychainError) in
-            try directory.remove(names.file, durable: durable)
+        try withWriteAccess { (state) throws(KeychainError) -> Bool in
+            let names = names(identity, state)
+            guard let directory = try serviceDirectory(names.service, create: false, state) else { return false }
+            let lock = try directory.lock(".lock", timeout: lockTimeout)
+            defer { withExtendedLifetime(lock) {} }
+            let removed = try changing(directory, named: names.service) { () throws(KeychainError) in
+                try directory.remove(names.file, durable: durable)
+            }
+            if !removed { _ = try confirmAbsence(names, state) as Bool? }
+            return removed
         }
-        if !removed { _ = try confirmAbsence(names, keys: keys) as Bool? }
-        return removed
     }
 
     /// Deletes every item of a service, and temporary files dead writers left. - Returns: how many items.
     package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
-        let keys = try currentKeys()
-        guard let directory = try serviceDirectory(keys.name("service", [accessGroup, service]), create: false) else { return 0 }
+        try withWriteAccess { (state) throws(KeychainError) -> Int in
+            try deleteAll(service: service, accessGroup: accessGroup, state)
+        }
+    }
+
+    private func deleteAll(service: String, accessGroup: String, _ state: OpenState) throws(KeychainError) -> Int {
+        guard let directory = try serviceDirectory(groupName(service: service, accessGroup: accessGroup, state), create: false, state) else {
+            return 0
+        }
         let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         var removed = 0

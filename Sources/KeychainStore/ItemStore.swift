@@ -2,87 +2,126 @@ import Crypto
 import Foundation
 import Synchronization
 import SystemCalls
-package import TPM
+import TPM
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// An opened keychain store: a directory of sealed item files under one TPM-sealed master key.
 ///
-///     <root>/               0700  flock on the directory itself: creating or opening the store
+///     <root>/               0700  flock on the directory itself: opening (exclusive), writing
+///                                 (shared), upgrading the format (exclusive)
 ///       store.meta          0600  format version, store ID, sealed master key, MAC
 ///       storage-key.context 0600  the TPM context of the storage key, to skip deriving it again
-///       items/              0700
-///         <service>/        0700  HMAC(names key, access group, service), 32 hex digits
-///           .lock           0600  flock: writers of this service, across processes
-///           <account>.item  0600  HMAC(names key, access group, service, account) + ".item"
-///           <account>.item.tmp    only while written, or left by a writer that died
+///       items2/             0700  format 2 (items/ in a format-1 store)
+///         <group>/          0700  HMAC(names key, class, access group, service), 32 hex digits
+///           .lock           0600  flock: writers of this group, across processes
+///           <item>.item     0600  HMAC(names key, the class's primary key) + ".item"
+///           <item>.item.tmp       only while written, or left by a writer that died
 ///
 /// The TPM is used once, to unseal the master key when the store is opened; from then on every
 /// operation is file I/O and AES-GCM. Readers take no lock: files are replaced by rename, so a
-/// reader sees the old item or the new one. Writers of one service serialise on its lock file.
+/// reader sees the old item or the new one. Writers hold the store lock shared and their
+/// group's lock; the upgrade from format 1 holds the store lock exclusively.
 package final class ItemStore: Sendable {
     package let root: String
     package let storeID: [UInt8]
     /// Off only where a benchmark fills a store with many items it will not need after a crash.
     package let durable: Bool
-    let items: Directory
-    private let keys: Mutex<StoreKeys?>
+    let rootDirectory: Directory
+    private let state: Mutex<OpenState?>
     let caches = Mutex(Caches())
 
+    /// What an open store needs on every operation, read under one lock: nil once closed.
+    struct OpenState: Sendable {
+        var keys: StoreKeys
+        var layout: Layout
+    }
+
+    /// Where the items are and in which format; changes once, when the store is upgraded.
+    struct Layout: Sendable {
+        let version: UInt16
+        let items: Directory
+    }
+
     /// What a get would otherwise recompute or reopen: two HMACs for the names, an HKDF for the
-    /// key, and the service directory (opened and verified once). All bounded, all emptied by
-    /// ``close()``. A cached item key is found by its write's random salt, so a hit means the same
-    /// file version; GCM still authenticates every byte.
+    /// key, and the group directory (opened and verified once). All bounded, all emptied by
+    /// ``close()`` and by an upgrade. A cached item key is found by its write's random salt, so a
+    /// hit means the same file version; GCM still authenticates every byte.
     struct Caches {
         static let limit = 4096
         var names: [ItemIdentity: ItemNames] = [:]
         var itemKeys: [[UInt8]: SymmetricKey] = [:]
         var services: [String: Directory] = [:]
-        /// Service directories whose every item file was read and found where it belongs, with
+        /// Group directories whose every item file was read and found where it belongs, with
         /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
         var consistent: [String: Directory.Stamp] = [:]
     }
 
-    /// An item's directory and file name inside `items/`, and its identity as the secret's AAD encodes it.
+    /// An item's group directory and file name, and its identity as the secret's AAD encodes it,
+    /// for one format version.
     struct ItemNames {
+        let version: UInt16
         let service: String
         let file: String
         let encodedIdentity: [UInt8]
     }
 
-    /// The longest a writer waits for another process's lock of a service.
+    /// The longest a writer waits for another process's lock of a group or of the store.
     let lockTimeout: Duration
 
-    init(root: String, storeID: [UInt8], items: Directory, keys: StoreKeys, durable: Bool, lockTimeout: Duration) {
-        self.root = root
+    init(root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, durable: Bool, lockTimeout: Duration) {
+        self.root = root.path
+        self.rootDirectory = root
         self.storeID = storeID
-        self.items = items
-        self.keys = Mutex(keys)
+        self.state = Mutex(OpenState(keys: keys, layout: layout))
         self.durable = durable
         self.lockTimeout = lockTimeout
     }
 
     /// Erases the keys from memory; later calls throw `.storeClosed`.
     package func close() {
-        keys.withLock { $0 = nil }
+        state.withLock { $0 = nil }
         caches.withLock { $0 = Caches() }
     }
 
-    func currentKeys() throws(KeychainError) -> StoreKeys {
-        guard let current = keys.withLock({ $0 }) else {
+    /// The store's format version as this process sees it (1 until the first write upgrades it).
+    package var formatVersion: UInt16? { state.withLock { $0?.layout.version } }
+
+    func current() throws(KeychainError) -> OpenState {
+        guard let current = state.withLock({ $0 }) else {
             throw KeychainError(.storeClosed, "The keychain store at \(root) is closed")
         }
         return current
     }
 
+    func currentKeys() throws(KeychainError) -> StoreKeys {
+        try current().keys
+    }
+
+    /// Switches to `layout` (after an upgrade, by this process or another) and forgets
+    /// everything cached about the old one.
+    func adopt(_ layout: Layout) {
+        state.withLock { state in state?.layout = layout }
+        caches.withLock { $0 = Caches() }
+    }
+
     // MARK: Names and directories
 
-    func names(_ identity: ItemIdentity, keys: StoreKeys) -> ItemNames {
-        if let cached = caches.withLock({ $0.names[identity] }) { return cached }
-        let names = ItemNames(service: keys.name("service", [identity.accessGroup, identity.service]),
+    func names(_ identity: ItemIdentity, _ state: OpenState) -> ItemNames {
+        if let cached = caches.withLock({ $0.names[identity] }), cached.version == state.layout.version { return cached }
+        let keys = state.keys
+        let names: ItemNames
+        if state.layout.version == 1 {
+            names = ItemNames(version: 1, service: keys.name("service", [identity.accessGroup, identity.service]),
                               file: keys.name("item", [identity.accessGroup, identity.service, identity.account]) + ".item",
                               encodedIdentity: ItemFile.encode(identity))
+        } else {
+            let attributes = AttributeList(identity)
+            names = ItemNames(version: 2, service: ItemFileV2.groupName(of: .genericPassword, attributes, keys: keys),
+                              file: ItemFileV2.fileName(of: .genericPassword, attributes, keys: keys),
+                              encodedIdentity: ItemClass.genericPassword.encodedPrimaryKey(of: attributes))
+        }
         caches.withLock { caches in
             if caches.names.count >= Caches.limit { caches.names.removeAll(keepingCapacity: true) }
             caches.names[identity] = names
@@ -90,14 +129,23 @@ package final class ItemStore: Sendable {
         return names
     }
 
-    /// The service's directory: opened once, re-checked (fstat) on every use, and opened (or
+    /// The name of the group directory of a service, in the current format.
+    func groupName(service: String, accessGroup: String, _ state: OpenState) -> String {
+        if state.layout.version == 1 { return state.keys.name("service", [accessGroup, service]) }
+        var attributes = AttributeList()
+        attributes.setString(service, for: AttributeTag.service)
+        if !accessGroup.isEmpty { attributes.setString(accessGroup, for: AttributeTag.accessGroup) }
+        return ItemFileV2.groupName(of: .genericPassword, attributes, keys: state.keys)
+    }
+
+    /// The group's directory: opened once, re-checked (fstat) on every use, and opened (or
     /// created) again if it was removed from the file system meanwhile.
-    func serviceDirectory(_ name: String, create: Bool) throws(KeychainError) -> Directory? {
+    func serviceDirectory(_ name: String, create: Bool, _ state: OpenState) throws(KeychainError) -> Directory? {
         if let cached = caches.withLock({ $0.services[name] }) {
             if try cached.revalidate() { return cached }
             forgetServiceDirectory(name)
         }
-        guard let opened = try Directory.open(name, in: items, create: create) else { return nil }
+        guard let opened = try Directory.open(name, in: state.layout.items, create: create) else { return nil }
         caches.withLock { caches in
             if caches.services.count >= Caches.limit { caches.services.removeAll(keepingCapacity: true) }
             caches.services[name] = opened
@@ -110,19 +158,30 @@ package final class ItemStore: Sendable {
     }
 
     /// The item's file, or nil.
-    func openItem(_ names: ItemNames) throws(KeychainError) -> OpenFile? {
-        try serviceDirectory(names.service, create: false)?.openFile(names.file)
+    func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
+        try serviceDirectory(names.service, create: false, state)?.openFile(names.file)
     }
 
-    /// The item key of the write that produced `header`.
-    func itemKey(for header: ItemFile.Header, keys: StoreKeys) -> SymmetricKey {
-        if let cached = caches.withLock({ $0.itemKeys[header.salt] }) { return cached }
-        let key = keys.itemKey(salt: header.salt, storeID: header.storeID)
+    /// The item key of the write with `salt`, derived by `derive` on a cache miss.
+    func itemKey(salt: [UInt8], _ derive: () -> SymmetricKey) -> SymmetricKey {
+        if let cached = caches.withLock({ $0.itemKeys[salt] }) { return cached }
+        let key = derive()
         caches.withLock { caches in
             if caches.itemKeys.count >= Caches.limit { caches.itemKeys.removeAll(keepingCapacity: true) }
-            caches.itemKeys[header.salt] = key
+            caches.itemKeys[salt] = key
         }
         return key
+    }
+}
+
+extension AttributeList {
+    /// The attributes that name a generic password: service, account, and the access group when
+    /// there is one (absent, not empty, for none).
+    init(_ identity: ItemIdentity) {
+        self.init()
+        setString(identity.service, for: AttributeTag.service)
+        setString(identity.account, for: AttributeTag.account)
+        if !identity.accessGroup.isEmpty { setString(identity.accessGroup, for: AttributeTag.accessGroup) }
     }
 }
 

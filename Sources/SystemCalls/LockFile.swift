@@ -29,12 +29,14 @@ package final class LockFile {
         descriptor = try retryingInterrupts { openat(directory, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
     }
 
-    /// Takes the lock. - Returns: false, without waiting, when `wait` is false and someone holds it.
+    /// Takes the lock (exclusive, or `shared` with other shared holders).
+    /// - Returns: false, without waiting, when `wait` is false and someone holds it.
     /// - Throws: `Errno` for any other failure.
     @discardableResult
-    package func lock(wait: Bool) throws(Errno) -> Bool {
+    package func lock(wait: Bool, shared: Bool = false) throws(Errno) -> Bool {
+        let kind = shared ? LOCK_SH : LOCK_EX
         do {
-            try retryingInterrupts { flock(descriptor, wait ? LOCK_EX : LOCK_EX | LOCK_NB) }
+            try retryingInterrupts { flock(descriptor, wait ? kind : kind | LOCK_NB) }
             return true
         } catch where !wait && error.rawValue == EWOULDBLOCK {
             return false
@@ -46,10 +48,10 @@ package final class LockFile {
     ///
     /// - Returns: false when the lock was still held after `timeout`.
     /// - Throws: `Errno` for any failure other than contention.
-    package func lock(timeout: Duration) throws(Errno) -> Bool {
+    package func lock(timeout: Duration, shared: Bool = false) throws(Errno) -> Bool {
         let deadline = ContinuousClock.now + timeout
         var pause = Duration.microseconds(200)
-        while try !lock(wait: false) {
+        while try !lock(wait: false, shared: shared) {
             guard ContinuousClock.now < deadline else { return false }
             sleep(for: pause)
             pause = min(pause * 2, .milliseconds(20))

@@ -17,7 +17,8 @@ struct HostileUseTests {
     func deletedMetadata() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "precious")
-        let items = regularFiles(under: fixture.store + "/items").filter { $0.hasSuffix(".item") }
+        let items = regularFiles(under: fixture.store + "/items2").filter { $0.hasSuffix(".item") }
+        #expect(items.count == 1)
         let before = try items.map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
         try FileManager.default.removeItem(atPath: fixture.store + "/store.meta")
 
@@ -38,7 +39,7 @@ struct HostileUseTests {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc.a", "-a", "alice", "-w", "a")
         try fixture.succeed("add-generic-password", "-s", "svc.b", "-a", "bob", "-w", "b")
-        let files = regularFiles(under: fixture.store + "/items").filter { $0.hasSuffix(".item") }.sorted()
+        let files = regularFiles(under: fixture.store + "/items2").filter { $0.hasSuffix(".item") }.sorted()
         let directories = files.map { ($0 as NSString).deletingLastPathComponent }
         #expect(Set(directories).count == 2)
 

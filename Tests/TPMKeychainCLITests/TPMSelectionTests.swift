@@ -187,7 +187,7 @@ struct EmbeddedSimulatorTests {
         let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "old"], environment: environment)
         #expect(added.status == 0, "\(added)")
         // Hold the service's lock, so the next writer waits with its simulator running.
-        let lockPath = try #require(regularFiles(under: store + "/items").first { $0.hasSuffix("/.lock") })
+        let lockPath = try #require(regularFiles(under: store + "/items2").first { $0.hasSuffix("/.lock") })
         let holder = open(lockPath, O_RDWR | O_CLOEXEC)
         defer { close(holder) }
         #expect(flock(holder, LOCK_EX) == 0)

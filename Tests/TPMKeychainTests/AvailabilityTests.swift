@@ -127,9 +127,9 @@ struct AvailabilityTests {
     func stuckServiceLockTimesOut() throws {
         let store = try TestStore()
         try store.keychain().set("first", forKey: "key")
-        let serviceLock = try #require(try FileManager.default.subpathsOfDirectory(atPath: store.location.path + "/items")
+        let serviceLock = try #require(try FileManager.default.subpathsOfDirectory(atPath: store.location.path + "/items2")
             .first { $0.hasSuffix("/.lock") })
-        let holder = open(store.location.path + "/items/" + serviceLock, O_RDWR | O_CLOEXEC)
+        let holder = open(store.location.path + "/items2/" + serviceLock, O_RDWR | O_CLOEXEC)
         #expect(holder >= 0)
         defer { close(holder) }
         #expect(flock(holder, LOCK_EX) == 0)

@@ -140,7 +140,9 @@ package final class Directory: Sendable {
     /// one leftover per item and no directory scan on the write path.
     ///
     /// - Throws: ``KeychainError`` `.storageFailed`.
-    func replace(_ name: String, with bytes: [UInt8], durable: Bool) throws(KeychainError) {
+    /// - Parameter syncDirectory: false when the caller fsyncs the directory once after many
+    ///   replacements (the format upgrade); the file itself is still fsynced when `durable`.
+    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(KeychainError) {
         let temporary = name + Self.temporarySuffix
         _ = unlinkat(descriptor, temporary, 0)
         let fileDescriptor: Int32
@@ -162,7 +164,7 @@ package final class Directory: Sendable {
             _ = unlinkat(descriptor, temporary, 0)
             throw KeychainError(.storageFailed, "Cannot write \(path)/\(name)", underlying: error)
         }
-        if durable { try sync() }
+        if durable && syncDirectory { try sync() }
     }
 
     /// Creates `name` with `bytes` only if nothing exists there (linkat of a complete temporary
@@ -242,21 +244,22 @@ package final class Directory: Sendable {
     /// opened or created, when nothing may be written yet.
     ///
     /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
-    func lockItself(timeout: Duration, purpose: String) throws(KeychainError) -> LockFile {
+    func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(KeychainError) -> LockFile {
         let file: LockFile
         do {
             file = try LockFile(directory: descriptor)
         } catch {
             throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
         }
-        try Self.take(file, path: path, timeout: timeout, purpose: purpose)
+        try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
         return file
     }
 
-    private static func take(_ file: LockFile, path: String, timeout: Duration, purpose: String) throws(KeychainError) {
+    private static func take(_ file: LockFile, path: String, timeout: Duration, purpose: String,
+                             shared: Bool = false) throws(KeychainError) {
         let locked: Bool
         do {
-            locked = try file.lock(timeout: timeout)
+            locked = try file.lock(timeout: timeout, shared: shared)
         } catch {
             throw KeychainError(.storageFailed, "Cannot lock \(path)", underlying: error)
         }
@@ -281,6 +284,38 @@ package final class Directory: Sendable {
 
     static func permissionDenied(_ path: String, _ error: Errno) -> KeychainError {
         KeychainError(.permissionDenied, "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error)
+    }
+
+    /// Removes the directory `name` and everything in it (the store's own two-level trees:
+    /// directories of regular files). Symlinks are removed, never followed.
+    ///
+    /// - Returns: false if there was nothing to remove.
+    /// - Throws: ``KeychainError`` `.storageFailed`, `.unsafeFileSystem`.
+    @discardableResult
+    func removeTree(_ name: String) throws(KeychainError) -> Bool {
+        guard let directory = try Directory.openAnyOwner(name, in: self) else { return false }
+        for entry in try directory.entries() {
+            if unlinkat(directory.descriptor, entry, 0) == 0 { continue }
+            if errno == EISDIR || errno == EPERM { try directory.removeTree(entry) }
+        }
+        do {
+            try retryingInterrupts { unlinkat(descriptor, name, AT_REMOVEDIR) }
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+        }
+        return true
+    }
+
+    /// Opens a subdirectory for removal: a symlink is refused, the owner is not checked.
+    private static func openAnyOwner(_ name: String, in parent: Directory) throws(KeychainError) -> Directory? {
+        do {
+            let descriptor = try retryingInterrupts { openat(parent.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            return Directory(descriptor: descriptor, path: parent.path + "/" + name)
+        } catch where error.rawValue == ENOENT {
+            return nil
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(parent.path)/\(name)", underlying: error)
+        }
     }
 
     /// fsync of the directory, so renames and unlinks in it are durable.

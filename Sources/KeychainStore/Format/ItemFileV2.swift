@@ -149,7 +149,7 @@ enum ItemFileV2 {
             let attributesLength = Int(try reader.readUInt32())
             let secretLength = Int(try reader.readUInt32())
             guard let itemClass, let accessibility, let kind, reserved == 0,
-                  attributesLength <= ItemFile.maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
+                  attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
                 throw KeychainError(.tampered, "\(path) has a damaged header")
             }
             guard fileStoreID == storeID else {
@@ -177,17 +177,40 @@ enum ItemFileV2 {
                        path: String) throws(KeychainError) -> Contents {
         let header = try decodeHeader(file[...], fileSize: file.count, storeID: storeID, path: path)
         let key = itemKey(parent: itemKeyParent, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
-        let attributes = try AttributeList(decoding: open(file[header.attributesRange], key: key, nonce: header.nonce,
-                                                          aad: header.bytes, path: path), path: path)
+        let attributes = try decryptAttributes(file[header.attributesRange], header: header, key: key, path: path)
         let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
         if let expectedPrimaryKey, expectedPrimaryKey != primaryKey {
             throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
-        let value = try open(file[header.secretRange], key: key, nonce: ItemFile.secretNonce(header.nonce),
-                             aad: header.bytes + primaryKey + Array(file[header.attributesRange]), path: path)
+        let value = try decryptSecret(of: file, header: header, key: key, primaryKey: primaryKey, path: path)
         return Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass, keyRecord: header.keyRecord,
                         accessibility: header.accessibility, kind: header.kind, attributes: attributes, value: value)
     }
+
+    /// The attributes section alone (listings, `contains`): the secret is not decrypted.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered`.
+    static func decryptAttributes(_ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey,
+                                  path: String) throws(KeychainError) -> AttributeList {
+        try AttributeList(decoding: open(sealed, key: key, nonce: header.nonce, aad: header.bytes, path: path), path: path)
+    }
+
+    /// The secret section alone, for the item whose class primary key is `primaryKey`: the
+    /// attributes section is authenticated with it, not decrypted.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered`, also for a file of another item.
+    static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, primaryKey: [UInt8],
+                              path: String) throws(KeychainError) -> [UInt8] {
+        var aad = header.bytes
+        aad.reserveCapacity(header.bytes.count + primaryKey.count + header.attributesRange.count)
+        aad.append(contentsOf: primaryKey)
+        aad.append(contentsOf: file[header.attributesRange])
+        return try open(file[header.secretRange], key: key, nonce: ItemFile.secretNonce(header.nonce), aad: aad, path: path)
+    }
+
+    /// Room for every known attribute at its limit and for tags a later version adds.
+    static let maximumAttributesSize = 256 << 10
+    static let maximumFileSize = headerSize + maximumAttributesSize + tagSize + ItemValue.maximumSize + tagSize
 
     private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
                              path: String) throws(KeychainError) -> [UInt8] {

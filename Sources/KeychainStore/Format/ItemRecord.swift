@@ -48,6 +48,13 @@ package struct ItemIdentity: Sendable, Hashable {
         self.account = account
     }
 
+    /// For names read back from an authenticated item, which were validated when written.
+    init(unchecked accessGroup: String, _ service: String, _ account: String) {
+        self.accessGroup = accessGroup
+        self.service = service
+        self.account = account
+    }
+
     package static func validate(_ name: String, _ what: String, allowEmpty: Bool) throws(KeychainError) {
         let size = name.utf8.count
         if size == 0 && !allowEmpty {
@@ -102,18 +109,30 @@ public struct ItemAttributes: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// Attributes a write sets; nil leaves the stored value (or nothing, for a new item) as it is.
+/// Attributes a write sets; nil leaves the stored value (or nothing, for a new item) as it is,
+/// and a tag in `clearing` removes that attribute.
 package struct AttributeChanges: Sendable {
     package var label: String?
     package var comment: String?
     package var genericData: Data?
     package var accessibility: Accessibility?
+    package var clearing: Set<FourCharacterCode>
 
-    package init(label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil) {
+    package init(label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil,
+                 clearing: Set<FourCharacterCode> = []) {
         self.label = label
         self.comment = comment
         self.genericData = genericData
         self.accessibility = accessibility
+        self.clearing = clearing
+    }
+
+    /// Applies the changes to an item's tagged attributes: clearing first, then setting.
+    package func apply(to attributes: inout AttributeList) {
+        for tag in clearing { attributes[tag] = nil }
+        if let label { attributes.setString(label, for: AttributeTag.label) }
+        if let comment { attributes.setString(comment, for: AttributeTag.comment) }
+        if let genericData { attributes[AttributeTag.generic] = Array(genericData) }
     }
 }
 

@@ -2,11 +2,13 @@ import Crypto
 import Foundation
 import TPM
 
-/// `store.meta`, format version 1 (docs/FORMAT.md, "Store metadata"). All integers big-endian.
+/// `store.meta`, format version 1 or 2 (docs/FORMAT.md, "store.meta"). All integers big-endian.
+/// The version says how the items are stored: version 1 in `items/` (item format 1), version 2 in
+/// `items2/` (item format 2); the fields are the same.
 ///
 ///     offset size  field
 ///     0      4     magic "TKSM"
-///     4      2     version = 1
+///     4      2     version = 1 or 2
 ///     6      2     reserved = 0
 ///     8      16    store ID (random UUID)
 ///     24     8     creation time, milliseconds since 1970
@@ -21,11 +23,14 @@ import TPM
 /// field a parser ignores or normalises (the reserved bytes) cannot change unnoticed.
 struct StoreMetadata {
     static let magic = Array("TKSM".utf8)
-    static let version: UInt16 = 1
+    /// What new stores are created with, and what a first write upgrades a version-1 store to.
+    static let currentVersion: UInt16 = 2
+    static let supportedVersions: ClosedRange<UInt16> = 1...2
     static let maximumSealedKeySize = 4096
     static let fileName = "store.meta"
     static let maximumFileSize = 36 + maximumSealedKeySize + 32
 
+    let version: UInt16
     let storeID: [UInt8]
     /// Milliseconds since 1970, kept exact so a rewrite (a migration) keeps the same value.
     let createdMilliseconds: Int64
@@ -39,7 +44,7 @@ struct StoreMetadata {
     var body: [UInt8] {
         var writer = WireWriter()
         writer.append(raw: Self.magic)
-        writer.append(Self.version)
+        writer.append(version)
         writer.append(UInt16(0))
         writer.append(raw: storeID)
         writer.append(UInt64(bitPattern: createdMilliseconds))
@@ -64,8 +69,8 @@ struct StoreMetadata {
                 throw KeychainError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
             }
             let version = try reader.readUInt16()
-            guard version == Self.version else {
-                throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads version \(Self.version)")
+            guard supportedVersions.contains(version) else {
+                throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads versions 1 and 2: upgrade TPMKeychain")
             }
             guard try reader.readUInt16() == 0 else {
                 throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
@@ -78,7 +83,7 @@ struct StoreMetadata {
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
-            return Parsed(metadata: StoreMetadata(storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed),
+            return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed),
                           authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
         } catch let error as KeychainError {
             throw error

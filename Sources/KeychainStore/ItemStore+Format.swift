@@ -1,0 +1,169 @@
+import Crypto
+import Foundation
+import SystemCalls
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Which format a store's items are in, and the move from format 1 to format 2: the first write
+// to a format-1 store rewrites every item into `items2.tmp/`, makes it durable, renames it to
+// `items2/`, switches store.meta to version 2 (the one atomic step), then removes `items/`.
+// store.meta's version is the truth: a crash before the switch leaves format 1 intact, after it
+// format 2 complete. Everything runs under the store lock held exclusively; writers hold it shared.
+extension ItemStore {
+    static let itemsDirectory = "items"
+    static let itemsV2Directory = "items2"
+    static let stagingDirectory = "items2.tmp"
+
+    /// The items directory of a format version.
+    static func itemsDirectoryName(_ version: UInt16) -> String {
+        version == 1 ? itemsDirectory : itemsV2Directory
+    }
+
+    /// The current state, after adopting an upgrade another process made: a format-1 layout
+    /// whose `items/` was removed has been replaced. Costs one fstat, and only for format 1.
+    func currentFollowingUpgrades() throws(KeychainError) -> OpenState {
+        let state = try current()
+        guard state.layout.version == 1, try !state.layout.items.revalidate() else { return state }
+        try reloadLayout(state.keys)
+        return try current()
+    }
+
+    /// Runs a write: upgrades a format-1 store first, then holds the store lock shared while `body` runs.
+    func withWriteAccess<R>(_ body: (OpenState) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        try upgradeIfNeeded()
+        let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
+        defer { withExtendedLifetime(lock) {} }
+        return try body(currentFollowingUpgrades())
+    }
+
+    /// Reads store.meta again (authenticated with the store's own key) and adopts the layout of
+    /// the version it names.
+    func reloadLayout(_ keys: StoreKeys) throws(KeychainError) {
+        let version = try Self.readVersion(of: rootDirectory, keys: keys, storeID: storeID)
+        guard let items = try Directory.open(Self.itemsDirectoryName(version), in: rootDirectory, create: version == 2) else {
+            throw KeychainError(.tampered, "\(root)/\(Self.itemsDirectoryName(version)) is missing")
+        }
+        adopt(Layout(version: version, items: items))
+    }
+
+    /// The version store.meta names, after checking its MAC.
+    static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(KeychainError) -> UInt16 {
+        let path = rootDirectory.path + "/" + StoreMetadata.fileName
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
+            throw KeychainError(.tampered, "\(path) is missing or damaged")
+        }
+        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
+        try parsed.verify(metadataKey: keys.metadata)
+        guard parsed.metadata.storeID == storeID else {
+            throw KeychainError(.tampered, "\(path) now belongs to another store")
+        }
+        return parsed.metadata.version
+    }
+
+    /// Moves a format-1 store to format 2, once, crash-safe (see the top of this file).
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when an item cannot be read (the store stays in
+    ///   format 1, untouched), `.timedOut`, `.storageFailed`.
+    func upgradeIfNeeded() throws(KeychainError) {
+        guard try current().layout.version == 1 else { return }
+        let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "moving it to format 2")
+        defer { withExtendedLifetime(lock) {} }
+        let state = try current()
+        if try Self.readVersion(of: rootDirectory, keys: state.keys, storeID: storeID) == 2 {
+            return try reloadLayout(state.keys)   // another process did it while we waited
+        }
+        // Leftovers of an upgrade that died before its switch: format 1 is still the truth.
+        try rootDirectory.removeTree(Self.stagingDirectory)
+        try rootDirectory.removeTree(Self.itemsV2Directory)
+        guard let staging = try Directory.open(Self.stagingDirectory, in: rootDirectory, create: true) else {
+            throw KeychainError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
+        }
+        let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging))
+        var groups: [String: Directory] = [:]
+        for groupName in try state.layout.items.entries() {
+            guard let group = try Directory.open(groupName, in: state.layout.items, create: false) else { continue }
+            for name in try group.entries() where name.hasSuffix(".item") {
+                guard let file = try group.openFile(name) else { continue }
+                let contents = try v1Contents(of: file, named: name, inGroup: groupName, state)
+                let identity = try ItemIdentity(checkedAttributes: contents.attributes, path: file.path)
+                let names = names(identity, target)
+                if groups[names.service] == nil {
+                    groups[names.service] = try Directory.open(names.service, in: staging, create: true)
+                }
+                guard let directory = groups[names.service] else {
+                    throw KeychainError(.storageFailed, "Cannot create \(staging.path)/\(names.service)")
+                }
+                // Each file is made durable; each directory once, below.
+                try directory.replace(names.file, with: try encode(contents, target), durable: true, syncDirectory: false)
+            }
+        }
+        for directory in groups.values { try directory.sync() }
+        try staging.sync()
+        do {
+            try retryingInterrupts { renameat(rootDirectory.descriptor, Self.stagingDirectory, rootDirectory.descriptor, Self.itemsV2Directory) }
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
+        }
+        try rootDirectory.sync()
+        try Self.rewriteMetadata(of: rootDirectory, version: 2, keys: state.keys)
+        // Format 2 is now the truth; items/ is garbage, removed again at the next open if this fails.
+        _ = try? rootDirectory.removeTree(Self.itemsDirectory)
+        caches.withLock { $0 = Caches() }
+        try reloadLayout(state.keys)
+    }
+
+    /// A format-1 item as format-2 contents (same ID, generation, dates, class and value),
+    /// checked to be the item its name and group say.
+    private func v1Contents(of file: OpenFile, named name: String, inGroup groupName: String,
+                            _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
+        let bytes = try readWhole(file, version: 1)
+        let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+        let key = v1ItemKey(header, state.keys)
+        let attributes = try ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: key, expected: nil,
+                                                        path: file.path)
+        let identity = ItemIdentity(checked: attributes)
+        let names = names(identity, state)
+        guard names.file == name, names.service == groupName else {
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
+        var list = AttributeList(identity)
+        list.setString(attributes.label, for: AttributeTag.label)
+        list.setString(attributes.comment, for: AttributeTag.comment)
+        list[AttributeTag.generic] = attributes.genericData.map { Array($0) }
+        // Format 1 kept whole milliseconds: exact as nanoseconds.
+        list.setNanoseconds(Int64((attributes.creationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000, for: AttributeTag.creationDate)
+        list.setNanoseconds(Int64((attributes.modificationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000,
+                            for: AttributeTag.modificationDate)
+        return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: .genericPassword,
+                                   keyRecord: ItemFileV2.masterKeyRecord, accessibility: header.accessibility, kind: value.kind,
+                                   attributes: list, value: value.bytes)
+    }
+
+    /// Replaces store.meta with the same store at another version (a new MAC over the new bytes).
+    static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(KeychainError) {
+        let path = rootDirectory.path + "/" + StoreMetadata.fileName
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
+            throw KeychainError(.tampered, "\(path) is missing or damaged")
+        }
+        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
+        try parsed.verify(metadataKey: keys.metadata)
+        let metadata = StoreMetadata(version: version, storeID: parsed.metadata.storeID,
+                                     createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: parsed.metadata.sealedMasterKey)
+        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+    }
+}
+
+extension ItemIdentity {
+    /// The identity of decrypted attributes, validated again (a format-1 file from before the
+    /// current limits must still name a valid item to be moved).
+    init(checkedAttributes attributes: AttributeList, path: String) throws(KeychainError) {
+        do {
+            try self.init(accessGroup: attributes.string(AttributeTag.accessGroup) ?? "",
+                          service: attributes.string(AttributeTag.service) ?? "", account: attributes.string(AttributeTag.account) ?? "")
+        } catch {
+            throw KeychainError(.tampered, "\(path) names no valid item", underlying: error)
+        }
+    }
+}
