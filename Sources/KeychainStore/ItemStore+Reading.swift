@@ -70,23 +70,27 @@ extension ItemStore {
         return attributes
     }
 
-    /// The attributes of every item of a service, in no particular order.
+    /// The attributes of every generic password of a service (and access group, empty for
+    /// none), in creation order.
     package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
-        let state = try currentFollowingUpgrades()
-        let name = groupName(service: service, accessGroup: accessGroup, state)
-        guard let directory = try serviceDirectory(name, create: false, state) else { return [] }
-        return try list(directory, named: name, state)
+        var matching = AttributeList()
+        matching.setString(service, for: AttributeTag.service)
+        if !accessGroup.isEmpty { matching.setString(accessGroup, for: AttributeTag.accessGroup) }
+        return try genericPasswords(ItemQuery(itemClass: .genericPassword, matching: matching, synchronizable: .any))
+            .filter { $0.accessGroupName == accessGroup }
     }
 
-    /// The attributes of every item in the store.
+    /// The attributes of every generic password in the store, in creation order.
     package func listAll() throws(KeychainError) -> [ItemAttributes] {
-        let state = try currentFollowingUpgrades()
-        var all: [ItemAttributes] = []
-        for name in try state.layout.items.entries() {
-            guard let directory = try serviceDirectory(name, create: false, state) else { continue }
-            all += try list(directory, named: name, state)
+        try genericPasswords(ItemQuery(itemClass: .genericPassword, synchronizable: .any))
+    }
+
+    private func genericPasswords(_ query: ItemQuery) throws(KeychainError) -> [ItemAttributes] {
+        var result: [ItemAttributes] = []
+        for found in try self.query(query) {
+            result.append(try ItemAttributes(found.attributes, accessibility: found.accessibility, path: root))
         }
-        return all
+        return result
     }
 
     /// Every item of a group directory, each checked to be the item its file name says and to

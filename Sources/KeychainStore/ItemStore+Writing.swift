@@ -25,46 +25,104 @@ extension ItemStore {
     /// - Throws: ``KeychainError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
     ///   `.tampered` (the existing file is damaged: remove it first), `.timedOut`, `.storageFailed`.
     package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
+        try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes)
+    }
+
+    /// Writes an item of any class named by the primary-key attributes in `primary` (absent
+    /// ones count as empty, an absent `sync` as false); what else `primary` holds is set too.
+    ///
+    /// - Throws: as ``write(_:mode:value:changes:)``; `.invalidParameter` for a reserved class or
+    ///   a primary key without its service and account (generic) or server (internet).
+    package func write(_ itemClass: ItemClass, primary: AttributeList, mode: WriteMode, value: ItemValue?,
+                       changes: AttributeChanges) throws(KeychainError) {
         try Self.validate(value: value, changes: changes)
+        try Self.validate(itemClass, primary)
+        let description = Self.describe(itemClass, primary)
         try withWriteAccess { (state) throws(KeychainError) in
-            let names = names(identity, state)
-            guard let directory = try serviceDirectory(names.service, create: true, state) else {
-                throw KeychainError(.storageFailed, "Cannot create the directory for service \"\(identity.service)\"")
+            let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
+            let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
+            let primaryKey = itemClass.encodedPrimaryKey(of: primary)
+            guard let directory = try serviceDirectory(group, create: true, state) else {
+                throw KeychainError(.storageFailed, "Cannot create the directory for \(description)")
             }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
 
             let existing: ItemFileV2.Contents?
-            if let file = try directory.openFile(names.file) {
-                existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: names.encodedIdentity, state)
+            if let file = try directory.openFile(fileName) {
+                existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey, state)
             } else {
                 existing = nil
             }
             switch (mode, existing) {
             case (.add, .some):
-                throw KeychainError(.duplicateItem, "An item for account \"\(identity.account)\" of service \"\(identity.service)\" already exists")
+                throw KeychainError(.duplicateItem, "An item for \(description) already exists")
             case (.update, .none):
-                throw KeychainError(.itemNotFound, "No item for account \"\(identity.account)\" of service \"\(identity.service)\"")
+                throw KeychainError(.itemNotFound, "No item for \(description)")
             default:
                 break
             }
             guard let newValue = value ?? existing.map({ ItemValue(kind: $0.kind, bytes: $0.value) }) else {
                 throw KeychainError(.invalidParameter, "A new item needs a value")
             }
-            var attributes = existing?.attributes ?? AttributeList(identity)
+            var attributes = existing?.attributes ?? AttributeList()
+            for tag in primary.tags { attributes[tag] = primary[tag] }
             changes.apply(to: &attributes)
             let now = Self.nanosecondsNow()
             if attributes.nanoseconds(AttributeTag.creationDate) == nil { attributes.setNanoseconds(now, for: AttributeTag.creationDate) }
             attributes.setNanoseconds(now, for: AttributeTag.modificationDate)
             let contents = ItemFileV2.Contents(
-                itemID: existing?.itemID ?? randomBytes(16), generation: (existing?.generation ?? 0) + 1, itemClass: .genericPassword,
+                itemID: existing?.itemID ?? randomBytes(16), generation: (existing?.generation ?? 0) + 1, itemClass: itemClass,
                 keyRecord: existing?.keyRecord ?? ItemFileV2.masterKeyRecord,
                 accessibility: changes.accessibility ?? existing?.accessibility ?? .whenUnlocked, kind: newValue.kind,
                 attributes: attributes, value: newValue.bytes)
             let bytes = try encode(contents, state)
-            try changing(directory, named: names.service) { () throws(KeychainError) in
-                try directory.replace(names.file, with: bytes, durable: durable)
+            try changing(directory, named: group) { () throws(KeychainError) in
+                try directory.replace(fileName, with: bytes, durable: durable)
             }
+        }
+    }
+
+    /// Deletes the item of any class named by `primary`. - Returns: false if it did not exist.
+    package func delete(_ itemClass: ItemClass, primary: AttributeList) throws(KeychainError) -> Bool {
+        try Self.validate(itemClass, primary)
+        return try withWriteAccess { (state) throws(KeychainError) -> Bool in
+            let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
+            guard let directory = try serviceDirectory(group, create: false, state) else { return false }
+            let lock = try directory.lock(".lock", timeout: lockTimeout)
+            defer { withExtendedLifetime(lock) {} }
+            return try changing(directory, named: group) { () throws(KeychainError) in
+                try directory.remove(ItemFileV2.fileName(of: itemClass, primary, keys: state.keys), durable: durable)
+            }
+        }
+    }
+
+    private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(KeychainError) {
+        let required: [FourCharacterCode]
+        switch itemClass {
+        case .genericPassword: required = [AttributeTag.service, AttributeTag.account]
+        case .internetPassword: required = [AttributeTag.server]
+        case .key, .certificate:
+            throw KeychainError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
+        }
+        for tag in required where (primary[tag] ?? []).isEmpty {
+            throw KeychainError(.invalidParameter, "A \(itemClass.code) item needs a non-empty \(tag)")
+        }
+        for tag in primary.tags {
+            let limit = tag == AttributeTag.generic ? ItemFile.maximumGenericDataBytes
+                : [AttributeTag.label, AttributeTag.comment, AttributeTag.description].contains(tag) ? ItemFile.maximumLabelBytes
+                : ItemIdentity.maximumNameBytes
+            guard (primary[tag]?.count ?? 0) <= limit else {
+                throw KeychainError(.invalidParameter, "The \(tag) attribute is over \(limit) bytes")
+            }
+        }
+    }
+
+    private static func describe(_ itemClass: ItemClass, _ primary: AttributeList) -> String {
+        let account = primary.string(AttributeTag.account).map { "account \"\($0)\" of " } ?? ""
+        switch itemClass {
+        case .internetPassword: return account + "server \"\(primary.string(AttributeTag.server) ?? "")\""
+        default: return account + "service \"\(primary.string(AttributeTag.service) ?? "")\""
         }
     }
 

@@ -160,18 +160,19 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         try store().attributes(identity(key))
     }
 
-    /// The accounts (keys) of this service, sorted.
+    /// The accounts (keys) of this service, in the order their items were created (as Apple's
+    /// match-limit-all lists them).
     ///
     /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allKeys() throws(KeychainError) -> [String] {
-        try store().list(service: service, accessGroup: accessGroup ?? "").map(\.account).sorted()
+        try store().list(service: service, accessGroup: accessGroup ?? "").map(\.account)
     }
 
-    /// The attributes of every item of this service, sorted by account.
+    /// The attributes of every item of this service, in creation order.
     ///
     /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allItems() throws(KeychainError) -> [ItemAttributes] {
-        try store().list(service: service, accessGroup: accessGroup ?? "").sorted { $0.account < $1.account }
+        try store().list(service: service, accessGroup: accessGroup ?? "")
     }
 
     // MARK: Removing
@@ -204,11 +205,11 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         OpenStores.close(location)
     }
 
-    /// Every item in the store, all services, sorted by service then account.
+    /// Every item in the store, all services, in creation order.
     ///
     /// - Throws: ``KeychainError``.
     public static func allItems(in location: KeychainLocation = .default) throws(KeychainError) -> [ItemAttributes] {
-        try OpenStores.store(at: location).listAll().sorted { ($0.service, $0.account) < ($1.service, $1.account) }
+        try OpenStores.store(at: location).listAll()
     }
 
     private func store() throws(KeychainError) -> ItemStore {

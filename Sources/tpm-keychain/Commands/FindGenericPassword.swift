@@ -14,7 +14,7 @@ struct FindGenericPassword: ParsableCommand {
     var service: String
 
     @Option(name: [.customShort("a"), .customLong("account")],
-            help: "Account name; omitted: the service's first account in sorted order, as security matches any.")
+            help: "Account name; omitted: the service's first account in creation order, as security matches any.")
     var account: String?
 
     @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")

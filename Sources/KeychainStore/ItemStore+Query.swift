@@ -1,0 +1,196 @@
+import Crypto
+import Foundation
+import SystemCalls
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One query over the store: what the `Keychain` listings and the SecItem layer ask.
+///
+/// Matching is equality on every attribute in ``matching`` (class first), with Apple's rule for
+/// `sync`: a query that does not say matches only items that are not synchronizable. Results come
+/// in creation order (`cdat`, then item ID), as Apple's match-limit-all does.
+package struct ItemQuery: Sendable {
+    package enum Synchronizable: Sendable { case yes, no, any }
+    package enum Limit: Sendable { case one, all }
+
+    package var itemClass: ItemClass
+    /// Attributes that must be present with exactly these values (`sync` excepted: see ``synchronizable``).
+    package var matching: AttributeList
+    package var synchronizable: Synchronizable
+    package var limit: Limit
+    /// Decrypt and return each result's secret.
+    package var returnsData: Bool
+
+    package init(itemClass: ItemClass, matching: AttributeList = AttributeList(), synchronizable: Synchronizable = .no,
+                 limit: Limit = .all, returnsData: Bool = false) {
+        self.itemClass = itemClass
+        self.matching = matching
+        self.synchronizable = synchronizable
+        self.limit = limit
+        self.returnsData = returnsData
+    }
+}
+
+/// One item a query found.
+package struct ItemQueryResult: Sendable, Equatable {
+    /// Stable across updates of the item (its class and item ID), gone with the item: Apple's
+    /// persistent reference. Look it up with ``ItemStore/item(reference:)``.
+    package let reference: [UInt8]
+    package let itemClass: ItemClass
+    package let attributes: AttributeList
+    package let accessibility: Accessibility
+    package let kind: ValueKind
+    /// The secret, when the query asked for data.
+    package let value: [UInt8]?
+}
+
+extension ItemStore {
+    /// The items matching `query`, in creation order.
+    ///
+    /// A query that names the group (service of a generic password, server of an internet
+    /// password) reads that group's directory only; any other reads every item's header and
+    /// attributes. Secrets are decrypted only for the results, and only when asked.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` for any misplaced or damaged file met on the way
+    ///   (never skipped), `.storageFailed`.
+    package func query(_ query: ItemQuery) throws(KeychainError) -> [ItemQueryResult] {
+        let state = try currentFollowingUpgrades()
+        var found: [(entry: ScannedItem, created: Int64)] = []
+        for entry in try scan(query, state) where matches(entry, query) {
+            found.append((entry, entry.attributes.nanoseconds(AttributeTag.creationDate) ?? 0))
+        }
+        found.sort { lhs, rhs in
+            lhs.created != rhs.created ? lhs.created < rhs.created : lhs.entry.itemID.lexicographicallyPrecedes(rhs.entry.itemID)
+        }
+        if query.limit == .one { found = Array(found.prefix(1)) }
+        var results: [ItemQueryResult] = []
+        for (entry, _) in found {
+            let value = query.returnsData ? try secret(of: entry, state) : nil
+            results.append(ItemQueryResult(reference: Self.reference(entry.itemClass, entry.itemID), itemClass: entry.itemClass,
+                                           attributes: entry.attributes, accessibility: entry.accessibility, kind: entry.kind, value: value))
+        }
+        return results
+    }
+
+    /// The item a persistent reference names, or nil when it is gone.
+    ///
+    /// - Throws: as ``query(_:)``.
+    package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
+        guard reference.count == 20, let itemClass = ItemClass(rawValue: reference.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }) else {
+            throw KeychainError(.invalidParameter, "Not a persistent reference of this store")
+        }
+        let itemID = Array(reference.suffix(16))
+        let state = try currentFollowingUpgrades()
+        for entry in try scan(ItemQuery(itemClass: itemClass, synchronizable: .any), state) where entry.itemID == itemID {
+            return ItemQueryResult(reference: reference, itemClass: itemClass, attributes: entry.attributes,
+                                   accessibility: entry.accessibility, kind: entry.kind, value: try secret(of: entry, state))
+        }
+        return nil
+    }
+
+    static func reference(_ itemClass: ItemClass, _ itemID: [UInt8]) -> [UInt8] {
+        [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: itemClass.rawValue >> $0) } + itemID
+    }
+
+    /// An item file read as far as its attributes, with where it was found.
+    struct ScannedItem {
+        let directory: Directory
+        let file: String
+        let itemClass: ItemClass
+        let itemID: [UInt8]
+        let accessibility: Accessibility
+        let kind: ValueKind
+        let attributes: AttributeList
+    }
+
+    private func matches(_ entry: ScannedItem, _ query: ItemQuery) -> Bool {
+        guard entry.itemClass == query.itemClass else { return false }
+        for tag in query.matching.tags where tag != AttributeTag.synchronizable {
+            guard entry.attributes[tag] == query.matching[tag] else { return false }
+        }
+        let synchronizable = entry.attributes.bool(AttributeTag.synchronizable) ?? false
+        switch query.synchronizable {
+        case .yes: return synchronizable
+        case .no: return !synchronizable
+        case .any: return true
+        }
+    }
+
+    /// Every item of the groups the query can be in, each checked to be where its name says.
+    private func scan(_ query: ItemQuery, _ state: OpenState) throws(KeychainError) -> [ScannedItem] {
+        let groupTag = query.itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
+        let groups: [String]
+        if query.matching[groupTag] != nil, state.layout.version == 2 {
+            groups = [ItemFileV2.groupName(of: query.itemClass, query.matching, keys: state.keys)]
+        } else if let service = query.matching.string(AttributeTag.service), query.itemClass == .genericPassword {
+            groups = [groupName(service: service, accessGroup: query.matching.string(AttributeTag.accessGroup) ?? "", state)]
+        } else {
+            groups = try state.layout.items.entries()
+        }
+        var scanned: [ScannedItem] = []
+        for group in groups {
+            guard let directory = try serviceDirectory(group, create: false, state) else { continue }
+            for name in try directory.entries() where name.hasSuffix(".item") {
+                guard let file = try directory.openFile(name) else { continue }
+                scanned.append(try scannedItem(file, named: name, in: directory, group: group, state))
+            }
+        }
+        return scanned
+    }
+
+    private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
+                         _ state: OpenState) throws(KeychainError) -> ScannedItem {
+        if state.layout.version == 1 {
+            let (attributes, _) = try readAttributes(file, state)
+            let identity = ItemIdentity(checked: attributes)
+            let names = names(identity, state)
+            guard names.file == name, names.service == group else {
+                throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
+            }
+            var list = AttributeList(identity)
+            list.setString(attributes.label, for: AttributeTag.label)
+            list.setString(attributes.comment, for: AttributeTag.comment)
+            list[AttributeTag.generic] = attributes.genericData.map { Array($0) }
+            list.setNanoseconds(Int64((attributes.creationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000, for: AttributeTag.creationDate)
+            list.setNanoseconds(Int64((attributes.modificationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000,
+                                for: AttributeTag.modificationDate)
+            let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
+                                                   storeID: storeID, path: file.path)
+            return ScannedItem(directory: directory, file: name, itemClass: .genericPassword, itemID: header.itemID,
+                               accessibility: header.accessibility, kind: header.kind, attributes: list)
+        }
+        guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+        }
+        let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                 storeID: storeID, path: file.path)
+        let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
+        let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
+        guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
+              ItemFileV2.groupName(of: header.itemClass, attributes, keys: state.keys) == group else {
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
+        }
+        return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
+                           accessibility: header.accessibility, kind: header.kind, attributes: attributes)
+    }
+
+    /// The secret of a scanned item, authenticated with its primary key (the file may have been
+    /// replaced since the scan: then the new version's secret, still of the same item).
+    private func secret(of entry: ScannedItem, _ state: OpenState) throws(KeychainError) -> [UInt8] {
+        guard let file = try entry.directory.openFile(entry.file) else {
+            throw KeychainError(.itemNotFound, "The item was deleted while it was read")
+        }
+        let bytes = try readWhole(file, version: state.layout.version)
+        if state.layout.version == 1 {
+            let identity = ItemIdentity(unchecked: entry.attributes.string(AttributeTag.accessGroup) ?? "",
+                                        entry.attributes.string(AttributeTag.service) ?? "", entry.attributes.string(AttributeTag.account) ?? "")
+            let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            return try ItemFile.decryptSecret(of: bytes, header: header, key: v1ItemKey(header, state.keys),
+                                              encodedIdentity: ItemFile.encode(identity), path: file.path).bytes
+        }
+        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
+        return try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2ItemKey(header, state.keys),
+                                            primaryKey: entry.itemClass.encodedPrimaryKey(of: entry.attributes), path: file.path)
+    }
+}
