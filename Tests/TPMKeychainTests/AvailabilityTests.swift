@@ -153,7 +153,12 @@ struct AvailabilityTests {
 
 /// Copies Fixtures/store-v1/store with the modes git does not keep.
 func copyVersionOneFixture(to copy: String) throws {
-    let source = ProjectFixtures.directory.appendingPathComponent("store-v1/store").path
+    try copyFixtureStore("store-v1", to: copy)
+}
+
+/// Copies Fixtures/<name>/store with the modes git does not keep.
+func copyFixtureStore(_ name: String, to copy: String) throws {
+    let source = ProjectFixtures.directory.appendingPathComponent(name + "/store").path
     try FileManager.default.copyItem(atPath: source, toPath: copy)
     for case let relative as String in FileManager.default.enumerator(atPath: copy)! {
         var isDirectory: ObjCBool = false

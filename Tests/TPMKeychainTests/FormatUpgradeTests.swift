@@ -90,6 +90,29 @@ struct FormatUpgradeTests {
         }
     }
 
+    @Test("A store written by format version 2 (with the swtpm state it was sealed to) still opens and reads, in creation order")
+    func readsTheVersionTwoStore() throws {
+        let expected = try ProjectFixtures.load("store-v2/expected.json", as: ExpectedStore.self)
+        let copy = NSTemporaryDirectory() + "tpm-keychain-store-v2-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: copy) }
+        try copyFixtureStore("store-v2", to: copy)
+        let simulator = try SoftwareTPM.start(.init(stateDirectory: copy + "/swtpm"))
+        defer { simulator.stop() }
+        let location = try KeychainLocation(path: copy, tcti: simulator.tcti)
+        defer { Keychain.closeStore(location) }
+
+        let all = try Keychain.allItems(in: location)
+        #expect(all.map(\.account) == expected.items.map(\.account), "creation order")
+        for item in expected.items {
+            let keychain = try Keychain(service: item.service, location: location)
+            #expect(try keychain.string(forKey: item.account) == item.password, "\(item.service)/\(item.account)")
+            let attributes = try #require(try keychain.attributes(forKey: item.account))
+            #expect(attributes.label == item.label)
+            #expect(attributes.comment == item.comment)
+        }
+        #expect(try bytes(of: copy + "/store.meta")[4..<6] == [0, 2])
+    }
+
     @Test("another open instance of the same store follows an upgrade made by someone else")
     func readersFollowAnUpgrade() throws {
         let store = try TestStore()
