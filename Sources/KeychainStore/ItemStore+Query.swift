@@ -129,18 +129,37 @@ extension ItemStore {
             groups = try state.layout.items.entries()
         }
         var scanned: [ScannedItem] = []
+        var groupCheck = GroupCheck()
         for group in groups {
             guard let directory = try serviceDirectory(group, create: false, state) else { continue }
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                scanned.append(try scannedItem(file, named: name, in: directory, group: group, state))
+                scanned.append(try scannedItem(file, named: name, in: directory, group: group, &groupCheck, state))
             }
         }
         return scanned
     }
 
+    /// The group name of the last item checked: the items of one directory share it, so a
+    /// listing computes it once per group rather than once per item.
+    private struct GroupCheck {
+        var fields: [[UInt8]?] = []
+        var name = ""
+
+        mutating func name(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
+            let groupTag = itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
+            let current: [[UInt8]?] = [[UInt8(truncatingIfNeeded: itemClass.rawValue)], attributes[AttributeTag.accessGroup],
+                                       attributes[groupTag]]
+            if current != fields {
+                fields = current
+                name = ItemFileV2.groupName(of: itemClass, attributes, keys: keys)
+            }
+            return name
+        }
+    }
+
     private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
-                         _ state: OpenState) throws(KeychainError) -> ScannedItem {
+                             _ groupCheck: inout GroupCheck, _ state: OpenState) throws(KeychainError) -> ScannedItem {
         if state.layout.version == 1 {
             let (attributes, _) = try readAttributes(file, state)
             let identity = ItemIdentity(checked: attributes)
@@ -166,9 +185,11 @@ extension ItemStore {
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
+        // Derived, not cached: a listing would only churn the get path's cache of item keys.
+        let key = ItemFileV2.itemKey(parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+        let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: key, path: file.path)
         guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
-              ItemFileV2.groupName(of: header.itemClass, attributes, keys: state.keys) == group else {
+              groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group else {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
         }
         return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,

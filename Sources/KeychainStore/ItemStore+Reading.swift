@@ -135,9 +135,10 @@ extension ItemStore {
         return nil
     }
 
-    /// The decrypted contents of a format-2 file that must be the generic password `expectedPrimaryKey` names.
-    func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], _ state: OpenState) throws(KeychainError)
-        -> ItemFileV2.Contents {
+    /// The decrypted contents of a format-2 file that must be the item `expectedPrimaryKey` names;
+    /// without `withSecret` the value is left empty (the secret section is not decrypted).
+    func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
+                      _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
         let key = v2ItemKey(header, state.keys)
         let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: path)
@@ -145,7 +146,7 @@ extension ItemStore {
         guard primaryKey == expectedPrimaryKey else {
             throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
-        let value = try ItemFileV2.decryptSecret(of: bytes, header: header, key: key, primaryKey: primaryKey, path: path)
+        let value = withSecret ? try ItemFileV2.decryptSecret(of: bytes, header: header, key: key, primaryKey: primaryKey, path: path) : []
         return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
                                    keyRecord: header.keyRecord, accessibility: header.accessibility, kind: header.kind,
                                    attributes: attributes, value: value)
@@ -188,7 +189,7 @@ extension ItemStore {
     }
 
     func v1ItemKey(_ header: ItemFile.Header, _ keys: StoreKeys) -> SymmetricKey {
-        itemKey(salt: header.salt) { keys.itemKey(salt: header.salt, storeID: header.storeID) }
+        itemKey(salt: header.salt[...]) { keys.itemKey(salt: header.salt, storeID: header.storeID) }
     }
 
     func v2ItemKey(_ header: ItemFileV2.Header, _ keys: StoreKeys) -> SymmetricKey {

@@ -48,9 +48,11 @@ extension ItemStore {
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
 
+            // Only an update without a value needs the old secret; an upsert reads header and attributes.
             let existing: ItemFileV2.Contents?
             if let file = try directory.openFile(fileName) {
-                existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey, state)
+                existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
+                                            withSecret: value == nil, state)
             } else {
                 existing = nil
             }

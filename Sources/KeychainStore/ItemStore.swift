@@ -51,7 +51,7 @@ package final class ItemStore: Sendable {
     struct Caches {
         static let limit = 4096
         var names: [ItemIdentity: ItemNames] = [:]
-        var itemKeys: [[UInt8]: SymmetricKey] = [:]
+        var itemKeys: [ArraySlice<UInt8>: SymmetricKey] = [:]
         var services: [String: Directory] = [:]
         /// Group directories whose every item file was read and found where it belongs, with
         /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
@@ -163,7 +163,7 @@ package final class ItemStore: Sendable {
     }
 
     /// The item key of the write with `salt`, derived by `derive` on a cache miss.
-    func itemKey(salt: [UInt8], _ derive: () -> SymmetricKey) -> SymmetricKey {
+    func itemKey(salt: ArraySlice<UInt8>, _ derive: () -> SymmetricKey) -> SymmetricKey {
         if let cached = caches.withLock({ $0.itemKeys[salt] }) { return cached }
         let key = derive()
         caches.withLock { caches in

@@ -19,15 +19,56 @@ struct StoreBenchmarks {
     let iterations: Int?
     /// Only the gets (item 1): `TPMBenchmarks store-get N`, for profiling.
     var getsOnly = false
+    /// Only the listing (item 3): `TPMBenchmarks store-list N`, for profiling.
+    var listingOnly = false
 
     func run() throws {
         let directory = try makeTemporaryDirectory("tpm-keychain-store-bench")
         defer { removeTree(directory) }
         print("\n== Item store (issue 3); files in \(directory) (\(fileSystemType(directory)))")
+        if listingOnly { return try listing(in: directory) }
         try gets(in: directory)
         if getsOnly { return }
         try durableSet(in: directory)
+        try listing(in: directory)
         try scale(in: directory)
+    }
+
+    // MARK: 3. listing 10,000 items of one service
+
+    private func listing(in directory: String) throws {
+        let path = directory + "/listing"
+        let service = "bench.list"
+        let count = 10_000
+        let filler = try ItemStore.open(at: path, tpm: tpm, durable: false)
+        defer { filler.close() }
+        for index in 0..<count {
+            try filler.write(ItemIdentity(accessGroup: "", service: service, account: Self.account(index)), mode: .upsert,
+                             value: ItemValue(kind: .data, bytes: randomBytes(32)), changes: AttributeChanges())
+        }
+        let keychain = try Keychain(service: service, location: try KeychainLocation(path: path, tcti: tpm.tcti))
+        guard try keychain.allItems().count == count else { throw BenchmarkError("the listing misses items") }
+        let groups = try FileManager.default.contentsOfDirectory(atPath: path + "/items2")
+        guard groups.count == 1, let group = groups.first else { throw BenchmarkError("expected one group directory") }
+        let groupPath = path + "/items2/" + group
+
+        // The floor: list the same directory, then open, read and close every item file and
+        // AES-GCM-open one attributes-sized ciphertext per file (the key derived beforehand).
+        let sample = try FileManager.default.contentsOfDirectory(atPath: groupPath).first { $0.hasSuffix(".item") } ?? ""
+        let attributesSize = try attributesLength(of: groupPath + "/" + sample)
+        let key = SymmetricKey(size: .bits256)
+        let box = try AES.GCM.seal(randomBytes(attributesSize), using: key)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let floor = {
+            for name in try directoryEntries(groupPath) where name.hasSuffix(".item") {
+                try readWhole(groupPath + "/" + name, into: &buffer)
+                sink &+= try AES.GCM.open(box, using: key).count
+            }
+        }
+        let (ours, floorSamples) = try measurePair(iterations ?? 20, warmup: 2, { sink &+= try keychain.allItems().count }, floor)
+        summary.add(Figure(name: "list \(count) items of one service, attributes only (Keychain.allItems)", ours: ours,
+                           floorName: "readdir + open+read+close each file + AES-GCM open of its attributes size",
+                           floor: floorSamples, goal: nil))
     }
 
     // MARK: 1. get of a 32-byte and a 4 KiB item
@@ -92,7 +133,7 @@ struct StoreBenchmarks {
                            floorName: "write \(fileSize) B tmp + fsync + rename + fsync dir", floor: floorSamples, goal: 1.2))
     }
 
-    // MARK: 3. gets with 100, 10,000 and 100,000 items in one service
+    // MARK: 4. gets with 100, 10,000 and 100,000 items in one service
 
     private func scale(in directory: String) throws {
         let path = directory + "/scale"
@@ -149,20 +190,39 @@ struct StoreBenchmarks {
 
     /// The service directories of a store (their names are keyed hashes the benchmark cannot compute).
     private func serviceDirectories(_ store: String) -> Set<String> {
-        Set((try? FileManager.default.contentsOfDirectory(atPath: store + "/items")) ?? [])
+        Set((try? FileManager.default.contentsOfDirectory(atPath: store + "/items2")) ?? [])
     }
 
     /// The item file of the one service created since `before`, which holds a single item.
     private func onlyItemFile(newSince before: Set<String>, store: String) throws -> String {
         let created = serviceDirectories(store).subtracting(before)
         guard created.count == 1, let name = created.first else { throw BenchmarkError("expected one new service directory in \(store)") }
-        let directory = store + "/items/" + name
+        let directory = store + "/items2/" + name
         let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".item") }
         guard files.count == 1 else { throw BenchmarkError("\(directory) holds \(files.count) items, expected 1") }
         return directory + "/" + files[0]
     }
 }
 
+
+/// The attributes plaintext length a format-2 item file's header gives (bytes 116..<120).
+private func attributesLength(of path: String) throws -> Int {
+    let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)).prefix(124))
+    guard bytes.count == 124 else { throw BenchmarkError("\(path) is not a format-2 item") }
+    return bytes[116..<120].reduce(0) { $0 << 8 | Int($1) }
+}
+
+/// The names in a directory, by opendir/readdir: what a listing costs at the least.
+private func directoryEntries(_ path: String) throws -> [String] {
+    guard let stream = opendir(path) else { throw BenchmarkError("cannot list \(path)") }
+    defer { closedir(stream) }
+    var names: [String] = []
+    while let entry = readdir(stream) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if name != "." && name != ".." { names.append(name) }
+    }
+    return names
+}
 
 private func fileSizeOf(_ path: String) throws -> Int {
     var status = stat()

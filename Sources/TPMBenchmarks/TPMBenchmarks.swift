@@ -30,8 +30,8 @@ struct TPMBenchmarks {
             suite = "tpm"
         }
         let iterations = arguments.first.flatMap(Int.init)
-        guard ["tpm", "store", "store-get", "cli", "all"].contains(suite) else {
-            print("usage: TPMBenchmarks [tpm|store|store-get|cli|all] [iterations]")
+        guard ["tpm", "store", "store-get", "store-list", "cli", "all"].contains(suite) else {
+            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|all] [iterations]")
             exit(64)
         }
         print(machineDescription())
@@ -46,7 +46,8 @@ struct TPMBenchmarks {
                 try runTPMSuite(configuration, simulator: simulator, iterations: iterations ?? 300)
             }
             if suite != "tpm" {
-                try StoreBenchmarks(tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get").run()
+                try StoreBenchmarks(tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get",
+                                    listingOnly: suite == "store-list").run()
             }
         }
         if suite == "cli" || suite == "all" {

@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import TPM
 
 /// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"). All integers
@@ -48,19 +49,22 @@ enum ItemFileV2 {
         var value: [UInt8]
     }
 
+    /// A parsed header: the bytes as read (the AAD of both sections), the fields as views of them.
     struct Header {
         let bytes: [UInt8]
-        let storeID: [UInt8]
-        let itemID: [UInt8]
         let generation: UInt64
         let itemClass: ItemClass
-        let keyRecord: [UInt8]
         let accessibility: Accessibility
         let kind: ValueKind
-        let salt: [UInt8]
-        let nonce: [UInt8]
         let attributesLength: Int
         let secretLength: Int
+
+        var storeID: [UInt8] { Array(bytes[8..<24]) }
+        var itemID: [UInt8] { Array(bytes[24..<40]) }
+        var keyRecord: [UInt8] { Array(bytes[52..<68]) }
+        /// The item-key cache's key: a view, so a cache hit allocates nothing.
+        var salt: ArraySlice<UInt8> { bytes[72..<104] }
+        var nonce: [UInt8] { Array(bytes[104..<116]) }
 
         var attributesRange: Range<Int> { ItemFileV2.headerSize..<ItemFileV2.headerSize + attributesLength + ItemFileV2.tagSize }
         var secretRange: Range<Int> { attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFileV2.tagSize }
@@ -87,7 +91,7 @@ enum ItemFileV2 {
     }
 
     /// The AES-256-GCM key of one write, from the item-key parent of the item's key record.
-    static func itemKey(parent: SymmetricKey, salt: [UInt8], storeID: [UInt8], keyRecord: [UInt8]) -> SymmetricKey {
+    static func itemKey(parent: SymmetricKey, salt: some DataProtocol, storeID: [UInt8], keyRecord: [UInt8]) -> SymmetricKey {
         HKDF<SHA256>.deriveKey(inputKeyMaterial: parent, salt: salt, info: Array("TPMKeychain v2 item".utf8) + storeID + keyRecord,
                                outputByteCount: 32)
     }
@@ -128,45 +132,32 @@ enum ItemFileV2 {
     ///
     /// - Throws: ``KeychainError`` `.tampered` (magic, version, sizes, store, class, reserved bytes).
     static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
-        do {
-            guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(ItemFile.magic) else {
-                throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
-            }
-            var reader = WireReader(Array(bytes.prefix(headerSize).dropFirst(4)))
-            guard try reader.readUInt16() == version, try reader.readUInt16() == headerSize else {
-                throw KeychainError(.tampered, "\(path) does not have a version-2 header")
-            }
-            let fileStoreID = try reader.readBytes(16)
-            let itemID = try reader.readBytes(16)
-            let generation = try reader.readUInt64()
-            let itemClass = ItemClass(rawValue: try reader.readUInt32())
-            let keyRecord = try reader.readBytes(16)
-            let accessibility = Accessibility(rawValue: try reader.readUInt8())
-            let kind = ValueKind(rawValue: try reader.readUInt8())
-            let reserved = try reader.readUInt16()
-            let salt = try reader.readBytes(32)
-            let nonce = try reader.readBytes(12)
-            let attributesLength = Int(try reader.readUInt32())
-            let secretLength = Int(try reader.readUInt32())
-            guard let itemClass, let accessibility, let kind, reserved == 0,
-                  attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
-                throw KeychainError(.tampered, "\(path) has a damaged header")
-            }
-            guard fileStoreID == storeID else {
-                throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
-            }
-            let header = Header(bytes: Array(bytes.prefix(headerSize)), storeID: fileStoreID, itemID: itemID, generation: generation,
-                                itemClass: itemClass, keyRecord: keyRecord, accessibility: accessibility, kind: kind, salt: salt,
-                                nonce: nonce, attributesLength: attributesLength, secretLength: secretLength)
-            guard header.fileSize == fileSize else {
-                throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
-            }
-            return header
-        } catch let error as KeychainError {
-            throw error
-        } catch {
-            throw KeychainError(.tampered, "\(path) is truncated")
+        guard bytes.count >= headerSize else { throw KeychainError(.tampered, "\(path) is truncated") }
+        // One copy (the AAD); every field is read in place: this runs on every get.
+        let header = Array(bytes.prefix(headerSize))
+        func integer(_ range: Range<Int>) -> UInt64 { header[range].reduce(0) { $0 << 8 | UInt64($1) } }
+        guard header[0..<4].elementsEqual(ItemFile.magic) else {
+            throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
         }
+        guard integer(4..<6) == UInt64(version), integer(6..<8) == UInt64(headerSize) else {
+            throw KeychainError(.tampered, "\(path) does not have a version-2 header")
+        }
+        let attributesLength = Int(integer(116..<120))
+        let secretLength = Int(integer(120..<124))
+        guard let itemClass = ItemClass(rawValue: UInt32(integer(48..<52))), let accessibility = Accessibility(rawValue: header[68]),
+              let kind = ValueKind(rawValue: header[69]), integer(70..<72) == 0,
+              attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
+            throw KeychainError(.tampered, "\(path) has a damaged header")
+        }
+        guard header[8..<24].elementsEqual(storeID) else {
+            throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
+        }
+        let parsed = Header(bytes: header, generation: integer(40..<48), itemClass: itemClass, accessibility: accessibility, kind: kind,
+                            attributesLength: attributesLength, secretLength: secretLength)
+        guard parsed.fileSize == fileSize else {
+            throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(parsed.fileSize): truncated or padded")
+        }
+        return parsed
     }
 
     /// Decrypts a whole version-2 file. With `expectedPrimaryKey` (a lookup), the file must hold

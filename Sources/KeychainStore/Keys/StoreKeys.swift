@@ -13,6 +13,10 @@ struct StoreKeys: Sendable {
     let names: SymmetricKey
     /// Authenticates store.meta.
     let metadata: SymmetricKey
+    /// HMAC-SHA256 keyed with ``names``, before any data: copied for every name, so the key's
+    /// two padded blocks are hashed once per store, not once per name (a listing makes one name
+    /// per item).
+    private let namesMAC: HMAC<SHA256>
 
     static let itemsInfo = Array("TPMKeychain v1 item keys".utf8)
     static let namesInfo = Array("TPMKeychain v1 names".utf8)
@@ -23,6 +27,7 @@ struct StoreKeys: Sendable {
         items = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo, outputByteCount: 32)
         names = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo, outputByteCount: 32)
         metadata = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: [UInt8](), info: Self.metadataInfo, outputByteCount: 32)
+        namesMAC = HMAC<SHA256>(key: names)
     }
 
     /// The AES-256-GCM key of one write: a fresh 32-byte salt per write means no (key, nonce) pair
@@ -51,6 +56,8 @@ struct StoreKeys: Sendable {
     }
 
     private func name(message: [UInt8]) -> String {
-        Array(HMAC<SHA256>.authenticationCode(for: message, using: names)).prefix(16).hexString
+        var mac = namesMAC
+        mac.update(data: message)
+        return Array(mac.finalize()).prefix(16).hexString
     }
 }
