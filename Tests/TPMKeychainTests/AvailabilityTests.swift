@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import KeychainStore
 import TPM
@@ -172,7 +173,7 @@ func copyFixtureStore(_ name: String, to copy: String) throws {
 @Suite("availability: one store's TPM cannot stall another store")
 struct StoreIsolationTests {
     @Test("while one store's first open waits on a stopped TPM, gets on another open store go on")
-    func hungTPMDoesNotDelayOtherStores() async throws {
+    func hungTPMDoesNotDelayOtherStores() throws {
         let healthy = try TestStore()
         try healthy.keychain().set("fine", forKey: "key")
         let stalled = try TestStore()
@@ -181,23 +182,31 @@ struct StoreIsolationTests {
         #expect(kill(stalled.simulator.processID, SIGSTOP) == 0)
         defer { kill(stalled.simulator.processID, SIGCONT) }
 
+        // The stalled open blocks in a TPM read: on a thread of its own, never on the test
+        // runner's cooperative pool, which it would starve (2 threads on 2 cores).
         let stalledKeychain = try stalled.keychain()
-        let opening = Task.detached { () -> KeychainError.Code? in
+        let outcome = Mutex<String?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let opener = Thread {
             do throws(KeychainError) {
                 _ = try stalledKeychain.string(forKey: "key")
-                return nil
+                outcome.withLock { $0 = "opened" }
             } catch {
-                return error.code
+                outcome.withLock { $0 = "\(error.code)" }
             }
+            finished.signal()
         }
-        try await Task.sleep(for: .milliseconds(300))   // the open is now waiting for the TPM
+        opener.start()
+        usleep(300_000)   // the open is now waiting for the TPM
         let started = ContinuousClock.now
         for _ in 0..<100 {
             #expect(try healthy.keychain().string(forKey: "key") == "fine")
         }
         #expect(ContinuousClock.now - started < .seconds(2), "gets on the healthy store waited")
+        #expect(outcome.withLock { $0 } == nil, "the stalled open did not wait for its TPM")
         // Let the stalled open finish (it would time out after TPM_KEYCHAIN_TIMEOUT otherwise).
         kill(stalled.simulator.processID, SIGCONT)
-        #expect(await opening.value == nil)
+        finished.wait()
+        #expect(outcome.withLock { $0 } == "opened")
     }
 }
