@@ -160,6 +160,9 @@ struct StoreBenchmarks {
                     filled += 1
                 }
             }
+            // The fill left its files dirty (no fsync): write them back now, so the gets are not
+            // timed against the kernel's background writeback of tens of thousands of files.
+            sync()
             let rssBefore = residentBytes()
             // A different random existing item every time; the names are made before the clock runs.
             let accounts = (0..<count + 200).map { _ in Self.account(Int(generator.next() % UInt64(filled))) }
