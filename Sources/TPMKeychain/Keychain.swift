@@ -94,13 +94,20 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
-    /// Changes an existing item's attributes without touching its value.
+    /// Changes an existing item's attributes without touching its value. Attributes left nil keep
+    /// their value; those in `removing` are removed (a nil cannot say "remove").
+    ///
+    /// ```swift
+    /// try keychain.updateAttributes(forKey: "token", removing: [.comment])
+    /// ```
     ///
     /// - Throws: ``KeychainError`` `.itemNotFound`.
     public func updateAttributes(forKey key: String, label: String? = nil, comment: String? = nil,
-                                 genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+                                 genericData: Data? = nil, accessibility: Accessibility? = nil,
+                                 removing: Set<RemovableAttribute> = []) throws(KeychainError) {
         try store().write(identity(key), mode: .update, value: nil,
-                          changes: AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+                          changes: AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility,
+                                                    clearing: Set(removing.map(\.tag))))
     }
 
     private func write<Value: Encodable>(_ value: Value, _ key: String, _ mode: ItemStore.WriteMode,
@@ -235,6 +242,24 @@ extension Optional: OptionalValue {
         switch self {
         case .none: true
         case .some(let wrapped): (wrapped as? any OptionalValue)?.isNone ?? false
+        }
+    }
+}
+
+/// The attributes an item can lose: ``Keychain/updateAttributes(forKey:label:comment:genericData:accessibility:removing:)``.
+public enum RemovableAttribute: Sendable, Hashable, CaseIterable {
+    /// kSecAttrLabel.
+    case label
+    /// kSecAttrComment.
+    case comment
+    /// kSecAttrGeneric.
+    case genericData
+
+    var tag: FourCharacterCode {
+        switch self {
+        case .label: AttributeTag.label
+        case .comment: AttributeTag.comment
+        case .genericData: AttributeTag.generic
         }
     }
 }

@@ -89,4 +89,18 @@ struct FirstHourTests {
         #expect(texts[0].contains("account: \"alice\"") && texts[0].contains("genericData: 3 bytes"), "\(texts[0])")
         #expect(texts[1] == "Keychain(service: \"com.example.print\", accessGroup: \"group.example\", \(store.location.path))")
     }
+
+    @Test("attributes can be removed, not only set, and the value is kept")
+    func attributesCanBeRemoved() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("secret", forKey: "k", label: "Label", comment: "Comment", genericData: Data([1]))
+        try keychain.updateAttributes(forKey: "k", removing: [.comment, .genericData])
+        let attributes = try #require(try keychain.attributes(forKey: "k"))
+        #expect(attributes.label == "Label")
+        #expect(attributes.comment == nil)
+        #expect(attributes.genericData == nil)
+        #expect(try keychain.string(forKey: "k") == "secret")
+        expectKeychainError(.itemNotFound) { try keychain.updateAttributes(forKey: "absent", removing: [.label]) }
+    }
 }
