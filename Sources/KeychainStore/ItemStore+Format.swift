@@ -128,14 +128,7 @@ extension ItemStore {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
-        var list = AttributeList(identity)
-        list.setString(attributes.label, for: AttributeTag.label)
-        list.setString(attributes.comment, for: AttributeTag.comment)
-        list[AttributeTag.generic] = attributes.genericData.map { Array($0) }
-        // Format 1 kept whole milliseconds: exact as nanoseconds.
-        list.setNanoseconds(Int64((attributes.creationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000, for: AttributeTag.creationDate)
-        list.setNanoseconds(Int64((attributes.modificationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000,
-                            for: AttributeTag.modificationDate)
+        let list = AttributeList(formatOne: attributes)
         return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: .genericPassword,
                                    keyRecord: ItemFileV2.masterKeyRecord, accessibility: header.accessibility, kind: value.kind,
                                    attributes: list, value: value.bytes)
@@ -164,6 +157,20 @@ extension ItemIdentity {
                           service: attributes.string(AttributeTag.service) ?? "", account: attributes.string(AttributeTag.account) ?? "")
         } catch {
             throw KeychainError(.tampered, "\(path) names no valid item", underlying: error)
+        }
+    }
+}
+
+extension AttributeList {
+    /// A format-1 item's attributes as format 2 tags them. Format 1 kept whole milliseconds,
+    /// which are exact as nanoseconds.
+    init(formatOne attributes: ItemAttributes) {
+        self.init(ItemIdentity(checked: attributes))
+        setString(attributes.label, for: AttributeTag.label)
+        setString(attributes.comment, for: AttributeTag.comment)
+        self[AttributeTag.generic] = attributes.genericData.map { Array($0) }
+        for (tag, date) in [(AttributeTag.creationDate, attributes.creationDate), (AttributeTag.modificationDate, attributes.modificationDate)] {
+            setNanoseconds(Int64((date.timeIntervalSince1970 * 1000).rounded()) * 1_000_000, for: tag)
         }
     }
 }

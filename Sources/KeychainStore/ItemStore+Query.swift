@@ -167,13 +167,7 @@ extension ItemStore {
             guard names.file == name, names.service == group else {
                 throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
             }
-            var list = AttributeList(identity)
-            list.setString(attributes.label, for: AttributeTag.label)
-            list.setString(attributes.comment, for: AttributeTag.comment)
-            list[AttributeTag.generic] = attributes.genericData.map { Array($0) }
-            list.setNanoseconds(Int64((attributes.creationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000, for: AttributeTag.creationDate)
-            list.setNanoseconds(Int64((attributes.modificationDate.timeIntervalSince1970 * 1000).rounded()) * 1_000_000,
-                                for: AttributeTag.modificationDate)
+            let list = AttributeList(formatOne: attributes)
             let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
                                                    storeID: storeID, path: file.path)
             return ScannedItem(directory: directory, file: name, itemClass: .genericPassword, itemID: header.itemID,

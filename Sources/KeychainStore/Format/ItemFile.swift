@@ -203,7 +203,8 @@ enum ItemFile {
         return writer.bytes
     }
 
-    private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
+    /// One AES-256-GCM open of a section (ciphertext ‖ tag), for both formats.
+    static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
                              path: String) throws(KeychainError) -> [UInt8] {
         do {
             let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),

@@ -205,12 +205,6 @@ enum ItemFileV2 {
 
     private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
                              path: String) throws(KeychainError) -> [UInt8] {
-        do {
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
-                                            tag: sealed.suffix(tagSize))
-            return Array(try AES.GCM.open(box, using: key, authenticating: aad))
-        } catch {
-            throw KeychainError(.tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
-        }
+        try ItemFile.open(sealed, key: key, nonce: nonce, authenticating: aad, path: path)
     }
 }
