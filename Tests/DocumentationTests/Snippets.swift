@@ -119,7 +119,8 @@ func recipesAttributes(keychain: Keychain, password: String) throws {
                      accessibility: .afterFirstUnlockThisDeviceOnly)
     let attributes = try keychain.attributes(forKey: "alice@example.com")   // no secret decrypted
     print(attributes?.label as Any, attributes?.creationDate as Any, attributes?.modificationDate as Any)
-    let accounts = try keychain.allKeys()
+    let accounts = try keychain.allKeys()                                    // in creation order
+    try keychain.updateAttributes(forKey: "alice@example.com", removing: [.comment])
     _ = accounts
 }
 
