@@ -77,7 +77,7 @@ let package = Package(
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
-            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore",
+            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls",
                            .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),

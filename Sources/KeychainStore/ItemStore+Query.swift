@@ -77,7 +77,7 @@ extension ItemStore {
     ///
     /// - Throws: as ``query(_:)``.
     package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
-        guard reference.count == 20, let itemClass = ItemClass(rawValue: reference.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }) else {
+        guard reference.count == 20, let itemClass = ItemClass(rawValue: BigEndian.integer(reference.prefix(4))) else {
             throw KeychainError(.invalidParameter, "Not a persistent reference of this store")
         }
         let itemID = Array(reference.suffix(16))
@@ -90,7 +90,7 @@ extension ItemStore {
     }
 
     static func reference(_ itemClass: ItemClass, _ itemID: [UInt8]) -> [UInt8] {
-        [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: itemClass.rawValue >> $0) } + itemID
+        BigEndian.bytes(itemClass.rawValue) + itemID
     }
 
     /// An item file read as far as its attributes, with where it was found.

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import KeychainStore
+import SystemCalls
 import TPM
 import TPMKeychain
 #if canImport(Glibc)
@@ -212,7 +213,7 @@ struct StoreBenchmarks {
 private func attributesLength(of path: String) throws -> Int {
     let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)).prefix(124))
     guard bytes.count == 124 else { throw BenchmarkError("\(path) is not a format-2 item") }
-    return bytes[116..<120].reduce(0) { $0 << 8 | Int($1) }
+    return Int(BigEndian.integer(bytes[116..<120], as: UInt32.self))
 }
 
 /// The names in a directory, by opendir/readdir: what a listing costs at the least.

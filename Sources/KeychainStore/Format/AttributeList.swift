@@ -1,3 +1,4 @@
+import SystemCalls
 import TPM
 
 /// A four-character code, as Apple's keychain names attributes (`kSecAttrAccount` is "acct") and
@@ -10,18 +11,18 @@ package struct FourCharacterCode: Sendable, Hashable, Comparable, CustomStringCo
     /// - Precondition: `text` is four ASCII characters (every use is a literal in this file).
     package init(_ text: StaticString) {
         precondition(text.utf8CodeUnitCount == 4, "a four-character code has four characters")
-        rawValue = text.withUTF8Buffer { $0.reduce(0) { $0 << 8 | UInt32($1) } }
+        rawValue = text.withUTF8Buffer { BigEndian.integer($0) }
     }
 
     /// Four ASCII characters, else nil.
     package init?(text: String) {
         let bytes = Array(text.utf8)
         guard bytes.count == 4, bytes.allSatisfy({ $0 < 0x80 }) else { return nil }
-        rawValue = bytes.reduce(0) { $0 << 8 | UInt32($1) }
+        rawValue = BigEndian.integer(bytes)
     }
 
     package var description: String {
-        String(decoding: [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: rawValue >> $0) }, as: UTF8.self)
+        String(decoding: BigEndian.bytes(rawValue), as: UTF8.self)
     }
 
     package static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
@@ -88,11 +89,11 @@ package struct AttributeList: Sendable, Hashable {
     /// A big-endian UINT32: a port, or a four-character code (protocol, authentication type).
     package func uint32(_ tag: FourCharacterCode) -> UInt32? {
         guard let bytes = values[tag], bytes.count == 4 else { return nil }
-        return bytes.reduce(0) { $0 << 8 | UInt32($1) }
+        return BigEndian.integer(bytes)
     }
 
     package mutating func setUInt32(_ value: UInt32?, for tag: FourCharacterCode) {
-        values[tag] = value.map { value in [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) } }
+        values[tag] = value.map { BigEndian.bytes($0) }
     }
 
     /// One byte, 0 or 1.
@@ -109,14 +110,11 @@ package struct AttributeList: Sendable, Hashable {
     /// created in a burst still list in creation order.
     package func nanoseconds(_ tag: FourCharacterCode) -> Int64? {
         guard let bytes = values[tag], bytes.count == 8 else { return nil }
-        return Int64(bitPattern: bytes.reduce(0) { $0 << 8 | UInt64($1) })
+        return BigEndian.integer(bytes)
     }
 
     package mutating func setNanoseconds(_ value: Int64?, for tag: FourCharacterCode) {
-        values[tag] = value.map { value in
-            let bits = UInt64(bitPattern: value)
-            return stride(from: 56, through: 0, by: -8).map { UInt8(truncatingIfNeeded: bits >> UInt64($0)) }
-        }
+        values[tag] = value.map { BigEndian.bytes($0) }
     }
 
     // MARK: Bytes

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SystemCalls
 import TPM
 
 /// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"). All integers
@@ -135,7 +136,7 @@ enum ItemFileV2 {
         guard bytes.count >= headerSize else { throw KeychainError(.tampered, "\(path) is truncated") }
         // One copy (the AAD); every field is read in place: this runs on every get.
         let header = Array(bytes.prefix(headerSize))
-        func integer(_ range: Range<Int>) -> UInt64 { header[range].reduce(0) { $0 << 8 | UInt64($1) } }
+        func integer(_ range: Range<Int>) -> UInt64 { BigEndian.integer(header[range]) }
         guard header[0..<4].elementsEqual(ItemFile.magic) else {
             throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
         }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SystemCalls
 import TPM
 
 /// Keys derived from the store's master key with HKDF-SHA256, one per purpose (domain separation).
@@ -41,8 +42,7 @@ struct StoreKeys: Sendable {
         var message = Array(domain.utf8)
         for field in fields {
             let bytes = Array(field.utf8)
-            message.append(contentsOf: [UInt8(truncatingIfNeeded: bytes.count >> 24), UInt8(truncatingIfNeeded: bytes.count >> 16),
-                                        UInt8(truncatingIfNeeded: bytes.count >> 8), UInt8(truncatingIfNeeded: bytes.count)])
+            BigEndian.append(UInt32(bytes.count), to: &message)
             message.append(contentsOf: bytes)
         }
         return name(message: message)

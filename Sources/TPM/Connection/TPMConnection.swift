@@ -1,6 +1,7 @@
 internal import CTSS2
 import Crypto
 import Synchronization
+import SystemCalls
 
 /// A connection to one TPM through tpm2-tss's ESAPI.
 ///
@@ -229,7 +230,7 @@ public final class TPMConnection: Sendable {
         let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session in
             try engine.readNV(handle, count: 8, offset: 0, session: session)
         }
-        return bytes.withUnsafeBytes { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+        return bytes.withUnsafeBytes { BigEndian.integer($0) }
     }
 
     /// Writes secret data to an ordinary NV index; the data is encrypted on the bus.

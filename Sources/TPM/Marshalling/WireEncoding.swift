@@ -1,3 +1,5 @@
+import SystemCalls
+
 /// TPM 2.0 Part 2 canonical encoding: big-endian integers, TPM2B = UINT16 size + bytes.
 ///
 /// Templates and policy inputs are built here, in Swift, so that the same bytes feed the
@@ -7,15 +9,9 @@ package struct WireWriter {
     package private(set) var bytes: [UInt8] = []
 
     package mutating func append(_ value: UInt8) { bytes.append(value) }
-    package mutating func append(_ value: UInt16) { bytes.append(contentsOf: [UInt8(value >> 8), UInt8(truncatingIfNeeded: value)]) }
-    package mutating func append(_ value: UInt32) {
-        append(UInt16(truncatingIfNeeded: value >> 16))
-        append(UInt16(truncatingIfNeeded: value))
-    }
-    package mutating func append(_ value: UInt64) {
-        append(UInt32(truncatingIfNeeded: value >> 32))
-        append(UInt32(truncatingIfNeeded: value))
-    }
+    package mutating func append(_ value: UInt16) { BigEndian.append(value, to: &bytes) }
+    package mutating func append(_ value: UInt32) { BigEndian.append(value, to: &bytes) }
+    package mutating func append(_ value: UInt64) { BigEndian.append(value, to: &bytes) }
     package mutating func append(raw: some Sequence<UInt8>) { bytes.append(contentsOf: raw) }
     /// A TPM2B: UINT16 size followed by the bytes.
     package mutating func appendSized(_ raw: [UInt8]) {
@@ -38,16 +34,15 @@ package struct WireReader {
         defer { offset += 1 }
         return bytes[offset]
     }
-    package mutating func readUInt16() throws(TPMError) -> UInt16 {
-        try need(2)
-        defer { offset += 2 }
-        return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1])
-    }
-    package mutating func readUInt32() throws(TPMError) -> UInt32 {
-        UInt32(try readUInt16()) << 16 | UInt32(try readUInt16())
-    }
-    package mutating func readUInt64() throws(TPMError) -> UInt64 {
-        UInt64(try readUInt32()) << 32 | UInt64(try readUInt32())
+    package mutating func readUInt16() throws(TPMError) -> UInt16 { try readInteger() }
+    package mutating func readUInt32() throws(TPMError) -> UInt32 { try readInteger() }
+    package mutating func readUInt64() throws(TPMError) -> UInt64 { try readInteger() }
+
+    private mutating func readInteger<T: FixedWidthInteger>() throws(TPMError) -> T {
+        let size = T.bitWidth / 8
+        try need(size)
+        defer { offset += size }
+        return BigEndian.integer(bytes[offset..<offset + size])
     }
     package mutating func readBytes(_ count: Int) throws(TPMError) -> [UInt8] { try take(count) }
     package mutating func readSized(maximum: Int) throws(TPMError) -> [UInt8] {

@@ -1,3 +1,4 @@
+import SystemCalls
 // Splits the client-to-TPM byte stream into TPM commands (TPM 2.0 Part 1 §18.2 header: tag
 // UINT16, commandSize UINT32, commandCode UINT32, big-endian), however TCP chops it up.
 
@@ -34,6 +35,6 @@ struct CommandStreamParser: Sendable {
     }
 
     private static func bigEndianUInt32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
-        bytes[offset..<offset + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        BigEndian.integer(bytes[offset..<offset + 4])
     }
 }

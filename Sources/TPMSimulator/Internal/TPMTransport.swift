@@ -118,22 +118,14 @@ enum TPMTransport {
 }
 
 extension [UInt8] {
-    mutating func appendBigEndian(_ value: UInt16) {
-        append(UInt8(truncatingIfNeeded: value >> 8))
-        append(UInt8(truncatingIfNeeded: value))
-    }
-
-    mutating func appendBigEndian(_ value: UInt32) {
-        for shift in stride(from: 24, through: 0, by: -8) {
-            append(UInt8(truncatingIfNeeded: value >> UInt32(shift)))
-        }
+    mutating func appendBigEndian<T: FixedWidthInteger>(_ value: T) {
+        BigEndian.append(value, to: &self)
     }
 }
 
 extension Collection<UInt8> where Index == Int {
     /// Reads a big-endian UINT32; the caller has checked the bounds.
     func bigEndianUInt32(at offset: Int) -> UInt32 {
-        let start = startIndex + offset
-        return (start..<start + 4).reduce(UInt32(0)) { $0 << 8 | UInt32(self[$1]) }
+        BigEndian.integer(self[(startIndex + offset)..<(startIndex + offset + 4)])
     }
 }

@@ -1,6 +1,8 @@
 // Marshals the handful of fixed-shape TPM 2.0 commands the simulator sends itself
 // (TPM 2.0 Part 1 §18.2 command layout, Part 2 for the constants). Everything is big-endian.
 
+import SystemCalls
+
 /// TPM 2.0 Part 2 constants used by the simulator's own commands.
 enum TPMConstant {
     static let tagNoSessions: UInt16 = 0x8001   // TPM_ST_NO_SESSIONS
@@ -44,10 +46,7 @@ struct TPMCommandBuilder {
 
     func build() -> [UInt8] {
         var result = bytes
-        let size = UInt32(result.count)
-        for index in 0..<4 {
-            result[2 + index] = UInt8(truncatingIfNeeded: size >> UInt32(24 - 8 * index))
-        }
+        result.replaceSubrange(2..<6, with: BigEndian.bytes(UInt32(result.count)))
         return result
     }
 }
