@@ -67,18 +67,23 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // Outside the product's layers (Sources/): the benchmarks, their C floor, and the stress
+        // writer the crash tests run, all under Tests/.
         // The floor the benchmarks compare against: the same round trips written directly in C.
         .executableTarget(
             name: "ESAPIFloor",
+            path: "Tests/Benchmarks/ESAPIFloor",
             linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
         // Writes to a store from its own process; the crash and multi-process tests kill it mid-write.
-        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain"], swiftSettings: strictness),
+        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain"], path: "Tests/Support/tpm-keychain-stress",
+                          swiftSettings: strictness),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
             dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls",
                            .product(name: "Crypto", package: "swift-crypto")],
+            path: "Tests/Benchmarks/TPMBenchmarks",
             swiftSettings: strictness
         ),
         .testTarget(
