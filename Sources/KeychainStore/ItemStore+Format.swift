@@ -22,7 +22,7 @@ extension ItemStore {
 
     /// The current state, after adopting an upgrade another process made: a format-1 layout
     /// whose `items/` was removed has been replaced. Costs one fstat, and only for format 1.
-    func currentFollowingUpgrades() throws(KeychainError) -> OpenState {
+    func currentFollowingUpgrades() throws(StoreError) -> OpenState {
         let state = try current()
         guard state.layout.version == 1, try !state.layout.items.revalidate() else { return state }
         try reloadLayout(state.keys)
@@ -30,7 +30,7 @@ extension ItemStore {
     }
 
     /// Runs a write: upgrades a format-1 store first, then holds the store lock shared while `body` runs.
-    func withWriteAccess<R>(_ body: (OpenState) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    func withWriteAccess<R>(_ body: (OpenState) throws(StoreError) -> R) throws(StoreError) -> R {
         try upgradeIfNeeded()
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
         defer { withExtendedLifetime(lock) {} }
@@ -39,33 +39,33 @@ extension ItemStore {
 
     /// Reads store.meta again (authenticated with the store's own key) and adopts the layout of
     /// the version it names.
-    func reloadLayout(_ keys: StoreKeys) throws(KeychainError) {
+    func reloadLayout(_ keys: StoreKeys) throws(StoreError) {
         let version = try Self.readVersion(of: rootDirectory, keys: keys, storeID: storeID)
         guard let items = try Directory.open(Self.itemsDirectoryName(version), in: rootDirectory, create: version == 2) else {
-            throw KeychainError(.tampered, "\(root)/\(Self.itemsDirectoryName(version)) is missing")
+            throw StoreError(.tampered, "\(root)/\(Self.itemsDirectoryName(version)) is missing")
         }
         adopt(Layout(version: version, items: items))
     }
 
     /// The version store.meta names, after checking its MAC.
-    static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(KeychainError) -> UInt16 {
+    static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(StoreError) -> UInt16 {
         let path = rootDirectory.path + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
-            throw KeychainError(.tampered, "\(path) is missing or damaged")
+            throw StoreError(.tampered, "\(path) is missing or damaged")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
         try parsed.verify(metadataKey: keys.metadata)
         guard parsed.metadata.storeID == storeID else {
-            throw KeychainError(.tampered, "\(path) now belongs to another store")
+            throw StoreError(.tampered, "\(path) now belongs to another store")
         }
         return parsed.metadata.version
     }
 
     /// Moves a format-1 store to format 2, once, crash-safe (see the top of this file).
     ///
-    /// - Throws: ``KeychainError`` `.tampered` when an item cannot be read (the store stays in
+    /// - Throws: ``StoreError`` `.tampered` when an item cannot be read (the store stays in
     ///   format 1, untouched), `.timedOut`, `.storageFailed`.
-    func upgradeIfNeeded() throws(KeychainError) {
+    func upgradeIfNeeded() throws(StoreError) {
         guard try current().layout.version == 1 else { return }
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "moving it to format 2")
         defer { withExtendedLifetime(lock) {} }
@@ -77,7 +77,7 @@ extension ItemStore {
         try rootDirectory.removeTree(Self.stagingDirectory)
         try rootDirectory.removeTree(Self.itemsV2Directory)
         guard let staging = try Directory.open(Self.stagingDirectory, in: rootDirectory, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
+            throw StoreError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
         }
         let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging))
         var groups: [String: Directory] = [:]
@@ -92,7 +92,7 @@ extension ItemStore {
                     groups[names.service] = try Directory.open(names.service, in: staging, create: true)
                 }
                 guard let directory = groups[names.service] else {
-                    throw KeychainError(.storageFailed, "Cannot create \(staging.path)/\(names.service)")
+                    throw StoreError(.storageFailed, "Cannot create \(staging.path)/\(names.service)")
                 }
                 // Each file is made durable; each directory once, below.
                 try directory.replace(names.file, with: try encode(contents, target), durable: true, syncDirectory: false)
@@ -103,7 +103,7 @@ extension ItemStore {
         do {
             try retryingInterrupts { renameat(rootDirectory.descriptor, Self.stagingDirectory, rootDirectory.descriptor, Self.itemsV2Directory) }
         } catch {
-            throw KeychainError(.storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
         }
         try rootDirectory.sync()
         try Self.rewriteMetadata(of: rootDirectory, version: 2, keys: state.keys)
@@ -116,7 +116,7 @@ extension ItemStore {
     /// A format-1 item as format-2 contents (same ID, generation, dates, class and value),
     /// checked to be the item its name and group say.
     private func v1Contents(of file: OpenFile, named name: String, inGroup groupName: String,
-                            _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
+                            _ state: OpenState) throws(StoreError) -> ItemFileV2.Contents {
         let bytes = try readWhole(file, version: 1)
         let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
         let key = v1ItemKey(header, state.keys)
@@ -125,7 +125,7 @@ extension ItemStore {
         let identity = ItemIdentity(checked: attributes)
         let names = names(identity, state)
         guard names.file == name, names.service == groupName else {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
         let list = AttributeList(formatOne: attributes)
@@ -135,10 +135,10 @@ extension ItemStore {
     }
 
     /// Replaces store.meta with the same store at another version (a new MAC over the new bytes).
-    static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(KeychainError) {
+    static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) {
         let path = rootDirectory.path + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
-            throw KeychainError(.tampered, "\(path) is missing or damaged")
+            throw StoreError(.tampered, "\(path) is missing or damaged")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
         try parsed.verify(metadataKey: keys.metadata)
@@ -151,12 +151,12 @@ extension ItemStore {
 extension ItemIdentity {
     /// The identity of decrypted attributes, validated again (a format-1 file from before the
     /// current limits must still name a valid item to be moved).
-    init(checkedAttributes attributes: AttributeList, path: String) throws(KeychainError) {
+    init(checkedAttributes attributes: AttributeList, path: String) throws(StoreError) {
         do {
             try self.init(accessGroup: attributes.string(AttributeTag.accessGroup) ?? "",
                           service: attributes.string(AttributeTag.service) ?? "", account: attributes.string(AttributeTag.account) ?? "")
         } catch {
-            throw KeychainError(.tampered, "\(path) names no valid item", underlying: error)
+            throw StoreError(.tampered, "\(path) names no valid item", underlying: error)
         }
     }
 }
@@ -164,7 +164,7 @@ extension ItemIdentity {
 extension AttributeList {
     /// A format-1 item's attributes as format 2 tags them. Format 1 kept whole milliseconds,
     /// which are exact as nanoseconds.
-    init(formatOne attributes: ItemAttributes) {
+    init(formatOne attributes: StoredAttributes) {
         self.init(ItemIdentity(checked: attributes))
         setString(attributes.label, for: AttributeTag.label)
         setString(attributes.comment, for: AttributeTag.comment)

@@ -25,10 +25,10 @@ extension ItemStore {
 
     /// Whether a store exists at `root`, without the TPM.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` for a damaged store (items but no metadata),
+    /// - Throws: ``StoreError`` `.tampered` for a damaged store (items but no metadata),
     ///   `.invalidParameter` for a relative path or a directory that holds something else,
     ///   `.permissionDenied`, `.unsafeFileSystem`.
-    package static func presence(at root: String) throws(KeychainError) -> Presence {
+    package static func presence(at root: String) throws(StoreError) -> Presence {
         try validate(root)
         guard let directory = try Directory.open(root, in: nil, create: false) else { return .absent }
         return try presence(in: directory)
@@ -41,7 +41,7 @@ extension ItemStore {
     /// A store whose master key was sealed by an older version with dictionary-attack protection
     /// (which a key without a PIN must not have) is resealed as noDA here, once.
     ///
-    /// - Throws: ``KeychainError``: `.storeNotFound` (none, and `create` is false), `.wrongTPM`
+    /// - Throws: ``StoreError``: `.storeNotFound` (none, and `create` is false), `.wrongTPM`
     ///   when the store was sealed by another TPM, `.tpmUnavailable`, `.timedOut`, `.lockout`,
     ///   `.tampered` for damaged metadata or a store whose metadata is gone, `.invalidParameter`
     ///   for a relative path or a directory that is not a store, `.permissionDenied`,
@@ -50,7 +50,7 @@ extension ItemStore {
     /// - Parameter newStoreVersion: the format of a store created here; 2, except in tests that
     ///   need a format-1 store to upgrade.
     package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
-                             newStoreVersion: UInt16 = StoreMetadata.currentVersion) throws(KeychainError) -> ItemStore {
+                             newStoreVersion: UInt16 = StoreMetadata.currentVersion) throws(StoreError) -> ItemStore {
         try validate(root)
         if let directory = try Directory.open(root, in: nil, create: false) {
             return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil)
@@ -59,7 +59,7 @@ extension ItemStore {
         let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
         try createParents(of: root)
         guard let directory = try Directory.open(root, in: nil, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create \(root)")
+            throw StoreError(.storageFailed, "Cannot create \(root)")
         }
         return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey)
     }
@@ -67,7 +67,7 @@ extension ItemStore {
     /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
     ///   unused when another process created the store meanwhile.
     private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool, newStoreVersion: UInt16,
-                             sealedKey: (key: SecretBytes, sealed: SealedObject)?) throws(KeychainError) -> ItemStore {
+                             sealedKey: (key: SecretBytes, sealed: SealedObject)?) throws(StoreError) -> ItemStore {
         let root = rootDirectory.path
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
         defer { withExtendedLifetime(lock) {} }
@@ -91,7 +91,7 @@ extension ItemStore {
                                          sealedMasterKey: sealed)
             keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
             guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
-                throw KeychainError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
+                throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
             }
             storeID = metadata.storeID
             version = newStoreVersion
@@ -103,7 +103,7 @@ extension ItemStore {
         }
         let itemsName = itemsDirectoryName(version)
         guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
-            throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsName)")
+            throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsName)")
         }
         return ItemStore(root: rootDirectory, storeID: storeID, layout: Layout(version: version, items: items), keys: keys,
                          durable: durable, lockTimeout: tpm.timeout)
@@ -112,14 +112,14 @@ extension ItemStore {
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
     /// when an older version sealed it with dictionary-attack protection).
     private static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration,
-                               cache: StorageKeyContextFile) throws(KeychainError) -> (storeID: [UInt8], keys: StoreKeys, version: UInt16) {
+                               cache: StorageKeyContextFile) throws(StoreError) -> (storeID: [UInt8], keys: StoreKeys, version: UInt16) {
         let root = rootDirectory.path
         let metadataPath = root + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
-            throw KeychainError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
+            throw StoreError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
         }
         guard file.size <= StoreMetadata.maximumFileSize else {
-            throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata")
+            throw StoreError(.tampered, "\(metadataPath) is too large to be store metadata")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
         let sealed = parsed.metadata.sealedMasterKey
@@ -140,50 +140,50 @@ extension ItemStore {
     }
 
     /// - Throws: as ``presence(at:)``.
-    private static func presence(in directory: Directory) throws(KeychainError) -> Presence {
+    private static func presence(in directory: Directory) throws(StoreError) -> Presence {
         if try directory.openFile(StoreMetadata.fileName) != nil { return .present }
         let entries = try directory.entries()
         if entries.contains(itemsDirectory) || entries.contains(itemsV2Directory) {
-            throw KeychainError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
+            throw StoreError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
         }
         let foreign = entries.filter { !entriesBeforeCreation.contains($0) }.sorted()
         guard foreign.isEmpty else {
             let shown = foreign.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ") + (foreign.count > 3 ? ", ..." : "")
-            throw KeychainError(.invalidParameter, "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory")
+            throw StoreError(.invalidParameter, "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory")
         }
         return .absent
     }
 
-    private static func storeNotFound(_ root: String) -> KeychainError {
-        KeychainError(.storeNotFound, "No keychain store at \(root)")
+    private static func storeNotFound(_ root: String) -> StoreError {
+        StoreError(.storeNotFound, "No keychain store at \(root)")
     }
 
-    private static func validate(_ root: String) throws(KeychainError) {
+    private static func validate(_ root: String) throws(StoreError) {
         guard root.hasPrefix("/") else {
-            throw KeychainError(.invalidParameter, "The store path must be absolute: \(root)")
+            throw StoreError(.invalidParameter, "The store path must be absolute: \(root)")
         }
     }
 
     private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
-                                             _ body: (TPMConnection) throws -> R) throws(KeychainError) -> R {
+                                             _ body: (TPMConnection) throws -> R) throws(StoreError) -> R {
         do {
             let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
             defer { tpm.close() }
             return try body(tpm)
         } catch let error as TPMError {
-            throw KeychainError(tpmError: error, store: root)
+            throw StoreError(tpmError: error, store: root)
         } catch {
-            throw KeychainError(.tpmUnavailable, "The TPM failed", underlying: error)
+            throw StoreError(.tpmUnavailable, "The TPM failed", underlying: error)
         }
     }
 
     /// Missing parents are created 0700; existing ones (such as ~/.local/share) are not ours to judge.
-    private static func createParents(of root: String) throws(KeychainError) {
+    private static func createParents(of root: String) throws(StoreError) {
         try Directory.createPath(String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]))
     }
 }
 
-extension KeychainError {
+extension StoreError {
     /// The store's view of a TPM failure while opening it.
     init(tpmError error: TPMError, store: String) {
         switch error.code {

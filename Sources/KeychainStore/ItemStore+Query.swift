@@ -39,7 +39,7 @@ package struct ItemQueryResult: Sendable, Equatable {
     package let reference: [UInt8]
     package let itemClass: ItemClass
     package let attributes: AttributeList
-    package let accessibility: Accessibility
+    package let accessibility: AccessibilityClass
     package let kind: ValueKind
     /// The secret, when the query asked for data.
     package let value: [UInt8]?
@@ -52,9 +52,9 @@ extension ItemStore {
     /// password) reads that group's directory only; any other reads every item's header and
     /// attributes. Secrets are decrypted only for the results, and only when asked.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` for any misplaced or damaged file met on the way
+    /// - Throws: ``StoreError`` `.tampered` for any misplaced or damaged file met on the way
     ///   (never skipped), `.storageFailed`.
-    package func query(_ query: ItemQuery) throws(KeychainError) -> [ItemQueryResult] {
+    package func query(_ query: ItemQuery) throws(StoreError) -> [ItemQueryResult] {
         let state = try currentFollowingUpgrades()
         var found: [(entry: ScannedItem, created: Int64)] = []
         for entry in try scan(query, state) where matches(entry, query) {
@@ -76,9 +76,9 @@ extension ItemStore {
     /// The item a persistent reference names, or nil when it is gone.
     ///
     /// - Throws: as ``query(_:)``.
-    package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
+    package func item(reference: [UInt8]) throws(StoreError) -> ItemQueryResult? {
         guard reference.count == 20, let itemClass = ItemClass(rawValue: BigEndian.integer(reference.prefix(4))) else {
-            throw KeychainError(.invalidParameter, "Not a persistent reference of this store")
+            throw StoreError(.invalidParameter, "Not a persistent reference of this store")
         }
         let itemID = Array(reference.suffix(16))
         let state = try currentFollowingUpgrades()
@@ -99,7 +99,7 @@ extension ItemStore {
         let file: String
         let itemClass: ItemClass
         let itemID: [UInt8]
-        let accessibility: Accessibility
+        let accessibility: AccessibilityClass
         let kind: ValueKind
         let attributes: AttributeList
     }
@@ -118,7 +118,7 @@ extension ItemStore {
     }
 
     /// Every item of the groups the query can be in, each checked to be where its name says.
-    private func scan(_ query: ItemQuery, _ state: OpenState) throws(KeychainError) -> [ScannedItem] {
+    private func scan(_ query: ItemQuery, _ state: OpenState) throws(StoreError) -> [ScannedItem] {
         let groupTag = query.itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
         let groups: [String]
         if query.matching[groupTag] != nil, state.layout.version == 2 {
@@ -159,13 +159,13 @@ extension ItemStore {
     }
 
     private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
-                             _ groupCheck: inout GroupCheck, _ state: OpenState) throws(KeychainError) -> ScannedItem {
+                             _ groupCheck: inout GroupCheck, _ state: OpenState) throws(StoreError) -> ScannedItem {
         if state.layout.version == 1 {
             let (attributes, _) = try readAttributes(file, state)
             let identity = ItemIdentity(checked: attributes)
             let names = names(identity, state)
             guard names.file == name, names.service == group else {
-                throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
+                throw StoreError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
             }
             let list = AttributeList(formatOne: attributes)
             let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
@@ -174,7 +174,7 @@ extension ItemStore {
                                accessibility: header.accessibility, kind: header.kind, attributes: list)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
@@ -184,7 +184,7 @@ extension ItemStore {
         let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: key, path: file.path)
         guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
               groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group else {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
         }
         return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
                            accessibility: header.accessibility, kind: header.kind, attributes: attributes)
@@ -192,9 +192,9 @@ extension ItemStore {
 
     /// The secret of a scanned item, authenticated with its primary key (the file may have been
     /// replaced since the scan: then the new version's secret, still of the same item).
-    private func secret(of entry: ScannedItem, _ state: OpenState) throws(KeychainError) -> [UInt8] {
+    private func secret(of entry: ScannedItem, _ state: OpenState) throws(StoreError) -> [UInt8] {
         guard let file = try entry.directory.openFile(entry.file) else {
-            throw KeychainError(.itemNotFound, "The item was deleted while it was read")
+            throw StoreError(.itemNotFound, "The item was deleted while it was read")
         }
         let bytes = try readWhole(file, version: state.layout.version)
         if state.layout.version == 1 {

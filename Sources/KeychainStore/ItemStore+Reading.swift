@@ -12,8 +12,8 @@ import Glibc
 extension ItemStore {
     /// The item with its secret, or nil when there is none.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
-    package func item(_ identity: ItemIdentity) throws(KeychainError) -> ItemRecord? {
+    /// - Throws: ``StoreError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
+    package func item(_ identity: ItemIdentity) throws(StoreError) -> ItemRecord? {
         let state = try currentFollowingUpgrades()
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
@@ -29,14 +29,14 @@ extension ItemStore {
         }
         let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, state)
         return ItemRecord(itemID: contents.itemID, generation: contents.generation,
-                          attributes: try ItemAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
+                          attributes: try StoredAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
                           value: ItemValue(kind: contents.kind, bytes: contents.value))
     }
 
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
-    package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
+    /// - Throws: ``StoreError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
+    package func value(_ identity: ItemIdentity) throws(StoreError) -> ItemValue? {
         let state = try currentFollowingUpgrades()
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
@@ -48,7 +48,7 @@ extension ItemStore {
         }
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
         guard header.itemClass == .genericPassword else {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2ItemKey(header, state.keys),
                                                   primaryKey: names.encodedIdentity, path: file.path)
@@ -56,23 +56,23 @@ extension ItemStore {
     }
 
     /// The item's attributes, read and authenticated without decrypting the secret.
-    package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
+    package func attributes(_ identity: ItemIdentity) throws(StoreError) -> StoredAttributes? {
         let state = try currentFollowingUpgrades()
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let (attributes, primaryKey) = try readAttributes(file, state)
         if let primaryKey, primaryKey != names.encodedIdentity {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         if primaryKey == nil, ItemIdentity(checked: attributes) != identity {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         return attributes
     }
 
     /// The attributes of every generic password of a service (and access group, empty for
     /// none), in creation order.
-    package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
+    package func list(service: String, accessGroup: String) throws(StoreError) -> [StoredAttributes] {
         var matching = AttributeList()
         matching.setString(service, for: AttributeTag.service)
         if !accessGroup.isEmpty { matching.setString(accessGroup, for: AttributeTag.accessGroup) }
@@ -81,14 +81,14 @@ extension ItemStore {
     }
 
     /// The attributes of every generic password in the store, in creation order.
-    package func listAll() throws(KeychainError) -> [ItemAttributes] {
+    package func listAll() throws(StoreError) -> [StoredAttributes] {
         try genericPasswords(ItemQuery(itemClass: .genericPassword, synchronizable: .any))
     }
 
-    private func genericPasswords(_ query: ItemQuery) throws(KeychainError) -> [ItemAttributes] {
-        var result: [ItemAttributes] = []
+    private func genericPasswords(_ query: ItemQuery) throws(StoreError) -> [StoredAttributes] {
+        var result: [StoredAttributes] = []
         for found in try self.query(query) {
-            result.append(try ItemAttributes(found.attributes, accessibility: found.accessibility, path: root))
+            result.append(try StoredAttributes(found.attributes, accessibility: found.accessibility, path: root))
         }
         return result
     }
@@ -96,19 +96,19 @@ extension ItemStore {
     /// Every item of a group directory, each checked to be the item its file name says and to
     /// belong to the group the directory's name says: a renamed file or a swapped directory is
     /// reported, never skipped. The directory is then known to be consistent until it changes.
-    func list(_ directory: Directory, named groupName: String, _ state: OpenState) throws(KeychainError) -> [ItemAttributes] {
+    func list(_ directory: Directory, named groupName: String, _ state: OpenState) throws(StoreError) -> [StoredAttributes] {
         let stamp = try directory.stamp()
-        var result: [ItemAttributes] = []
+        var result: [StoredAttributes] = []
         for name in try directory.entries() where name.hasSuffix(".item") {
             guard let file = try directory.openFile(name) else { continue }
             let (attributes, _) = try readAttributes(file, state)
             let identity = ItemIdentity(checked: attributes)
             let expected = names(identity, state)
             guard name == expected.file else {
-                throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+                throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
             }
             guard expected.service == groupName else {
-                throw KeychainError(.tampered, "\(directory.path) holds an item of another service: directories or files were swapped or moved")
+                throw StoreError(.tampered, "\(directory.path) holds an item of another service: directories or files were swapped or moved")
             }
             result.append(attributes)
         }
@@ -127,8 +127,8 @@ extension ItemStore {
     /// it changed, so repeated misses cost one fstat.
     ///
     /// - Returns: nil, when the item is genuinely absent.
-    /// - Throws: ``KeychainError`` `.tampered` when the directory holds misplaced items.
-    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> T? {
+    /// - Throws: ``StoreError`` `.tampered` when the directory holds misplaced items.
+    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState) throws(StoreError) -> T? {
         guard let directory = try serviceDirectory(names.service, create: false, state) else { return nil }
         if try caches.withLock({ $0.consistent[names.service] }) == directory.stamp() { return nil }
         _ = try list(directory, named: names.service, state)
@@ -138,13 +138,13 @@ extension ItemStore {
     /// The decrypted contents of a format-2 file that must be the item `expectedPrimaryKey` names;
     /// without `withSecret` the value is left empty (the secret section is not decrypted).
     func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
-                      _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
+                      _ state: OpenState) throws(StoreError) -> ItemFileV2.Contents {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
         let key = v2ItemKey(header, state.keys)
         let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: path)
         let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
         guard primaryKey == expectedPrimaryKey else {
-            throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
+            throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
         let value = withSecret ? try ItemFileV2.decryptSecret(of: bytes, header: header, key: key, primaryKey: primaryKey, path: path) : []
         return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
@@ -152,21 +152,21 @@ extension ItemStore {
                                    attributes: attributes, value: value)
     }
 
-    func readWhole(_ file: OpenFile, version: UInt16) throws(KeychainError) -> [UInt8] {
+    func readWhole(_ file: OpenFile, version: UInt16) throws(StoreError) -> [UInt8] {
         let (minimum, maximum) = version == 1 ? (ItemFile.headerSize, ItemFile.maximumFileSize)
                                               : (ItemFileV2.headerSize, ItemFileV2.maximumFileSize)
         guard file.size >= minimum, file.size <= maximum else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         return try file.read(count: file.size, at: 0)
     }
 
     /// The header and attributes of an item, authenticated, without touching the secret section;
     /// for format 2 also the primary key its attributes give (a generic password's, or an error).
-    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(KeychainError) -> (ItemAttributes, [UInt8]?) {
+    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError) -> (StoredAttributes, [UInt8]?) {
         if state.layout.version == 1 {
             guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-                throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+                throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
             }
             let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
                                                    storeID: storeID, path: file.path)
@@ -175,16 +175,16 @@ extension ItemStore {
                                                    path: file.path), nil)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
         guard header.itemClass == .genericPassword else {
-            throw KeychainError(.tampered, "\(file.path) holds an item of another class where a generic password belongs")
+            throw StoreError(.tampered, "\(file.path) holds an item of another class where a generic password belongs")
         }
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
         let list = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
-        return (try ItemAttributes(list, accessibility: header.accessibility, path: file.path),
+        return (try StoredAttributes(list, accessibility: header.accessibility, path: file.path),
                 header.itemClass.encodedPrimaryKey(of: list))
     }
 
@@ -203,18 +203,18 @@ extension ItemStore {
 extension ItemIdentity {
     /// The identity of attributes already decrypted and authenticated (their names were
     /// validated when written; a file that fails this was not written by TPMKeychain).
-    init(checked attributes: ItemAttributes) {
+    init(checked attributes: StoredAttributes) {
         self.init(unchecked: attributes.accessGroupName, attributes.service, attributes.account)
     }
 }
 
-extension ItemAttributes {
+extension StoredAttributes {
     /// A generic password's attributes from its format-2 tagged list.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` when the service or account is missing or not UTF-8.
-    init(_ list: AttributeList, accessibility: Accessibility, path: String) throws(KeychainError) {
+    /// - Throws: ``StoreError`` `.tampered` when the service or account is missing or not UTF-8.
+    init(_ list: AttributeList, accessibility: AccessibilityClass, path: String) throws(StoreError) {
         guard let service = list.string(AttributeTag.service), let account = list.string(AttributeTag.account) else {
-            throw KeychainError(.tampered, "\(path) has no service or account")
+            throw StoreError(.tampered, "\(path) has no service or account")
         }
         func date(_ tag: FourCharacterCode) -> Date {
             let nanoseconds = list.nanoseconds(tag) ?? 0

@@ -22,9 +22,9 @@ extension ItemStore {
     /// stored secret (update only). Attributes the item has and the change does not name (also
     /// ones a later version added) are kept. The first write to a format-1 store upgrades it.
     ///
-    /// - Throws: ``KeychainError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
+    /// - Throws: ``StoreError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
     ///   `.tampered` (the existing file is damaged: remove it first), `.timedOut`, `.storageFailed`.
-    package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
+    package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges) throws(StoreError) {
         try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes)
     }
 
@@ -34,16 +34,16 @@ extension ItemStore {
     /// - Throws: as ``write(_:mode:value:changes:)``; `.invalidParameter` for a reserved class or
     ///   a primary key without its service and account (generic) or server (internet).
     package func write(_ itemClass: ItemClass, primary: AttributeList, mode: WriteMode, value: ItemValue?,
-                       changes: AttributeChanges) throws(KeychainError) {
+                       changes: AttributeChanges) throws(StoreError) {
         try Self.validate(value: value, changes: changes)
         try Self.validate(itemClass, primary)
         let description = Self.describe(itemClass, primary)
-        try withWriteAccess { (state) throws(KeychainError) in
+        try withWriteAccess { (state) throws(StoreError) in
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let primaryKey = itemClass.encodedPrimaryKey(of: primary)
             guard let directory = try serviceDirectory(group, create: true, state) else {
-                throw KeychainError(.storageFailed, "Cannot create the directory for \(description)")
+                throw StoreError(.storageFailed, "Cannot create the directory for \(description)")
             }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
@@ -58,14 +58,14 @@ extension ItemStore {
             }
             switch (mode, existing) {
             case (.add, .some):
-                throw KeychainError(.duplicateItem, "An item for \(description) already exists")
+                throw StoreError(.duplicateItem, "An item for \(description) already exists")
             case (.update, .none):
-                throw KeychainError(.itemNotFound, "No item for \(description)")
+                throw StoreError(.itemNotFound, "No item for \(description)")
             default:
                 break
             }
             guard let newValue = value ?? existing.map({ ItemValue(kind: $0.kind, bytes: $0.value) }) else {
-                throw KeychainError(.invalidParameter, "A new item needs a value")
+                throw StoreError(.invalidParameter, "A new item needs a value")
             }
             var attributes = existing?.attributes ?? AttributeList()
             for tag in primary.tags { attributes[tag] = primary[tag] }
@@ -79,43 +79,43 @@ extension ItemStore {
                 accessibility: changes.accessibility ?? existing?.accessibility ?? .whenUnlocked, kind: newValue.kind,
                 attributes: attributes, value: newValue.bytes)
             let bytes = try encode(contents, state)
-            try changing(directory, named: group) { () throws(KeychainError) in
+            try changing(directory, named: group) { () throws(StoreError) in
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
         }
     }
 
     /// Deletes the item of any class named by `primary`. - Returns: false if it did not exist.
-    package func delete(_ itemClass: ItemClass, primary: AttributeList) throws(KeychainError) -> Bool {
+    package func delete(_ itemClass: ItemClass, primary: AttributeList) throws(StoreError) -> Bool {
         try Self.validate(itemClass, primary)
-        return try withWriteAccess { (state) throws(KeychainError) -> Bool in
+        return try withWriteAccess { (state) throws(StoreError) -> Bool in
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
             guard let directory = try serviceDirectory(group, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
-            return try changing(directory, named: group) { () throws(KeychainError) in
+            return try changing(directory, named: group) { () throws(StoreError) in
                 try directory.remove(ItemFileV2.fileName(of: itemClass, primary, keys: state.keys), durable: durable)
             }
         }
     }
 
-    private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(KeychainError) {
+    private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(StoreError) {
         let required: [FourCharacterCode]
         switch itemClass {
         case .genericPassword: required = [AttributeTag.service, AttributeTag.account]
         case .internetPassword: required = [AttributeTag.server]
         case .key, .certificate:
-            throw KeychainError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
+            throw StoreError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
         }
         for tag in required where (primary[tag] ?? []).isEmpty {
-            throw KeychainError(.invalidParameter, "A \(itemClass.code) item needs a non-empty \(tag)")
+            throw StoreError(.invalidParameter, "A \(itemClass.code) item needs a non-empty \(tag)")
         }
         for tag in primary.tags {
             let limit = tag == AttributeTag.generic ? ItemFile.maximumGenericDataBytes
                 : [AttributeTag.label, AttributeTag.comment, AttributeTag.description].contains(tag) ? ItemFile.maximumLabelBytes
                 : ItemIdentity.maximumNameBytes
             guard (primary[tag]?.count ?? 0) <= limit else {
-                throw KeychainError(.invalidParameter, "The \(tag) attribute is over \(limit) bytes")
+                throw StoreError(.invalidParameter, "The \(tag) attribute is over \(limit) bytes")
             }
         }
     }
@@ -129,12 +129,12 @@ extension ItemStore {
     }
 
     /// Format-2 bytes of `contents` with a fresh salt and nonce.
-    func encode(_ contents: ItemFileV2.Contents, _ state: OpenState) throws(KeychainError) -> [UInt8] {
+    func encode(_ contents: ItemFileV2.Contents, _ state: OpenState) throws(StoreError) -> [UInt8] {
         do {
             return try ItemFileV2.encode(contents, itemKeyParent: state.keys.items, storeID: storeID, salt: randomBytes(32),
                                          nonce: randomBytes(12))
         } catch {
-            throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
+            throw StoreError(.storageFailed, "Encryption failed", underlying: error)
         }
     }
 
@@ -146,13 +146,13 @@ extension ItemStore {
     }
 
     /// Deletes one item. - Returns: false if it did not exist.
-    package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
-        try withWriteAccess { (state) throws(KeychainError) -> Bool in
+    package func delete(_ identity: ItemIdentity) throws(StoreError) -> Bool {
+        try withWriteAccess { (state) throws(StoreError) -> Bool in
             let names = names(identity, state)
             guard let directory = try serviceDirectory(names.service, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
-            let removed = try changing(directory, named: names.service) { () throws(KeychainError) in
+            let removed = try changing(directory, named: names.service) { () throws(StoreError) in
                 try directory.remove(names.file, durable: durable)
             }
             if !removed { _ = try confirmAbsence(names, state) as Bool? }
@@ -161,13 +161,13 @@ extension ItemStore {
     }
 
     /// Deletes every item of a service, and temporary files dead writers left. - Returns: how many items.
-    package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
-        try withWriteAccess { (state) throws(KeychainError) -> Int in
+    package func deleteAll(service: String, accessGroup: String) throws(StoreError) -> Int {
+        try withWriteAccess { (state) throws(StoreError) -> Int in
             try deleteAll(service: service, accessGroup: accessGroup, state)
         }
     }
 
-    private func deleteAll(service: String, accessGroup: String, _ state: OpenState) throws(KeychainError) -> Int {
+    private func deleteAll(service: String, accessGroup: String, _ state: OpenState) throws(StoreError) -> Int {
         guard let directory = try serviceDirectory(groupName(service: service, accessGroup: accessGroup, state), create: false, state) else {
             return 0
         }
@@ -185,21 +185,21 @@ extension ItemStore {
         return removed
     }
 
-    private static func validate(value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
+    private static func validate(value: ItemValue?, changes: AttributeChanges) throws(StoreError) {
         if let value, value.bytes.count > ItemValue.maximumSize {
-            throw KeychainError(.invalidParameter, "The value is \(value.bytes.count) bytes; the limit is \(ItemValue.maximumSize) (16 MiB)")
+            throw StoreError(.invalidParameter, "The value is \(value.bytes.count) bytes; the limit is \(ItemValue.maximumSize) (16 MiB)")
         }
         for (text, what) in [(changes.label, "label"), (changes.comment, "comment")] {
             if let text, text.utf8.count > ItemFile.maximumLabelBytes {
-                throw KeychainError(.invalidParameter, "The \(what) is \(text.utf8.count) bytes; the limit is \(ItemFile.maximumLabelBytes)")
+                throw StoreError(.invalidParameter, "The \(what) is \(text.utf8.count) bytes; the limit is \(ItemFile.maximumLabelBytes)")
             }
         }
         if let generic = changes.genericData, generic.count > ItemFile.maximumGenericDataBytes {
-            throw KeychainError(.invalidParameter, "The generic data is \(generic.count) bytes; the limit is \(ItemFile.maximumGenericDataBytes)")
+            throw StoreError(.invalidParameter, "The generic data is \(generic.count) bytes; the limit is \(ItemFile.maximumGenericDataBytes)")
         }
     }
 
-    private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R) throws(KeychainError) -> R {
+    private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(StoreError) -> R) throws(StoreError) -> R {
         // Nothing to carry forward for a directory never checked: spare the write path two fstats.
         guard let known = caches.withLock({ $0.consistent[serviceName] }) else { return try body() }
         let unchangedBefore = try directory.stamp() == known

@@ -88,14 +88,14 @@ package final class ItemStore: Sendable {
     /// The store's format version as this process sees it (1 until the first write upgrades it).
     package var formatVersion: UInt16? { state.withLock { $0?.layout.version } }
 
-    func current() throws(KeychainError) -> OpenState {
+    func current() throws(StoreError) -> OpenState {
         guard let current = state.withLock({ $0 }) else {
-            throw KeychainError(.storeClosed, "The keychain store at \(root) is closed")
+            throw StoreError(.storeClosed, "The keychain store at \(root) is closed")
         }
         return current
     }
 
-    func currentKeys() throws(KeychainError) -> StoreKeys {
+    func currentKeys() throws(StoreError) -> StoreKeys {
         try current().keys
     }
 
@@ -140,7 +140,7 @@ package final class ItemStore: Sendable {
 
     /// The group's directory: opened once, re-checked (fstat) on every use, and opened (or
     /// created) again if it was removed from the file system meanwhile.
-    func serviceDirectory(_ name: String, create: Bool, _ state: OpenState) throws(KeychainError) -> Directory? {
+    func serviceDirectory(_ name: String, create: Bool, _ state: OpenState) throws(StoreError) -> Directory? {
         if let cached = caches.withLock({ $0.services[name] }) {
             if try cached.revalidate() { return cached }
             forgetServiceDirectory(name)
@@ -158,7 +158,7 @@ package final class ItemStore: Sendable {
     }
 
     /// The item's file, or nil.
-    func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
+    func openItem(_ names: ItemNames, _ state: OpenState) throws(StoreError) -> OpenFile? {
         try serviceDirectory(names.service, create: false, state)?.openFile(names.file)
     }
 

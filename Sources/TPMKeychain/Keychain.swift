@@ -38,8 +38,10 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   - location: the store; ``KeychainLocation/default`` unless told otherwise.
     /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or access group.
     public init(service: String, accessGroup: String? = nil, location: KeychainLocation = .default) throws(KeychainError) {
-        try ItemIdentity.validate(service, "service", allowEmpty: false)
-        if let accessGroup { try ItemIdentity.validate(accessGroup, "access group", allowEmpty: false) }
+        try engine { () throws(StoreError) in
+            try ItemIdentity.validate(service, "service", allowEmpty: false)
+            if let accessGroup { try ItemIdentity.validate(accessGroup, "access group", allowEmpty: false) }
+        }
         self.service = service
         self.accessGroup = accessGroup
         self.location = location
@@ -79,7 +81,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
             try remove(key)
             return
         }
-        try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+        try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility?.stored))
     }
 
     /// Stores `value` for `key` only if there is no item yet.
@@ -91,7 +93,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         if isNilOptional(value) {
             throw KeychainError(.invalidParameter, "Cannot add nil for \"\(key)\": there is no value to store")
         }
-        try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+        try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility?.stored))
     }
 
     /// Changes an existing item's attributes without touching its value. Attributes left nil keep
@@ -105,16 +107,20 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     public func updateAttributes(forKey key: String, label: String? = nil, comment: String? = nil,
                                  genericData: Data? = nil, accessibility: Accessibility? = nil,
                                  removing: Set<RemovableAttribute> = []) throws(KeychainError) {
-        try store().write(identity(key), mode: .update, value: nil,
-                          changes: AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility,
-                                                    clearing: Set(removing.map(\.tag))))
+        let (store, identity) = (try store(), try identity(key))
+        try engine { () throws(StoreError) in
+            try store.write(identity, mode: .update, value: nil,
+                            changes: AttributeChanges(label: label, comment: comment, genericData: genericData,
+                                                      accessibility: accessibility?.stored, clearing: Set(removing.map(\.tag))))
+        }
     }
 
     private func write<Value: Encodable>(_ value: Value, _ key: String, _ mode: ItemStore.WriteMode,
                                          _ changes: AttributeChanges) throws(KeychainError) {
         let identity = try identity(key)
         let encoded = try ValueCoding.encode(value)
-        try store().write(identity, mode: mode, value: encoded, changes: changes)
+        let store = try store()
+        try engine { () throws(StoreError) in try store.write(identity, mode: mode, value: encoded, changes: changes) }
     }
 
     // MARK: Reading
@@ -124,7 +130,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``KeychainError`` `.decodingFailed` when the stored bytes are not a `Value`
     ///   (for example not UTF-8 for a String), `.tampered`, `.tpmUnavailable`, `.wrongTPM`.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self) throws(KeychainError) -> Value? {
-        guard let value = try store().value(identity(key)) else { return nil }
+        let (store, identity) = (try store(), try identity(key))
+        guard let value = try engine({ () throws(StoreError) in try store.value(identity) }) else { return nil }
         return try ValueCoding.decode(value, as: type, key: key)
     }
 
@@ -157,14 +164,15 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.tampered` when the file is there but damaged.
     public func contains(_ key: String) throws(KeychainError) -> Bool {
-        try store().attributes(identity(key)) != nil
+        try attributes(forKey: key) != nil
     }
 
     /// The attributes of the item for `key` (label, comment, dates, generic data), without its secret.
     ///
     /// - Throws: ``KeychainError`` `.tampered` when the file is there but damaged or misplaced.
     public func attributes(forKey key: String) throws(KeychainError) -> ItemAttributes? {
-        try store().attributes(identity(key))
+        let (store, identity) = (try store(), try identity(key))
+        return try engine { () throws(StoreError) in try store.attributes(identity).map(ItemAttributes.init) }
     }
 
     /// The accounts (keys) of this service, in the order their items were created (as Apple's
@@ -172,14 +180,15 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allKeys() throws(KeychainError) -> [String] {
-        try store().list(service: service, accessGroup: accessGroup ?? "").map(\.account)
+        try allItems().map(\.account)
     }
 
     /// The attributes of every item of this service, in creation order.
     ///
     /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allItems() throws(KeychainError) -> [ItemAttributes] {
-        try store().list(service: service, accessGroup: accessGroup ?? "")
+        let (store, service, group) = (try store(), service, accessGroup ?? "")
+        return try engine { () throws(StoreError) in try store.list(service: service, accessGroup: group).map(ItemAttributes.init) }
     }
 
     // MARK: Removing
@@ -191,7 +200,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   `.timedOut` when another process holds the service's lock past the timeout.
     @discardableResult
     public func remove(_ key: String) throws(KeychainError) -> Bool {
-        try store().delete(identity(key))
+        let (store, identity) = (try store(), try identity(key))
+        return try engine { () throws(StoreError) in try store.delete(identity) }
     }
 
     /// Removes every item of this service (and access group).
@@ -201,7 +211,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   the timeout, `.storageFailed`.
     @discardableResult
     public func removeAll() throws(KeychainError) -> Int {
-        try store().deleteAll(service: service, accessGroup: accessGroup ?? "")
+        let (store, service, group) = (try store(), service, accessGroup ?? "")
+        return try engine { () throws(StoreError) in try store.deleteAll(service: service, accessGroup: group) }
     }
 
     // MARK: Store
@@ -216,7 +227,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError``.
     public static func allItems(in location: KeychainLocation = .default) throws(KeychainError) -> [ItemAttributes] {
-        try OpenStores.store(at: location).listAll()
+        let store = try OpenStores.store(at: location)
+        return try engine { () throws(StoreError) in try store.listAll().map(ItemAttributes.init) }
     }
 
     private func store() throws(KeychainError) -> ItemStore {
@@ -228,7 +240,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     }
 
     private func identity(_ key: String) throws(KeychainError) -> ItemIdentity {
-        try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key)
+        try engine { () throws(StoreError) in try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key) }
     }
 }
 
@@ -261,5 +273,14 @@ public enum RemovableAttribute: Sendable, Hashable, CaseIterable {
         case .comment: AttributeTag.comment
         case .genericData: AttributeTag.generic
         }
+    }
+}
+
+/// Runs engine work with the engine's errors turned into the API's (same code, message and cause).
+func engine<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
+    do {
+        return try body()
+    } catch {
+        throw KeychainError(error)
     }
 }

@@ -103,7 +103,8 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     ///   whose metadata is gone, `.permissionDenied`, `.unsafeFileSystem`, `.invalidParameter`
     ///   for a directory that holds something else.
     public func checkStore() throws(KeychainError) {
-        guard try ItemStore.presence(at: path) == .present else {
+        let path = path
+        guard try engine({ () throws(StoreError) in try ItemStore.presence(at: path) }) == .present else {
             throw KeychainError(.storeNotFound, "No keychain store at \(path)")
         }
     }

@@ -133,7 +133,7 @@ public final class StoreTPM: Sendable {
 
     private static func startSimulator(for store: String, stateDirectory: String, logger: Logger) throws(KeychainError) -> StoreTPM {
         let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
-        try Directory.createPath(store)
+        try engine { () throws(StoreError) in try Directory.createPath(store) }
         // One swtpm per state directory, across processes: the others wait their turn.
         let lockPath = store + "/simulator.lock"
         let lock: LockFile

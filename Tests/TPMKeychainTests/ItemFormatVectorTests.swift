@@ -35,12 +35,12 @@ func hex(_ text: String) -> [UInt8] {
     static func load() throws -> ItemVector { try ProjectFixtures.load("item-v1.json", as: ItemVector.self) }
 
     static func record(_ inputs: ItemVector.Inputs) throws -> ItemRecord {
-        let attributes = ItemAttributes(
+        let attributes = StoredAttributes(
             service: inputs.service, account: inputs.account, accessGroupName: inputs.accessGroup, label: inputs.label,
             comment: inputs.comment, genericData: Data(hex(inputs.genericData)),
             creationDate: Date(timeIntervalSince1970: Double(inputs.creationMilliseconds) / 1000),
             modificationDate: Date(timeIntervalSince1970: Double(inputs.modificationMilliseconds) / 1000),
-            accessibility: try #require(Accessibility(rawValue: inputs.accessibility)))
+            accessibility: try #require(AccessibilityClass(rawValue: inputs.accessibility)))
         return ItemRecord(itemID: hex(inputs.itemID), generation: inputs.generation, attributes: attributes,
                           value: ItemValue(kind: try #require(ValueKind(rawValue: inputs.valueKind)), bytes: hex(inputs.value)))
     }
@@ -72,10 +72,10 @@ func hex(_ text: String) -> [UInt8] {
         #expect(value.bytes == hex(vector.inputs.value))
         #expect(header.generation == vector.inputs.generation)
         let other = try ItemIdentity(accessGroup: "", service: vector.inputs.service, account: "mallory")
-        #expect(throws: KeychainError.self) {
+        #expect(throws: StoreError.self) {
             _ = try ItemFile.decryptAttributes(file[header.attributesRange], header: header, key: key, expected: other, path: "vector")
         }
-        #expect(throws: KeychainError.self) {
+        #expect(throws: StoreError.self) {
             _ = try ItemFile.decryptSecret(of: file, header: header, key: key, identity: other, path: "vector")
         }
     }

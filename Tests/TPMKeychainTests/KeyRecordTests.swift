@@ -30,15 +30,15 @@ import TPMKeychainTesting
         for position in bytes.indices {
             var damaged = bytes
             damaged[position] ^= 0x02
-            #expect(throws: KeychainError.self, "byte \(position)") {
+            #expect(throws: StoreError.self, "byte \(position)") {
                 _ = try KeyRecord(parsing: damaged, storeID: storeID, metadataKey: metadataKey, path: "record")
             }
         }
         // Another store's key, or a record moved from another store, is refused.
-        #expect(throws: KeychainError.self) {
+        #expect(throws: StoreError.self) {
             _ = try KeyRecord(parsing: bytes, storeID: storeID, metadataKey: SymmetricKey(size: .bits256), path: "record")
         }
-        #expect(throws: KeychainError.self) {
+        #expect(throws: StoreError.self) {
             _ = try KeyRecord(parsing: bytes, storeID: [UInt8](repeating: 0, count: 16), metadataKey: metadataKey, path: "record")
         }
     }
@@ -60,7 +60,7 @@ import TPMKeychainTesting
         #expect(try KeyRecord(parsing: record.serialized(metadataKey: key), storeID: record.storeID, metadataKey: key, path: "r") == record)
         let inconsistent = KeyRecord(storeID: record.storeID, recordID: record.recordID, accessibility: .whenUnlocked, flags: .passcode,
                                      counterIndex: 5, counterValue: 1, sealedKey: sealed)
-        #expect(throws: KeychainError.self) {
+        #expect(throws: StoreError.self) {
             _ = try KeyRecord(parsing: inconsistent.serialized(metadataKey: key), storeID: record.storeID, metadataKey: key, path: "r")
         }
     }

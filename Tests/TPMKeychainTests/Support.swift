@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import KeychainStore
 import TPMKeychain
 import TPMKeychainTesting
 
@@ -33,6 +34,9 @@ func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocat
         Issue.record("expected KeychainError.\(code), but nothing was thrown", sourceLocation: sourceLocation)
     } catch let error as KeychainError {
         #expect(error.code == code, "got \(error)", sourceLocation: sourceLocation)
+    } catch let error as StoreError {
+        // The engine's own error, for tests that call it directly: the same codes by name.
+        #expect(error.code.name == code.name, "got \(error)", sourceLocation: sourceLocation)
     } catch {
         Issue.record("expected KeychainError.\(code), got \(error)", sourceLocation: sourceLocation)
     }

@@ -25,9 +25,9 @@ package final class Directory: Sendable {
     /// with mode 0700 first when `create` is set.
     ///
     /// - Returns: nil when it does not exist and `create` is false.
-    /// - Throws: ``KeychainError`` `.unsafeFileSystem` (a symlink or non-directory, another owner,
+    /// - Throws: ``StoreError`` `.unsafeFileSystem` (a symlink or non-directory, another owner,
     ///   group or world access), `.storageFailed`.
-    static func open(_ name: String, in parent: Directory?, create: Bool) throws(KeychainError) -> Directory? {
+    static func open(_ name: String, in parent: Directory?, create: Bool) throws(StoreError) -> Directory? {
         let base = parent?.descriptor ?? AT_FDCWD
         let path = parent.map { $0.path + "/" + name } ?? name
         if create {
@@ -37,7 +37,7 @@ package final class Directory: Sendable {
             } catch where error.rawValue == EACCES || error.rawValue == EPERM {
                 throw permissionDenied(path, error)
             } catch {
-                throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
+                throw StoreError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
             }
         }
         let descriptor: Int32
@@ -46,16 +46,16 @@ package final class Directory: Sendable {
         } catch where error.rawValue == ENOENT && !create {
             return nil
         } catch where error.rawValue == ELOOP || error.rawValue == ENOTDIR {
-            throw KeychainError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
+            throw StoreError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM {
             throw permissionDenied(path, error)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
         }
         let directory = Directory(descriptor: descriptor, path: path)
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         try Ownership.check(status, path: path)
         return directory
@@ -64,11 +64,11 @@ package final class Directory: Sendable {
     /// Checks the open directory again (one fstat, no path walk): still ours and 0700.
     ///
     /// - Returns: false when it was removed from the file system while we held it open.
-    /// - Throws: ``KeychainError`` `.unsafeFileSystem` when its owner or mode changed.
-    func revalidate() throws(KeychainError) -> Bool {
+    /// - Throws: ``StoreError`` `.unsafeFileSystem` when its owner or mode changed.
+    func revalidate() throws(StoreError) -> Bool {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         try Ownership.check(status, path: path)
         return status.st_nlink > 0
@@ -82,11 +82,11 @@ package final class Directory: Sendable {
         let nanoseconds: Int
     }
 
-    /// - Throws: ``KeychainError`` `.storageFailed` if fstat fails.
-    func stamp() throws(KeychainError) -> Stamp {
+    /// - Throws: ``StoreError`` `.storageFailed` if fstat fails.
+    func stamp() throws(StoreError) -> Stamp {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         return Stamp(inode: UInt64(status.st_ino), seconds: status.st_mtim.tv_sec, nanoseconds: status.st_mtim.tv_nsec)
     }
@@ -97,8 +97,8 @@ package final class Directory: Sendable {
     /// and singly linked.
     ///
     /// - Returns: nil when the file does not exist.
-    /// - Throws: ``KeychainError`` `.unsafeFileSystem` or `.storageFailed`.
-    func openFile(_ name: String) throws(KeychainError) -> OpenFile? {
+    /// - Throws: ``StoreError`` `.unsafeFileSystem` or `.storageFailed`.
+    func openFile(_ name: String) throws(StoreError) -> OpenFile? {
         let path = self.path + "/" + name
         let fileDescriptor: Int32
         do {
@@ -106,22 +106,22 @@ package final class Directory: Sendable {
         } catch where error.rawValue == ENOENT {
             return nil
         } catch where error.rawValue == ELOOP {
-            throw KeychainError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
+            throw StoreError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM {
             throw Self.permissionDenied(path, error)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot open \(path)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot open \(path)", underlying: error)
         }
         let file = OpenFile(descriptor: fileDescriptor, path: path)
         var status = stat()
         guard fstat(fileDescriptor, &status) == 0 else {
-            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         guard status.st_mode & S_IFMT == S_IFREG else {
-            throw KeychainError(.unsafeFileSystem, "\(path) is not a regular file")
+            throw StoreError(.unsafeFileSystem, "\(path) is not a regular file")
         }
         guard status.st_nlink == 1 else {
-            throw KeychainError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
+            throw StoreError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
         }
         try Ownership.check(status, path: path)
         file.size = Int(status.st_size)
@@ -139,10 +139,10 @@ package final class Directory: Sendable {
     /// belongs to a writer that died and is removed first. One fixed name per target means at most
     /// one leftover per item and no directory scan on the write path.
     ///
-    /// - Throws: ``KeychainError`` `.storageFailed`.
+    /// - Throws: ``StoreError`` `.storageFailed`.
     /// - Parameter syncDirectory: false when the caller fsyncs the directory once after many
     ///   replacements (the format upgrade); the file itself is still fsynced when `durable`.
-    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(KeychainError) {
+    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(StoreError) {
         let temporary = name + Self.temporarySuffix
         _ = unlinkat(descriptor, temporary, 0)
         let fileDescriptor: Int32
@@ -152,7 +152,7 @@ package final class Directory: Sendable {
             }
         } catch {
             if error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS { throw Self.permissionDenied(path, error) }
-            throw KeychainError(.storageFailed, "Cannot create \(path)/\(temporary)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot create \(path)/\(temporary)", underlying: error)
         }
         do {
             try Self.writeAll(fileDescriptor, bytes)
@@ -162,7 +162,7 @@ package final class Directory: Sendable {
         } catch {
             closeDescriptor(fileDescriptor)
             _ = unlinkat(descriptor, temporary, 0)
-            throw KeychainError(.storageFailed, "Cannot write \(path)/\(name)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot write \(path)/\(name)", underlying: error)
         }
         if durable && syncDirectory { try sync() }
     }
@@ -171,7 +171,7 @@ package final class Directory: Sendable {
     /// file, so a reader never sees a partial file and two creators cannot both win).
     ///
     /// - Returns: false if the file already existed.
-    func createExclusively(_ name: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
+    func createExclusively(_ name: String, with bytes: [UInt8]) throws(StoreError) -> Bool {
         let temporary = name + ".new"
         try replace(temporary, with: bytes, durable: true)
         defer { _ = unlinkat(descriptor, temporary, 0) }
@@ -180,31 +180,31 @@ package final class Directory: Sendable {
         } catch where error.rawValue == EEXIST {
             return false
         } catch {
-            throw KeychainError(.storageFailed, "Cannot create \(path)/\(name)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot create \(path)/\(name)", underlying: error)
         }
         try sync()
         return true
     }
 
     /// Removes a file. - Returns: false if it did not exist.
-    func remove(_ name: String, durable: Bool) throws(KeychainError) -> Bool {
+    func remove(_ name: String, durable: Bool) throws(StoreError) -> Bool {
         do {
             try retryingInterrupts { unlinkat(descriptor, name, 0) }
         } catch where error.rawValue == ENOENT {
             return false
         } catch {
-            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
         }
         if durable { try sync() }
         return true
     }
 
     /// The names in the directory (not . and ..).
-    func entries() throws(KeychainError) -> [String] {
+    func entries() throws(StoreError) -> [String] {
         let copy = dup(descriptor)
         guard copy >= 0, let stream = fdopendir(copy) else {
             if copy >= 0 { closeDescriptor(copy) }
-            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
+            throw StoreError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
         }
         defer { closedir(stream) }
         // The copy shares its position with our descriptor: start from the beginning every time.
@@ -222,19 +222,19 @@ package final class Directory: Sendable {
     /// Takes the directory's writer lock (`<directory>/<name>`, an flock held until the returned
     /// object is released), waiting at most `timeout` for writers before us.
     ///
-    /// - Throws: ``KeychainError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
+    /// - Throws: ``StoreError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
     ///   for a symlink, `.permissionDenied`, `.storageFailed`.
-    func lock(_ name: String, timeout: Duration) throws(KeychainError) -> LockFile {
+    func lock(_ name: String, timeout: Duration) throws(StoreError) -> LockFile {
         let lockPath = path + "/" + name
         let file: LockFile
         do {
             file = try LockFile(name, in: descriptor)
         } catch where error.rawValue == ELOOP {
-            throw KeychainError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
+            throw StoreError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
             throw Self.permissionDenied(lockPath, error)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
         }
         try Self.take(file, path: lockPath, timeout: timeout, purpose: "writing to it")
         return file
@@ -243,56 +243,56 @@ package final class Directory: Sendable {
     /// Takes an flock on the directory itself, which needs no lock file: used while a store is
     /// opened or created, when nothing may be written yet.
     ///
-    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
-    func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(KeychainError) -> LockFile {
+    /// - Throws: ``StoreError`` `.timedOut`, `.storageFailed`.
+    func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(StoreError) -> LockFile {
         let file: LockFile
         do {
             file = try LockFile(directory: descriptor)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
+            throw StoreError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
         }
         try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
         return file
     }
 
     private static func take(_ file: LockFile, path: String, timeout: Duration, purpose: String,
-                             shared: Bool = false) throws(KeychainError) {
+                             shared: Bool = false) throws(StoreError) {
         let locked: Bool
         do {
             locked = try file.lock(timeout: timeout, shared: shared)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot lock \(path)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot lock \(path)", underlying: error)
         }
         guard locked else {
             let holder = file.holderProcessID.map { "process \($0)" } ?? "another process"
-            throw KeychainError(.timedOut, "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again")
+            throw StoreError(.timedOut, "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again")
         }
     }
 
     /// `mkdir -p` with mode 0700 for what is missing, its failures as keychain errors.
     ///
-    /// - Throws: ``KeychainError`` `.permissionDenied` or `.storageFailed`.
-    package static func createPath(_ path: String) throws(KeychainError) {
+    /// - Throws: ``StoreError`` `.permissionDenied` or `.storageFailed`.
+    package static func createPath(_ path: String) throws(StoreError) {
         do {
             try createDirectories(path)
         } catch where error.rawValue == EACCES || error.rawValue == EPERM {
             throw permissionDenied(path, error)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
         }
     }
 
-    static func permissionDenied(_ path: String, _ error: Errno) -> KeychainError {
-        KeychainError(.permissionDenied, "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error)
+    static func permissionDenied(_ path: String, _ error: Errno) -> StoreError {
+        StoreError(.permissionDenied, "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error)
     }
 
     /// Removes the directory `name` and everything in it (the store's own two-level trees:
     /// directories of regular files). Symlinks are removed, never followed.
     ///
     /// - Returns: false if there was nothing to remove.
-    /// - Throws: ``KeychainError`` `.storageFailed`, `.unsafeFileSystem`.
+    /// - Throws: ``StoreError`` `.storageFailed`, `.unsafeFileSystem`.
     @discardableResult
-    func removeTree(_ name: String) throws(KeychainError) -> Bool {
+    func removeTree(_ name: String) throws(StoreError) -> Bool {
         guard let directory = try Directory.openAnyOwner(name, in: self) else { return false }
         for entry in try directory.entries() {
             if unlinkat(directory.descriptor, entry, 0) == 0 { continue }
@@ -301,29 +301,29 @@ package final class Directory: Sendable {
         do {
             try retryingInterrupts { unlinkat(descriptor, name, AT_REMOVEDIR) }
         } catch {
-            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
         }
         return true
     }
 
     /// Opens a subdirectory for removal: a symlink is refused, the owner is not checked.
-    private static func openAnyOwner(_ name: String, in parent: Directory) throws(KeychainError) -> Directory? {
+    private static func openAnyOwner(_ name: String, in parent: Directory) throws(StoreError) -> Directory? {
         do {
             let descriptor = try retryingInterrupts { openat(parent.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             return Directory(descriptor: descriptor, path: parent.path + "/" + name)
         } catch where error.rawValue == ENOENT {
             return nil
         } catch {
-            throw KeychainError(.storageFailed, "Cannot open \(parent.path)/\(name)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot open \(parent.path)/\(name)", underlying: error)
         }
     }
 
     /// fsync of the directory, so renames and unlinks in it are durable.
-    func sync() throws(KeychainError) {
+    func sync() throws(StoreError) {
         do {
             try retryingInterrupts { fsync(descriptor) }
         } catch {
-            throw KeychainError(.storageFailed, "Cannot sync the directory \(path)", underlying: error)
+            throw StoreError(.storageFailed, "Cannot sync the directory \(path)", underlying: error)
         }
     }
 
@@ -342,15 +342,15 @@ package final class Directory: Sendable {
 enum Ownership {
     static var effectiveUser: uid_t { PrivateOwnership.effectiveUser }
 
-    /// - Throws: ``KeychainError`` `.unsafeFileSystem` for another owner or any group/other bits.
-    static func check(_ status: stat, path: String) throws(KeychainError) {
+    /// - Throws: ``StoreError`` `.unsafeFileSystem` for another owner or any group/other bits.
+    static func check(_ status: stat, path: String) throws(StoreError) {
         switch PrivateOwnership.problem(owner: status.st_uid, mode: status.st_mode) {
         case nil:
             return
         case .foreignOwner(let owner):
-            throw KeychainError(.unsafeFileSystem, "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
+            throw StoreError(.unsafeFileSystem, "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
         case .looseMode(let mode):
-            throw KeychainError(.unsafeFileSystem, "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
+            throw StoreError(.unsafeFileSystem, "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
         }
     }
 }
@@ -370,10 +370,10 @@ final class OpenFile {
 
     /// Reads exactly `count` bytes at `offset`.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` when the file is shorter, `.storageFailed` on I/O errors.
-    func read(count: Int, at offset: Int) throws(KeychainError) -> [UInt8] {
+    /// - Throws: ``StoreError`` `.tampered` when the file is shorter, `.storageFailed` on I/O errors.
+    func read(count: Int, at offset: Int) throws(StoreError) -> [UInt8] {
         guard count >= 0, offset >= 0, offset + count <= size else {
-            throw KeychainError(.tampered, "\(path) is truncated")
+            throw StoreError(.tampered, "\(path) is truncated")
         }
         var buffer = [UInt8](repeating: 0, count: count)
         var done = 0
@@ -384,9 +384,9 @@ final class OpenFile {
                     buffer.withUnsafeMutableBytes { raw in pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset + done)) }
                 }
             } catch {
-                throw KeychainError(.storageFailed, "Cannot read \(path)", underlying: error)
+                throw StoreError(.storageFailed, "Cannot read \(path)", underlying: error)
             }
-            guard read > 0 else { throw KeychainError(.tampered, "\(path) is truncated") }
+            guard read > 0 else { throw StoreError(.tampered, "\(path) is truncated") }
             done += read
         }
         return buffer

@@ -131,9 +131,9 @@ package struct AttributeList: Sendable, Hashable {
         return writer.bytes
     }
 
-    /// - Throws: ``KeychainError`` `.tampered` for truncated entries, oversized values, or tags
+    /// - Throws: ``StoreError`` `.tampered` for truncated entries, oversized values, or tags
     ///   out of order or repeated (no writer produces those).
-    package init(decoding bytes: [UInt8], path: String) throws(KeychainError) {
+    package init(decoding bytes: [UInt8], path: String) throws(StoreError) {
         var reader = WireReader(bytes)
         var previous: FourCharacterCode?
         do {
@@ -141,18 +141,18 @@ package struct AttributeList: Sendable, Hashable {
                 let tag = FourCharacterCode(rawValue: try reader.readUInt32())
                 let count = Int(try reader.readUInt32())
                 guard count <= Self.maximumValueSize else {
-                    throw KeychainError(.tampered, "\(path) has an attribute \(tag) of \(count) bytes")
+                    throw StoreError(.tampered, "\(path) has an attribute \(tag) of \(count) bytes")
                 }
                 if let previous, tag <= previous {
-                    throw KeychainError(.tampered, "\(path) has attributes out of order")
+                    throw StoreError(.tampered, "\(path) has attributes out of order")
                 }
                 values[tag] = try reader.readBytes(count)
                 previous = tag
             }
-        } catch let error as KeychainError {
+        } catch let error as StoreError {
             throw error
         } catch {
-            throw KeychainError(.tampered, "\(path) has truncated attributes")
+            throw StoreError(.tampered, "\(path) has truncated attributes")
         }
     }
 }

@@ -1,4 +1,4 @@
-public import Foundation
+package import Foundation
 
 /// How an item is allowed to be read, as on Apple platforms. Stored and authenticated with every
 /// item. Every TPMKeychain item is bound to this machine's TPM, so the "ThisDeviceOnly" variants
@@ -6,7 +6,7 @@ public import Foundation
 ///
 /// - Important: stored, not yet enforced: until access control lands, every class reads like
 ///   ``whenUnlocked`` (readable whenever the process runs and the TPM unseals the store).
-public enum Accessibility: UInt8, Sendable, Hashable, Codable, CaseIterable {
+package enum AccessibilityClass: UInt8, Sendable, Hashable, Codable, CaseIterable {
     /// kSecAttrAccessibleWhenUnlocked, the default.
     case whenUnlocked = 1
     /// kSecAttrAccessibleAfterFirstUnlock.
@@ -37,9 +37,9 @@ package struct ItemIdentity: Sendable, Hashable {
     package let service: String
     package let account: String
 
-    /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or account,
+    /// - Throws: ``StoreError`` `.invalidParameter` for an empty or oversized service or account,
     ///   an oversized access group, or a name containing NUL.
-    package init(accessGroup: String, service: String, account: String) throws(KeychainError) {
+    package init(accessGroup: String, service: String, account: String) throws(StoreError) {
         try Self.validate(service, "service", allowEmpty: false)
         try Self.validate(account, "account", allowEmpty: false)
         try Self.validate(accessGroup, "access group", allowEmpty: true)
@@ -55,48 +55,48 @@ package struct ItemIdentity: Sendable, Hashable {
         self.account = account
     }
 
-    package static func validate(_ name: String, _ what: String, allowEmpty: Bool) throws(KeychainError) {
+    package static func validate(_ name: String, _ what: String, allowEmpty: Bool) throws(StoreError) {
         let size = name.utf8.count
         if size == 0 && !allowEmpty {
-            throw KeychainError(.invalidParameter, "The \(what) name is empty")
+            throw StoreError(.invalidParameter, "The \(what) name is empty")
         }
         guard size <= maximumNameBytes else {
-            throw KeychainError(.invalidParameter, "The \(what) name is \(size) bytes; the limit is \(maximumNameBytes)")
+            throw StoreError(.invalidParameter, "The \(what) name is \(size) bytes; the limit is \(maximumNameBytes)")
         }
         guard !name.utf8.contains(0) else {
-            throw KeychainError(.invalidParameter, "The \(what) name contains a NUL character")
+            throw StoreError(.invalidParameter, "The \(what) name contains a NUL character")
         }
     }
 }
 
 /// The attributes of an item: everything but the secret, readable without decrypting it.
-public struct ItemAttributes: Sendable, Hashable, CustomStringConvertible {
+package struct StoredAttributes: Sendable, Hashable, CustomStringConvertible {
     /// The service (kSecAttrService).
-    public let service: String
+    package let service: String
     /// The account, the item's key within its service (kSecAttrAccount).
-    public let account: String
+    package let account: String
     /// The access group, nil when the item belongs to none (kSecAttrAccessGroup).
-    public var accessGroup: String? { accessGroupName.isEmpty ? nil : accessGroupName }
+    package var accessGroup: String? { accessGroupName.isEmpty ? nil : accessGroupName }
     /// The access group as stored: empty for none.
     package let accessGroupName: String
     /// A name for people (kSecAttrLabel).
-    public var label: String?
+    package var label: String?
     /// A note for people (kSecAttrComment).
-    public var comment: String?
+    package var comment: String?
     /// Application data stored with the item (kSecAttrGeneric).
-    public var genericData: Data?
+    package var genericData: Data?
     /// When the item was first written (kSecAttrCreationDate).
-    public let creationDate: Date
+    package let creationDate: Date
     /// When the item was last written (kSecAttrModificationDate).
-    public let modificationDate: Date
+    package let modificationDate: Date
     /// When the item may be read (kSecAttrAccessible).
     ///
     /// - Important: stored, not yet enforced: until access control lands every class reads like
-    ///   ``Accessibility/whenUnlocked``.
-    public let accessibility: Accessibility
+    ///   ``AccessibilityClass/whenUnlocked``.
+    package let accessibility: AccessibilityClass
 
     /// Names and dates; generic data by size only. Never a secret: the item's value is not here.
-    public var description: String {
+    package var description: String {
         var parts = ["service: \"\(service)\"", "account: \"\(account)\""]
         if let accessGroup { parts.append("accessGroup: \"\(accessGroup)\"") }
         if let label { parts.append("label: \"\(label)\"") }
@@ -105,7 +105,7 @@ public struct ItemAttributes: Sendable, Hashable, CustomStringConvertible {
         parts.append("created: \(creationDate)")
         parts.append("modified: \(modificationDate)")
         parts.append("accessibility: \(accessibility)")
-        return "ItemAttributes(" + parts.joined(separator: ", ") + ")"
+        return "StoredAttributes(" + parts.joined(separator: ", ") + ")"
     }
 }
 
@@ -115,10 +115,10 @@ package struct AttributeChanges: Sendable {
     package var label: String?
     package var comment: String?
     package var genericData: Data?
-    package var accessibility: Accessibility?
+    package var accessibility: AccessibilityClass?
     package var clearing: Set<FourCharacterCode>
 
-    package init(label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil,
+    package init(label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: AccessibilityClass? = nil,
                  clearing: Set<FourCharacterCode> = []) {
         self.label = label
         self.comment = comment
@@ -154,6 +154,6 @@ package struct ItemValue: Sendable, Hashable {
 package struct ItemRecord: Sendable {
     package var itemID: [UInt8]
     package var generation: UInt64
-    package var attributes: ItemAttributes
+    package var attributes: StoredAttributes
     package var value: ItemValue
 }

@@ -12,7 +12,7 @@ import TPM
 ///     6      2     reserved = 0
 ///     8      16    store ID
 ///     24     16    record ID (random, never all zero)
-///     40     1     accessibility class the record serves (``Accessibility``)
+///     40     1     accessibility class the record serves (``AccessibilityClass``)
 ///     41     1     flags: bit 0 passcode (the sealed key's policy starts with PolicyAuthValue and
 ///                  the object is DA-protected), bit 1 NV-bound (the policy ends with PolicyNV:
 ///                  counter at `counter index` equal to `counter value`); other bits 0
@@ -42,7 +42,7 @@ struct KeyRecord: Sendable, Equatable {
 
     let storeID: [UInt8]
     let recordID: [UInt8]
-    let accessibility: Accessibility
+    let accessibility: AccessibilityClass
     let flags: Flags
     let counterIndex: UInt32
     let counterValue: UInt64
@@ -95,17 +95,17 @@ struct KeyRecord: Sendable, Equatable {
 
     /// Parses and authenticates a record file.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` for anything no writer produces, a record of
+    /// - Throws: ``StoreError`` `.tampered` for anything no writer produces, a record of
     ///   another store, or a MAC that does not match the bytes as read.
-    init(parsing bytes: [UInt8], storeID expectedStoreID: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) {
+    init(parsing bytes: [UInt8], storeID expectedStoreID: [UInt8], metadataKey: SymmetricKey, path: String) throws(StoreError) {
         do {
             var reader = WireReader(bytes)
             guard try reader.readBytes(4) == Self.magic, try reader.readUInt16() == Self.version, try reader.readUInt16() == 0 else {
-                throw KeychainError(.tampered, "\(path) is not a version-1 key record")
+                throw StoreError(.tampered, "\(path) is not a version-1 key record")
             }
             storeID = try reader.readBytes(16)
             recordID = try reader.readBytes(16)
-            let accessibility = Accessibility(rawValue: try reader.readUInt8())
+            let accessibility = AccessibilityClass(rawValue: try reader.readUInt8())
             flags = Flags(rawValue: try reader.readUInt8())
             let reserved = try reader.readUInt16()
             counterIndex = try reader.readUInt32()
@@ -113,29 +113,29 @@ struct KeyRecord: Sendable, Equatable {
             let sealedLength = Int(try reader.readUInt16())
             guard let accessibility, reserved == 0, flags.rawValue & ~0b11 == 0, sealedLength <= Self.maximumSealedSize,
                   recordID != ItemFileV2.masterKeyRecord, flags.contains(.counterBound) || (counterIndex == 0 && counterValue == 0) else {
-                throw KeychainError(.tampered, "\(path) is a damaged key record")
+                throw StoreError(.tampered, "\(path) is a damaged key record")
             }
             self.accessibility = accessibility
             let sealed = try reader.readBytes(sealedLength)
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
-            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
+            guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
             guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Self.macDomain + bytes[..<authenticatedCount],
                                                          using: metadataKey) else {
-                throw KeychainError(.tampered, "\(path) failed authentication: the key record was modified or belongs to another store")
+                throw StoreError(.tampered, "\(path) failed authentication: the key record was modified or belongs to another store")
             }
             guard storeID == expectedStoreID else {
-                throw KeychainError(.tampered, "\(path) belongs to another keychain store")
+                throw StoreError(.tampered, "\(path) belongs to another keychain store")
             }
             sealedKey = try SealedObject(serialized: sealed)
-        } catch let error as KeychainError {
+        } catch let error as StoreError {
             throw error
         } catch {
-            throw KeychainError(.tampered, "\(path) is a damaged key record", underlying: error)
+            throw StoreError(.tampered, "\(path) is a damaged key record", underlying: error)
         }
     }
 
-    init(storeID: [UInt8], recordID: [UInt8], accessibility: Accessibility, flags: Flags, counterIndex: UInt32 = 0,
+    init(storeID: [UInt8], recordID: [UInt8], accessibility: AccessibilityClass, flags: Flags, counterIndex: UInt32 = 0,
          counterValue: UInt64 = 0, sealedKey: SealedObject) {
         self.storeID = storeID
         self.recordID = recordID

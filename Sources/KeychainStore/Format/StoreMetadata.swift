@@ -61,34 +61,34 @@ struct StoreMetadata {
 
     /// Parses the file; the MAC is checked by ``verify(_:metadataKey:)`` once the key is unsealed.
     ///
-    /// - Throws: ``KeychainError`` `.tampered` or `.unsupportedVersion`.
-    static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> Parsed {
+    /// - Throws: ``StoreError`` `.tampered` or `.unsupportedVersion`.
+    static func parse(_ bytes: [UInt8], path: String) throws(StoreError) -> Parsed {
         do {
             var reader = WireReader(bytes)
             guard try reader.readBytes(4) == magic else {
-                throw KeychainError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
+                throw StoreError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
             }
             let version = try reader.readUInt16()
             guard supportedVersions.contains(version) else {
-                throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads versions 1 and 2: upgrade TPMKeychain")
+                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads versions 1 and 2: upgrade TPMKeychain")
             }
             guard try reader.readUInt16() == 0 else {
-                throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
+                throw StoreError(.tampered, "\(path) is damaged: its reserved field is not zero")
             }
             let storeID = try reader.readBytes(16)
             let created = Int64(bitPattern: try reader.readUInt64())
             let sealedLength = Int(try reader.readUInt32())
-            guard sealedLength <= maximumSealedKeySize else { throw KeychainError(.tampered, "\(path) is damaged") }
+            guard sealedLength <= maximumSealedKeySize else { throw StoreError(.tampered, "\(path) is damaged") }
             let sealed = try SealedObject(serialized: try reader.readBytes(sealedLength))
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
-            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
+            guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
             return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed),
                           authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
-        } catch let error as KeychainError {
+        } catch let error as StoreError {
             throw error
         } catch {
-            throw KeychainError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
+            throw StoreError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
         }
     }
 
@@ -99,10 +99,10 @@ struct StoreMetadata {
         let mac: [UInt8]
         let path: String
 
-        /// - Throws: ``KeychainError`` `.tampered` unless the MAC authenticates the bytes read.
-        func verify(metadataKey: SymmetricKey) throws(KeychainError) {
+        /// - Throws: ``StoreError`` `.tampered` unless the MAC authenticates the bytes read.
+        func verify(metadataKey: SymmetricKey) throws(StoreError) {
             guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: authenticatedBytes, using: metadataKey) else {
-                throw KeychainError(.tampered, "\(path) failed authentication: the store's metadata was modified")
+                throw StoreError(.tampered, "\(path) failed authentication: the store's metadata was modified")
             }
         }
     }

@@ -31,7 +31,7 @@ enum OpenStores {
             let tpm = try StoreTPM.choose(for: location)
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
-            let newStore = try ItemStore.open(at: location.path, tpm: tpm.configuration)
+            let newStore = try engine { () throws(StoreError) in try ItemStore.open(at: location.path, tpm: tpm.configuration) }
             store = newStore
             opened.withLock { $0[location] = newStore }
             return newStore

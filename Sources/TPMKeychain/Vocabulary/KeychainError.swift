@@ -1,3 +1,4 @@
+import KeychainStore
 /// A keychain operation that did not succeed, with what a caller acts on in ``code``.
 ///
 /// Messages name what went wrong and what to do; they never contain secrets.
@@ -8,7 +9,7 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
         /// A stable name, for logs and scripts.
         public let name: String
 
-        private init(_ name: String) { self.name = name }
+        fileprivate init(_ name: String) { self.name = name }
 
         /// The code's name, as in the source (`itemNotFound`).
         public var description: String { name }
@@ -81,5 +82,19 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(code)
         hasher.combine(message)
+    }
+}
+
+extension KeychainError {
+    /// The engine's error as callers of the API see it: the same code, message and cause.
+    init(_ error: StoreError) {
+        self.init(Code(named: error.code.name), error.message, underlying: error.underlyingError)
+    }
+}
+
+extension KeychainError.Code {
+    /// The public code with an engine code's name.
+    init(named name: String) {
+        self.init(name)
     }
 }
