@@ -70,7 +70,7 @@ package struct ItemIdentity: Sendable, Hashable {
 }
 
 /// The attributes of an item: everything but the secret, readable without decrypting it.
-package struct StoredAttributes: Sendable, Hashable, CustomStringConvertible {
+package struct StoredAttributes: Sendable, Hashable {
     /// The service (kSecAttrService).
     package let service: String
     /// The account, the item's key within its service (kSecAttrAccount).
@@ -94,19 +94,6 @@ package struct StoredAttributes: Sendable, Hashable, CustomStringConvertible {
     /// - Important: stored, not yet enforced: until access control lands every class reads like
     ///   ``AccessibilityClass/whenUnlocked``.
     package let accessibility: AccessibilityClass
-
-    /// Names and dates; generic data by size only. Never a secret: the item's value is not here.
-    package var description: String {
-        var parts = ["service: \"\(service)\"", "account: \"\(account)\""]
-        if let accessGroup { parts.append("accessGroup: \"\(accessGroup)\"") }
-        if let label { parts.append("label: \"\(label)\"") }
-        if let comment { parts.append("comment: \"\(comment)\"") }
-        if let genericData { parts.append("genericData: \(genericData.count) bytes") }
-        parts.append("created: \(creationDate)")
-        parts.append("modified: \(modificationDate)")
-        parts.append("accessibility: \(accessibility)")
-        return "StoredAttributes(" + parts.joined(separator: ", ") + ")"
-    }
 }
 
 /// Attributes a write sets; nil leaves the stored value (or nothing, for a new item) as it is,
