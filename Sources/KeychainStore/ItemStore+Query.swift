@@ -128,13 +128,28 @@ extension ItemStore {
         } else {
             groups = try state.layout.items.entries()
         }
+        return try scan(groups: groups, state)
+    }
+
+    /// Every item of the group directories named, each checked to be the item its file name says
+    /// and to belong to the group its directory's name says: a renamed file or a swapped directory
+    /// is reported, never skipped. Each directory read whole is then known to be consistent until
+    /// it changes (``confirmAbsence(_:_:)`` relies on that).
+    func scan(groups: [String], _ state: OpenState) throws(StoreError) -> [ScannedItem] {
         var scanned: [ScannedItem] = []
         var groupCheck = GroupCheck()
         for group in groups {
             guard let directory = try serviceDirectory(group, create: false, state) else { continue }
+            let stamp = try directory.stamp()
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
                 scanned.append(try scannedItem(file, named: name, in: directory, group: group, &groupCheck, state))
+            }
+            if try directory.stamp() == stamp {
+                caches.withLock { caches in
+                    if caches.consistent.count >= Caches.limit { caches.consistent.removeAll(keepingCapacity: true) }
+                    caches.consistent[group] = stamp
+                }
             }
         }
         return scanned
@@ -161,15 +176,17 @@ extension ItemStore {
     private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
                              _ groupCheck: inout GroupCheck, _ state: OpenState) throws(StoreError) -> ScannedItem {
         if state.layout.version == 1 {
-            let (attributes, _) = try readAttributes(file, state)
-            let identity = ItemIdentity(checked: attributes)
-            let names = names(identity, state)
-            guard names.file == name, names.service == group else {
-                throw StoreError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
+            guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
+                throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
             }
-            let list = AttributeList(formatOne: attributes)
             let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
                                                    storeID: storeID, path: file.path)
+            let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
+            let attributes = try ItemFile.decryptAttributes(sealed[...], header: header, key: v1ItemKey(header, state.keys),
+                                                            expected: nil, path: file.path)
+            let names = names(ItemIdentity(checked: attributes), state)
+            try Self.checkPlacement(fileMatches: names.file == name, groupMatches: names.service == group, file.path, directory.path)
+            let list = AttributeList(formatOne: attributes)
             return ScannedItem(directory: directory, file: name, itemClass: .genericPassword, itemID: header.itemID,
                                accessibility: header.accessibility, kind: header.kind, attributes: list)
         }
@@ -182,12 +199,19 @@ extension ItemStore {
         // Derived, not cached: a listing would only churn the get path's cache of item keys.
         let key = ItemFileV2.itemKey(parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
         let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: key, path: file.path)
-        guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
-              groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group else {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped, renamed or moved")
-        }
+        try Self.checkPlacement(fileMatches: ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
+                                groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
+                                file.path, directory.path)
         return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
                            accessibility: header.accessibility, kind: header.kind, attributes: attributes)
+    }
+
+    /// - Throws: ``StoreError`` `.tampered` when a file is not where its decrypted primary key puts it.
+    private static func checkPlacement(fileMatches: Bool, groupMatches: Bool, _ path: String, _ directory: String) throws(StoreError) {
+        guard fileMatches else { throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed") }
+        guard groupMatches else {
+            throw StoreError(.tampered, "\(directory) holds an item of another service: directories or files were swapped or moved")
+        }
     }
 
     /// The secret of a scanned item, authenticated with its primary key (the file may have been

@@ -93,34 +93,6 @@ extension ItemStore {
         return result
     }
 
-    /// Every item of a group directory, each checked to be the item its file name says and to
-    /// belong to the group the directory's name says: a renamed file or a swapped directory is
-    /// reported, never skipped. The directory is then known to be consistent until it changes.
-    func list(_ directory: Directory, named groupName: String, _ state: OpenState) throws(StoreError) -> [StoredAttributes] {
-        let stamp = try directory.stamp()
-        var result: [StoredAttributes] = []
-        for name in try directory.entries() where name.hasSuffix(".item") {
-            guard let file = try directory.openFile(name) else { continue }
-            let (attributes, _) = try readAttributes(file, state)
-            let identity = ItemIdentity(checked: attributes)
-            let expected = names(identity, state)
-            guard name == expected.file else {
-                throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
-            }
-            guard expected.service == groupName else {
-                throw StoreError(.tampered, "\(directory.path) holds an item of another service: directories or files were swapped or moved")
-            }
-            result.append(attributes)
-        }
-        if try directory.stamp() == stamp {
-            caches.withLock { caches in
-                if caches.consistent.count >= Caches.limit { caches.consistent.removeAll(keepingCapacity: true) }
-                caches.consistent[groupName] = stamp
-            }
-        }
-        return result
-    }
-
     /// Makes a miss trustworthy: an item file renamed away, or a group directory swapped with
     /// another, would otherwise read as "not found" while a listing reports tampering. The
     /// directory is checked once (every item read, as a listing does) and then only again after
@@ -131,7 +103,7 @@ extension ItemStore {
     func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState) throws(StoreError) -> T? {
         guard let directory = try serviceDirectory(names.service, create: false, state) else { return nil }
         if try caches.withLock({ $0.consistent[names.service] }) == directory.stamp() { return nil }
-        _ = try list(directory, named: names.service, state)
+        _ = try scan(groups: [names.service], state)
         return nil
     }
 

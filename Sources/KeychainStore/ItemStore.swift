@@ -95,10 +95,6 @@ package final class ItemStore: Sendable {
         return current
     }
 
-    func currentKeys() throws(StoreError) -> StoreKeys {
-        try current().keys
-    }
-
     /// Switches to `layout` (after an upgrade, by this process or another) and forgets
     /// everything cached about the old one.
     func adopt(_ layout: Layout) {

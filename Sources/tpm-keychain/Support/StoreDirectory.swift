@@ -1,8 +1,4 @@
 import Foundation
-import SystemCalls
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// The store directory as the CLI sees it, before (and without) opening the store.
 enum StoreDirectory {
@@ -11,16 +7,5 @@ enum StoreDirectory {
         let expanded = (path as NSString).expandingTildeInPath
         let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
         return (absolute as NSString).standardizingPath
-    }
-
-    /// Creates `path` and any missing parents with mode 0700; existing directories are left as they are.
-    ///
-    /// - Throws: ``CommandFailure`` when a component cannot be created.
-    static func create(_ path: String) throws(CommandFailure) {
-        do {
-            try createDirectories(path)
-        } catch {
-            throw CommandFailure(ExitStatus.ioError, "cannot create the directory \(path): \(error)")
-        }
     }
 }
