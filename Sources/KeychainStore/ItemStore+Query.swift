@@ -176,14 +176,7 @@ extension ItemStore {
     private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
                              _ groupCheck: inout GroupCheck, _ state: OpenState) throws(StoreError) -> ScannedItem {
         if state.layout.version == 1 {
-            guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-                throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
-            }
-            let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
-                                                   storeID: storeID, path: file.path)
-            let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-            let attributes = try ItemFile.decryptAttributes(sealed[...], header: header, key: v1ItemKey(header, state.keys),
-                                                            expected: nil, path: file.path)
+            let (header, attributes) = try formatOneHeaderAndAttributes(file, state)
             let names = names(ItemIdentity(checked: attributes), state)
             try Self.checkPlacement(fileMatches: names.file == name, groupMatches: names.service == group, file.path, directory.path)
             let list = AttributeList(formatOne: attributes)

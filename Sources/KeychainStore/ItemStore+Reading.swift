@@ -137,14 +137,7 @@ extension ItemStore {
     /// for format 2 also the primary key its attributes give (a generic password's, or an error).
     func readAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError) -> (StoredAttributes, [UInt8]?) {
         if state.layout.version == 1 {
-            guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-                throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
-            }
-            let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
-                                                   storeID: storeID, path: file.path)
-            let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-            return (try ItemFile.decryptAttributes(sealed[...], header: header, key: v1ItemKey(header, state.keys), expected: nil,
-                                                   path: file.path), nil)
+            return (try formatOneHeaderAndAttributes(file, state).attributes, nil)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
@@ -158,6 +151,19 @@ extension ItemStore {
         let list = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
         return (try StoredAttributes(list, accessibility: header.accessibility, path: file.path),
                 header.itemClass.encodedPrimaryKey(of: list))
+    }
+
+    /// A format-1 file's header and authenticated attributes, without its secret.
+    func formatOneHeaderAndAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError)
+        -> (header: ItemFile.Header, attributes: StoredAttributes) {
+        guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
+            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+        }
+        let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
+                                               storeID: storeID, path: file.path)
+        let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
+        return (header, try ItemFile.decryptAttributes(sealed[...], header: header, key: v1ItemKey(header, state.keys), expected: nil,
+                                                       path: file.path))
     }
 
     func v1ItemKey(_ header: ItemFile.Header, _ keys: StoreKeys) -> SymmetricKey {
