@@ -51,13 +51,14 @@ let package = Package(
         // Layer 3: the public Swift API.
         .target(
             name: "TPMKeychain",
-            dependencies: ["KeychainStore", "TPM", "TPMSimulator", "SystemCalls", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["KeychainStore", "TPM", "TPMSimulator", "SystemCalls", .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
-        .target(name: "TPMKeychainTesting", dependencies: ["TPMSimulator", "SystemCalls"], swiftSettings: strictness),
+        .target(name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls"], swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [

@@ -19,7 +19,7 @@ extension ItemStore {
 
     /// Names a directory may hold before a store is created in it.
     static let entriesBeforeCreation: Set<String> = [
-        "swtpm", "simulator.lock", "store.lock", StorageKeyContextFile.name,
+        "swtpm", "simulator.lock", "store.lock", "device", StorageKeyContextFile.name,
         StoreMetadata.fileName + ".new", StoreMetadata.fileName + ".new" + Directory.temporarySuffix,
     ]
 

@@ -222,7 +222,7 @@ extension ItemStore {
                                               encodedIdentity: ItemFile.encode(identity), path: file.path).bytes
         }
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
-        return try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2ItemKey(header, state.keys),
+        return try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: nil),
                                             primaryKey: entry.itemClass.encodedPrimaryKey(of: entry.attributes), path: file.path)
     }
 }

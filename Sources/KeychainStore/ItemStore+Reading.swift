@@ -13,7 +13,7 @@ extension ItemStore {
     /// The item with its secret, or nil when there is none.
     ///
     /// - Throws: ``StoreError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
-    package func item(_ identity: ItemIdentity) throws(StoreError) -> ItemRecord? {
+    package func item(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(StoreError) -> ItemRecord? {
         let state = try currentFollowingUpgrades()
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
@@ -27,7 +27,7 @@ extension ItemStore {
                                                    path: file.path)
             return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
         }
-        let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, state)
+        let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, recordKey: recordKey, state)
         return ItemRecord(itemID: contents.itemID, generation: contents.generation,
                           attributes: try StoredAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
                           value: ItemValue(kind: contents.kind, bytes: contents.value))
@@ -36,7 +36,7 @@ extension ItemStore {
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
     ///
     /// - Throws: ``StoreError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
-    package func value(_ identity: ItemIdentity) throws(StoreError) -> ItemValue? {
+    package func value(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(StoreError) -> ItemValue? {
         let state = try currentFollowingUpgrades()
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
@@ -50,7 +50,7 @@ extension ItemStore {
         guard header.itemClass == .genericPassword else {
             throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
-        let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2ItemKey(header, state.keys),
+        let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
                                                   primaryKey: names.encodedIdentity, path: file.path)
         return ItemValue(kind: header.kind, bytes: secret)
     }
@@ -110,7 +110,7 @@ extension ItemStore {
     /// The decrypted contents of a format-2 file that must be the item `expectedPrimaryKey` names;
     /// without `withSecret` the value is left empty (the secret section is not decrypted).
     func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
-                      _ state: OpenState) throws(StoreError) -> ItemFileV2.Contents {
+                      recordKey: RecordKey? = nil, _ state: OpenState) throws(StoreError) -> ItemFileV2.Contents {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
         let key = v2ItemKey(header, state.keys)
         let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: path)
@@ -118,7 +118,8 @@ extension ItemStore {
         guard primaryKey == expectedPrimaryKey else {
             throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
-        let value = withSecret ? try ItemFileV2.decryptSecret(of: bytes, header: header, key: key, primaryKey: primaryKey, path: path) : []
+        let value = withSecret ? try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
+                                                              primaryKey: primaryKey, path: path) : []
         return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
                                    keyRecord: header.keyRecord, accessibility: header.accessibility, kind: header.kind,
                                    attributes: attributes, value: value)

@@ -24,8 +24,26 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
     ///   `.tampered` (the existing file is damaged: remove it first), `.timedOut`, `.storageFailed`.
-    package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges) throws(StoreError) {
-        try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes)
+    package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges,
+                       access: AccessWrite? = nil) throws(StoreError) {
+        try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes, access: access)
+    }
+
+    /// How a write protects the item: the protection of a new key record (or none), the device
+    /// that holds the passcode and enrollment, the enrollment the item binds to, and an opened
+    /// record key (needed only to change a protected item without giving its value).
+    package struct AccessWrite: Sendable {
+        package var protection: Protection?
+        package var device: Device
+        package var enrollmentIdentifier: [UInt8]?
+        package var recordKey: RecordKey?
+
+        package init(protection: Protection?, device: Device, enrollmentIdentifier: [UInt8]? = nil, recordKey: RecordKey? = nil) {
+            self.protection = protection
+            self.device = device
+            self.enrollmentIdentifier = enrollmentIdentifier
+            self.recordKey = recordKey
+        }
     }
 
     /// Writes an item of any class named by the primary-key attributes in `primary` (absent
@@ -34,7 +52,7 @@ extension ItemStore {
     /// - Throws: as ``write(_:mode:value:changes:)``; `.invalidParameter` for a reserved class or
     ///   a primary key without its service and account (generic) or server (internet).
     package func write(_ itemClass: ItemClass, primary: AttributeList, mode: WriteMode, value: ItemValue?,
-                       changes: AttributeChanges) throws(StoreError) {
+                       changes: AttributeChanges, access: AccessWrite? = nil) throws(StoreError) {
         try Self.validate(value: value, changes: changes)
         try Self.validate(itemClass, primary)
         let description = Self.describe(itemClass, primary)
@@ -52,7 +70,7 @@ extension ItemStore {
             let existing: ItemFileV2.Contents?
             if let file = try directory.openFile(fileName) {
                 existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
-                                            withSecret: value == nil, state)
+                                            withSecret: value == nil, recordKey: access?.recordKey, state)
             } else {
                 existing = nil
             }
@@ -73,12 +91,22 @@ extension ItemStore {
             let now = Self.nanosecondsNow()
             if attributes.nanoseconds(AttributeTag.creationDate) == nil { attributes.setNanoseconds(now, for: AttributeTag.creationDate) }
             attributes.setNanoseconds(now, for: AttributeTag.modificationDate)
+            // A new protection chooses the record; otherwise the item keeps the one it has.
+            let record: KeyRecord?
+            if let access, let protection = access.protection {
+                record = protection.needsKeyRecord(passcodeSet: try access.device.passcodeIsSet())
+                    ? try self.record(for: protection, device: access.device, enrollmentIdentifier: access.enrollmentIdentifier, state) : nil
+            } else if let recordID = existing?.keyRecord, recordID != ItemFileV2.masterKeyRecord {
+                record = try keyRecord(recordID, state)
+            } else {
+                record = nil
+            }
             let contents = ItemFileV2.Contents(
                 itemID: existing?.itemID ?? randomBytes(16), generation: (existing?.generation ?? 0) + 1, itemClass: itemClass,
-                keyRecord: existing?.keyRecord ?? ItemFileV2.masterKeyRecord,
-                accessibility: changes.accessibility ?? existing?.accessibility ?? .whenUnlocked, kind: newValue.kind,
-                attributes: attributes, value: newValue.bytes)
-            let bytes = try encode(contents, state)
+                keyRecord: record?.recordID ?? ItemFileV2.masterKeyRecord,
+                accessibility: access?.protection?.accessibility ?? changes.accessibility ?? existing?.accessibility ?? .whenUnlocked,
+                kind: newValue.kind, attributes: attributes, value: newValue.bytes)
+            let bytes = try encode(contents, record: record, state)
             try changing(directory, named: group) { () throws(StoreError) in
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
@@ -129,10 +157,15 @@ extension ItemStore {
     }
 
     /// Format-2 bytes of `contents` with a fresh salt and nonce.
-    func encode(_ contents: ItemFileV2.Contents, _ state: OpenState) throws(StoreError) -> [UInt8] {
+    func encode(_ contents: ItemFileV2.Contents, record: KeyRecord? = nil, _ state: OpenState) throws(StoreError) -> [UInt8] {
+        var salt = randomBytes(32)
+        var secretKey: ((SymmetricKey) -> SymmetricKey)?
+        if let record {
+            (salt, secretKey) = try Self.protectedWriteKeys(record: record, storeID: storeID, itemsKey: state.keys.items)
+        }
         do {
-            return try ItemFileV2.encode(contents, itemKeyParent: state.keys.items, storeID: storeID, salt: randomBytes(32),
-                                         nonce: randomBytes(12))
+            return try ItemFileV2.encode(contents, itemKeyParent: state.keys.items, storeID: storeID, salt: salt,
+                                         nonce: randomBytes(12), secretKey: secretKey)
         } catch {
             throw StoreError(.storageFailed, "Encryption failed", underlying: error)
         }

@@ -56,6 +56,8 @@ package final class ItemStore: Sendable {
         /// Group directories whose every item file was read and found where it belongs, with
         /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
         var consistent: [String: Directory.Stamp] = [:]
+        /// Key records read and authenticated; a record never changes once written.
+        var records: [[UInt8]: KeyRecord] = [:]
     }
 
     /// An item's group directory and file name, and its identity as the secret's AAD encodes it,

@@ -30,6 +30,26 @@ package struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         package static let wrongTPM = Code("wrongTPM")
         /// The TPM refused the authorization (wrong passcode) or a policy no longer holds.
         package static let authenticationFailed = Code("authenticationFailed")
+        /// Reading needs a person (a biometric match or the passcode) and the caller allowed no
+        /// interaction, gave no authentication context, or the keychain is locked
+        /// (errSecInteractionNotAllowed).
+        package static let interactionNotAllowed = Code("interactionNotAllowed")
+        /// The person dismissed the prompt (errSecUserCanceled).
+        package static let userCanceled = Code("userCanceled")
+        /// The item can never be read again: it was bound to a biometric enrollment that changed,
+        /// or to a passcode that was removed. It has been deleted; iOS reports errSecItemNotFound.
+        package static let itemInvalidated = Code("itemInvalidated")
+        /// The operation needs a device passcode and none is set (adding a
+        /// whenPasscodeSetThisDeviceOnly or devicePasscode item; errSecAuthFailed on iOS).
+        package static let passcodeNotSet = Code("passcodeNotSet")
+        /// The item needs biometry and nothing is enrolled.
+        package static let biometryNotEnrolled = Code("biometryNotEnrolled")
+        /// What the operation needs does not exist here: no authenticator, a TPM without room
+        /// for NV indices (errSecNotAvailable).
+        package static let notAvailable = Code("notAvailable")
+        /// The biometric way into a record is gone (its enrollment changed), another may remain.
+        /// Engine-internal: the API falls back to the passcode or reports ``itemInvalidated``.
+        package static let biometryInvalidated = Code("biometryInvalidated")
         /// The TPM's dictionary-attack lockout is in force.
         package static let lockout = Code("lockout")
         /// An argument is out of range: empty or oversized names, values over the limit.

@@ -131,8 +131,31 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   (for example not UTF-8 for a String), `.tampered`, `.tpmUnavailable`, `.wrongTPM`.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self) throws(KeychainError) -> Value? {
         let (store, identity) = (try store(), try identity(key))
-        guard let value = try engine({ () throws(StoreError) in try store.value(identity) }) else { return nil }
+        let found: ItemValue?
+        do {
+            found = try engine { () throws(StoreError) in try store.value(identity) }
+        } catch where error.code == .interactionNotAllowed {
+            found = try valueNeedingNoPerson(store, identity)
+        }
+        guard let value = found else { return nil }
         return try ValueCoding.decode(value, as: type, key: key)
+    }
+
+    /// The value of an item whose key record only checks the device's lock state: the TPM opens
+    /// it on every read (nothing is cached without a context), so locking takes effect at once.
+    private func valueNeedingNoPerson(_ store: ItemStore, _ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
+        guard let protection = try engine({ () throws(StoreError) in try store.protection(of: identity) }) else {
+            return try engine { () throws(StoreError) in try store.value(identity) }
+        }
+        guard protection.protection.biometry == nil, !protection.protection.passcode else {
+            throw KeychainError(.interactionNotAllowed, "The item for \"\(identity.account)\" needs biometry or the device passcode: read it with get(_:as:context:) and an AuthenticationContext")
+        }
+        return try Devices.with(location) { (device) throws(KeychainError) in
+            try engine { () throws(StoreError) in
+                let key = try store.openRecord(protection.recordID, device: device, biometry: nil, passcode: nil)
+                return try store.value(identity, recordKey: key)
+            }
+        }
     }
 
     /// The string for `key`, or nil. - Throws: as ``get(_:as:)``.

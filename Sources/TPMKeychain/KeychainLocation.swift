@@ -15,6 +15,12 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     public let path: String
     /// How the TPM is found: see ``TPMChoice``.
     public let tpm: TPMChoice
+    /// Where the device's state lives (its passcode key, last-seen enrollment; docs/FORMAT.md,
+    /// "Device state"), shared by the user's stores on one TPM. nil chooses: `TPM_KEYCHAIN_DEVICE_DIR`
+    /// when set; `<store>/device` for a store with its own simulated TPM; else
+    /// `$XDG_STATE_HOME/tpm-keychain/device-<TPM>` (or `~/.local/state/...`), one per TPM.
+    /// Not part of equality.
+    public var deviceDirectory: String?
     /// Where the TPM layer logs while it opens this store (debug level; never secrets or item
     /// names). Dropped unless you set one. Not part of equality.
     public var logger: Logger = .disabled

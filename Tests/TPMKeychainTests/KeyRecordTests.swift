@@ -6,62 +6,96 @@ import TPM
 import TPMKeychainTesting
 
 @Suite struct KeyRecordTests {
-    static func sealedKey() throws -> (SecretBytes, SealedObject) {
+    static func sealedKey() throws -> SealedObject {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
         let tpm = try TPMConnection(TPMConfiguration(tcti: simulator.tcti))
         defer { tpm.close() }
-        return try tpm.generateSealedKey(authValue: SecretBytes(copying: Array("passcode".utf8)))
+        return try tpm.generateSealedKey(policy: Policy([.unsealOnly])).sealed
     }
 
-    @Test("a key record round-trips, names the policy its key was sealed with, and authenticates every byte")
-    func roundTripAndTamper() throws {
-        let (_, sealed) = try Self.sealedKey()
-        let storeID = [UInt8](repeating: 0xA5, count: 16)
-        let metadataKey = SymmetricKey(size: .bits256)
-        let record = KeyRecord(storeID: storeID, recordID: [UInt8](repeating: 7, count: 16), accessibility: .whenPasscodeSetThisDeviceOnly,
-                               flags: .passcode, sealedKey: sealed)
-        let bytes = record.serialized(metadataKey: metadataKey)
-        let parsed = try KeyRecord(parsing: bytes, storeID: storeID, metadataKey: metadataKey, path: "record")
-        #expect(parsed == record)
-        #expect(parsed.policy(counterName: []).digest == sealed.authPolicy)
-        #expect(KeyRecord.fileName(record.recordID) == String(repeating: "07", count: 16) + ".key")
+    static func record(sealed: SealedObject?, flags: AccessFlags, accessibility: AccessibilityClass = .whenUnlocked,
+                       epoch: UInt64 = 0, lockBound: Bool = false) throws -> KeyRecord {
+        let passcodeKey = Curve25519.KeyAgreement.PrivateKey().publicKey
+        let protection = try Protection(accessibility: accessibility, flags: flags)
+        let wrapped = protection.hasPasscodeProtector
+            ? try KeyRecord.wrapForPasscode(SecretBytes(copying: [UInt8](repeating: 9, count: 32)), passcodeKey: passcodeKey,
+                                            storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16))
+            : nil
+        return KeyRecord(storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16), accessibility: accessibility,
+                         flags: lockBound ? .lockBound : [], accessFlags: flags, nvBase: 0x0154_4B00, enrollmentEpoch: epoch,
+                         passcodeKey: Array(passcodeKey.rawRepresentation), publicKey: [UInt8](repeating: 3, count: 32),
+                         sealedProtector: protection.hasSealedProtector ? sealed : nil, passcodeProtector: wrapped)
+    }
 
+    @Test("a key record round-trips and authenticates every byte; it cannot move to another store")
+    func roundTripAndTamper() throws {
+        let sealed = try Self.sealedKey()
+        let metadataKey = SymmetricKey(size: .bits256)
+        let record = try Self.record(sealed: sealed, flags: [.biometryCurrentSet, .or, .devicePasscode], epoch: 41, lockBound: true)
+        let bytes = record.serialized(metadataKey: metadataKey)
+        let parsed = try KeyRecord(parsing: bytes, storeID: record.storeID, metadataKey: metadataKey, path: "record")
+        #expect(parsed == record)
+        #expect(KeyRecord.fileName(record.recordID) == String(repeating: "07", count: 16) + ".key")
         for position in bytes.indices {
             var damaged = bytes
             damaged[position] ^= 0x02
             #expect(throws: StoreError.self, "byte \(position)") {
-                _ = try KeyRecord(parsing: damaged, storeID: storeID, metadataKey: metadataKey, path: "record")
+                _ = try KeyRecord(parsing: damaged, storeID: record.storeID, metadataKey: metadataKey, path: "record")
             }
         }
-        // Another store's key, or a record moved from another store, is refused.
         #expect(throws: StoreError.self) {
-            _ = try KeyRecord(parsing: bytes, storeID: storeID, metadataKey: SymmetricKey(size: .bits256), path: "record")
+            _ = try KeyRecord(parsing: bytes, storeID: record.storeID, metadataKey: SymmetricKey(size: .bits256), path: "record")
         }
         #expect(throws: StoreError.self) {
             _ = try KeyRecord(parsing: bytes, storeID: [UInt8](repeating: 0, count: 16), metadataKey: metadataKey, path: "record")
         }
     }
 
-    @Test("an NV-bound record's policy compares the counter it names with the value it was bound to")
-    func counterBoundPolicy() throws {
-        let (_, sealed) = try Self.sealedKey()
-        let record = KeyRecord(storeID: [UInt8](repeating: 1, count: 16), recordID: [UInt8](repeating: 2, count: 16),
-                               accessibility: .whenUnlocked, flags: [.passcode, .counterBound], counterIndex: 0x0150_0001,
-                               counterValue: 41, sealedKey: sealed)
-        let name = [UInt8](repeating: 3, count: 34)
-        let policy = record.policy(counterName: name)
-        #expect(policy.assertions.count == 2)
-        #expect(policy.assertions.first == .authValue)
-        #expect(policy.assertions.last == .nv(index: 0x0150_0001, indexName: name, operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0,
-                                              comparison: .equal))
-        // Round trip keeps the counter fields; a record with no counter flag must not carry them.
+    @Test("the sealed protector's policy is rebuilt from the record: enrollment epoch, lock state, unseal only")
+    func policyFromFields() throws {
+        let record = try Self.record(sealed: try Self.sealedKey(), flags: .biometryCurrentSet, accessibility: .afterFirstUnlock, epoch: 41,
+                                     lockBound: true)
+        let policy = try record.sealedPolicy { (index) throws(StoreError) in [UInt8](repeating: UInt8(index & 0xFF), count: 34) }
+        #expect(policy.assertions == [
+            .nv(index: 0x0154_4B00, indexName: [UInt8](repeating: 0x00, count: 34), operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0, comparison: .equal),
+            .nv(index: 0x0154_4B02, indexName: [UInt8](repeating: 0x02, count: 34), operand: [1], offset: 0, comparison: .equal),
+            .unsealOnly,
+        ])
+        // A whenUnlocked record checks byte 1 (unlocked now), an afterFirstUnlock one byte 0.
+        let unlocked = try Self.record(sealed: try Self.sealedKey(), flags: [], accessibility: .whenUnlocked, lockBound: true)
+        let lockOnly = try unlocked.sealedPolicy { (_) throws(StoreError) in [] }
+        #expect(lockOnly.assertions.first == .nv(index: 0x0154_4B02, indexName: [], operand: [1], offset: 1, comparison: .equal))
+    }
+
+    @Test("a record must hold exactly the protectors its protection needs")
+    func protectorsMatchProtection() throws {
+        let sealed = try Self.sealedKey()
         let key = SymmetricKey(size: .bits256)
-        #expect(try KeyRecord(parsing: record.serialized(metadataKey: key), storeID: record.storeID, metadataKey: key, path: "r") == record)
-        let inconsistent = KeyRecord(storeID: record.storeID, recordID: record.recordID, accessibility: .whenUnlocked, flags: .passcode,
-                                     counterIndex: 5, counterValue: 1, sealedKey: sealed)
+        let biometry = try Self.record(sealed: sealed, flags: .biometryAny)
+        let withoutSealed = KeyRecord(storeID: biometry.storeID, recordID: biometry.recordID, accessibility: .whenUnlocked, flags: [],
+                                      accessFlags: .biometryAny, nvBase: 0, enrollmentEpoch: 0, passcodeKey: biometry.passcodeKey,
+                                      publicKey: biometry.publicKey, sealedProtector: nil, passcodeProtector: nil)
         #expect(throws: StoreError.self) {
-            _ = try KeyRecord(parsing: inconsistent.serialized(metadataKey: key), storeID: record.storeID, metadataKey: key, path: "r")
+            _ = try KeyRecord(parsing: withoutSealed.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r")
         }
+        // An epoch on a record that is not biometryCurrentSet is refused.
+        let strayEpoch = try Self.record(sealed: sealed, flags: .biometryAny, epoch: 5)
+        #expect(throws: StoreError.self) {
+            _ = try KeyRecord(parsing: strayEpoch.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r")
+        }
+    }
+
+    @Test("the passcode protector opens only with the passcode key it was wrapped to")
+    func passcodeProtector() throws {
+        let passcodeKey = Curve25519.KeyAgreement.PrivateKey()
+        let secret = SecretBytes(copying: [UInt8](repeating: 0x42, count: 32))
+        let storeID = [UInt8](repeating: 1, count: 16), recordID = [UInt8](repeating: 2, count: 16)
+        let wrapped = try KeyRecord.wrapForPasscode(secret, passcodeKey: passcodeKey.publicKey, storeID: storeID, recordID: recordID)
+        let record = KeyRecord(storeID: storeID, recordID: recordID, accessibility: .whenUnlocked, flags: [], accessFlags: .devicePasscode,
+                               nvBase: 0, enrollmentEpoch: 0, passcodeKey: Array(passcodeKey.publicKey.rawRepresentation),
+                               publicKey: [UInt8](repeating: 0, count: 32), sealedProtector: nil, passcodeProtector: wrapped)
+        #expect(try record.unwrapPasscodeProtector(passcodeKey, path: "r") == secret)
+        #expect(throws: StoreError.self) { _ = try record.unwrapPasscodeProtector(Curve25519.KeyAgreement.PrivateKey(), path: "r") }
     }
 }

@@ -13,7 +13,9 @@ final class TestStore: @unchecked Sendable {
     init() throws {
         simulator = try SoftwareTPM.start()
         directory = NSTemporaryDirectory() + "tpm-keychain-tests-" + UUID().uuidString
-        location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
+        var location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
+        location.deviceDirectory = directory + "/device"
+        self.location = location
     }
 
     func keychain(_ service: String = "com.example.tests", accessGroup: String? = nil) throws -> Keychain {

@@ -99,8 +99,11 @@ enum ItemFileV2 {
 
     /// Encrypts `contents` into file bytes. `salt` (32 bytes) and `nonce` (12) must be fresh
     /// random bytes for every write; tests pass fixed ones to check known answers.
+    /// `secretKey`, given the attributes key, gives a protected item's secret key (see
+    /// ``KeyRecord/protectedSecretKey(attributesKey:shared:recordPublicKey:storeID:recordID:)``);
+    /// without it both sections use the attributes key.
     static func encode(_ contents: Contents, itemKeyParent: SymmetricKey, storeID: [UInt8], salt: [UInt8],
-                       nonce: [UInt8]) throws -> [UInt8] {
+                       nonce: [UInt8], secretKey: ((SymmetricKey) -> SymmetricKey)? = nil) throws -> [UInt8] {
         let attributes = contents.attributes.encoded()
         var header = WireWriter()
         header.append(raw: ItemFile.magic)
@@ -124,7 +127,7 @@ enum ItemFileV2 {
         let sealedAttributes = try AES.GCM.seal(attributes, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: header.bytes)
         let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)
         let aad = header.bytes + contents.itemClass.encodedPrimaryKey(of: contents.attributes) + attributesSection
-        let sealedSecret = try AES.GCM.seal(contents.value, using: key, nonce: AES.GCM.Nonce(data: ItemFile.secretNonce(nonce)),
+        let sealedSecret = try AES.GCM.seal(contents.value, using: secretKey?(key) ?? key, nonce: AES.GCM.Nonce(data: ItemFile.secretNonce(nonce)),
                                             authenticating: aad)
         return header.bytes + attributesSection + Array(sealedSecret.ciphertext) + Array(sealedSecret.tag)
     }

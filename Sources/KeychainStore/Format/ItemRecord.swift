@@ -17,6 +17,37 @@ package enum AccessibilityClass: UInt8, Sendable, Hashable, Codable, CaseIterabl
     case whenUnlockedThisDeviceOnly = 4
     /// kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly.
     case afterFirstUnlockThisDeviceOnly = 5
+    /// kSecAttrAccessibleAlways (deprecated by Apple): readable in any lock state.
+    case always = 6
+    /// kSecAttrAccessibleAlwaysThisDeviceOnly (deprecated by Apple).
+    case alwaysThisDeviceOnly = 7
+
+    /// Whether the class is one of the `ThisDeviceOnly` ones: never exported or recovered.
+    package var isThisDeviceOnly: Bool {
+        switch self {
+        case .whenPasscodeSetThisDeviceOnly, .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly, .alwaysThisDeviceOnly: true
+        case .whenUnlocked, .afterFirstUnlock, .always: false
+        }
+    }
+
+    /// What the device's lock state must be for the class's items to be read.
+    package var lockRequirement: LockRequirement {
+        switch self {
+        case .whenUnlocked, .whenUnlockedThisDeviceOnly, .whenPasscodeSetThisDeviceOnly: .unlocked
+        case .afterFirstUnlock, .afterFirstUnlockThisDeviceOnly: .unlockedSinceBoot
+        case .always, .alwaysThisDeviceOnly: .none
+        }
+    }
+}
+
+/// The lock state an accessibility class needs (docs/SECURITY.md, "Accessibility classes").
+package enum LockRequirement: Sendable, Hashable {
+    /// Readable in any state.
+    case none
+    /// Readable once the device was unlocked after the TPM last reset (a reboot).
+    case unlockedSinceBoot
+    /// Readable only while unlocked.
+    case unlocked
 }
 
 /// What the secret bytes hold, so tools can show them sensibly. Authenticated with the item.

@@ -1,9 +1,9 @@
 import Crypto
 import TPM
 
-/// A key record, `keys/<record ID as 32 hex digits>.key` (docs/FORMAT.md, "Key records"): a 32-byte
-/// key sealed by the TPM under the record's own policy, from which the keys of the items that
-/// name the record derive. The store's master key (in store.meta) is record zero; every other
+/// A key record, `records/<record ID as 32 hex digits>.key` (docs/FORMAT.md, "Key records"): the
+/// key of every item with one protection (accessibility class and access-control flags), held by
+/// one or two protectors that the TPM gates. The store's master key is record zero; every other
 /// record is one of these files. All integers big-endian.
 ///
 ///     offset size  field
@@ -12,66 +12,87 @@ import TPM
 ///     6      2     reserved = 0
 ///     8      16    store ID
 ///     24     16    record ID (random, never all zero)
-///     40     1     accessibility class the record serves (``AccessibilityClass``)
-///     41     1     flags: bit 0 passcode (the sealed key's policy starts with PolicyAuthValue and
-///                  the object is DA-protected), bit 1 NV-bound (the policy ends with PolicyNV:
-///                  counter at `counter index` equal to `counter value`); other bits 0
+///     40     1     accessibility class (``AccessibilityClass``)
+///     41     1     flags: bit 0 lock-bound (the sealed protector's policy checks the device's
+///                  lock state); other bits 0
 ///     42     2     reserved = 0
-///     44     4     counter index (0 unless NV-bound)
-///     48     8     counter value (0 unless NV-bound)
-///     56     2     sealed object length L (at most 4096)
-///     58     L     the key, sealed (``SealedObject``, "TKSO")
-///     58+L   32    HMAC-SHA256(metadata key, "TPMKeychain key record" || bytes 0 ..< 58+L, as read)
+///     44     4     access-control flags, Apple's raw values (``AccessFlags``)
+///     48     4     the device's NV base handle (``DeviceIndices``); 0 when no policy names one
+///     52     8     enrollment epoch: the enrollment counter's value when bound (biometryCurrentSet), else 0
+///     60     32    passcode public key the passcode protector is wrapped to (zero without one)
+///     92     32    record public key (X25519): writers derive item keys from it without unlocking
+///     124    2     sealed protector length L1 (0 for none; at most 4096)
+///     126    L1    sealed protector: a 32-byte secret sealed (``SealedObject``, noDA) under
+///                  [PolicyNV(enrollment counter = epoch)] [PolicyNV(lock state byte = 1)]
+///                  PolicyCommandCode(Unseal)
+///     ...    2     passcode protector length L2 (0 or 92)
+///     ...    L2    passcode protector: ephemeral X25519 public key (32) || nonce (12) ||
+///                  AES-256-GCM(K, nonce, 32-byte secret, AAD = record ID) (48), with
+///                  K = HKDF-SHA256(X25519(ephemeral, passcode key), ephemeral || passcode key,
+///                  "TPMKeychain passcode protector" || store ID || record ID)
+///     ...    32    HMAC-SHA256(metadata key, "TPMKeychain key record" || every byte before, as read)
+///
+/// The record's secret S is the sealed secret, the passcode-wrapped secret (either opens it: the
+/// same S is in both), or, with `.and`, HKDF of both. The record's private key is
+/// X25519(HKDF-SHA256(S, record ID, "TPMKeychain record key")).
 ///
 /// The MAC, under a key only the master key yields, means a record cannot be moved from another
-/// store, nor its flags edited to drop the passcode (downgrading an item's protection is
-/// tampering). A passcode change reseals the same key in a new record file and rewrites no item;
-/// with an NV-bound record the counter is incremented first, so an old copy of the file put back
-/// no longer satisfies its own policy.
+/// store, nor its fields edited to drop a constraint: the policy is rebuilt from these fields, and
+/// the TPM refuses a sealed object whose policy differs.
 struct KeyRecord: Sendable, Equatable {
     static let magic = Array("TKKR".utf8)
     static let version: UInt16 = 1
     static let macDomain = Array("TPMKeychain key record".utf8)
     static let maximumSealedSize = 4096
+    static let passcodeProtectorSize = 92
+    static let directoryName = "records"
 
     struct Flags: OptionSet, Sendable, Equatable {
         let rawValue: UInt8
-        static let passcode = Flags(rawValue: 1 << 0)
-        static let counterBound = Flags(rawValue: 1 << 1)
+        static let lockBound = Flags(rawValue: 1 << 0)
     }
 
     let storeID: [UInt8]
     let recordID: [UInt8]
     let accessibility: AccessibilityClass
     let flags: Flags
-    let counterIndex: UInt32
-    let counterValue: UInt64
-    let sealedKey: SealedObject
+    let accessFlags: AccessFlags
+    let nvBase: UInt32
+    let enrollmentEpoch: UInt64
+    let passcodeKey: [UInt8]
+    let publicKey: [UInt8]
+    let sealedProtector: SealedObject?
+    let passcodeProtector: [UInt8]?
 
     /// The file name for a record ID.
     static func fileName(_ recordID: [UInt8]) -> String {
         recordID.hexString + ".key"
     }
 
-    /// The policy the sealed key needs, rebuilt from the authenticated fields (never trusted from
-    /// the sealed object alone): ``TPMConnection/unseal(_:policy:authValue:)`` refuses a sealed
-    /// object whose own policy differs.
-    func policy(counterName: [UInt8]) -> Policy {
-        // PolicyAuthValue always, as for the master key: without the passcode flag the auth value
-        // is empty and the object noDA; with it, the passcode is the auth value.
-        var assertions: [PolicyAssertion] = [.authValue]
-        if flags.contains(.counterBound) {
-            var operand = WireWriter()
-            operand.append(counterValue)
-            assertions.append(.nv(index: counterIndex, indexName: counterName, operand: operand.bytes, offset: 0, comparison: .equal))
-        }
-        return Policy(assertions)
+    /// The protection the record serves, validated again (a file is not trusted to hold a valid combination).
+    func protection() throws(StoreError) -> Protection {
+        try Protection(accessibility: accessibility, flags: accessFlags)
     }
 
-    /// The item-key parent of the items that name this record.
-    static func itemKeyParent(recordKey: SymmetricKey, storeID: [UInt8], recordID: [UInt8]) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(inputKeyMaterial: recordKey, salt: storeID,
-                               info: Array("TPMKeychain v2 record item keys".utf8) + recordID, outputByteCount: 32)
+    /// The sealed protector's policy: rebuilt from the authenticated fields, never read from the
+    /// sealed object. `nvName` gives an NV index's name (which the TPM supplies).
+    func sealedPolicy(nvName: (UInt32) throws(StoreError) -> [UInt8]) throws(StoreError) -> Policy {
+        var assertions: [PolicyAssertion] = []
+        let protection = try protection()
+        let indices = DeviceIndices(base: nvBase)
+        if protection.biometry == .currentSet {
+            var operand = WireWriter()
+            operand.append(enrollmentEpoch)
+            assertions.append(.nv(index: indices.enrollmentCounter, indexName: try nvName(indices.enrollmentCounter),
+                                  operand: operand.bytes, offset: 0, comparison: .equal))
+        }
+        if flags.contains(.lockBound) {
+            let offset: UInt16 = accessibility.lockRequirement == .unlocked ? 1 : 0
+            assertions.append(.nv(index: indices.lockState, indexName: try nvName(indices.lockState), operand: [1], offset: offset,
+                                  comparison: .equal))
+        }
+        assertions.append(.unsealOnly)
+        return Policy(assertions)
     }
 
     func serialized(metadataKey: SymmetricKey) -> [UInt8] {
@@ -84,11 +105,16 @@ struct KeyRecord: Sendable, Equatable {
         writer.append(accessibility.rawValue)
         writer.append(flags.rawValue)
         writer.append(UInt16(0))
-        writer.append(counterIndex)
-        writer.append(counterValue)
-        let sealed = sealedKey.serialized()
+        writer.append(accessFlags.rawValue)
+        writer.append(nvBase)
+        writer.append(enrollmentEpoch)
+        writer.append(raw: passcodeKey)
+        writer.append(raw: publicKey)
+        let sealed = sealedProtector?.serialized() ?? []
         writer.append(UInt16(sealed.count))
         writer.append(raw: sealed)
+        writer.append(UInt16(passcodeProtector?.count ?? 0))
+        writer.append(raw: passcodeProtector ?? [])
         let body = writer.bytes
         return body + Array(HMAC<SHA256>.authenticationCode(for: Self.macDomain + body, using: metadataKey))
     }
@@ -108,15 +134,23 @@ struct KeyRecord: Sendable, Equatable {
             let accessibility = AccessibilityClass(rawValue: try reader.readUInt8())
             flags = Flags(rawValue: try reader.readUInt8())
             let reserved = try reader.readUInt16()
-            counterIndex = try reader.readUInt32()
-            counterValue = try reader.readUInt64()
+            accessFlags = AccessFlags(rawValue: try reader.readUInt32())
+            nvBase = try reader.readUInt32()
+            enrollmentEpoch = try reader.readUInt64()
+            passcodeKey = try reader.readBytes(32)
+            publicKey = try reader.readBytes(32)
             let sealedLength = Int(try reader.readUInt16())
-            guard let accessibility, reserved == 0, flags.rawValue & ~0b11 == 0, sealedLength <= Self.maximumSealedSize,
-                  recordID != ItemFileV2.masterKeyRecord, flags.contains(.counterBound) || (counterIndex == 0 && counterValue == 0) else {
+            guard let accessibility, reserved == 0, flags.rawValue & ~1 == 0, sealedLength <= Self.maximumSealedSize,
+                  recordID != ItemFileV2.masterKeyRecord else {
                 throw StoreError(.tampered, "\(path) is a damaged key record")
             }
             self.accessibility = accessibility
             let sealed = try reader.readBytes(sealedLength)
+            let passcodeLength = Int(try reader.readUInt16())
+            guard passcodeLength == 0 || passcodeLength == Self.passcodeProtectorSize else {
+                throw StoreError(.tampered, "\(path) is a damaged key record")
+            }
+            let wrapped = try reader.readBytes(passcodeLength)
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
@@ -127,22 +161,109 @@ struct KeyRecord: Sendable, Equatable {
             guard storeID == expectedStoreID else {
                 throw StoreError(.tampered, "\(path) belongs to another keychain store")
             }
-            sealedKey = try SealedObject(serialized: sealed)
+            sealedProtector = sealedLength > 0 ? try SealedObject(serialized: sealed) : nil
+            passcodeProtector = passcodeLength > 0 ? wrapped : nil
+            // The protectors present must be the ones the protection calls for.
+            let protection = try Protection(accessibility: accessibility, flags: accessFlags)
+            guard (sealedProtector != nil) == protection.hasSealedProtector, (passcodeProtector != nil) == protection.hasPasscodeProtector,
+                  protection.biometry == .currentSet || enrollmentEpoch == 0 else {
+                throw StoreError(.tampered, "\(path) does not hold the protectors its protection needs")
+            }
         } catch let error as StoreError {
-            throw error
+            throw error.code == .tampered ? error : StoreError(.tampered, "\(path) is a damaged key record: \(error.message)")
         } catch {
             throw StoreError(.tampered, "\(path) is a damaged key record", underlying: error)
         }
     }
 
-    init(storeID: [UInt8], recordID: [UInt8], accessibility: AccessibilityClass, flags: Flags, counterIndex: UInt32 = 0,
-         counterValue: UInt64 = 0, sealedKey: SealedObject) {
+    init(storeID: [UInt8], recordID: [UInt8], accessibility: AccessibilityClass, flags: Flags, accessFlags: AccessFlags,
+         nvBase: UInt32, enrollmentEpoch: UInt64, passcodeKey: [UInt8], publicKey: [UInt8], sealedProtector: SealedObject?,
+         passcodeProtector: [UInt8]?) {
         self.storeID = storeID
         self.recordID = recordID
         self.accessibility = accessibility
         self.flags = flags
-        self.counterIndex = counterIndex
-        self.counterValue = counterValue
-        self.sealedKey = sealedKey
+        self.accessFlags = accessFlags
+        self.nvBase = nvBase
+        self.enrollmentEpoch = enrollmentEpoch
+        self.passcodeKey = passcodeKey
+        self.publicKey = publicKey
+        self.sealedProtector = sealedProtector
+        self.passcodeProtector = passcodeProtector
+    }
+
+    // MARK: Keys
+
+    static let recordKeyInfo = Array("TPMKeychain record key".utf8)
+    static let passcodeProtectorInfo = Array("TPMKeychain passcode protector".utf8)
+    static let combinedInfo = Array("TPMKeychain record secret (and)".utf8)
+    static let protectedSecretInfo = Array("TPMKeychain v2 protected secret".utf8)
+
+    /// The record's private key from its secret S.
+    static func privateKey(secret: SecretBytes, recordID: [UInt8]) -> Curve25519.KeyAgreement.PrivateKey {
+        let seed = secret.withUnsafeBytes {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: recordKeyInfo, outputByteCount: 32)
+        }
+        // X25519 takes any 32 bytes (they are clamped), so this cannot fail.
+        return seed.withUnsafeBytes { bytes in
+            (try? Curve25519.KeyAgreement.PrivateKey(rawRepresentation: bytes)) ?? Curve25519.KeyAgreement.PrivateKey()
+        }
+    }
+
+    /// S for `.and`: both halves are needed.
+    static func combined(_ sealed: SecretBytes, _ wrapped: SecretBytes, recordID: [UInt8]) -> SecretBytes {
+        let key = sealed.withUnsafeBytes { first in
+            wrapped.withUnsafeBytes { second in
+                HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(first) + Array(second)), salt: recordID,
+                                       info: combinedInfo, outputByteCount: 32)
+            }
+        }
+        return key.withUnsafeBytes { SecretBytes(copying: $0) }
+    }
+
+    /// Wraps `secret` to the device's passcode key: anyone may wrap, only the passcode unwraps.
+    static func wrapForPasscode(_ secret: SecretBytes, passcodeKey: Curve25519.KeyAgreement.PublicKey, storeID: [UInt8],
+                                recordID: [UInt8]) throws -> [UInt8] {
+        let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+        let key = try wrappingKey(ephemeral.sharedSecretFromKeyAgreement(with: passcodeKey), ephemeral: Array(ephemeral.publicKey.rawRepresentation),
+                                  passcodeKey: Array(passcodeKey.rawRepresentation), storeID: storeID, recordID: recordID)
+        let sealed = try secret.withUnsafeBytes { try AES.GCM.seal($0, using: key, authenticating: recordID) }
+        return Array(ephemeral.publicKey.rawRepresentation) + Array(sealed.nonce) + Array(sealed.ciphertext) + Array(sealed.tag)
+    }
+
+    /// Unwraps the passcode protector with the device's passcode private key.
+    func unwrapPasscodeProtector(_ passcodePrivateKey: Curve25519.KeyAgreement.PrivateKey, path: String) throws(StoreError) -> SecretBytes {
+        guard let wrapped = passcodeProtector else { throw StoreError(.tampered, "\(path) has no passcode protector") }
+        guard Array(passcodePrivateKey.publicKey.rawRepresentation) == passcodeKey else {
+            throw StoreError(.itemInvalidated, "\(path) was protected by a device passcode that has since been removed")
+        }
+        do {
+            let ephemeral = try Curve25519.KeyAgreement.PublicKey(rawRepresentation: wrapped[0..<32])
+            let key = try Self.wrappingKey(passcodePrivateKey.sharedSecretFromKeyAgreement(with: ephemeral), ephemeral: Array(wrapped[0..<32]),
+                                           passcodeKey: passcodeKey, storeID: storeID, recordID: recordID)
+            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: wrapped[32..<44]), ciphertext: wrapped[44..<76], tag: wrapped[76..<92])
+            let opened = try AES.GCM.open(box, using: key, authenticating: recordID)
+            return opened.withUnsafeBytes { SecretBytes(copying: $0) }
+        } catch {
+            throw StoreError(.tampered, "\(path): the passcode protector does not open", underlying: error)
+        }
+    }
+
+    private static func wrappingKey(_ shared: SharedSecret, ephemeral: [UInt8], passcodeKey: [UInt8], storeID: [UInt8],
+                                    recordID: [UInt8]) -> SymmetricKey {
+        shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + passcodeKey,
+                                       sharedInfo: passcodeProtectorInfo + storeID + recordID, outputByteCount: 32)
+    }
+
+    /// The key of a protected item's secret section: the attributes key (master-derived) and the
+    /// X25519 agreement between the record and the item's ephemeral key (whose public half is the
+    /// item header's salt field).
+    static func protectedSecretKey(attributesKey: SymmetricKey, shared: SharedSecret, recordPublicKey: [UInt8], storeID: [UInt8],
+                                   recordID: [UInt8]) -> SymmetricKey {
+        let agreed = shared.withUnsafeBytes { Array($0) }
+        return attributesKey.withUnsafeBytes { attributes in
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(attributes) + agreed), salt: recordPublicKey,
+                                   info: protectedSecretInfo + storeID + recordID, outputByteCount: 32)
+        }
     }
 }

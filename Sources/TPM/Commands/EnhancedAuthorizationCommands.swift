@@ -1,7 +1,7 @@
 internal import CTSS2
 
 /// TPM 2.0 Part 3 §23 Enhanced Authorization (EA) Commands: TPM2_PolicyPCR (§23.7),
-/// TPM2_PolicyNV (§23.9), TPM2_PolicyAuthValue (§23.17) and TPM2_PolicyGetDigest (§23.19).
+/// TPM2_PolicyNV (§23.9), TPM2_PolicyCommandCode (§23.11), TPM2_PolicyAuthValue (§23.17) and TPM2_PolicyGetDigest (§23.19).
 extension Engine {
     /// Runs `policy`'s assertions, in order, in `session`.
     ///
@@ -26,6 +26,10 @@ extension Engine {
                                   "Esys_PolicyNV(0x\(String(index, radix: 16)))")
                     }
                 }
+            case let .commandCode(code):
+                try check(Esys_PolicyCommandCode(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                                 ESYS_TR(ESYS_TR_NONE), TPM2_CC(code)),
+                          "Esys_PolicyCommandCode")
             case let .pcrs(selection, expectedDigest):
                 try withZeroedStructure(TPML_PCR_SELECTION.self) { pcrs in
                     try unmarshal(selection.marshalled, into: pcrs, using: Tss2_MU_TPML_PCR_SELECTION_Unmarshal, "the PCR selection")

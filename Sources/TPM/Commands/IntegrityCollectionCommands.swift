@@ -47,3 +47,16 @@ extension Engine {
         }
     }
 }
+
+/// TPM 2.0 Part 3 §29.2 TPM2_ReadClock.
+extension Engine {
+    /// TPMS_CLOCK_INFO.resetCount and restartCount: both change when the TPM resets or restarts
+    /// (a reboot, a simulator power cycle).
+    func startupCounts() throws -> (reset: UInt32, restart: UInt32) {
+        var time: UnsafeMutablePointer<TPMS_TIME_INFO>?
+        try check(Esys_ReadClock(esys, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &time), "Esys_ReadClock")
+        let counts = (time?.pointee.clockInfo.resetCount ?? 0, time?.pointee.clockInfo.restartCount ?? 0)
+        discardFromEsys(time)
+        return counts
+    }
+}

@@ -10,8 +10,24 @@ public enum NVIndexKind: Sendable, Hashable {
     case ordinary(size: UInt16)
 }
 
+/// How an NV index behaves beyond its kind (TPMA_NV bits, TPM 2.0 Part 2 §13.4).
+public struct NVIndexOptions: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    /// TPMA_NV_NO_DA: failed authorizations of the index do not count toward the TPM's
+    /// dictionary-attack lockout, and the index stays usable during a lockout. Right for indices
+    /// whose authorization is empty or a high-entropy key: a lockout must never make them, or the
+    /// policies that read them, unusable.
+    public static let noDictionaryAttack = NVIndexOptions(rawValue: 0x0200_0000)
+    /// TPMA_NV_CLEAR_STCLEAR: the index reads as never written after every TPM Reset or Restart
+    /// (a reboot). Not for counters.
+    public static let clearedAtStartup = NVIndexOptions(rawValue: 0x0800_0000)
+}
+
 /// TPMS_NV_PUBLIC (TPM 2.0 Part 2 §13.5) as this layer defines NV indices: owner-created,
-/// read and written with the index's own authorization value.
+/// read and written with the index's own authorization value. Never TPMA_NV_ORDERLY: after an
+/// unclean stop an orderly counter jumps ahead, which would break equality policies on it.
 struct NVPublicArea {
     static let authWrite: UInt32 = 0x0000_0004
     static let counterType: UInt32 = 0x0000_0010 // TPM_NT_COUNTER in bits 4-7
@@ -20,9 +36,10 @@ struct NVPublicArea {
 
     let index: UInt32
     let kind: NVIndexKind
+    var options: NVIndexOptions = []
 
     var attributes: UInt32 {
-        var value = Self.authWrite | Self.authRead
+        var value = Self.authWrite | Self.authRead | options.rawValue
         if case .counter = kind { value |= Self.counterType }
         return value
     }
@@ -138,5 +155,20 @@ extension Engine {
         defer { scrubResponseBuffer() }
         try check(rc, "Esys_NV_Read")
         return try takeSecretFromEsys(data, "NV data")
+    }
+}
+
+extension Engine {
+    /// TPM2_NV_ReadPublic: the index's TPMA_NV as the TPM holds it (TPMA_NV_WRITTEN included).
+    func nvAttributes(of nvHandle: ESYS_TR) throws -> UInt32 {
+        var publicArea: UnsafeMutablePointer<TPM2B_NV_PUBLIC>?
+        var name: UnsafeMutablePointer<TPM2B_NAME>?
+        try check(Esys_NV_ReadPublic(esys, nvHandle, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                     &publicArea, &name),
+                  "Esys_NV_ReadPublic")
+        discardFromEsys(name)
+        let attributes = publicArea?.pointee.nvPublic.attributes ?? 0
+        discardFromEsys(publicArea)
+        return attributes
     }
 }

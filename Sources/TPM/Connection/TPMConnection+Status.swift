@@ -24,6 +24,20 @@ extension TPMConnection {
     }
 }
 
+extension TPMConnection {
+    /// Identifies the TPM's current power-on session: it changes whenever the TPM resets or
+    /// restarts (TPMS_CLOCK_INFO resetCount and restartCount, from TPM2_ReadClock), so anything
+    /// cached "since the person authenticated" can be dropped across a reboot.
+    ///
+    /// - Throws: ``TPMError``.
+    public func startupEpoch() throws -> UInt64 {
+        try withEngine { engine in
+            let counts = try engine.startupCounts()
+            return UInt64(counts.reset) << 32 | UInt64(counts.restart)
+        }
+    }
+}
+
 /// What ``TPMConnection/dictionaryAttackStatus()`` reports: TPM_PT_LOCKOUT_COUNTER (0x20E),
 /// TPM_PT_MAX_AUTH_FAIL (0x20F), TPM_PT_LOCKOUT_INTERVAL (0x210), TPM_PT_LOCKOUT_RECOVERY (0x211),
 /// TPMA_PERMANENT.inLockout (0x200, bit 9) and TPM_PT_NV_COUNTERS (0x20A).

@@ -191,10 +191,14 @@ public final class TPMConnection: Sendable {
 
     /// Defines an owner NV index (0x01xxxxxx) read and written with `authValue`.
     ///
-    /// - Throws: ``TPMError`` `.nvIndexAlreadyDefined` if the handle is taken.
-    public func defineNVIndex(_ index: UInt32, kind: NVIndexKind, authValue: SecretBytes? = nil) throws {
+    /// - Throws: ``TPMError`` `.nvIndexAlreadyDefined` if the handle is taken; `.invalidArgument`
+    ///   for ``NVIndexOptions/clearedAtStartup`` on a counter.
+    public func defineNVIndex(_ index: UInt32, kind: NVIndexKind, authValue: SecretBytes? = nil, options: NVIndexOptions = []) throws {
+        if case .counter = kind, options.contains(.clearedAtStartup) {
+            throw TPMError(.invalidArgument, "A counter cannot be cleared at startup (TPM 2.0 Part 2, TPMA_NV_CLEAR_STCLEAR)")
+        }
         try withEngine { engine in
-            let definition = NVPublicArea(index: index, kind: kind)
+            let definition = NVPublicArea(index: index, kind: kind, options: options)
             if authValue == nil {
                 try engine.defineNVIndex(definition, authValue: nil, session: ESYS_TR(ESYS_TR_PASSWORD))
                 return
@@ -248,6 +252,19 @@ public final class TPMConnection: Sendable {
     public func readNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws -> SecretBytes {
         try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session in
             try engine.readNV(handle, count: count, offset: offset, session: session)
+        }
+    }
+
+    /// The attributes (TPMA_NV) the TPM reports for an NV index, or nil when it is not defined.
+    ///
+    /// - Throws: ``TPMError`` for failures other than an undefined index.
+    public func nvIndexAttributes(_ index: UInt32) throws -> UInt32? {
+        try withEngine { engine in
+            do {
+                return try engine.withNVIndex(index) { try engine.nvAttributes(of: $0) }
+            } catch let error as TPMError where error.code == .handleNotFound {
+                return nil
+            }
         }
     }
 

@@ -28,6 +28,8 @@ enum CommandCode {
     static let policyNV: UInt32 = 0x0000_0149
     static let policyAuthValue: UInt32 = 0x0000_016B
     static let policyPCR: UInt32 = 0x0000_017F
+    static let policyCommandCode: UInt32 = 0x0000_016C
+    static let unseal: UInt32 = 0x0000_015E
 }
 
 /// TPM 2.0 Part 2 §6.13 TPM_PT properties: PT_FIXED (0x100 + n), the TPM's identity, and PT_VAR

@@ -57,6 +57,12 @@ public enum PolicyAssertion: Sendable, Hashable {
     case nv(index: UInt32, indexName: [UInt8], operand: [UInt8], offset: UInt16, comparison: NVComparison)
     /// TPM2_PolicyPCR (Part 3 §23.7): the selected SHA-256 PCRs must hash to `expectedDigest`.
     case pcrs(PCRSelection, expectedDigest: [UInt8])
+    /// TPM2_PolicyCommandCode (Part 3 §23.11): the session authorizes only that command, so a
+    /// satisfied session cannot be spent on anything else.
+    case commandCode(UInt32)
+
+    /// PolicyCommandCode(TPM2_Unseal): the session may only unseal.
+    public static let unsealOnly = PolicyAssertion.commandCode(CommandCode.unseal)
 
     /// This assertion applied to `digest`, per Part 3's "policyDigest update" of each command.
     public func applied(to digest: PolicyDigest) -> PolicyDigest {
@@ -72,6 +78,10 @@ public enum PolicyAssertion: Sendable, Hashable {
             return digest.extended(commandCode: CommandCode.policyNV, argumentHash + indexName)
         case let .pcrs(selection, expectedDigest):
             return digest.extended(commandCode: CommandCode.policyPCR, selection.marshalled + expectedDigest)
+        case let .commandCode(code):
+            var argument = WireWriter()
+            argument.append(code)
+            return digest.extended(commandCode: CommandCode.policyCommandCode, argument.bytes)
         }
     }
 }

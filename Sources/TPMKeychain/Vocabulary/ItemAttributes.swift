@@ -18,6 +18,14 @@ public enum Accessibility: UInt8, Sendable, Hashable, Codable, CaseIterable {
     case whenUnlockedThisDeviceOnly = 4
     /// kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly.
     case afterFirstUnlockThisDeviceOnly = 5
+    /// kSecAttrAccessibleAlways: readable whether locked or not. Deprecated by Apple; kept so
+    /// ported code compiles.
+    case always = 6
+    /// kSecAttrAccessibleAlwaysThisDeviceOnly. Deprecated by Apple.
+    case alwaysThisDeviceOnly = 7
+
+    /// Whether items of this class stay on this device: never exported, never recovered.
+    public var isThisDeviceOnly: Bool { stored.isThisDeviceOnly }
 }
 
 extension Accessibility {

@@ -31,6 +31,23 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let wrongTPM = Code("wrongTPM")
         /// The TPM refused the authorization (wrong passcode) or a policy no longer holds.
         public static let authenticationFailed = Code("authenticationFailed")
+        /// Reading needs a person (a biometric match or the passcode) and the caller allowed no
+        /// interaction, gave no authentication context, or the keychain is locked
+        /// (errSecInteractionNotAllowed).
+        public static let interactionNotAllowed = Code("interactionNotAllowed")
+        /// The person dismissed the prompt (errSecUserCanceled).
+        public static let userCanceled = Code("userCanceled")
+        /// The item can never be read again: it was bound to a biometric enrollment that changed,
+        /// or to a passcode that was removed. It has been deleted; iOS reports errSecItemNotFound.
+        public static let itemInvalidated = Code("itemInvalidated")
+        /// The operation needs a device passcode and none is set (adding a
+        /// whenPasscodeSetThisDeviceOnly or devicePasscode item; errSecAuthFailed on iOS).
+        public static let passcodeNotSet = Code("passcodeNotSet")
+        /// The item needs biometry and nothing is enrolled.
+        public static let biometryNotEnrolled = Code("biometryNotEnrolled")
+        /// What the operation needs does not exist here: no authenticator, a TPM without room
+        /// for NV indices (errSecNotAvailable).
+        public static let notAvailable = Code("notAvailable")
         /// The TPM's dictionary-attack lockout is in force.
         public static let lockout = Code("lockout")
         /// An argument is out of range: empty or oversized names, values over the limit.

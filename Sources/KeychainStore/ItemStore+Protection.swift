@@ -1,0 +1,337 @@
+import Crypto
+import Foundation
+import SystemCalls
+package import TPM
+
+// Access control: key records, and the secret keys of the items that name one. Attributes stay
+// under the master key (listing never needs a person); only a protected item's secret section
+// needs its record's private key, which only the TPM-gated protectors yield.
+extension ItemStore {
+    /// What reading an item's secret needs.
+    package struct ItemProtection: Sendable, Equatable {
+        package let recordID: [UInt8]
+        package let protection: Protection
+        /// Whether the record's sealed protector checks the device's lock state.
+        package let lockBound: Bool
+    }
+
+    /// A key record's private key, opened: what a reuse window keeps. Release it to erase it.
+    package struct RecordKey: Sendable {
+        package let recordID: [UInt8]
+        let privateKey: Curve25519.KeyAgreement.PrivateKey
+    }
+
+    /// Proof, from the caller, that a person matched the enrolled biometry just now.
+    package struct BiometryProof: Sendable {
+        /// The authenticator's enrollment identifier when it matched (changes with every enrollment change).
+        package let enrollmentIdentifier: [UInt8]
+        package init(enrollmentIdentifier: [UInt8]) { self.enrollmentIdentifier = enrollmentIdentifier }
+    }
+
+    // MARK: Reading a protection
+
+    /// The protection of a generic password's secret, or nil when the master key opens it (no
+    /// person needed). Reads the header only.
+    ///
+    /// - Throws: ``StoreError`` `.itemNotFound`, `.tampered`.
+    package func protection(of identity: ItemIdentity) throws(StoreError) -> ItemProtection? {
+        let state = try currentFollowingUpgrades()
+        guard state.layout.version == 2 else { return nil }
+        let names = names(identity, state)
+        guard let file = try openItem(names, state) else {
+            _ = try confirmAbsence(names, state) as ItemProtection?
+            throw StoreError(.itemNotFound, "No item for \(identity.account)")
+        }
+        guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
+        let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                 storeID: storeID, path: file.path)
+        guard header.keyRecord != ItemFileV2.masterKeyRecord else { return nil }
+        let record = try keyRecord(header.keyRecord, state)
+        return ItemProtection(recordID: record.recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
+    }
+
+    /// A key record, read and authenticated (cached: records never change once written).
+    func keyRecord(_ recordID: [UInt8], _ state: OpenState) throws(StoreError) -> KeyRecord {
+        if let cached = caches.withLock({ $0.records[recordID] }) { return cached }
+        let path = root + "/" + KeyRecord.directoryName + "/" + KeyRecord.fileName(recordID)
+        guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: false),
+              let file = try directory.openFile(KeyRecord.fileName(recordID)) else {
+            throw StoreError(.tampered, "\(path), the key record an item names, is missing")
+        }
+        guard file.size <= 8192 else { throw StoreError(.tampered, "\(path) is too large to be a key record") }
+        let record = try KeyRecord(parsing: try file.read(count: file.size, at: 0), storeID: storeID, metadataKey: state.keys.metadata,
+                                   path: path)
+        guard record.recordID == recordID else { throw StoreError(.tampered, "\(path) holds another key record") }
+        caches.withLock { $0.records[recordID] = record }
+        return record
+    }
+
+    // MARK: Opening a record
+
+    /// Opens a key record with what the caller proved: a biometric match, the passcode, or
+    /// neither (records that only check the lock state). The TPM checks each protector.
+    ///
+    /// - Throws: ``StoreError`` `.interactionNotAllowed` (nothing given that opens the record, or
+    ///   the device is locked), `.itemInvalidated` (enrollment changed or passcode removed, and no
+    ///   other way in: the record and its items are deleted), `.biometryInvalidated` (the
+    ///   biometric way is gone but the passcode still opens it), `.authenticationFailed`,
+    ///   `.lockout`, `.passcodeNotSet`, `.tampered`.
+    package func openRecord(_ recordID: [UInt8], device: Device, biometry: BiometryProof?,
+                            passcode: SecretBytes?) throws(StoreError) -> RecordKey {
+        let state = try current()
+        let record = try keyRecord(recordID, state)
+        let protection = try record.protection()
+        let path = root + "/" + KeyRecord.directoryName + "/" + KeyRecord.fileName(recordID)
+        if protection.accessibility == .whenPasscodeSetThisDeviceOnly,
+           try device.passcodePublicKey().map({ Array($0.rawRepresentation) }) != record.passcodeKey {
+            try invalidate(record, state)
+            throw StoreError(.itemInvalidated, "The item was protected while a device passcode was set, and that passcode was removed: it is gone for good")
+        }
+        do throws(StoreError) {
+            let secret: SecretBytes
+            if protection.needsBothProtectors {
+                guard let biometry, let passcode else {
+                    throw StoreError(.interactionNotAllowed, "This item needs both biometry and the device passcode")
+                }
+                let sealed = try openSealed(record, protection, device: device, biometry: biometry, path: path)
+                let wrapped = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode), path: path)
+                secret = KeyRecord.combined(sealed, wrapped, recordID: recordID)
+            } else if protection.hasSealedProtector, biometry != nil || protection.biometry == nil {
+                do throws(StoreError) {
+                    secret = try openSealed(record, protection, device: device, biometry: biometry, path: path)
+                } catch let error where error.code == .biometryInvalidated && passcode != nil {
+                    secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode!), path: path)
+                }
+            } else if protection.hasPasscodeProtector, let passcode {
+                secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode), path: path)
+            } else {
+                throw StoreError(.interactionNotAllowed, protection.passcode && protection.biometry != nil
+                                 ? "This item needs biometry or the device passcode" : protection.passcode
+                                 ? "This item needs the device passcode" : "This item needs biometry")
+            }
+            return RecordKey(recordID: recordID, privateKey: KeyRecord.privateKey(secret: secret, recordID: recordID))
+        } catch let error where error.code == .biometryInvalidated && !protection.hasPasscodeProtector {
+            try invalidate(record, state)
+            throw StoreError(.itemInvalidated, "The biometric enrollment changed since the item was added, and the TPM no longer releases its key: it is gone for good",
+                             underlying: error)
+        } catch let error where error.code == .itemInvalidated && record.passcodeProtector != nil && !protection.hasSealedProtector {
+            try invalidate(record, state)
+            throw error
+        }
+    }
+
+    /// Unseals the sealed protector. On a policy failure, the counters say why.
+    private func openSealed(_ record: KeyRecord, _ protection: Protection, device: Device, biometry: BiometryProof?,
+                            path: String) throws(StoreError) -> SecretBytes {
+        guard let sealed = record.sealedProtector else { throw StoreError(.tampered, "\(path) has no sealed protector") }
+        if protection.biometry != nil {
+            guard let biometry else { throw StoreError(.interactionNotAllowed, "This item needs biometry") }
+            // Any change of the enrollment moves the counter before the match is honoured.
+            _ = try device.enrollmentEpoch(identifier: biometry.enrollmentIdentifier)
+        }
+        return try device.withConnection { (connection) throws(StoreError) -> SecretBytes in
+            if record.flags.contains(.lockBound) {
+                try ensureUnlockedWithoutPasscode(device, connection)
+            }
+            let policy = try record.sealedPolicy { (index) throws(StoreError) in
+                try device.tpmCall { try connection.nvIndexName(index) }
+            }
+            do {
+                return try connection.unseal(sealed, policy: policy)
+            } catch let error as TPMError where error.code == .policyCheckFailed || error.code == .nvIndexUninitialized {
+                let indices = DeviceIndices(base: record.nvBase)
+                if protection.biometry == .currentSet,
+                   try device.counter(indices.enrollmentCounter, connection) != record.enrollmentEpoch {
+                    throw StoreError(.biometryInvalidated, "The TPM refused the key: the enrollment counter moved", underlying: error)
+                }
+                if record.flags.contains(.lockBound) {
+                    throw StoreError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode (tpm-keychain unlock-keychain)",
+                                     underlying: error)
+                }
+                throw StoreError(.tampered, "\(path): the TPM refused its sealed protector", underlying: error)
+            } catch let error as TPMError where error.code == .handleNotFound {
+                throw StoreError(.biometryInvalidated, "An NV index the record's policy names is gone", underlying: error)
+            } catch let error as TPMError where error.code == .malformedData || error.code == .wrongStorageKey {
+                throw StoreError(.tampered, "\(path): its sealed protector is damaged or belongs to another TPM", underlying: error)
+            } catch {
+                throw StoreError(deviceTPM: error)
+            }
+        }
+    }
+
+    /// A device without a passcode is always unlocked, as an iPhone without one is: its lock
+    /// state is written whenever it reads locked (after a reboot).
+    private func ensureUnlockedWithoutPasscode(_ device: Device, _ connection: TPMConnection) throws(StoreError) {
+        guard try !device.passcodeIsSet() else { return }
+        if let state = try device.lockState(connection), state.sinceBoot, state.now { return }
+        try device.writeLockState(unlocked: true, connection)
+    }
+
+    /// Deletes a record that can never open again, and every item naming it (as iOS drops items it
+    /// can never decrypt). Never called on a lockout, an I/O error or an unreachable TPM.
+    private func invalidate(_ record: KeyRecord, _ state: OpenState) throws(StoreError) {
+        try withWriteAccess { (state) throws(StoreError) in
+            for group in try state.layout.items.entries() where !group.hasPrefix(".") {
+                guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
+                let lock = try directory.lock(".lock", timeout: lockTimeout)
+                defer { withExtendedLifetime(lock) {} }
+                var removed = false
+                for name in try directory.entries() where name.hasSuffix(".item") {
+                    guard let file = try directory.openFile(name), file.size >= ItemFileV2.headerSize else { continue }
+                    let header = try file.read(count: ItemFileV2.headerSize, at: 0)
+                    if Array(header[52..<68]) == record.recordID {
+                        _ = try directory.remove(name, durable: durable)
+                        removed = true
+                    }
+                }
+                if removed { _ = try? directory.stamp() }
+            }
+            if let records = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: false) {
+                _ = try records.remove(KeyRecord.fileName(record.recordID), durable: durable)
+            }
+            caches.withLock { $0 = Caches() }
+        }
+    }
+
+    // MARK: Choosing or creating a record
+
+    /// The record for new items with `protection`: an existing one when its bindings are still
+    /// current, else a new one. Creating needs no person: the sealed protector's policy is known
+    /// in advance, and the passcode protector wraps to the device's public passcode key.
+    ///
+    /// - Throws: ``StoreError`` `.passcodeNotSet`, `.biometryNotEnrolled`, `.notAvailable`.
+    func record(for protection: Protection, device: Device, enrollmentIdentifier: [UInt8]?,
+                _ state: OpenState) throws(StoreError) -> KeyRecord {
+        let passcodeKey = try device.passcodePublicKey()
+        if protection.requiresPasscodeSet && passcodeKey == nil {
+            throw StoreError(.passcodeNotSet, "This protection needs a device passcode, and none is set (tpm-keychain set-passcode)")
+        }
+        var epoch: UInt64 = 0
+        if protection.biometry == .currentSet {
+            guard let enrollmentIdentifier else {
+                throw StoreError(.biometryNotEnrolled, "biometryCurrentSet binds the item to the enrolled biometry, and nothing is enrolled")
+            }
+            epoch = try device.enrollmentEpoch(identifier: enrollmentIdentifier)
+        }
+        let lockBound = protection.hasSealedProtector && passcodeKey != nil && protection.accessibility.lockRequirement != .none
+        let needsNV = protection.biometry == .currentSet || lockBound
+        let passcodeBytes = passcodeKey.map { Array($0.rawRepresentation) } ?? [UInt8](repeating: 0, count: 32)
+        for existing in try allRecords(state) where existing.accessibility == protection.accessibility
+            && existing.accessFlags == protection.flags && existing.flags.contains(.lockBound) == lockBound
+            && existing.enrollmentEpoch == epoch && existing.passcodeKey == passcodeBytes
+            && existing.nvBase == (needsNV ? device.indices.base : 0) {
+            return existing
+        }
+        let recordID = randomBytes(16)
+        let draft = KeyRecord(storeID: storeID, recordID: recordID, accessibility: protection.accessibility,
+                              flags: lockBound ? .lockBound : [], accessFlags: protection.flags, nvBase: needsNV ? device.indices.base : 0,
+                              enrollmentEpoch: epoch, passcodeKey: passcodeBytes, publicKey: [], sealedProtector: nil, passcodeProtector: nil)
+        let (sealedSecret, wrappedSecret, secret) = try Self.recordSecrets(protection, recordID: recordID)
+        let sealed: SealedObject? = try sealedSecret.map { (sealedSecret) throws(StoreError) in
+            try device.withConnection { (connection) throws(StoreError) in
+                if lockBound { _ = try device.lockAssertion(protection.accessibility.lockRequirement, connection) }
+                if protection.biometry == .currentSet { _ = try device.ensureCounter(device.indices.enrollmentCounter, connection) }
+                let policy = try draft.sealedPolicy { (index) throws(StoreError) in try device.tpmCall { try connection.nvIndexName(index) } }
+                return try device.tpmCall { try connection.seal(sealedSecret, policy: policy) }
+            }
+        }
+        var wrapped: [UInt8]?
+        if let wrappedSecret, let passcodeKey {
+            do {
+                wrapped = try KeyRecord.wrapForPasscode(wrappedSecret, passcodeKey: passcodeKey, storeID: storeID, recordID: recordID)
+            } catch {
+                throw StoreError(.storageFailed, "Wrapping the record key failed", underlying: error)
+            }
+        }
+        let record = KeyRecord(storeID: storeID, recordID: recordID, accessibility: draft.accessibility, flags: draft.flags,
+                               accessFlags: draft.accessFlags, nvBase: draft.nvBase, enrollmentEpoch: epoch, passcodeKey: passcodeBytes,
+                               publicKey: Array(KeyRecord.privateKey(secret: secret, recordID: recordID).publicKey.rawRepresentation),
+                               sealedProtector: sealed, passcodeProtector: wrapped)
+        guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: true) else {
+            throw StoreError(.storageFailed, "Cannot create \(root)/\(KeyRecord.directoryName)")
+        }
+        try directory.replace(KeyRecord.fileName(recordID), with: record.serialized(metadataKey: state.keys.metadata), durable: durable)
+        caches.withLock { $0.records[recordID] = record }
+        return record
+    }
+
+    /// The secrets of a new record: what the sealed protector holds, what the passcode protector
+    /// wraps, and the record secret S they give.
+    private static func recordSecrets(_ protection: Protection, recordID: [UInt8]) throws(StoreError) -> (SecretBytes?, SecretBytes?, SecretBytes) {
+        do {
+            let first = try SecretBytes.random(count: 32)
+            if protection.needsBothProtectors {
+                let second = try SecretBytes.random(count: 32)
+                return (first, second, KeyRecord.combined(first, second, recordID: recordID))
+            }
+            return (protection.hasSealedProtector ? first : nil, protection.hasPasscodeProtector ? first : nil, first)
+        } catch {
+            throw StoreError(.storageFailed, "No randomness for a key record", underlying: error)
+        }
+    }
+
+    private func allRecords(_ state: OpenState) throws(StoreError) -> [KeyRecord] {
+        guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: false) else { return [] }
+        var records: [KeyRecord] = []
+        for name in try directory.entries() where name.hasSuffix(".key") && name.count == 36 {
+            guard let recordID = [UInt8](hexString: String(name.dropLast(4))) else { continue }
+            records.append(try keyRecord(recordID, state))
+        }
+        return records
+    }
+
+    // MARK: Item keys
+
+    /// The key of a protected item's secret section, for a writer: a fresh ephemeral key agrees
+    /// with the record's public key; its public half becomes the header's salt.
+    static func protectedWriteKeys(record: KeyRecord, storeID: [UInt8], itemsKey: SymmetricKey) throws(StoreError)
+        -> (salt: [UInt8], secretKey: (SymmetricKey) -> SymmetricKey) {
+        do {
+            let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+            let shared = try ephemeral.sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: record.publicKey))
+            return (Array(ephemeral.publicKey.rawRepresentation), { attributesKey in
+                KeyRecord.protectedSecretKey(attributesKey: attributesKey, shared: shared, recordPublicKey: record.publicKey,
+                                             storeID: storeID, recordID: record.recordID)
+            })
+        } catch {
+            throw StoreError(.tampered, "The key record's public key is invalid", underlying: error)
+        }
+    }
+
+    /// The key of a format-2 item's secret section: the attributes key, or for a protected item
+    /// the record agreement mixed in.
+    ///
+    /// - Throws: ``StoreError`` `.interactionNotAllowed` when the item is protected and `recordKey`
+    ///   is not its record's.
+    func v2SecretKey(_ header: ItemFileV2.Header, _ state: OpenState, recordKey: RecordKey?) throws(StoreError) -> SymmetricKey {
+        let attributesKey = v2ItemKey(header, state.keys)
+        guard header.keyRecord != ItemFileV2.masterKeyRecord else { return attributesKey }
+        guard let recordKey, recordKey.recordID == header.keyRecord else {
+            throw StoreError(.interactionNotAllowed, "The item is protected: reading its secret needs an authentication context")
+        }
+        let record = try keyRecord(header.keyRecord, state)
+        do {
+            let shared = try recordKey.privateKey.sharedSecretFromKeyAgreement(
+                with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: header.salt))
+            return KeyRecord.protectedSecretKey(attributesKey: attributesKey, shared: shared, recordPublicKey: record.publicKey,
+                                                storeID: storeID, recordID: record.recordID)
+        } catch {
+            throw StoreError(.tampered, "The item's key agreement field is damaged", underlying: error)
+        }
+    }
+}
+
+extension Array where Element == UInt8 {
+    init?(hexString: String) {
+        guard hexString.utf8.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        var index = hexString.startIndex
+        while index < hexString.endIndex {
+            let next = hexString.index(index, offsetBy: 2)
+            guard let byte = UInt8(hexString[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        self = bytes
+    }
+}

@@ -1,0 +1,333 @@
+import Crypto
+public import Foundation
+import KeychainStore
+import Synchronization
+public import TPM
+
+/// What an authentication checks (LAPolicy).
+public enum AuthenticationPolicy: Sendable, Hashable {
+    /// Biometry only (deviceOwnerAuthenticationWithBiometrics).
+    case deviceOwnerAuthenticationWithBiometrics
+    /// Biometry, or the device passcode when biometry is unavailable or the person chooses it
+    /// (deviceOwnerAuthentication).
+    case deviceOwnerAuthentication
+}
+
+/// Where the device passcode comes from when an item or a policy needs it.
+public struct PasscodeSource: Sendable {
+    let obtain: @Sendable (_ reason: String) async throws(AuthenticationError) -> SecretBytes
+
+    /// Asks `prompt` with the reason; nil means the person cancelled.
+    public static func prompt(_ prompt: @escaping @Sendable (_ reason: String) async -> String?) -> PasscodeSource {
+        PasscodeSource { (reason) throws(AuthenticationError) in
+            guard let passcode = await prompt(reason) else { throw AuthenticationError(.userCancel, "The passcode prompt was cancelled") }
+            return SecretBytes(copying: Array(passcode.utf8))
+        }
+    }
+
+    /// A passcode known in advance (tests, unattended tools that read it from a file descriptor).
+    public static func fixed(_ passcode: SecretBytes) -> PasscodeSource {
+        PasscodeSource { (_) throws(AuthenticationError) in passcode }
+    }
+}
+
+/// An authentication context, as LAContext: it evaluates policies with a reason, remembers a
+/// success for ``allowableReuseDuration`` (one prompt for several reads, never past a TPM
+/// reset), can be forbidden to interact, and can be invalidated. Pass it to the `Keychain` calls
+/// that may need a person.
+///
+/// ```swift
+/// let context = AuthenticationContext(authenticator: fingerprintReader, passcode: .prompt(askUser))
+/// context.allowableReuseDuration = .seconds(60)
+/// let token: String? = try await keychain.get("token", context: context)
+/// ```
+public final class AuthenticationContext: Sendable {
+    /// The longest reuse window (LATouchIDAuthenticationMaximumAllowableReuseDuration).
+    public static let maximumReuseDuration: Duration = .seconds(300)
+
+    /// The biometric authenticator, if the device has one.
+    public let authenticator: (any Authenticator)?
+    /// Where the device passcode comes from; nil when this context cannot ask for it.
+    public let passcode: PasscodeSource?
+    /// Scopes ``domainState()``: two applications see different values for one enrollment, as on iOS.
+    public let applicationIdentifier: String
+    /// The device whose passcode and lock state a policy evaluation checks.
+    public let location: KeychainLocation
+
+    private struct State {
+        var reason = ""
+        var interactionNotAllowed = false
+        var reuse: Duration = .zero
+        var invalidated = false
+        var evaluating = false
+        /// Opened key records, with when they were opened and the TPM's startup epoch then.
+        var recordKeys: [[UInt8]: (key: ItemStore.RecordKey, at: ContinuousClock.Instant, epoch: UInt64)] = [:]
+        /// The last biometric match: when, and against which enrollment.
+        var match: (at: ContinuousClock.Instant, enrollment: Enrollment)?
+        var prompts = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// - Parameters:
+    ///   - authenticator: a biometric authenticator, or nil for none.
+    ///   - passcode: how to get the device passcode, or nil when this context cannot.
+    ///   - applicationIdentifier: scopes ``domainState()``; nil for the process name.
+    ///   - location: the store whose device a passcode evaluation checks.
+    public init(authenticator: (any Authenticator)? = nil, passcode: PasscodeSource? = nil,
+                applicationIdentifier: String? = nil, location: KeychainLocation = .default) {
+        self.authenticator = authenticator
+        self.passcode = passcode
+        self.applicationIdentifier = applicationIdentifier ?? ProcessInfo.processInfo.processName
+        self.location = location
+    }
+
+    /// Shown by the authenticator and the passcode prompt (kSecUseOperationPrompt, localizedReason).
+    public var localizedReason: String {
+        get { state.withLock { $0.reason } }
+        set { state.withLock { $0.reason = newValue } }
+    }
+
+    /// When true, anything that would prompt fails with `.notInteractive` instead
+    /// (errSecInteractionNotAllowed for keychain calls).
+    public var interactionNotAllowed: Bool {
+        get { state.withLock { $0.interactionNotAllowed } }
+        set { state.withLock { $0.interactionNotAllowed = newValue } }
+    }
+
+    /// How long a success is reused without a new prompt: 0 (the default) to ``maximumReuseDuration``.
+    public var allowableReuseDuration: Duration {
+        get { state.withLock { $0.reuse } }
+        set { state.withLock { $0.reuse = min(max(newValue, .zero), Self.maximumReuseDuration) } }
+    }
+
+    /// How many times this context asked a person (biometry or passcode).
+    public var promptCount: Int { state.withLock { $0.prompts } }
+
+    /// Ends the context: a pending evaluation fails with `.appCancel`, later ones with
+    /// `.invalidContext`; keys it kept are erased.
+    public func invalidate() {
+        let wasEvaluating = state.withLock { state in
+            state.invalidated = true
+            state.recordKeys = [:]
+            state.match = nil
+            return state.evaluating
+        }
+        if wasEvaluating, let authenticator {
+            Task { await authenticator.cancel() }
+        }
+    }
+
+    /// Whether ``evaluate(_:reason:)`` could succeed now, without prompting.
+    ///
+    /// - Throws: ``AuthenticationError`` `.biometryNotAvailable`, `.biometryNotEnrolled`,
+    ///   `.passcodeNotSet`, `.invalidContext`.
+    public func canEvaluate(_ policy: AuthenticationPolicy) async throws(AuthenticationError) {
+        try checkValid()
+        let enrolled: Enrollment?
+        if let authenticator { enrolled = try await authenticator.enrollment() } else { enrolled = nil }
+        switch policy {
+        case .deviceOwnerAuthenticationWithBiometrics:
+            guard authenticator != nil else { throw AuthenticationError(.biometryNotAvailable, "No biometric authenticator") }
+            guard enrolled != nil else { throw AuthenticationError(.biometryNotEnrolled, "No biometry is enrolled") }
+        case .deviceOwnerAuthentication:
+            if enrolled != nil { return }
+            guard passcode != nil, try passcodeIsSet() else {
+                throw AuthenticationError(.passcodeNotSet, "Neither biometry nor a device passcode is available")
+            }
+        }
+    }
+
+    /// Authenticates the person for `policy`, showing `reason`; a success is reused within
+    /// ``allowableReuseDuration``.
+    ///
+    /// - Throws: ``AuthenticationError``.
+    public func evaluate(_ policy: AuthenticationPolicy, reason: String) async throws(AuthenticationError) {
+        try await canEvaluate(policy)
+        if let authenticator, let enrolled = try await authenticator.enrollment() {
+            do throws(AuthenticationError) {
+                _ = try await biometricMatch(authenticator, enrolled: enrolled, reason: reason)
+                return
+            } catch let error where error.code == .userFallback && policy == .deviceOwnerAuthentication {
+                // Fall through to the passcode.
+            }
+        }
+        let passcode = try await obtainPasscode(reason: reason)
+        do throws(KeychainError) {
+            try Devices.with(location) { (device) throws(KeychainError) in
+                try engine { () throws(StoreError) in try device.unlock(passcode: passcode) }
+            }
+        } catch {
+            throw AuthenticationError(error.code == .lockout ? .biometryLockout : .authenticationFailed, error.message)
+        }
+    }
+
+    /// The enrollment's state hash for this application (LADomainState.biometry.stateHash): nil
+    /// when nothing is enrolled; changes with every enrollment change; differs between
+    /// applications.
+    public func domainState() async -> Data? {
+        guard let authenticator, let enrolled = try? await authenticator.enrollment() else { return nil }
+        let mac = HMAC<SHA256>.authenticationCode(for: enrolled.identifier, using: SymmetricKey(data: Array(applicationIdentifier.utf8)))
+        return Data(mac)
+    }
+
+    // MARK: Opening records for the Keychain API
+
+    /// The opened key record for a protected item: from the reuse window, or by asking the
+    /// person (biometry, then the passcode where the protection allows it) and the TPM.
+    func recordKey(for protection: ItemStore.ItemProtection, store: ItemStore, location: KeychainLocation) async throws(KeychainError)
+        -> ItemStore.RecordKey {
+        try mapAuthentication { () throws(AuthenticationError) in try checkValid() }
+        if let cached = try reusableKey(protection, location: location) { return cached }
+        let needs = protection.protection
+        let reason = localizedReason
+        var proof: ItemStore.BiometryProof?
+        var passcode: SecretBytes?
+        if needs.biometry != nil {
+            proof = try await mapAuthentication { () async throws(AuthenticationError) -> ItemStore.BiometryProof? in
+                guard let authenticator else {
+                    if needs.passcode && needs.eitherSuffices { return nil }
+                    throw AuthenticationError(.biometryNotAvailable, "The item needs biometry and this context has no authenticator")
+                }
+                guard let enrolled = try await authenticator.enrollment() else {
+                    if needs.passcode && needs.eitherSuffices { return nil }
+                    throw AuthenticationError(.biometryNotEnrolled, "The item needs biometry and nothing is enrolled")
+                }
+                do throws(AuthenticationError) {
+                    return ItemStore.BiometryProof(enrollmentIdentifier: try await biometricMatch(authenticator, enrolled: enrolled, reason: reason).identifier)
+                } catch let error where error.code == .userFallback && needs.passcode && needs.eitherSuffices {
+                    return nil
+                }
+            }
+        }
+        if needs.passcode && (proof == nil || needs.needsBothProtectors) {
+            passcode = try await mapAuthentication { () async throws(AuthenticationError) in try await obtainPasscode(reason: reason) }
+        }
+        let recordID = protection.recordID
+        do throws(KeychainError) {
+            return remember(try open(recordID, store: store, location: location, proof: proof, passcode: passcode))
+        } catch let error where error.code == KeychainError.Code(named: StoreError.Code.biometryInvalidated.name) {
+            // The enrollment changed, and the passcode still opens this item.
+            passcode = try await mapAuthentication { () async throws(AuthenticationError) in try await obtainPasscode(reason: reason) }
+            return remember(try open(recordID, store: store, location: location, proof: nil, passcode: passcode))
+        }
+    }
+
+    private func open(_ recordID: [UInt8], store: ItemStore, location: KeychainLocation, proof: ItemStore.BiometryProof?,
+                      passcode: SecretBytes?) throws(KeychainError) -> (ItemStore.RecordKey, UInt64) {
+        try Devices.with(location) { (device) throws(KeychainError) in
+            let key = try engine { () throws(StoreError) in
+                try store.openRecord(recordID, device: device, biometry: proof, passcode: passcode)
+            }
+            return (key, try startupEpoch(device))
+        }
+    }
+
+    private func remember(_ opened: (ItemStore.RecordKey, UInt64)) -> ItemStore.RecordKey {
+        state.withLock { state in
+            if state.reuse > .zero { state.recordKeys[opened.0.recordID] = (opened.0, .now, opened.1) }
+        }
+        return opened.0
+    }
+
+    /// A key opened within the reuse window, while the TPM has not reset since.
+    /// (A key kept for a lock-bound record is also checked against the lock state: locking the
+    /// device ends every reuse window.)
+    private func reusableKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) throws(KeychainError) -> ItemStore.RecordKey? {
+        let recordID = protection.recordID
+        let (cached, window) = state.withLock { ($0.recordKeys[recordID], $0.reuse) }
+        guard let cached else { return nil }
+        guard ContinuousClock.now - cached.at <= window,
+              try Devices.with(location, { (device) throws(KeychainError) -> Bool in
+                  guard try startupEpoch(device) == cached.epoch else { return false }
+                  guard protection.lockBound else { return true }
+                  return try engine { () throws(StoreError) in try device.lockSatisfies(protection.protection.accessibility.lockRequirement) }
+              }) else {
+            // Expired, locked, or the TPM reset: the person authenticates again.
+            state.withLock { state in
+                state.recordKeys.removeValue(forKey: recordID)
+                state.match = nil
+            }
+            return nil
+        }
+        return cached.key
+    }
+
+    private func startupEpoch(_ device: Device) throws(KeychainError) -> UInt64 {
+        do {
+            let connection = try TPMConnection(device.tpm)
+            defer { connection.close() }
+            return try connection.startupEpoch()
+        } catch {
+            throw KeychainError(engineTPM: error)
+        }
+    }
+
+    /// A biometric match, reused within the window for the same enrollment.
+    private func biometricMatch(_ authenticator: any Authenticator, enrolled: Enrollment,
+                                reason: String) async throws(AuthenticationError) -> Enrollment {
+        let reused = state.withLock { state -> Bool in
+            guard let match = state.match, match.enrollment == enrolled else { return false }
+            return ContinuousClock.now - match.at <= state.reuse && state.reuse > .zero
+        }
+        if reused { return enrolled }
+        try beginPrompt()
+        defer { state.withLock { $0.evaluating = false } }
+        try await authenticator.verify(reason: reason.isEmpty ? "access the keychain" : reason)
+        try checkValid()
+        state.withLock { $0.match = (.now, enrolled) }
+        return enrolled
+    }
+
+    private func obtainPasscode(reason: String) async throws(AuthenticationError) -> SecretBytes {
+        guard let passcode else {
+            throw AuthenticationError(.passcodeNotSet, "The item needs the device passcode and this context has no way to ask for it")
+        }
+        try beginPrompt()
+        defer { state.withLock { $0.evaluating = false } }
+        return try await passcode.obtain(reason.isEmpty ? "access the keychain" : reason)
+    }
+
+    private func beginPrompt() throws(AuthenticationError) {
+        try state.withLock { (state) throws(AuthenticationError) in
+            guard !state.invalidated else { throw AuthenticationError(.invalidContext, "The context was invalidated") }
+            guard !state.interactionNotAllowed else {
+                throw AuthenticationError(.notInteractive, "Authentication needs a person and the context does not allow interaction")
+            }
+            state.evaluating = true
+            state.prompts += 1
+        }
+    }
+
+    private func checkValid() throws(AuthenticationError) {
+        if state.withLock({ $0.invalidated }) {
+            throw AuthenticationError(.invalidContext, "The context was invalidated")
+        }
+    }
+
+    private func passcodeIsSet() throws(AuthenticationError) -> Bool {
+        do {
+            return try Devices.with(location) { (device) throws(KeychainError) in
+                try engine { () throws(StoreError) in try device.passcodeIsSet() }
+            }
+        } catch {
+            throw AuthenticationError(.biometryNotAvailable, error.message)
+        }
+    }
+
+    private func mapAuthentication<R>(_ body: () async throws(AuthenticationError) -> R) async throws(KeychainError) -> R {
+        do {
+            return try await body()
+        } catch {
+            throw KeychainError(error)
+        }
+    }
+
+    private func mapAuthentication<R>(_ body: () throws(AuthenticationError) -> R) throws(KeychainError) -> R {
+        do {
+            return try body()
+        } catch {
+            throw KeychainError(error)
+        }
+    }
+}

@@ -1,0 +1,55 @@
+import Crypto
+import Foundation
+import KeychainStore
+import Synchronization
+import TPM
+
+/// The device of a location: its TPM chosen as for the store, its directory resolved
+/// (``KeychainLocation/deviceDirectory``).
+enum Devices {
+    /// Directories already resolved, by store path: resolving may ask the TPM for its storage key.
+    private static let directories = Mutex<[String: String]>([:])
+
+    /// Runs `body` with the device, the TPM started for it when simulated and stopped after.
+    static func with<R>(_ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        let tpm = try StoreTPM.choose(for: location)
+        defer { tpm.stop() }
+        let directory = try directory(for: location, tpm: tpm)
+        return try body(Device(directory: directory, tpm: tpm.configuration))
+    }
+
+    static func directory(for location: KeychainLocation, tpm: StoreTPM) throws(KeychainError) -> String {
+        if let explicit = location.deviceDirectory { return explicit }
+        if let environment = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_DEVICE_DIR"], environment.hasPrefix("/") { return environment }
+        if case .simulatedInStore = tpm.source { return location.path + "/device" }
+        if let known = directories.withLock({ $0[location.path] }) { return known }
+        // One directory per TPM, named by its storage key (which changes when the TPM is cleared,
+        // as its NV counters do).
+        let name: [UInt8]
+        do {
+            let connection = try TPMConnection(tpm.configuration)
+            defer { connection.close() }
+            name = try connection.storageKey().name
+        } catch {
+            throw KeychainError(engineTPM: error)
+        }
+        let digest = SHA256.hash(data: name).prefix(8).map { String(format: "%02x", $0) }.joined()
+        let resolved = stateDirectory + "/device-" + digest
+        directories.withLock { $0[location.path] = resolved }
+        return resolved
+    }
+
+    /// `$XDG_STATE_HOME/tpm-keychain`, else `~/.local/state/tpm-keychain`.
+    static var stateDirectory: String {
+        let environment = ProcessInfo.processInfo.environment
+        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/tpm-keychain" }
+        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        return home + "/.local/state/tpm-keychain"
+    }
+}
+
+extension KeychainError {
+    init(engineTPM error: any Error) {
+        self.init(StoreError(deviceTPM: error))
+    }
+}

@@ -1,0 +1,94 @@
+import KeychainStore
+public import TPM
+
+/// The device a store belongs to: its passcode, lock state and biometric enrollment epoch, shared
+/// by the user's stores on one TPM (as an iPhone's passcode is shared by its apps).
+///
+/// ```swift
+/// let device = KeychainDevice(location: location)
+/// try device.setPasscode(SecretBytes(copying: Array("4711-correct-horse".utf8)))
+/// try device.lock()                       // whenUnlocked items are now refused by the TPM
+/// try device.unlock(passcode: passcode)   // a wrong passcode counts toward the TPM's lockout
+/// ```
+public struct KeychainDevice: Sendable {
+    /// The store whose device this is.
+    public let location: KeychainLocation
+
+    public init(location: KeychainLocation = .default) {
+        self.location = location
+    }
+
+    /// What the device holds: for `tpm-keychain tpm-status` and tests.
+    public struct Status: Sendable {
+        /// Whether a device passcode is set.
+        public let passcodeIsSet: Bool
+        /// The enrollment counter's value (nil: not defined yet).
+        public let enrollmentCounter: UInt64?
+        /// The passcode counter's value (nil: not defined yet).
+        public let passcodeCounter: UInt64?
+        /// Unlocked since the TPM's last reset (nil: the lock-state index is not defined).
+        public let unlockedSinceBoot: Bool?
+        /// Unlocked now (nil: the lock-state index is not defined).
+        public let unlocked: Bool?
+        /// The TPM's dictionary-attack state.
+        public let dictionaryAttack: TPMDictionaryAttackStatus
+        /// The NV handles: enrollment counter, passcode counter, lock state.
+        public let nvIndices: [UInt32]
+        /// Where the device's state file lives.
+        public let directory: String
+    }
+
+    /// - Throws: ``KeychainError``.
+    public func status() throws(KeychainError) -> Status {
+        try withDevice { (device) throws(StoreError) in
+            let status = try device.status()
+            return Status(passcodeIsSet: status.passcodeSet, enrollmentCounter: status.enrollmentCounter,
+                          passcodeCounter: status.passcodeCounter, unlockedSinceBoot: status.lockState?.sinceBoot,
+                          unlocked: status.lockState?.now, dictionaryAttack: status.dictionaryAttack,
+                          nvIndices: [status.indices.enrollmentCounter, status.indices.passcodeCounter, status.indices.lockState],
+                          directory: device.directoryPath)
+        }
+    }
+
+    /// Sets the first device passcode (4 to 1024 bytes). It is never stored: the TPM holds a
+    /// key sealed with it, under dictionary-attack protection.
+    ///
+    /// - Throws: ``KeychainError`` `.duplicateItem` when one is set, `.invalidParameter`.
+    public func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
+        try withDevice { (device) throws(StoreError) in try device.setPasscode(passcode) }
+    }
+
+    /// Changes the passcode. One sealed key is replaced; no item is rewritten; a copy of the old
+    /// sealed key no longer opens (the TPM's passcode counter moved).
+    ///
+    /// - Throws: ``KeychainError`` `.authenticationFailed` (wrong passcode, counted by the TPM),
+    ///   `.lockout`, `.passcodeNotSet`, `.invalidParameter`.
+    public func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(KeychainError) {
+        try withDevice { (device) throws(StoreError) in try device.changePasscode(from: old, to: new) }
+    }
+
+    /// Removes the passcode; items that require it become unreadable for good.
+    ///
+    /// - Throws: as ``changePasscode(from:to:)``.
+    public func removePasscode(_ passcode: SecretBytes) throws(KeychainError) {
+        try withDevice { (device) throws(StoreError) in try device.removePasscode(passcode) }
+    }
+
+    /// Locks the device: items of the whenUnlocked classes are refused by the TPM until ``unlock(passcode:)``.
+    ///
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`.
+    public func lock() throws(KeychainError) {
+        try withDevice { (device) throws(StoreError) in try device.lock() }
+    }
+
+    /// Unlocks the device with its passcode (a wrong one counts toward the TPM's lockout).
+    ///
+    /// - Throws: ``KeychainError`` `.authenticationFailed`, `.lockout`, `.passcodeNotSet`.
+    public func unlock(passcode: SecretBytes) throws(KeychainError) {
+        try withDevice { (device) throws(StoreError) in try device.unlock(passcode: passcode) }
+    }
+
+    private func withDevice<R>(_ body: (Device) throws(StoreError) -> R) throws(KeychainError) -> R {
+        try Devices.with(location) { (device) throws(KeychainError) in try engine { () throws(StoreError) in try body(device) } }
+    }
+}

@@ -1,0 +1,460 @@
+import Foundation
+import Testing
+@testable import KeychainStore
+@testable import TPM
+import TPMKeychain
+import TPMKeychainTesting
+
+/// Access control on a real swtpm: passcode, biometryCurrentSet, lock states, reuse, errors.
+@Suite struct AccessControlTests {
+    static let passcode = SecretBytes(copying: Array("correct horse 4711".utf8))
+    static let wrong = SecretBytes(copying: Array("wrong horse 0000".utf8))
+
+    /// A store with a device passcode, a simulated Face ID and a context that can use both.
+    final class Fixture: Sendable {
+        let store: TestStore
+        let face = SimulatedAuthenticator(biometryType: .faceID)
+        let device: KeychainDevice
+        let keychain: Keychain
+
+        init(passcode: Bool = true) throws {
+            store = try TestStore()
+            device = KeychainDevice(location: store.location)
+            keychain = try store.keychain()
+            if passcode { try device.setPasscode(AccessControlTests.passcode) }
+        }
+
+        func context(reuse: Duration = .zero, passcode: SecretBytes = AccessControlTests.passcode, applicationIdentifier: String = "tests") -> AuthenticationContext {
+            let context = AuthenticationContext(authenticator: face, passcode: .fixed(passcode), applicationIdentifier: applicationIdentifier,
+                                                location: store.location)
+            context.allowableReuseDuration = reuse
+            return context
+        }
+
+        func failedAuthorizations() throws -> UInt32 {
+            try device.status().dictionaryAttack.failedAuthorizations
+        }
+    }
+
+    // MARK: Vocabulary
+
+    @Test("flags are validated by Apple's SecAccessControlCreateWithFlags rules")
+    func flagValidation() throws {
+        for invalid: AccessControl.Flags in [[.or, .and, .biometryAny, .devicePasscode], [.biometryAny, .biometryCurrentSet],
+                                             [.userPresence, .devicePasscode], [.userPresence, .or], [.companion], [.privateKeyUsage],
+                                             [.or], AccessControl.Flags(rawValue: 1 << 7)] {
+            expectKeychainError(.invalidParameter) { _ = try AccessControl(.whenUnlocked, flags: invalid) }
+        }
+        for valid: AccessControl.Flags in [[], [.userPresence], [.biometryAny], [.biometryCurrentSet], [.devicePasscode],
+                                           [.biometryCurrentSet, .or, .devicePasscode], [.biometryAny, .and, .devicePasscode],
+                                           [.biometryAny, .devicePasscode]] {
+            #expect(throws: Never.self) { _ = try AccessControl(.whenUnlockedThisDeviceOnly, flags: valid) }
+        }
+        // Apple's raw values.
+        #expect(AccessControl.Flags.biometryCurrentSet.rawValue == 8 && AccessControl.Flags.or.rawValue == 16384
+                && AccessControl.Flags.and.rawValue == 32768 && AccessControl.Flags.devicePasscode.rawValue == 16)
+        // Several constraints without .or mean all of them, as on iOS.
+        let implicitAnd = try Protection(accessibility: .whenUnlocked, flags: [.biometryAny, .devicePasscode])
+        #expect(implicitAnd.needsBothProtectors)
+    }
+
+    // MARK: Passcode
+
+    @Test("a devicePasscode item opens with the passcode only, and a wrong one is counted by the TPM")
+    func passcodeItem() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("s3cret", forKey: "pin-item", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        #expect(try await fixture.keychain.get("pin-item", as: String.self, context: fixture.context()) == "s3cret")
+        // Without a context there is nobody to ask.
+        expectKeychainError(.interactionNotAllowed) { _ = try fixture.keychain.get("pin-item", as: String.self) }
+        let before = try fixture.failedAuthorizations()
+        await expectAsyncKeychainError(.authenticationFailed) {
+            _ = try await fixture.keychain.get("pin-item", as: String.self, context: fixture.context(passcode: Self.wrong))
+        }
+        #expect(try fixture.failedAuthorizations() == before + 1)
+        // Attributes never need the passcode.
+        #expect(try fixture.keychain.allKeys() == ["pin-item"])
+        #expect(try fixture.keychain.accessControl(forKey: "pin-item")?.flags == .devicePasscode)
+    }
+
+    @Test("adding a passcode-bound item without a passcode set is refused, as iOS refuses it")
+    func passcodeNotSet() async throws {
+        let fixture = try Fixture(passcode: false)
+        for control in [try AccessControl(.whenPasscodeSetThisDeviceOnly), try AccessControl(.whenUnlocked, flags: .devicePasscode)] {
+            await expectAsyncKeychainError(.passcodeNotSet) { try await fixture.keychain.set("x", forKey: "k", accessControl: control) }
+        }
+        expectKeychainError(.passcodeNotSet) { try fixture.device.lock() }
+        #expect(try fixture.keychain.allKeys().isEmpty)
+    }
+
+    @Test("brute force stops at the TPM's lockout, the right passcode is then refused, and biometry-only items stay readable")
+    func bruteForceLockout() async throws {
+        let fixture = try Fixture()
+        try fixture.store.simulator.setDictionaryAttackParameters(maxTries: 3, recoveryTime: 1000, lockoutRecovery: 1000)
+        try await fixture.keychain.set("pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set("face", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+                                       context: fixture.context())
+        var codes: [KeychainError.Code] = []
+        for _ in 0..<5 {
+            do {
+                _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context(passcode: Self.wrong))
+            } catch {
+                codes.append(error.code)
+            }
+        }
+        #expect(codes == [.authenticationFailed, .authenticationFailed, .authenticationFailed, .lockout, .lockout])
+        await expectAsyncKeychainError(.lockout) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        #expect(try fixture.device.status().dictionaryAttack.inLockout)
+        // The enrollment counter, the lock state and the biometric record are all noDA.
+        #expect(try await fixture.keychain.get("face", as: String.self, context: fixture.context()) == "face")
+        try fixture.store.simulator.resetDictionaryAttackLockout()
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "pin")
+    }
+
+    @Test("changing the passcode rewrites no item, and the old sealed key put back does not open with the old passcode")
+    func passcodeChangeAndReplay() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("v", forKey: "k", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        let itemsBefore = try fixture.store.itemFiles().map { try bytes(of: $0) }
+        let deviceFile = fixture.store.directory + "/device/device.meta"
+        let oldDevice = try bytes(of: deviceFile)
+        let new = SecretBytes(copying: Array("new passcode 2026".utf8))
+        try fixture.device.changePasscode(from: Self.passcode, to: new)
+        #expect(try fixture.store.itemFiles().map { try bytes(of: $0) } == itemsBefore)
+        #expect(try await fixture.keychain.get("k", as: String.self, context: fixture.context(passcode: new)) == "v")
+        await expectAsyncKeychainError(.authenticationFailed) {
+            _ = try await fixture.keychain.get("k", as: String.self, context: fixture.context())
+        }
+        // Put the old device state back: its sealed key names the old passcode epoch, which the TPM refuses.
+        try overwrite(deviceFile, with: oldDevice)
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("k", as: String.self, context: fixture.context())
+        }
+        try fixture.store.simulator.resetDictionaryAttackLockout()
+    }
+
+    @Test("removing the passcode makes passcode-only and whenPasscodeSet items unreadable; they are deleted")
+    func passcodeRemoval() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
+        try await fixture.keychain.set("b", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set("c", forKey: "either", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence),
+                                       context: fixture.context())
+        #expect(try fixture.keychain.get("akpu", as: String.self) == "a")
+        try fixture.device.removePasscode(Self.passcode)
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) }
+        #expect(try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) == nil)
+        await expectAsyncKeychainError(.passcodeNotSet) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        // userPresence still opens with biometry.
+        #expect(try await fixture.keychain.get("either", as: String.self, context: fixture.context()) == "c")
+    }
+
+    // MARK: Biometry
+
+    @Test("biometryCurrentSet is invalidated by the TPM on add, remove and re-enroll; biometryAny and userPresence survive")
+    func enrollmentChanges() async throws {
+        for change in ["add", "remove", "reenroll"] {
+            let fixture = try Fixture()
+            let touch = SimulatedAuthenticator(biometryType: .touchID, enrolled: ["thumb", "index"])
+            let context = AuthenticationContext(authenticator: touch, passcode: .fixed(Self.passcode), location: fixture.store.location)
+            try await fixture.keychain.set("current", forKey: "current", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+            try await fixture.keychain.set("any", forKey: "any", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny), context: context)
+            try await fixture.keychain.set("presence", forKey: "presence", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence), context: context)
+            try await fixture.keychain.set("or", forKey: "or", accessControl: try AccessControl(.whenUnlocked, flags: [.biometryCurrentSet, .or, .devicePasscode]), context: context)
+            #expect(try await fixture.keychain.get("current", as: String.self, context: context) == "current")
+            switch change {
+            case "add": touch.enroll("ring")
+            case "remove": touch.unenroll("index")
+            default: touch.reenroll()
+            }
+            await expectAsyncKeychainError(.itemInvalidated, "\(change)") {
+                _ = try await fixture.keychain.get("current", as: String.self, context: context)
+            }
+            // Deleted, as iOS deletes it: a second read finds nothing.
+            #expect(try await fixture.keychain.get("current", as: String.self, context: context) == nil)
+            #expect(try await fixture.keychain.get("any", as: String.self, context: context) == "any")
+            #expect(try await fixture.keychain.get("presence", as: String.self, context: context) == "presence")
+            // biometryCurrentSet .or devicePasscode falls back to the passcode.
+            #expect(try await fixture.keychain.get("or", as: String.self, context: context) == "or")
+            #expect(try fixture.keychain.allKeys().sorted() == ["any", "or", "presence"])
+        }
+    }
+
+    @Test("invalidation survives restoring the store and device from a backup, and re-creating the counter")
+    func invalidationIsPermanent() async throws {
+        let fixture = try Fixture()
+        let context = fixture.context()
+        try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        let backup = fixture.store.directory + "-backup"
+        try FileManager.default.copyItem(atPath: fixture.store.directory, toPath: backup)
+        defer { try? FileManager.default.removeItem(atPath: backup) }
+        let originalEnrollment = try #require(try await fixture.face.enrollment())
+        fixture.face.reenroll()
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+
+        // Restore every file from before the change; the authenticator is not restored, so the
+        // library sees a different enrollment again and the counter only goes up.
+        Keychain.closeStore(fixture.store.location)
+        try FileManager.default.removeItem(atPath: fixture.store.directory + "/store")
+        try FileManager.default.removeItem(atPath: fixture.store.directory + "/device")
+        try FileManager.default.copyItem(atPath: backup + "/store", toPath: fixture.store.directory + "/store")
+        try FileManager.default.copyItem(atPath: backup + "/device", toPath: fixture.store.directory + "/device")
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+
+        // Restore the files once more, then delete the counter and define it again: a new counter
+        // starts above every value a counter had, so the old epoch never comes back.
+        Keychain.closeStore(fixture.store.location)
+        try FileManager.default.removeItem(atPath: fixture.store.directory + "/store")
+        try FileManager.default.copyItem(atPath: backup + "/store", toPath: fixture.store.directory + "/store")
+        let indices = try fixture.device.status().nvIndices
+        do {
+            let tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
+            defer { tpm.close() }
+            let before = try tpm.readNVCounter(indices[0])
+            try tpm.undefineNVIndex(indices[0])
+            try tpm.defineNVIndex(indices[0], kind: .counter, options: .noDictionaryAttack)
+            try tpm.incrementNVCounter(indices[0])
+            #expect(try tpm.readNVCounter(indices[0]) > before)
+        }
+        _ = originalEnrollment
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+    }
+
+    @Test("after an enrollment change the TPM itself refuses the record's sealed key (not only the library)")
+    func directUnsealIsRefusedByTheTPM() async throws {
+        let fixture = try Fixture()
+        let context = fixture.context()
+        try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryCurrentSet), context: context)
+        let recordPath = try #require(try fixture.store.files().first { $0.hasSuffix(".key") })
+        let recordBytes = try bytes(of: recordPath)
+        let store = try ItemStore.open(at: fixture.store.location.path, tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti), create: false)
+        defer { store.close() }
+        let record = try KeyRecord(parsing: recordBytes, storeID: store.storeID, metadataKey: try store.current().keys.metadata, path: recordPath)
+        store.close()
+        var tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
+        let policy = try record.sealedPolicy { (index) throws(StoreError) in
+            do { return try tpm.nvIndexName(index) } catch { throw StoreError(.tpmUnavailable, "\(error)") }
+        }
+        let sealed = try #require(record.sealedProtector)
+        #expect(try tpm.unseal(sealed, policy: policy).count == 32)
+        tpm.close()   // the library takes the TPM next
+        fixture.face.reenroll()
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        // The same sealed object, the same policy, straight to the TPM: TPM_RC_POLICY from PolicyNV.
+        tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
+        defer { tpm.close() }
+        do {
+            _ = try tpm.unseal(sealed, policy: policy)
+            Issue.record("the TPM released a key bound to an old enrollment")
+        } catch let error as TPMError {
+            #expect(error.code == .policyCheckFailed, "\(error)")
+        }
+    }
+
+    // MARK: Contexts
+
+    @Test("interaction not allowed and cancel fail as iOS fails, without prompting and without touching the DA counter")
+    func interactionAndCancel() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence), context: fixture.context())
+        let before = try fixture.failedAuthorizations()
+        let quiet = fixture.context()
+        quiet.interactionNotAllowed = true
+        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: quiet) }
+        #expect(fixture.face.attempts == 0)
+        fixture.face.nextOutcomes = [.cancel]
+        await expectAsyncKeychainError(.userCanceled) { _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context()) }
+        #expect(fixture.face.attempts == 1)
+        fixture.face.nextOutcomes = [.noMatch]
+        await expectAsyncKeychainError(.authenticationFailed) { _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context()) }
+        #expect(try fixture.failedAuthorizations() == before)
+        let invalidated = fixture.context()
+        invalidated.invalidate()
+        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: invalidated) }
+    }
+
+    @Test("a reuse window gives one prompt for several reads, zero reuse one per read, and no reuse across a TPM reset")
+    func reuseWindow() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny), context: fixture.context())
+        let reusing = fixture.context(reuse: .seconds(60))
+        for _ in 0..<3 { #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x") }
+        #expect(fixture.face.attempts == 1)
+        let once = fixture.context()
+        for _ in 0..<2 { #expect(try await fixture.keychain.get("x", as: String.self, context: once) == "x") }
+        #expect(fixture.face.attempts == 3)
+        #expect(reusing.promptCount == 1 && once.promptCount == 2)
+        // Locking ends the window: the TPM refuses the record, and the kept key is not used.
+        try fixture.device.lock()
+        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: reusing) }
+        try fixture.device.unlock(passcode: Self.passcode)
+        #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x")
+        #expect(reusing.promptCount == 2)
+        // A TPM reset (reboot) ends it too.
+        try fixture.store.simulator.powerCycle()
+        try fixture.device.unlock(passcode: Self.passcode)
+        #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x")
+        #expect(reusing.promptCount == 3)
+        #expect(AuthenticationContext.maximumReuseDuration == .seconds(300))
+        reusing.allowableReuseDuration = .seconds(10_000)
+        #expect(reusing.allowableReuseDuration == .seconds(300))
+    }
+
+    @Test("the domain state is nil without enrollment, changes with it, and differs between applications")
+    func domainState() async throws {
+        let fixture = try Fixture(passcode: false)
+        let first = await fixture.context(applicationIdentifier: "com.example.a").domainState()
+        let other = await fixture.context(applicationIdentifier: "com.example.b").domainState()
+        #expect(first != nil && other != nil && first != other)
+        fixture.face.unenroll("face")
+        fixture.face.enroll("face")
+        let after = await fixture.context(applicationIdentifier: "com.example.a").domainState()
+        #expect(after != nil && after != first)
+        fixture.face.unenroll()
+        #expect(await fixture.context().domainState() == nil)
+    }
+
+    // MARK: Lock states
+
+    @Test("afterFirstUnlock items are refused after a TPM power cycle until the first unlock; whenUnlocked ones while locked")
+    func lockStates() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("afu", forKey: "afu", accessControl: try AccessControl(.afterFirstUnlockThisDeviceOnly))
+        try await fixture.keychain.set("ak", forKey: "ak", accessControl: try AccessControl(.whenUnlocked))
+        try await fixture.keychain.set("always", forKey: "always", accessControl: try AccessControl(.alwaysThisDeviceOnly))
+        #expect(try fixture.keychain.get("afu", as: String.self) == "afu")
+        #expect(try fixture.keychain.get("ak", as: String.self) == "ak")
+        try fixture.device.lock()
+        expectKeychainError(.interactionNotAllowed) { _ = try fixture.keychain.get("ak", as: String.self) }
+        #expect(try fixture.keychain.get("afu", as: String.self) == "afu")
+        try fixture.device.unlock(passcode: Self.passcode)
+        #expect(try fixture.keychain.get("ak", as: String.self) == "ak")
+
+        try fixture.store.simulator.powerCycle()
+        expectKeychainError(.interactionNotAllowed) { _ = try fixture.keychain.get("afu", as: String.self) }
+        expectKeychainError(.interactionNotAllowed) { _ = try fixture.keychain.get("ak", as: String.self) }
+        #expect(try fixture.keychain.get("always", as: String.self) == "always")
+        #expect(try fixture.device.status().unlockedSinceBoot == false)
+        try fixture.device.unlock(passcode: Self.passcode)
+        #expect(try fixture.keychain.get("afu", as: String.self) == "afu")
+        #expect(try fixture.keychain.get("ak", as: String.self) == "ak")
+    }
+
+    // MARK: Robustness
+
+    @Test("swtpm killed and restarted keeps counters and items; the device uses three NV indices, before and after")
+    func killedSimulatorAndNVBudget() async throws {
+        let directory = NSTemporaryDirectory() + "tpm-keychain-nv-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var configuration = SoftwareTPM.Configuration()
+        configuration.stateDirectory = directory + "/swtpm"
+        var simulator = try SoftwareTPM.start(configuration)
+        let indicesBefore = try nvIndices(simulator)
+        var location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
+        location.deviceDirectory = directory + "/device"
+        let face = SimulatedAuthenticator()
+        let context = AuthenticationContext(authenticator: face, passcode: .fixed(Self.passcode), location: location)
+        let keychain = try Keychain(service: "kill", location: location)
+        try KeychainDevice(location: location).setPasscode(Self.passcode)
+        try await keychain.set("bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        try await keychain.set("pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode), context: context)
+        let status = try KeychainDevice(location: location).status()
+        let added = try nvIndices(simulator).subtracting(indicesBefore)
+        #expect(added == Set(status.nvIndices), "NV indices added: \(added)")
+        #expect(added.count == 3)
+
+        kill(simulator.processID, SIGKILL)
+        simulator.stop()
+        Keychain.closeStore(location)
+        simulator = try SoftwareTPM.start(configuration)
+        defer { simulator.stop() }
+        var restarted = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
+        restarted.deviceDirectory = directory + "/device"
+        let after = try KeychainDevice(location: restarted).status()
+        #expect(after.enrollmentCounter == status.enrollmentCounter && after.passcodeCounter == status.passcodeCounter)
+        let again = AuthenticationContext(authenticator: face, passcode: .fixed(Self.passcode), location: restarted)
+        let keychainAgain = try Keychain(service: "kill", location: restarted)
+        // A kill is an unclean stop: the TPM restarts with its lock state cleared, so unlock first.
+        try KeychainDevice(location: restarted).unlock(passcode: Self.passcode)
+        #expect(try await keychainAgain.get("bio", as: String.self, context: again) == "bio")
+        #expect(try await keychainAgain.get("pin", as: String.self, context: again) == "pin")
+        #expect(try nvIndices(simulator).subtracting(indicesBefore).count == 3)
+        Keychain.closeStore(restarted)
+    }
+
+    @Test("a key record's fields are authenticated: dropping a constraint or moving an item to the master key is tampering")
+    func downgradeIsTampering() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        let recordPath = try #require(try fixture.store.files().first { $0.hasSuffix(".key") })
+        let original = try bytes(of: recordPath)
+        var edited = original
+        edited[47] = 0   // access-control flags: devicePasscode cleared
+        try overwrite(recordPath, with: edited)
+        Keychain.closeStore(fixture.store.location)
+        await expectAsyncKeychainError(.tampered) { _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context()) }
+        try overwrite(recordPath, with: original)
+        let itemPath = try #require(try fixture.store.itemFiles().first)
+        var item = try bytes(of: itemPath)
+        for offset in 52..<68 { item[offset] = 0 }   // the key record ID: the master key
+        try overwrite(itemPath, with: item)
+        Keychain.closeStore(fixture.store.location)
+        expectKeychainError(.tampered) { _ = try fixture.keychain.get("x", as: String.self) }
+    }
+
+    @Test("no passcode, authorization value or record key crosses the TPM bus in clear")
+    func busCapture() async throws {
+        let store = try TestStore()
+        let proxy = try RecordingTPMProxy.start(forwardingTo: store.simulator.port)
+        defer { proxy.stop() }
+        var location = try KeychainLocation(path: store.directory + "/bus", tcti: proxy.tcti)
+        location.deviceDirectory = store.directory + "/bus-device"
+        defer { Keychain.closeStore(location) }
+        let face = SimulatedAuthenticator()
+        let context = AuthenticationContext(authenticator: face, passcode: .fixed(Self.passcode), location: location)
+        let keychain = try Keychain(service: "bus", location: location)
+        try KeychainDevice(location: location).setPasscode(Self.passcode)
+        try await keychain.set("secret-value-on-the-bus", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: [.devicePasscode]))
+        try await keychain.set("another-secret", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        #expect(try await keychain.get("pin", as: String.self, context: context) == "secret-value-on-the-bus")
+        #expect(try await keychain.get("face", as: String.self, context: context) == "another-secret")
+        let captured = proxy.recordedBytes()
+        #expect(captured.count > 1000)
+        let passcodeBytes = Self.passcode.withUnsafeBytes { Array($0) }
+        #expect(!captured.containsSubsequence(passcodeBytes))
+        #expect(!captured.containsSubsequence(Array("secret-value-on-the-bus".utf8)))
+        let deviceFile = try DeviceFile(parsing: try bytes(of: location.deviceDirectory! + "/device.meta"), path: "device.meta")
+        let authValue = DeviceFile.authValue(passcode: Self.passcode, salt: try #require(deviceFile.passcode).salt).withUnsafeBytes { Array($0) }
+        #expect(!captured.containsSubsequence(authValue))
+        // Control: the same authorization value, sealed over a connection without parameter
+        // encryption, is visible to the same capture, so the check above can fail.
+        let control = try RecordingTPMProxy.start(forwardingTo: store.simulator.port)
+        defer { control.stop() }
+        let clear = try TPMConnection(TPMConfiguration(tcti: control.tcti), parameterEncryption: false, storageKeyContextCache: nil)
+        defer { clear.close() }
+        _ = try clear.seal(SecretBytes(copying: [UInt8](repeating: 0x5A, count: 32)), authValue: SecretBytes(copying: authValue))
+        #expect(control.recordedBytes().containsSubsequence(authValue))
+    }
+
+    private func nvIndices(_ simulator: SoftwareTPM) throws -> Set<UInt32> {
+        let result = try TPM2Tools.run(["tpm2_getcap", "handles-nv-index"], tcti: simulator.tcti)
+        return Set(result.output.split(whereSeparator: \.isNewline).compactMap { line in
+            let text = line.trimmingCharacters(in: CharacterSet(charactersIn: "- "))
+            return text.hasPrefix("0x") ? UInt32(text.dropFirst(2), radix: 16) : nil
+        })
+    }
+}
+
+/// Asserts that an async `body` throws a ``KeychainError`` with `code`.
+func expectAsyncKeychainError(_ code: KeychainError.Code, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation,
+                              _ body: () async throws -> Void) async {
+    do {
+        try await body()
+        Issue.record("expected KeychainError.\(code) \(comment), but nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as KeychainError {
+        #expect(error.code == code, "\(comment) got \(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("expected KeychainError.\(code) \(comment), got \(error)", sourceLocation: sourceLocation)
+    }
+}
