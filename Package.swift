@@ -62,7 +62,7 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls",
+                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

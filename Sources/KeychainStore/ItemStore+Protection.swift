@@ -82,10 +82,13 @@ extension ItemStore {
         let record = try keyRecord(recordID, state)
         let protection = try record.protection()
         let path = root + "/" + KeyRecord.directoryName + "/" + KeyRecord.fileName(recordID)
-        if protection.accessibility == .whenPasscodeSetThisDeviceOnly,
-           try device.passcodePublicKey().map({ Array($0.rawRepresentation) }) != record.passcodeKey {
+        // A passcode removed (or removed and set anew) since the record was made: its passcode
+        // key is gone, so the passcode way in is gone for good.
+        let passcodeGone = try device.passcodePublicKey().map({ Array($0.rawRepresentation) }) != record.passcodeKey
+        if passcodeGone && (protection.accessibility == .whenPasscodeSetThisDeviceOnly
+                            || (protection.hasPasscodeProtector && (!protection.hasSealedProtector || protection.needsBothProtectors))) {
             try invalidate(record, state)
-            throw StoreError(.itemInvalidated, "The item was protected while a device passcode was set, and that passcode was removed: it is gone for good")
+            throw StoreError(.itemInvalidated, "The item was protected by a device passcode that has since been removed: it is gone for good")
         }
         do throws(StoreError) {
             let secret: SecretBytes

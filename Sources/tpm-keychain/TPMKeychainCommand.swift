@@ -16,6 +16,7 @@ struct TPMKeychainCommand: ParsableCommand {
             """,
         subcommands: [
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self, DumpKeychain.self,
+            SetPasscode.self, ChangePasscode.self, RemovePasscode.self, LockKeychain.self, UnlockKeychain.self,
             TPMStatus.self, ResetLockout.self, Demo.self,
         ])
 

@@ -139,7 +139,7 @@ final class CLIFixture: @unchecked Sendable {
     /// The environment of every run: this fixture's TPM, and a private XDG data directory so a
     /// bug that ignores --keychain cannot touch the user's real store.
     var environment: [String: String?] {
-        ["TPM_KEYCHAIN_TCTI": simulator.tcti, "XDG_DATA_HOME": directory + "/xdg-data"]
+        ["TPM_KEYCHAIN_TCTI": simulator.tcti, "XDG_DATA_HOME": directory + "/xdg-data", "XDG_STATE_HOME": directory + "/xdg-state"]
     }
 
     /// Runs `verb --keychain <store> arguments...` against this fixture's TPM.

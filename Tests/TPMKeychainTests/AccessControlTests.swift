@@ -144,7 +144,10 @@ import TPMKeychainTesting
         try fixture.device.removePasscode(Self.passcode)
         await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) }
         #expect(try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) == nil)
-        await expectAsyncKeychainError(.passcodeNotSet) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        // A new passcode is a new key: what the old one protected stays gone.
+        try fixture.device.setPasscode(Self.passcode)
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == nil)
         // userPresence still opens with biometry.
         #expect(try await fixture.keychain.get("either", as: String.self, context: fixture.context()) == "c")
     }
@@ -290,8 +293,11 @@ import TPMKeychainTesting
         try fixture.device.unlock(passcode: Self.passcode)
         #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x")
         #expect(reusing.promptCount == 2)
-        // A TPM reset (reboot) ends it too.
+        // A TPM reset (reboot) ends it too: the kept key is dropped (the reset count is checked
+        // at most every second), and the TPM refuses the record until the first unlock.
         try fixture.store.simulator.powerCycle()
+        try await Task.sleep(for: AuthenticationContext.resetCheckInterval + .milliseconds(100))
+        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: reusing) }
         try fixture.device.unlock(passcode: Self.passcode)
         #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x")
         #expect(reusing.promptCount == 3)

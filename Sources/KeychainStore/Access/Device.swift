@@ -345,7 +345,8 @@ package final class Device: Sendable {
         }
     }
 
-    /// Writes the lock state, defining the index (2 bytes, CLEAR_STCLEAR, NO_DA) when missing.
+    /// Writes the lock state, defining the index (2 bytes, CLEAR_STCLEAR, NO_DA) when missing,
+    /// and touches the lock stamp so that reuse windows in every process see the change.
     func writeLockState(unlocked: Bool, _ connection: TPMConnection) throws(StoreError) {
         try tpmCall {
             if try connection.nvIndexAttributes(indices.lockState) == nil {
@@ -353,12 +354,25 @@ package final class Device: Sendable {
             }
             try connection.writeNV(indices.lockState, data: SecretBytes(copying: [1, unlocked ? 1 : 0]))
         }
+        try directory().replace(Self.lockStampName, with: Array(String(UInt64(Date().timeIntervalSince1970 * 1e9)).utf8), durable: false)
+    }
+
+    /// `lock.stamp`: rewritten at every lock and unlock. Its identity (inode, modification time) is
+    /// what a reuse window compares, at the cost of one stat, instead of asking the TPM per read.
+    static let lockStampName = "lock.stamp"
+
+    /// The lock stamp's identity now (nil when the device was never locked or unlocked).
+    package func lockStamp() -> [Int64]? {
+        var status = stat()
+        guard stat(directoryPath + "/" + Self.lockStampName, &status) == 0 else { return nil }
+        return [Int64(status.st_ino), Int64(status.st_mtim.tv_sec), Int64(status.st_mtim.tv_nsec)]
     }
 
     /// Whether the lock state satisfies `requirement` now (one NV read): what a reuse window
     /// checks, since a key kept in memory must not outlive a lock.
     package func lockSatisfies(_ requirement: LockRequirement) throws(StoreError) -> Bool {
-        guard requirement != .none else { return true }
+        // Without a passcode the device is always unlocked (a read writes the state when needed).
+        guard requirement != .none, try passcodeIsSet() else { return true }
         return try withConnection { (connection) throws(StoreError) in
             guard let state = try lockState(connection) else { return false }
             return requirement == .unlocked ? state.sinceBoot && state.now : state.sinceBoot

@@ -25,6 +25,14 @@ public struct PasscodeSource: Sendable {
         }
     }
 
+    /// Asks `prompt` with the reason for the passcode's bytes; nil means the person cancelled.
+    public static func secret(_ prompt: @escaping @Sendable (_ reason: String) async -> SecretBytes?) -> PasscodeSource {
+        PasscodeSource { (reason) throws(AuthenticationError) in
+            guard let passcode = await prompt(reason) else { throw AuthenticationError(.userCancel, "The passcode prompt was cancelled") }
+            return passcode
+        }
+    }
+
     /// A passcode known in advance (tests, unattended tools that read it from a file descriptor).
     public static func fixed(_ passcode: SecretBytes) -> PasscodeSource {
         PasscodeSource { (_) throws(AuthenticationError) in passcode }
@@ -60,14 +68,30 @@ public final class AuthenticationContext: Sendable {
         var reuse: Duration = .zero
         var invalidated = false
         var evaluating = false
-        /// Opened key records, with when they were opened and the TPM's startup epoch then.
-        var recordKeys: [[UInt8]: (key: ItemStore.RecordKey, at: ContinuousClock.Instant, epoch: UInt64)] = [:]
+        /// Opened key records, with when they were opened, the TPM's startup epoch and the
+        /// device's lock stamp then.
+        var recordKeys: [[UInt8]: KeptKey] = [:]
+        /// When the TPM's startup epoch was last confirmed unchanged.
+        var epochCheckedAt: ContinuousClock.Instant?
         /// The last biometric match: when, and against which enrollment.
         var match: (at: ContinuousClock.Instant, enrollment: Enrollment)?
         var prompts = 0
     }
 
     private let state = Mutex(State())
+
+    /// A record key kept for the reuse window, with what ends it.
+    private struct KeptKey {
+        let key: ItemStore.RecordKey
+        let at: ContinuousClock.Instant
+        let epoch: UInt64
+        let lockStamp: [Int64]?
+        let device: Device
+    }
+
+    /// How stale the TPM-reset check of a reuse window may be: the TPM's reset count is read at
+    /// most this often (a TPM round trip would cost more than the read it saves).
+    public static let resetCheckInterval: Duration = .seconds(1)
 
     /// - Parameters:
     ///   - authenticator: a biometric authenticator, or nil for none.
@@ -181,6 +205,15 @@ public final class AuthenticationContext: Sendable {
         if let cached = try reusableKey(protection, location: location) { return cached }
         let needs = protection.protection
         let reason = localizedReason
+        if protection.lockBound {
+            // A locked device fails at once, as iOS does, without asking anyone.
+            let unlocked = try Devices.with(location) { (device) throws(KeychainError) in
+                try engine { () throws(StoreError) in try device.lockSatisfies(needs.accessibility.lockRequirement) }
+            }
+            guard unlocked else {
+                throw KeychainError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode (tpm-keychain unlock-keychain)")
+            }
+        }
         var proof: ItemStore.BiometryProof?
         var passcode: SecretBytes?
         if needs.biometry != nil {
@@ -214,36 +247,39 @@ public final class AuthenticationContext: Sendable {
     }
 
     private func open(_ recordID: [UInt8], store: ItemStore, location: KeychainLocation, proof: ItemStore.BiometryProof?,
-                      passcode: SecretBytes?) throws(KeychainError) -> (ItemStore.RecordKey, UInt64) {
+                      passcode: SecretBytes?) throws(KeychainError) -> KeptKey {
         try Devices.with(location) { (device) throws(KeychainError) in
             let key = try engine { () throws(StoreError) in
                 try store.openRecord(recordID, device: device, biometry: proof, passcode: passcode)
             }
-            return (key, try startupEpoch(device))
+            return KeptKey(key: key, at: .now, epoch: try startupEpoch(device), lockStamp: device.lockStamp(), device: device)
         }
     }
 
-    private func remember(_ opened: (ItemStore.RecordKey, UInt64)) -> ItemStore.RecordKey {
+    private func remember(_ kept: KeptKey) -> ItemStore.RecordKey {
         state.withLock { state in
-            if state.reuse > .zero { state.recordKeys[opened.0.recordID] = (opened.0, .now, opened.1) }
+            if state.reuse > .zero {
+                state.recordKeys[kept.key.recordID] = kept
+                state.epochCheckedAt = kept.at
+            }
         }
-        return opened.0
+        return kept.key
     }
 
-    /// A key opened within the reuse window, while the TPM has not reset since.
-    /// (A key kept for a lock-bound record is also checked against the lock state: locking the
-    /// device ends every reuse window.)
+    /// A key opened within the reuse window, while the device was neither locked nor unlocked
+    /// since (one stat of its lock stamp) and the TPM has not reset (its reset and restart counts,
+    /// read at most every ``resetCheckInterval``).
     private func reusableKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) throws(KeychainError) -> ItemStore.RecordKey? {
         let recordID = protection.recordID
-        let (cached, window) = state.withLock { ($0.recordKeys[recordID], $0.reuse) }
+        let (cached, window, checkedAt) = state.withLock { ($0.recordKeys[recordID], $0.reuse, $0.epochCheckedAt) }
         guard let cached else { return nil }
-        guard ContinuousClock.now - cached.at <= window,
-              try Devices.with(location, { (device) throws(KeychainError) -> Bool in
-                  guard try startupEpoch(device) == cached.epoch else { return false }
-                  guard protection.lockBound else { return true }
-                  return try engine { () throws(StoreError) in try device.lockSatisfies(protection.protection.accessibility.lockRequirement) }
-              }) else {
-            // Expired, locked, or the TPM reset: the person authenticates again.
+        var valid = ContinuousClock.now - cached.at <= window && cached.device.lockStamp() == cached.lockStamp
+        if valid, checkedAt.map({ ContinuousClock.now - $0 > Self.resetCheckInterval }) ?? true {
+            valid = (try? Devices.with(location) { (device) throws(KeychainError) in try startupEpoch(device) }) == cached.epoch
+            if valid { state.withLock { $0.epochCheckedAt = .now } }
+        }
+        guard valid else {
+            // Expired, locked or unlocked, or the TPM reset: the person authenticates again.
             state.withLock { state in
                 state.recordKeys.removeValue(forKey: recordID)
                 state.match = nil

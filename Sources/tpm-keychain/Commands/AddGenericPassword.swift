@@ -37,10 +37,21 @@ struct AddGenericPassword: ParsableCommand {
     @Option(name: [.customShort("j"), .customLong("comment")], parsing: .unconditional, help: "Comment (kSecAttrComment).")
     var comment: String?
 
+    @Option(name: .customLong("access-control"), help: ArgumentHelp(
+        "Who may read the item, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM.",
+        valueName: "flags"))
+    var accessControl: String?
+
+    @Option(name: .customLong("accessible"), help: ArgumentHelp(
+        "When the item is readable (kSecAttrAccessible): whenUnlocked (default), afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly.",
+        valueName: "class"))
+    var accessible: String?
+
     func run() throws {
         try reportingErrors {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             _ = try Keychain(service: service)
+            _ = try AccessControlArgument.parse(flags: accessControl, accessible: accessible)
             let value: PasswordValue
             if let password {
                 printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) while the command runs; give it on standard input instead")
@@ -56,8 +67,23 @@ struct AddGenericPassword: ParsableCommand {
     }
 
     /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
-    func perform(in session: StoreSession, value: PasswordValue) throws {
+    func perform(in session: StoreSession, value: PasswordValue, context: AuthenticationContext? = nil) throws {
         let keychain = try Keychain(service: service, location: session.location)
+        if let control = try AccessControlArgument.parse(flags: accessControl, accessible: accessible) {
+            // Adding never prompts; biometryCurrentSet binds to the authenticator's enrollment.
+            if !update, try keychain.contains(account) {
+                throw KeychainError(.duplicateItem, "An item for \(account) already exists")
+            }
+            let context = context ?? CommandAuthentication.context(for: session, passcode: nil)
+            let (account, label) = (account, label)
+            switch value {
+            case .text(let text):
+                try waitFor { try await keychain.set(text, forKey: account, accessControl: control, context: context, label: label) }
+            case .bytes(let bytes):
+                try waitFor { try await keychain.set(bytes, forKey: account, accessControl: control, context: context, label: label) }
+            }
+            return
+        }
         switch (value, update) {
         case (.text(let text), false): try keychain.add(text, forKey: account, label: label, comment: comment)
         case (.text(let text), true): try keychain.set(text, forKey: account, label: label, comment: comment)

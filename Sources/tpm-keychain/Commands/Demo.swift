@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import TPMKeychainTesting
 
 /// The CLI at work on this machine's TPM (or a simulated one, said out loud): a short transcript
 /// of the `security`-style verbs on a demo store, each step timed.
@@ -56,12 +57,49 @@ struct Demo: ParsableCommand {
             try step(DeleteGenericPassword.self, ["delete-generic-password"], store, ["-s", Self.service, "-a", Self.account]) {
                 try $0.perform(in: session, output: $1)
             }
+            try biometry(session, store: store)
 
             Keychain.closeStore(session.location)
             _ = try measured(&elapsed) { try Keychain.allItems(in: session.location) }
             print("\nreopen store: \(milliseconds(elapsed))  (keys erased from memory, then the master key unsealed by the TPM again)")
             if session.tpm.isSimulated {
                 print("note: this TPM is SIMULATED; on a machine with a TPM the store would be bound to its hardware")
+            }
+        }
+    }
+
+    /// A biometryCurrentSet item read after a (simulated) Face ID match, the enrollment changed,
+    /// and the same item then refused by the TPM: the PolicyNV on the enrollment counter no
+    /// longer holds.
+    private func biometry(_ session: StoreSession, store: [String]) throws {
+        let face = SimulatedAuthenticator(biometryType: .faceID)
+        let context = AuthenticationContext(authenticator: face, passcode: nil, applicationIdentifier: "tpm-keychain demo",
+                                            location: session.location)
+        context.localizedReason = "show the demo item"
+        let account = "face-id-protected"
+        _ = try? Keychain(service: Self.service, location: session.location).remove(account)
+        let device = KeychainDevice(location: session.location)
+        print("\n# Access control: an item bound to the current (SIMULATED) Face ID enrollment")
+        try step(AddGenericPassword.self, ["add-generic-password"], store,
+                 ["-s", Self.service, "-a", account, "--access-control", "biometryCurrentSet", "--accessible", "whenUnlockedThisDeviceOnly",
+                  "-w", Self.password]) { command, output in
+            try command.perform(in: session, value: .text(Self.password), context: context)
+            output("(added; its key record is sealed under PolicyNV(enrollment counter = \(try device.status().enrollmentCounter ?? 0)))")
+        }
+        face.nextOutcomes = [.match]
+        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"]) { command, output in
+            try command.perform(in: session, context: context) { output($0 + "    (after a simulated Face ID match)") }
+            output("(\(face.attempts) biometric prompt; the TPM released the record key)")
+        }
+        face.reenroll()
+        print("# The Face ID enrollment changes (simulated re-enrollment)")
+        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"]) { command, output in
+            do {
+                try command.perform(in: session, context: context) { output($0) }
+                throw CommandFailure(ExitStatus.software, "the item was still readable after the enrollment changed")
+            } catch let error as KeychainError where error.code == .itemInvalidated {
+                output("refused: \(error.message)")
+                output("(enrollment counter now \(try device.status().enrollmentCounter ?? 0): the TPM's PolicyNV fails for good; the item was deleted, as iOS deletes it)")
             }
         }
     }

@@ -20,6 +20,8 @@ struct FindGenericPassword: ParsableCommand {
     @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")
     var passwordOnly = false
 
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
     func run() throws {
         try reportingErrors {
             let path = store.path
@@ -29,13 +31,15 @@ struct FindGenericPassword: ParsableCommand {
         }
     }
 
-    func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
+    func perform(in session: StoreSession, context: AuthenticationContext? = nil, output: OutputLine = { print($0) }) throws {
         let keychain = try Keychain(service: service, location: session.location)
         guard let account = try account ?? keychain.allKeys().first else {
             throw KeychainError(.itemNotFound, "No item of service \"\(service)\"")
         }
         if passwordOnly {
-            guard let secret = try keychain.data(forKey: account) else { throw notFound(account) }
+            // A protected item asks for biometry or the passcode (a reused context asks once).
+            let context = context ?? CommandAuthentication.context(for: session, passcode: PasscodeInput(passcodeOptions))
+            guard let secret = try waitFor({ try await keychain.get(account, as: Data.self, context: context) }) else { throw notFound(account) }
             output(SecurityFormat.bareValue(secret))
         } else {
             guard let attributes = try keychain.attributes(forKey: account) else { throw notFound(account) }

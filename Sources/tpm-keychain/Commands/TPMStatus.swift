@@ -19,11 +19,12 @@ struct TPMStatus: ParsableCommand {
             let session = try StoreSession(path: path, announceSimulation: false)
             defer { session.close() }
             let selection = session.tpm
-            let tpm = try TPMConnection(selection.configuration)
-            defer { tpm.close() }
-            let description = try tpm.describe()
-            let storageKey = try tpm.storageKey()
-            let status = try tpm.dictionaryAttackStatus()
+            // One connection at a time: the device status below opens its own.
+            let (description, storageKey, status) = try {
+                let tpm = try TPMConnection(selection.configuration)
+                defer { tpm.close() }
+                return (try tpm.describe(), try tpm.storageKey(), try tpm.dictionaryAttackStatus())
+            }()
             let lockout = status.inLockout ? "IN LOCKOUT" : "not in lockout"
             print("tpm:          \(selection.summary)")
             print("tcti:         \(selection.configuration.tcti)")
@@ -36,6 +37,21 @@ struct TPMStatus: ParsableCommand {
             print("    recovery interval: \(status.recoveryInterval) s (one failure forgotten per interval\(status.recoveryInterval == 0 ? "; 0: protection off" : ""))")
             print("    lockout recovery:  \(status.lockoutRecovery) s")
             print("    NV counters:       \(status.nvCounters) defined")
+            let device = try KeychainDevice(location: session.location).status()
+            func counter(_ value: UInt64?) -> String { value.map(String.init) ?? "not defined yet" }
+            func handle(_ value: UInt32) -> String { "0x" + String(value, radix: 16) }
+            print("device:       \(SecurityFormat.quoted(device.directory))")
+            print("    passcode:          \(device.passcodeIsSet ? "set" : "not set")")
+            print("    enrollment counter: \(counter(device.enrollmentCounter)) (NV \(handle(device.nvIndices[0])); +1 per enrollment change)")
+            print("    passcode counter:  \(counter(device.passcodeCounter)) (NV \(handle(device.nvIndices[1])); +1 per passcode change or removal)")
+            let lock: String
+            switch (device.unlockedSinceBoot, device.unlocked) {
+            case (nil, _), (_, nil): lock = "not defined yet"
+            case (false?, _): lock = "locked since the TPM's last reset (reboot)"
+            case (true?, true?): lock = "unlocked"
+            case (true?, false?): lock = "locked"
+            }
+            print("    lock state:        \(lock) (NV \(handle(device.nvIndices[2])), cleared at TPM reset)")
             print("keychain:     \(SecurityFormat.quoted(path)) (\(storeExists ? "exists" : "does not exist yet"))")
         }
     }

@@ -31,14 +31,15 @@ enum ExitStatus {
 
     static func forKeychainError(_ code: KeychainError.Code) -> Int32 {
         switch code {
-        case .itemNotFound: itemNotFound
+        // An invalidated item is gone, as iOS reports it (errSecItemNotFound).
+        case .itemNotFound, .itemInvalidated: itemNotFound
         case .duplicateItem: duplicateItem
         case .invalidParameter: usage
         // The bytes on disk cannot be used here: damaged, foreign (another TPM) or from a newer version.
         case .decodingFailed, .tampered, .unsupportedVersion, .wrongTPM: dataError
         case .storeNotFound: noInput
-        case .tpmUnavailable: unavailable
-        case .authenticationFailed, .unsafeFileSystem, .permissionDenied: permissionDenied
+        case .tpmUnavailable, .notAvailable, .biometryNotEnrolled: unavailable
+        case .authenticationFailed, .unsafeFileSystem, .permissionDenied, .interactionNotAllowed, .userCanceled, .passcodeNotSet: permissionDenied
         case .lockout, .timedOut: temporaryFailure
         case .storageFailed: ioError
         default: software
@@ -52,8 +53,9 @@ enum ExitStatus {
         "65 unusable data (damaged or modified files, a store sealed by another TPM),",
         "66 no keychain store at the path, 69 TPM unavailable, 70 internal error, 74 I/O error,",
         "75 temporary failure (TPM lockout; a TPM or lock that did not answer within",
-        "TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission (permission denied,",
-        "authorization refused, unsafe file modes); a command killed by a signal exits with that signal.",
+        "TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission (permission denied, wrong passcode,",
+        "keychain locked, no passcode set, prompt cancelled, unsafe file modes); an item invalidated by an",
+        "enrollment or passcode change is 44 (it is gone); a command killed by a signal exits with that signal.",
     ].joined(separator: " ")
 }
 

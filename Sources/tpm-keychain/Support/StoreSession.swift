@@ -32,7 +32,11 @@ final class StoreSession {
         self.tpm = tpm
         // Interrupted: stop the simulated TPM in order (TPM2_Shutdown), then die of the signal.
         interruptionToken = ProcessGuard.onInterruption { tpm.stop() }
-        location = try KeychainLocation(path: path, tcti: tpm.configuration.tcti)
+        var location = try KeychainLocation(path: path, tcti: tpm.configuration.tcti)
+        // A store with its own simulated TPM keeps its device state beside it; otherwise the
+        // library's default applies (one device directory per user and TPM).
+        if case .simulatedInStore = tpm.source { location.deviceDirectory = path + "/device" }
+        self.location = location
         if announceSimulation, case .simulatedInStore = tpm.source {
             printError("tpm-keychain: note: \(tpm.summary)")
         }

@@ -1,0 +1,124 @@
+import ArgumentParser
+import Foundation
+import TPM
+import TPMKeychain
+
+/// `set-passcode`: the device passcode, held by the TPM (never stored).
+struct SetPasscode: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set-passcode",
+        abstract: "Set the device passcode (the TPM limits guesses with its dictionary-attack lockout).")
+
+    @OptionGroup var store: KeychainOptions
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    func run() throws {
+        try reportingErrors {
+            let input = PasscodeInput(passcodeOptions)
+            let passcode = try input.read(prompt: "new device passcode: ")
+            if isatty(STDIN_FILENO) == 1 && passcodeOptions.passcodeDescriptor == nil {
+                guard try input.read(prompt: "again: ") == passcode else {
+                    throw CommandFailure(ExitStatus.usage, "the passcodes differ; nothing was set")
+                }
+            }
+            try StoreSession.with(store.path) { try KeychainDevice(location: $0.location).setPasscode(passcode) }
+        }
+    }
+}
+
+/// `change-passcode`: one sealed key replaced, no item rewritten, the old one revoked by the TPM.
+struct ChangePasscode: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "change-passcode",
+        abstract: "Change the device passcode; a copy of the old sealed passcode key stops working.")
+
+    @OptionGroup var store: KeychainOptions
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    func run() throws {
+        try reportingErrors {
+            let input = PasscodeInput(passcodeOptions)
+            let old = try input.read(prompt: "current device passcode: ")
+            let new = try input.read(prompt: "new device passcode: ")
+            try StoreSession.with(store.path) { try KeychainDevice(location: $0.location).changePasscode(from: old, to: new) }
+        }
+    }
+}
+
+/// `remove-passcode`: items that need the passcode become unreadable for good.
+struct RemovePasscode: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove-passcode",
+        abstract: "Remove the device passcode. Items that require it (devicePasscode, whenPasscodeSetThisDeviceOnly) become unreadable for good.")
+
+    @OptionGroup var store: KeychainOptions
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    func run() throws {
+        try reportingErrors {
+            let old = try PasscodeInput(passcodeOptions).read(prompt: "current device passcode: ")
+            try StoreSession.with(store.path) { try KeychainDevice(location: $0.location).removePasscode(old) }
+        }
+    }
+}
+
+/// `lock-keychain`: whenUnlocked items are refused by the TPM until the next unlock.
+struct LockKeychain: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock-keychain",
+        abstract: "Lock the keychain: items of the whenUnlocked classes are refused (by the TPM) until unlock-keychain.")
+
+    @OptionGroup var store: KeychainOptions
+
+    func run() throws {
+        try reportingErrors {
+            try StoreSession.with(store.path) { try KeychainDevice(location: $0.location).lock() }
+        }
+    }
+}
+
+/// `unlock-keychain`: the passcode, checked by the TPM.
+struct UnlockKeychain: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unlock-keychain",
+        abstract: "Unlock the keychain with the device passcode (a wrong one counts toward the TPM's lockout).")
+
+    @OptionGroup var store: KeychainOptions
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    func run() throws {
+        try reportingErrors {
+            let passcode = try PasscodeInput(passcodeOptions).read(prompt: "device passcode: ")
+            try StoreSession.with(store.path) { try KeychainDevice(location: $0.location).unlock(passcode: passcode) }
+        }
+    }
+}
+
+/// Parses `--access-control` and `--accessible` into the library's ``AccessControl``.
+enum AccessControlArgument {
+    static let flagNames: [String: AccessControl.Flags] = [
+        "userPresence": .userPresence, "biometryAny": .biometryAny, "biometryCurrentSet": .biometryCurrentSet,
+        "devicePasscode": .devicePasscode, "or": .or, "and": .and,
+    ]
+    static let classNames: [String: Accessibility] = [
+        "whenUnlocked": .whenUnlocked, "afterFirstUnlock": .afterFirstUnlock, "whenPasscodeSetThisDeviceOnly": .whenPasscodeSetThisDeviceOnly,
+        "whenUnlockedThisDeviceOnly": .whenUnlockedThisDeviceOnly, "afterFirstUnlockThisDeviceOnly": .afterFirstUnlockThisDeviceOnly,
+        "always": .always, "alwaysThisDeviceOnly": .alwaysThisDeviceOnly,
+    ]
+
+    static func parse(flags: String?, accessible: String?) throws -> AccessControl? {
+        guard flags != nil || accessible != nil else { return nil }
+        var parsed: AccessControl.Flags = []
+        for name in (flags ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !name.isEmpty {
+            guard let flag = flagNames[name] else {
+                throw CommandFailure(ExitStatus.usage, "unknown access-control flag \"\(name)\" (known: \(flagNames.keys.sorted().joined(separator: ", ")))")
+            }
+            parsed.insert(flag)
+        }
+        let className = accessible ?? "whenUnlocked"
+        guard let accessibility = classNames[className] else {
+            throw CommandFailure(ExitStatus.usage, "unknown accessibility \"\(className)\" (known: \(classNames.keys.sorted().joined(separator: ", ")))")
+        }
+        return try AccessControl(accessibility, flags: parsed)
+    }
+}

@@ -1,0 +1,101 @@
+import ArgumentParser
+import Foundation
+import SystemCalls
+import TPM
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `--passcode-fd N`: where a non-interactive caller gives the device passcode.
+struct PasscodeOptions: ParsableArguments {
+    @Option(name: .customLong("passcode-fd"), help: ArgumentHelp(
+        "Read passcodes from this file descriptor, one per line (for change-passcode: the old, then the new). Without it: TPM_KEYCHAIN_ASKPASS, else the terminal (no echo), else standard input.",
+        valueName: "fd"))
+    var passcodeDescriptor: Int32?
+}
+
+/// The device passcode, from (in order) a file descriptor, an askpass program, the terminal with
+/// echo off, or standard input. It is never taken from argv, where every local user can read it.
+final class PasscodeInput: @unchecked Sendable {
+    /// An askpass program, as ssh's SSH_ASKPASS: run with the prompt as its argument, it prints
+    /// the passcode on standard output.
+    static let askpassVariable = "TPM_KEYCHAIN_ASKPASS"
+
+    private let descriptor: Int32?
+    private var lines: [Data]?
+
+    init(_ options: PasscodeOptions) {
+        descriptor = options.passcodeDescriptor
+    }
+
+    /// One passcode. - Throws: ``CommandFailure`` when there is none to read, or it is empty.
+    func read(prompt: String) throws(CommandFailure) -> SecretBytes {
+        let data: Data
+        if let descriptor {
+            if lines == nil { lines = try Self.readLines(descriptor) }
+            guard let first = lines?.first else {
+                throw CommandFailure(ExitStatus.usage, "file descriptor \(descriptor) has no more passcodes (one per line)")
+            }
+            lines?.removeFirst()
+            data = first
+        } else if let askpass = ProcessInfo.processInfo.environment[Self.askpassVariable], !askpass.isEmpty {
+            data = try Self.runAskpass(askpass, prompt: prompt)
+        } else {
+            switch try PasswordInput.read(prompt: prompt) {
+            case .text(let text): data = Data(text.utf8)
+            case .bytes(let bytes): data = bytes
+            }
+        }
+        guard !data.isEmpty else { throw CommandFailure(ExitStatus.usage, "the passcode is empty") }
+        return SecretBytes(copying: Array(data))
+    }
+
+    private static func readLines(_ descriptor: Int32) throws(CommandFailure) -> [Data] {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count: Int
+            do {
+                count = try retryingInterrupts { buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) } }
+            } catch {
+                throw CommandFailure(ExitStatus.ioError, "cannot read passcodes from file descriptor \(descriptor): \(error)")
+            }
+            if count == 0 { break }
+            data.append(contentsOf: buffer[0..<count])
+            guard data.count <= 64 << 10 else { throw CommandFailure(ExitStatus.usage, "too much input on file descriptor \(descriptor)") }
+        }
+        return data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { Data($0) }.filter { !$0.isEmpty }
+    }
+
+    private static func runAskpass(_ program: String, prompt: String) throws(CommandFailure) -> Data {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: program)
+        process.arguments = [prompt]
+        let output = Pipe()
+        process.standardOutput = output
+        do {
+            try process.run()
+        } catch {
+            throw CommandFailure(ExitStatus.unavailable, "cannot run \(askpassVariable) program \(program): \(error)")
+        }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw CommandFailure(ExitStatus.permissionDenied, "\(askpassVariable) program \(program) exited with \(process.terminationStatus): cancelled")
+        }
+        return data.last == UInt8(ascii: "\n") ? data.dropLast() : data
+    }
+}
+
+/// Runs async library calls from a synchronous command: the command's thread waits, the work runs
+/// on Swift concurrency's threads.
+func waitFor<R: Sendable>(_ body: @escaping @Sendable () async throws -> R) throws -> R {
+    let semaphore = DispatchSemaphore(value: 0)
+    nonisolated(unsafe) var result: Result<R, any Error>?
+    Task {
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        semaphore.signal()
+    }
+    semaphore.wait()
+    return try result!.get()
+}
