@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "TPMKeychain", targets: ["TPMKeychain"]),
         .library(name: "TPM", targets: ["TPM"]),
         .library(name: "TPMKeychainTesting", targets: ["TPMKeychainTesting"]),
+        .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
     ],
     dependencies: [
@@ -59,6 +60,19 @@ let package = Package(
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
         .target(name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls"], swiftSettings: strictness),
+        // libsystemd's sd-bus, for the fprintd authenticator only.
+        .systemLibrary(
+            name: "CSystemdBus",
+            path: "Sources/CSystemdBus",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        // A fingerprint authenticator over fprintd (system D-Bus). The only target that imports CSystemdBus.
+        .target(
+            name: "TPMKeychainFprintd",
+            dependencies: ["TPMKeychain", "CSystemdBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
@@ -109,6 +123,12 @@ let package = Package(
         .testTarget(
             name: "DocumentationTests",
             dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting"],
+            swiftSettings: strictness
+        ),
+        // FprintdAuthenticator against a python-dbusmock fprintd on a private dbus-daemon (Fixtures/fprintd/).
+        .testTarget(
+            name: "FprintdTests",
+            dependencies: ["TPMKeychainFprintd", "TPMKeychain", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         .testTarget(

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 import SystemCalls
 package import TPM
 
@@ -19,6 +20,64 @@ extension ItemStore {
     package struct RecordKey: Sendable {
         package let recordID: [UInt8]
         let privateKey: Curve25519.KeyAgreement.PrivateKey
+        /// The TPM's startup epoch (``TPMConnection/startupEpoch()``) when it was opened, when
+        /// asked for: a reuse window ends when it changes.
+        package let startupEpoch: UInt64?
+        /// The secret keys of items already read with this key, by their header's salt: a read
+        /// inside a reuse window then costs no key agreement. Gone with the key.
+        let secretKeys = SecretKeyCache()
+    }
+
+    /// Item secret keys derived under one opened record (at most 4096, then started afresh).
+    final class SecretKeyCache: Sendable {
+        private let keys = Mutex<[[UInt8]: SymmetricKey]>([:])
+
+        func key(salt: ArraySlice<UInt8>, _ derive: () throws(StoreError) -> SymmetricKey) throws(StoreError) -> SymmetricKey {
+            let salt = Array(salt)
+            if let cached = keys.withLock({ $0[salt] }) { return cached }
+            let key = try derive()
+            keys.withLock { keys in
+                if keys.count >= 4096 { keys.removeAll(keepingCapacity: true) }
+                keys[salt] = key
+            }
+            return key
+        }
+    }
+
+    /// What a read of a protected generic password found.
+    package enum ProtectedRead: Sendable {
+        /// The value (nil: no such item).
+        case value(ItemValue?)
+        /// The item's secret needs its record opened first.
+        case needs(ItemProtection)
+    }
+
+    /// The value of a generic password, reading its file once: a protected item's secret is
+    /// decrypted with the key `keptKey` gives for its protection (a reuse window's), else its
+    /// protection is returned so that the caller can authenticate the person and open the record.
+    ///
+    /// - Throws: ``StoreError`` `.tampered`, `.unsafeFileSystem`, `.storageFailed`.
+    package func value(_ identity: ItemIdentity, keptKey: (ItemProtection) -> RecordKey?) throws(StoreError) -> ProtectedRead {
+        let state = try currentFollowingUpgrades()
+        guard state.layout.version == 2 else { return .value(try value(identity)) }
+        let names = names(identity, state)
+        guard let file = try openItem(names, state) else { return .value(try confirmAbsence(names, state)) }
+        let bytes = try readWhole(file, version: 2)
+        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
+        guard header.itemClass == .genericPassword else {
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        var recordKey: RecordKey?
+        if header.keyRecord != ItemFileV2.masterKeyRecord {
+            let record = try keyRecord(header.keyRecord, state)
+            let protection = ItemProtection(recordID: record.recordID, protection: try record.protection(),
+                                            lockBound: record.flags.contains(.lockBound))
+            guard let kept = keptKey(protection) else { return .needs(protection) }
+            recordKey = kept
+        }
+        let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
+                                                  primaryKey: names.encodedIdentity, path: file.path)
+        return .value(ItemValue(kind: header.kind, bytes: secret))
     }
 
     /// Proof, from the caller, that a person matched the enrolled biometry just now.
@@ -76,8 +135,19 @@ extension ItemStore {
     ///   other way in: the record and its items are deleted), `.biometryInvalidated` (the
     ///   biometric way is gone but the passcode still opens it), `.authenticationFailed`,
     ///   `.lockout`, `.passcodeNotSet`, `.tampered`.
+    ///
+    /// - Parameter withStartupEpoch: also read the TPM's startup epoch (for a reuse window).
     package func openRecord(_ recordID: [UInt8], device: Device, biometry: BiometryProof?,
-                            passcode: SecretBytes?) throws(StoreError) -> RecordKey {
+                            passcode: SecretBytes?, withStartupEpoch: Bool = false) throws(StoreError) -> RecordKey {
+        // One TPM connection for everything: connecting (and loading the storage key) is most of
+        // the cost of a first protected read.
+        try device.withConnection { (connection) throws(StoreError) in
+            try openRecord(recordID, device: device, connection, biometry: biometry, passcode: passcode, withStartupEpoch: withStartupEpoch)
+        }
+    }
+
+    private func openRecord(_ recordID: [UInt8], device: Device, _ connection: TPMConnection, biometry: BiometryProof?,
+                            passcode: SecretBytes?, withStartupEpoch: Bool) throws(StoreError) -> RecordKey {
         let state = try current()
         let record = try keyRecord(recordID, state)
         let protection = try record.protection()
@@ -96,23 +166,24 @@ extension ItemStore {
                 guard let biometry, let passcode else {
                     throw StoreError(.interactionNotAllowed, "This item needs both biometry and the device passcode")
                 }
-                let sealed = try openSealed(record, protection, device: device, biometry: biometry, path: path)
-                let wrapped = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode), path: path)
+                let sealed = try openSealed(record, protection, device: device, connection, biometry: biometry, path: path)
+                let wrapped = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode, connection), path: path)
                 secret = KeyRecord.combined(sealed, wrapped, recordID: recordID)
             } else if protection.hasSealedProtector, biometry != nil || protection.biometry == nil {
                 do throws(StoreError) {
-                    secret = try openSealed(record, protection, device: device, biometry: biometry, path: path)
+                    secret = try openSealed(record, protection, device: device, connection, biometry: biometry, path: path)
                 } catch let error where error.code == .biometryInvalidated && passcode != nil {
-                    secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode!), path: path)
+                    secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode!, connection), path: path)
                 }
             } else if protection.hasPasscodeProtector, let passcode {
-                secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode), path: path)
+                secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode, connection), path: path)
             } else {
                 throw StoreError(.interactionNotAllowed, protection.passcode && protection.biometry != nil
                                  ? "This item needs biometry or the device passcode" : protection.passcode
                                  ? "This item needs the device passcode" : "This item needs biometry")
             }
-            return RecordKey(recordID: recordID, privateKey: KeyRecord.privateKey(secret: secret, recordID: recordID))
+            return RecordKey(recordID: recordID, privateKey: KeyRecord.privateKey(secret: secret, recordID: recordID),
+                             startupEpoch: withStartupEpoch ? try device.tpmCall { try connection.startupEpoch() } : nil)
         } catch let error where error.code == .biometryInvalidated && !protection.hasPasscodeProtector {
             try invalidate(record, state)
             throw StoreError(.itemInvalidated, "The biometric enrollment changed since the item was added, and the TPM no longer releases its key: it is gone for good",
@@ -124,15 +195,15 @@ extension ItemStore {
     }
 
     /// Unseals the sealed protector. On a policy failure, the counters say why.
-    private func openSealed(_ record: KeyRecord, _ protection: Protection, device: Device, biometry: BiometryProof?,
-                            path: String) throws(StoreError) -> SecretBytes {
+    private func openSealed(_ record: KeyRecord, _ protection: Protection, device: Device, _ connection: TPMConnection,
+                            biometry: BiometryProof?, path: String) throws(StoreError) -> SecretBytes {
         guard let sealed = record.sealedProtector else { throw StoreError(.tampered, "\(path) has no sealed protector") }
         if protection.biometry != nil {
             guard let biometry else { throw StoreError(.interactionNotAllowed, "This item needs biometry") }
             // Any change of the enrollment moves the counter before the match is honoured.
-            _ = try device.enrollmentEpoch(identifier: biometry.enrollmentIdentifier)
+            try device.checkEnrollment(identifier: biometry.enrollmentIdentifier, connection)
         }
-        return try device.withConnection { (connection) throws(StoreError) -> SecretBytes in
+        do {
             if record.flags.contains(.lockBound) {
                 try ensureUnlockedWithoutPasscode(device, connection)
             }
@@ -313,13 +384,15 @@ extension ItemStore {
             throw StoreError(.interactionNotAllowed, "The item is protected: reading its secret needs an authentication context")
         }
         let record = try keyRecord(header.keyRecord, state)
-        do {
-            let shared = try recordKey.privateKey.sharedSecretFromKeyAgreement(
-                with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: header.salt))
-            return KeyRecord.protectedSecretKey(attributesKey: attributesKey, shared: shared, recordPublicKey: record.publicKey,
-                                                storeID: storeID, recordID: record.recordID)
-        } catch {
-            throw StoreError(.tampered, "The item's key agreement field is damaged", underlying: error)
+        return try recordKey.secretKeys.key(salt: header.salt) { () throws(StoreError) in
+            do {
+                let shared = try recordKey.privateKey.sharedSecretFromKeyAgreement(
+                    with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: header.salt))
+                return KeyRecord.protectedSecretKey(attributesKey: attributesKey, shared: shared, recordPublicKey: record.publicKey,
+                                                    storeID: storeID, recordID: record.recordID)
+            } catch {
+                throw StoreError(.tampered, "The item's key agreement field is damaged", underlying: error)
+            }
         }
     }
 }

@@ -43,16 +43,20 @@ extension Keychain {
     ///   ``get(_:as:)`` throws.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self,
                                       context: AuthenticationContext) async throws(KeychainError) -> Value? {
-        let (store, identity) = (try OpenStores.store(at: location), try identityOf(key))
-        let protection: ItemStore.ItemProtection?
-        do {
-            protection = try engine { () throws(StoreError) in try store.protection(of: identity) }
-        } catch where error.code == .itemNotFound {
-            return nil
+        let (store, identity, location) = (try OpenStores.store(at: location), try identityOf(key), location)
+        // One read of the file: inside a reuse window the kept record key decrypts it at once.
+        let read = try engine { () throws(StoreError) in
+            try store.value(identity) { (protection) in context.keptKey(protection, location: location) }
         }
-        guard let protection else { return try get(key, as: type) }
-        let recordKey = try await context.recordKey(for: protection, store: store, location: location)
-        guard let value = try engine({ () throws(StoreError) in try store.value(identity, recordKey: recordKey) }) else { return nil }
+        let found: ItemValue?
+        switch read {
+        case .value(let value):
+            found = value
+        case .needs(let protection):
+            let recordKey = try await context.recordKey(for: protection, store: store, location: location)
+            found = try engine { () throws(StoreError) in try store.value(identity, recordKey: recordKey) }
+        }
+        guard let value = found else { return nil }
         return try ValueCoding.decode(value, as: type, key: key)
     }
 

@@ -90,10 +90,13 @@ package final class Device: Sendable {
         return try withConnection { (connection) throws(StoreError) in try body(directory, connection) }
     }
 
-    func withConnection<R>(_ body: (TPMConnection) throws(StoreError) -> R) throws(StoreError) -> R {
+    /// Runs `body` with one TPM connection. The storage key's context is cached in the device
+    /// directory, so a connection loads the key rather than deriving it (seconds on some TPMs).
+    package func withConnection<R>(_ body: (TPMConnection) throws(StoreError) -> R) throws(StoreError) -> R {
         let connection: TPMConnection
         do {
-            connection = try TPMConnection(tpm)
+            let cache = (try? Directory.open(directoryPath, in: nil, create: false)).flatMap { $0 }.map(StorageKeyContextFile.init(directory:))
+            connection = try TPMConnection(tpm, storageKeyContextCache: cache)
         } catch {
             throw StoreError(deviceTPM: error)
         }
@@ -166,8 +169,28 @@ package final class Device: Sendable {
     ///
     /// - Returns: the counter's value after the check.
     package func enrollmentEpoch(identifier: [UInt8]?) throws(StoreError) -> UInt64 {
+        try withDevice { (directory, connection) throws(StoreError) in
+            try noteEnrollment(identifier: identifier, directory, connection)
+        }
+    }
+
+    /// Before a match is honoured: moves the enrollment counter when the enrollment differs from
+    /// the one last seen. The common case (unchanged) reads one file and sends nothing to the TPM.
+    func checkEnrollment(identifier: [UInt8]?, _ connection: TPMConnection) throws(StoreError) {
         let hash = identifier.map { Array(SHA256.hash(data: $0)) } ?? [UInt8](repeating: 0, count: 32)
-        return try withDevice { (directory, connection) throws(StoreError) in
+        if let directory = try Directory.open(directoryPath, in: nil, create: false), let file = try read(DeviceFile.fileName, in: directory),
+           file.enrollmentRecorded, file.enrollmentHash == hash {
+            return
+        }
+        let directory = try directory()
+        let lock = try directory.lock("device.lock", timeout: tpm.timeout)
+        defer { withExtendedLifetime(lock) {} }
+        _ = try noteEnrollment(identifier: identifier, directory, connection)
+    }
+
+    private func noteEnrollment(identifier: [UInt8]?, _ directory: Directory, _ connection: TPMConnection) throws(StoreError) -> UInt64 {
+        let hash = identifier.map { Array(SHA256.hash(data: $0)) } ?? [UInt8](repeating: 0, count: 32)
+        do {
             var file = try load(connection)
             let value = try ensureCounter(indices.enrollmentCounter, connection)
             if file.enrollmentRecorded && file.enrollmentHash == hash { return value }
@@ -260,13 +283,14 @@ package final class Device: Sendable {
     /// - Throws: ``StoreError`` `.passcodeNotSet`, `.authenticationFailed`, `.lockout`, `.itemInvalidated`
     ///   (the sealed key's epoch is gone: a file put back from before a change).
     func passcodePrivateKey(_ passcode: SecretBytes) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
-        let seed = try withConnection { (connection) throws(StoreError) -> SecretBytes in
-            guard let current = try load(connection).passcode else {
-                throw StoreError(.passcodeNotSet, "No device passcode is set")
-            }
-            return try openPasscodeKey(current, passcode: passcode, connection)
+        try withConnection { (connection) throws(StoreError) in try passcodePrivateKey(passcode, connection) }
+    }
+
+    func passcodePrivateKey(_ passcode: SecretBytes, _ connection: TPMConnection) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
+        guard let current = try load(connection).passcode else {
+            throw StoreError(.passcodeNotSet, "No device passcode is set")
         }
-        return try Self.agreementKey(seed: seed)
+        return try Self.agreementKey(seed: try openPasscodeKey(current, passcode: passcode, connection))
     }
 
     /// Verifies the passcode and unlocks the device (the lock-state index reads unlocked).
@@ -334,7 +358,7 @@ package final class Device: Sendable {
     /// The lock-state index's bytes, or nil when it is not defined.
     func lockState(_ connection: TPMConnection) throws(StoreError) -> (sinceBoot: Bool, now: Bool)? {
         do {
-            let bytes = try connection.readNV(indices.lockState, count: 2).withUnsafeBytes { Array($0) }
+            let bytes = try connection.readPublicNV(indices.lockState, count: 2)
             return (bytes[0] == 1, bytes[1] == 1)
         } catch let error as TPMError where error.code == .handleNotFound {
             return nil

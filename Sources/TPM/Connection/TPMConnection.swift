@@ -268,6 +268,16 @@ public final class TPMConnection: Sendable {
         }
     }
 
+    /// Reads NV data that is no secret (a lock state, a flag) in clear, without a salted session:
+    /// one round trip instead of three.
+    ///
+    /// - Throws: ``TPMError``.
+    public func readPublicNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0) throws -> [UInt8] {
+        try withNVAuthorization(index, authValue: nil, secretParameters: false) { engine, handle, session in
+            try engine.readNV(handle, count: count, offset: offset, session: session).withUnsafeBytes { Array($0) }
+        }
+    }
+
     /// The name the TPM reports for an NV index (it changes when the index is first written).
     ///
     /// - Throws: ``TPMError`` `.handleNotFound`.

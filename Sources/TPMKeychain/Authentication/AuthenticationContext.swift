@@ -202,7 +202,7 @@ public final class AuthenticationContext: Sendable {
     func recordKey(for protection: ItemStore.ItemProtection, store: ItemStore, location: KeychainLocation) async throws(KeychainError)
         -> ItemStore.RecordKey {
         try mapAuthentication { () throws(AuthenticationError) in try checkValid() }
-        if let cached = try reusableKey(protection, location: location) { return cached }
+        if let cached = keptKey(protection, location: location) { return cached }
         let needs = protection.protection
         let reason = localizedReason
         if protection.lockBound {
@@ -249,10 +249,11 @@ public final class AuthenticationContext: Sendable {
     private func open(_ recordID: [UInt8], store: ItemStore, location: KeychainLocation, proof: ItemStore.BiometryProof?,
                       passcode: SecretBytes?) throws(KeychainError) -> KeptKey {
         try Devices.with(location) { (device) throws(KeychainError) in
+            let keeps = state.withLock { $0.reuse > .zero }
             let key = try engine { () throws(StoreError) in
-                try store.openRecord(recordID, device: device, biometry: proof, passcode: passcode)
+                try store.openRecord(recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps)
             }
-            return KeptKey(key: key, at: .now, epoch: try startupEpoch(device), lockStamp: device.lockStamp(), device: device)
+            return KeptKey(key: key, at: .now, epoch: key.startupEpoch ?? 0, lockStamp: device.lockStamp(), device: device)
         }
     }
 
@@ -269,7 +270,8 @@ public final class AuthenticationContext: Sendable {
     /// A key opened within the reuse window, while the device was neither locked nor unlocked
     /// since (one stat of its lock stamp) and the TPM has not reset (its reset and restart counts,
     /// read at most every ``resetCheckInterval``).
-    private func reusableKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) throws(KeychainError) -> ItemStore.RecordKey? {
+    func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
+        guard !state.withLock({ $0.invalidated }) else { return nil }
         let recordID = protection.recordID
         let (cached, window, checkedAt) = state.withLock { ($0.recordKeys[recordID], $0.reuse, $0.epochCheckedAt) }
         guard let cached else { return nil }

@@ -6,7 +6,13 @@
 //         (salted), PolicyAuthValue, Load, Unseal, FlushContext x2, Esys_Finalize
 //   warm: StartAuthSession (salted), PolicyAuthValue, Load, Unseal, FlushContext (object)
 //
-// Usage: esapi-floor TCTI ITERATIONS   (prints median and p90 in milliseconds)
+//   record (a key record's first unseal in a fresh connection, as a protected get does):
+//         TctiLdr_Initialize, Esys_Initialize, ContextLoad (the storage key's saved context),
+//         Load, StartAuthSession (salted), PolicyCommandCode(Unseal), Unseal, FlushContext x2,
+//         Esys_Finalize; the object is sealed under PolicyCommandCode(Unseal) with noDA.
+//
+// Usage: esapi-floor TCTI ITERATIONS          (prints median and p90 in milliseconds)
+//        esapi-floor TCTI ITERATIONS record   (prints one "sample <ms>" line per iteration)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,16 +112,82 @@ static void unseal(ESYS_CONTEXT *esys, ESYS_TR srk, const TPM2B_PUBLIC *pub, con
     CHECK(Esys_FlushContext(esys, object));
 }
 
+/* PolicyCommandCode(TPM2_CC_Unseal) from the zero digest, computed by the TPM in a trial session. */
+static void unseal_only_digest(ESYS_CONTEXT *esys, TPM2B_DIGEST *digest) {
+    TPMT_SYM_DEF symmetric = { .algorithm = TPM2_ALG_NULL };
+    ESYS_TR trial;
+    TPM2B_DIGEST *out;
+    CHECK(Esys_StartAuthSession(esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, NULL,
+                                TPM2_SE_TRIAL, &symmetric, TPM2_ALG_SHA256, &trial));
+    CHECK(Esys_PolicyCommandCode(esys, trial, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, TPM2_CC_Unseal));
+    CHECK(Esys_PolicyGetDigest(esys, trial, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, &out));
+    *digest = *out;
+    Esys_Free(out);
+    CHECK(Esys_FlushContext(esys, trial));
+}
+
+static int record_mode(const char *tcti, int iterations) {
+    TSS2_TCTI_CONTEXT *tcti_context;
+    ESYS_CONTEXT *esys = connect_tpm(tcti, &tcti_context);
+    ESYS_TR srk = create_srk(esys);
+    TPMS_CONTEXT *saved;
+    TPM2B_DIGEST policy;
+    unseal_only_digest(esys, &policy);
+    TPM2B_SENSITIVE_CREATE sensitive = { .sensitive.data.size = 32 };
+    memset(sensitive.sensitive.data.buffer, 0x42, 32);
+    TPM2B_PUBLIC template = { .publicArea = {
+        .type = TPM2_ALG_KEYEDHASH, .nameAlg = TPM2_ALG_SHA256,
+        .objectAttributes = TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT | TPMA_OBJECT_ADMINWITHPOLICY | TPMA_OBJECT_NODA,
+        .authPolicy = policy, .parameters.keyedHashDetail.scheme.scheme = TPM2_ALG_NULL } };
+    TPM2B_DATA outside = { 0 };
+    TPML_PCR_SELECTION pcrs = { 0 };
+    TPM2B_PUBLIC *pub; TPM2B_PRIVATE *priv;
+    TPM2B_CREATION_DATA *data; TPM2B_DIGEST *hash; TPMT_TK_CREATION *ticket;
+    ESYS_TR session = salted_session(esys, srk, TPM2_SE_HMAC);
+    CHECK(Esys_TRSess_SetAttributes(esys, session, TPMA_SESSION_DECRYPT, 0xff));
+    CHECK(Esys_Create(esys, srk, session, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive, &template, &outside, &pcrs,
+                      &priv, &pub, &data, &hash, &ticket));
+    Esys_Free(data); Esys_Free(hash); Esys_Free(ticket);
+    /* The session ended with the command (continueSession clear). */
+    CHECK(Esys_ContextSave(esys, srk, &saved));
+    CHECK(Esys_FlushContext(esys, srk));
+    disconnect(esys, tcti_context);
+    for (int i = 0; i <= iterations; i++) {
+        double start = now_ms();
+        esys = connect_tpm(tcti, &tcti_context);
+        CHECK(Esys_ContextLoad(esys, saved, &srk));
+        ESYS_TR object;
+        CHECK(Esys_Load(esys, srk, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, priv, pub, &object));
+        session = salted_session(esys, srk, TPM2_SE_POLICY);
+        CHECK(Esys_PolicyCommandCode(esys, session, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, TPM2_CC_Unseal));
+        CHECK(Esys_TRSess_SetAttributes(esys, session, TPMA_SESSION_ENCRYPT, 0xff));
+        TPM2B_SENSITIVE_DATA *out;
+        CHECK(Esys_Unseal(esys, object, session, ESYS_TR_NONE, ESYS_TR_NONE, &out));
+        if (out->size != 32 || out->buffer[0] != 0x42) { fprintf(stderr, "wrong secret\n"); exit(1); }
+        Esys_Free(out);
+        CHECK(Esys_FlushContext(esys, object));
+        CHECK(Esys_FlushContext(esys, srk));
+        disconnect(esys, tcti_context);
+        if (i > 0) printf("sample %.4f\n", now_ms() - start);   /* the first run is the warm-up */
+    }
+    Esys_Free(saved); Esys_Free(pub); Esys_Free(priv);
+    return 0;
+}
+
 static void report(const char *what, double *samples, int count) {
     qsort(samples, count, sizeof(double), compare);
     printf("%s: median %.3f ms, p90 %.3f ms (n=%d)\n", what, samples[count / 2], samples[count * 9 / 10], count);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) { fprintf(stderr, "usage: esapi-floor TCTI ITERATIONS\n"); return 64; }
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "record") == 0)) {
+        fprintf(stderr, "usage: esapi-floor TCTI ITERATIONS [record]\n");
+        return 64;
+    }
     setenv("TSS2_LOG", "all+NONE", 0);
     const char *tcti = argv[1];
     int iterations = atoi(argv[2]);
+    if (argc == 4) return record_mode(tcti, iterations);
     double *samples = calloc(iterations, sizeof(double));
     TSS2_TCTI_CONTEXT *tcti_context;
     ESYS_CONTEXT *esys = connect_tpm(tcti, &tcti_context);

@@ -13,6 +13,8 @@ import Glibc
 /// - tpm: the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor (ESAPIFloor,
 ///   the same round trips without this layer) run against the same TPM.
 /// - store: the item store's gets, durable sets and gets among 100,000 items (StoreBenchmarks).
+/// - access: access control: a protected get inside a reuse window, a first protected get against
+///   the C floor's unseal of a key record, and the TPM commands of each operation (AccessBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
 ///
@@ -30,8 +32,8 @@ struct TPMBenchmarks {
             suite = "tpm"
         }
         let iterations = arguments.first.flatMap(Int.init)
-        guard ["tpm", "store", "store-get", "store-list", "cli", "all"].contains(suite) else {
-            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|all] [iterations]")
+        guard ["tpm", "store", "store-get", "store-list", "cli", "access", "all"].contains(suite) else {
+            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|all] [iterations]")
             exit(64)
         }
         print(machineDescription())
@@ -49,6 +51,9 @@ struct TPMBenchmarks {
                 try StoreBenchmarks(tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get",
                                     listingOnly: suite == "store-list").run()
             }
+        }
+        if suite == "access" || suite == "all" {
+            try AccessBenchmarks(summary: summary, iterations: iterations).run()
         }
         if suite == "cli" || suite == "all" {
             try CLIBenchmarks(summary: summary, iterations: iterations).run()
@@ -139,7 +144,9 @@ struct TPMBenchmarks {
         let names: [UInt32: String] = [
             0x131: "CreatePrimary", 0x153: "Create", 0x157: "Load", 0x15E: "Unseal", 0x165: "FlushContext",
             0x16B: "PolicyAuthValue", 0x173: "ReadPublic", 0x176: "StartAuthSession", 0x17A: "GetCapability",
-            0x17B: "GetRandom", 0x169: "NV_ReadPublic",
+            0x17B: "GetRandom", 0x169: "NV_ReadPublic", 0x12A: "NV_DefineSpace", 0x134: "NV_Increment", 0x137: "NV_Write",
+            0x14E: "NV_Read", 0x149: "PolicyNV", 0x16C: "PolicyCommandCode", 0x181: "ReadClock", 0x161: "ContextLoad",
+            0x162: "ContextSave", 0x189: "PolicyGetDigest",
         ]
         return names[code] ?? String(format: "0x%x", code)
     }

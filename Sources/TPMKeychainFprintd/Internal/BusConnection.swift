@@ -1,0 +1,287 @@
+// sd-bus, confined: the only file of TPMKeychainFprintd (and of the package) that touches
+// CSystemdBus's sd_bus and sd_bus_message pointers. Every sd-bus return code goes through
+// `check(_:_:)`, every error reply becomes a `BusError`, and nothing here outlives the thread that
+// opened it: sd-bus connections are not thread-safe, so one connection serves one operation on one
+// of FprintdAuthenticator's serial queues, and only the `Wakeup` crosses threads.
+
+internal import CSystemdBus
+import SystemCalls
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A failure on the bus: an error reply (a D-Bus error name such as
+/// `net.reactivated.Fprint.Error.NoEnrolledPrints`) or a local failure of sd-bus (an errno).
+struct BusError: Error, Sendable, CustomStringConvertible {
+    /// What was being done: "connect", or the method called ("Claim").
+    let operation: String
+    /// The D-Bus error name of an error reply; nil for a local failure (no bus, connection reset).
+    let name: String?
+    /// The error reply's message, or strerror's text for a local failure.
+    let message: String
+    /// The errno sd-bus reported (positive); for an error reply, the one sd-bus maps its name to.
+    let errno: Int32
+
+    var description: String {
+        if let name { return "\(operation): \(name): \(message)" }
+        return "\(operation): \(message) (errno \(errno))"
+    }
+}
+
+/// What a wait on the connection ended with.
+enum BusWaitOutcome {
+    /// The connection has something to process (or sd-bus asked to be called again).
+    case ready
+    /// The wake-up descriptor became readable: someone cancelled.
+    case woken
+    /// The deadline passed.
+    case timedOut
+}
+
+/// A borrowed incoming message, read in order. Valid only inside the call that hands it out.
+struct BusMessageReader: ~Copyable {
+    fileprivate let message: OpaquePointer
+
+    /// Reads a string ("s") or an object path ("o").
+    mutating func readString(_ type: Character = "s") -> String? {
+        var value: UnsafePointer<CChar>? = nil
+        let result = withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, Self.typeCode(type), $0) }
+        guard result > 0, let value else { return nil }
+        return String(cString: value)
+    }
+
+    /// Reads a boolean ("b"), which sd-bus stores as a C int.
+    mutating func readBool() -> Bool? {
+        var value: Int32 = 0
+        guard sd_bus_message_read_basic(message, Self.typeCode("b"), &value) > 0 else { return nil }
+        return value != 0
+    }
+
+    /// Reads an array of strings ("as").
+    mutating func readStringArray() -> [String]? {
+        guard sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }
+        var strings: [String] = []
+        while true {
+            var value: UnsafePointer<CChar>? = nil
+            let result = withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, Self.typeCode("s"), $0) }
+            if result < 0 { return nil }
+            guard result > 0, let value else { break }
+            strings.append(String(cString: value))
+        }
+        guard sd_bus_message_exit_container(message) >= 0 else { return nil }
+        return strings
+    }
+
+    private static func typeCode(_ type: Character) -> CChar {
+        CChar(bitPattern: type.asciiValue ?? 0)
+    }
+}
+
+/// One client connection to a message bus, used from one thread. Closed (flushed, then unreferenced)
+/// on deinit, after its signal subscriptions: the peer sees the connection's unique name vanish,
+/// which is how fprintd learns to release a device whose client died.
+final class BusConnection {
+    private let bus: OpaquePointer
+    private var subscriptions: [Subscription] = []
+
+    /// Connects to `address` (a D-Bus address such as `unix:path=/run/dbus/system_bus_socket`), or
+    /// to the system bus when nil (sd-bus honours `DBUS_SYSTEM_BUS_ADDRESS`).
+    ///
+    /// - Parameter methodCallTimeout: how long one method call may wait for its reply.
+    /// - Throws: `BusError` when the bus cannot be reached.
+    init(address: String?, description: String, methodCallTimeout: Duration) throws(BusError) {
+        var opened: OpaquePointer? = nil
+        if let address {
+            try Self.check("connect", sd_bus_new(&opened))
+            guard let created = opened else { throw BusError(operation: "connect", name: nil, message: "sd_bus_new returned no bus", errno: ENOMEM) }
+            do {
+                try Self.check("connect", sd_bus_set_address(created, address))
+                try Self.check("connect", sd_bus_set_bus_client(created, 1))
+                try Self.check("connect", sd_bus_set_description(created, description))
+                try Self.check("connect", sd_bus_start(created))
+            } catch {
+                sd_bus_flush_close_unref(created)
+                throw error
+            }
+        } else {
+            try Self.check("connect", sd_bus_open_system_with_description(&opened, description))
+        }
+        guard let opened else { throw BusError(operation: "connect", name: nil, message: "sd-bus returned no bus", errno: ENOMEM) }
+        bus = opened
+        let microseconds = Self.microseconds(methodCallTimeout)
+        if microseconds > 0 {
+            do {
+                try Self.check("connect", sd_bus_set_method_call_timeout(bus, microseconds))
+            } catch {
+                sd_bus_flush_close_unref(bus)
+                throw error
+            }
+        }
+    }
+
+    deinit {
+        for subscription in subscriptions { subscription.end() }
+        sd_bus_flush_close_unref(bus)
+    }
+
+    /// Calls `member` with string arguments and hands the reply to `read`.
+    ///
+    /// - Throws: `BusError` with the error reply's name, or a local failure.
+    func call<T>(
+        destination: String, path: String, interface: String, member: String, arguments: [String] = [],
+        read: (inout BusMessageReader) -> T = { _ in () }
+    ) throws(BusError) -> T {
+        var request: OpaquePointer? = nil
+        try Self.check(member, sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
+        defer { sd_bus_message_unref(request) }
+        for argument in arguments {
+            let result = argument.withCString { sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0) }
+            try Self.check(member, result)
+        }
+        var error = sd_bus_error()
+        defer { sd_bus_error_free(&error) }
+        var reply: OpaquePointer? = nil
+        let result = sd_bus_call(bus, request, 0, &error, &reply)
+        defer { sd_bus_message_unref(reply) }
+        if result < 0 {
+            throw BusError(
+                operation: member,
+                name: error.name.map { String(cString: $0) },
+                message: error.message.map { String(cString: $0) } ?? String(cString: strerror(-result)),
+                errno: -result
+            )
+        }
+        guard let reply else { throw BusError(operation: member, name: nil, message: "no reply message", errno: EBADMSG) }
+        var reader = BusMessageReader(message: reply)
+        return read(&reader)
+    }
+
+    /// Subscribes to a signal; `handler` runs inside ``process()`` on this thread, for as long as
+    /// the connection lives.
+    ///
+    /// - Throws: `BusError` when the bus refuses the match rule.
+    func subscribe(
+        sender: String, path: String, interface: String, member: String,
+        handler: @escaping (inout BusMessageReader) -> Void
+    ) throws(BusError) {
+        let subscription = Subscription(handler: handler)
+        let userdata = Unmanaged.passUnretained(subscription).toOpaque()
+        var slot: OpaquePointer? = nil
+        // sd_bus_match_signal waits for the bus to acknowledge the match, so no signal sent after it
+        // returns can be missed.
+        let result = sd_bus_match_signal(bus, &slot, sender, path, interface, member, { message, userdata, _ in
+            guard let message, let userdata else { return 0 }
+            let subscription = Unmanaged<Subscription>.fromOpaque(userdata).takeUnretainedValue()
+            var reader = BusMessageReader(message: message)
+            subscription.handler(&reader)
+            return 0
+        }, userdata)
+        try Self.check("AddMatch \(interface).\(member)", result)
+        subscription.slot = slot
+        subscriptions.append(subscription)
+    }
+
+    /// Processes one pending message, dispatching it to subscriptions.
+    ///
+    /// - Returns: true when something was processed (call again), false when nothing is pending.
+    /// - Throws: `BusError` when the connection failed (the bus or the peer went away).
+    func process() throws(BusError) -> Bool {
+        let result = sd_bus_process(bus, nil)
+        try Self.check("process", result)
+        return result > 0
+    }
+
+    /// Waits until the connection needs processing, `wakeup` becomes readable, or `deadline`.
+    ///
+    /// - Throws: `BusError` when the connection is unusable, or as `poll` fails.
+    func wait(until deadline: ContinuousClock.Instant, wakeup: Int32) throws(BusError) -> BusWaitOutcome {
+        let descriptor = sd_bus_get_fd(bus)
+        try Self.check("poll", descriptor)
+        let events = sd_bus_get_events(bus)
+        try Self.check("poll", events)
+        var busTimeout: UInt64 = 0
+        try Self.check("poll", sd_bus_get_timeout(bus, &busTimeout))
+
+        let remaining = deadline - ContinuousClock.now
+        guard remaining > .zero else { return .timedOut }
+        var milliseconds = Self.milliseconds(remaining)
+        if busTimeout != UInt64.max {
+            // sd-bus's timeout is absolute, on CLOCK_MONOTONIC.
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let nowMicroseconds = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1_000
+            let busMilliseconds = busTimeout > nowMicroseconds ? (busTimeout - nowMicroseconds + 999) / 1_000 : 0
+            milliseconds = min(milliseconds, Int32(clamping: busMilliseconds))
+        }
+        var descriptors = [
+            pollfd(fd: descriptor, events: Int16(truncatingIfNeeded: events), revents: 0),
+            pollfd(fd: wakeup, events: Int16(POLLIN), revents: 0),
+        ]
+        let timeout = milliseconds
+        let ready: Int32
+        do {
+            ready = try retryingInterrupts { descriptors.withUnsafeMutableBufferPointer { poll($0.baseAddress, 2, timeout) } }
+        } catch {
+            throw BusError(operation: "poll", name: nil, message: error.description, errno: error.rawValue)
+        }
+        if descriptors[1].revents != 0 { return .woken }
+        if ready == 0 && ContinuousClock.now >= deadline { return .timedOut }
+        return .ready
+    }
+
+    /// Turns an sd-bus return code (negative errno on failure) into a `BusError`.
+    private static func check(_ operation: String, _ result: Int32) throws(BusError) {
+        guard result < 0 else { return }
+        throw BusError(operation: operation, name: nil, message: String(cString: strerror(-result)), errno: -result)
+    }
+
+    private static func microseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        return UInt64(seconds) * 1_000_000 + UInt64(attoseconds / 1_000_000_000_000)
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int32 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        // Round up, so a wait never ends just before the deadline and spins.
+        let total = seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int32(clamping: total)
+    }
+}
+
+/// A signal match: the handler and the sd-bus slot that keeps the match installed.
+private final class Subscription {
+    let handler: (inout BusMessageReader) -> Void
+    var slot: OpaquePointer?
+
+    init(handler: @escaping (inout BusMessageReader) -> Void) { self.handler = handler }
+
+    /// Removes the match. Called before the connection closes, while the bus is still alive.
+    func end() {
+        if let slot { sd_bus_slot_unref(slot) }
+        slot = nil
+    }
+}
+
+/// An eventfd another thread writes to, so a thread waiting in ``BusConnection/wait(until:wakeup:)``
+/// returns at once. It stays readable once signalled (it is never read), which is what a
+/// cancellation wants.
+final class Wakeup: Sendable {
+    let descriptor: Int32
+
+    /// - Throws: `Errno` when no eventfd can be made (descriptor limit).
+    init() throws(Errno) {
+        descriptor = try retryingInterrupts { eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) }
+    }
+
+    deinit { closeDescriptor(descriptor) }
+
+    /// Makes the descriptor readable. Writing to an eventfd that is not full cannot fail.
+    func signal() {
+        var one: UInt64 = 1
+        _ = withUnsafeBytes(of: &one) { write(descriptor, $0.baseAddress, $0.count) }
+    }
+}

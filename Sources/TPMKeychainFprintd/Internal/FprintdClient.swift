@@ -1,0 +1,232 @@
+// fprintd's D-Bus protocol, step by step, on one blocking connection. Runs on the authenticator's
+// own queues (never on Swift concurrency's cooperative threads). The interface is fprintd's
+// src/manager.xml and src/device.xml; see docs in FprintdAuthenticator.swift for what each step
+// means to a caller.
+
+import Crypto
+import Synchronization
+import TPMKeychain
+
+/// fprintd's names on the bus.
+enum Fprintd {
+    static let service = "net.reactivated.Fprint"
+    static let managerPath = "/net/reactivated/Fprint/Manager"
+    static let managerInterface = "net.reactivated.Fprint.Manager"
+    static let deviceInterface = "net.reactivated.Fprint.Device"
+
+    /// fprintd's error names (src/fprintd.h, `FPRINT_ERROR_*`).
+    enum ErrorName {
+        static let noSuchDevice = "net.reactivated.Fprint.Error.NoSuchDevice"
+        static let noEnrolledPrints = "net.reactivated.Fprint.Error.NoEnrolledPrints"
+        static let permissionDenied = "net.reactivated.Fprint.Error.PermissionDenied"
+        static let alreadyInUse = "net.reactivated.Fprint.Error.AlreadyInUse"
+    }
+
+    /// The polkit action fprintd checks before letting a user list or verify their own prints.
+    static let verifyAction = "net.reactivated.fprint.device.verify"
+
+    /// The domain tag hashed ahead of the device and finger names, so this identifier cannot be
+    /// mistaken for any other hash of the same strings.
+    static let enrollmentTag = "TPMKeychainFprintd.enrollment.v1"
+}
+
+/// A verification's cancellation flag plus the wake-up that interrupts its wait.
+final class VerificationCancellation: Sendable {
+    private let cancelled = Mutex(false)
+    let wakeup: Wakeup
+
+    init(wakeup: Wakeup) { self.wakeup = wakeup }
+
+    var isCancelled: Bool { cancelled.withLock { $0 } }
+
+    func cancel() {
+        cancelled.withLock { $0 = true }
+        wakeup.signal()
+    }
+}
+
+/// One operation against fprintd over one connection.
+struct FprintdClient {
+    let busAddress: String?
+    let methodCallTimeout: Duration
+
+    /// GetDefaultDevice, then ListEnrolledFingers("") (the caller's own prints).
+    func enrollment() throws(AuthenticationError) -> Enrollment? {
+        let bus = try connect()
+        let device = try defaultDevice(on: bus)
+        let fingers: [String]
+        do {
+            fingers = try bus.call(
+                destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface,
+                member: "ListEnrolledFingers", arguments: [""], read: { $0.readStringArray() }
+            ) ?? []
+        } catch {
+            if error.name == Fprintd.ErrorName.noEnrolledPrints { return nil }
+            throw AuthenticationError(error)
+        }
+        guard !fingers.isEmpty else { return nil }
+        return Enrollment(biometryType: .touchID, identifier: Self.identifier(device: device, fingers: fingers))
+    }
+
+    /// SHA-256 over the tag, the device's object path and the sorted finger names, each ended by
+    /// NUL (which no D-Bus string contains, so no two inputs hash the same bytes).
+    static func identifier(device: String, fingers: [String]) -> [UInt8] {
+        var hash = SHA256()
+        for field in [Fprintd.enrollmentTag, device] + fingers.sorted() {
+            hash.update(data: Array(field.utf8) + [0])
+        }
+        return Array(hash.finalize())
+    }
+
+    /// Claim(""), match VerifyStatus, VerifyStart("any"), wait for a final status, then VerifyStop
+    /// and Release whatever happened after the claim.
+    ///
+    /// A cancellation is seen between steps and at once while waiting for a status; a method call
+    /// already sent (Claim, VerifyStart) is let finish first, bounded by the method call timeout.
+    func verify(cancellation: VerificationCancellation, timeout: Duration) throws(AuthenticationError) {
+        guard !cancellation.isCancelled else { throw Self.cancelled }
+        let bus = try connect()
+        let device = try defaultDevice(on: bus)
+        do {
+            try bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "Claim", arguments: [""])
+        } catch {
+            throw AuthenticationError(error)
+        }
+        let outcome: Result<Void, AuthenticationError>
+        var started = false
+        do throws(AuthenticationError) {
+            try runVerification(on: bus, device: device, cancellation: cancellation, timeout: timeout, started: &started)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
+        // Cleanup failures do not change the outcome: a match stays a match, and when the bus or
+        // fprintd is gone, fprintd drops the claim as our connection's name vanishes anyway.
+        if started {
+            _ = try? bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "VerifyStop")
+        }
+        _ = try? bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "Release")
+        try outcome.get()
+    }
+
+    private func runVerification(
+        on bus: BusConnection, device: String, cancellation: VerificationCancellation, timeout: Duration, started: inout Bool
+    ) throws(AuthenticationError) {
+        let statuses = StatusQueue()
+        do {
+            try bus.subscribe(sender: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "VerifyStatus") { message in
+                guard let result = message.readString(), let done = message.readBool() else { return }
+                statuses.received.append((result, done))
+            }
+        } catch {
+            throw AuthenticationError(error)
+        }
+        guard !cancellation.isCancelled else { throw Self.cancelled }
+        do {
+            try bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "VerifyStart", arguments: ["any"])
+        } catch {
+            throw AuthenticationError(error)
+        }
+        started = true
+
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            guard !cancellation.isCancelled else { throw Self.cancelled }
+            do {
+                while try bus.process() {
+                    if statuses.received.contains(where: { $0.done }) { break }
+                }
+            } catch {
+                throw AuthenticationError(.biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
+            }
+            // Statuses with done == false (verify-retry-scan, verify-swipe-too-short, ...) ask for
+            // another touch: keep waiting for the final one.
+            if let final = statuses.received.first(where: { $0.done }) {
+                try Self.conclude(final.result)
+                return
+            }
+            let waited: BusWaitOutcome
+            do {
+                waited = try bus.wait(until: deadline, wakeup: cancellation.wakeup.descriptor)
+            } catch {
+                throw AuthenticationError(.biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
+            }
+            switch waited {
+            case .ready: continue
+            case .woken: throw Self.cancelled
+            case .timedOut:
+                throw AuthenticationError(.systemCancel, "No finger was recognised within \(timeout): the verification timed out")
+            }
+        }
+    }
+
+    /// The final VerifyStatus result.
+    private static func conclude(_ result: String) throws(AuthenticationError) {
+        switch result {
+        case "verify-match":
+            return
+        case "verify-no-match":
+            throw AuthenticationError(.authenticationFailed, "The fingerprint did not match")
+        case "verify-disconnected":
+            throw AuthenticationError(.biometryNotAvailable, "The fingerprint reader was disconnected (verify-disconnected)")
+        case "verify-unknown-error":
+            throw AuthenticationError(.biometryNotAvailable, "The fingerprint reader failed (verify-unknown-error)")
+        default:
+            // A retry result that fprintd ended the verification on, or a result this version does
+            // not know: not a match, so it fails closed.
+            throw AuthenticationError(.authenticationFailed, "fprintd ended the verification without a match (\(result))")
+        }
+    }
+
+    private static let cancelled = AuthenticationError(.appCancel, "The verification was cancelled")
+
+    private func connect() throws(AuthenticationError) -> BusConnection {
+        do {
+            return try BusConnection(address: busAddress, description: "tpm-keychain-fprintd", methodCallTimeout: methodCallTimeout)
+        } catch {
+            throw AuthenticationError(.biometryNotAvailable, "The system bus cannot be reached: \(error)")
+        }
+    }
+
+    private func defaultDevice(on bus: BusConnection) throws(AuthenticationError) -> String {
+        let device: String?
+        do {
+            device = try bus.call(
+                destination: Fprintd.service, path: Fprintd.managerPath, interface: Fprintd.managerInterface,
+                member: "GetDefaultDevice", read: { $0.readString("o") }
+            )
+        } catch {
+            throw AuthenticationError(error)
+        }
+        guard let device else { throw AuthenticationError(.biometryNotAvailable, "fprintd's GetDefaultDevice reply has no object path") }
+        return device
+    }
+}
+
+/// The VerifyStatus signals seen so far; touched only by the thread running the verification.
+private final class StatusQueue {
+    var received: [(result: String, done: Bool)] = []
+}
+
+extension AuthenticationError {
+    /// An error reply from fprintd (or the bus), as a caller can act on it.
+    init(_ error: BusError) {
+        switch error.name {
+        case Fprintd.ErrorName.noSuchDevice:
+            self.init(.biometryNotAvailable, "fprintd has no fingerprint reader (\(error))")
+        case Fprintd.ErrorName.noEnrolledPrints:
+            self.init(.biometryNotEnrolled, "No fingerprint is enrolled for this user (\(error))")
+        case Fprintd.ErrorName.permissionDenied:
+            self.init(.biometryNotAvailable,
+                      "polkit did not authorize \(Fprintd.verifyAction) for this user, so fprintd refused (\(error))")
+        case Fprintd.ErrorName.alreadyInUse:
+            self.init(.biometryNotAvailable, "The fingerprint reader is claimed by another client (\(error))")
+        case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+            self.init(.biometryNotAvailable, "fprintd is not running and cannot be started (\(error))")
+        case nil:
+            self.init(.biometryNotAvailable, "The bus failed while talking to fprintd (\(error))")
+        default:
+            self.init(.biometryNotAvailable, "fprintd refused (\(error))")
+        }
+    }
+}

@@ -1,0 +1,168 @@
+import Foundation
+import TPM
+import TPMKeychain
+import TPMKeychainTesting
+
+/// Benchmarks of access control (issue 8): a protected get inside a reuse window against an
+/// unprotected get; a first protected get (one key-record unseal in a fresh connection) against
+/// the C floor doing the same unseal; and the TPM commands (NV, DA-counted) each operation sends.
+struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one task at a time
+    let summary: Summary
+    let iterations: Int?
+
+    func run() throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let directory = try makeTemporaryDirectory("tpm-keychain-access-bench")
+        defer { removeTree(directory) }
+        print("\n== Access control (issue 8); swtpm \(simulator.tcti)")
+        try blocking { try await reuseWindow(simulator, directory) }
+        try blocking { try await firstProtectedGet(simulator, directory) }
+        try blocking { try await commandCounts(simulator, directory) }
+    }
+
+    private func location(_ tcti: String, _ directory: String, _ name: String) throws -> KeychainLocation {
+        var location = try KeychainLocation(path: directory + "/" + name, tcti: tcti)
+        location.deviceDirectory = directory + "/" + name + "-device"
+        return location
+    }
+
+    // MARK: 1. inside the reuse window
+
+    private func reuseWindow(_ simulator: SoftwareTPM, _ directory: String) async throws {
+        let location = try location(simulator.tcti, directory, "reuse")
+        defer { Keychain.closeStore(location) }
+        let face = SimulatedAuthenticator()
+        let context = AuthenticationContext(authenticator: face, location: location)
+        context.allowableReuseDuration = AuthenticationContext.maximumReuseDuration
+        let keychain = try Keychain(service: "bench.access", location: location)
+        try keychain.set("plain-value-32-bytes-long-......", forKey: "plain")
+        try await keychain.set("bio-value-32-bytes-long-........", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+                               context: context)
+        _ = try await keychain.get("bio", as: String.self, context: context)
+        let clock = ContinuousClock()
+        var plain: [Duration] = [], protected: [Duration] = []
+        let rounds = 20, batch = (iterations ?? 1000) / 20
+        for round in 0..<rounds {
+            // Alternating batches: the machine's drift falls on both alike.
+            for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
+                for _ in 0..<batch {
+                    if side == 0 {
+                        plain.append(try clock.measure { sink &+= try keychain.get("plain", as: String.self)?.count ?? 0 })
+                    } else {
+                        let start = clock.now
+                        sink &+= try await keychain.get("bio", as: String.self, context: context)?.count ?? 0
+                        protected.append(clock.now - start)
+                    }
+                }
+            }
+        }
+        guard face.attempts == 1 else { throw BenchmarkError("the reuse window prompted \(face.attempts) times") }
+        summary.add(Figure(name: "protected get (biometryAny) inside the reuse window", ours: Samples(protected),
+                           floorName: "unprotected get", floor: Samples(plain), goal: 1.5))
+    }
+
+    // MARK: 2. the first protected get
+
+    private func firstProtectedGet(_ simulator: SoftwareTPM, _ directory: String) async throws {
+        let location = try location(simulator.tcti, directory, "first")
+        defer { Keychain.closeStore(location) }
+        let face = SimulatedAuthenticator()
+        let keychain = try Keychain(service: "bench.access", location: location)
+        try await keychain.set("bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+                               context: AuthenticationContext(authenticator: face, location: location))
+        let clock = ContinuousClock()
+        var ours: [Duration] = [], floor: [Double] = []
+        let rounds = 10, batch = max((iterations ?? 200) / 10, 2)
+        for round in 0..<rounds {
+            for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
+                if side == 0 {
+                    for _ in 0..<batch {
+                        // A new context each time: no reuse, one record unseal in a fresh connection.
+                        let context = AuthenticationContext(authenticator: face, location: location)
+                        let start = clock.now
+                        sink &+= try await keychain.get("bio", as: String.self, context: context)?.count ?? 0
+                        ours.append(clock.now - start)
+                    }
+                } else {
+                    floor += try floorSamples(simulator.tcti, batch)
+                }
+            }
+        }
+        summary.add(Figure(name: "first protected get (one key-record unseal, fresh TPM connection)", ours: Samples(ours),
+                           floorName: "C ESAPI: connect, ContextLoad, Load, salted PolicyCommandCode session, Unseal",
+                           floor: Samples(floor.map { Duration.nanoseconds(Int64($0 * 1e6)) }), goal: 1.2))
+    }
+
+    private func floorSamples(_ tcti: String, _ count: Int) throws -> [Double] {
+        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ESAPIFloor")
+        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
+            throw BenchmarkError("build the floor first: swift build -c release --product ESAPIFloor")
+        }
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = [tcti, String(count), "record"]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
+            line.hasPrefix("sample ") ? Double(line.dropFirst(7)) : nil
+        }
+    }
+
+    // MARK: 3. TPM commands per operation
+
+    private func commandCounts(_ simulator: SoftwareTPM, _ directory: String) async throws {
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+        defer { proxy.stop() }
+        let location = try location(proxy.tcti, directory, "counted")
+        defer { Keychain.closeStore(location) }
+        let passcode = SecretBytes(copying: Array("bench passcode".utf8))
+        let face = SimulatedAuthenticator()
+        let device = KeychainDevice(location: location)
+        let keychain = try Keychain(service: "bench.access", location: location)
+        func counted(_ what: String, _ body: () async throws -> Void) async throws {
+            proxy.reset()
+            try await body()
+            let codes = proxy.commandCodes
+            let nv = codes.filter { [0x12A, 0x134, 0x137].contains($0) }.count
+            print("commands, \(what) (\(codes.count); NV writes \(nv)): \(codes.map(TPMBenchmarks.commandName).joined(separator: ", "))")
+        }
+        try keychain.set("x", forKey: "warm-up")
+        try await counted("set-passcode") { try device.setPasscode(passcode) }
+        try await counted("add biometryCurrentSet (new key record)") {
+            try await keychain.set("v", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+                                   context: AuthenticationContext(authenticator: face, location: location))
+        }
+        try await counted("add devicePasscode (new key record)") {
+            try await keychain.set("v", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        }
+        try await counted("first get, biometryCurrentSet (lock-bound)") {
+            _ = try await keychain.get("bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
+        }
+        try await counted("first get, devicePasscode (one DA-counted check)") {
+            _ = try await keychain.get("pin", as: String.self, context: AuthenticationContext(passcode: .fixed(passcode), location: location))
+        }
+        try await counted("lock-keychain") { try device.lock() }
+        try await counted("unlock-keychain (one DA-counted check)") { try device.unlock(passcode: passcode) }
+        face.reenroll()
+        try await counted("get after an enrollment change (counter moved, item invalidated)") {
+            _ = try? await keychain.get("bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
+        }
+        try await counted("change-passcode") { try device.changePasscode(from: passcode, to: SecretBytes(copying: Array("bench passcode 2".utf8))) }
+    }
+
+    /// Runs async work from the synchronous benchmark driver and waits for it.
+    private func blocking(_ body: @escaping @Sendable () async throws -> Void) throws {
+        let semaphore = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var failure: (any Error)?
+        Task {
+            do { try await body() } catch { failure = error }
+            semaphore.signal()
+        }
+        semaphore.wait()
+        if let failure { throw failure }
+    }
+}
