@@ -1,5 +1,5 @@
 // swift-tools-version: 6.0
-// TPMKeychain 0.2.0: Apple's Keychain model on Linux, rooted in the machine's TPM 2.0.
+// TPMKeychain 0.3.0: Apple's Keychain model on Linux, rooted in the machine's TPM 2.0.
 // Linux only (x86_64, arm64): Apple's platforms have their own Keychain, and tpm2-tss is a Linux
 // stack. No `platforms:` entry, since that only sets minimum Apple OS versions.
 import PackageDescription
@@ -122,7 +122,7 @@ let package = Package(
         // Every Swift snippet of README.md and docs/RECIPES.md, compiled (and the test recipes run).
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting"],
+            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "TPMKeychainFprintd"],
             swiftSettings: strictness
         ),
         // FprintdAuthenticator against a python-dbusmock fprintd on a private dbus-daemon (Fixtures/fprintd/).

@@ -7,6 +7,7 @@ import Foundation
 import Testing
 import TPM
 import TPMKeychain
+import TPMKeychainFprintd
 import TPMKeychainTesting
 
 struct Session: Codable {
@@ -19,6 +20,22 @@ struct TokenResponse {
 }
 
 // MARK: README.md
+
+/// Stands for an application's own passcode dialog.
+func askForPasscode(_ reason: String) async -> String? { nil }
+
+func readmeAccessControl(refreshToken: String) async throws {
+    let keychain = try Keychain(service: "com.example.bank")
+    let context = AuthenticationContext(authenticator: FprintdAuthenticator(),
+                                        passcode: .prompt { reason in await askForPasscode(reason) })
+    context.localizedReason = "sign in to your bank"
+    context.allowableReuseDuration = .seconds(60)
+
+    let control = try AccessControl(.whenUnlockedThisDeviceOnly, flags: [.biometryCurrentSet, .or, .devicePasscode])
+    try await keychain.set(refreshToken, forKey: "refreshToken", accessControl: control, context: context)
+    let token: String? = try await keychain.get("refreshToken", context: context)
+    _ = token
+}
 
 func readmeUseItFromSwift(token: String, session: Session) throws {
     let keychain = try Keychain(service: "com.example.api")
