@@ -76,7 +76,7 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting",
+                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting", "TPMKeychainFprintd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

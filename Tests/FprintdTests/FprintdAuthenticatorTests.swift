@@ -193,14 +193,7 @@ struct FprintdAuthenticatorTests {
             // One retry, then nothing: the person never touches the reader again.
             let device = try await enrolledDevice(mock, script: [("verify-retry-scan", false, 10)])
             let started = ContinuousClock.now
-            let verification = Task { () async -> AuthenticationError? in
-                do throws(AuthenticationError) {
-                    try await authenticator.verify(reason: "unlock")
-                    return nil
-                } catch {
-                    return error
-                }
-            }
+            let verification = startVerification(authenticator)
             try await mock.waitForCall("VerifyStart", on: device)
             await authenticator.cancel()
             let error = await verification.value
@@ -213,14 +206,7 @@ struct FprintdAuthenticatorTests {
     @Test func cancellingTheTaskIsAppCancel() async throws {
         try await withMock(timeout: .seconds(30)) { mock, authenticator in
             let device = try await enrolledDevice(mock, script: [])
-            let verification = Task { () async -> AuthenticationError? in
-                do throws(AuthenticationError) {
-                    try await authenticator.verify(reason: "unlock")
-                    return nil
-                } catch {
-                    return error
-                }
-            }
+            let verification = startVerification(authenticator)
             try await mock.waitForCall("VerifyStart", on: device)
             verification.cancel()
             #expect(await verification.value?.code == .appCancel)
@@ -286,14 +272,7 @@ struct FprintdAuthenticatorTests {
     @Test func fprintdVanishingDuringVerificationIsNotAvailable() async throws {
         try await withMock(timeout: .seconds(30)) { mock, authenticator in
             let device = try await enrolledDevice(mock, script: [])
-            let verification = Task { () async -> AuthenticationError? in
-                do throws(AuthenticationError) {
-                    try await authenticator.verify(reason: "unlock")
-                    return nil
-                } catch {
-                    return error
-                }
-            }
+            let verification = startVerification(authenticator)
             try await mock.waitForCall("VerifyStart", on: device)
             mock.stop()   // the bus and fprintd die together
             #expect(await verification.value?.code == .biometryNotAvailable)
@@ -339,5 +318,17 @@ func expectAuthenticationError(
     } catch {
         #expect(error.code == code, "got \(error)", sourceLocation: sourceLocation)
         return error
+    }
+}
+
+/// A verification running in its own task, giving its error (nil on success) when it ends.
+func startVerification(_ authenticator: FprintdAuthenticator) -> Task<AuthenticationError?, Never> {
+    Task { () async -> AuthenticationError? in
+        do throws(AuthenticationError) {
+            try await authenticator.verify(reason: "unlock")
+            return nil
+        } catch {
+            return error
+        }
     }
 }

@@ -57,6 +57,26 @@ struct AccessControlCLITests {
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "ak", "-w").stdout == "ak-value\n")
     }
 
+    @Test("a userPresence item falls back to the passcode when no fingerprint reader answers")
+    func userPresenceWithoutReader() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("set-passcode", "--passcode-fd", "0", stdin: Data((Self.passcode + "\n").utf8))
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "either", "--access-control", "userPresence", "-w", "either-value")
+        for extra in [["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"], ["TPM_KEYCHAIN_AUTHENTICATOR": "none"]] {
+            var environment = fixture.environment
+            for (name, value) in extra { environment[name] = value }
+            let found = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "either", "-w", "--passcode-fd", "0"],
+                                    environment: environment, stdin: Data((Self.passcode + "\n").utf8))
+            #expect(found.status == 0 && found.stdout == "either-value\n", "\(extra): \(found)")
+        }
+        // biometry alone cannot fall back: not available (69).
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "bio", "--access-control", "biometryAny", "-w", "bio-value")
+        var environment = fixture.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=/nonexistent/bus"
+        let refused = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "bio", "-w"], environment: environment)
+        #expect(refused.status == 69, "\(refused)")
+    }
+
     @Test("bad access-control arguments are usage errors (64) and store nothing")
     func badArguments() throws {
         let fixture = try CLIFixture()

@@ -222,7 +222,14 @@ public final class AuthenticationContext: Sendable {
                     if needs.passcode && needs.eitherSuffices { return nil }
                     throw AuthenticationError(.biometryNotAvailable, "The item needs biometry and this context has no authenticator")
                 }
-                guard let enrolled = try await authenticator.enrollment() else {
+                let enrollment: Enrollment?
+                do throws(AuthenticationError) {
+                    enrollment = try await authenticator.enrollment()
+                } catch where error.code == .biometryNotAvailable && needs.passcode && needs.eitherSuffices {
+                    // No reader (or no fprintd): the passcode is the other way in, as on iOS.
+                    return nil
+                }
+                guard let enrolled = enrollment else {
                     if needs.passcode && needs.eitherSuffices { return nil }
                     throw AuthenticationError(.biometryNotEnrolled, "The item needs biometry and nothing is enrolled")
                 }
