@@ -147,6 +147,9 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         guard let protection = try engine({ () throws(StoreError) in try store.protection(of: identity) }) else {
             return try engine { () throws(StoreError) in try store.value(identity) }
         }
+        if location.sessionIsLocked(for: protection.protection.accessibility) {
+            throw KeychainError(.interactionNotAllowed, "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
+        }
         guard protection.protection.biometry == nil, !protection.protection.passcode else {
             throw KeychainError(.interactionNotAllowed, "The item for \"\(identity.account)\" needs biometry or the device passcode: read it with get(_:as:context:) and an AuthenticationContext")
         }

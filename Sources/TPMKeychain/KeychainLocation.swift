@@ -21,6 +21,9 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     /// `$XDG_STATE_HOME/tpm-keychain/device-<TPM>` (or `~/.local/state/...`), one per TPM.
     /// Not part of equality.
     public var deviceDirectory: String?
+    /// The login session's lock state, checked before whenUnlocked items are read (nil: only the
+    /// keychain's own lock counts). Not part of equality.
+    public var sessionLock: (any SessionLockState)?
     /// Where the TPM layer logs while it opens this store (debug level; never secrets or item
     /// names). Dropped unless you set one. Not part of equality.
     public var logger: Logger = .disabled

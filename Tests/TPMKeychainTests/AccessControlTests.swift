@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import KeychainStore
 @testable import TPM
@@ -346,6 +347,34 @@ import TPMKeychainTesting
         #expect(try fixture.keychain.get("ak", as: String.self) == "ak")
     }
 
+    @Test("a locked login session refuses whenUnlocked items and ends reuse windows; afterFirstUnlock items stay readable")
+    func sessionLock() async throws {
+        let fixture = try Fixture()
+        let screen = ScreenLock()
+        var location = fixture.store.location
+        location.sessionLock = screen
+        let keychain = try Keychain(service: "com.example.tests", location: location)
+        let context = AuthenticationContext(authenticator: fixture.face, passcode: .fixed(Self.passcode), location: location)
+        context.allowableReuseDuration = .seconds(60)
+        try await keychain.set("ak", forKey: "ak", accessControl: try AccessControl(.whenUnlocked))
+        try await keychain.set("afu", forKey: "afu", accessControl: try AccessControl(.afterFirstUnlock))
+        try await keychain.set("bio", forKey: "bio", accessControl: try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryAny), context: context)
+        #expect(try await keychain.get("bio", as: String.self, context: context) == "bio")
+        screen.locked.withLock { $0 = true }
+        expectKeychainError(.interactionNotAllowed) { _ = try keychain.get("ak", as: String.self) }
+        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await keychain.get("bio", as: String.self, context: context) }
+        #expect(try keychain.get("afu", as: String.self) == "afu")
+        #expect(fixture.face.attempts == 1)
+        screen.locked.withLock { $0 = false }
+        #expect(try keychain.get("ak", as: String.self) == "ak")
+        // The kept key was forgotten when the session locked: one more prompt.
+        #expect(try await keychain.get("bio", as: String.self, context: context) == "bio")
+        #expect(fixture.face.attempts == 2)
+        // A state that cannot be known counts as locked.
+        screen.failing.withLock { $0 = true }
+        expectKeychainError(.interactionNotAllowed) { _ = try keychain.get("ak", as: String.self) }
+    }
+
     // MARK: Robustness
 
     @Test("swtpm killed and restarted keeps counters and items; the device uses three NV indices, before and after")
@@ -462,5 +491,17 @@ func expectAsyncKeychainError(_ code: KeychainError.Code, _ comment: String = ""
         #expect(error.code == code, "\(comment) got \(error)", sourceLocation: sourceLocation)
     } catch {
         Issue.record("expected KeychainError.\(code) \(comment), got \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+/// A screen locker the test controls.
+final class ScreenLock: SessionLockState {
+    let locked = Mutex(false)
+    let failing = Mutex(false)
+
+    func isLocked() throws -> Bool {
+        struct Unknown: Error {}
+        if failing.withLock({ $0 }) { throw Unknown() }
+        return locked.withLock { $0 }
     }
 }

@@ -205,6 +205,9 @@ public final class AuthenticationContext: Sendable {
         if let cached = keptKey(protection, location: location) { return cached }
         let needs = protection.protection
         let reason = localizedReason
+        if location.sessionIsLocked(for: needs.accessibility) {
+            throw KeychainError(.interactionNotAllowed, "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
+        }
         if protection.lockBound {
             // A locked device fails at once, as iOS does, without asking anyone.
             let unlocked = try Devices.with(location) { (device) throws(KeychainError) in
@@ -279,6 +282,14 @@ public final class AuthenticationContext: Sendable {
     /// read at most every ``resetCheckInterval``).
     func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
         guard !state.withLock({ $0.invalidated }) else { return nil }
+        guard !location.sessionIsLocked(for: protection.protection.accessibility) else {
+            // The screen is locked: forget what this context kept, as iOS evicts class keys.
+            state.withLock { state in
+                state.recordKeys.removeAll()
+                state.match = nil
+            }
+            return nil
+        }
         let recordID = protection.recordID
         let (cached, window, checkedAt) = state.withLock { ($0.recordKeys[recordID], $0.reuse, $0.epochCheckedAt) }
         guard let cached else { return nil }
