@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "TPMKeychain", targets: ["TPMKeychain"]),
         .library(name: "TPM", targets: ["TPM"]),
         .library(name: "TPMKeychainTesting", targets: ["TPMKeychainTesting"]),
+        .library(name: "SecurityCompat", targets: ["SecurityCompat"]),
+        .library(name: "LocalAuthenticationCompat", targets: ["LocalAuthenticationCompat"]),
         .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
     ],
@@ -56,6 +58,12 @@ let package = Package(
                            .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
+        // iOS keychain code on Linux with only its imports changed: SecItem* over the engine, and
+        // the Core Foundation surface Linux lacks. Never named "Security" (that would flip
+        // canImport(Security) for every package in a build).
+        .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainStore", "TPM", "SystemCalls"], swiftSettings: strictness),
+        // LAContext, LAPolicy, LABiometryType and LAError over TPMKeychain's AuthenticationContext.
+        .target(name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain"], swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
@@ -125,10 +133,19 @@ let package = Package(
             dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "TPMKeychainFprintd"],
             swiftSettings: strictness
         ),
-        // FprintdAuthenticator against a python-dbusmock fprintd on a private dbus-daemon (Fixtures/fprintd/).
+        // FprintdAuthenticator against a python-dbusmock fprintd on a private dbus-daemon (Fixtures/fprintd/),
+        // LogindSessionLock against a python-dbusmock logind (Fixtures/logind/), with a keychain on swtpm.
         .testTarget(
             name: "FprintdTests",
-            dependencies: ["TPMKeychainFprintd", "TPMKeychain", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls",
+                           .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
+        // iOS keychain code in the seeds' style, compiled against SecurityCompat and
+        // LocalAuthenticationCompat and run on swtpm.
+        .testTarget(
+            name: "SecurityCompatTests",
+            dependencies: ["SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting"],
             swiftSettings: strictness
         ),
         .testTarget(

@@ -43,6 +43,11 @@ package struct ItemQueryResult: Sendable, Equatable {
     package let kind: ValueKind
     /// The secret, when the query asked for data.
     package let value: [UInt8]?
+    /// The key record the secret needs (all zero: the master key; no person needed).
+    package var keyRecord: [UInt8] = ItemFileV2.masterKeyRecord
+
+    /// Whether the secret needs a key record opened (a person, or an unlocked device).
+    package var isProtected: Bool { keyRecord != ItemFileV2.masterKeyRecord }
 }
 
 extension ItemStore {
@@ -68,7 +73,8 @@ extension ItemStore {
         for (entry, _) in found {
             let value = query.returnsData ? try secret(of: entry, state) : nil
             results.append(ItemQueryResult(reference: Self.reference(entry.itemClass, entry.itemID), itemClass: entry.itemClass,
-                                           attributes: entry.attributes, accessibility: entry.accessibility, kind: entry.kind, value: value))
+                                           attributes: entry.attributes, accessibility: entry.accessibility, kind: entry.kind, value: value,
+                                           keyRecord: entry.keyRecord))
         }
         return results
     }
@@ -84,7 +90,9 @@ extension ItemStore {
         let state = try currentFollowingUpgrades()
         for entry in try scan(ItemQuery(itemClass: itemClass, synchronizable: .any), state) where entry.itemID == itemID {
             return ItemQueryResult(reference: reference, itemClass: itemClass, attributes: entry.attributes,
-                                   accessibility: entry.accessibility, kind: entry.kind, value: try secret(of: entry, state))
+                                   accessibility: entry.accessibility, kind: entry.kind,
+                                   value: entry.keyRecord == ItemFileV2.masterKeyRecord ? try secret(of: entry, state) : nil,
+                                   keyRecord: entry.keyRecord)
         }
         return nil
     }
@@ -102,6 +110,7 @@ extension ItemStore {
         let accessibility: AccessibilityClass
         let kind: ValueKind
         let attributes: AttributeList
+        var keyRecord = ItemFileV2.masterKeyRecord
     }
 
     private func matches(_ entry: ScannedItem, _ query: ItemQuery) -> Bool {
@@ -196,7 +205,7 @@ extension ItemStore {
                                 groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
                                 file.path, directory.path)
         return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
-                           accessibility: header.accessibility, kind: header.kind, attributes: attributes)
+                           accessibility: header.accessibility, kind: header.kind, attributes: attributes, keyRecord: header.keyRecord)
     }
 
     /// - Throws: ``StoreError`` `.tampered` when a file is not where its decrypted primary key puts it.
@@ -205,6 +214,31 @@ extension ItemStore {
         guard groupMatches else {
             throw StoreError(.tampered, "\(directory) holds an item of another service: directories or files were swapped or moved")
         }
+    }
+
+    /// The secret of an item a query found, opened with `recordKey` when the item is protected;
+    /// nil when it was deleted meanwhile.
+    ///
+    /// - Throws: ``StoreError`` `.interactionNotAllowed` (protected, and `recordKey` is not its
+    ///   record's), `.tampered`.
+    package func secret(of result: ItemQueryResult, recordKey: RecordKey?) throws(StoreError) -> [UInt8]? {
+        let state = try currentFollowingUpgrades()
+        guard state.layout.version == 2 else { return try item(reference: result.reference)?.value }
+        let group = ItemFileV2.groupName(of: result.itemClass, result.attributes, keys: state.keys)
+        guard let directory = try serviceDirectory(group, create: false, state),
+              let file = try directory.openFile(ItemFileV2.fileName(of: result.itemClass, result.attributes, keys: state.keys)) else {
+            return nil
+        }
+        return try readContents(try readWhole(file, version: 2), path: file.path,
+                                expectedPrimaryKey: result.itemClass.encodedPrimaryKey(of: result.attributes), recordKey: recordKey, state).value
+    }
+
+    /// The protection a key record serves (what opening it needs).
+    ///
+    /// - Throws: ``StoreError`` `.tampered` for a missing or damaged record.
+    package func protection(ofRecord recordID: [UInt8]) throws(StoreError) -> ItemProtection {
+        let record = try keyRecord(recordID, try current())
+        return ItemProtection(recordID: recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
     }
 
     /// The secret of a scanned item, authenticated with its primary key (the file may have been

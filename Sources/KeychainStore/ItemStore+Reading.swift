@@ -192,9 +192,10 @@ extension StoredAttributes {
     ///
     /// - Throws: ``StoreError`` `.tampered` when the service or account is missing or not UTF-8.
     init(_ list: AttributeList, accessibility: AccessibilityClass, path: String) throws(StoreError) {
-        guard let service = list.string(AttributeTag.service), let account = list.string(AttributeTag.account) else {
-            throw StoreError(.tampered, "\(path) has no service or account")
-        }
+        // SecItem code may store no service, or an account that is not text (Data): absent counts
+        // as empty, as Apple's primary keys do; such an account is shown as its hex digits.
+        let service = list.string(AttributeTag.service) ?? list[AttributeTag.service].map { $0.hexString } ?? ""
+        let account = list.string(AttributeTag.account) ?? list[AttributeTag.account].map { $0.hexString } ?? ""
         func date(_ tag: FourCharacterCode) -> Date {
             let nanoseconds = list.nanoseconds(tag) ?? 0
             // Whole milliseconds (items moved from format 1) convert as format 1 did, to the same Date.

@@ -128,15 +128,10 @@ extension ItemStore {
     }
 
     private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(StoreError) {
-        let required: [FourCharacterCode]
-        switch itemClass {
-        case .genericPassword: required = [AttributeTag.service, AttributeTag.account]
-        case .internetPassword: required = [AttributeTag.server]
-        case .key, .certificate:
+        // As on Apple's platforms, an absent primary-key attribute counts as empty: SecItem code
+        // stores generic passwords without a service. The Keychain API requires names itself.
+        guard itemClass == .genericPassword || itemClass == .internetPassword else {
             throw StoreError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
-        }
-        for tag in required where (primary[tag] ?? []).isEmpty {
-            throw StoreError(.invalidParameter, "A \(itemClass.code) item needs a non-empty \(tag)")
         }
         for tag in primary.tags {
             let limit = tag == AttributeTag.generic ? ItemFile.maximumGenericDataBytes

@@ -1,6 +1,6 @@
 import Crypto
 public import Foundation
-import KeychainStore
+package import KeychainStore
 import Synchronization
 public import TPM
 
@@ -37,6 +37,16 @@ public struct PasscodeSource: Sendable {
     public static func fixed(_ passcode: SecretBytes) -> PasscodeSource {
         PasscodeSource { (_) throws(AuthenticationError) in passcode }
     }
+}
+
+/// Something that carries an ``AuthenticationContext``: the context itself, or an `LAContext`
+/// of LocalAuthenticationCompat (what `kSecUseAuthenticationContext` accepts).
+public protocol AuthenticationContextProviding {
+    var authenticationContext: AuthenticationContext { get }
+}
+
+extension AuthenticationContext: AuthenticationContextProviding {
+    public var authenticationContext: AuthenticationContext { self }
 }
 
 /// An authentication context, as LAContext: it evaluates policies with a reason, remembers a
@@ -199,7 +209,7 @@ public final class AuthenticationContext: Sendable {
 
     /// The opened key record for a protected item: from the reuse window, or by asking the
     /// person (biometry, then the passcode where the protection allows it) and the TPM.
-    func recordKey(for protection: ItemStore.ItemProtection, store: ItemStore, location: KeychainLocation) async throws(KeychainError)
+    package func recordKey(for protection: ItemStore.ItemProtection, store: ItemStore, location: KeychainLocation) async throws(KeychainError)
         -> ItemStore.RecordKey {
         try mapAuthentication { () throws(AuthenticationError) in try checkValid() }
         if let cached = keptKey(protection, location: location) { return cached }
@@ -280,7 +290,7 @@ public final class AuthenticationContext: Sendable {
     /// A key opened within the reuse window, while the device was neither locked nor unlocked
     /// since (one stat of its lock stamp) and the TPM has not reset (its reset and restart counts,
     /// read at most every ``resetCheckInterval``).
-    func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
+    package func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
         guard !state.withLock({ $0.invalidated }) else { return nil }
         guard !location.sessionIsLocked(for: protection.protection.accessibility) else {
             // The screen is locked: forget what this context kept, as iOS evicts class keys.

@@ -81,7 +81,7 @@ public struct AuthenticationError: Error, Sendable, Hashable, CustomStringConver
 extension KeychainError {
     /// An authentication failure as a keychain operation reports it (the status iOS gives:
     /// errSecUserCanceled, errSecInteractionNotAllowed, errSecAuthFailed, ...).
-    init(_ error: AuthenticationError) {
+    package init(_ error: AuthenticationError) {
         let code: KeychainError.Code
         switch error.code {
         case .userCancel, .appCancel, .systemCancel: code = .userCanceled

@@ -1,21 +1,43 @@
 import Crypto
 import Foundation
-import KeychainStore
+package import KeychainStore
 import Synchronization
 import TPM
 
 /// The device of a location: its TPM chosen as for the store, its directory resolved
 /// (``KeychainLocation/deviceDirectory``).
-enum Devices {
+package enum Devices {
     /// Directories already resolved, by store path: resolving may ask the TPM for its storage key.
     private static let directories = Mutex<[String: String]>([:])
 
     /// Runs `body` with the device, the TPM started for it when simulated and stopped after.
-    static func with<R>(_ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    package static func with<R>(_ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let tpm = try StoreTPM.choose(for: location)
         defer { tpm.stop() }
         let directory = try directory(for: location, tpm: tpm)
         return try body(Device(directory: directory, tpm: tpm.configuration))
+    }
+
+    /// Whether the location's device has a passcode: a file read, without starting a simulated
+    /// TPM when the device directory is known without one.
+    package static func passcodeIsSet(_ location: KeychainLocation) throws(KeychainError) -> Bool {
+        if let directory = knownDirectory(location) {
+            return try engine { () throws(StoreError) in try Device(directory: directory, tpm: TPMConfiguration(tcti: "none")).passcodeIsSet() }
+        }
+        return try with(location) { (device) throws(KeychainError) in try engine { () throws(StoreError) in try device.passcodeIsSet() } }
+    }
+
+    /// The device directory, when it is known without choosing (or starting) a TPM.
+    static func knownDirectory(_ location: KeychainLocation) -> String? {
+        if let explicit = location.deviceDirectory { return explicit }
+        if let environment = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_DEVICE_DIR"], environment.hasPrefix("/") { return environment }
+        if let known = directories.withLock({ $0[location.path] }) { return known }
+        if case .tcti = location.tpm { return nil }
+        // StoreTPM's policy: the environment's TPM first, then the store's own simulator.
+        if TPMConfiguration.environmentTCTI == nil, FileManager.default.fileExists(atPath: location.path + "/swtpm") {
+            return location.path + "/device"
+        }
+        return nil
     }
 
     static func directory(for location: KeychainLocation, tpm: StoreTPM) throws(KeychainError) -> String {

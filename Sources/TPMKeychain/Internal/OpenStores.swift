@@ -1,4 +1,4 @@
-import KeychainStore
+package import KeychainStore
 import Synchronization
 import TPM
 
@@ -8,7 +8,7 @@ import TPM
 /// The process-wide lock only finds or adds a location's entry; opening (a TPM unseal that may
 /// wait up to the TPM timeout) happens under that entry's own lock, so a store whose TPM hangs
 /// never delays operations on other stores.
-enum OpenStores {
+package enum OpenStores {
     private final class Entry: Sendable {
         let store = Mutex<ItemStore?>(nil)
     }
@@ -18,7 +18,7 @@ enum OpenStores {
     private static let opened = Mutex<[KeychainLocation: ItemStore]>([:])
 
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
-    static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
+    package static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
         if let store = opened.withLock({ $0[location] }) { return store }
         let entry = entries.withLock { entries in
             if let entry = entries[location] { return entry }

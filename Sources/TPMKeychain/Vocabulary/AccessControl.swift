@@ -1,4 +1,4 @@
-import KeychainStore
+package import KeychainStore
 
 /// What reading an item takes, as Apple's `SecAccessControl` says it: an accessibility class and
 /// constraints (biometry, passcode) combined with `.or` or `.and`.
@@ -65,7 +65,7 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
     }
 
     /// The engine's protection; valid, since ``init(_:flags:)`` checked it.
-    var protection: Protection {
+    package var protection: Protection {
         get throws(KeychainError) {
             try engine { () throws(StoreError) in try Protection(accessibility: accessibility.stored, flags: Self.engineFlags(flags)) }
         }

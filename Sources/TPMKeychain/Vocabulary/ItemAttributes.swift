@@ -1,5 +1,5 @@
 public import Foundation
-import KeychainStore
+package import KeychainStore
 
 /// How an item is allowed to be read, as on Apple platforms. Stored and authenticated with every
 /// item. Every TPMKeychain item is bound to this machine's TPM, so the "ThisDeviceOnly" variants
@@ -34,7 +34,7 @@ extension Accessibility {
         self = Accessibility(rawValue: stored.rawValue) ?? .whenUnlocked
     }
 
-    var stored: AccessibilityClass { AccessibilityClass(rawValue: rawValue) ?? .whenUnlocked }
+    package var stored: AccessibilityClass { AccessibilityClass(rawValue: rawValue) ?? .whenUnlocked }
 }
 
 /// The attributes of an item: everything but the secret, readable without decrypting it.

@@ -111,7 +111,7 @@ extension KeychainError {
 
 extension KeychainError.Code {
     /// The public code with an engine code's name.
-    init(named name: String) {
+    package init(named name: String) {
         self.init(name)
     }
 }

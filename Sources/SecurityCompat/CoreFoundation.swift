@@ -1,0 +1,59 @@
+// The Core Foundation surface that iOS keychain code uses and Linux's Foundation lacks, declared
+// so that such code type-checks unchanged: the CF types are Foundation's classes (so
+// `[String: Any] as CFDictionary`, `"x" as CFString` and `AnyObject?` out-parameters work as on
+// Apple's platforms), the constants are implicitly unwrapped as Apple's are.
+//
+// - Important: do not also `import CoreFoundation`: its CFDictionary would make the name ambiguous.
+
+@_exported import Foundation
+import TPM
+
+public typealias OSStatus = Int32
+/// Apple's CFTypeRef: any object.
+public typealias CFTypeRef = AnyObject
+public typealias CFDictionary = NSDictionary
+public typealias CFMutableDictionary = NSMutableDictionary
+/// A class, as on Apple's platforms: kSec constants are passed where AnyObject is expected.
+public typealias CFString = NSString
+public typealias CFBoolean = NSNumber
+public typealias CFNumber = NSNumber
+public typealias CFData = NSData
+public typealias CFArray = NSArray
+public typealias CFDate = NSDate
+public typealias CFError = NSError
+public typealias CFErrorDomain = CFString
+public typealias CFOptionFlags = UInt
+public typealias CFIndex = Int
+
+/// A memory allocator; there is only the default one.
+public final class CFAllocator: Sendable {
+    init() {}
+}
+
+public let kCFAllocatorDefault: CFAllocator! = nil
+nonisolated(unsafe) public let kCFBooleanTrue: CFBoolean! = NSNumber(value: true)
+nonisolated(unsafe) public let kCFBooleanFalse: CFBoolean! = NSNumber(value: false)
+nonisolated(unsafe) public let kCFBundleIdentifierKey: CFString! = "CFBundleIdentifier"
+
+/// No error.
+public let noErr: OSStatus = 0
+
+public func CFErrorGetDomain(_ error: CFError!) -> CFErrorDomain! { error.domain as NSString }
+public func CFErrorGetCode(_ error: CFError!) -> CFIndex { error.code }
+public func CFErrorCopyUserInfo(_ error: CFError!) -> CFDictionary! { error.userInfo as NSDictionary }
+public func CFErrorCopyDescription(_ error: CFError!) -> CFString! { error.localizedDescription as NSString }
+
+// MARK: Randomness (SecRandomCopyBytes)
+
+public typealias SecRandomRef = OpaquePointer
+nonisolated(unsafe) public let kSecRandomDefault: SecRandomRef? = nil
+
+/// Fills `bytes` with `count` bytes from the kernel's CSPRNG (getrandom).
+///
+/// - Returns: errSecSuccess.
+public func SecRandomCopyBytes(_ rnd: SecRandomRef?, _ count: Int, _ bytes: UnsafeMutableRawPointer) -> Int32 {
+    guard count > 0 else { return errSecSuccess }
+    let random = SystemRandom.bytes(count)
+    random.withUnsafeBytes { bytes.copyMemory(from: $0.baseAddress!, byteCount: count) }
+    return errSecSuccess
+}

@@ -1,0 +1,350 @@
+package import KeychainStore
+import TPMKeychain
+
+/// The four SecItem operations over the store engine, with iOS's semantics (docs/PORTING.md).
+enum SecItemOperations {
+    // MARK: Add
+
+    static func add(_ request: SecItemRequest) throws(SecStatus) -> AnyObject? {
+        let itemClass = try request.itemClass()
+        let groups = KeychainEnvironment.accessGroups
+        let group = request.accessGroup ?? groups[0]
+        guard groups.contains(group) else { throw SecStatus(errSecMissingEntitlement) }
+        var primary = AttributeList()
+        try AttributeCoding.apply(request.attributes, to: &primary, itemClass: itemClass)
+        primary.setString(group, for: AttributeTag.accessGroup)
+        if request.synchronizable == .yes { primary.setBool(true, for: AttributeTag.synchronizable) }
+        if request.synchronizable == .no { primary[AttributeTag.synchronizable] = nil }
+        // iOS defaults to kSecAttrAccessibleWhenUnlocked; kSecAttrAccessControl sets the class too.
+        let control: AccessControl
+        if let given = request.accessControl {
+            control = given
+        } else {
+            control = try mapped { () throws(KeychainError) in try AccessControl(request.accessibility ?? .whenUnlocked) }
+        }
+        let value = ItemValue(kind: .data, bytes: Array(request.valueData ?? Data()))
+        let (store, location) = try storeAndLocation()
+        try write(itemClass, primary: primary, mode: .add, value: value, control: control, store: store, location: location,
+                  context: request.context)
+        guard !request.returns.isEmpty else { return nil }
+        var query = ItemQuery(itemClass: itemClass, matching: primaryKeyAttributes(itemClass, primary), synchronizable: .any, limit: .one)
+        query.returnsData = false
+        let found = try engine { () throws(StoreError) in try store.query(query) }
+        return try shape(found, request, store: store, location: location, many: false)
+    }
+
+    /// Writes an item under `control`: items that need a person, or a lock state while a
+    /// passcode is set, get a key record; others stay under the master key (no TPM command).
+    static func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemStore.WriteMode, value: ItemValue?, control: AccessControl?,
+                      store: ItemStore, location: KeychainLocation, context: AuthenticationContext?,
+                      recordKey: ItemStore.RecordKey? = nil) throws(SecStatus) {
+        let changes = AttributeChanges(accessibility: control?.accessibility.stored)
+        guard let control else {
+            // The item keeps its protection: a protected one needs its record key only when the
+            // value is kept (the engine re-encrypts it).
+            if recordKey == nil {
+                return try engine { () throws(StoreError) in try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes) }
+            }
+            return try mapped { () throws(KeychainError) in
+                try Devices.with(location) { (device) throws(KeychainError) in
+                    try engineCall { () throws(StoreError) in
+                        try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
+                                        access: ItemStore.AccessWrite(protection: nil, device: device, recordKey: recordKey))
+                    }
+                }
+            }
+        }
+        let protection = try mapped { () throws(KeychainError) in try control.protection }
+        let unconstrained = protection.biometry == nil && !protection.passcode && protection.accessibility != .whenPasscodeSetThisDeviceOnly
+        if unconstrained, try !mapped({ () throws(KeychainError) in try Devices.passcodeIsSet(location) }) || protection.accessibility.lockRequirement == .none {
+            // Nothing to bind to: as an iPhone without a passcode, the class is a label.
+            return try engine { () throws(StoreError) in try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes) }
+        }
+        var enrollment: [UInt8]?
+        if protection.biometry == .currentSet, let authenticator = context?.authenticator ?? KeychainEnvironment.authenticator {
+            enrollment = try Blocking.run { () async throws(SecStatus) in
+                do { return try await authenticator.enrollment()?.identifier } catch { throw SecStatus(status(error)) }
+            }
+        }
+        try mapped { () throws(KeychainError) in
+            try Devices.with(location) { (device) throws(KeychainError) in
+                try engineCall { () throws(StoreError) in
+                    try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
+                                    access: ItemStore.AccessWrite(protection: protection, device: device, enrollmentIdentifier: enrollment,
+                                                                  recordKey: recordKey))
+                }
+            }
+        }
+    }
+
+    // MARK: Copy matching
+
+    static func copyMatching(_ request: SecItemRequest) throws(SecStatus) -> AnyObject? {
+        let (store, location) = try storeAndLocation()
+        var found = try matches(request, store: store)
+        if request.authenticationUI == .skip {
+            // Items that would ask a person are left out; lock-state-only ones are not.
+            var kept: [ItemQueryResult] = []
+            for result in found where try !needsPerson(result, store: store) { kept.append(result) }
+            found = kept
+        }
+        let limit = request.limit ?? 1
+        if found.count > limit { found = Array(found.prefix(limit)) }
+        guard !found.isEmpty else { throw SecStatus(errSecItemNotFound) }
+        return try shape(found, request, store: store, location: location, many: limit > 1)
+    }
+
+    /// Every item a query matches, in creation order: the class, its attributes (pdmn and agrp
+    /// too; a query without agrp sees the process's groups and items of no group), and sync as
+    /// iOS reads it (absent: not synchronizable only). A persistent reference needs no class.
+    static func matches(_ request: SecItemRequest, store: ItemStore) throws(SecStatus) -> [ItemQueryResult] {
+        let groups = KeychainEnvironment.accessGroups
+        if let group = request.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
+        var results: [ItemQueryResult]
+        if let reference = request.persistentReference {
+            guard let found = try engine({ () throws(StoreError) in try? store.item(reference: Array(reference)) }) else { return [] }
+            results = [found]
+            if request.classCode != nil, try request.itemClass() != found.itemClass { return [] }
+        } else {
+            let itemClass = try request.itemClass()
+            var matching = AttributeList()
+            var attributes = request.attributes
+            attributes[AttributeTag.synchronizable] = nil
+            for (tag, value) in attributes {
+                matching[tag] = try AttributeCoding.encode(value, for: tag).bytes
+            }
+            // The engine reads one group directory when the query names its service (or server)
+            // and access group: one query per group the process may see, and items of no group.
+            let searched = request.accessGroup.map { [$0] } ?? groups + [""]
+            results = []
+            for group in searched {
+                matching[AttributeTag.accessGroup] = group.isEmpty ? nil : Array(group.utf8)
+                let found = try engine { () throws(StoreError) in
+                    try store.query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: request.synchronizable ?? .no, limit: .all))
+                }
+                results += found.filter { group.isEmpty ? ($0.attributes.string(AttributeTag.accessGroup) ?? "").isEmpty : true }
+            }
+            if searched.count > 1 {
+                // Creation order across groups, as one query gives it.
+                results.sort { lhs, rhs in
+                    let (left, right) = (lhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0, rhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0)
+                    return left != right ? left < right : lhs.reference.lexicographicallyPrecedes(rhs.reference)
+                }
+            }
+        }
+        return results.filter { result in
+            let group = result.attributes.string(AttributeTag.accessGroup) ?? ""
+            return (group.isEmpty || groups.contains(group))
+                && (request.accessibility.map { $0.stored == result.accessibility } ?? true)
+        }
+    }
+
+    /// What SecItemCopyMatching (and SecItemAdd) return: data or a persistent reference alone as
+    /// CFData, else a dictionary; an array of those when more than one may match.
+    static func shape(_ found: [ItemQueryResult], _ request: SecItemRequest, store: ItemStore, location: KeychainLocation,
+                      many: Bool) throws(SecStatus) -> AnyObject? {
+        let returns = request.returns.subtracting([.ref])
+        guard !returns.isEmpty || request.returns.contains(.ref) else {
+            // No result asked for: the existence check. A protected item exists without a prompt.
+            return nil
+        }
+        var shaped: [Any] = []
+        for result in found {
+            var secret: [UInt8]?
+            if returns.contains(.data) {
+                do {
+                    secret = try self.secret(of: result, request, store: store, location: location)
+                } catch where error.status == errSecItemNotFound && many {
+                    continue   // invalidated (and deleted) on the way, as iOS drops it
+                }
+                guard secret != nil else { continue }
+            }
+            if returns == [.data], let secret {
+                shaped.append(NSData(bytes: secret, length: secret.count))
+            } else if returns == [.persistentRef] {
+                shaped.append(NSData(bytes: result.reference, length: result.reference.count))
+            } else {
+                var dictionary: [String: Any] = [:]
+                if returns.contains(.attributes) || request.returns.contains(.ref) {
+                    dictionary = try attributes(of: result, store: store)
+                }
+                if let secret { dictionary["v_Data"] = NSData(bytes: secret, length: secret.count) }
+                if returns.contains(.persistentRef) {
+                    dictionary["v_PersistentRef"] = NSData(bytes: result.reference, length: result.reference.count)
+                }
+                shaped.append(NSDictionary(dictionary: dictionary))
+            }
+        }
+        guard !shaped.isEmpty else { throw SecStatus(errSecItemNotFound) }
+        return many ? NSArray(array: shaped) : shaped[0] as AnyObject
+    }
+
+    /// The attributes dictionary of a result: class, every stored attribute with its type,
+    /// pdmn, sync, and accc for an item with access-control flags.
+    static func attributes(of result: ItemQueryResult, store: ItemStore) throws(SecStatus) -> [String: Any] {
+        var dictionary = AttributeCoding.dictionary(of: result.attributes)
+        dictionary["class"] = result.itemClass.code.description
+        dictionary["pdmn"] = SecItemAccessibility.code(Accessibility(rawValue: result.accessibility.rawValue) ?? .whenUnlocked)
+        dictionary["sync"] = NSNumber(value: result.attributes.bool(AttributeTag.synchronizable) ?? false)
+        if result.isProtected {
+            let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }
+            if !protection.protection.flags.isEmpty,
+               let control = try? AccessControl(Accessibility(rawValue: protection.protection.accessibility.rawValue) ?? .whenUnlocked,
+                                                flags: AccessControl.Flags(rawValue: UInt(protection.protection.flags.rawValue))) {
+                dictionary["accc"] = SecAccessControl(control)
+            }
+        }
+        return dictionary
+    }
+
+    static func needsPerson(_ result: ItemQueryResult, store: ItemStore) throws(SecStatus) -> Bool {
+        guard result.isProtected else { return false }
+        let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }.protection
+        return protection.biometry != nil || protection.passcode
+    }
+
+    /// A result's secret, asking the person through the request's context (or one made for the
+    /// call) when the item is protected.
+    static func secret(of result: ItemQueryResult, _ request: SecItemRequest, store: ItemStore,
+                       location: KeychainLocation) throws(SecStatus) -> [UInt8]? {
+        let key = try recordKey(for: result, request, store: store, location: location)
+        return try engine { () throws(StoreError) in try store.secret(of: result, recordKey: key) }
+    }
+
+    static func recordKey(for result: ItemQueryResult, _ request: SecItemRequest, store: ItemStore,
+                          location: KeychainLocation) throws(SecStatus) -> ItemStore.RecordKey? {
+        guard result.isProtected else { return nil }
+        let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }
+        // "If no context is given, a new context will be created just for the purpose of the single call."
+        let context = request.context ?? KeychainEnvironment.makeContext()
+        if let prompt = request.prompt { context.localizedReason = prompt }
+        if let kept = context.keptKey(protection, location: location) { return kept }
+        let needsPerson = protection.protection.biometry != nil || protection.protection.passcode
+        if request.authenticationUI == .fail && needsPerson { throw SecStatus(errSecInteractionNotAllowed) }
+        return try Blocking.run { () async throws(SecStatus) in
+            do {
+                return try await context.recordKey(for: protection, store: store, location: location)
+            } catch {
+                throw SecStatus(status(error))
+            }
+        }
+    }
+
+    // MARK: Update
+
+    static func update(_ request: SecItemRequest, _ changes: SecItemRequest) throws(SecStatus) {
+        // "The query dictionary for update can't contain Item return result keys"; search keys neither.
+        guard !request.hasReturnKeys, !request.hasMatchKeys, !changes.hasReturnKeys, !changes.hasMatchKeys else {
+            throw SecStatus(errSecParam)
+        }
+        let groups = KeychainEnvironment.accessGroups
+        if let group = changes.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
+        let (store, location) = try storeAndLocation()
+        let found = try matches(request, store: store)
+        guard !found.isEmpty else { throw SecStatus(errSecItemNotFound) }
+        var control = changes.accessControl
+        if control == nil, let accessibility = changes.accessibility {
+            control = try mapped { () throws(KeychainError) in try AccessControl(accessibility) }
+        }
+        for result in found {
+            var updated = result.attributes
+            try AttributeCoding.apply(changes.attributes, to: &updated, itemClass: result.itemClass)
+            if let group = changes.accessGroup { updated.setString(group, for: AttributeTag.accessGroup) }
+            switch changes.synchronizable {
+            case .yes: updated.setBool(true, for: AttributeTag.synchronizable)
+            case .no: updated[AttributeTag.synchronizable] = nil
+            default: break
+            }
+            let newValue = changes.valueData.map { ItemValue(kind: .data, bytes: Array($0)) }
+            let samePrimary = result.itemClass.encodedPrimaryKey(of: updated) == result.itemClass.encodedPrimaryKey(of: result.attributes)
+            // Keeping the secret of a protected item (or moving it to another primary key) opens it.
+            let needsOldSecret = newValue == nil && (!samePrimary || control != nil)
+            let key = newValue == nil ? try recordKey(for: result, request, store: store, location: location) : nil
+            if samePrimary {
+                try write(result.itemClass, primary: updated, mode: .update, value: newValue, control: control, store: store, location: location,
+                          context: request.context, recordKey: key)
+            } else {
+                var value = newValue
+                if value == nil, needsOldSecret {
+                    value = try engine { () throws(StoreError) in try store.secret(of: result, recordKey: key) }.map { ItemValue(kind: result.kind, bytes: $0) }
+                }
+                var newControl = control
+                if newControl == nil { newControl = try existingControl(result, store: store) }
+                try write(result.itemClass, primary: updated, mode: .add, value: value, control: newControl,
+                          store: store, location: location, context: request.context)
+                _ = try engine { () throws(StoreError) in try store.delete(result.itemClass, primary: result.attributes) }
+            }
+        }
+    }
+
+    private static func existingControl(_ result: ItemQueryResult, store: ItemStore) throws(SecStatus) -> AccessControl? {
+        let accessibility = Accessibility(rawValue: result.accessibility.rawValue) ?? .whenUnlocked
+        guard result.isProtected else { return try? AccessControl(accessibility) }
+        let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }
+        return try? AccessControl(accessibility, flags: AccessControl.Flags(rawValue: UInt(protection.protection.flags.rawValue)))
+    }
+
+    // MARK: Delete
+
+    static func delete(_ request: SecItemRequest) throws(SecStatus) {
+        // kSecMatchLimitAll is accepted (macOS accepts it; wrappers send it on every non-iOS
+        // platform); every match is deleted whatever the limit.
+        var all = request
+        all.limit = nil
+        let (store, _) = try storeAndLocation()
+        let found = try matches(all, store: store)
+        var deleted = 0
+        for result in found where try engine({ () throws(StoreError) in try store.delete(result.itemClass, primary: result.attributes) }) {
+            deleted += 1
+        }
+        guard deleted > 0 else { throw SecStatus(errSecItemNotFound) }
+    }
+
+    // MARK: Support
+
+    static func storeAndLocation() throws(SecStatus) -> (ItemStore, KeychainLocation) {
+        let location = KeychainEnvironment.location
+        return (try mapped { () throws(KeychainError) in try OpenStores.store(at: location) }, location)
+    }
+
+    static func primaryKeyAttributes(_ itemClass: ItemClass, _ attributes: AttributeList) -> AttributeList {
+        var primary = AttributeList()
+        for tag in itemClass.primaryKey where tag != AttributeTag.synchronizable { primary[tag] = attributes[tag] ?? [] }
+        return primary
+    }
+
+    static func engine<R>(_ body: () throws(StoreError) -> R) throws(SecStatus) -> R {
+        do { return try body() } catch { throw SecStatus(status(KeychainError.Code(named: error.code.name))) }
+    }
+
+    static func engineCall<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
+        do { return try body() } catch { throw KeychainError(.init(named: error.code.name), error.message, underlying: error) }
+    }
+
+    static func mapped<R>(_ body: () throws(KeychainError) -> R) throws(SecStatus) -> R {
+        do { return try body() } catch { throw SecStatus(status(error.code)) }
+    }
+
+    static func status(_ error: any Error) -> OSStatus {
+        if let status = error as? SecStatus { return status.status }
+        if let error = error as? KeychainError { return status(error.code) }
+        if let error = error as? AuthenticationError { return status(KeychainError(error).code) }
+        return errSecInternalComponent
+    }
+
+    /// The result code iOS gives for what the store reports.
+    static func status(_ code: KeychainError.Code) -> OSStatus {
+        switch code {
+        case .itemNotFound, .itemInvalidated: errSecItemNotFound
+        case .duplicateItem: errSecDuplicateItem
+        case .invalidParameter: errSecParam
+        case .tampered, .decodingFailed, .unsupportedVersion: errSecDecode
+        case .interactionNotAllowed: errSecInteractionNotAllowed
+        case .userCanceled: errSecUserCanceled
+        case .authenticationFailed, .lockout, .passcodeNotSet: errSecAuthFailed
+        case .tpmUnavailable, .wrongTPM, .notAvailable, .biometryNotEnrolled, .storeNotFound, .timedOut: errSecNotAvailable
+        case .storageFailed, .permissionDenied, .unsafeFileSystem: errSecIO
+        default: errSecInternalComponent
+        }
+    }
+}
