@@ -104,7 +104,7 @@ let package = Package(
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
-            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls",
+            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "SecurityCompat",
                            .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/Benchmarks/TPMBenchmarks",
             swiftSettings: strictness

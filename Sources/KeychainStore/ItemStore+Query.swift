@@ -233,6 +233,42 @@ extension ItemStore {
                                 expectedPrimaryKey: result.itemClass.encodedPrimaryKey(of: result.attributes), recordKey: recordKey, state).value
     }
 
+    /// The item of `itemClass` whose primary key `primary` gives (absent attributes count as
+    /// empty, sync as false), read by its file name: one file, no directory scan. Attributes
+    /// only; nil when there is none.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` (also for a misplaced file found by the miss check).
+    ///
+    /// - Parameter withSecret: also decrypt the secret, from the same read, when the item is not
+    ///   protected (a protected one's ``ItemQueryResult/value`` stays nil).
+    package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool = false) throws(StoreError) -> ItemQueryResult? {
+        let state = try currentFollowingUpgrades()
+        guard state.layout.version == 2 else {
+            return try query(ItemQuery(itemClass: itemClass, matching: primary, synchronizable: .any, limit: .one)).first
+        }
+        let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
+        let names = ItemNames(version: 2, service: group, file: ItemFileV2.fileName(of: itemClass, primary, keys: state.keys),
+                              encodedIdentity: itemClass.encodedPrimaryKey(of: primary))
+        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
+        guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
+            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+        }
+        let whole = withSecret ? try file.read(count: file.size, at: 0) : try file.read(count: ItemFileV2.headerSize, at: 0)
+        let header = try ItemFileV2.decodeHeader(whole[...], fileSize: file.size, storeID: storeID, path: file.path)
+        let key = v2ItemKey(header, state.keys)
+        let sealed = withSecret ? whole[header.attributesRange]
+            : try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
+        let attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
+        guard header.itemClass == itemClass, itemClass.encodedPrimaryKey(of: attributes) == names.encodedIdentity else {
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        let protected = header.keyRecord != ItemFileV2.masterKeyRecord
+        let value = withSecret && !protected
+            ? try ItemFileV2.decryptSecret(of: whole, header: header, key: key, primaryKey: names.encodedIdentity, path: file.path) : nil
+        return ItemQueryResult(reference: Self.reference(itemClass, header.itemID), itemClass: itemClass, attributes: attributes,
+                               accessibility: header.accessibility, kind: header.kind, value: value, keyRecord: header.keyRecord)
+    }
+
     /// The protection a key record serves (what opening it needs).
     ///
     /// - Throws: ``StoreError`` `.tampered` for a missing or damaged record.

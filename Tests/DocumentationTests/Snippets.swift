@@ -196,3 +196,13 @@ final class TokenStore: Sendable {
     func delete(account: String) throws { try keychain.remove(account) }
     func logout() throws { try keychain.removeAll() }
 }
+
+// MARK: docs/PORTING.md (SecurityCompat)
+
+func configureKeychain() throws {
+    KeychainEnvironment.applicationIdentifier = "com.example.app"          // scopes domain states
+    KeychainEnvironment.accessGroups = ["TEAMID.com.example.app",          // the default group
+                                        "TEAMID.com.example.shared"]       // others allowed
+    KeychainEnvironment.location = try KeychainLocation(path: "/var/lib/example/keychain")
+    KeychainEnvironment.authenticator = FprintdAuthenticator()             // what LAContext() uses
+}

@@ -78,7 +78,7 @@ struct QueryTests {
         expectKeychainError(.invalidParameter) { _ = try opened.item(reference: [1, 2, 3]) }
     }
 
-    @Test("keys and certificates are reserved; primary keys need their names")
+    @Test("keys and certificates are reserved; an absent primary-key attribute counts as empty, as Apple's does")
     func reservedAndIncomplete() throws {
         let store = try TestStore()
         let opened = try Self.open(store)
@@ -86,9 +86,15 @@ struct QueryTests {
         expectKeychainError(.invalidParameter) {
             try opened.write(.key, primary: AttributeList(), mode: .add, value: Self.value("k"), changes: AttributeChanges())
         }
-        expectKeychainError(.invalidParameter) {
-            try opened.write(.internetPassword, primary: AttributeList(), mode: .add, value: Self.value("x"), changes: AttributeChanges())
+        // SecItem code stores generic passwords without a service (keychain-swift keys by account
+        // alone): absent names the same item as empty, and a second add is a duplicate.
+        try opened.write(.internetPassword, primary: AttributeList(), mode: .add, value: Self.value("x"), changes: AttributeChanges())
+        var empty = AttributeList()
+        empty.setString("", for: AttributeTag.server)
+        expectKeychainError(.duplicateItem) {
+            try opened.write(.internetPassword, primary: empty, mode: .add, value: Self.value("y"), changes: AttributeChanges())
         }
+        #expect(try opened.query(ItemQuery(itemClass: .internetPassword, returnsData: true)).map(\.value) == [Array("x".utf8)])
     }
 
     @Test("a file moved into another group is tampering for a query, never skipped")

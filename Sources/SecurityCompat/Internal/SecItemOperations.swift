@@ -116,6 +116,9 @@ enum SecItemOperations {
             // The engine reads one group directory when the query names its service (or server)
             // and access group: one query per group the process may see, and items of no group.
             let searched = request.accessGroup.map { [$0] } ?? groups + [""]
+            if let direct = try lookUp(itemClass, matching, request, groups: searched, store: store) {
+                return filtered(direct, request, groups: groups)
+            }
             results = []
             for group in searched {
                 matching[AttributeTag.accessGroup] = group.isEmpty ? nil : Array(group.utf8)
@@ -132,10 +135,50 @@ enum SecItemOperations {
                 }
             }
         }
-        return results.filter { result in
+        return filtered(results, request, groups: groups)
+    }
+
+    private static func filtered(_ results: [ItemQueryResult], _ request: SecItemRequest, groups: [String]) -> [ItemQueryResult] {
+        results.filter { result in
             let group = result.attributes.string(AttributeTag.accessGroup) ?? ""
             return (group.isEmpty || groups.contains(group))
                 && (request.accessibility.map { $0.stored == result.accessibility } ?? true)
+        }
+    }
+
+    /// A generic password named by service and account is read by its file name, one per group
+    /// and sync variant searched, instead of scanning its group's directory: the common lookup.
+    /// nil when the query does not name one item that way.
+    private static func lookUp(_ itemClass: ItemClass, _ matching: AttributeList, _ request: SecItemRequest, groups: [String],
+                               store: ItemStore) throws(SecStatus) -> [ItemQueryResult]? {
+        guard itemClass == .genericPassword, matching[AttributeTag.service] != nil, matching[AttributeTag.account] != nil else { return nil }
+        let variants: [Bool] = switch request.synchronizable ?? .no {
+        case .no: [false]
+        case .yes: [true]
+        case .any: [false, true]
+        }
+        var found: [ItemQueryResult] = []
+        for group in groups {
+            for synchronizable in variants {
+                var primary = AttributeList()
+                primary[AttributeTag.service] = matching[AttributeTag.service]
+                primary[AttributeTag.account] = matching[AttributeTag.account]
+                if !group.isEmpty { primary.setString(group, for: AttributeTag.accessGroup) }
+                if synchronizable { primary.setBool(true, for: AttributeTag.synchronizable) }
+                let withSecret = request.returns.contains(.data)
+                guard let item = try engine({ () throws(StoreError) in try store.item(itemClass, primary: primary, withSecret: withSecret) }) else {
+                    continue
+                }
+                // Every other attribute the query names must match too.
+                let matches = matching.tags.allSatisfy { tag in
+                    tag == AttributeTag.accessGroup || item.attributes[tag] == matching[tag]
+                }
+                if matches { found.append(item) }
+            }
+        }
+        return found.sorted { lhs, rhs in
+            let (left, right) = (lhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0, rhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0)
+            return left != right ? left < right : lhs.reference.lexicographicallyPrecedes(rhs.reference)
         }
     }
 
@@ -207,6 +250,7 @@ enum SecItemOperations {
     /// call) when the item is protected.
     static func secret(of result: ItemQueryResult, _ request: SecItemRequest, store: ItemStore,
                        location: KeychainLocation) throws(SecStatus) -> [UInt8]? {
+        if let value = result.value { return value }   // read with the attributes already
         let key = try recordKey(for: result, request, store: store, location: location)
         return try engine { () throws(StoreError) in try store.secret(of: result, recordKey: key) }
     }
