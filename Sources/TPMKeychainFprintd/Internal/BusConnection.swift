@@ -2,7 +2,8 @@
 // CSystemdBus's sd_bus and sd_bus_message pointers. Every sd-bus return code goes through
 // `check(_:_:)`, every error reply becomes a `BusError`, and nothing here outlives the thread that
 // opened it: sd-bus connections are not thread-safe, so one connection serves one operation on one
-// of FprintdAuthenticator's serial queues, and only the `Wakeup` crosses threads.
+// of FprintdAuthenticator's serial queues, or one LogindSessionLock on its own thread, and only the
+// `Wakeup` crosses threads.
 
 internal import CSystemdBus
 import SystemCalls
@@ -40,6 +41,15 @@ enum BusWaitOutcome {
     case timedOut
 }
 
+/// One argument of a method call: a string ("s") or an unsigned 32-bit integer ("u", a PID or UID).
+/// A string literal is a string argument.
+enum BusArgument: ExpressibleByStringLiteral {
+    case string(String)
+    case uint32(UInt32)
+
+    init(stringLiteral value: String) { self = .string(value) }
+}
+
 /// A borrowed incoming message, read in order. Valid only inside the call that hands it out.
 struct BusMessageReader: ~Copyable {
     fileprivate let message: OpaquePointer
@@ -72,6 +82,32 @@ struct BusMessageReader: ~Copyable {
         }
         guard sd_bus_message_exit_container(message) >= 0 else { return nil }
         return strings
+    }
+
+    /// Enters a container: an array ("a") of `contents`, a variant ("v") holding `contents`, a
+    /// struct ("r") or dict entry ("e") made of `contents`.
+    ///
+    /// - Returns: false at the end of an array, or when the next value is not such a container.
+    mutating func enter(_ type: Character, _ contents: String) -> Bool {
+        sd_bus_message_enter_container(message, Self.typeCode(type), contents) > 0
+    }
+
+    /// Leaves the container entered last, which must have been read to its end.
+    mutating func exit() -> Bool {
+        sd_bus_message_exit_container(message) >= 0
+    }
+
+    /// Skips values of the complete types `types` ("v", "sv", ...), unread.
+    mutating func skip(_ types: String) -> Bool {
+        sd_bus_message_skip(message, types) >= 0
+    }
+
+    /// Reads a variant ("v") that holds a boolean; nil when it holds anything else.
+    mutating func readVariantBool() -> Bool? {
+        guard enter("v", "b") else { return nil }
+        let value = readBool()
+        guard exit() else { return nil }
+        return value
     }
 
     private static func typeCode(_ type: Character) -> CChar {
@@ -130,14 +166,20 @@ final class BusConnection {
     ///
     /// - Throws: `BusError` with the error reply's name, or a local failure.
     func call<T>(
-        destination: String, path: String, interface: String, member: String, arguments: [String] = [],
+        destination: String, path: String, interface: String, member: String, arguments: [BusArgument] = [],
         read: (inout BusMessageReader) -> T = { _ in () }
     ) throws(BusError) -> T {
         var request: OpaquePointer? = nil
         try Self.check(member, sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
         defer { sd_bus_message_unref(request) }
         for argument in arguments {
-            let result = argument.withCString { sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0) }
+            let result: Int32
+            switch argument {
+            case .string(let string):
+                result = string.withCString { sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0) }
+            case .uint32(var number):
+                result = sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "u")), &number)
+            }
             try Self.check(member, result)
         }
         var error = sd_bus_error()
@@ -171,14 +213,24 @@ final class BusConnection {
         var slot: OpaquePointer? = nil
         // sd_bus_match_signal waits for the bus to acknowledge the match, so no signal sent after it
         // returns can be missed.
-        let result = sd_bus_match_signal(bus, &slot, sender, path, interface, member, { message, userdata, _ in
-            guard let message, let userdata else { return 0 }
-            let subscription = Unmanaged<Subscription>.fromOpaque(userdata).takeUnretainedValue()
-            var reader = BusMessageReader(message: message)
-            subscription.handler(&reader)
-            return 0
-        }, userdata)
+        let result = sd_bus_match_signal(bus, &slot, sender, path, interface, member, dispatchToSubscription, userdata)
         try Self.check("AddMatch \(interface).\(member)", result)
+        subscription.slot = slot
+        subscriptions.append(subscription)
+    }
+
+    /// Subscribes to the messages a full match rule selects (for keys `sd_bus_match_signal` has no
+    /// parameter for, such as `arg0`); `handler` runs inside ``process()`` on this thread, for as
+    /// long as the connection lives.
+    ///
+    /// - Throws: `BusError` when the bus refuses the match rule.
+    func subscribe(rule: String, handler: @escaping (inout BusMessageReader) -> Void) throws(BusError) {
+        let subscription = Subscription(handler: handler)
+        let userdata = Unmanaged.passUnretained(subscription).toOpaque()
+        var slot: OpaquePointer? = nil
+        // Like sd_bus_match_signal, sd_bus_add_match waits for the bus to acknowledge the match.
+        let result = sd_bus_add_match(bus, &slot, rule, dispatchToSubscription, userdata)
+        try Self.check("AddMatch \(rule)", result)
         subscription.slot = slot
         subscriptions.append(subscription)
     }
@@ -250,6 +302,18 @@ final class BusConnection {
         let total = seconds * 1_000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
         return Int32(clamping: total)
     }
+}
+
+/// sd-bus's callback for every match: `userdata` is the match's `Subscription`, which the connection
+/// keeps alive for as long as the match is installed.
+private func dispatchToSubscription(
+    _ message: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ error: UnsafeMutablePointer<sd_bus_error>?
+) -> Int32 {
+    guard let message, let userdata else { return 0 }
+    let subscription = Unmanaged<Subscription>.fromOpaque(userdata).takeUnretainedValue()
+    var reader = BusMessageReader(message: message)
+    subscription.handler(&reader)
+    return 0
 }
 
 /// A signal match: the handler and the sd-bus slot that keeps the match installed.

@@ -200,7 +200,7 @@ final class FprintdMock: @unchecked Sendable {
 
     /// posix_spawn with a clean signal mask and default dispositions (Swift Testing's workers may
     /// block signals, which children would inherit), stdin from /dev/null.
-    private static func spawn(
+    static func spawn(
         _ executable: String, _ arguments: [String], environment: [String], standardOutput: String, standardError: String? = nil
     ) throws -> pid_t {
         guard access(executable, X_OK) == 0 else { throw FprintdMockError(description: "\(executable) is missing: \(Errno.current)") }

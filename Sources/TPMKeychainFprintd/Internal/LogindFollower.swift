@@ -1,0 +1,383 @@
+// systemd-logind's LockedHint for one session, followed on one connection by LogindSessionLock's own
+// thread. The interface is org.freedesktop.login1(5); see LogindSessionLock.swift for what the hint
+// and the Lock/Unlock signals mean to a caller.
+
+import Dispatch
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// logind's names on the bus.
+enum Logind {
+    static let service = "org.freedesktop.login1"
+    static let managerPath = "/org/freedesktop/login1"
+    static let managerInterface = "org.freedesktop.login1.Manager"
+    static let sessionInterface = "org.freedesktop.login1.Session"
+    static let userInterface = "org.freedesktop.login1.User"
+    static let propertiesInterface = "org.freedesktop.DBus.Properties"
+    static let lockedHint = "LockedHint"
+
+    /// logind's error names (src/login/logind-dbus.c, `BUS_ERROR_*` in bus-common-errors.h).
+    enum ErrorName {
+        static let noSuchSession = "org.freedesktop.login1.NoSuchSession"
+        static let noSessionForPID = "org.freedesktop.login1.NoSessionForPID"
+        static let noSuchUser = "org.freedesktop.login1.NoSuchUser"
+        static let noUserForPID = "org.freedesktop.login1.NoUserForPID"
+    }
+
+    /// Only NameOwnerChanged about logind's name, not every client coming and going on the bus.
+    static let ownerChangedRule = "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
+        + "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(service)'"
+}
+
+/// What readers of ``LogindSessionLock/isLocked()`` see; written by the follower's thread.
+final class LockStateCache: Sendable {
+    private enum State {
+        case starting
+        case known(lockedHint: Bool, lockRequested: Bool)
+        case unknown(LogindSessionLockError)
+        case stopped
+    }
+
+    private let state = Mutex<State>(.starting)
+
+    func isLocked() throws(LogindSessionLockError) -> Bool {
+        switch state.withLock({ $0 }) {
+        case .known(let lockedHint, let lockRequested):
+            return lockedHint || lockRequested
+        case .unknown(let error):
+            throw error
+        case .starting:
+            throw LogindSessionLockError(.logindUnavailable, "The session lock has not read LockedHint yet")
+        case .stopped:
+            throw LogindSessionLockError(.stopped, "The session lock was stopped")
+        }
+    }
+
+    func set(lockedHint: Bool, lockRequested: Bool) { update(.known(lockedHint: lockedHint, lockRequested: lockRequested)) }
+
+    func fail(_ error: LogindSessionLockError) { update(.unknown(error)) }
+
+    /// Final: no later update replaces it.
+    func stop() { state.withLock { $0 = .stopped } }
+
+    private func update(_ new: State) {
+        state.withLock { current in
+            if case .stopped = current { return }
+            current = new
+        }
+    }
+}
+
+/// The session the follower found, or why it could not start; handed from its thread to the
+/// initialiser waiting for it.
+final class FollowerStartup: Sendable {
+    private let result = Mutex<Result<String, LogindSessionLockError>?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    func finish(_ outcome: Result<String, LogindSessionLockError>) {
+        result.withLock { $0 = outcome }
+        done.signal()
+    }
+
+    func wait() -> Result<String, LogindSessionLockError> {
+        done.wait()
+        return result.withLock { $0 } ?? .failure(LogindSessionLockError(.logindUnavailable, "The session lock's thread reported nothing"))
+    }
+}
+
+/// What the signals said so far; touched only by the follower's thread.
+private final class FollowedSession {
+    let path: String
+    var lockedHint = false
+    /// A Lock signal not yet followed by a LockedHint notification or an Unlock signal.
+    var lockRequested = false
+    var logindOnBus = true
+    var ended = false
+    /// A notification that could not be read, an invalidated LockedHint, or logind back on the
+    /// bus: read LockedHint again.
+    var needsRead = false
+    /// Why the last read failed.
+    var readFailure: LogindSessionLockError?
+
+    init(path: String) { self.path = path }
+}
+
+/// Finds the session, then follows its LockedHint until the wakeup is signalled or the connection
+/// fails. Runs on the lock's own thread: the connection never leaves it.
+struct LogindFollower: Sendable {
+    let busAddress: String?
+    let session: String?
+    /// `$XDG_SESSION_ID`, read by the initialiser.
+    let environmentSessionID: String?
+    let timeout: Duration
+    let cache: LockStateCache
+    let wakeup: Wakeup
+
+    func run(startup: FollowerStartup) {
+        let bus: BusConnection
+        do {
+            bus = try BusConnection(address: busAddress, description: "tpm-keychain-logind", methodCallTimeout: timeout)
+        } catch {
+            let place = busAddress ?? "the system bus"
+            startup.finish(.failure(LogindSessionLockError(.busUnavailable, "\(place) cannot be reached: \(error)", underlying: error)))
+            return
+        }
+        let followed: FollowedSession
+        do throws(LogindSessionLockError) {
+            followed = FollowedSession(path: try findSession(on: bus))
+            // Subscribed before LockedHint is read, so no change after the read can be missed.
+            try subscribe(followed, on: bus)
+            followed.lockedHint = try readLockedHint(followed.path, on: bus)
+        } catch {
+            startup.finish(.failure(error))
+            return
+        }
+        publish(followed)
+        startup.finish(.success(followed.path))
+        follow(followed, on: bus)
+    }
+
+    // MARK: Finding the session
+
+    private func findSession(on bus: BusConnection) throws(LogindSessionLockError) -> String {
+        if let session {
+            return try sessionPath(id: session, on: bus, origin: "The session \"\(session)\"")
+        }
+        do {
+            return try managerCall("GetSessionByPID", [.uint32(UInt32(bitPattern: getpid()))], on: bus)
+        } catch where error.name == Logind.ErrorName.noSessionForPID {
+            // Not in a session (a user service, a cron job): try what the environment says.
+        } catch {
+            throw Self.failure(error, asking: "GetSessionByPID")
+        }
+        if let id = environmentSessionID, !id.isEmpty {
+            do {
+                return try managerCall("GetSession", [.string(id)], on: bus)
+            } catch where error.name == Logind.ErrorName.noSuchSession {
+                // A stale variable (inherited from a session that has ended): the display session.
+            } catch {
+                throw Self.failure(error, asking: "GetSession")
+            }
+        }
+        return try displaySession(on: bus)
+    }
+
+    private func sessionPath(id: String, on bus: BusConnection, origin: String) throws(LogindSessionLockError) -> String {
+        do {
+            return try managerCall("GetSession", [.string(id)], on: bus)
+        } catch where error.name == Logind.ErrorName.noSuchSession {
+            throw LogindSessionLockError(.noSession, "\(origin) is not a session logind knows (\(error))", underlying: error)
+        } catch {
+            throw Self.failure(error, asking: "GetSession")
+        }
+    }
+
+    /// The user's graphical session: User.Display, ("", "/") when there is none.
+    private func displaySession(on bus: BusConnection) throws(LogindSessionLockError) -> String {
+        let uid = getuid()
+        let user: String
+        do {
+            user = try managerCall("GetUser", [.uint32(uid)], on: bus)
+        } catch where error.name == Logind.ErrorName.noSuchUser || error.name == Logind.ErrorName.noUserForPID {
+            throw LogindSessionLockError(
+                .noSession, "This process belongs to no session, and user \(uid) is not logged in (\(error))", underlying: error)
+        } catch {
+            throw Self.failure(error, asking: "GetUser")
+        }
+        let display: (id: String, path: String)?
+        do {
+            display = try bus.call(
+                destination: Logind.service, path: user, interface: Logind.propertiesInterface, member: "Get",
+                arguments: [.string(Logind.userInterface), .string("Display")]
+            ) { message -> (id: String, path: String)? in
+                guard message.enter("v", "(so)"), message.enter("r", "so"),
+                      let id = message.readString(), let path = message.readString("o"),
+                      message.exit(), message.exit() else { return nil }
+                return (id, path)
+            }
+        } catch {
+            throw Self.failure(error, asking: "the user's Display")
+        }
+        guard let display else {
+            throw LogindSessionLockError(.unexpectedReply, "logind's User.Display of user \(uid) is not a (so) pair")
+        }
+        guard !display.id.isEmpty, display.path != "/" else {
+            throw LogindSessionLockError(
+                .noSession, "This process belongs to no session, and user \(uid) has no display session")
+        }
+        return display.path
+    }
+
+    /// A Manager method that answers an object path.
+    private func managerCall(_ member: String, _ arguments: [BusArgument], on bus: BusConnection) throws(BusError) -> String {
+        let path = try bus.call(
+            destination: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface, member: member,
+            arguments: arguments, read: { $0.readString("o") }
+        )
+        guard let path else { throw BusError(operation: member, name: nil, message: "the reply has no object path", errno: EBADMSG) }
+        return path
+    }
+
+    // MARK: Following it
+
+    private func subscribe(_ followed: FollowedSession, on bus: BusConnection) throws(LogindSessionLockError) {
+        do {
+            try bus.subscribe(
+                sender: Logind.service, path: followed.path, interface: Logind.propertiesInterface, member: "PropertiesChanged"
+            ) { message in
+                Self.propertiesChanged(&message, followed)
+            }
+            try bus.subscribe(sender: Logind.service, path: followed.path, interface: Logind.sessionInterface, member: "Lock") { _ in
+                followed.lockRequested = true
+            }
+            try bus.subscribe(sender: Logind.service, path: followed.path, interface: Logind.sessionInterface, member: "Unlock") { _ in
+                followed.lockRequested = false
+            }
+            try bus.subscribe(
+                sender: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface, member: "SessionRemoved"
+            ) { message in
+                _ = message.readString()
+                if message.readString("o") == followed.path { followed.ended = true }
+            }
+            try bus.subscribe(rule: Logind.ownerChangedRule) { message in
+                guard message.readString() == Logind.service, message.readString() != nil, let owner = message.readString() else { return }
+                followed.logindOnBus = !owner.isEmpty
+                // Back on the bus (restarted): what it says now replaces what was cached.
+                if !owner.isEmpty { followed.needsRead = true }
+            }
+        } catch {
+            throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
+        }
+    }
+
+    /// PropertiesChanged(s interface, a{sv} changed, as invalidated). logind sends LockedHint's new
+    /// value; an invalidated one, or anything unreadable, is read again.
+    private static func propertiesChanged(_ message: inout BusMessageReader, _ followed: FollowedSession) {
+        guard let interface = message.readString() else {
+            followed.needsRead = true
+            return
+        }
+        guard interface == Logind.sessionInterface else { return }
+        guard message.enter("a", "{sv}") else {
+            followed.needsRead = true
+            return
+        }
+        while message.enter("e", "sv") {
+            guard let name = message.readString() else {
+                followed.needsRead = true
+                return
+            }
+            if name == Logind.lockedHint {
+                guard let value = message.readVariantBool() else {
+                    followed.needsRead = true
+                    return
+                }
+                followed.lockedHint = value
+                followed.lockRequested = false
+                followed.readFailure = nil
+            } else if !message.skip("v") {
+                followed.needsRead = true
+                return
+            }
+            guard message.exit() else {
+                followed.needsRead = true
+                return
+            }
+        }
+        guard message.exit(), let invalidated = message.readStringArray() else {
+            followed.needsRead = true
+            return
+        }
+        if invalidated.contains(Logind.lockedHint) {
+            followed.lockRequested = false
+            followed.needsRead = true
+        }
+    }
+
+    private func readLockedHint(_ path: String, on bus: BusConnection) throws(LogindSessionLockError) -> Bool {
+        let value: Bool?
+        do {
+            value = try bus.call(
+                destination: Logind.service, path: path, interface: Logind.propertiesInterface, member: "Get",
+                arguments: [.string(Logind.sessionInterface), .string(Logind.lockedHint)], read: { $0.readVariantBool() }
+            )
+        } catch where Self.sessionIsGone(error) {
+            throw LogindSessionLockError(.noSession, "The session \(path) no longer exists (\(error))", underlying: error)
+        } catch {
+            throw Self.failure(error, asking: "LockedHint")
+        }
+        guard let value else { throw LogindSessionLockError(.unexpectedReply, "logind's LockedHint of \(path) is not a boolean") }
+        return value
+    }
+
+    /// Processes notifications until the wakeup is signalled (return) or the connection fails
+    /// (the cache then holds `.connectionLost`).
+    private func follow(_ followed: FollowedSession, on bus: BusConnection) {
+        while true {
+            do {
+                while try bus.process() {}
+                if followed.needsRead, followed.logindOnBus, !followed.ended {
+                    followed.needsRead = false
+                    do {
+                        followed.lockedHint = try readLockedHint(followed.path, on: bus)
+                        followed.readFailure = nil
+                    } catch {
+                        followed.readFailure = error
+                    }
+                    // The call may have queued signals: process them before waiting.
+                    continue
+                }
+                publish(followed)
+                // No deadline of its own: the wakeup ends the wait.
+                if try bus.wait(until: .now + .seconds(3_600), wakeup: wakeup.descriptor) == .woken { return }
+            } catch {
+                cache.fail(LogindSessionLockError(.connectionLost, "The connection to the bus failed: \(error)", underlying: error))
+                return
+            }
+        }
+    }
+
+    private func publish(_ followed: FollowedSession) {
+        if followed.ended {
+            cache.fail(LogindSessionLockError(.noSession, "The session \(followed.path) has ended (logind's SessionRemoved)"))
+        } else if !followed.logindOnBus {
+            cache.fail(LogindSessionLockError(.logindUnavailable, "logind (\(Logind.service)) has left the bus"))
+        } else if let failure = followed.readFailure {
+            cache.fail(failure)
+        } else {
+            cache.set(lockedHint: followed.lockedHint, lockRequested: followed.lockRequested)
+        }
+    }
+
+    /// The answer to Properties.Get on a session object that does not exist: sd-bus services (logind)
+    /// answer UnknownObject, libdbus-based ones (a logind restarted without the session, or a mock)
+    /// UnknownMethod, since no object there implements Get.
+    private static func sessionIsGone(_ error: BusError) -> Bool {
+        switch error.name {
+        case Logind.ErrorName.noSuchSession, "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod": true
+        default: false
+        }
+    }
+
+    /// A failed call to logind, as a caller can act on it.
+    private static func failure(_ error: BusError, asking what: String) -> LogindSessionLockError {
+        switch error.name {
+        case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+            return LogindSessionLockError(.logindUnavailable, "logind (\(Logind.service)) is not on the bus (\(error))", underlying: error)
+        case "org.freedesktop.DBus.Error.AccessDenied":
+            return LogindSessionLockError(.logindUnavailable, "The bus policy does not let this process ask logind (\(error))", underlying: error)
+        case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout":
+            return LogindSessionLockError(.logindUnavailable, "logind did not answer \(what) (\(error))", underlying: error)
+        case nil where error.errno == ETIMEDOUT:
+            return LogindSessionLockError(.logindUnavailable, "logind did not answer \(what) in time (\(error))", underlying: error)
+        case nil:
+            return LogindSessionLockError(.busUnavailable, "The bus failed while asking logind for \(what) (\(error))", underlying: error)
+        default:
+            return LogindSessionLockError(.unexpectedReply, "logind refused \(what) (\(error))", underlying: error)
+        }
+    }
+}
