@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "TPMKeychainTesting", targets: ["TPMKeychainTesting"]),
         .library(name: "SecurityCompat", targets: ["SecurityCompat"]),
         .library(name: "LocalAuthenticationCompat", targets: ["LocalAuthenticationCompat"]),
+        .library(name: "KeychainStorageCompat", targets: ["KeychainStorageCompat"]),
         .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
     ],
@@ -64,6 +65,11 @@ let package = Package(
         .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainStore", "TPM", "SystemCalls"], swiftSettings: strictness),
         // LAContext, LAPolicy, LABiometryType and LAError over TPMKeychain's AuthenticationContext.
         .target(name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain"], swiftSettings: strictness),
+        // SAP's KeychainStorage API (named stores, password ciphers) over TPMKeychain.
+        .target(name: "KeychainStorageCompat",
+                dependencies: ["TPMKeychain", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
+                               .product(name: "CryptoExtras", package: "swift-crypto")],
+                swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
@@ -99,7 +105,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
         // Writes to a store from its own process; the crash and multi-process tests kill it mid-write.
-        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain"], path: "Tests/Support/tpm-keychain-stress",
+        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat"], path: "Tests/Support/tpm-keychain-stress",
                           swiftSettings: strictness),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
@@ -146,6 +152,12 @@ let package = Package(
         .testTarget(
             name: "SecurityCompatTests",
             dependencies: ["SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting"],
+            swiftSettings: strictness
+        ),
+        // SAP's documented KeychainStorage usage, and a cipher change killed 100 times.
+        .testTarget(
+            name: "KeychainStorageCompatTests",
+            dependencies: ["KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress"],
             swiftSettings: strictness
         ),
         .testTarget(

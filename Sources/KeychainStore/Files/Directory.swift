@@ -120,7 +120,10 @@ package final class Directory: Sendable {
         guard status.st_mode & S_IFMT == S_IFREG else {
             throw StoreError(.unsafeFileSystem, "\(path) is not a regular file")
         }
-        guard status.st_nlink == 1 else {
+        // No link means a writer replaced (renamed over) or removed the file between our open and
+        // this fstat: what we hold is the complete previous version, which a reader may see; only
+        // a second link (a path someone else controls) is refused.
+        guard status.st_nlink <= 1 else {
             throw StoreError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
         }
         try Ownership.check(status, path: path)

@@ -8,11 +8,36 @@
 // so a reader can tell exactly which write it holds. Output: "ready" once the store is open,
 // then "wrote <account> <sequence>" after each write returns.
 import Foundation
+import KeychainStorageCompat
 import TPMKeychain
+
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
 
 func argument(_ name: String) -> String? {
     guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count else { return nil }
     return CommandLine.arguments[index + 1]
+}
+
+// --storage-root R --store NAME --change-cipher OLD NEW: opens a KeychainStorage with the cipher of
+// password OLD and changes it to NEW (light scrypt parameters: the crash tests run it often).
+if let root = argument("--storage-root"), let name = argument("--store"), let index = CommandLine.arguments.firstIndex(of: "--change-cipher"),
+   index + 2 < CommandLine.arguments.count {
+    let light = Cipher.Parameters(rounds: 1 << 10, blockSize: 8, parallelism: 1)
+    do {
+        KeychainStorage.rootDirectory = root
+        let old = try Cipher(password: CommandLine.arguments[index + 1], salt: Data("salt".utf8), parameters: light)
+        let new = try Cipher(password: CommandLine.arguments[index + 2], salt: Data("salt".utf8), parameters: light)
+        let storage = try KeychainStorage.openStore(name: name, cipher: old)
+        emit("ready")
+        try storage.changeCipher(to: new)
+        emit("done")
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("tpm-keychain-stress: \(error)\n".utf8))
+        exit(1)
+    }
 }
 
 guard let path = argument("--keychain"), let service = argument("--service") else {
@@ -24,9 +49,6 @@ let count = Int(argument("--count") ?? "") ?? Int.max
 let size = Int(argument("--size") ?? "") ?? 64
 let start = Int(argument("--start") ?? "") ?? 0
 
-func emit(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
 
 do {
     let keychain = try Keychain(service: service, location: KeychainLocation(path: path, tcti: argument("--tcti")))

@@ -1,0 +1,212 @@
+import Foundation
+import KeychainStorageCompat
+import Synchronization
+import Testing
+import TPMKeychain
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every store of this test process lives under one private root; each test uses its own names.
+/// The stores get simulated TPMs of their own (as the CLI gives them on a machine without a TPM).
+let storageRoot: String = {
+    let root = NSTemporaryDirectory() + "tpm-keychain-storage-tests-" + UUID().uuidString
+    KeychainStorage.rootDirectory = root
+    return root
+}()
+
+/// Light scrypt parameters: the tests make many ciphers.
+let light = Cipher.Parameters(rounds: 1 << 10, blockSize: 8, parallelism: 1)
+
+func cipher(_ password: String) throws -> Cipher {
+    try Cipher(password: password, salt: Data("salt".utf8), parameters: light)
+}
+
+func uniqueName(_ prefix: String) -> String {
+    _ = storageRoot
+    return prefix + "-" + UUID().uuidString.prefix(8)
+}
+
+@Suite struct KeychainStorageTests {
+    @Test("SAP's documented usage: create, put, read, keys, remove data, remove all, change cipher, open, remove the store")
+    func documentedUsage() throws {
+        let name = uniqueName("usage")
+        let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("first"), accessGroup: "")
+        #expect(storage.name == name && storage.accessGroup == "")
+        try storage.put(data: Data("alpha".utf8), for: "a")
+        try storage.put(data: Data("beta".utf8), for: "b")
+        try storage.put(data: Data("beta 2".utf8), for: "b")
+        #expect(try storage.data(for: "a") == Data("alpha".utf8))
+        #expect(try storage.data(for: "b") == Data("beta 2".utf8))
+        #expect(try storage.data(for: "missing") == nil)
+        #expect(try storage.keys() == ["a", "b"])
+        try storage.removeData(for: "a")
+        try storage.removeData(for: "a")          // removing what is not there is no error
+        #expect(try storage.keys() == ["b"])
+
+        try storage.changeCipher(to: try cipher("second"))
+        #expect(try storage.data(for: "b") == Data("beta 2".utf8))
+        Keychain.closeStore(try KeychainLocation(path: storageRoot + "/private/" + name))
+        #expect(throws: KeychainStorageError.self) { _ = try KeychainStorage.openStore(name: name, cipher: try cipher("first")) }
+        let reopened = try KeychainStorage.openStore(name: name, cipher: try cipher("second"))
+        #expect(try reopened.data(for: "b") == Data("beta 2".utf8))
+        try reopened.removeAllData()
+        #expect(try reopened.keys().isEmpty)
+
+        #expect(try KeychainStorage.storeExists(name: name))
+        try KeychainStorage.removeStore(name: name)
+        #expect(try !KeychainStorage.storeExists(name: name))
+        #expect(throws: KeychainStorageError.storeRemoved("The store \"\(name)\" was removed")) { try reopened.put(data: Data(), for: "x") }
+        #expect(throws: KeychainStorageError.storeNotFound(name)) { _ = try KeychainStorage.openStore(name: name, cipher: try cipher("second")) }
+    }
+
+    @Test("each documented failure has its error: an existing store, a missing one, invalid names, a wrong cipher")
+    func failures() throws {
+        let name = uniqueName("failures")
+        _ = try KeychainStorage.createStore(name: name, cipher: try cipher("right"))
+        #expect(throws: KeychainStorageError.storeAlreadyExists(name)) { _ = try KeychainStorage.createStore(name: name) }
+        let missing = uniqueName("missing")
+        #expect(throws: KeychainStorageError.storeNotFound(missing)) { _ = try KeychainStorage.openStore(name: missing) }
+        #expect(throws: KeychainStorageError.storeNotFound(missing)) { try KeychainStorage.removeStore(name: missing) }
+        for bad in ["", ".", "..", "a/b", "nul\0byte", "../escape"] {
+            #expect(throws: KeychainStorageError.self, "\(bad)") { _ = try KeychainStorage.createStore(name: bad) }
+            #expect((try? KeychainStorage.storeExists(name: bad)) == nil, "\(bad)")
+        }
+        // A wrong password is its own error, told apart from damage by the verifier.
+        do {
+            _ = try KeychainStorage.openStore(name: name, cipher: try cipher("wrong"))
+            Issue.record("a wrong cipher opened the store")
+        } catch let error as KeychainStorageError {
+            guard case .wrongCipher = error else { Issue.record("got \(error)"); return }
+        }
+        #expect(throws: KeychainStorageError.self) { _ = try KeychainStorage.openStore(name: name) }
+        #expect(throws: KeychainStorageError.self) { _ = try Cipher(password: "", salt: "salt") }
+        try KeychainStorage.removeStore(name: name)
+    }
+
+    @Test("access groups are separate namespaces; removing one store leaves the others")
+    func accessGroupsAndRemoval() throws {
+        let name = uniqueName("shared")
+        let own = try KeychainStorage.createStore(name: name)
+        let shared = try KeychainStorage.createStore(name: name, accessGroup: KeychainStorage.accessGroup(from: "group.com.example"))
+        try own.put(data: Data("own".utf8), for: "k")
+        try shared.put(data: Data("shared".utf8), for: "k")
+        #expect(try own.data(for: "k") == Data("own".utf8) && shared.data(for: "k") == Data("shared".utf8))
+        #expect(try KeychainStorage.storeNames(accessGroup: "group.com.example").contains(name))
+        try KeychainStorage.removeStore(name: name, accessGroup: "group.com.example")
+        #expect(try own.data(for: "k") == Data("own".utf8))
+        #expect(try !KeychainStorage.storeNames(accessGroup: "group.com.example").contains(name))
+        try KeychainStorage.removeStore(name: name)
+    }
+
+    @Test("values are encrypted with the cipher on top of the store: the store alone does not give them")
+    func cipherIsASecondKey() throws {
+        let name = uniqueName("second-key")
+        let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("pw"))
+        try storage.put(data: Data("the clear value".utf8), for: "k")
+        // The TPM store's own view holds the cipher's output, not the value.
+        let keychain = try Keychain(service: "KeychainStorage.g1",
+                                    location: try KeychainLocation(path: storageRoot + "/private/" + name, tpm: .automaticOrSimulated))
+        let raw = try #require(try keychain.data(forKey: "k"))
+        #expect(raw != Data("the clear value".utf8) && raw.count == "the clear value".utf8.count + 28)
+        try KeychainStorage.removeStore(name: name)
+    }
+
+    @Test("8 threads doing 1,000 mixed operations on one store lose nothing")
+    func threads() throws {
+        let name = uniqueName("threads")
+        let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("pw"))
+        let problems = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            var expected: [String: Data] = [:]
+            for step in 0..<1000 {
+                let key = "t\(thread)-k\(step % 20)"
+                do {
+                    switch step % 5 {
+                    case 0, 1:
+                        let value = Data("t\(thread)-\(step)".utf8)
+                        try storage.put(data: value, for: key)
+                        expected[key] = value
+                    case 2, 3:
+                        if try storage.data(for: key) != expected[key] { problems.withLock { $0.append("\(key) at \(step)") } }
+                    default:
+                        try storage.removeData(for: key)
+                        expected[key] = nil
+                    }
+                } catch {
+                    problems.withLock { $0.append("\(key): \(error)") }
+                }
+            }
+            for (key, value) in expected where (try? storage.data(for: key)) != value {
+                problems.withLock { $0.append("\(key) lost") }
+            }
+        }
+        #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 }.prefix(5))")
+        try KeychainStorage.removeStore(name: name)
+    }
+
+    @Test("a cipher change of a 1,000-item store killed 100 times: every item reads with exactly one of the two ciphers")
+    func killedCipherChanges() throws {
+        let name = uniqueName("killed")
+        var password = "password-0"
+        let storage = try KeychainStorage.createStore(name: name, cipher: try cipher(password))
+        for index in 0..<1000 { try storage.put(data: Data("value-\(index)".utf8), for: "key-\(index)") }
+        let stress = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("tpm-keychain-stress").path
+        var killedBeforeCommit = 0, killedAfterCommit = 0, finished = 0
+        // One change run to the end first: how long a whole change takes, so that the kills fall
+        // anywhere in it (writing the new generation, the commit, removing the old one).
+        let clock = ContinuousClock()
+        var duration = Duration.seconds(1)
+        for round in 0...100 {
+            let next = "password-\(round + 1)"
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: stress)
+            process.arguments = ["--storage-root", storageRoot, "--store", name, "--change-cipher", password, next]
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            // Wait for the store to be open, then kill at a random point of the change.
+            var seen = ""
+            while !seen.contains("ready") {
+                let chunk = output.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                seen += String(decoding: chunk, as: UTF8.self)
+            }
+            let started = clock.now
+            if round == 0 {
+                process.waitUntilExit()
+                duration = clock.now - started
+            } else {
+                let microseconds = Int64(duration.components.seconds) * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
+                usleep(UInt32(Int64.random(in: 0...(microseconds * 11 / 10))))
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
+            seen += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+
+            // Exactly one of the two ciphers opens the store, and every item reads with it.
+            let location = try KeychainLocation(path: storageRoot + "/private/" + name, tpm: .automaticOrSimulated)
+            Keychain.closeStore(location)
+            let withOld = try? KeychainStorage.openStore(name: name, cipher: try cipher(password))
+            let withNew = try? KeychainStorage.openStore(name: name, cipher: try cipher(next))
+            #expect((withOld == nil) != (withNew == nil), "round \(round): old \(withOld != nil), new \(withNew != nil)")
+            guard let opened = withNew ?? withOld else { break }
+            if withNew != nil {
+                password = next
+                if seen.contains("done") { finished += 1 } else { killedAfterCommit += 1 }
+            } else {
+                killedBeforeCommit += 1
+            }
+            let keys = try opened.keys()
+            #expect(keys.count == 1000, "round \(round): \(keys.count) keys")
+            for index in stride(from: round % 10, to: 1000, by: 10) {
+                #expect(try opened.data(for: "key-\(index)") == Data("value-\(index)".utf8), "round \(round), key-\(index)")
+            }
+        }
+        #expect(killedBeforeCommit + killedAfterCommit + finished == 101)
+        print("cipher changes (a whole one takes \(duration)): \(killedBeforeCommit) killed before the commit, \(killedAfterCommit) after it, \(finished) finished")
+        #expect(killedBeforeCommit > 0 && killedAfterCommit + finished > 1)
+        try KeychainStorage.removeStore(name: name)
+    }
+}
