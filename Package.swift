@@ -136,7 +136,7 @@ let package = Package(
         // Every Swift snippet of README.md and docs/RECIPES.md, compiled (and the test recipes run).
         .testTarget(
             name: "DocumentationTests",
-            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "TPMKeychainFprintd"],
+            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "TPMKeychainFprintd", "KeychainStorageCompat"],
             swiftSettings: strictness
         ),
         // FprintdAuthenticator against a python-dbusmock fprintd on a private dbus-daemon (Fixtures/fprintd/),

@@ -6,6 +6,7 @@
 import Foundation
 import Testing
 import TPM
+import KeychainStorageCompat
 import TPMKeychain
 import TPMKeychainFprintd
 import TPMKeychainTesting
@@ -205,4 +206,17 @@ func configureKeychain() throws {
                                         "TEAMID.com.example.shared"]       // others allowed
     KeychainEnvironment.location = try KeychainLocation(path: "/var/lib/example/keychain")
     KeychainEnvironment.authenticator = FprintdAuthenticator()             // what LAContext() uses
+}
+
+// MARK: docs/PORTING.md (KeychainStorageCompat)
+
+func storeSession(token: Data, password: String, newPassword: String) throws {
+    let cipher = try Cipher(password: password, salt: "com.example.app")
+    let storage = try KeychainStorage.storeExists(name: "session")
+        ? KeychainStorage.openStore(name: "session", cipher: cipher)
+        : KeychainStorage.createStore(name: "session", cipher: cipher)
+    try storage.put(data: token, for: "token")
+    let stored = try storage.data(for: "token")
+    try storage.changeCipher(to: try Cipher(password: newPassword, salt: "com.example.app"))
+    _ = (stored, try storage.keys())
 }
