@@ -148,22 +148,17 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     public class func removeStore(name: String, accessGroup: String = "") throws {
         let location = try location(name: name, accessGroup: accessGroup)
         guard location.storeExists else { throw KeychainStorageError.storeNotFound(name) }
-        Keychain.closeStore(location)
         do {
-            // Renamed away first (one atomic step), then deleted: no process ever opens half a store.
-            let doomed = location.path + ".removed-" + UUID().uuidString
-            try FileManager.default.moveItem(atPath: location.path, toPath: doomed)
-            try FileManager.default.removeItem(atPath: doomed)
+            try location.removeStore()
         } catch {
-            throw KeychainStorageError.keychain(code: KeychainError.Code.storageFailed.name, message: "Cannot remove \(location.path): \(error)")
+            throw KeychainStorageError(error)
         }
     }
 
     /// The names of the stores of an access group ("" for the private ones).
     public class func storeNames(accessGroup: String = "") throws -> [String] {
         let directory = try groupDirectory(accessGroup)
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return entries.filter { !$0.contains(".removed-") && ((try? KeychainLocation(path: directory + "/" + $0).storeExists) ?? false) }.sorted()
+        return KeychainLocation.storeNames(in: directory)
     }
 
     private static func groupDirectory(_ accessGroup: String) throws -> String {
@@ -183,9 +178,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     }
 
     private static func validate(_ text: String, what: String) throws {
-        guard !text.isEmpty, text != ".", text != "..", !text.contains("/"), !text.utf8.contains(0), text.utf8.count <= 255,
-              !text.contains(".removed-") else {
-            throw KeychainStorageError.invalidName("A \(what) is 1 to 255 bytes of UTF-8 without \"/\" or NUL, and not \".\" or \"..\": \"\(text)\"")
+        guard !text.isEmpty, text != ".", text != "..", !text.hasPrefix("."), !text.contains("/"), !text.utf8.contains(0),
+              text.utf8.count <= 255 else {
+            throw KeychainStorageError.invalidName("A \(what) is 1 to 255 bytes of UTF-8 without \"/\" or NUL, not starting with \".\": \"\(text)\"")
         }
     }
 
