@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "KeychainStorageCompat", targets: ["KeychainStorageCompat"]),
         .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
+        .executable(name: "git-credential-tpm-keychain", targets: ["git-credential-tpm-keychain"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -87,13 +88,22 @@ let package = Package(
             dependencies: ["TPMKeychain", "CSystemdBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
+        // What the command-line tools share: the store session (store directory plus the TPM
+        // chosen for it), the process guard (no core dumps, crash and interruption handling), exit statuses.
+        .target(name: "ToolSupport", dependencies: ["TPMKeychain", "TPM"], swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting", "TPMKeychainFprintd",
+                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting", "TPMKeychainFprintd", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
+            swiftSettings: strictness
+        ),
+        // git's credential helper (get, store, erase) over the store: internet-password items, no ArgumentParser.
+        .executableTarget(
+            name: "git-credential-tpm-keychain",
+            dependencies: ["ToolSupport", "TPMKeychain", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls"],
             swiftSettings: strictness
         ),
         // Outside the product's layers (Sources/): the benchmarks, their C floor, and the stress
@@ -110,7 +120,7 @@ let package = Package(
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
-            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "SecurityCompat",
+            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "SecurityCompat", "KeychainStorageCompat",
                            .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/Benchmarks/TPMBenchmarks",
             swiftSettings: strictness
@@ -131,6 +141,13 @@ let package = Package(
         .testTarget(
             name: "TPMKeychainCLITests",
             dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain"],
+            swiftSettings: strictness
+        ),
+        // Real `git credential fill/approve/reject` (and a clone over HTTP with basic auth) through
+        // the built git-credential-tpm-keychain, on a private swtpm.
+        .testTarget(
+            name: "GitCredentialTests",
+            dependencies: ["git-credential-tpm-keychain", "SecurityCompat", "TPMKeychain", "TPMKeychainTesting"],
             swiftSettings: strictness
         ),
         // Every Swift snippet of README.md and docs/RECIPES.md, compiled (and the test recipes run).

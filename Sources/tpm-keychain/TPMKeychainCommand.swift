@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ToolSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,7 @@ struct TPMKeychainCommand: ParsableCommand {
 
     /// Guards the process before ArgumentParser sees the arguments.
     static func main() {
-        ProcessGuard.install()
+        ProcessGuard.install(programName: "tpm-keychain")
         if let position = firstArgumentThatIsNotUTF8() {
             // Swift would turn the bytes into U+FFFD, and two different names would then name
             // the same item (or a path another directory): refuse instead of guessing.

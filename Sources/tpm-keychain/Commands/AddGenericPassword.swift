@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TPMKeychain
+import ToolSupport
 
 /// `security add-generic-password`, for a TPM-sealed store.
 struct AddGenericPassword: ParsableCommand {

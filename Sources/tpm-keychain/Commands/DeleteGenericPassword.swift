@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TPMKeychain
+import ToolSupport
 
 /// `security delete-generic-password`.
 struct DeleteGenericPassword: ParsableCommand {

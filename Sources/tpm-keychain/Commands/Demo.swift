@@ -3,6 +3,7 @@ import Foundation
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import ToolSupport
 
 /// The CLI at work on this machine's TPM (or a simulated one, said out loud): a short transcript
 /// of the `security`-style verbs on a demo store, each step timed.

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import ToolSupport
 
 /// `set-passcode`: the device passcode, held by the TPM (never stored).
 struct SetPasscode: ParsableCommand {

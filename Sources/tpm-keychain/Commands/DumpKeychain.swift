@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TPMKeychain
+import ToolSupport
 
 /// `security dump-keychain`: every item of the store, all services.
 struct DumpKeychain: ParsableCommand {

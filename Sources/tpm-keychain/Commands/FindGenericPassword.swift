@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TPMKeychain
+import ToolSupport
 
 /// `security find-generic-password`: the item's attributes, or with -w only its password.
 struct FindGenericPassword: ParsableCommand {

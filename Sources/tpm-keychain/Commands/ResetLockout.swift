@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import ToolSupport
 
 /// Ends a dictionary-attack lockout of the store's TPM, when its lockout hierarchy has no
 /// password: the way out for the embedded simulated TPM, which runs only while a command does and

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import ToolSupport
 
 /// Which TPM the keychain would use, what it is, and its dictionary-attack state.
 struct TPMStatus: ParsableCommand {

@@ -1,6 +1,7 @@
 import Foundation
 import TPMKeychain
 import TPMKeychainFprintd
+import ToolSupport
 
 /// The authentication context of one command: the passcode from ``PasscodeInput``, and the
 /// fingerprint reader through fprintd unless `TPM_KEYCHAIN_AUTHENTICATOR=none`.

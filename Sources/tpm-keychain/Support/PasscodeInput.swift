@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import SystemCalls
 import TPM
+import ToolSupport
 #if canImport(Glibc)
 import Glibc
 #endif

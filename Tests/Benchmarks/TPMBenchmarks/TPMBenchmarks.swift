@@ -15,6 +15,7 @@ import Glibc
 /// - store: the item store's gets, durable sets and gets among 100,000 items (StoreBenchmarks).
 /// - access: access control: a protected get inside a reuse window, a first protected get against
 ///   the C floor's unseal of a key record, and the TPM commands of each operation (AccessBenchmarks).
+/// - storage: KeychainStorageCompat with and without a Cipher, and changeCipher (StorageBenchmarks).
 /// - secitem: SecurityCompat's SecItem calls next to the Keychain API on the same store (SecItemBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
@@ -33,8 +34,8 @@ struct TPMBenchmarks {
             suite = "tpm"
         }
         let iterations = arguments.first.flatMap(Int.init)
-        guard ["tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "all"].contains(suite) else {
-            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|all] [iterations]")
+        guard ["tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "storage", "all"].contains(suite) else {
+            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|storage|all] [iterations]")
             exit(64)
         }
         print(machineDescription())
@@ -52,6 +53,9 @@ struct TPMBenchmarks {
                 try StoreBenchmarks(tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get",
                                     listingOnly: suite == "store-list").run()
             }
+        }
+        if suite == "storage" || suite == "all" {
+            try StorageBenchmarks(summary: summary, iterations: iterations).run()
         }
         if suite.hasPrefix("secitem") || suite == "all" {
             try SecItemBenchmarks(summary: summary, iterations: iterations, getsOnly: suite == "secitem-get").run()

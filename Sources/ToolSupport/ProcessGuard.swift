@@ -5,16 +5,29 @@ import TPM
 import Glibc
 #endif
 
-/// What the CLI does to its own process before it touches a secret: no core dumps, a crash that
-/// ends the process with its signal, and cleanups (terminal echo, the embedded simulator's orderly
-/// shutdown) that run when the user interrupts a command.
-enum ProcessGuard {
+/// What a command-line tool (`tpm-keychain`, `git-credential-tpm-keychain`) does to its own
+/// process before it touches a secret: no core dumps, a crash that ends the process with its
+/// signal, and cleanups (terminal echo, the embedded simulator's orderly shutdown) that run when
+/// the user interrupts a command.
+package enum ProcessGuard {
     static let interruptions = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
     static let crashes = [SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP, SIGSYS]
 
-    /// Call first in `main`. Decrypted secrets live in this process's memory, so it never
+    /// The name that starts every diagnostic: set once by ``install(programName:)``.
+    package static var programName: String { name.withLock { $0 } }
+    private static let name = Mutex("tpm-keychain")
+    /// "<name>: terminated by a crash signal\n", made before any handler can run: a signal
+    /// handler may not allocate.
+    nonisolated(unsafe) private static var crashMessage: UnsafeMutableBufferPointer<UInt8>?
+
+    /// Call first in `main`, once. Decrypted secrets live in this process's memory, so it never
     /// writes a core file.
-    static func install() {
+    package static func install(programName: String) {
+        name.withLock { $0 = programName }
+        let message = Array("\(programName): terminated by a crash signal\n".utf8)
+        let buffer = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: message.count)
+        _ = buffer.initialize(from: message)
+        crashMessage = buffer
         SecretMemory.disableCoreDumps()
         handleCrashes()
         handleInterruptions()
@@ -34,8 +47,7 @@ enum ProcessGuard {
         for signalNumber in crashes {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { received in
-                let message: StaticString = "tpm-keychain: terminated by a crash signal\n"
-                _ = message.withUTF8Buffer { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+                if let message = ProcessGuard.crashMessage { _ = write(STDERR_FILENO, message.baseAddress, message.count) }
                 raise(received)
             }
             // RESETHAND: the default action is back on entry; NODEFER: raise() delivers at once.
@@ -54,13 +66,13 @@ enum ProcessGuard {
 
     /// Runs `cleanup` if the process is interrupted (SIGINT, SIGTERM, SIGHUP, SIGQUIT) before
     /// ``remove(_:)`` is called with the returned token.
-    static func onInterruption(_ cleanup: @escaping @Sendable () -> Void) -> Int {
+    package static func onInterruption(_ cleanup: @escaping @Sendable () -> Void) -> Int {
         let token = nextToken.add(1, ordering: .relaxed).newValue
         cleanups.withLock { $0[token] = cleanup }
         return token
     }
 
-    static func remove(_ token: Int) {
+    package static func remove(_ token: Int) {
         cleanups.withLock { _ = $0.removeValue(forKey: token) }
     }
 

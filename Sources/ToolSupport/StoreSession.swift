@@ -1,0 +1,46 @@
+package import TPMKeychain
+
+/// A store directory plus the TPM chosen for it (``StoreTPM``: the library's one policy), for
+/// the length of one command.
+///
+/// ``close()`` erases the store's keys from memory and stops a simulated TPM; every command closes
+/// its session on every path, errors and interruptions included.
+package final class StoreSession {
+    package let path: String
+    package let tpm: StoreTPM
+    package let location: KeychainLocation
+    private let interruptionToken: Int
+
+    /// - Parameters:
+    ///   - choice: ``TPMChoice/automaticOrSimulated`` for commands that may create a store.
+    ///   - announceSimulation: say on stderr when a simulated TPM stands in for the hardware;
+    ///     commands whose own output says so turn it off.
+    package init(path: String, choice: TPMChoice = .automaticOrSimulated, announceSimulation: Bool = true) throws {
+        self.path = path
+        let tpm = try StoreTPM.choose(for: try KeychainLocation(path: path, tpm: choice))
+        self.tpm = tpm
+        // Interrupted: stop the simulated TPM in order (TPM2_Shutdown), then die of the signal.
+        interruptionToken = ProcessGuard.onInterruption { tpm.stop() }
+        var location = try KeychainLocation(path: path, tcti: tpm.configuration.tcti)
+        // A store with its own simulated TPM keeps its device state beside it; otherwise the
+        // library's default applies (one device directory per user and TPM).
+        if case .simulatedInStore = tpm.source { location.deviceDirectory = path + "/device" }
+        self.location = location
+        if announceSimulation, case .simulatedInStore = tpm.source {
+            printError("\(ProcessGuard.programName): note: \(tpm.summary)")
+        }
+    }
+
+    package func close() {
+        Keychain.closeStore(location)
+        tpm.stop()
+        ProcessGuard.remove(interruptionToken)
+    }
+
+    /// Opens a session on `path`, runs `body`, and closes the session whatever happens.
+    package static func with<R>(_ path: String, _ body: (StoreSession) throws -> R) throws -> R {
+        let session = try StoreSession(path: path)
+        defer { session.close() }
+        return try body(session)
+    }
+}
