@@ -195,6 +195,8 @@ extension StoreError {
             self.init(.timedOut, "The keychain at \(store) could not get an answer from the TPM in time", underlying: error)
         case .lockout:
             self.init(.lockout, "The TPM is in dictionary-attack lockout", underlying: error)
+        case .ownerAuthorizationFailed:
+            self.init(.authenticationFailed, "The keychain at \(store) needs the TPM's owner hierarchy, which has a password: set TPM_KEYCHAIN_OWNER_AUTH to it (it was missing or wrong)", underlying: error)
         // The master key has no PIN and one fixed policy: the TPM refusing it, or failing to
         // parse or load it, means the stored bytes changed, not that the TPM is unwell.
         case .malformedData, .policyCheckFailed, .authorizationFailed, .invalidArgument:

@@ -434,6 +434,7 @@ extension StoreError {
         case .busy, .timedOut: self.init(.timedOut, "The TPM did not answer in time", underlying: error)
         case .lockout: self.init(.lockout, "The TPM is in dictionary-attack lockout: wait for it to recover, or run `tpm-keychain reset-lockout`", underlying: error)
         case .authorizationFailed: self.init(.authenticationFailed, "The TPM refused the authorization", underlying: error)
+        case .ownerAuthorizationFailed: self.init(.authenticationFailed, error.message, underlying: error)
         case .outOfResources: self.init(.notAvailable, "The TPM has no room for another NV index or object; free one (tpm2_nvundefine) or clear the TPM", underlying: error)
         default: self.init(.tpmUnavailable, "The TPM failed: \(error.message)", underlying: error)
         }

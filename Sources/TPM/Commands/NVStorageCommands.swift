@@ -104,10 +104,12 @@ extension Engine {
                 writer.appendSized(definition.marshalled(written: false))
                 try unmarshal(writer.bytes, into: publicInfo, using: Tss2_MU_TPM2B_NV_PUBLIC_Unmarshal, "the NV public area")
                 try setAttributes(session, decrypt: true)
+                try setAuthValue(configuration.ownerAuthorization, of: ESYS_TR(ESYS_TR_RH_OWNER))
+                defer { try? setAuthValue(nil, of: ESYS_TR(ESYS_TR_RH_OWNER)) }
                 var handle = ESYS_TR(ESYS_TR_NONE)
-                try check(Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE),
-                                              ESYS_TR(ESYS_TR_NONE), auth, publicInfo, &handle),
-                          "Esys_NV_DefineSpace(0x\(String(definition.index, radix: 16)))")
+                let rc = Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE),
+                                             ESYS_TR(ESYS_TR_NONE), auth, publicInfo, &handle)
+                try Self.checkOwner(rc, "Esys_NV_DefineSpace(0x\(String(definition.index, radix: 16)))")
                 _ = Esys_TR_Close(esys, &handle)
             }
         }
@@ -120,10 +122,21 @@ extension Engine {
         try check(Esys_TR_FromTPMPublic(esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
                                         ESYS_TR(ESYS_TR_NONE), &handle),
                   "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
-        let rc = Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), handle, ESYS_TR(ESYS_TR_PASSWORD),
-                                       ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
+        try setAuthValue(configuration.ownerAuthorization, of: ESYS_TR(ESYS_TR_RH_OWNER))
+        defer { try? setAuthValue(nil, of: ESYS_TR(ESYS_TR_RH_OWNER)) }
+        // With an owner password, an HMAC session: the password never crosses the bus.
+        let target = handle
+        let rc: TSS2_RC
+        if configuration.ownerAuthorization == nil {
+            rc = Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), target, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                                       ESYS_TR(ESYS_TR_NONE))
+        } else {
+            let session = try startSession(.hmac, saltedWith: nil)
+            rc = Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), target, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
+            flush(session)
+        }
         if rc != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
-        try check(rc, "Esys_NV_UndefineSpace(0x\(String(index, radix: 16)))")
+        try Self.checkOwner(rc, "Esys_NV_UndefineSpace(0x\(String(index, radix: 16)))")
     }
 
     /// TPM2_NV_Increment, authorised by the index's value through `session`.
@@ -170,5 +183,17 @@ extension Engine {
         let attributes = publicArea?.pointee.nvPublic.attributes ?? 0
         discardFromEsys(publicArea)
         return attributes
+    }
+}
+
+extension Engine {
+    /// `check` for a command the owner hierarchy authorizes: a refused authorization is the owner's
+    /// password (missing or wrong), its own error.
+    static func checkOwner(_ rc: TSS2_RC, _ operation: String) throws(TPMError) {
+        do {
+            try check(rc, operation)
+        } catch where error.code == .authorizationFailed {
+            throw ownerAuthorizationFailed(error)
+        }
     }
 }

@@ -28,6 +28,15 @@ public struct TPMConfiguration: Sendable, Hashable {
     /// the connection; a device TPM is bounded by the kernel driver's own command timeouts.
     public var timeout: Duration
 
+    /// The owner hierarchy's authorization, for TPMs whose owner set one (nil: empty, as on most
+    /// machines). Only deriving the storage key and defining or deleting NV indices use it, in an
+    /// HMAC session, so it is never sent in clear. A wrong one does not count toward the
+    /// dictionary-attack lockout (the owner hierarchy is exempt). Not part of equality.
+    public var ownerAuthorization: SecretBytes?
+
+    /// The environment variable that gives ``ownerAuthorization`` (read when a configuration is made).
+    public static let ownerAuthorizationVariable = "TPM_KEYCHAIN_OWNER_AUTH"
+
     /// The environment variable that overrides the default ``timeout``, in seconds.
     public static let timeoutVariable = "TPM_KEYCHAIN_TIMEOUT"
     /// ``timeout`` unless `TPM_KEYCHAIN_TIMEOUT` says otherwise.
@@ -40,9 +49,15 @@ public struct TPMConfiguration: Sendable, Hashable {
     ///     else `~/.cache/tpm-keychain` (never a name other users could create first).
     ///   - timeout: nil for `TPM_KEYCHAIN_TIMEOUT` (seconds) when set, else 30 seconds.
     ///   - logger: where the TPM layer logs; ``Logging/Logger/disabled`` drops everything.
+    ///   - ownerAuthorization: nil for `TPM_KEYCHAIN_OWNER_AUTH` when set, else none.
     public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil,
-                logger: Logger = .disabled) {
+                logger: Logger = .disabled, ownerAuthorization: SecretBytes? = nil) {
         self.logger = logger
+        self.ownerAuthorization = ownerAuthorization
+            ?? getenv(Self.ownerAuthorizationVariable).flatMap { value in
+                let text = String(cString: value)
+                return text.isEmpty ? nil : SecretBytes(copying: Array(text.utf8))
+            }
         self.tcti = tcti
         self.hasResourceManager = hasResourceManager ?? Self.impliesResourceManager(tcti)
         self.lockDirectory = lockDirectory ?? Self.defaultLockDirectory()

@@ -199,7 +199,7 @@ public final class TPMConnection: Sendable {
         }
         try withEngine { engine in
             let definition = NVPublicArea(index: index, kind: kind, options: options)
-            if authValue == nil {
+            if authValue == nil && configuration.ownerAuthorization == nil {
                 try engine.defineNVIndex(definition, authValue: nil, session: ESYS_TR(ESYS_TR_PASSWORD))
                 return
             }

@@ -11,6 +11,9 @@ public struct TPMError: Error, Sendable, Hashable, CustomStringConvertible {
         case policyCheckFailed
         /// The authorization value (PIN) was wrong.
         case authorizationFailed
+        /// The owner hierarchy has a password, and it was not given or is wrong
+        /// (``TPMConfiguration/ownerAuthorization``, `TPM_KEYCHAIN_OWNER_AUTH`).
+        case ownerAuthorizationFailed
         /// The TPM's dictionary-attack protection is refusing authorizations until it recovers.
         case lockout
         /// The TPM ran out of object or session slots or memory.
