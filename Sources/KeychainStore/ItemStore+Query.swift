@@ -246,9 +246,17 @@ extension ItemStore {
         guard state.layout.version == 2 else {
             return try query(ItemQuery(itemClass: itemClass, matching: primary, synchronizable: .any, limit: .one)).first
         }
-        let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
-        let names = ItemNames(version: 2, service: group, file: ItemFileV2.fileName(of: itemClass, primary, keys: state.keys),
-                              encodedIdentity: itemClass.encodedPrimaryKey(of: primary))
+        let encoded = itemClass.encodedPrimaryKey(of: primary)
+        let known = caches.withLock { $0.primaryNames[encoded] }
+        let (group, fileName) = known ?? (ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
+                                          ItemFileV2.fileName(of: itemClass, primary, keys: state.keys))
+        if known == nil {
+            caches.withLock { caches in
+                if caches.primaryNames.count >= Caches.limit { caches.primaryNames.removeAll(keepingCapacity: true) }
+                caches.primaryNames[encoded] = (group, fileName)
+            }
+        }
+        let names = ItemNames(version: 2, service: group, file: fileName, encodedIdentity: encoded)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")

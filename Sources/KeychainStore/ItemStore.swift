@@ -58,6 +58,9 @@ package final class ItemStore: Sendable {
         var consistent: [String: Directory.Stamp] = [:]
         /// Key records read and authenticated; a record never changes once written.
         var records: [[UInt8]: KeyRecord] = [:]
+        /// Group and file names by encoded primary key, for class-generic lookups (SecItem), as
+        /// ``names`` is for the Keychain API's identities.
+        var primaryNames: [[UInt8]: (group: String, file: String)] = [:]
     }
 
     /// An item's group directory and file name, and its identity as the secret's AAD encodes it,
