@@ -26,6 +26,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin.git", from: "1.5.0"),
     ],
     targets: [
         // Layer 0: the tpm2-tss C libraries (ESAPI, TCTI loader, marshalling, RC decoding).
@@ -89,12 +90,14 @@ let package = Package(
             swiftSettings: strictness
         ),
         // What the command-line tools share: the store session (store directory plus the TPM
-        // chosen for it), the process guard (no core dumps, crash and interruption handling), exit statuses.
-        .target(name: "ToolSupport", dependencies: ["TPMKeychain", "TPM"], swiftSettings: strictness),
+        // chosen for it), the process guard (no core dumps, crash and interruption handling), exit
+        // statuses, and password items of both classes on the store engine (internet passwords and
+        // attributes the Keychain API does not offer).
+        .target(name: "ToolSupport", dependencies: ["TPMKeychain", "TPM", "KeychainStore"], swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting", "TPMKeychainFprintd", "ToolSupport",
+                "TPMKeychain", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting", "TPMKeychainFprintd", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

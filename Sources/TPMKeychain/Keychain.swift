@@ -32,6 +32,9 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         "Keychain(service: \"\(service)\"\(accessGroup.map { ", accessGroup: \"\($0)\"" } ?? ""), \(location.path))"
     }
 
+    /// A keychain for `service` in the store at `location`. Only the names are checked here:
+    /// the store is opened by the first operation.
+    ///
     /// - Parameters:
     ///   - service: the service the items belong to (kSecAttrService), 1 to 1024 bytes of UTF-8.
     ///   - accessGroup: a namespace inside the store (kSecAttrAccessGroup).

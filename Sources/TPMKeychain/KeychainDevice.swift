@@ -14,6 +14,10 @@ public struct KeychainDevice: Sendable {
     /// The store whose device this is.
     public let location: KeychainLocation
 
+    /// The device of the store at `location`. Touches nothing: the device's state is read or
+    /// created by the calls that need it.
+    ///
+    /// - Parameter location: the store; the user's default store when omitted.
     public init(location: KeychainLocation = .default) {
         self.location = location
     }
@@ -38,6 +42,9 @@ public struct KeychainDevice: Sendable {
         public let directory: String
     }
 
+    /// What the device holds now: whether a passcode is set, its counters and lock state, and
+    /// the TPM's dictionary-attack state.
+    ///
     /// - Throws: ``KeychainError``.
     public func status() throws(KeychainError) -> Status {
         try withDevice { (device) throws(StoreError) in

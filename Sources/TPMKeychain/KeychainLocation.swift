@@ -34,6 +34,9 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
+    /// A store at `path`, sealed to the TPM that `tcti` names, or to the one
+    /// ``TPMChoice/automatic`` finds.
+    ///
     /// - Parameters:
     ///   - path: an absolute directory path; the store is created there (mode 0700) on first use.
     ///   - tcti: for example `swtpm:host=127.0.0.1,port=2321`; nil chooses ``TPMChoice/automatic``.
@@ -43,6 +46,8 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         try self.init(path: path, tpm: tcti.map { .tcti($0) } ?? .automatic)
     }
 
+    /// A store at `path`, sealed to the TPM that `tpm` finds.
+    ///
     /// - Parameters:
     ///   - path: an absolute directory path; the store is created there (mode 0700) on first use.
     ///   - tpm: how the TPM is found.
@@ -87,6 +92,7 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         hasher.combine(tpm)
     }
 
+    /// The path, and how the TPM is chosen when it is not ``TPMChoice/automatic``.
     public var description: String {
         switch tpm {
         case .automatic: "KeychainLocation(\(path))"

@@ -64,7 +64,7 @@ public final class RecordingTPMProxy: Sendable {
     /// Starts forwarding 127.0.0.1:Q to `host:port` and Q+1 to `host:port+1`.
     ///
     /// - Parameters:
-    ///   - port: the TPM command port, e.g. ``SoftwareTPM/port``.
+    ///   - port: the TPM command port, e.g. `SoftwareTPM.port`.
     ///   - host: where the TPM listens (IPv4 literal).
     /// - Throws: ``RecordingTPMProxyError`` if the ports cannot be bound or threads not started.
     public static func start(forwardingTo port: Int, host: String = "127.0.0.1") throws(RecordingTPMProxyError) -> RecordingTPMProxy {

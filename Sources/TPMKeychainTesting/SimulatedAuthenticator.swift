@@ -34,11 +34,14 @@ public final class SimulatedAuthenticator: Authenticator {
         var cancelled = false
     }
 
+    /// The kind of biometry simulated, as given to ``init(biometryType:enrolled:maximumFailures:)``.
     public let biometryType: BiometryType
     /// Consecutive failures after which verification fails with `.biometryLockout`.
     public let maximumFailures: Int
     private let state = Mutex(State())
 
+    /// A simulated reader with `enrolled` enrolled; every attempt matches until told otherwise.
+    ///
     /// - Parameters:
     ///   - biometryType: Face ID or Touch ID.
     ///   - enrolled: the names enrolled at start ("face", or fingers); empty for none.
@@ -101,12 +104,21 @@ public final class SimulatedAuthenticator: Authenticator {
 
     // MARK: Authenticator
 
+    /// The current enrollment, nil when nothing is enrolled. Its identifier is random and new
+    /// after every ``enroll(_:)``, ``unenroll(_:)`` and ``reenroll()``. Never throws.
     public func enrollment() async throws(AuthenticationError) -> Enrollment? {
         state.withLock { state in
             state.enrolled.isEmpty ? nil : Enrollment(biometryType: biometryType, identifier: state.identifier)
         }
     }
 
+    /// Plays the next outcome of ``nextOutcomes`` (else ``defaultOutcome``) at once, without
+    /// asking anyone, and counts the attempt in ``attempts``.
+    ///
+    /// - Throws: `AuthenticationError` `.biometryNotEnrolled` when nothing is enrolled,
+    ///   `.biometryLockout` after ``maximumFailures`` consecutive failures (until ``resetLockout()``),
+    ///   `.appCancel` once after ``cancel()``, else as the outcome says: `.authenticationFailed`,
+    ///   `.userCancel` or `.userFallback`.
     public func verify(reason: String) async throws(AuthenticationError) {
         let outcome = try state.withLock { (state) throws(AuthenticationError) -> Outcome in
             state.attempts += 1
@@ -133,6 +145,8 @@ public final class SimulatedAuthenticator: Authenticator {
         }
     }
 
+    /// Makes the next ``verify(reason:)`` fail with `.appCancel`: a simulated verification
+    /// completes at once, so there is never one in progress to stop.
     public func cancel() async {
         state.withLock { $0.cancelled = true }
     }

@@ -1,6 +1,5 @@
 import Foundation
 import KeychainStore
-import SystemCalls
 import TPMKeychain
 import ToolSupport
 
@@ -14,21 +13,23 @@ import ToolSupport
 /// password, `password_expiry_utc`, `oauth_refresh_token`) is the item's value, encrypted as every
 /// value is; none of it is an attribute.
 ///
-/// This works on the store engine directly rather than through the SecItem functions: the
-/// engine's errors keep their message (a store sealed by another TPM, a damaged file) where
-/// SecItem would reduce them to an OSStatus; a store is one locked upsert by primary key, an
-/// erase deletes exactly the items it matched, and no process-wide `KeychainEnvironment` is set.
+/// This works on the store engine, through ToolSupport's ``PasswordItems`` and
+/// ``InternetPasswordAttributes`` (which `tpm-keychain`'s `*-internet-password` verbs share),
+/// rather than through the SecItem functions: the engine's errors keep their message (a store
+/// sealed by another TPM, a damaged file) where SecItem would reduce them to an OSStatus; a store
+/// is one locked upsert by primary key, an erase deletes exactly the items it matched, and no
+/// process-wide `KeychainEnvironment` is set.
 struct CredentialStore {
     /// The namespace of git's credentials inside a store (kSecAttrAccessGroup).
     static let accessGroup = "git-credential"
 
-    private let items: ItemStore
+    private let items: PasswordItems
 
     /// Opens the store (one TPM unseal).
     ///
     /// - Throws: ``KeychainError`` from opening the store.
     init(location: KeychainLocation) throws(KeychainError) {
-        items = try OpenStores.store(at: location)
+        items = try PasswordItems(location: location)
     }
 
     // MARK: get
@@ -87,11 +88,8 @@ struct CredentialStore {
         let value = try StoredSecret(credential).encoded
         var primary = attributes(of: credential)
         primary[AttributeTag.server] = credential.server ?? []
-        primary[AttributeTag.port] = Self.port(credential.port)
-        try engine { () throws(StoreError) in
-            try items.write(.internetPassword, primary: primary, mode: .upsert, value: ItemValue(kind: .json, bytes: value),
-                            changes: AttributeChanges())
-        }
+        primary[AttributeTag.port] = InternetPasswordAttributes.port(credential.port)
+        try items.write(.internetPassword, primary: primary, mode: .upsert, value: ItemValue(kind: .json, bytes: value))
     }
 
     // MARK: erase
@@ -116,7 +114,7 @@ struct CredentialStore {
             if let password = pattern.password {
                 guard let secret = try secret(of: item), Self.equal(Array(secret.password.utf8), password) else { continue }
             }
-            if try engine({ () throws(StoreError) in try items.delete(.internetPassword, primary: item.attributes) }) { deleted += 1 }
+            if try items.delete(.internetPassword, primary: item.attributes) { deleted += 1 }
         }
         return deleted
     }
@@ -128,10 +126,9 @@ struct CredentialStore {
         var matching = attributes(of: credential)
         if let server = credential.server {
             matching[AttributeTag.server] = server
-            matching[AttributeTag.port] = Self.port(credential.port)
+            matching[AttributeTag.port] = InternetPasswordAttributes.port(credential.port)
         }
-        let query = ItemQuery(itemClass: .internetPassword, matching: matching, synchronizable: .no, limit: .all)
-        return try engine { () throws(StoreError) in try items.query(query) }.filter { !$0.isProtected }
+        return try items.query(.internetPassword, matching: matching, synchronizable: .no).filter { !$0.isProtected }
     }
 
     /// Access group, protocol, path and account, those `credential` gives.
@@ -147,7 +144,7 @@ struct CredentialStore {
     /// An item's secret; nil when the item went away meanwhile or its value is not this helper's
     /// JSON (written by other SecItem code into the group: skipped, with a note).
     private func secret(of item: ItemQueryResult) throws(KeychainError) -> StoredSecret? {
-        guard let bytes = try engine({ () throws(StoreError) in try items.secret(of: item, recordKey: nil) }) else { return nil }
+        guard let bytes = try items.secret(of: item) else { return nil }
         do {
             return try StoredSecret(decoding: bytes)
         } catch {
@@ -156,19 +153,10 @@ struct CredentialStore {
         }
     }
 
-    /// Apple's kSecAttrProtocol codes for the protocols git-credential-osxkeychain maps; others
+    /// Apple's kSecAttrProtocol code for the protocols git-credential-osxkeychain maps; others
     /// are stored as git names them.
-    static let protocolCodes: [String: String] = [
-        "https": "htps", "http": "http", "ftp": "ftp ", "ftps": "ftps", "imap": "imap", "imaps": "imps", "smtp": "smtp",
-    ]
-
     static func protocolCode(_ name: [UInt8]) -> [UInt8] {
-        protocolCodes[String(decoding: name, as: UTF8.self)].map { Array($0.utf8) } ?? name
-    }
-
-    /// A port as SecItem stores a number: eight bytes, big-endian.
-    static func port(_ port: UInt16?) -> [UInt8] {
-        BigEndian.bytes(UInt64(port ?? 0))
+        InternetPasswordAttributes.protocolCodes[String(decoding: name, as: UTF8.self)].map { Array($0.utf8) } ?? name
     }
 
     /// Compares without stopping at the first difference.
@@ -177,9 +165,5 @@ struct CredentialStore {
         var difference: UInt8 = 0
         for index in lhs.indices { difference |= lhs[index] ^ rhs[index] }
         return difference == 0
-    }
-
-    private func engine<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
-        do { return try body() } catch { throw KeychainError(.init(named: error.code.name), error.message, underlying: error.underlyingError) }
     }
 }

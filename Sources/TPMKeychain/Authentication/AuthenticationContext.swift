@@ -42,10 +42,12 @@ public struct PasscodeSource: Sendable {
 /// Something that carries an ``AuthenticationContext``: the context itself, or an `LAContext`
 /// of LocalAuthenticationCompat (what `kSecUseAuthenticationContext` accepts).
 public protocol AuthenticationContextProviding {
+    /// The context that asks the person and keeps what was opened for its reuse window.
     var authenticationContext: AuthenticationContext { get }
 }
 
 extension AuthenticationContext: AuthenticationContextProviding {
+    /// The context itself.
     public var authenticationContext: AuthenticationContext { self }
 }
 
@@ -103,6 +105,9 @@ public final class AuthenticationContext: Sendable {
     /// most this often (a TPM round trip would cost more than the read it saves).
     public static let resetCheckInterval: Duration = .seconds(1)
 
+    /// A context that asks `authenticator` for biometry and `passcode` for the device passcode.
+    /// Nothing is asked until an evaluation or a protected read needs it.
+    ///
     /// - Parameters:
     ///   - authenticator: a biometric authenticator, or nil for none.
     ///   - passcode: how to get the device passcode, or nil when this context cannot.

@@ -1,7 +1,10 @@
 /// The kind of biometry an authenticator offers (LABiometryType).
 public enum BiometryType: Sendable, Hashable, Codable {
+    /// No biometry: the device has no authenticator, or one that offers none.
     case none
+    /// A fingerprint reader (`FprintdAuthenticator` reports this).
     case touchID
+    /// A face recogniser (`SimulatedAuthenticator`'s default in tests).
     case faceID
 }
 
@@ -13,6 +16,11 @@ public struct Enrollment: Sendable, Hashable {
     /// removed, enrolled again) and never come back: `biometryCurrentSet` items are bound to it.
     public let identifier: [UInt8]
 
+    /// An enrollment as an ``Authenticator`` reports it.
+    ///
+    /// - Parameters:
+    ///   - biometryType: the kind of biometry enrolled.
+    ///   - identifier: bytes that identify this enrolled set and no other, past or future.
     public init(biometryType: BiometryType, identifier: [UInt8]) {
         self.biometryType = biometryType
         self.identifier = identifier
@@ -44,21 +52,40 @@ public protocol Authenticator: Sendable {
 public struct AuthenticationError: Error, Sendable, Hashable, CustomStringConvertible {
     /// LAError.Code, with Apple's raw values.
     public struct Code: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+        /// LAError's raw value.
         public let rawValue: Int
+        /// A code from LAError's raw value; values Apple has not defined are kept as they are.
         public init(rawValue: Int) { self.rawValue = rawValue }
 
+        /// The biometry did not match, or the device passcode was wrong (a wrong passcode
+        /// counts toward the TPM's dictionary-attack lockout).
         public static let authenticationFailed = Code(rawValue: -1)
+        /// The person dismissed the prompt (keychain calls: ``KeychainError/Code-swift.struct/userCanceled``).
         public static let userCancel = Code(rawValue: -2)
+        /// The person chose the passcode instead of biometry; where the item or policy allows
+        /// the passcode, the context then asks for it.
         public static let userFallback = Code(rawValue: -3)
+        /// The system ended the verification (fprintd: no finger within the timeout).
         public static let systemCancel = Code(rawValue: -4)
+        /// The device passcode is needed and none is set, or the context has no ``PasscodeSource``.
         public static let passcodeNotSet = Code(rawValue: -5)
+        /// There is no authenticator, it cannot be reached (no reader, fprintd not running), or
+        /// the device's state cannot be read.
         public static let biometryNotAvailable = Code(rawValue: -6)
+        /// Biometry is needed and nothing is enrolled.
         public static let biometryNotEnrolled = Code(rawValue: -7)
+        /// Too many failed attempts: biometry is locked out, or the TPM's dictionary-attack
+        /// lockout refused the passcode.
         public static let biometryLockout = Code(rawValue: -8)
+        /// The application cancelled: ``AuthenticationContext/invalidate()`` or
+        /// ``Authenticator/cancel()`` during a verification.
         public static let appCancel = Code(rawValue: -9)
+        /// The context was invalidated before this evaluation.
         public static let invalidContext = Code(rawValue: -10)
+        /// Authenticating needs a person and ``AuthenticationContext/interactionNotAllowed`` is set.
         public static let notInteractive = Code(rawValue: -1004)
 
+        /// The code's name (`userCancel`), or `LAError(<raw value>)` for a value without one.
         public var description: String {
             let names: [Int: String] = [-1: "authenticationFailed", -2: "userCancel", -3: "userFallback", -4: "systemCancel",
                                         -5: "passcodeNotSet", -6: "biometryNotAvailable", -7: "biometryNotEnrolled",
@@ -67,14 +94,22 @@ public struct AuthenticationError: Error, Sendable, Hashable, CustomStringConver
         }
     }
 
+    /// What a caller acts on.
     public let code: Code
+    /// What happened, for people; never contains a secret.
     public let message: String
 
+    /// An error with a code and a message for people.
+    ///
+    /// - Parameters:
+    ///   - code: what a caller acts on.
+    ///   - message: a sentence for people, without secrets.
     public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message
     }
 
+    /// The message, followed by the code's name in parentheses.
     public var description: String { "\(message) (\(code))" }
 }
 

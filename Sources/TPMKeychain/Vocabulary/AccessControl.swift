@@ -14,7 +14,10 @@ package import KeychainStore
 public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertible {
     /// SecAccessControlCreateFlags, with Apple's raw values.
     public struct Flags: OptionSet, Sendable, Hashable, Codable {
+        /// SecAccessControlCreateFlags' raw value.
         public let rawValue: UInt
+        /// Flags from Apple's raw value; ``AccessControl/init(_:flags:)`` refuses bits it has no
+        /// equivalent for.
         public init(rawValue: UInt) { self.rawValue = rawValue }
 
         /// Biometry or the device passcode (kSecAccessControlUserPresence). Survives enrollment changes.
@@ -58,6 +61,7 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         self.flags = flags
     }
 
+    /// The accessibility class and the names of the constraint flags, for logs.
     public var description: String {
         let names: [(Flags, String)] = [(.userPresence, "userPresence"), (.biometryAny, "biometryAny"), (.biometryCurrentSet, "biometryCurrentSet"),
                                         (.devicePasscode, "devicePasscode"), (.or, "or"), (.and, "and")]
@@ -75,6 +79,10 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         AccessFlags(rawValue: UInt32(truncatingIfNeeded: flags.rawValue)).union(flags.rawValue >> 32 != 0 ? AccessFlags(rawValue: 1 << 2) : [])
     }
 
+    /// Decodes an access control and validates it again, as ``init(_:flags:)`` does, so a
+    /// combination that init refuses cannot arrive through a decoder.
+    ///
+    /// - Throws: the decoder's errors, or ``KeychainError`` `.invalidParameter`.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         try self.init(try container.decode(Accessibility.self, forKey: .accessibility), flags: try container.decode(Flags.self, forKey: .flags))

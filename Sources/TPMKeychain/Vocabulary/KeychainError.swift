@@ -74,6 +74,8 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
     /// The lower-level error, for logs: a TPM error, an errno, a decoding error.
     public let underlyingError: (any Error)?
 
+    /// An error with a code, a message for people and, when there is one, its cause.
+    ///
     /// - Parameters:
     ///   - code: what a caller acts on.
     ///   - message: a sentence for people, without secrets.

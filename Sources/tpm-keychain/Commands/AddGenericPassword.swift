@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainStore
 import TPMKeychain
 import ToolSupport
 
@@ -38,6 +39,14 @@ struct AddGenericPassword: ParsableCommand {
     @Option(name: [.customShort("j"), .customLong("comment")], parsing: .unconditional, help: "Comment (kSecAttrComment).")
     var comment: String?
 
+    @Option(name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
+            help: "Kind, as security calls kSecAttrDescription (\"application password\", ...).")
+    var kind: String?
+
+    @Option(name: [.customShort("G"), .customLong("generic")], parsing: .unconditional,
+            help: "Generic attribute (kSecAttrGeneric), stored as the UTF-8 bytes of the text given.")
+    var generic: String?
+
     @Option(name: .customLong("access-control"), help: ArgumentHelp(
         "Who may read the item, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM.",
         valueName: "flags"))
@@ -52,17 +61,12 @@ struct AddGenericPassword: ParsableCommand {
         try reportingErrors {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             _ = try Keychain(service: service)
-            _ = try AccessControlArgument.parse(flags: accessControl, accessible: accessible)
-            let value: PasswordValue
-            if let password {
-                printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) while the command runs; give it on standard input instead")
-                value = .text(password)
-            } else {
-                value = try PasswordInput.read(prompt: "password data for new item: ")
-                if value.isEmpty && !allowEmpty {
-                    throw CommandFailure(ExitStatus.usage, "the password read from standard input is empty; nothing was stored (use --allow-empty to store an empty password)")
-                }
+            try PasswordItems.validate(account, "account")
+            if try AccessControlArgument.parse(flags: accessControl, accessible: accessible) != nil, kind != nil || generic != nil {
+                // The protected write takes no such attributes; storing the item without them would drop them silently.
+                throw CommandFailure(ExitStatus.usage, "-D and -G cannot be combined with --access-control or --accessible")
             }
+            let value = try PasswordInput.forNewItem(given: password, allowEmpty: allowEmpty)
             try StoreSession.with(store.path) { try perform(in: $0, value: value) }
         }
     }
@@ -85,11 +89,14 @@ struct AddGenericPassword: ParsableCommand {
             }
             return
         }
-        switch (value, update) {
-        case (.text(let text), false): try keychain.add(text, forKey: account, label: label, comment: comment)
-        case (.text(let text), true): try keychain.set(text, forKey: account, label: label, comment: comment)
-        case (.bytes(let bytes), false): try keychain.add(bytes, forKey: account, label: label, comment: comment)
-        case (.bytes(let bytes), true): try keychain.set(bytes, forKey: account, label: label, comment: comment)
-        }
+        // On the engine, as the Keychain API writes (same primary key, same value kinds), which
+        // also sets kSecAttrDescription; -U keeps the attributes this command does not give.
+        var primary = AttributeList()
+        primary.setString(service, for: AttributeTag.service)
+        primary.setString(account, for: AttributeTag.account)
+        if let kind { primary.setString(kind, for: AttributeTag.description) }
+        try PasswordItems(location: session.location).write(
+            .genericPassword, primary: primary, mode: update ? .upsert : .add, value: value.itemValue,
+            changes: AttributeChanges(label: label, comment: comment, genericData: generic.map { Data($0.utf8) }))
     }
 }

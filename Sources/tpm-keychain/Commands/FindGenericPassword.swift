@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import KeychainStore
 import TPMKeychain
 import ToolSupport
 
@@ -7,7 +8,13 @@ import ToolSupport
 struct FindGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "find-generic-password",
-        abstract: "Show a generic password item's attributes, or with -w only its password.")
+        abstract: "Show a generic password item's attributes, or with -w only its password.",
+        discussion: """
+            The first item of the service (in creation order) that matches every attribute given is \
+            shown. Items of an access group are another program's and are not searched. With --json \
+            the item is one JSON object (README, "Scriptable output"), holding the password only \
+            with -w or -g.
+            """)
 
     @OptionGroup var store: KeychainOptions
 
@@ -18,8 +25,22 @@ struct FindGenericPassword: ParsableCommand {
             help: "Account name; omitted: the service's first account in creation order, as security matches any.")
     var account: String?
 
+    @Option(name: [.customShort("D"), .customLong("kind")], parsing: .unconditional, help: "Match the kind (kSecAttrDescription).")
+    var kind: String?
+
+    @Option(name: [.customShort("G"), .customLong("generic")], parsing: .unconditional,
+            help: "Match the generic attribute (kSecAttrGeneric), as the UTF-8 bytes of the text given.")
+    var generic: String?
+
     @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")
     var passwordOnly = false
+
+    @Flag(name: [.customShort("g"), .customLong("show-password")],
+          help: "Also print the password, on standard error as security does (password: \"...\").")
+    var showPassword = false
+
+    @Flag(name: .customLong("json"), help: "Print the item as a JSON object.")
+    var json = false
 
     @OptionGroup var passcodeOptions: PasscodeOptions
 
@@ -32,23 +53,37 @@ struct FindGenericPassword: ParsableCommand {
         }
     }
 
-    func perform(in session: StoreSession, context: AuthenticationContext? = nil, output: OutputLine = { print($0) }) throws {
-        let keychain = try Keychain(service: service, location: session.location)
-        guard let account = try account ?? keychain.allKeys().first else {
-            throw KeychainError(.itemNotFound, "No item of service \"\(service)\"")
+    func perform(in session: StoreSession, context: AuthenticationContext? = nil, output: OutputLine = { print($0) },
+                 errorOutput: OutputLine = { printError($0) }) throws {
+        var matching = AttributeList()
+        matching.setString(service, for: AttributeTag.service)
+        matching.setString(account, for: AttributeTag.account)
+        matching.setString(kind, for: AttributeTag.description)
+        matching[AttributeTag.generic] = generic.map { Array($0.utf8) }
+        let found = try PasswordItems(location: session.location).query(.genericPassword, matching: matching)
+        guard let item = found.map(ShownItem.init).first(where: \.isUngrouped), let account = item.text(AttributeTag.account) else {
+            throw notFound()
         }
-        if passwordOnly {
-            // A protected item asks for biometry or the passcode (a reused context asks once).
+        var secret: Data?
+        if passwordOnly || showPassword {
+            // Through the Keychain API: a protected item asks for biometry or the passcode (a
+            // reused context asks once).
+            let keychain = try Keychain(service: service, location: session.location)
             let context = context ?? CommandAuthentication.context(for: session, passcode: PasscodeInput(passcodeOptions))
-            guard let secret = try waitFor({ try await keychain.get(account, as: Data.self, context: context) }) else { throw notFound(account) }
+            guard let value = try waitFor({ try await keychain.get(account, as: Data.self, context: context) }) else { throw notFound() }
+            secret = value
+        }
+        if json {
+            output(try ItemJSON.text(ItemJSON.object(item, keychain: session.path, secret: secret)))
+        } else if passwordOnly, let secret {
             output(SecurityFormat.bareValue(secret))
         } else {
-            guard let attributes = try keychain.attributes(forKey: account) else { throw notFound(account) }
-            SecurityFormat.attributeBlock(attributes, keychain: session.path).forEach(output)
+            SecurityFormat.attributeBlock(item, keychain: session.path).forEach(output)
+            if let secret { errorOutput("password: " + SecurityFormat.value(secret)) }
         }
     }
 
-    private func notFound(_ account: String) -> KeychainError {
-        KeychainError(.itemNotFound, "No item for account \"\(account)\" of service \"\(service)\"")
+    private func notFound() -> KeychainError {
+        KeychainError(.itemNotFound, "No item for \(account.map { "account \"\($0)\"" } ?? "any account") of service \"\(service)\"")
     }
 }

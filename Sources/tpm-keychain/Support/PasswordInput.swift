@@ -28,6 +28,24 @@ enum PasswordInput {
     /// The store refuses larger values anyway; stop reading rather than fill memory first.
     static let maximumSize = 16 << 20
 
+    /// The password of an `add-*-password` verb: the one given with `-w`, after warning that
+    /// every local user can read it while the command runs; else ``read(prompt:)``, refusing an
+    /// empty one unless `allowEmpty`.
+    ///
+    /// - Throws: ``CommandFailure`` (usage) for an empty password from standard input, and what
+    ///   ``read(prompt:)`` throws.
+    static func forNewItem(given password: String?, allowEmpty: Bool) throws(CommandFailure) -> PasswordValue {
+        if let password {
+            printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) while the command runs; give it on standard input instead")
+            return .text(password)
+        }
+        let value = try read(prompt: "password data for new item: ")
+        if value.isEmpty && !allowEmpty {
+            throw CommandFailure(ExitStatus.usage, "the password read from standard input is empty; nothing was stored (use --allow-empty to store an empty password)")
+        }
+        return value
+    }
+
     /// On a terminal: prompts on stderr with echo off and reads one line. Otherwise: reads all of
     /// standard input and drops one trailing newline (what `echo` and here-strings add).
     ///

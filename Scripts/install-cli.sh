@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Builds tpm-keychain for release and installs it with its man page and shell completions.
+#
+#   Scripts/install-cli.sh [--prefix DIR] [--dry-run]
+#
+# Installs, under the prefix (default ~/.local):
+#   bin/tpm-keychain                                   built with the Swift runtime linked in
+#   share/man/man1/tpm-keychain.1                      swift-argument-parser's generate-manual plugin
+#   share/bash-completion/completions/tpm-keychain     tpm-keychain --generate-completion-script bash
+#   share/zsh/site-functions/_tpm-keychain             ... zsh
+#   share/fish/vendor_completions.d/tpm-keychain.fish  ... fish
+#
+# The man page and the completions are generated from the command's ArgumentParser definitions,
+# so they always match the binary. --dry-run prints the commands and runs none of them.
+#
+# About the man page: the GenerateManual plugin of swift-argument-parser 1.8 has no option to
+# pick a product. It builds every product of the package in release mode (without
+# --static-swift-stdlib), runs `generate-manual` on each executable that uses ArgumentParser
+# (here only tpm-keychain) and writes the pages into its own work directory under .build, so it
+# needs no --allow-writing-to-package-directory. The first run therefore takes a few minutes.
+# It runs before the static build, so the binary left in .build/release and installed is the one
+# with the Swift runtime linked in.
+set -euo pipefail
+
+usage() {
+    cat <<'EOF'
+Usage: Scripts/install-cli.sh [--prefix DIR] [--dry-run]
+
+  --prefix DIR   where to install (default: ~/.local): bin/, share/man/man1/,
+                 share/bash-completion/completions/, share/zsh/site-functions/,
+                 share/fish/vendor_completions.d/
+  --dry-run      print what would be run, build and install nothing
+  -h, --help     this text
+EOF
+}
+
+prefix="${HOME:?HOME is not set}/.local"
+dry_run=false
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix)
+            [ $# -ge 2 ] && [ -n "$2" ] || { echo "install-cli.sh: --prefix needs a directory" >&2; exit 64; }
+            prefix="$2"; shift 2 ;;
+        --prefix=*)
+            prefix="${1#--prefix=}"
+            [ -n "$prefix" ] || { echo "install-cli.sh: --prefix needs a directory" >&2; exit 64; }
+            shift ;;
+        --dry-run) dry_run=true; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "install-cli.sh: unknown argument: $1" >&2; usage >&2; exit 64 ;;
+    esac
+done
+case "$prefix" in
+    /*) ;;
+    *) prefix="$PWD/$prefix" ;;   # relative to where the script was called from
+esac
+
+cd "$(dirname "$0")/.."
+
+# Runs a command, or only shows it with --dry-run.
+run() {
+    printf '+'; printf ' %q' "$@"; printf '\n'
+    if ! $dry_run; then "$@"; fi
+}
+
+bin_dir="$prefix/bin"
+man_dir="$prefix/share/man/man1"
+bash_dir="$prefix/share/bash-completion/completions"
+zsh_dir="$prefix/share/zsh/site-functions"
+fish_dir="$prefix/share/fish/vendor_completions.d"
+
+staging=$(mktemp -d "${TMPDIR:-/tmp}/tpm-keychain-install.XXXXXX")
+trap 'rm -rf "$staging"' EXIT
+
+# 1. The man page, through the plugin (see the header). The date is the last commit's, so the
+#    page does not change from one run to the next.
+manual_options=()
+if date=$(git log -1 --format=%cs 2>/dev/null) && [ -n "$date" ]; then
+    manual_options+=(--date "$date")
+fi
+if $dry_run; then
+    run swift package plugin generate-manual "${manual_options[@]}"
+    manual_page=.build/plugins/GenerateManual/outputs/tpm-keychain/tpm-keychain.1
+else
+    printf '+ swift package plugin generate-manual %s\n' "${manual_options[*]}"
+    swift package plugin generate-manual "${manual_options[@]}" | tee "$staging/generate-manual.log"
+    # The plugin says where it wrote the page: "Generated manual in 'file:///…/tpm-keychain/'".
+    manual_directory=$(sed -n "s|^Generated manual in '\(file://\)\{0,1\}\(.*/tpm-keychain/\{0,1\}\)'\$|\2|p" \
+        "$staging/generate-manual.log" | tail -n 1)
+    manual_page="${manual_directory%/}/tpm-keychain.1"
+    [ -n "$manual_directory" ] && [ -f "$manual_page" ] || {
+        echo "install-cli.sh: the generate-manual plugin did not report tpm-keychain.1" >&2; exit 1; }
+fi
+
+# 2. The binary, with the Swift runtime linked in (it halves the start-up time).
+run swift build -c release --static-swift-stdlib --product tpm-keychain
+if $dry_run; then
+    binary=.build/release/tpm-keychain
+else
+    binary="$(swift build -c release --static-swift-stdlib --show-bin-path)/tpm-keychain"
+    [ -x "$binary" ] || { echo "install-cli.sh: $binary was not built" >&2; exit 1; }
+fi
+
+# 3. Completion scripts, from the binary just built.
+for shell in bash zsh fish; do
+    if $dry_run; then
+        printf '+ %q --generate-completion-script %s > %q\n' "$binary" "$shell" "$staging/tpm-keychain.$shell"
+    else
+        printf '+ %q --generate-completion-script %s\n' "$binary" "$shell"
+        "$binary" --generate-completion-script "$shell" > "$staging/tpm-keychain.$shell"
+        [ -s "$staging/tpm-keychain.$shell" ] || {
+            echo "install-cli.sh: the $shell completion script is empty" >&2; exit 1; }
+    fi
+done
+
+# 4. Install.
+run install -d -m 755 "$bin_dir" "$man_dir" "$bash_dir" "$zsh_dir" "$fish_dir"
+run install -m 755 "$binary" "$bin_dir/tpm-keychain"
+run install -m 644 "$manual_page" "$man_dir/tpm-keychain.1"
+run install -m 644 "$staging/tpm-keychain.bash" "$bash_dir/tpm-keychain"
+run install -m 644 "$staging/tpm-keychain.zsh" "$zsh_dir/_tpm-keychain"
+run install -m 644 "$staging/tpm-keychain.fish" "$fish_dir/tpm-keychain.fish"
+
+if $dry_run; then
+    echo "Dry run: nothing was built or installed."
+else
+    echo "Installed tpm-keychain under $prefix."
+    case ":$PATH:" in
+        *":$bin_dir:"*) ;;
+        *) echo "Note: $bin_dir is not on PATH." ;;
+    esac
+fi
