@@ -1,4 +1,5 @@
 import Synchronization
+import SystemCalls
 public import TPMKeychain
 #if canImport(Glibc)
 import Glibc
@@ -59,7 +60,7 @@ public final class LogindSessionLock: SessionLockState {
 
     private let cache: LockStateCache
     private let wakeup: Wakeup
-    private let thread: Mutex<BusThread?>
+    private let thread: Mutex<JoinableThread?>
 
     /// Finds the session, reads its `LockedHint` and starts following it, then returns.
     ///
@@ -107,7 +108,12 @@ public final class LogindSessionLock: SessionLockState {
             busAddress: busAddress, session: session, environmentSessionID: environmentSessionID, timeout: timeout, cache: cache, wakeup: wakeup
         )
         let startup = FollowerStartup()
-        let thread = try BusThread { follower.run(startup: startup) }
+        let thread: JoinableThread
+        do {
+            thread = try JoinableThread { follower.run(startup: startup) }
+        } catch {
+            throw LogindSessionLockError(.systemCallFailed, "Cannot start the session lock's thread", underlying: error)
+        }
         switch startup.wait() {
         case .success(let path):
             sessionPath = path

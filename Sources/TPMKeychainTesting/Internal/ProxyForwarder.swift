@@ -54,9 +54,9 @@ final class ProxyForwarder: Sendable {
             listenPort: pair.port, commandListener: pair.first, controlListener: pair.second,
             upstreamHost: upstreamHost, upstreamPort: upstreamPort)
         do {
-            let command = try JoinableThread { [forwarder] in forwarder.acceptLoop(.command) }
+            let command = try proxyThread { [forwarder] in forwarder.acceptLoop(.command) }
             forwarder.state.withLock { $0.acceptThreads.append(command) }
-            let control = try JoinableThread { [forwarder] in forwarder.acceptLoop(.control) }
+            let control = try proxyThread { [forwarder] in forwarder.acceptLoop(.control) }
             forwarder.state.withLock { $0.acceptThreads.append(control) }
         } catch {
             forwarder.stop()
@@ -123,11 +123,11 @@ final class ProxyForwarder: Sendable {
                 return
             }
             do {
-                let toTPM = try JoinableThread { [self] in
+                let toTPM = try proxyThread { [self] in
                     pump(from: client, to: upstream, channel: channel, parsing: true, connection: connection)
                 }
                 state.withLock { $0.pumpThreads.append(toTPM) }
-                let fromTPM = try JoinableThread { [self] in
+                let fromTPM = try proxyThread { [self] in
                     pump(from: upstream, to: client, channel: channel, parsing: false, connection: connection)
                 }
                 state.withLock { $0.pumpThreads.append(fromTPM) }
@@ -203,5 +203,14 @@ private final class Connection: Sendable {
             return count == 0
         }
         if last { forwarder.closeConnection(self) }
+    }
+}
+
+/// A joinable thread, its failure to start reported as the proxy's error.
+private func proxyThread(_ body: @escaping @Sendable () -> Void) throws(RecordingTPMProxyError) -> JoinableThread {
+    do {
+        return try JoinableThread(body)
+    } catch {
+        throw RecordingTPMProxyError(.threadCreationFailed, "cannot start a proxy thread", systemErrno: error.rawValue)
     }
 }

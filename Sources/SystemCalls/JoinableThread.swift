@@ -1,14 +1,14 @@
-// A pthread that can be joined. Foundation.Thread cannot be joined, and the proxy's stop() must
-// know that every forwarding thread has finished before it closes the descriptors they use.
+// A pthread that can be joined. Foundation.Thread cannot be joined, and a Dispatch queue's worker
+// would be held for as long as a long-running loop runs; owners that close what their thread uses
+// (the recording proxy's descriptors, the logind follower's bus) must know it has finished.
 
-import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
 
-struct JoinableThread: Sendable {
+package struct JoinableThread: Sendable {
     private final class Body {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
@@ -18,9 +18,8 @@ struct JoinableThread: Sendable {
 
     /// Starts `body` on a new thread.
     ///
-    /// - Throws: ``RecordingTPMProxyError`` with code `.threadCreationFailed` and
-    ///   pthread_create's error number.
-    init(_ body: @escaping @Sendable () -> Void) throws(RecordingTPMProxyError) {
+    /// - Throws: `Errno` with pthread_create's error number.
+    package init(_ body: @escaping @Sendable () -> Void) throws(Errno) {
         let context = Unmanaged.passRetained(Body(body)).toOpaque()
         var handle = pthread_t()
         let result = pthread_create(&handle, nil, { raw in
@@ -30,13 +29,13 @@ struct JoinableThread: Sendable {
         }, context)
         guard result == 0 else {
             Unmanaged<Body>.fromOpaque(context).release()
-            throw RecordingTPMProxyError(.threadCreationFailed, "cannot start a proxy thread", systemErrno: result)
+            throw Errno(rawValue: result)
         }
         self.handle = handle
     }
 
-    /// Waits for the thread to finish. Call exactly once.
-    func join() {
+    /// Waits for the thread to finish. Call exactly once, from another thread.
+    package func join() {
         _ = pthread_join(handle, nil)
     }
 }
