@@ -23,21 +23,7 @@ struct AddGenericPassword: ParsableCommand {
     @Option(name: [.customShort("a"), .customLong("account")], help: "Account name.")
     var account: String
 
-    @Option(name: [.customShort("w"), .customLong("password")], parsing: .unconditional,
-            help: "The password. Visible to other users in the process list while the command runs: prefer standard input.")
-    var password: String?
-
-    @Flag(name: [.customShort("U"), .customLong("update")], help: "Update the item if it already exists.")
-    var update = false
-
-    @Flag(name: .customLong("allow-empty"), help: "Accept an empty password from standard input (otherwise refused as a likely mistake).")
-    var allowEmpty = false
-
-    @Option(name: [.customShort("l"), .customLong("label")], parsing: .unconditional, help: "Label (kSecAttrLabel).")
-    var label: String?
-
-    @Option(name: [.customShort("j"), .customLong("comment")], parsing: .unconditional, help: "Comment (kSecAttrComment).")
-    var comment: String?
+    @OptionGroup var item: NewItemOptions
 
     @Option(name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
             help: "Kind, as security calls kSecAttrDescription (\"application password\", ...).")
@@ -66,7 +52,7 @@ struct AddGenericPassword: ParsableCommand {
                 // The protected write takes no such attributes; storing the item without them would drop them silently.
                 throw CommandFailure(ExitStatus.usage, "-D and -G cannot be combined with --access-control or --accessible")
             }
-            let value = try PasswordInput.forNewItem(given: password, allowEmpty: allowEmpty)
+            let value = try PasswordInput.forNewItem(given: item.password, allowEmpty: item.allowEmpty)
             try StoreSession.with(store.path) { try perform(in: $0, value: value) }
         }
     }
@@ -76,11 +62,11 @@ struct AddGenericPassword: ParsableCommand {
         let keychain = try Keychain(service: service, location: session.location)
         if let control = try AccessControlArgument.parse(flags: accessControl, accessible: accessible) {
             // Adding never prompts; biometryCurrentSet binds to the authenticator's enrollment.
-            if !update, try keychain.contains(account) {
+            if !item.update, try keychain.contains(account) {
                 throw KeychainError(.duplicateItem, "An item for \(account) already exists")
             }
             let context = context ?? CommandAuthentication.context(for: session, passcode: nil)
-            let (account, label) = (account, label)
+            let (account, label) = (account, item.label)
             switch value {
             case .text(let text):
                 try waitFor { try await keychain.set(text, forKey: account, accessControl: control, context: context, label: label) }
@@ -96,7 +82,7 @@ struct AddGenericPassword: ParsableCommand {
         primary.setString(account, for: AttributeTag.account)
         if let kind { primary.setString(kind, for: AttributeTag.description) }
         try PasswordItems(location: session.location).write(
-            .genericPassword, primary: primary, mode: update ? .upsert : .add, value: value.itemValue,
-            changes: AttributeChanges(label: label, comment: comment, genericData: generic.map { Data($0.utf8) }))
+            .genericPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
+            changes: AttributeChanges(label: item.label, comment: item.comment, genericData: generic.map { Data($0.utf8) }))
     }
 }

@@ -22,21 +22,7 @@ struct AddInternetPassword: ParsableCommand {
 
     @OptionGroup var attributes: InternetPasswordOptions
 
-    @Option(name: [.customShort("w"), .customLong("password")], parsing: .unconditional,
-            help: "The password. Visible to other users in the process list while the command runs: prefer standard input.")
-    var password: String?
-
-    @Flag(name: [.customShort("U"), .customLong("update")], help: "Update the item if it already exists.")
-    var update = false
-
-    @Flag(name: .customLong("allow-empty"), help: "Accept an empty password from standard input (otherwise refused as a likely mistake).")
-    var allowEmpty = false
-
-    @Option(name: [.customShort("l"), .customLong("label")], parsing: .unconditional, help: "Label (kSecAttrLabel).")
-    var label: String?
-
-    @Option(name: [.customShort("j"), .customLong("comment")], parsing: .unconditional, help: "Comment (kSecAttrComment).")
-    var comment: String?
+    @OptionGroup var item: NewItemOptions
 
     @Option(name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
             help: "Kind, as security calls kSecAttrDescription (\"Internet password\", ...).")
@@ -51,7 +37,7 @@ struct AddInternetPassword: ParsableCommand {
         try reportingErrors {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             let primary = try primaryAttributes()
-            let value = try PasswordInput.forNewItem(given: password, allowEmpty: allowEmpty)
+            let value = try PasswordInput.forNewItem(given: item.password, allowEmpty: item.allowEmpty)
             try StoreSession.with(store.path) { try perform(in: $0, primary: primary, value: value) }
         }
     }
@@ -71,8 +57,8 @@ struct AddInternetPassword: ParsableCommand {
     /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
     func perform(in session: StoreSession, primary: AttributeList, value: PasswordValue) throws {
         try PasswordItems(location: session.location).write(
-            .internetPassword, primary: primary, mode: update ? .upsert : .add, value: value.itemValue,
-            changes: AttributeChanges(label: label, comment: comment))
+            .internetPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
+            changes: AttributeChanges(label: item.label, comment: item.comment))
     }
 }
 
