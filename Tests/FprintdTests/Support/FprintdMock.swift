@@ -172,12 +172,17 @@ final class FprintdMock: @unchecked Sendable {
     /// Runs mockctl.py and returns its standard output.
     @discardableResult
     private func control(_ arguments: [String]) async throws -> String {
-        let output = "\(directory)/mockctl-\(UUID().uuidString)"
-        defer { try? FileManager.default.removeItem(atPath: output) }
-        let pid = try Self.spawn(
-            Self.python, [Self.fixtures.appendingPathComponent("mockctl.py").path, address] + arguments,
-            environment: environment, standardOutput: output + ".out", standardError: output + ".err"
-        )
+        try await Self.runControl(Self.fixtures.appendingPathComponent("mockctl.py"), address: address, arguments, environment: environment,
+                                  directory: directory, label: "mockctl")
+    }
+
+    /// Runs a mock's control script (`<script> <bus address> <arguments>`) with Debian's python
+    /// and returns its standard output; a failure carries its standard error.
+    static func runControl(_ script: URL, address: String, _ arguments: [String], environment: [String], directory: String,
+                           label: String) async throws -> String {
+        let output = "\(directory)/\(label)-\(UUID().uuidString)"
+        let pid = try spawn(python, [script.path, address] + arguments, environment: environment,
+                            standardOutput: output + ".out", standardError: output + ".err")
         defer {
             try? FileManager.default.removeItem(atPath: output + ".out")
             try? FileManager.default.removeItem(atPath: output + ".err")
@@ -193,7 +198,7 @@ final class FprintdMock: @unchecked Sendable {
         let standardOutput = (try? String(contentsOfFile: output + ".out", encoding: .utf8)) ?? ""
         guard status == 0 else {
             let standardError = (try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? ""
-            throw FprintdMockError(description: "mockctl \(arguments.joined(separator: " ")) failed (status \(status)): \(standardError)")
+            throw FprintdMockError(description: "\(label) \(arguments.joined(separator: " ")) failed (status \(status)): \(standardError)")
         }
         return standardOutput
     }

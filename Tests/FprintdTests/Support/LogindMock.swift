@@ -116,28 +116,7 @@ final class LogindMock: @unchecked Sendable {
     /// Runs Fixtures/logind/mockctl.py and returns its standard output.
     @discardableResult
     private func control(_ arguments: [String]) async throws -> String {
-        let output = "\(bus.directory)/logindctl-\(UUID().uuidString)"
-        let pid = try FprintdMock.spawn(
-            FprintdMock.python, [Self.fixtures.appendingPathComponent("mockctl.py").path, address] + arguments,
-            environment: environment, standardOutput: output + ".out", standardError: output + ".err"
-        )
-        defer {
-            try? FileManager.default.removeItem(atPath: output + ".out")
-            try? FileManager.default.removeItem(atPath: output + ".err")
-        }
-        // waitpid blocks: off the cooperative pool.
-        let status: Int32 = await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                var status: Int32 = 0
-                _ = try? retryingInterrupts { waitpid(pid, &status, 0) }
-                continuation.resume(returning: status)
-            }
-        }
-        let standardOutput = (try? String(contentsOfFile: output + ".out", encoding: .utf8)) ?? ""
-        guard status == 0 else {
-            let standardError = (try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? ""
-            throw FprintdMockError(description: "logind mockctl \(arguments.joined(separator: " ")) failed (status \(status)): \(standardError)")
-        }
-        return standardOutput
+        try await FprintdMock.runControl(Self.fixtures.appendingPathComponent("mockctl.py"), address: address, arguments,
+                                         environment: environment, directory: bus.directory, label: "logind mockctl")
     }
 }
