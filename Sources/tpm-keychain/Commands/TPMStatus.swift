@@ -40,7 +40,7 @@ struct TPMStatus: ParsableCommand {
             print("    NV counters:       \(status.nvCounters) defined")
             let device = try KeychainDevice(location: session.location).status()
             func counter(_ value: UInt64?) -> String { value.map(String.init) ?? "not defined yet" }
-            func handle(_ value: UInt32) -> String { "0x" + String(value, radix: 16) }
+            func handle(_ value: UInt32) -> String { "0x" + String(repeating: "0", count: max(0, 8 - String(value, radix: 16).count)) + String(value, radix: 16) }
             print("device:       \(SecurityFormat.quoted(device.directory))")
             print("    passcode:          \(device.passcodeIsSet ? "set" : "not set")")
             print("    enrollment counter: \(counter(device.enrollmentCounter)) (NV \(handle(device.nvIndices[0])); +1 per enrollment change)")
