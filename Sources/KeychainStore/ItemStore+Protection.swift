@@ -182,7 +182,7 @@ extension ItemStore {
                                  ? "This item needs biometry or the device passcode" : protection.passcode
                                  ? "This item needs the device passcode" : "This item needs biometry")
             }
-            return RecordKey(recordID: recordID, privateKey: KeyRecord.privateKey(secret: secret, recordID: recordID),
+            return RecordKey(recordID: recordID, privateKey: try KeyRecord.privateKey(secret: secret, recordID: recordID),
                              startupEpoch: withStartupEpoch ? try device.tpmCall { try connection.startupEpoch() } : nil)
         } catch let error where error.code == .biometryInvalidated && !protection.hasPasscodeProtector {
             try invalidate(record, state)
@@ -319,7 +319,7 @@ extension ItemStore {
         }
         let record = KeyRecord(storeID: storeID, recordID: recordID, accessibility: draft.accessibility, flags: draft.flags,
                                accessFlags: draft.accessFlags, nvBase: draft.nvBase, enrollmentEpoch: epoch, passcodeKey: passcodeBytes,
-                               publicKey: Array(KeyRecord.privateKey(secret: secret, recordID: recordID).publicKey.rawRepresentation),
+                               publicKey: Array(try KeyRecord.privateKey(secret: secret, recordID: recordID).publicKey.rawRepresentation),
                                sealedProtector: sealed, passcodeProtector: wrapped)
         guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: true) else {
             throw StoreError(.storageFailed, "Cannot create \(root)/\(KeyRecord.directoryName)")

@@ -200,23 +200,33 @@ struct KeyRecord: Sendable, Equatable {
     static let protectedSecretInfo = Array("TPMKeychain v2 protected secret".utf8)
 
     /// The record's private key from its secret S.
-    static func privateKey(secret: SecretBytes, recordID: [UInt8]) -> Curve25519.KeyAgreement.PrivateKey {
+    ///
+    /// - Throws: ``StoreError`` `.tampered` if the derived bytes are not a key (X25519 takes any 32
+    ///   bytes, clamping them, so this does not happen).
+    static func privateKey(secret: SecretBytes, recordID: [UInt8]) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
         let seed = secret.withUnsafeBytes {
             HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: recordKeyInfo, outputByteCount: 32)
         }
-        // X25519 takes any 32 bytes (they are clamped), so this cannot fail.
-        return seed.withUnsafeBytes { bytes in
-            (try? Curve25519.KeyAgreement.PrivateKey(rawRepresentation: bytes)) ?? Curve25519.KeyAgreement.PrivateKey()
+        do {
+            return try seed.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
+        } catch {
+            throw StoreError(.tampered, "The key record's secret does not give an X25519 key", underlying: error)
+        }
+    }
+
+    /// Two secrets side by side in zeroized memory (HKDF input that must not linger in an array).
+    static func concatenated(_ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> SecretBytes {
+        SecretBytes(count: first.count + second.count) { buffer in
+            buffer.copyMemory(from: first)
+            UnsafeMutableRawBufferPointer(rebasing: buffer[first.count...]).copyMemory(from: second)
         }
     }
 
     /// S for `.and`: both halves are needed.
     static func combined(_ sealed: SecretBytes, _ wrapped: SecretBytes, recordID: [UInt8]) -> SecretBytes {
-        let key = sealed.withUnsafeBytes { first in
-            wrapped.withUnsafeBytes { second in
-                HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(first) + Array(second)), salt: recordID,
-                                       info: combinedInfo, outputByteCount: 32)
-            }
+        let material = sealed.withUnsafeBytes { first in wrapped.withUnsafeBytes { second in concatenated(first, second) } }
+        let key = material.withUnsafeBytes {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: combinedInfo, outputByteCount: 32)
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
@@ -260,9 +270,9 @@ struct KeyRecord: Sendable, Equatable {
     /// item header's salt field).
     static func protectedSecretKey(attributesKey: SymmetricKey, shared: SharedSecret, recordPublicKey: [UInt8], storeID: [UInt8],
                                    recordID: [UInt8]) -> SymmetricKey {
-        let agreed = shared.withUnsafeBytes { Array($0) }
-        return attributesKey.withUnsafeBytes { attributes in
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(attributes) + agreed), salt: recordPublicKey,
+        let material = attributesKey.withUnsafeBytes { attributes in shared.withUnsafeBytes { agreed in concatenated(attributes, agreed) } }
+        return material.withUnsafeBytes {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordPublicKey,
                                    info: protectedSecretInfo + storeID + recordID, outputByteCount: 32)
         }
     }
