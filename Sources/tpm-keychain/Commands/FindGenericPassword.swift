@@ -55,6 +55,26 @@ struct FindGenericPassword: ParsableCommand {
 
     func perform(in session: StoreSession, context: AuthenticationContext? = nil, output: OutputLine = { print($0) },
                  errorOutput: OutputLine = { printError($0) }) throws {
+        // The common scripted lookup (-s, -a, -w and nothing else): one read by name, without the
+        // query that scans the service's items for the attribute block.
+        if passwordOnly, !showPassword, !json, kind == nil, generic == nil, let account {
+            let keychain = try Keychain(service: service, location: session.location)
+            // A plain item needs no context; a protected one reports interactionNotAllowed, and is
+            // then read through one that may ask.
+            var found: Data?
+            switch Result<Data?, KeychainError>(catching: { () throws(KeychainError) in try keychain.data(forKey: account) }) {
+            case .success(let value):
+                found = value
+            case .failure(let error) where error.code == .interactionNotAllowed:
+                let context = context ?? CommandAuthentication.context(for: session, passcode: PasscodeInput(passcodeOptions))
+                found = try waitFor { try await keychain.get(account, as: Data.self, context: context) }
+            case .failure(let error):
+                throw error
+            }
+            guard let secret = found else { throw notFound() }
+            output(SecurityFormat.bareValue(secret))
+            return
+        }
         var matching = AttributeList()
         matching.setString(service, for: AttributeTag.service)
         matching.setString(account, for: AttributeTag.account)
