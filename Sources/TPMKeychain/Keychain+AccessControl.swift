@@ -23,7 +23,7 @@ extension Keychain {
             }
         }
         let encoded = try ValueCoding.encode(value)
-        let (store, identity) = (try OpenStores.store(at: location), try identityOf(key))
+        let (store, identity) = (try OpenStores.store(at: location), try identity(key))
         let changes = AttributeChanges(label: label, comment: nil, genericData: nil, accessibility: accessControl.accessibility.stored)
         try Devices.with(location) { (device) throws(KeychainError) in
             try engine { () throws(StoreError) in
@@ -43,7 +43,7 @@ extension Keychain {
     ///   ``get(_:as:)`` throws.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self,
                                       context: AuthenticationContext) async throws(KeychainError) -> Value? {
-        let (store, identity, location) = (try OpenStores.store(at: location), try identityOf(key), location)
+        let (store, identity, location) = (try OpenStores.store(at: location), try identity(key), location)
         // One read of the file: inside a reuse window the kept record key decrypts it at once.
         let read = try engine { () throws(StoreError) in
             try store.value(identity) { (protection) in context.keptKey(protection, location: location) }
@@ -64,13 +64,9 @@ extension Keychain {
     ///
     /// - Throws: ``KeychainError`` `.itemNotFound`, `.tampered`.
     public func accessControl(forKey key: String) throws(KeychainError) -> AccessControl? {
-        let (store, identity) = (try OpenStores.store(at: location), try identityOf(key))
+        let (store, identity) = (try OpenStores.store(at: location), try identity(key))
         guard let protection = try engine({ () throws(StoreError) in try store.protection(of: identity) }) else { return nil }
         return try AccessControl(Accessibility(protection.protection.accessibility),
                                  flags: AccessControl.Flags(rawValue: UInt(protection.protection.flags.rawValue)))
-    }
-
-    func identityOf(_ key: String) throws(KeychainError) -> ItemIdentity {
-        try engine { () throws(StoreError) in try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key) }
     }
 }

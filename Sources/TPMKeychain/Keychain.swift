@@ -1,5 +1,5 @@
 public import Foundation
-import KeychainStore
+package import KeychainStore
 
 /// A service's items in a TPM-sealed keychain store: Apple's Keychain model on Linux.
 ///
@@ -268,7 +268,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         (value as? any OptionalValue)?.isNone ?? false
     }
 
-    private func identity(_ key: String) throws(KeychainError) -> ItemIdentity {
+    func identity(_ key: String) throws(KeychainError) -> ItemIdentity {
         try engine { () throws(StoreError) in try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key) }
     }
 }
@@ -306,7 +306,7 @@ public enum RemovableAttribute: Sendable, Hashable, CaseIterable {
 }
 
 /// Runs engine work with the engine's errors turned into the API's (same code, message and cause).
-func engine<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
+package func engine<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
     do {
         return try body()
     } catch {

@@ -190,20 +190,18 @@ package final class Device: Sendable {
 
     private func noteEnrollment(identifier: [UInt8]?, _ directory: Directory, _ connection: TPMConnection) throws(StoreError) -> UInt64 {
         let hash = identifier.map { Array(SHA256.hash(data: $0)) } ?? [UInt8](repeating: 0, count: 32)
-        do {
-            var file = try load(connection)
-            let value = try ensureCounter(indices.enrollmentCounter, connection)
-            if file.enrollmentRecorded && file.enrollmentHash == hash { return value }
-            var epoch = value
-            if file.enrollmentRecorded {
-                try tpmCall { try connection.incrementNVCounter(indices.enrollmentCounter) }
-                epoch = try counter(indices.enrollmentCounter, connection) ?? value + 1
-            }
-            file.enrollmentRecorded = true
-            file.enrollmentHash = hash
-            try directory.replace(DeviceFile.fileName, with: file.serialized(), durable: true)
-            return epoch
+        var file = try load(connection)
+        let value = try ensureCounter(indices.enrollmentCounter, connection)
+        if file.enrollmentRecorded && file.enrollmentHash == hash { return value }
+        var epoch = value
+        if file.enrollmentRecorded {
+            try tpmCall { try connection.incrementNVCounter(indices.enrollmentCounter) }
+            epoch = try counter(indices.enrollmentCounter, connection) ?? value + 1
         }
+        file.enrollmentRecorded = true
+        file.enrollmentHash = hash
+        try directory.replace(DeviceFile.fileName, with: file.serialized(), durable: true)
+        return epoch
     }
 
     // MARK: Passcode

@@ -47,7 +47,7 @@ enum SecItemOperations {
             }
             return try mapped { () throws(KeychainError) in
                 try Devices.with(location) { (device) throws(KeychainError) in
-                    try engineCall { () throws(StoreError) in
+                    try TPMKeychain.engine { () throws(StoreError) in
                         try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
                                         access: ItemStore.AccessWrite(protection: nil, device: device, recordKey: recordKey))
                     }
@@ -68,7 +68,7 @@ enum SecItemOperations {
         }
         try mapped { () throws(KeychainError) in
             try Devices.with(location) { (device) throws(KeychainError) in
-                try engineCall { () throws(StoreError) in
+                try TPMKeychain.engine { () throws(StoreError) in
                     try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
                                     access: ItemStore.AccessWrite(protection: protection, device: device, enrollmentIdentifier: enrollment,
                                                                   recordKey: recordKey))
@@ -359,10 +359,6 @@ enum SecItemOperations {
 
     static func engine<R>(_ body: () throws(StoreError) -> R) throws(SecStatus) -> R {
         do { return try body() } catch { throw SecStatus(status(KeychainError.Code(named: error.code.name))) }
-    }
-
-    static func engineCall<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
-        do { return try body() } catch { throw KeychainError(.init(named: error.code.name), error.message, underlying: error) }
     }
 
     static func mapped<R>(_ body: () throws(KeychainError) -> R) throws(SecStatus) -> R {

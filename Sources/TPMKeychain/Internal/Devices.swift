@@ -41,10 +41,8 @@ package enum Devices {
     }
 
     static func directory(for location: KeychainLocation, tpm: StoreTPM) throws(KeychainError) -> String {
-        if let explicit = location.deviceDirectory { return explicit }
-        if let environment = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_DEVICE_DIR"], environment.hasPrefix("/") { return environment }
+        if let known = knownDirectory(location) { return known }
         if case .simulatedInStore = tpm.source { return location.path + "/device" }
-        if let known = directories.withLock({ $0[location.path] }) { return known }
         // One directory per TPM, named by its storage key (which changes when the TPM is cleared,
         // as its NV counters do).
         let name: [UInt8]

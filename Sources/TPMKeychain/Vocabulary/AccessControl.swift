@@ -75,8 +75,11 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         }
     }
 
+    /// Apple's flags fit in 32 bits; a bit above them is unknown, and is carried as bit 2 (which
+    /// Apple does not define either) so that validation refuses it rather than it being dropped.
     private static func engineFlags(_ flags: Flags) -> AccessFlags {
-        AccessFlags(rawValue: UInt32(truncatingIfNeeded: flags.rawValue)).union(flags.rawValue >> 32 != 0 ? AccessFlags(rawValue: 1 << 2) : [])
+        let unknownHighBits: AccessFlags = flags.rawValue >> 32 != 0 ? AccessFlags(rawValue: 1 << 2) : []
+        return AccessFlags(rawValue: UInt32(truncatingIfNeeded: flags.rawValue)).union(unknownHighBits)
     }
 
     /// Decodes an access control and validates it again, as ``init(_:flags:)`` does, so a

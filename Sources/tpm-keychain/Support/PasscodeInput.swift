@@ -23,7 +23,8 @@ final class PasscodeInput: @unchecked Sendable {
     static let askpassVariable = "TPM_KEYCHAIN_ASKPASS"
 
     private let descriptor: Int32?
-    private var lines: [Data]?
+    /// Passcodes read from the descriptor and not used yet, in zeroized memory.
+    private var lines: [SecretBytes]?
 
     init(_ options: PasscodeOptions) {
         descriptor = options.passcodeDescriptor
@@ -38,7 +39,7 @@ final class PasscodeInput: @unchecked Sendable {
                 throw CommandFailure(ExitStatus.usage, "file descriptor \(descriptor) has no more passcodes (one per line)")
             }
             lines?.removeFirst()
-            data = first
+            return first
         } else if let askpass = ProcessInfo.processInfo.environment[Self.askpassVariable], !askpass.isEmpty {
             data = try Self.runAskpass(askpass, prompt: prompt)
         } else {
@@ -51,9 +52,17 @@ final class PasscodeInput: @unchecked Sendable {
         return SecretBytes(copying: Array(data))
     }
 
-    private static func readLines(_ descriptor: Int32) throws(CommandFailure) -> [Data] {
-        var data = Data()
+    /// The non-empty lines of `bytes` as secrets; `bytes` is overwritten with zeros afterwards.
+    private static func secretLines(_ bytes: inout [UInt8]) -> [SecretBytes] {
+        defer { for index in bytes.indices { bytes[index] = 0 } }
+        return bytes.split(separator: UInt8(ascii: "\n")).map { line in line.withUnsafeBytes { SecretBytes(copying: $0) } }
+    }
+
+    private static func readLines(_ descriptor: Int32) throws(CommandFailure) -> [SecretBytes] {
+        var data: [UInt8] = []
+        data.reserveCapacity(64 << 10 + 4096)   // one allocation: no copy of a passcode left behind by growth
         var buffer = [UInt8](repeating: 0, count: 4096)
+        defer { for index in buffer.indices { buffer[index] = 0 } }
         while true {
             let count: Int
             do {
@@ -65,7 +74,7 @@ final class PasscodeInput: @unchecked Sendable {
             data.append(contentsOf: buffer[0..<count])
             guard data.count <= 64 << 10 else { throw CommandFailure(ExitStatus.usage, "too much input on file descriptor \(descriptor)") }
         }
-        return data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { Data($0) }.filter { !$0.isEmpty }
+        return secretLines(&data)
     }
 
     private static func runAskpass(_ program: String, prompt: String) throws(CommandFailure) -> Data {
