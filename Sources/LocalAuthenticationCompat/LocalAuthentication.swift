@@ -223,15 +223,7 @@ open class LAContext: NSObject, AuthenticationContextProviding, @unchecked Senda
 
     /// Runs async work from a synchronous member and waits for it on a queue of its own.
     private static func waiting<R: Sendable>(_ body: @escaping @Sendable () async -> R) -> R {
-        let outcome = Mutex<R?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task(executorPreference: QueueExecutor()) {
-            let value = await body()
-            outcome.withLock { $0 = value }
-            done.signal()
-        }
-        done.wait()
-        return outcome.withLock { $0! }
+        SynchronousWait.run(body)
     }
 
     private static func waiting(_ body: @escaping @Sendable () async throws(AuthenticationError) -> Void) throws(LAError) {
@@ -249,14 +241,3 @@ open class LAContext: NSObject, AuthenticationContextProviding, @unchecked Senda
 
 /// The longest reuse window (seconds).
 public let LATouchIDAuthenticationMaximumAllowableReuseDuration: TimeInterval = 300
-
-/// A serial queue as a task executor: synchronous LAContext members wait on it, never on Swift
-/// concurrency's shared threads.
-final class QueueExecutor: TaskExecutor {
-    let queue = DispatchQueue(label: "LocalAuthenticationCompat.waiting")
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
-    }
-}

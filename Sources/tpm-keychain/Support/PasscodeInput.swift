@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import SystemCalls
 import TPM
+import TPMKeychain
 import ToolSupport
 #if canImport(Glibc)
 import Glibc
@@ -97,15 +98,10 @@ final class PasscodeInput: @unchecked Sendable {
     }
 }
 
-/// Runs async library calls from a synchronous command: the command's thread waits, the work runs
-/// on Swift concurrency's threads.
+/// Runs async library calls from a synchronous command: the command's thread waits (TPMKeychain's
+/// ``SynchronousWait``).
 func waitFor<R: Sendable>(_ body: @escaping @Sendable () async throws -> R) throws -> R {
-    let semaphore = DispatchSemaphore(value: 0)
-    nonisolated(unsafe) var result: Result<R, any Error>?
-    Task {
-        do { result = .success(try await body()) } catch { result = .failure(error) }
-        semaphore.signal()
-    }
-    semaphore.wait()
-    return try result!.get()
+    try SynchronousWait.run { () async -> Result<R, any Error> in
+        do { return .success(try await body()) } catch { return .failure(error) }
+    }.get()
 }
