@@ -135,6 +135,59 @@ struct GenericPasswordTests {
         }
     }
 
+    @Test("the scripted lookup (-s -a -w, taken before ArgumentParser) and the full command give the same output and status")
+    func scriptedLookupMatchesFullCommand() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "s3cret value")
+        // The same item file, damaged afterwards, for the error path.
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "damaged", "-w", "x")
+        // --passcode-fd is not part of the scripted shape: it sends the same lookup through
+        // ArgumentParser's FindGenericPassword (a plain item never reads the descriptor).
+        let viaParser = ["--passcode-fd", "0"]
+        let shapes: [[String]] = [
+            ["-s", "svc", "-a", "alice", "-w"],
+            ["-w", "--account", "alice", "--service=svc"],
+            ["-s", "svc", "-a", "nobody", "-w"],
+            ["-s", "other", "-a", "alice", "-w"],
+        ]
+        func same(_ arguments: [String], store: String? = nil) throws {
+            let keychain = ["--keychain", store ?? fixture.store]
+            let scripted = try CLI.run(["find-generic-password"] + keychain + arguments, environment: fixture.environment)
+            let parsed = try CLI.run(["find-generic-password"] + keychain + arguments + viaParser, environment: fixture.environment)
+            #expect(scripted.status == parsed.status, "\(scripted)\n\(parsed)")
+            #expect(scripted.stdout == parsed.stdout, "\(scripted)\n\(parsed)")
+            #expect(scripted.stderr == parsed.stderr, "\(scripted)\n\(parsed)")
+        }
+        for shape in shapes { try same(shape) }
+        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout == "s3cret value\n")
+        // No store at that path: 66, the same message both ways.
+        try same(["-s", "svc", "-a", "alice", "-w"], store: fixture.directory + "/absent")
+
+        // A damaged item: the same tamper report (65) both ways.
+        let items = try FileManager.default.subpathsOfDirectory(atPath: fixture.store).filter { $0.hasSuffix(".item") }
+        #expect(items.count == 2)
+        var damagedOne = false
+        for item in items {
+            let path = fixture.store + "/" + item
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            bytes[bytes.count - 1] ^= 0x01
+            // Damage only the item that is not alice's: her lookup must still work after this.
+            try bytes.write(to: URL(fileURLWithPath: path))
+            if try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+                           environment: fixture.environment).status == 0 {
+                damagedOne = true
+                break
+            }
+            bytes[bytes.count - 1] ^= 0x01
+            try bytes.write(to: URL(fileURLWithPath: path))
+        }
+        #expect(damagedOne)
+        let damaged = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "damaged", "-w"],
+                                  environment: fixture.environment)
+        #expect(damaged.status == 65, "\(damaged)")
+        try same(["-s", "svc", "-a", "damaged", "-w"])
+    }
+
     @Test("delete prints security's confirmation, and the item is gone")
     func delete() throws {
         let fixture = try CLIFixture()

@@ -44,23 +44,37 @@ let lockoutAdvice = """
 func reportingErrors(_ body: () throws -> Void) throws {
     do {
         try body()
-    } catch let error as KeychainError {
-        switch error.code {
-        case .itemNotFound: printError(SecurityMessage.itemNotFound)
-        case .duplicateItem: printError(SecurityMessage.duplicateItem)
-        case .lockout: printError("tpm-keychain: \(error)\n\(lockoutAdvice)")
-        default: printError("tpm-keychain: \(error)")
-        }
-        throw ExitCode(ExitStatus.forKeychainError(error.code))
-    } catch let error as TPMError {
-        printError("tpm-keychain: \(error)" + (error.code == .lockout ? "\n" + lockoutAdvice : ""))
-        throw ExitCode(ExitStatus.forTPMError(error.code))
-    } catch let error as SoftwareTPMError {
-        printError("tpm-keychain: cannot start the embedded TPM simulator: \(error)")
-        throw ExitCode(ExitStatus.unavailable)
-    } catch let failure as CommandFailure {
-        printError("tpm-keychain: \(failure)")
-        throw ExitCode(failure.status)
+    } catch {
+        guard let status = CommandErrorReport.status(reporting: error) else { throw error }
+        throw ExitCode(status)
     }
 }
 
+/// The message and exit status of each of the project's typed errors.
+enum CommandErrorReport {
+    /// Prints `error`'s message and returns its exit status; nil for an error that is not the
+    /// project's (ArgumentParser reports those itself).
+    static func status(reporting error: any Error) -> Int32? {
+        switch error {
+        case let error as KeychainError:
+            switch error.code {
+            case .itemNotFound: printError(SecurityMessage.itemNotFound)
+            case .duplicateItem: printError(SecurityMessage.duplicateItem)
+            case .lockout: printError("tpm-keychain: \(error)\n\(lockoutAdvice)")
+            default: printError("tpm-keychain: \(error)")
+            }
+            return ExitStatus.forKeychainError(error.code)
+        case let error as TPMError:
+            printError("tpm-keychain: \(error)" + (error.code == .lockout ? "\n" + lockoutAdvice : ""))
+            return ExitStatus.forTPMError(error.code)
+        case let error as SoftwareTPMError:
+            printError("tpm-keychain: cannot start the embedded TPM simulator: \(error)")
+            return ExitStatus.unavailable
+        case let failure as CommandFailure:
+            printError("tpm-keychain: \(failure)")
+            return failure.status
+        default:
+            return nil
+        }
+    }
+}
