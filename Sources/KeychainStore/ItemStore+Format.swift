@@ -34,6 +34,11 @@ extension ItemStore {
         try upgradeIfNeeded()
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
         defer { withExtendedLifetime(lock) {} }
+        if try refreshIfRotated(try current()) {
+            // A rotation committed; its cleanup may not have run (it was killed): remove the old
+            // key's directories before writing, so no reader that still uses them sees an old value.
+            try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: try current().layout)
+        }
         return try body(currentFollowingUpgrades())
     }
 
@@ -41,10 +46,7 @@ extension ItemStore {
     /// the version it names.
     func reloadLayout(_ keys: StoreKeys) throws(StoreError) {
         let version = try Self.readVersion(of: rootDirectory, keys: keys, storeID: storeID)
-        guard let items = try Directory.open(Self.itemsDirectoryName(version), in: rootDirectory, create: version == 2) else {
-            throw StoreError(.tampered, "\(root)/\(Self.itemsDirectoryName(version)) is missing")
-        }
-        adopt(Layout(version: version, items: items))
+        adopt(try Self.layout(of: rootDirectory, version: version, keys: keys))
     }
 
     /// The version store.meta names, after checking its MAC.
@@ -79,7 +81,7 @@ extension ItemStore {
         guard let staging = try Directory.open(Self.stagingDirectory, in: rootDirectory, create: true) else {
             throw StoreError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
         }
-        let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging))
+        let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging), metadataInode: state.metadataInode)
         var groups: [String: Directory] = [:]
         for groupName in try state.layout.items.entries() {
             guard let group = try Directory.open(groupName, in: state.layout.items, create: false) else { continue }
@@ -145,6 +147,38 @@ extension ItemStore {
         let metadata = StoreMetadata(version: version, storeID: parsed.metadata.storeID,
                                      createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: parsed.metadata.sealedMasterKey)
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+    }
+
+    /// Where the items and records of `version` are, under `keys`: format 1 in `items/`; format 2
+    /// in `items2/` and `records/` for the store's first master key, and in the directories
+    /// named after the key (``keyGenerationTag(_:)``) once it was rotated.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` when only another key's directories exist: store.meta
+    ///   was replaced by a copy from before a rotation.
+    static func layout(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) -> Layout {
+        if version == 1 {
+            guard let items = try Directory.open(itemsDirectory, in: rootDirectory, create: false) else {
+                throw StoreError(.tampered, "\(rootDirectory.path)/\(itemsDirectory) is missing")
+            }
+            return Layout(version: 1, items: items)
+        }
+        let tag = keyGenerationTag(keys)
+        if let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) {
+            return Layout(version: 2, items: items, records: KeyRecord.directoryName + "-" + tag)
+        }
+        let entries = try rootDirectory.entries()
+        if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) {
+            throw StoreError(.tampered, "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before a key rotation. Put back the current one (from the same backup as the items)")
+        }
+        guard let items = try Directory.open(itemsV2Directory, in: rootDirectory, create: true) else {
+            throw StoreError(.storageFailed, "Cannot create \(rootDirectory.path)/\(itemsV2Directory)")
+        }
+        return Layout(version: 2, items: items)
+    }
+
+    /// 64 bits of the names key, in hex: names a master key's directories without revealing anything about it.
+    static func keyGenerationTag(_ keys: StoreKeys) -> String {
+        String(keys.name("TPMKeychain key generation", encoded: []).prefix(16))
     }
 }
 

@@ -49,11 +49,16 @@ extension ItemStore {
     ///
     /// - Parameter newStoreVersion: the format of a store created here; 2, except in tests that
     ///   need a format-1 store to upgrade.
+    /// - Parameter lendTPM: the TPM for later work that needs one (following or making a key
+    ///   rotation); by default `tpm`, which must then stay reachable while the store is open.
     package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
-                             newStoreVersion: UInt16 = StoreMetadata.currentVersion) throws(StoreError) -> ItemStore {
+                             newStoreVersion: UInt16 = StoreMetadata.currentVersion,
+                             lendTPM: TPMLender? = nil) throws(StoreError) -> ItemStore {
         try validate(root)
+        let lender = lendTPM ?? { TPMLease(configuration: tpm) }
         if let directory = try Directory.open(root, in: nil, create: false) {
-            return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil)
+            return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil,
+                            lendTPM: lender)
         }
         guard create else { throw storeNotFound(root) }
         let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
@@ -61,13 +66,14 @@ extension ItemStore {
         guard let directory = try Directory.open(root, in: nil, create: true) else {
             throw StoreError(.storageFailed, "Cannot create \(root)")
         }
-        return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey)
+        return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,
+                        lendTPM: lender)
     }
 
     /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
     ///   unused when another process created the store meanwhile.
     private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool, newStoreVersion: UInt16,
-                             sealedKey: (key: SecretBytes, sealed: SealedObject)?) throws(StoreError) -> ItemStore {
+                             sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender) throws(StoreError) -> ItemStore {
         let root = rootDirectory.path
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
         defer { withExtendedLifetime(lock) {} }
@@ -75,9 +81,10 @@ extension ItemStore {
         let storeID: [UInt8]
         let keys: StoreKeys
         let version: UInt16
+        let metadataInode: UInt64
         switch try presence(in: rootDirectory) {
         case .present:
-            (storeID, keys, version) = try unlock(rootDirectory, tpm: tpm, cache: cache)
+            (storeID, keys, version, metadataInode) = try unlock(rootDirectory, tpm: tpm, cache: cache)
         case .absent:
             guard create else { throw storeNotFound(root) }
             let generated: (key: SecretBytes, sealed: SealedObject)
@@ -95,24 +102,33 @@ extension ItemStore {
             }
             storeID = metadata.storeID
             version = newStoreVersion
+            guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+                throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
+            }
+            metadataInode = inode
+            if version == 1 {
+                guard try Directory.open(itemsDirectory, in: rootDirectory, create: true) != nil else {
+                    throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
+                }
+            }
         }
         if version == 2 {
             // What an upgrade that died after its switch left: format 2 is complete without them.
             try rootDirectory.removeTree(itemsDirectory)
             try rootDirectory.removeTree(stagingDirectory)
         }
-        let itemsName = itemsDirectoryName(version)
-        guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsName)")
-        }
-        return ItemStore(root: rootDirectory, storeID: storeID, layout: Layout(version: version, items: items), keys: keys,
-                         durable: durable, lockTimeout: tpm.timeout)
+        let layout = try layout(of: rootDirectory, version: version, keys: keys)
+        // The store lock is held exclusively: no rotation is under way, so another key's
+        // directories are what one left (before its commit, or after it but before its cleanup).
+        if version == 2 { try removeOtherKeyGenerations(in: rootDirectory, keeping: layout) }
+        return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: metadataInode,
+                         durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM)
     }
 
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
     /// when an older version sealed it with dictionary-attack protection).
-    private static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration,
-                               cache: StorageKeyContextFile) throws(StoreError) -> (storeID: [UInt8], keys: StoreKeys, version: UInt16) {
+    static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile)
+        throws(StoreError) -> (storeID: [UInt8], keys: StoreKeys, version: UInt16, metadataInode: UInt64) {
         let root = rootDirectory.path
         let metadataPath = root + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
@@ -135,15 +151,19 @@ extension ItemStore {
             let migrated = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
                                          sealedMasterKey: resealed)
             try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
+            guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+                throw StoreError(.storageFailed, "\(metadataPath) disappeared while it was resealed")
+            }
+            return (parsed.metadata.storeID, keys, parsed.metadata.version, inode)
         }
-        return (parsed.metadata.storeID, keys, parsed.metadata.version)
+        return (parsed.metadata.storeID, keys, parsed.metadata.version, file.inode)
     }
 
     /// - Throws: as ``presence(at:)``.
     private static func presence(in directory: Directory) throws(StoreError) -> Presence {
         if try directory.openFile(StoreMetadata.fileName) != nil { return .present }
         let entries = try directory.entries()
-        if entries.contains(itemsDirectory) || entries.contains(itemsV2Directory) {
+        if entries.contains(where: { $0 == itemsDirectory || $0 == itemsV2Directory || $0.hasPrefix(itemsV2Directory + "-") }) {
             throw StoreError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
         }
         let foreign = entries.filter { !entriesBeforeCreation.contains($0) }.sorted()
@@ -164,7 +184,7 @@ extension ItemStore {
         }
     }
 
-    private static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
+    static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
                                              _ body: (TPMConnection) throws -> R) throws(StoreError) -> R {
         do {
             let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)

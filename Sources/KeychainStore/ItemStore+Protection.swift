@@ -58,7 +58,15 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.tampered`, `.unsafeFileSystem`, `.storageFailed`.
     package func value(_ identity: ItemIdentity, keptKey: (ItemProtection) -> RecordKey?) throws(StoreError) -> ProtectedRead {
-        let state = try currentFollowingUpgrades()
+        let found = try readFollowingRotation { (state) throws(StoreError) -> ProtectedRead? in
+            let read = try value(identity, keptKey: keptKey, state)
+            if case .value(nil) = read { return nil }
+            return read
+        }
+        return found ?? .value(nil)
+    }
+
+    private func value(_ identity: ItemIdentity, keptKey: (ItemProtection) -> RecordKey?, _ state: OpenState) throws(StoreError) -> ProtectedRead {
         guard state.layout.version == 2 else { return .value(try value(identity)) }
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return .value(try confirmAbsence(names, state)) }
@@ -94,17 +102,23 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.itemNotFound`, `.tampered`.
     package func protection(of identity: ItemIdentity) throws(StoreError) -> ItemProtection? {
-        let state = try currentFollowingUpgrades()
-        guard state.layout.version == 2 else { return nil }
+        let found = try readFollowingRotation { (state) throws(StoreError) -> ItemProtection?? in try protection(of: identity, state) }
+        guard let found else { throw StoreError(.itemNotFound, "No item for \(identity.account)") }
+        return found
+    }
+
+    /// - Returns: nil when there is no such item; else its protection, nil for the master key.
+    private func protection(of identity: ItemIdentity, _ state: OpenState) throws(StoreError) -> ItemProtection?? {
+        guard state.layout.version == 2 else { return .some(nil) }
         let names = names(identity, state)
         guard let file = try openItem(names, state) else {
             _ = try confirmAbsence(names, state) as ItemProtection?
-            throw StoreError(.itemNotFound, "No item for \(identity.account)")
+            return nil
         }
         guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
-        guard header.keyRecord != ItemFileV2.masterKeyRecord else { return nil }
+        guard header.keyRecord != ItemFileV2.masterKeyRecord else { return .some(nil) }
         let record = try keyRecord(header.keyRecord, state)
         return ItemProtection(recordID: record.recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
     }
@@ -112,8 +126,8 @@ extension ItemStore {
     /// A key record, read and authenticated (cached: records never change once written).
     func keyRecord(_ recordID: [UInt8], _ state: OpenState) throws(StoreError) -> KeyRecord {
         if let cached = caches.withLock({ $0.records[recordID] }) { return cached }
-        let path = root + "/" + KeyRecord.directoryName + "/" + KeyRecord.fileName(recordID)
-        guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: false),
+        let path = root + "/" + state.layout.records + "/" + KeyRecord.fileName(recordID)
+        guard let directory = try Directory.open(state.layout.records, in: rootDirectory, create: false),
               let file = try directory.openFile(KeyRecord.fileName(recordID)) else {
             throw StoreError(.tampered, "\(path), the key record an item names, is missing")
         }
@@ -151,7 +165,7 @@ extension ItemStore {
         let state = try current()
         let record = try keyRecord(recordID, state)
         let protection = try record.protection()
-        let path = root + "/" + KeyRecord.directoryName + "/" + KeyRecord.fileName(recordID)
+        let path = root + "/" + state.layout.records + "/" + KeyRecord.fileName(recordID)
         // A passcode removed (or removed and set anew) since the record was made: its passcode
         // key is gone, so the passcode way in is gone for good.
         let passcodeGone = try device.passcodePublicKey().map({ Array($0.rawRepresentation) }) != record.passcodeKey
@@ -260,7 +274,7 @@ extension ItemStore {
                 }
                 if removed { _ = try? directory.stamp() }
             }
-            if let records = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: false) {
+            if let records = try Directory.open(state.layout.records, in: rootDirectory, create: false) {
                 _ = try records.remove(KeyRecord.fileName(record.recordID), durable: durable)
             }
             caches.withLock { $0 = Caches() }
@@ -321,8 +335,8 @@ extension ItemStore {
                                accessFlags: draft.accessFlags, nvBase: draft.nvBase, enrollmentEpoch: epoch, passcodeKey: passcodeBytes,
                                publicKey: Array(try KeyRecord.privateKey(secret: secret, recordID: recordID).publicKey.rawRepresentation),
                                sealedProtector: sealed, passcodeProtector: wrapped)
-        guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(root)/\(KeyRecord.directoryName)")
+        guard let directory = try Directory.open(state.layout.records, in: rootDirectory, create: true) else {
+            throw StoreError(.storageFailed, "Cannot create \(root)/\(state.layout.records)")
         }
         try directory.replace(KeyRecord.fileName(recordID), with: record.serialized(metadataKey: state.keys.metadata), durable: durable)
         caches.withLock { $0.records[recordID] = record }
@@ -344,8 +358,8 @@ extension ItemStore {
         }
     }
 
-    private func allRecords(_ state: OpenState) throws(StoreError) -> [KeyRecord] {
-        guard let directory = try Directory.open(KeyRecord.directoryName, in: rootDirectory, create: false) else { return [] }
+    func allRecords(_ state: OpenState) throws(StoreError) -> [KeyRecord] {
+        guard let directory = try Directory.open(state.layout.records, in: rootDirectory, create: false) else { return [] }
         var records: [KeyRecord] = []
         for name in try directory.entries() where name.hasSuffix(".key") && name.count == 36 {
             guard let recordID = [UInt8](hexString: String(name.dropLast(4))) else { continue }

@@ -60,6 +60,8 @@ extension ItemStore {
     /// - Throws: ``StoreError`` `.tampered` for any misplaced or damaged file met on the way
     ///   (never skipped), `.storageFailed`.
     package func query(_ query: ItemQuery) throws(StoreError) -> [ItemQueryResult] {
+        // A listing of a rotated-away key's directories would look complete: check first.
+        _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
         var found: [(entry: ScannedItem, created: Int64)] = []
         for entry in try scan(query, state) where matches(entry, query) {
@@ -87,6 +89,7 @@ extension ItemStore {
             throw StoreError(.invalidParameter, "Not a persistent reference of this store")
         }
         let itemID = Array(reference.suffix(16))
+        _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
         for entry in try scan(ItemQuery(itemClass: itemClass, synchronizable: .any), state) where entry.itemID == itemID {
             return ItemQueryResult(reference: reference, itemClass: itemClass, attributes: entry.attributes,
@@ -242,7 +245,10 @@ extension ItemStore {
     /// - Parameter withSecret: also decrypt the secret, from the same read, when the item is not
     ///   protected (a protected one's ``ItemQueryResult/value`` stays nil).
     package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool = false) throws(StoreError) -> ItemQueryResult? {
-        let state = try currentFollowingUpgrades()
+        try readFollowingRotation { (state) throws(StoreError) in try item(itemClass, primary: primary, withSecret: withSecret, state) }
+    }
+
+    private func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool, _ state: OpenState) throws(StoreError) -> ItemQueryResult? {
         guard state.layout.version == 2 else {
             return try query(ItemQuery(itemClass: itemClass, matching: primary, synchronizable: .any, limit: .one)).first
         }

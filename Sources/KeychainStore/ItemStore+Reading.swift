@@ -14,7 +14,10 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
     package func item(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(StoreError) -> ItemRecord? {
-        let state = try currentFollowingUpgrades()
+        try readFollowingRotation { (state) throws(StoreError) in try item(identity, recordKey: recordKey, state) }
+    }
+
+    private func item(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(StoreError) -> ItemRecord? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let bytes = try readWhole(file, version: names.version)
@@ -37,7 +40,10 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
     package func value(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(StoreError) -> ItemValue? {
-        let state = try currentFollowingUpgrades()
+        try readFollowingRotation { (state) throws(StoreError) in try value(identity, recordKey: recordKey, state) }
+    }
+
+    private func value(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(StoreError) -> ItemValue? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let bytes = try readWhole(file, version: names.version)
@@ -57,7 +63,10 @@ extension ItemStore {
 
     /// The item's attributes, read and authenticated without decrypting the secret.
     package func attributes(_ identity: ItemIdentity) throws(StoreError) -> StoredAttributes? {
-        let state = try currentFollowingUpgrades()
+        try readFollowingRotation { (state) throws(StoreError) in try attributes(identity, state) }
+    }
+
+    private func attributes(_ identity: ItemIdentity, _ state: OpenState) throws(StoreError) -> StoredAttributes? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let (attributes, primaryKey) = try readAttributes(file, state)

@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import Synchronization
 import SystemCalls
-import TPM
+package import TPM
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,10 +10,11 @@ import Glibc
 /// An opened keychain store: a directory of sealed item files under one TPM-sealed master key.
 ///
 ///     <root>/               0700  flock on the directory itself: opening (exclusive), writing
-///                                 (shared), upgrading the format (exclusive)
+///                                 (shared), upgrading the format or rotating the key (exclusive)
 ///       store.meta          0600  format version, store ID, sealed master key, MAC
 ///       storage-key.context 0600  the TPM context of the storage key, to skip deriving it again
-///       items2/             0700  format 2 (items/ in a format-1 store)
+///       items2/             0700  format 2 (items/ in a format-1 store; items2-<tag>/ once the
+///                                 master key was rotated, see ItemStore+Rotation.swift)
 ///         <group>/          0700  HMAC(names key, class, access group, service), 32 hex digits
 ///           .lock           0600  flock: writers of this group, across processes
 ///           <item>.item     0600  HMAC(names key, the class's primary key) + ".item"
@@ -36,12 +37,18 @@ package final class ItemStore: Sendable {
     struct OpenState: Sendable {
         var keys: StoreKeys
         var layout: Layout
+        /// The inode of the store.meta these keys came from: another one there means another
+        /// process rotated the master key (see ItemStore+Rotation.swift).
+        var metadataInode: UInt64
     }
 
-    /// Where the items are and in which format; changes once, when the store is upgraded.
+    /// Where the items and key records are and in which format; changes when the store is
+    /// upgraded, and with every master key (each key generation has its own directories).
     struct Layout: Sendable {
         let version: UInt16
         let items: Directory
+        /// The name of the key records' directory (it is created with the first record).
+        var records: String = KeyRecord.directoryName
     }
 
     /// What a get would otherwise recompute or reopen: two HMACs for the names, an HKDF for the
@@ -74,14 +81,39 @@ package final class ItemStore: Sendable {
 
     /// The longest a writer waits for another process's lock of a group or of the store.
     let lockTimeout: Duration
+    /// The TPM for the work after opening that needs one: sealing a rotated master key, and
+    /// unsealing the key another process rotated to.
+    let lendTPM: TPMLender
 
-    init(root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, durable: Bool, lockTimeout: Duration) {
+    /// A TPM for one unit of work: a simulated one may be started for it and stopped by `release`.
+    package struct TPMLease: Sendable {
+        package let configuration: TPMConfiguration
+        package let release: @Sendable () -> Void
+
+        package init(configuration: TPMConfiguration, release: @escaping @Sendable () -> Void = {}) {
+            self.configuration = configuration
+            self.release = release
+        }
+    }
+
+    package typealias TPMLender = @Sendable () throws(StoreError) -> TPMLease
+
+    init(root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataInode: UInt64, durable: Bool,
+         lockTimeout: Duration, lendTPM: @escaping TPMLender) {
         self.root = root.path
         self.rootDirectory = root
         self.storeID = storeID
-        self.state = Mutex(OpenState(keys: keys, layout: layout))
+        self.state = Mutex(OpenState(keys: keys, layout: layout, metadataInode: metadataInode))
         self.durable = durable
         self.lockTimeout = lockTimeout
+        self.lendTPM = lendTPM
+    }
+
+    /// Runs `body` with a TPM lent for it.
+    func withLentTPM<R>(_ body: (TPMConfiguration) throws(StoreError) -> R) throws(StoreError) -> R {
+        let lease = try lendTPM()
+        defer { lease.release() }
+        return try body(lease.configuration)
     }
 
     /// Erases the keys from memory; later calls throw `.storeClosed`.
@@ -104,6 +136,13 @@ package final class ItemStore: Sendable {
     /// everything cached about the old one.
     func adopt(_ layout: Layout) {
         state.withLock { state in state?.layout = layout }
+        caches.withLock { $0 = Caches() }
+    }
+
+    /// Switches to another master key's keys and layout (after a rotation, by this process or
+    /// another) and forgets everything cached under the old ones.
+    func adopt(_ replacement: OpenState) {
+        state.withLock { state in if state != nil { state = replacement } }
         caches.withLock { $0 = Caches() }
     }
 

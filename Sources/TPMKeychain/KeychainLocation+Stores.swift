@@ -1,6 +1,14 @@
 import Foundation
 import KeychainStore
 
+/// What ``KeychainLocation/rotateKeys(context:)`` did.
+public struct KeyRotation: Sendable, Equatable {
+    /// Items re-encrypted under the new master key.
+    public let items: Int
+    /// Key records (one per protection in use) carried over to the new key.
+    public let keyRecords: Int
+}
+
 // Named stores: create, list and remove whole stores (SAP's KeychainStorage and the CLI's
 // create-keychain, list-keychains and delete-keychain build on these).
 extension KeychainLocation {
@@ -27,6 +35,49 @@ extension KeychainLocation {
             try FileManager.default.removeItem(atPath: doomed)
         } catch {
             throw KeychainError(.storageFailed, "Cannot remove the keychain store at \(path)", underlying: error)
+        }
+    }
+
+    /// Replaces the store's master key with a new one sealed to the TPM and re-encrypts every
+    /// item and key record under it, crash-safe: killed at any point, the store holds either the
+    /// old key and its files or the new ones, never a mix (docs/FORMAT.md, "Key rotation").
+    /// Other processes with the store open notice and follow. Values, attributes, protections and
+    /// persistent references stay as they were.
+    ///
+    /// A protected item's secret can only be re-encrypted by someone who can read it: each key
+    /// record in use is opened through `context` first (one prompt per protection; a reuse window
+    /// covers them). An item whose protection was invalidated (an enrollment change) is deleted,
+    /// as reading it would.
+    ///
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` (protected items and no context),
+    ///   `.userCanceled`, `.authenticationFailed`, `.storeNotFound`, `.tampered` (an item that fails
+    ///   authentication: nothing is changed), `.tpmUnavailable`, `.timedOut`, `.storageFailed`.
+    @discardableResult
+    public func rotateKeys(context: AuthenticationContext? = nil) async throws(KeychainError) -> KeyRotation {
+        try checkStore()
+        let store = try OpenStores.store(at: self)
+        var recordKeys: [ItemStore.RecordKey] = []
+        for protection in try engine({ () throws(StoreError) in try store.protectionsInUse() }) {
+            guard let context else {
+                throw KeychainError(.interactionNotAllowed, "The keychain at \(path) holds protected items: rotating its master key re-encrypts them, which needs an authentication context")
+            }
+            switch await Self.openForRotation(protection, context: context, store: store, location: self) {
+            case .success(let key?): recordKeys.append(key)
+            case .success(nil): continue
+            case .failure(let error): throw error
+            }
+        }
+        let rotation = try engine { () throws(StoreError) in try store.rotateMasterKey(recordKeys: recordKeys) }
+        return KeyRotation(items: rotation.items, keyRecords: rotation.records)
+    }
+
+    /// A record opened for a rotation; nil when its protection was invalidated (its items are gone).
+    private static func openForRotation(_ protection: ItemStore.ItemProtection, context: AuthenticationContext, store: ItemStore,
+                                        location: KeychainLocation) async -> Result<ItemStore.RecordKey?, KeychainError> {
+        do throws(KeychainError) {
+            return .success(try await context.recordKey(for: protection, store: store, location: location))
+        } catch {
+            return error.code == .itemInvalidated ? .success(nil) : .failure(error)
         }
     }
 

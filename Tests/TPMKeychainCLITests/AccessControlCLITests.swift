@@ -6,6 +6,38 @@ import Testing
 struct AccessControlCLITests {
     static let passcode = "4711 correct horse"
 
+    @Test("rotate-keys re-encrypts plain and passcode items under a new master key, asking for the passcode once")
+    func rotateKeys() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("set-passcode", "--passcode-fd", "0", stdin: Data((Self.passcode + "\n").utf8))
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "plain", "-w", "open value")
+        for account in ["pin-1", "pin-2"] {
+            try fixture.succeed("add-generic-password", "-s", "svc", "-a", account, "--access-control", "devicePasscode",
+                                "--accessible", account == "pin-1" ? "whenUnlocked" : "afterFirstUnlock", "-w", "guarded " + account)
+        }
+        let metadata = try Data(contentsOf: URL(fileURLWithPath: fixture.store + "/store.meta"))
+        // Without a way to ask for the passcode (no descriptor, no terminal): refused, nothing changed.
+        var environment = fixture.environment
+        environment["TPM_KEYCHAIN_AUTHENTICATOR"] = "none"
+        let refused = try CLI.run(["rotate-keys", "--keychain", fixture.store, "--passcode-fd", "0"], environment: environment, stdin: Data())
+        #expect(refused.status != 0, "\(refused)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: fixture.store + "/store.meta")) == metadata)
+        // Two passcode records, one line on the descriptor: asked once.
+        let rotated = try CLI.run(["rotate-keys", "--keychain", fixture.store, "--passcode-fd", "0"], environment: environment,
+                                  stdin: Data((Self.passcode + "\n").utf8))
+        #expect(rotated.status == 0, "\(rotated)")
+        #expect(rotated.stdout == "rotated the master key of \(fixture.store): 3 items and 2 key records re-encrypted\n", "\(rotated)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: fixture.store + "/store.meta")) != metadata)
+        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "plain", "-w").stdout == "open value\n")
+        for account in ["pin-1", "pin-2"] {
+            let found = try fixture.succeed("find-generic-password", "-s", "svc", "-a", account, "-w", "--passcode-fd", "0",
+                                            stdin: Data((Self.passcode + "\n").utf8))
+            #expect(found.stdout == "guarded \(account)\n")
+        }
+        let missing = try CLI.run(["rotate-keys", "--keychain", fixture.directory + "/none"], environment: fixture.environment)
+        #expect(missing.status == 66, "\(missing)")
+    }
+
     @Test("set-passcode, a devicePasscode item, a wrong passcode (77), tpm-status, change and remove")
     func passcodeLifecycle() throws {
         let fixture = try CLIFixture()

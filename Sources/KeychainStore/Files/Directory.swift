@@ -128,7 +128,19 @@ package final class Directory: Sendable {
         }
         try Ownership.check(status, path: path)
         file.size = Int(status.st_size)
+        file.inode = UInt64(status.st_ino)
         return file
+    }
+
+    /// The inode of the entry `name` (not followed if a symbolic link), or nil when there is none:
+    /// one fstatat, to notice a file replaced by rename.
+    ///
+    /// - Throws: ``StoreError`` `.storageFailed`.
+    func inode(of name: String) throws(StoreError) -> UInt64? {
+        var status = stat()
+        if fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0 { return UInt64(status.st_ino) }
+        if errno == ENOENT { return nil }
+        throw StoreError(.storageFailed, "Cannot inspect \(path)/\(name)", underlying: Errno.current)
     }
 
     /// The suffix of a file being written; one left behind belongs to a writer that died.
@@ -363,6 +375,7 @@ final class OpenFile {
     let descriptor: Int32
     let path: String
     var size = 0
+    var inode: UInt64 = 0
 
     init(descriptor: Int32, path: String) {
         self.descriptor = descriptor

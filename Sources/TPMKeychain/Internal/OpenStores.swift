@@ -31,10 +31,25 @@ package enum OpenStores {
             let tpm = try StoreTPM.choose(for: location)
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
-            let newStore = try engine { () throws(StoreError) in try ItemStore.open(at: location.path, tpm: tpm.configuration) }
+            let newStore = try engine { () throws(StoreError) in
+                try ItemStore.open(at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location))
+            }
             store = newStore
             opened.withLock { $0[location] = newStore }
             return newStore
+        }
+    }
+
+    /// The TPM for a store's later work (a key rotation, or following one): chosen again each
+    /// time, so that a simulated TPM runs only while it is used.
+    private static func lender(for location: KeychainLocation) -> ItemStore.TPMLender {
+        { () throws(StoreError) -> ItemStore.TPMLease in
+            do throws(KeychainError) {
+                let tpm = try StoreTPM.choose(for: location)
+                return ItemStore.TPMLease(configuration: tpm.configuration, release: { tpm.stop() })
+            } catch {
+                throw StoreError(.tpmUnavailable, error.message, underlying: error)
+            }
         }
     }
 

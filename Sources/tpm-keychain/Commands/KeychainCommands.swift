@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Synchronization
+import TPM
 import TPMKeychain
 import ToolSupport
 
@@ -46,6 +48,46 @@ struct DeleteKeychain: ParsableCommand {
     func run() throws {
         try reportingErrors {
             try KeychainLocation(path: try KeychainArgument.path(keychain)).removeStore()
+        }
+    }
+}
+
+/// Rotates a store's master key (security has no such verb: a macOS keychain's keys live in
+/// the Secure Enclave or are derived from the login password).
+struct RotateKeys: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate-keys",
+        abstract: "Replace a keychain store's master key with a new one sealed to the TPM, re-encrypting every item.",
+        discussion: """
+            Crash-safe: interrupted at any point, the store keeps either the old key and files or \
+            the new ones. Protected items (biometry, the device passcode) are re-encrypted too, which \
+            needs them opened: the command asks once per protection in use.
+            """)
+
+    @OptionGroup var store: KeychainOptions
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            try KeychainLocation(path: path).checkStore()
+            try StoreSession.with(path) { session in
+                // One passcode for every passcode-protected record: asked (or read) once.
+                let input = PasscodeInput(passcodeOptions)
+                let remembered = Mutex<SecretBytes?>(nil)
+                let source = PasscodeSource.secret { reason in
+                    if let known = remembered.withLock({ $0 }) { return known }
+                    let passcode = try? input.read(prompt: "device passcode to \(reason): ")
+                    remembered.withLock { $0 = passcode }
+                    return passcode
+                }
+                let context = AuthenticationContext(authenticator: CommandAuthentication.authenticator, passcode: source,
+                                                    applicationIdentifier: "tpm-keychain", location: session.location)
+                context.localizedReason = "rotate the keychain's master key"
+                let location = session.location
+                let rotation = try waitFor { try await location.rotateKeys(context: context) }
+                print("rotated the master key of \(path): \(rotation.items) items and \(rotation.keyRecords) key records re-encrypted")
+            }
         }
     }
 }

@@ -40,6 +40,22 @@ if let root = argument("--storage-root"), let name = argument("--store"), let in
     }
 }
 
+// --keychain DIR --tcti TCTI --rotate-keys: opens the store and rotates its master key (the key
+// rotation crash tests kill it part-way).
+if let path = argument("--keychain"), CommandLine.arguments.contains("--rotate-keys") {
+    do {
+        let location = try KeychainLocation(path: path, tcti: argument("--tcti"))
+        _ = try Keychain(service: "stress", location: location).contains("open")   // one TPM unseal
+        emit("ready")
+        let rotation = try await location.rotateKeys()
+        emit("done \(rotation.items)")
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("tpm-keychain-stress: \(error)\n".utf8))
+        exit(1)
+    }
+}
+
 guard let path = argument("--keychain"), let service = argument("--service") else {
     FileHandle.standardError.write(Data("usage: tpm-keychain-stress --keychain DIR [--tcti TCTI] --service S [--accounts a,b] [--count N] [--size BYTES]\n".utf8))
     exit(64)

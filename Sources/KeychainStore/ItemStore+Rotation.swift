@@ -1,0 +1,210 @@
+import Crypto
+import Foundation
+import SystemCalls
+import TPM
+
+// Rotating the master key. Every key of a store derives from its master key, and so do the names
+// of its files, so a new master key means a new copy of every item and key record. The copy is
+// written beside the old one, in directories named after the new key (`items2-<tag>`,
+// `records-<tag>`, ``keyGenerationTag(_:)``), made durable, and then store.meta is replaced by one
+// sealing the new key: that rename is the one atomic step. Before it, the old key and its
+// directories are the store; after it, the new ones. Whatever the other generation left (a
+// rotation killed before or after its commit) is removed by the next open, which holds the store
+// lock exclusively, or by the rotation itself right after its commit.
+//
+// Other processes that have the store open notice the new store.meta (its inode) when they write
+// (under the store lock, shared) or miss an item (their directories are gone), unseal the new key
+// and carry on. Until the old directories are removed they may still read them: the same values,
+// since no write can happen between a commit and the removal.
+extension ItemStore {
+    /// What a rotation did.
+    package struct KeyRotation: Sendable, Equatable {
+        /// Items re-encrypted under the new key.
+        package let items: Int
+        /// Key records carried over (authenticated under the new key).
+        package let records: Int
+    }
+
+    /// The key records the store's items name, with their protections: what a rotation needs
+    /// opened, since a protected item's secret can only be re-encrypted by someone who can read it.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` for a damaged item header or record.
+    package func protectionsInUse() throws(StoreError) -> [ItemProtection] {
+        try upgradeIfNeeded()
+        _ = try refreshIfRotated(try current())
+        let state = try current()
+        var seen: Set<[UInt8]> = []
+        var protections: [ItemProtection] = []
+        for group in try state.layout.items.entries() where !group.hasPrefix(".") {
+            guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
+            for name in try directory.entries() where name.hasSuffix(".item") {
+                guard let file = try directory.openFile(name) else { continue }
+                guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
+                let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                         storeID: storeID, path: file.path)
+                guard header.keyRecord != ItemFileV2.masterKeyRecord, seen.insert(header.keyRecord).inserted else { continue }
+                let record = try keyRecord(header.keyRecord, state)
+                protections.append(ItemProtection(recordID: record.recordID, protection: try record.protection(),
+                                                  lockBound: record.flags.contains(.lockBound)))
+            }
+        }
+        return protections
+    }
+
+    /// Replaces the master key with a new one sealed to the TPM, and re-encrypts every item and
+    /// key record under it, crash-safe (see the top of this file), holding the store lock
+    /// exclusively. A format-1 store is moved to format 2 first.
+    ///
+    /// - Parameter recordKeys: the opened key record of every protected item
+    ///   (``protectionsInUse()``); an item whose record is missing here stops the rotation before
+    ///   anything is committed.
+    /// - Throws: ``StoreError`` `.interactionNotAllowed` (a protected item's record not opened),
+    ///   `.tampered` (an item or record that fails authentication: nothing is committed),
+    ///   `.tpmUnavailable`, `.timedOut`, `.storageFailed`.
+    package func rotateMasterKey(recordKeys: [RecordKey] = []) throws(StoreError) -> KeyRotation {
+        try upgradeIfNeeded()
+        let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "rotating its master key")
+        defer { withExtendedLifetime(lock) {} }
+        _ = try refreshIfRotated(try current())
+        let state = try current()
+        let opened = Dictionary(recordKeys.map { ($0.recordID, $0) }, uniquingKeysWith: { first, _ in first })
+
+        let (masterKey, sealed) = try withLentTPM { (tpm) throws(StoreError) in
+            try Self.withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { try $0.generateSealedKey() }
+        }
+        let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
+        let tag = Self.keyGenerationTag(keys)
+        let itemsName = Self.itemsV2Directory + "-" + tag
+        let recordsName = KeyRecord.directoryName + "-" + tag
+        // Only an earlier attempt with this very key could have left them: start afresh.
+        try rootDirectory.removeTree(itemsName)
+        try rootDirectory.removeTree(recordsName)
+        guard let items = try Directory.open(itemsName, in: rootDirectory, create: true),
+              let records = try Directory.open(recordsName, in: rootDirectory, create: true) else {
+            throw StoreError(.storageFailed, "Cannot create the directories of the new key in \(root)")
+        }
+        let target = OpenState(keys: keys, layout: Layout(version: 2, items: items, records: recordsName), metadataInode: 0)
+
+        let carried = try allRecords(state)
+        for record in carried {
+            try records.replace(KeyRecord.fileName(record.recordID), with: record.serialized(metadataKey: keys.metadata),
+                                durable: durable, syncDirectory: false)
+        }
+        var groups: [String: Directory] = [:]
+        var count = 0
+        for group in try state.layout.items.entries() where !group.hasPrefix(".") {
+            guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
+            for name in try directory.entries() where name.hasSuffix(".item") {
+                guard let file = try directory.openFile(name) else { continue }
+                let (contents, record) = try rotatedContents(of: file, named: name, inGroup: group, opened: opened, state)
+                let groupName = ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: keys)
+                if groups[groupName] == nil { groups[groupName] = try Directory.open(groupName, in: items, create: true) }
+                guard let destination = groups[groupName] else {
+                    throw StoreError(.storageFailed, "Cannot create \(items.path)/\(groupName)")
+                }
+                try destination.replace(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: keys),
+                                        with: try encode(contents, record: record, target), durable: durable, syncDirectory: false)
+                count += 1
+            }
+        }
+        if durable {
+            for directory in groups.values { try directory.sync() }
+            try items.sync()
+            try records.sync()
+            try rootDirectory.sync()
+        }
+        // The commit: store.meta now seals the new key.
+        let metadata = StoreMetadata(version: 2, storeID: storeID, createdMilliseconds: try createdMilliseconds(state),
+                                     sealedMasterKey: sealed)
+        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared after the key rotation")
+        }
+        let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
+        adopt(rotated)
+        try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: rotated.layout)
+        return KeyRotation(items: count, records: carried.count)
+    }
+
+    /// One item, decrypted under the current key and checked to be where its name says, with the
+    /// record its secret is bound to (nil: the master key).
+    private func rotatedContents(of file: OpenFile, named name: String, inGroup group: String, opened: [[UInt8]: RecordKey],
+                                 _ state: OpenState) throws(StoreError) -> (ItemFileV2.Contents, KeyRecord?) {
+        let bytes = try readWhole(file, version: 2)
+        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
+        let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: v2ItemKey(header, state.keys),
+                                                          path: file.path)
+        guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
+              ItemFileV2.groupName(of: header.itemClass, attributes, keys: state.keys) == group else {
+            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        var record: KeyRecord?
+        var recordKey: RecordKey?
+        if header.keyRecord != ItemFileV2.masterKeyRecord {
+            guard let key = opened[header.keyRecord] else {
+                throw StoreError(.interactionNotAllowed, "\(file.path) is a protected item: rotating the master key needs its key record opened (an authentication context that may ask for biometry or the passcode)")
+            }
+            record = try keyRecord(header.keyRecord, state)
+            recordKey = key
+        }
+        let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: header.itemClass.encodedPrimaryKey(of: attributes),
+                                        recordKey: recordKey, state)
+        return (contents, record)
+    }
+
+    /// The creation time store.meta records, authenticated, to carry over unchanged.
+    private func createdMilliseconds(_ state: OpenState) throws(StoreError) -> Int64 {
+        let path = root + "/" + StoreMetadata.fileName
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
+            throw StoreError(.tampered, "\(path) is missing or damaged")
+        }
+        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
+        try parsed.verify(metadataKey: state.keys.metadata)
+        return parsed.metadata.createdMilliseconds
+    }
+
+    // MARK: Following another process's rotation
+
+    /// Adopts the store's current master key when store.meta is no longer the file `state`'s keys
+    /// came from (another process rotated the key): one fstatat when nothing changed; otherwise
+    /// the TPM unseals the new key.
+    ///
+    /// - Returns: whether the keys changed.
+    /// - Throws: ``StoreError`` as opening does (`.tampered`, `.wrongTPM`, `.tpmUnavailable`, ...).
+    func refreshIfRotated(_ state: OpenState) throws(StoreError) -> Bool {
+        guard state.layout.version == 2, let inode = try rootDirectory.inode(of: StoreMetadata.fileName),
+              inode != state.metadataInode else { return false }
+        let unlocked = try withLentTPM { (tpm) throws(StoreError) in
+            try Self.unlock(rootDirectory, tpm: tpm, cache: StorageKeyContextFile(directory: rootDirectory))
+        }
+        guard unlocked.storeID == storeID else {
+            throw StoreError(.tampered, "\(root)/\(StoreMetadata.fileName) now belongs to another store")
+        }
+        let layout = try Self.layout(of: rootDirectory, version: unlocked.version, keys: unlocked.keys)
+        adopt(OpenState(keys: unlocked.keys, layout: layout, metadataInode: unlocked.metadataInode))
+        return true
+    }
+
+    /// Runs a read; when it found nothing and another process rotated the master key meanwhile
+    /// (this process's directories are gone), adopts the new key and reads once more. A hit needs
+    /// no check: it is the current value (see the top of this file).
+    func readFollowingRotation<T>(_ read: (OpenState) throws(StoreError) -> T?) throws(StoreError) -> T? {
+        let state = try currentFollowingUpgrades()
+        if let found = try read(state) { return found }
+        guard try refreshIfRotated(state) else { return nil }
+        return try read(try current())
+    }
+
+    /// Removes the directories of every other master key than `layout`'s: a rotation's copy that
+    /// was never committed, or the old key's after a commit. Only with the store lock held
+    /// exclusively, or shared by a writer that has adopted the current key.
+    static func removeOtherKeyGenerations(in rootDirectory: Directory, keeping layout: Layout) throws(StoreError) {
+        let keptItems = layout.items.path.split(separator: "/").last.map(String.init) ?? itemsV2Directory
+        for entry in try rootDirectory.entries() {
+            let isItems = entry == itemsV2Directory || entry.hasPrefix(itemsV2Directory + "-")
+            let isRecords = entry == KeyRecord.directoryName || entry.hasPrefix(KeyRecord.directoryName + "-")
+            guard isItems || isRecords, entry != keptItems, entry != layout.records else { continue }
+            try rootDirectory.removeTree(entry)
+        }
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+import Testing
+@testable import KeychainStore
+import TPM
+import TPMKeychain
+import TPMKeychainTesting
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Rotating a store's master key (docs/FORMAT.md, "Key rotation"), on a real swtpm.
+@Suite struct KeyRotationTests {
+    static let passcode = SecretBytes(copying: Array("rotation passcode 1".utf8))
+
+    /// The entries of the store directory that hold a key generation's items or records.
+    static func generations(_ store: TestStore) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: store.location.path)
+            .filter { $0.hasPrefix("items2") || $0.hasPrefix("records") }.sorted()
+    }
+
+    @Test("a rotation keeps every item (plain, in an access group, protected) and replaces the sealed key, every file and every name")
+    func rotationKeepsItems() async throws {
+        let store = try TestStore()
+        try KeychainDevice(location: store.location).setPasscode(Self.passcode)
+        let keychain = try store.keychain()
+        let grouped = try store.keychain("com.example.shared", accessGroup: "group.example")
+        try keychain.set("alpha value", forKey: "alpha", label: "Alpha")
+        try keychain.set(Data([0, 1, 2, 255]), forKey: "binary")
+        try grouped.set("in a group", forKey: "member")
+        try await keychain.set("behind the passcode", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        let filesBefore = try store.itemFiles()
+        let metadataPath = store.location.path + "/store.meta"
+        let metadataBefore = try bytes(of: metadataPath)
+        #expect(filesBefore.count == 4)
+
+        // A protected item can only be re-encrypted by someone who can read it: without a
+        // context, nothing is changed.
+        await expectAsyncKeychainError(.interactionNotAllowed) { try await store.location.rotateKeys() }
+        #expect(try store.itemFiles() == filesBefore)
+        #expect(try bytes(of: metadataPath) == metadataBefore)
+
+        let context = AuthenticationContext(passcode: .fixed(Self.passcode), location: store.location)
+        let rotation = try await store.location.rotateKeys(context: context)
+        #expect(rotation.items == 4 && rotation.keyRecords == 1, "\(rotation)")
+        let filesAfter = try store.itemFiles()
+        #expect(filesAfter.count == 4)
+        #expect(Set(filesAfter.map { ($0 as NSString).lastPathComponent }).isDisjoint(with: filesBefore.map { ($0 as NSString).lastPathComponent }))
+        let metadataAfter = try bytes(of: metadataPath)
+        #expect(metadataAfter != metadataBefore)
+        #expect(Array(metadataAfter[8..<24]) == Array(metadataBefore[8..<24]), "the store ID is kept")
+        // One generation's directories, the new key's.
+        let generations = try Self.generations(store)
+        #expect(generations.count == 2 && generations.allSatisfy { $0.contains("-") }, "\(generations)")
+
+        func expectEverything(_ keychain: Keychain, _ grouped: Keychain) async throws {
+            #expect(try keychain.string(forKey: "alpha") == "alpha value")
+            #expect(try keychain.data(forKey: "binary") == Data([0, 1, 2, 255]))
+            #expect(try keychain.attributes(forKey: "alpha")?.label == "Alpha")
+            #expect(try grouped.string(forKey: "member") == "in a group")
+            let reader = AuthenticationContext(passcode: .fixed(Self.passcode), location: store.location)
+            #expect(try await keychain.get("pin", as: String.self, context: reader) == "behind the passcode")
+            #expect(try keychain.allKeys().sorted() == ["alpha", "binary", "pin"])
+        }
+        // The rotating handle carries on; a fresh open unseals the new key.
+        try await expectEverything(keychain, grouped)
+        Keychain.closeStore(store.location)
+        try await expectEverything(try store.keychain(), try store.keychain("com.example.shared", accessGroup: "group.example"))
+
+        // The old store.meta put back (a partial restore) names a key whose files are gone: an
+        // error that says so, not an empty store.
+        Keychain.closeStore(store.location)
+        try Data(metadataBefore).write(to: URL(fileURLWithPath: metadataPath))
+        expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "alpha") }
+        try Data(metadataAfter).write(to: URL(fileURLWithPath: metadataPath))
+        Keychain.closeStore(store.location)
+        #expect(try store.keychain().string(forKey: "alpha") == "alpha value")
+    }
+
+    @Test("a store open in this process follows a rotation made by another process: reads, writes and listings use the new key")
+    func otherProcessRotation() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        for index in 0..<20 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
+        #expect(try keychain.string(forKey: "key-3") == "value-3")   // open, caches warm
+        let rotator = try Self.runRotation(store)
+        rotator.waitUntilExit()
+        #expect(rotator.terminationStatus == 0)
+        // The directories this process had open are gone; it notices, unseals the new key, reads on.
+        #expect(try keychain.string(forKey: "key-3") == "value-3")
+        #expect(try keychain.string(forKey: "key-17") == "value-17")
+        #expect(try keychain.allKeys().count == 20)
+        try keychain.set("changed", forKey: "key-5")
+        #expect(try keychain.string(forKey: "missing") == nil)
+        Keychain.closeStore(store.location)
+        let reopened = try store.keychain()
+        #expect(try reopened.string(forKey: "key-5") == "changed")
+        #expect(try reopened.allKeys().count == 20)
+        #expect(try Self.generations(store).count == 2)
+    }
+
+    @Test("killed at random points, a rotation leaves the old key and files or the new ones, never a mix: every item reads after each kill")
+    func killedRotations() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        let count = 300
+        for index in 0..<count { try keychain.set("value-\(index)", forKey: "key-\(index)") }
+        Keychain.closeStore(store.location)
+        let clock = ContinuousClock()
+        var duration = Duration.seconds(1)
+        var unchanged = 0, rotated = 0
+        let metadataPath = store.location.path + "/store.meta"
+        for round in 0...30 {
+            let before = try bytes(of: metadataPath)
+            let process = try Self.runRotation(store, waitForReady: true)
+            let started = clock.now
+            if round == 0 {
+                process.waitUntilExit()
+                duration = clock.now - started
+                #expect(process.terminationStatus == 0)
+            } else {
+                let microseconds = Int64(duration.components.seconds) * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
+                usleep(UInt32(Int64.random(in: 0...(microseconds * 11 / 10))))
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
+            if try bytes(of: metadataPath) == before { unchanged += 1 } else { rotated += 1 }
+            // Opening cleans up what the killed rotation left, whichever side of its commit it died on.
+            Keychain.closeStore(store.location)
+            let reader = try store.keychain()
+            #expect(try reader.allKeys().count == count, "round \(round)")
+            for index in stride(from: round % 7, to: count, by: 7) {
+                #expect(try reader.string(forKey: "key-\(index)") == "value-\(index)", "round \(round), key-\(index)")
+            }
+            let generations = try Self.generations(store)
+            #expect(generations.count == 2, "round \(round): \(generations)")
+            #expect(try store.files().allSatisfy { !$0.hasSuffix(".tmp") || $0.contains("/items2") }, "round \(round)")
+            Keychain.closeStore(store.location)
+        }
+        print("key rotations of \(count) items (a whole one takes \(duration)): \(unchanged) killed before the commit, \(rotated) committed")
+        #expect(unchanged > 0 && rotated > 1)
+    }
+
+    /// Runs `tpm-keychain-stress --rotate-keys` on the store; with `waitForReady`, returns once
+    /// it has opened the store.
+    static func runRotation(_ store: TestStore, waitForReady: Bool = false) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: stressWriter)
+        process.arguments = ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--rotate-keys"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.standardError
+        try process.run()
+        if waitForReady {
+            var seen = ""
+            while !seen.contains("ready") {
+                let chunk = output.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                seen += String(decoding: chunk, as: UTF8.self)
+            }
+        }
+        return process
+    }
+}
