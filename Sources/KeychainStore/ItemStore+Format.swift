@@ -15,11 +15,6 @@ extension ItemStore {
     static let itemsV2Directory = "items2"
     static let stagingDirectory = "items2.tmp"
 
-    /// The items directory of a format version.
-    static func itemsDirectoryName(_ version: UInt16) -> String {
-        version == 1 ? itemsDirectory : itemsV2Directory
-    }
-
     /// The current state, after adopting an upgrade another process made: a format-1 layout
     /// whose `items/` was removed has been replaced. Costs one fstat, and only for format 1.
     func currentFollowingUpgrades() throws(StoreError) -> OpenState {
@@ -72,7 +67,7 @@ extension ItemStore {
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "moving it to format 2")
         defer { withExtendedLifetime(lock) {} }
         let state = try current()
-        if try Self.readVersion(of: rootDirectory, keys: state.keys, storeID: storeID) == 2 {
+        if try Self.readVersion(of: rootDirectory, keys: state.keys, storeID: storeID) >= 2 {
             return try reloadLayout(state.keys)   // another process did it while we waited
         }
         // Leftovers of an upgrade that died before its switch: format 1 is still the truth.
@@ -149,12 +144,12 @@ extension ItemStore {
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
     }
 
-    /// Where the items and records of `version` are, under `keys`: format 1 in `items/`; format 2
-    /// in `items2/` and `records/` for the store's first master key, and in the directories
-    /// named after the key (``keyGenerationTag(_:)``) once it was rotated.
+    /// Where the items and records are for store.meta `version`, under `keys`: version 1 in
+    /// `items/`; version 2 in `items2/` and `records/`; version 3 (after a key rotation) in the
+    /// directories named after the key (``keyGenerationTag(_:)``). Versions 2 and 3 hold item format 2.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when only another key's directories exist: store.meta
-    ///   was replaced by a copy from before a rotation.
+    /// - Throws: ``StoreError`` `.tampered` when the directories store.meta names are missing and
+    ///   another key's are there: store.meta was replaced by a copy from another side of a rotation.
     static func layout(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) -> Layout {
         if version == 1 {
             guard let items = try Directory.open(itemsDirectory, in: rootDirectory, create: false) else {
@@ -162,14 +157,14 @@ extension ItemStore {
             }
             return Layout(version: 1, items: items)
         }
-        let tag = keyGenerationTag(keys)
-        if let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) {
+        let replaced = StoreError(.tampered, "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before or after a key rotation. Put back the one that belongs with the items (from the same backup)")
+        if version >= StoreMetadata.rotatedVersion {
+            let tag = keyGenerationTag(keys)
+            guard let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) else { throw replaced }
             return Layout(version: 2, items: items, records: KeyRecord.directoryName + "-" + tag)
         }
         let entries = try rootDirectory.entries()
-        if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) {
-            throw StoreError(.tampered, "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before a key rotation. Put back the current one (from the same backup as the items)")
-        }
+        if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) { throw replaced }
         guard let items = try Directory.open(itemsV2Directory, in: rootDirectory, create: true) else {
             throw StoreError(.storageFailed, "Cannot create \(rootDirectory.path)/\(itemsV2Directory)")
         }

@@ -112,7 +112,7 @@ extension ItemStore {
                 }
             }
         }
-        if version == 2 {
+        if version >= 2 {
             // What an upgrade that died after its switch left: format 2 is complete without them.
             try rootDirectory.removeTree(itemsDirectory)
             try rootDirectory.removeTree(stagingDirectory)
@@ -120,7 +120,7 @@ extension ItemStore {
         let layout = try layout(of: rootDirectory, version: version, keys: keys)
         // The store lock is held exclusively: no rotation is under way, so another key's
         // directories are what one left (before its commit, or after it but before its cleanup).
-        if version == 2 { try removeOtherKeyGenerations(in: rootDirectory, keeping: layout) }
+        if version >= 2 { try removeOtherKeyGenerations(in: rootDirectory, keeping: layout) }
         return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: metadataInode,
                          durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM)
     }

@@ -7,7 +7,7 @@ import TPM
 // of its files, so a new master key means a new copy of every item and key record. The copy is
 // written beside the old one, in directories named after the new key (`items2-<tag>`,
 // `records-<tag>`, ``keyGenerationTag(_:)``), made durable, and then store.meta is replaced by one
-// sealing the new key: that rename is the one atomic step. Before it, the old key and its
+// sealing the new key (version 3, which names those directories): that rename is the one atomic step. Before it, the old key and its
 // directories are the store; after it, the new ones. Whatever the other generation left (a
 // rotation killed before or after its commit) is removed by the next open, which holds the store
 // lock exclusively, or by the rotation itself right after its commit.
@@ -114,7 +114,7 @@ extension ItemStore {
             try rootDirectory.sync()
         }
         // The commit: store.meta now seals the new key.
-        let metadata = StoreMetadata(version: 2, storeID: storeID, createdMilliseconds: try createdMilliseconds(state),
+        let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID, createdMilliseconds: try createdMilliseconds(state),
                                      sealedMasterKey: sealed)
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {

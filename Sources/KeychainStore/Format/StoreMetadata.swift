@@ -2,9 +2,10 @@ import Crypto
 import Foundation
 import TPM
 
-/// `store.meta`, format version 1 or 2 (docs/FORMAT.md, "store.meta"). All integers big-endian.
+/// `store.meta`, format version 1, 2 or 3 (docs/FORMAT.md, "store.meta"). All integers big-endian.
 /// The version says how the items are stored: version 1 in `items/` (item format 1), version 2 in
-/// `items2/` (item format 2); the fields are the same.
+/// `items2/` (item format 2), version 3 in `items2-<tag>/` (item format 2, after a key rotation);
+/// the fields are the same.
 ///
 ///     offset size  field
 ///     0      4     magic "TKSM"
@@ -25,7 +26,11 @@ struct StoreMetadata {
     static let magic = Array("TKSM".utf8)
     /// What new stores are created with, and what a first write upgrades a version-1 store to.
     static let currentVersion: UInt16 = 2
-    static let supportedVersions: ClosedRange<UInt16> = 1...2
+    /// Version 3: format 2 after a key rotation, its items and records in directories named after
+    /// the master key (docs/FORMAT.md, "Key rotation"). A build that knows only versions 1 and 2
+    /// refuses it rather than looking in `items2/`.
+    static let rotatedVersion: UInt16 = 3
+    static let supportedVersions: ClosedRange<UInt16> = 1...3
     static let maximumSealedKeySize = 4096
     static let fileName = "store.meta"
     static let maximumFileSize = 36 + maximumSealedKeySize + 32
@@ -70,7 +75,7 @@ struct StoreMetadata {
             }
             let version = try reader.readUInt16()
             guard supportedVersions.contains(version) else {
-                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads versions 1 and 2: upgrade TPMKeychain")
+                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads versions 1 to 3: upgrade TPMKeychain")
             }
             guard try reader.readUInt16() == 0 else {
                 throw StoreError(.tampered, "\(path) is damaged: its reserved field is not zero")
