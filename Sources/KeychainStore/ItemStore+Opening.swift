@@ -30,7 +30,7 @@ extension ItemStore {
     ///   `.permissionDenied`, `.unsafeFileSystem`.
     package static func presence(at root: String) throws(StoreError) -> Presence {
         try validate(root)
-        guard let directory = try Directory.open(root, in: nil, create: false) else { return .absent }
+        guard let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) else { return .absent }
         return try presence(in: directory)
     }
 
@@ -51,19 +51,26 @@ extension ItemStore {
     ///   need a format-1 store to upgrade.
     /// - Parameter lendTPM: the TPM for later work that needs one (following or making a key
     ///   rotation); by default `tpm`, which must then stay reachable while the store is open.
+    /// - Parameter sharedGroup: when the store is created here, the Unix group (ID) whose members
+    ///   share it: its directories 2770 and files 0660 in that group (this user must be a member,
+    ///   and the parent directory must exist). An existing store keeps how it was created.
     package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
                              newStoreVersion: UInt16 = StoreMetadata.currentVersion,
-                             lendTPM: TPMLender? = nil) throws(StoreError) -> ItemStore {
+                             lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil) throws(StoreError) -> ItemStore {
         try validate(root)
         let lender = lendTPM ?? { TPMLease(configuration: tpm) }
-        if let directory = try Directory.open(root, in: nil, create: false) {
+        if let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) {
             return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil,
                             lendTPM: lender)
         }
         guard create else { throw storeNotFound(root) }
         let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
-        try createParents(of: root)
-        guard let directory = try Directory.open(root, in: nil, create: true) else {
+        if sharedGroup == nil {
+            try createParents(of: root)
+        } else if !FileManager.default.fileExists(atPath: String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]) + "/") {
+            throw StoreError(.invalidParameter, "A shared store is created only in an existing directory that the group's members can reach: create the parent of \(root) first")
+        }
+        guard let directory = try Directory.open(root, in: nil, create: true, storeRoot: true, shareWith: sharedGroup) else {
             throw StoreError(.storageFailed, "Cannot create \(root)")
         }
         return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,

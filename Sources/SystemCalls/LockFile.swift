@@ -12,13 +12,15 @@ import Musl
 package final class LockFile {
     private let descriptor: Int32
 
-    /// Opens `name` (creating it with mode 0600) relative to the directory descriptor `directory`,
-    /// or as a path when `directory` is nil, never following a symlink.
+    /// Opens `name` (creating it with `mode`, 0600 by default) relative to the directory
+    /// descriptor `directory`, or as a path when `directory` is nil, never following a symlink.
     ///
     /// - Throws: `Errno` (ELOOP for a symlink).
-    package init(_ name: String, in directory: Int32? = nil) throws(Errno) {
+    package init(_ name: String, in directory: Int32? = nil, mode: UInt32 = 0o600) throws(Errno) {
         let base = directory ?? AT_FDCWD
-        descriptor = try retryingInterrupts { openat(base, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        descriptor = try retryingInterrupts { openat(base, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode_t(mode)) }
+        // The umask may have taken group bits a shared store needs; a file that existed keeps its mode.
+        if mode != 0o600 { _ = fchmod(descriptor, mode_t(mode)) }
     }
 
     /// A lock on the directory `directory` itself: a new open file description of it, so the

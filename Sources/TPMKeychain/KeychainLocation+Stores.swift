@@ -1,5 +1,8 @@
 import Foundation
 import KeychainStore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What ``KeychainLocation/rotateKeys(context:)`` did.
 public struct KeyRotation: Sendable, Equatable {
@@ -19,6 +22,48 @@ extension KeychainLocation {
     public func createStore() throws(KeychainError) {
         guard !storeExists else { throw KeychainError(.duplicateItem, "A keychain store already exists at \(path)") }
         _ = try OpenStores.store(at: self)
+    }
+
+    /// Creates the store here, shared by the members of the Unix group `group`: its directories
+    /// are group-owned with mode 2770 and its files 0660, and every member may read and write
+    /// its items (others are refused by the file system, and a file of another group or with
+    /// access for others is refused as unsafe). This user must be a member, and the parent
+    /// directory must exist and be reachable by the members.
+    ///
+    /// What the group shares is the files; the TPM must be reachable by every member too (a
+    /// hardware TPM through `/dev/tpmrm0`, or `TPM_KEYCHAIN_TCTI`), not the CLI's simulator kept
+    /// inside a store. Items protected by access control are bound to the device (passcode,
+    /// enrollment) of the member who wrote them.
+    ///
+    /// - Throws: ``KeychainError`` `.duplicateItem` when a store exists here, `.invalidParameter`
+    ///   for an unknown group or a missing parent, `.permissionDenied` when this user is not a
+    ///   member, and what opening a store throws.
+    public func createStore(sharedWithGroup group: String) throws(KeychainError) {
+        guard !storeExists else { throw KeychainError(.duplicateItem, "A keychain store already exists at \(path)") }
+        let gid = try Self.memberGroupID(group)
+        let tpm = try StoreTPM.choose(for: self)
+        defer { tpm.stop() }
+        let store = try engine { () throws(StoreError) in
+            try ItemStore.open(at: path, tpm: tpm.configuration, sharedGroup: gid)
+        }
+        store.close()
+    }
+
+    /// The ID of `group`, which this process must be a member of.
+    private static func memberGroupID(_ name: String) throws(KeychainError) -> UInt32 {
+        var entry = Glibc.group()
+        var result: UnsafeMutablePointer<Glibc.group>?
+        var buffer = [CChar](repeating: 0, count: 16384)
+        guard getgrnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else {
+            throw KeychainError(.invalidParameter, "There is no group named \(name)")
+        }
+        let gid = entry.gr_gid
+        var groups = [gid_t](repeating: 0, count: Int(max(getgroups(0, nil), 0)) + 1)
+        let count = getgroups(Int32(groups.count), &groups)
+        guard getegid() == gid || (count > 0 && groups.prefix(Int(count)).contains(gid)) else {
+            throw KeychainError(.permissionDenied, "This user is not a member of group \(name): a shared store can only be created for a group one belongs to")
+        }
+        return gid
     }
 
     /// Removes the store here: its keys are erased from this process's memory, then its directory

@@ -42,15 +42,19 @@ enum CLI {
     ///   - environment: added to this process's environment, from which `TPM_KEYCHAIN_TCTI` is
     ///     removed first; a nil value removes a variable.
     ///   - stdin: fed to standard input; nil connects /dev/null.
-    static func run(_ arguments: [String], environment: [String: String?], stdin: Data? = nil) throws -> CLIResult {
-        let running = try start(arguments, environment: environment, stdinPipe: stdin != nil)
+    ///   - executable: what to run instead of `tpm-keychain` (a wrapper such as runuser, which
+    ///     is given the tool's path among its arguments).
+    static func run(_ arguments: [String], environment: [String: String?], stdin: Data? = nil,
+                    executable: String = CLI.executable) throws -> CLIResult {
+        let running = try start(arguments, environment: environment, stdinPipe: stdin != nil, executable: executable)
         if let stdin { try running.write(stdin, closing: true) }
         return try running.finish()
     }
 
-    static func start(_ arguments: [String], environment: [String: String?], stdinPipe: Bool) throws -> RunningCLI {
+    static func start(_ arguments: [String], environment: [String: String?], stdinPipe: Bool,
+                      executable: String = CLI.executable) throws -> RunningCLI {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
-            throw CLIError("tpm-keychain is not built at \(executable): run swift build --build-tests")
+            throw CLIError("\(executable) is not there: run swift build --build-tests")
         }
         var merged = ProcessInfo.processInfo.environment
         merged.removeValue(forKey: "TPM_KEYCHAIN_TCTI")

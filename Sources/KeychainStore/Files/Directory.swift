@@ -13,26 +13,38 @@ package final class Directory: Sendable {
     let descriptor: Int32
     /// For messages only; operations never resolve it again.
     let path: String
+    /// Who may use what is in it: its store's choice, inherited from the store's root.
+    let sharing: Sharing
 
-    private init(descriptor: Int32, path: String) {
+    private init(descriptor: Int32, path: String, sharing: Sharing) {
         self.descriptor = descriptor
         self.path = path
+        self.sharing = sharing
     }
 
     deinit { closeDescriptor(descriptor) }
 
     /// Opens `name` inside `parent` (or the absolute `name` when `parent` is nil), creating it
-    /// with mode 0700 first when `create` is set.
+    /// first when `create` is set: mode 0700, or 2770 inside a store shared with a group.
     ///
+    /// A directory inside another shares its parent's ``sharing``. A store's root
+    /// (`storeRoot`) is shared with a group when it has exactly the shape a shared store is
+    /// created with (setgid, group rwx, no access for others); any other directory opened without
+    /// a parent must be private.
+    ///
+    /// - Parameter shareWith: creating a store root: the group it is shared with (nil: private).
     /// - Returns: nil when it does not exist and `create` is false.
     /// - Throws: ``StoreError`` `.unsafeFileSystem` (a symlink or non-directory, another owner,
     ///   group or world access), `.storageFailed`.
-    static func open(_ name: String, in parent: Directory?, create: Bool) throws(StoreError) -> Directory? {
+    static func open(_ name: String, in parent: Directory?, create: Bool, storeRoot: Bool = false,
+                     shareWith group: UInt32? = nil) throws(StoreError) -> Directory? {
         let base = parent?.descriptor ?? AT_FDCWD
         let path = parent.map { $0.path + "/" + name } ?? name
+        var created = false
         if create {
             do {
                 try retryingInterrupts { mkdirat(base, name, 0o700) }
+                created = true
             } catch where error.rawValue == EEXIST {
             } catch where error.rawValue == EACCES || error.rawValue == EPERM {
                 throw permissionDenied(path, error)
@@ -52,12 +64,26 @@ package final class Directory: Sendable {
         } catch {
             throw StoreError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
         }
-        let directory = Directory(descriptor: descriptor, path: path)
+        if created {
+            // Made private first, then opened to the group: no moment where it is open to more.
+            let newSharing: Sharing = parent?.sharing ?? group.map { .group($0) } ?? .owner
+            if case .group(let gid) = newSharing {
+                guard (parent == nil ? fchown(descriptor, uid_t.max, gid) : 0) == 0, fchmod(descriptor, Sharing.sharedDirectoryMode) == 0 else {
+                    let error = Errno.current
+                    closeDescriptor(descriptor)
+                    throw StoreError(.permissionDenied, "Cannot give \(path) to group \(gid) (this user must be a member of it)", underlying: error)
+                }
+            }
+        }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            let error = Errno.current
+            closeDescriptor(descriptor)
+            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: error)
         }
-        try Ownership.check(status, path: path)
+        let sharing = parent?.sharing ?? (storeRoot ? Sharing(rootStatus: status) : .owner)
+        let directory = Directory(descriptor: descriptor, path: path, sharing: sharing)
+        try Ownership.check(status, path: path, sharing: sharing)
         return directory
     }
 
@@ -70,7 +96,7 @@ package final class Directory: Sendable {
         guard fstat(descriptor, &status) == 0 else {
             throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
-        try Ownership.check(status, path: path)
+        try Ownership.check(status, path: path, sharing: sharing)
         return status.st_nlink > 0
     }
 
@@ -126,7 +152,7 @@ package final class Directory: Sendable {
         guard status.st_nlink <= 1 else {
             throw StoreError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
         }
-        try Ownership.check(status, path: path)
+        try Ownership.check(status, path: path, sharing: sharing)
         file.size = Int(status.st_size)
         file.inode = UInt64(status.st_ino)
         return file
@@ -170,6 +196,8 @@ package final class Directory: Sendable {
             throw StoreError(.storageFailed, "Cannot create \(path)/\(temporary)", underlying: error)
         }
         do {
+            // Created private; shared with the store's group (the setgid directory gave it the group).
+            if case .group = sharing { try retryingInterrupts { fchmod(fileDescriptor, Sharing.sharedFileMode) } }
             try Self.writeAll(fileDescriptor, bytes)
             if durable { try retryingInterrupts { fsync(fileDescriptor) } }
             closeDescriptor(fileDescriptor)
@@ -243,7 +271,7 @@ package final class Directory: Sendable {
         let lockPath = path + "/" + name
         let file: LockFile
         do {
-            file = try LockFile(name, in: descriptor)
+            file = try LockFile(name, in: descriptor, mode: UInt32(sharing.fileMode))
         } catch where error.rawValue == ELOOP {
             throw StoreError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
@@ -325,7 +353,7 @@ package final class Directory: Sendable {
     private static func openAnyOwner(_ name: String, in parent: Directory) throws(StoreError) -> Directory? {
         do {
             let descriptor = try retryingInterrupts { openat(parent.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-            return Directory(descriptor: descriptor, path: parent.path + "/" + name)
+            return Directory(descriptor: descriptor, path: parent.path + "/" + name, sharing: parent.sharing)
         } catch where error.rawValue == ENOENT {
             return nil
         } catch {
@@ -353,12 +381,46 @@ package final class Directory: Sendable {
     }
 }
 
-/// The store's files belong to this user alone.
+/// Who may use a store's files: this user alone, or (an explicit choice when the store was
+/// created) the members of one Unix group.
+enum Sharing: Sendable, Equatable {
+    case owner
+    case group(UInt32)
+
+    static let sharedDirectoryMode: mode_t = 0o2770
+    static let sharedFileMode: mode_t = 0o660
+
+    /// A store root's sharing, from its mode: shared only in exactly the shape a shared store is
+    /// created with, so that no looser directory is taken for one.
+    init(rootStatus status: stat) {
+        let mode = status.st_mode & 0o7777
+        self = mode == Self.sharedDirectoryMode ? .group(status.st_gid) : .owner
+    }
+
+    var fileMode: mode_t {
+        switch self {
+        case .owner: 0o600
+        case .group: Self.sharedFileMode
+        }
+    }
+}
+
+/// The store's files belong to this user alone, or to the store's group.
 enum Ownership {
     static var effectiveUser: uid_t { PrivateOwnership.effectiveUser }
 
-    /// - Throws: ``StoreError`` `.unsafeFileSystem` for another owner or any group/other bits.
-    static func check(_ status: stat, path: String) throws(StoreError) {
+    /// - Throws: ``StoreError`` `.unsafeFileSystem`: for a private store, another owner or any
+    ///   group/other bits; for a shared one, another group, or any bits for others.
+    static func check(_ status: stat, path: String, sharing: Sharing) throws(StoreError) {
+        if case .group(let group) = sharing {
+            guard status.st_gid == group else {
+                throw StoreError(.unsafeFileSystem, "\(path) belongs to group \(status.st_gid), not to the store's group (\(group)); refusing to use it")
+            }
+            guard status.st_mode & 0o007 == 0 else {
+                throw StoreError(.unsafeFileSystem, "\(path) has mode \(String(status.st_mode & 0o7777, radix: 8)); a shared store allows its group and no one else")
+            }
+            return
+        }
         switch PrivateOwnership.problem(owner: status.st_uid, mode: status.st_mode) {
         case nil:
             return

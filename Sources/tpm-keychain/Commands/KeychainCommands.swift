@@ -22,13 +22,22 @@ struct CreateKeychain: ParsableCommand {
     @Argument(help: ArgumentHelp("A store name (kept in the data directory) or a directory path.", valueName: "keychain"))
     var keychain: String
 
+    @Option(name: .customLong("group"), help: ArgumentHelp(
+        "Share the store with the members of this Unix group (directories 2770, files 0660 in that group). The parent directory must exist; every member needs the same TPM (TPM_KEYCHAIN_TCTI or /dev/tpmrm0).",
+        valueName: "group"))
+    var group: String?
+
     func run() throws {
         try reportingErrors {
             let path = try KeychainArgument.path(keychain)
             let session = try StoreSession(path: path)
             defer { session.close() }
             do {
-                try session.location.createStore()
+                if let group {
+                    try session.location.createStore(sharedWithGroup: group)
+                } else {
+                    try session.location.createStore()
+                }
             } catch let error as KeychainError where error.code == .duplicateItem {
                 throw CommandFailure(ExitStatus.duplicateItem, "a keychain store already exists at \(path)")
             }
