@@ -188,26 +188,55 @@ package final class Directory: Sendable {
         _ = unlinkat(descriptor, temporary, 0)
         let fileDescriptor: Int32
         do {
+            try FaultInjection.check(.createTemporary, path: path + "/" + name)
             fileDescriptor = try retryingInterrupts {
                 openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             }
         } catch {
             if error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS { throw Self.permissionDenied(path, error) }
-            throw StoreError(.storageFailed, "Cannot create \(path)/\(temporary)", underlying: error)
+            throw Self.writeFailed("create", path + "/" + temporary, error)
         }
+        var closed = false
         do {
             // Created private; shared with the store's group (the setgid directory gave it the group).
             if case .group = sharing { try retryingInterrupts { fchmod(fileDescriptor, Sharing.sharedFileMode) } }
+            try FaultInjection.check(.write, path: path + "/" + name)
             try Self.writeAll(fileDescriptor, bytes)
-            if durable { try retryingInterrupts { fsync(fileDescriptor) } }
+            if durable {
+                try FaultInjection.check(.syncFile, path: path + "/" + name)
+                try retryingInterrupts { fsync(fileDescriptor) }
+            }
             closeDescriptor(fileDescriptor)
+            closed = true
+            try FaultInjection.check(.rename, path: path + "/" + name)
             try retryingInterrupts { renameat(descriptor, temporary, descriptor, name) }
         } catch {
-            closeDescriptor(fileDescriptor)
+            if !closed { closeDescriptor(fileDescriptor) }
             _ = unlinkat(descriptor, temporary, 0)
-            throw StoreError(.storageFailed, "Cannot write \(path)/\(name)", underlying: error)
+            throw Self.writeFailed("write", path + "/" + name, error)
         }
-        if durable && syncDirectory { try sync() }
+        if durable && syncDirectory {
+            do {
+                try FaultInjection.check(.syncDirectory, path: path + "/" + name)
+            } catch {
+                throw Self.writeFailed("sync the directory of", path + "/" + name, error)
+            }
+            try sync()
+        }
+    }
+
+    /// A failed write, its cause in words a person acts on: a full disk or quota says so first.
+    static func writeFailed(_ action: String, _ path: String, _ error: Errno) -> StoreError {
+        switch error.rawValue {
+        case ENOSPC:
+            StoreError(.storageFailed, "The disk is full: cannot \(action) \(path); stored items are unchanged. Free some space and try again", underlying: error)
+        case EDQUOT:
+            StoreError(.storageFailed, "The disk quota is exhausted: cannot \(action) \(path); stored items are unchanged", underlying: error)
+        case EIO:
+            StoreError(.storageFailed, "The disk reported an I/O error: cannot \(action) \(path); check the device (dmesg)", underlying: error)
+        default:
+            StoreError(.storageFailed, "Cannot \(action) \(path)", underlying: error)
+        }
     }
 
     /// Creates `name` with `bytes` only if nothing exists there (linkat of a complete temporary
@@ -366,7 +395,7 @@ package final class Directory: Sendable {
         do {
             try retryingInterrupts { fsync(descriptor) }
         } catch {
-            throw StoreError(.storageFailed, "Cannot sync the directory \(path)", underlying: error)
+            throw Self.writeFailed("sync the directory", path, error)
         }
     }
 
