@@ -128,6 +128,11 @@ let package = Package(
             path: "Tests/Benchmarks/TPMBenchmarks",
             swiftSettings: strictness
         ),
+        // libFuzzer harness over every parser of untrusted bytes (Scripts/fuzz.sh builds it with
+        // -sanitize=fuzzer); built normally, it replays corpus files (Fixtures/fuzz/).
+        .target(name: "CFuzzing", path: "Tests/Fuzz/CFuzzing"),
+        .executableTarget(name: "tpm-keychain-fuzz", dependencies: ["CFuzzing", "KeychainStore", "ToolSupport"],
+                          path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",
             dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto"),
@@ -136,7 +141,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TPMKeychainTests",
-            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress",
+            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "tpm-keychain-fuzz",
                            .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),

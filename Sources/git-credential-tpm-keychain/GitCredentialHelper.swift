@@ -220,15 +220,3 @@ struct Invocation {
         storePath = StoreDirectory.absolute(path)
     }
 }
-
-/// A failure of the helper itself (input, arguments), with its exit status. Messages never
-/// carry a credential's value.
-struct HelperFailure: Error, CustomStringConvertible {
-    let status: Int32
-    let description: String
-
-    init(_ status: Int32, _ description: String) {
-        self.status = status
-        self.description = description
-    }
-}

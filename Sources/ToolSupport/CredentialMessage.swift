@@ -1,24 +1,23 @@
-import ToolSupport
-
 /// git's credential description (git-credential(1), "INPUT/OUTPUT FORMAT"): `key=value` lines,
-/// ended by a blank line or the end of input. A key is everything before the first `=`; a value
+/// ended by a blank line or the end of input. Read by git-credential-tpm-keychain; it lives here
+/// so that the parser fuzzing harness reaches it too. A key is everything before the first `=`; a value
 /// is any bytes but newline and NUL, so values are kept as bytes, never reinterpreted as text.
 /// A key given twice keeps its last value, as git's own reader does.
-struct CredentialMessage {
+package struct CredentialMessage {
     /// The attributes in the order they came, keys decoded leniently (only known ASCII keys matter).
-    private(set) var attributes: [(key: String, value: [UInt8])] = []
+    package private(set) var attributes: [(key: String, value: [UInt8])] = []
 
     /// The most input a description can sensibly be: git writes a few hundred bytes.
-    static let maximumSize = 1 << 20
+    package static let maximumSize = 1 << 20
 
-    init() {}
+    package init() {}
 
     /// Parses `bytes` up to the first blank line. A trailing carriage return is dropped from each
     /// line, as git's `strbuf_getline` does.
     ///
     /// - Throws: ``HelperFailure`` (usage) for a line that is not `key=value`; the message names
     ///   the line by number, never by content, which may be a password.
-    init(parsing bytes: [UInt8]) throws(HelperFailure) {
+    package init(parsing bytes: [UInt8]) throws(HelperFailure) {
         var lineNumber = 0
         for rawLine in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
             lineNumber += 1
@@ -32,20 +31,32 @@ struct CredentialMessage {
     }
 
     /// The last value given for `key`.
-    subscript(key: String) -> [UInt8]? {
+    package subscript(key: String) -> [UInt8]? {
         attributes.last { $0.key == key }?.value
     }
 
-    mutating func append(_ key: String, _ value: [UInt8]) {
+    package mutating func append(_ key: String, _ value: [UInt8]) {
         attributes.append((key, value))
     }
 
     /// `key=value` lines, each ending in a newline.
-    var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var bytes: [UInt8] = []
         for (key, value) in attributes {
             bytes += Array(key.utf8) + [UInt8(ascii: "=")] + value + [UInt8(ascii: "\n")]
         }
         return bytes
+    }
+}
+
+/// A failure of the git credential helper itself (input, arguments), with its exit status.
+/// Messages never carry a credential's value.
+package struct HelperFailure: Error, CustomStringConvertible {
+    package let status: Int32
+    package let description: String
+
+    package init(_ status: Int32, _ description: String) {
+        self.status = status
+        self.description = description
     }
 }

@@ -1,0 +1,83 @@
+// tpm-keychain-fuzz: every parser of untrusted bytes under libFuzzer.
+//
+//     Scripts/fuzz.sh [executions per target]           builds with -sanitize=fuzzer and runs all
+//     FUZZ_TARGET=key-record tpm-keychain-fuzz CORPUS   libFuzzer's own options work (-runs=N, ...)
+//     tpm-keychain-fuzz --replay FILE...                 built normally: each file through its
+//                                                        target (named by its directory)
+//
+// Targets: ParserFuzzing.targets (the store's files) and "git-credential" (the git helper's input).
+// Seed corpora: Fixtures/fuzz/<target>/.
+import CFuzzing
+import Foundation
+import KeychainStore
+import ToolSupport
+
+enum Harness {
+    static let targets = ParserFuzzing.targets + ["git-credential"]
+
+    /// Runs one input; returns a description of a property that failed (a finding), else nil.
+    static func run(_ target: String, _ bytes: [UInt8]) -> String? {
+        if target == "git-credential" { return gitCredential(bytes) }
+        switch ParserFuzzing.run(target, bytes) {
+        case .handled: return nil
+        case .violated(let property): return property
+        case .unknownTarget: return "unknown target \(target); targets: \(targets.joined(separator: ", "))"
+        }
+    }
+
+    /// git's credential description: what parses re-encodes to a description that parses to the
+    /// same attributes (values ending in a carriage return excepted: git drops one, as we do).
+    static func gitCredential(_ bytes: [UInt8]) -> String? {
+        guard let message = try? CredentialMessage(parsing: bytes) else { return nil }
+        if message.attributes.contains(where: { $0.value.last == UInt8(ascii: "\r") }) { return nil }
+        guard let again = try? CredentialMessage(parsing: message.encoded) else {
+            return "a parsed credential description does not parse after re-encoding"
+        }
+        guard again.attributes.map(\.key) == message.attributes.map(\.key),
+              again.attributes.map(\.value) == message.attributes.map(\.value) else {
+            return "a credential description changed through a re-encoding"
+        }
+        return nil
+    }
+
+    nonisolated(unsafe) static var target = ""
+}
+
+@main
+struct FuzzMain {
+    static func main() {
+        var argc = CommandLine.argc
+        var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+        Harness.target = ProcessInfo.processInfo.environment["FUZZ_TARGET"] ?? ""
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first != "--replay" {
+            guard Harness.targets.contains(Harness.target) else {
+                FileHandle.standardError.write(Data("set FUZZ_TARGET to one of: \(Harness.targets.joined(separator: ", "))\n".utf8))
+                exit(64)
+            }
+            let status = tk_fuzz_run(&argc, &argv) { data, size in
+                let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+                if let finding = Harness.run(Harness.target, bytes) {
+                    FileHandle.standardError.write(Data("finding: \(finding)\n".utf8))
+                    abort()   // libFuzzer saves the input as a crash
+                }
+                return 0
+            }
+            guard status >= 0 else {
+                FileHandle.standardError.write(Data("this build has no fuzzer (build it with Scripts/fuzz.sh); use --replay FILE...\n".utf8))
+                exit(64)
+            }
+            exit(status)
+        }
+        var findings = 0
+        for path in arguments.dropFirst() {
+            guard let data = FileManager.default.contents(atPath: path) else { continue }
+            let target = Harness.targets.contains(Harness.target) ? Harness.target : URL(fileURLWithPath: path).deletingLastPathComponent().lastPathComponent
+            if let finding = Harness.run(target, Array(data)) {
+                print("\(path): \(finding)")
+                findings += 1
+            }
+        }
+        exit(findings == 0 ? 0 : 1)
+    }
+}
