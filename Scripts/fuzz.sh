@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-1500000}
 shift || true
 swift build -c release --scratch-path .build-fuzz \
-    -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xcc -DFUZZING \
+    -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xcc -DFUZZING -Xswiftc -use-ld=lld \
     --product tpm-keychain-fuzz >&2
 binary=.build-fuzz/release/tpm-keychain-fuzz
 targets=("$@")

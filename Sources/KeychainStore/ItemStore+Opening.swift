@@ -127,7 +127,16 @@ extension ItemStore {
         let layout = try layout(of: rootDirectory, version: version, keys: keys)
         // The store lock is held exclusively: no rotation is under way, so another key's
         // directories are what one left (before its commit, or after it but before its cleanup).
-        if version >= 2 { try removeOtherKeyGenerations(in: rootDirectory, keeping: layout) }
+        if version >= 2 {
+            try removeOtherKeyGenerations(in: rootDirectory, keeping: layout)
+            try finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
+        }
+        // Temp files of the store's own files that a killed writer left (the item files' are
+        // removed by the next write of their group): with the store lock held exclusively, no
+        // live writer owns them.
+        for name in [StoreMetadata.fileName, RecoveryFile.fileName, RecoveryFile.nextFileName, StorageKeyContextFile.name] {
+            _ = try rootDirectory.remove(name + Directory.temporarySuffix, durable: false)
+        }
         return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: metadataInode,
                          durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM)
     }
@@ -215,7 +224,7 @@ extension StoreError {
     init(tpmError error: TPMError, store: String) {
         switch error.code {
         case .wrongStorageKey:
-            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared); it cannot be opened here", underlying: error)
+            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared or replaced); it cannot be opened here. If it has a recovery key, tpm-keychain recover --keychain \(store) seals it to this TPM", underlying: error)
         case .tpmUnavailable:
             self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
         case .busy, .timedOut:

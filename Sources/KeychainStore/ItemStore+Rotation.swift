@@ -113,6 +113,8 @@ extension ItemStore {
             try records.sync()
             try rootDirectory.sync()
         }
+        // The recovery key (if any) follows: the new master key encrypted to its public half.
+        try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
         // The commit: store.meta now seals the new key.
         let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID, createdMilliseconds: try createdMilliseconds(state),
                                      sealedMasterKey: sealed)
@@ -122,6 +124,7 @@ extension ItemStore {
         }
         let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
         adopt(rotated)
+        try Self.finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
         try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: rotated.layout)
         return KeyRotation(items: count, records: carried.count)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TPMKeychainTesting
 
 /// create-keychain, list-keychains, delete-keychain.
 @Suite("keychain verbs")
@@ -24,6 +25,33 @@ struct KeychainVerbsTests {
         #expect(FileManager.default.fileExists(atPath: fixture.directory + "/elsewhere/store.meta"))
         let invalid = try CLI.run(["create-keychain", ".."], environment: fixture.environment)
         #expect(invalid.status == 64, "\(invalid)")
+    }
+}
+
+extension KeychainVerbsTests {
+    @Test("create-keychain --recovery-key prints the key once; on a replacement TPM the store is refused (65) naming recover, and recover with the key brings it back")
+    func recoveryKey() throws {
+        let fixture = try CLIFixture()
+        let created = try CLI.run(["create-keychain", "--recovery-key", fixture.store], environment: fixture.environment)
+        try created.expectSuccess()
+        let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(key.split(separator: "-").count == 8, "\(created)")
+        #expect(created.stderr.contains("shown only now"), "\(created)")
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "kept", "-w", "still here")
+
+        let replacement = try SoftwareTPM.start()
+        defer { replacement.stop() }
+        let refused = try fixture.run("find-generic-password", "-s", "svc", "-a", "kept", "-w", tcti: replacement.tcti)
+        #expect(refused.status == 65, "\(refused)")
+        #expect(refused.stderr.contains("tpm-keychain recover"), "\(refused)")
+        let wrong = try fixture.run("recover", "--recovery-key-fd", "0", stdin: Data((String(repeating: "cbdefghi", count: 8) + "\n").utf8),
+                                    tcti: replacement.tcti)
+        #expect(wrong.status == 77, "\(wrong)")
+        let recovered = try fixture.run("recover", "--recovery-key-fd", "0", stdin: Data((key + "\n").utf8), tcti: replacement.tcti)
+        #expect(recovered.status == 0, "\(recovered)")
+        #expect(recovered.stdout == "recovered \(fixture.store): 1 items kept, 0 items bound to the old TPM removed\n", "\(recovered)")
+        let found = try fixture.run("find-generic-password", "-s", "svc", "-a", "kept", "-w", tcti: replacement.tcti)
+        #expect(found.stdout == "still here\n", "\(found)")
     }
 }
 

@@ -105,6 +105,7 @@ import Glibc
         let keychain = try store.keychain()
         let count = 300
         for index in 0..<count { try keychain.set("value-\(index)", forKey: "key-\(index)") }
+        let recoveryKey = try store.location.addRecoveryKey()
         Keychain.closeStore(store.location)
         let clock = ContinuousClock()
         var duration = Duration.seconds(1)
@@ -137,6 +138,9 @@ import Glibc
             #expect(try store.files().allSatisfy { !$0.hasSuffix(".tmp") || $0.contains("/items2") }, "round \(round)")
             Keychain.closeStore(store.location)
         }
+        // Whichever side of a commit each kill fell on, the recovery key opens the current master key.
+        let recovery = try store.location.recover(with: recoveryKey)
+        #expect(recovery.itemsKept == count && recovery.itemsRemoved == 0, "\(recovery)")
         print("key rotations of \(count) items (a whole one takes \(duration)): \(unchanged) killed before the commit, \(rotated) committed")
         #expect(unchanged > 0 && rotated > 1)
     }

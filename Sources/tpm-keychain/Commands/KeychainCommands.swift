@@ -22,6 +22,9 @@ struct CreateKeychain: ParsableCommand {
     @Argument(help: ArgumentHelp("A store name (kept in the data directory) or a directory path.", valueName: "keychain"))
     var keychain: String
 
+    @Flag(name: .customLong("recovery-key"), help: "Also add a recovery key, and print it once (see add-recovery-key).")
+    var withRecoveryKey = false
+
     @Option(name: .customLong("group"), help: ArgumentHelp(
         "Share the store with the members of this Unix group (directories 2770, files 0660 in that group). The parent directory must exist; every member needs the same TPM (TPM_KEYCHAIN_TCTI or /dev/tpmrm0).",
         valueName: "group"))
@@ -38,6 +41,7 @@ struct CreateKeychain: ParsableCommand {
                 } else {
                     try session.location.createStore()
                 }
+                if withRecoveryKey { RecoveryKeyOutput.show(try session.location.addRecoveryKey(), for: path) }
             } catch let error as KeychainError where error.code == .duplicateItem {
                 throw CommandFailure(ExitStatus.duplicateItem, "a keychain store already exists at \(path)")
             }
@@ -98,6 +102,68 @@ struct RotateKeys: ParsableCommand {
                 print("rotated the master key of \(path): \(rotation.items) items and \(rotation.keyRecords) key records re-encrypted")
             }
         }
+    }
+}
+
+/// Adds a recovery key to a store: the way back after its TPM is cleared or replaced.
+struct AddRecoveryKey: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add-recovery-key",
+        abstract: "Add a recovery key to a keychain store (replacing any earlier one) and print it once.",
+        discussion: """
+            The key (8 groups of 8 letters) is printed on standard output and kept nowhere on this \
+            machine: write it down, or store it away from the machine. With it, `recover` seals \
+            the store to a new or cleared TPM. Whoever has it and a copy of the store's files can \
+            read the items without the TPM.
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            try KeychainLocation(path: path).checkStore()
+            try StoreSession.with(path) { session in
+                RecoveryKeyOutput.show(try session.location.addRecoveryKey(), for: path)
+            }
+        }
+    }
+}
+
+/// Seals a store to this machine's TPM with its recovery key.
+struct Recover: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recover",
+        abstract: "Seal a keychain store to this TPM with its recovery key, after the TPM that sealed it was cleared or replaced.",
+        discussion: """
+            The recovery key is read from the terminal (no echo), from --recovery-key-fd, or from \
+            standard input. Items are kept, except those bound to the old TPM by design: \
+            this-device-only items and items behind access control (biometry, passcode).
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(name: .customLong("recovery-key-fd"), help: ArgumentHelp("Read the recovery key from this file descriptor.", valueName: "fd"))
+    var descriptor: Int32?
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            try KeychainLocation(path: path).checkStore()
+            let typed = try PasscodeInput(descriptor: descriptor).read(prompt: "recovery key for \(path): ")
+            let key = try RecoveryKey(text: typed.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+            let session = try StoreSession(path: path)
+            defer { session.close() }
+            let report = try session.location.recover(with: key)
+            print("recovered \(path): \(report.itemsKept) items kept, \(report.itemsRemoved) items bound to the old TPM removed")
+        }
+    }
+}
+
+enum RecoveryKeyOutput {
+    static func show(_ key: RecoveryKey, for path: String) {
+        print(key.text)
+        printError("tpm-keychain: this is the recovery key of \(path); it is shown only now. Keep it away from this machine: with it, recover seals the store to another TPM")
     }
 }
 

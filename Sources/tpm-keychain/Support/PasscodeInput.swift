@@ -31,6 +31,11 @@ final class PasscodeInput: @unchecked Sendable {
         descriptor = options.passcodeDescriptor
     }
 
+    /// Another secret read the same way (a recovery key): from `descriptor`, else askpass or the terminal.
+    init(descriptor: Int32?) {
+        self.descriptor = descriptor
+    }
+
     /// One passcode. - Throws: ``CommandFailure`` when there is none to read, or it is empty.
     func read(prompt: String) throws(CommandFailure) -> SecretBytes {
         let data: Data

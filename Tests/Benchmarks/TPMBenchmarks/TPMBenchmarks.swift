@@ -16,6 +16,7 @@ import Glibc
 /// - access: access control: a protected get inside a reuse window, a first protected get against
 ///   the C floor's unseal of a key record, and the TPM commands of each operation (AccessBenchmarks).
 /// - storage: KeychainStorageCompat with and without a Cipher, and changeCipher (StorageBenchmarks).
+/// - rotate: rotating the master key of 1,000 and 10,000 items (RotationBenchmarks).
 /// - secitem: SecurityCompat's SecItem calls next to the Keychain API on the same store (SecItemBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
@@ -34,8 +35,8 @@ struct TPMBenchmarks {
             suite = "tpm"
         }
         let iterations = arguments.first.flatMap(Int.init)
-        guard ["tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "storage", "all"].contains(suite) else {
-            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|storage|all] [iterations]")
+        guard ["tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "storage", "rotate", "all"].contains(suite) else {
+            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|storage|rotate|all] [iterations]")
             exit(64)
         }
         print(machineDescription())
@@ -56,6 +57,9 @@ struct TPMBenchmarks {
         }
         if suite == "storage" || suite == "all" {
             try StorageBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        if suite == "rotate" || suite == "all" {
+            try RotationBenchmarks(summary: summary).run()
         }
         if suite.hasPrefix("secitem") || suite == "all" {
             try SecItemBenchmarks(summary: summary, iterations: iterations, getsOnly: suite == "secitem-get").run()

@@ -1,0 +1,153 @@
+import Crypto
+import SystemCalls
+import TPM
+
+/// `recovery.key`: the store's master key, encrypted to a recovery key the user keeps
+/// (docs/FORMAT.md, "Recovery key"). All integers big-endian.
+///
+///     offset size  field
+///     0      4     magic "TKRC"
+///     4      2     version = 1
+///     6      2     reserved = 0
+///     8      16    store ID
+///     24     8     key generation: the first 8 bytes of the master key's tag (ItemStore.keyGenerationTag)
+///     32     32    recovery public key: X25519, its private key is the recovery key (32 random bytes)
+///     64     32    ephemeral public key (X25519, new for every write)
+///     96     12    nonce (random)
+///     108    48    AES-256-GCM(K, nonce, master key (32 bytes), AAD = bytes 0 ..< 108): ciphertext ‖ tag
+///
+/// K = HKDF-SHA256(IKM = X25519(ephemeral, recovery public key), salt = ephemeral public key ‖
+/// recovery public key, info = "TPMKeychain recovery key" ‖ store ID). The master key is encrypted
+/// *to* the recovery key's public half, so a key rotation re-encrypts the new master key for the
+/// same recovery key without knowing it; only the person who holds the recovery key opens it.
+struct RecoveryFile {
+    static let fileName = "recovery.key"
+    /// A rotation's copy for the new master key, renamed over ``fileName`` after the commit.
+    static let nextFileName = "recovery.key.next"
+    static let magic = Array("TKRC".utf8)
+    static let version: UInt16 = 1
+    static let size = 108 + 48
+    static let info = Array("TPMKeychain recovery key".utf8)
+
+    /// The fields readable without the recovery key.
+    struct Header {
+        let storeID: [UInt8]
+        let keyGeneration: [UInt8]
+        let recoveryPublicKey: [UInt8]
+    }
+
+    /// The public half of a recovery key.
+    static func publicKey(of recoveryKey: SecretBytes) throws(StoreError) -> [UInt8] {
+        do {
+            return try recoveryKey.withUnsafeBytes { raw in
+                Array(try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw).publicKey.rawRepresentation)
+            }
+        } catch {
+            throw StoreError(.invalidParameter, "Not a recovery key", underlying: error)
+        }
+    }
+
+    /// Encrypts `masterKey` to the recovery key whose public half is `recoveryPublicKey`.
+    static func seal(masterKey: SecretBytes, recoveryPublicKey: [UInt8], storeID: [UInt8], keyGeneration: [UInt8]) throws(StoreError) -> [UInt8] {
+        do {
+            let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+            let shared = try ephemeral.sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
+            var header = WireWriter()
+            header.append(raw: magic)
+            header.append(version)
+            header.append(UInt16(0))
+            header.append(raw: storeID)
+            header.append(raw: Array(keyGeneration.prefix(8)))
+            header.append(raw: recoveryPublicKey)
+            header.append(raw: Array(ephemeral.publicKey.rawRepresentation))
+            header.append(raw: randomBytes(12))
+            let bytes = header.bytes
+            let key = Self.key(shared, ephemeral: Array(bytes[64..<96]), recovery: recoveryPublicKey, storeID: storeID)
+            let box = try masterKey.withUnsafeBytes { plaintext in
+                try AES.GCM.seal(plaintext, using: key, nonce: try AES.GCM.Nonce(data: bytes[96..<108]), authenticating: bytes)
+            }
+            return bytes + Array(box.ciphertext) + Array(box.tag)
+        } catch {
+            throw StoreError(.storageFailed, "Encrypting the recovery copy of the master key failed", underlying: error)
+        }
+    }
+
+    /// The fields of a recovery file, checked for shape.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` for a file no writer produces.
+    static func header(_ bytes: [UInt8], path: String) throws(StoreError) -> Header {
+        guard bytes.count == size, Array(bytes[0..<4]) == magic, BigEndian.integer(bytes[4..<6]) as UInt16 == version,
+              bytes[6] == 0, bytes[7] == 0 else {
+            throw StoreError(.tampered, "\(path) is not a version-1 recovery file")
+        }
+        return Header(storeID: Array(bytes[8..<24]), keyGeneration: Array(bytes[24..<32]), recoveryPublicKey: Array(bytes[32..<64]))
+    }
+
+    /// The master key, if `recoveryKey` is the one this file was made for.
+    ///
+    /// - Throws: ``StoreError`` `.authenticationFailed` for another recovery key, `.tampered` for a
+    ///   file no writer produces, of another store, or that fails authentication.
+    static func open(_ bytes: [UInt8], recoveryKey: SecretBytes, storeID: [UInt8], path: String) throws(StoreError) -> SecretBytes {
+        let header = try header(bytes, path: path)
+        guard header.storeID == storeID else { throw StoreError(.tampered, "\(path) belongs to another store") }
+        guard try publicKey(of: recoveryKey) == header.recoveryPublicKey else {
+            throw StoreError(.authenticationFailed, "That recovery key does not open this store: check it for typos (it is the one shown when the recovery key was added)")
+        }
+        do {
+            let shared = try recoveryKey.withUnsafeBytes { raw in
+                try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw)
+                    .sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes[64..<96]))
+            }
+            let key = Self.key(shared, ephemeral: Array(bytes[64..<96]), recovery: header.recoveryPublicKey, storeID: storeID)
+            let box = try AES.GCM.SealedBox(nonce: try AES.GCM.Nonce(data: bytes[96..<108]), ciphertext: bytes[108..<140], tag: bytes[140..<156])
+            let opened = try AES.GCM.open(box, using: key, authenticating: bytes[0..<108])
+            return opened.withUnsafeBytes { SecretBytes(copying: $0) }
+        } catch {
+            throw StoreError(.tampered, "\(path) is damaged: the recovery key is right but the file fails authentication", underlying: error)
+        }
+    }
+
+    private static func key(_ shared: SharedSecret, ephemeral: [UInt8], recovery: [UInt8], storeID: [UInt8]) -> SymmetricKey {
+        shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + recovery, sharedInfo: info + storeID, outputByteCount: 32)
+    }
+
+    // MARK: The key as a person writes it down
+
+    /// systemd-cryptenroll's alphabet ("modhex"): no letters that read alike, and the same keys
+    /// on most keyboard layouts.
+    static let alphabet = Array("cbdefghijklnrtuv".utf8)
+
+    /// 32 bytes as 8 groups of 8 modhex characters joined by dashes.
+    static func text(of key: SecretBytes) -> String {
+        key.withUnsafeBytes { raw in
+            var characters: [UInt8] = []
+            for (index, byte) in raw.enumerated() {
+                if index > 0 && index % 4 == 0 { characters.append(UInt8(ascii: "-")) }
+                characters.append(alphabet[Int(byte >> 4)])
+                characters.append(alphabet[Int(byte & 0x0F)])
+            }
+            return String(decoding: characters, as: UTF8.self)
+        }
+    }
+
+    /// The key a person typed: case, dashes and spaces do not matter.
+    ///
+    /// - Throws: ``StoreError`` `.invalidParameter` unless it is 64 modhex characters.
+    static func key(fromText text: String) throws(StoreError) -> SecretBytes {
+        let digits = text.lowercased().utf8.filter { $0 != UInt8(ascii: "-") && $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\n") }
+        guard digits.count == 64 else {
+            throw StoreError(.invalidParameter, "A recovery key is 64 letters (8 groups of 8, from cbdefghijklnrtuv); this has \(digits.count)")
+        }
+        guard digits.allSatisfy({ alphabet.contains($0) }) else {
+            throw StoreError(.invalidParameter, "A recovery key uses only the letters cbdefghijklnrtuv")
+        }
+        // Decoded straight into locked, zeroized memory.
+        return SecretBytes(count: 32) { raw in
+            for index in 0..<32 {
+                let high = alphabet.firstIndex(of: digits[2 * index]) ?? 0
+                let low = alphabet.firstIndex(of: digits[2 * index + 1]) ?? 0
+                raw[index] = UInt8(high << 4 | low)
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+import Crypto
+import Foundation
+import SystemCalls
+package import TPM
+
+// The recovery key: an opt-in second way to the master key, for when the TPM that sealed it is
+// gone (cleared, replaced, a VM moved). `recovery.key` holds the master key encrypted under a
+// random 256-bit key that is shown to the person once and kept nowhere on the machine. Recovering
+// seals the same master key to the current TPM and rewrites store.meta; items stay as they are,
+// except those that were bound to the old TPM by design: this-device-only items and items behind
+// access control (their key records are sealed to the old TPM's state and are gone with it).
+extension ItemStore {
+    /// What a recovery did.
+    package struct Recovery: Sendable, Equatable {
+        /// Items readable again under the current TPM.
+        package let kept: Int
+        /// Items deleted because they were bound to the old TPM (this-device-only, or protected).
+        package let removed: Int
+    }
+
+    /// Adds (or replaces) the store's recovery key: the master key, unsealed once more by the
+    /// TPM, is encrypted under a new random key, which is returned to be shown once.
+    ///
+    /// - Throws: ``StoreError`` as opening does (the TPM unseals the master key), `.storageFailed`.
+    package func addRecoveryKey() throws(StoreError) -> SecretBytes {
+        let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "adding a recovery key")
+        defer { withExtendedLifetime(lock) {} }
+        _ = try refreshIfRotated(try current())
+        let state = try current()
+        let masterKey = try withLentTPM { (tpm) throws(StoreError) in
+            try Self.unsealMasterKey(rootDirectory, tpm: tpm, storeID: storeID, keys: state.keys)
+        }
+        let recoveryKey: SecretBytes
+        do {
+            recoveryKey = try SecretBytes.random(count: 32)
+        } catch {
+            throw StoreError(.storageFailed, "No randomness for a recovery key", underlying: error)
+        }
+        let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: try RecoveryFile.publicKey(of: recoveryKey), storeID: storeID,
+                                           keyGeneration: Self.keyGeneration(state.keys))
+        _ = try rootDirectory.remove(RecoveryFile.nextFileName, durable: false)
+        try rootDirectory.replace(RecoveryFile.fileName, with: sealed, durable: true)
+        return recoveryKey
+    }
+
+    /// The 8 bytes a recovery file records of the master key it holds.
+    static func keyGeneration(_ keys: StoreKeys) -> [UInt8] {
+        [UInt8](hexString: keyGenerationTag(keys)) ?? []
+    }
+
+    /// A rotation's part: the new master key encrypted for the same recovery key, as
+    /// `recovery.key.next` (before the commit); renamed over `recovery.key` after it by
+    /// ``finishRecoveryKeyRotation(in:keys:)``. Nothing when the store has no recovery key.
+    static func prepareRecoveryKeyRotation(in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys,
+                                           storeID: [UInt8]) throws(StoreError) {
+        guard let file = try rootDirectory.openFile(RecoveryFile.fileName), file.size == RecoveryFile.size else { return }
+        let header = try RecoveryFile.header(try file.read(count: file.size, at: 0), path: file.path)
+        let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: header.recoveryPublicKey, storeID: storeID,
+                                           keyGeneration: keyGeneration(keys))
+        try rootDirectory.replace(RecoveryFile.nextFileName, with: sealed, durable: true)
+    }
+
+    /// Makes `recovery.key` the one for the store's current key (`keys`): a `recovery.key.next`
+    /// made for it replaces the old file; one made for another key (a rotation that never
+    /// committed) is removed. Called with the store lock held exclusively, after a rotation's
+    /// commit and when a store is opened.
+    static func finishRecoveryKeyRotation(in rootDirectory: Directory, keys: StoreKeys) throws(StoreError) {
+        guard let file = try rootDirectory.openFile(RecoveryFile.nextFileName) else { return }
+        let current = file.size == RecoveryFile.size
+            ? (try? RecoveryFile.header(try file.read(count: file.size, at: 0), path: file.path).keyGeneration) == keyGeneration(keys) : false
+        if current {
+            do {
+                try retryingInterrupts { renameat(rootDirectory.descriptor, RecoveryFile.nextFileName, rootDirectory.descriptor, RecoveryFile.fileName) }
+            } catch {
+                throw Directory.writeFailed("rename", rootDirectory.path + "/" + RecoveryFile.nextFileName, error)
+            }
+            try rootDirectory.sync()
+        } else {
+            _ = try rootDirectory.remove(RecoveryFile.nextFileName, durable: true)
+        }
+    }
+
+    /// The recovery key as a person writes it down (8 groups of 8 letters), and back.
+    package static func recoveryKeyText(_ key: SecretBytes) -> String { RecoveryFile.text(of: key) }
+
+    package static func recoveryKey(fromText text: String) throws(StoreError) -> SecretBytes {
+        try RecoveryFile.key(fromText: text)
+    }
+
+    /// Whether the store at `root` has a recovery key, found without the TPM.
+    package static func hasRecoveryKey(at root: String) throws(StoreError) -> Bool {
+        guard let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) else { return false }
+        return try directory.openFile(RecoveryFile.fileName) != nil
+    }
+
+    /// Opens the master key with `recoveryKey` and seals it to `tpm` (the current TPM), replacing
+    /// store.meta's sealed object; then deletes the items that were bound to the old TPM. Holds
+    /// the store lock exclusively. The recovery key stays valid.
+    ///
+    /// - Throws: ``StoreError`` `.authenticationFailed` (another recovery key), `.notAvailable`
+    ///   (the store has no recovery key), `.storeNotFound`, `.tampered` (store.meta does not
+    ///   belong with the recovery file), `.tpmUnavailable`, `.storageFailed`.
+    package static func recover(at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration) throws(StoreError) -> Recovery {
+        guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
+              let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
+            throw StoreError(.storeNotFound, "No keychain store at \(root)")
+        }
+        let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "recovering it")
+        defer { withExtendedLifetime(lock) {} }
+        let metadataPath = root + "/" + StoreMetadata.fileName
+        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw StoreError(.tampered, "\(metadataPath) is damaged") }
+        let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
+        guard try rootDirectory.openFile(RecoveryFile.fileName) != nil else {
+            throw StoreError(.notAvailable, "The keychain at \(root) has no recovery key (it is added with tpm-keychain add-recovery-key, before the TPM changes); its items cannot be recovered")
+        }
+        // recovery.key, or a rotation's recovery.key.next when that rotation committed but was
+        // killed before renaming it: the one whose key authenticates store.meta.
+        var opened: (masterKey: SecretBytes, keys: StoreKeys)?
+        var firstError: StoreError?
+        for name in [RecoveryFile.fileName, RecoveryFile.nextFileName] {
+            guard let file = try rootDirectory.openFile(name) else { continue }
+            do throws(StoreError) {
+                guard file.size == RecoveryFile.size else { throw StoreError(.tampered, "\(file.path) is damaged") }
+                let masterKey = try RecoveryFile.open(try file.read(count: file.size, at: 0), recoveryKey: recoveryKey,
+                                                      storeID: parsed.metadata.storeID, path: file.path)
+                let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
+                // The recovery file and store.meta must belong together: the key it holds authenticates store.meta.
+                try parsed.verify(metadataKey: keys.metadata)
+                opened = (masterKey, keys)
+                break
+            } catch {
+                firstError = firstError ?? error
+            }
+        }
+        guard let (masterKey, keys) = opened else {
+            throw firstError ?? StoreError(.tampered, "\(root)/\(RecoveryFile.fileName) is damaged")
+        }
+        try finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
+        // What belonged to the old TPM goes first: killed before the new store.meta is written, the
+        // store still opens on no TPM, and running recover again finishes the job.
+        let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
+        let counts = try removeItemsBoundToTheOldTPM(layout, in: rootDirectory, storeID: parsed.metadata.storeID)
+        let sealed = try withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { try $0.seal(masterKey) }
+        let metadata = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID,
+                                     createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: sealed)
+        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        return counts
+    }
+
+    /// Deletes every item whose accessibility is this-device-only or whose secret is behind a key
+    /// record, and every key record: after a TPM change none of them can be opened (records are
+    /// sealed to the old TPM's NV state and passcode key), and this-device-only items must not
+    /// follow a store to another TPM. The caller holds the store lock exclusively.
+    private static func removeItemsBoundToTheOldTPM(_ layout: Layout, in rootDirectory: Directory,
+                                                    storeID: [UInt8]) throws(StoreError) -> Recovery {
+        var kept = 0, removed = 0
+        for group in try layout.items.entries() where !group.hasPrefix(".") {
+            guard let directory = try Directory.open(group, in: layout.items, create: false) else { continue }
+            var changed = false
+            for name in try directory.entries() where name.hasSuffix(".item") {
+                guard let file = try directory.openFile(name) else { continue }
+                let boundToTheTPM: Bool
+                if layout.version == 1 {
+                    guard file.size >= ItemFile.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
+                    let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
+                                                           storeID: storeID, path: file.path)
+                    boundToTheTPM = header.accessibility.isThisDeviceOnly
+                } else {
+                    guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
+                    let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                             storeID: storeID, path: file.path)
+                    boundToTheTPM = header.keyRecord != ItemFileV2.masterKeyRecord || header.accessibility.isThisDeviceOnly
+                }
+                if boundToTheTPM {
+                    _ = try directory.remove(name, durable: false)
+                    removed += 1
+                    changed = true
+                } else {
+                    kept += 1
+                }
+            }
+            if changed { try directory.sync() }
+        }
+        _ = try rootDirectory.removeTree(layout.records)
+        return Recovery(kept: kept, removed: removed)
+    }
+
+    /// The master key, unsealed from store.meta and checked against the store's current keys.
+    private static func unsealMasterKey(_ rootDirectory: Directory, tpm: TPMConfiguration, storeID: [UInt8],
+                                        keys: StoreKeys) throws(StoreError) -> SecretBytes {
+        let path = rootDirectory.path + "/" + StoreMetadata.fileName
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
+            throw StoreError(.tampered, "\(path) is missing or damaged")
+        }
+        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
+        try parsed.verify(metadataKey: keys.metadata)
+        guard parsed.metadata.storeID == storeID else { throw StoreError(.tampered, "\(path) now belongs to another store") }
+        return try withTPM(tpm, root: rootDirectory.path, cache: StorageKeyContextFile(directory: rootDirectory)) {
+            try $0.unseal(parsed.metadata.sealedMasterKey)
+        }
+    }
+}

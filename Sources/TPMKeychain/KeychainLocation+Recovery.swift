@@ -1,0 +1,71 @@
+import KeychainStore
+public import TPM
+
+/// A store's recovery key: 256 random bits, written as 8 groups of 8 letters (systemd-cryptenroll's
+/// alphabet), shown once when it is added and kept by the person, never on the machine. With it,
+/// the store's items survive the loss of the TPM that sealed them (``KeychainLocation/recover(with:)``).
+///
+/// Its ``description`` never shows the key, so logging one by accident leaks nothing; ``text`` does.
+public struct RecoveryKey: Sendable, CustomStringConvertible {
+    let secret: SecretBytes
+
+    /// The key as a person writes it down: `xxxxxxxx-xxxxxxxx-...`, 8 groups.
+    public var text: String { ItemStore.recoveryKeyText(secret) }
+
+    /// A key a person typed; case, dashes and spaces do not matter.
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` unless it is 64 letters of the alphabet.
+    public init(text: String) throws(KeychainError) {
+        secret = try engine { () throws(StoreError) in try ItemStore.recoveryKey(fromText: text) }
+    }
+
+    init(secret: SecretBytes) { self.secret = secret }
+
+    public var description: String { "RecoveryKey(hidden)" }
+}
+
+/// What ``KeychainLocation/recover(with:)`` did.
+public struct RecoveryReport: Sendable, Equatable {
+    /// Items readable again under this TPM.
+    public let itemsKept: Int
+    /// Items removed because they were bound to the old TPM: this-device-only items, and items
+    /// behind access control (biometry, passcode), whose keys were sealed to the old TPM.
+    public let itemsRemoved: Int
+}
+
+// The recovery path after a TPM change (docs/SECURITY.md, "TPM change and recovery").
+extension KeychainLocation {
+    /// Adds a recovery key to the store (replacing one it had): show ``RecoveryKey/text`` to the
+    /// person once; it is not stored anywhere on this machine, and whoever has it and a copy of
+    /// the store's files can read the items without this TPM.
+    ///
+    /// - Throws: ``KeychainError`` `.storeNotFound`, and what opening a store throws.
+    public func addRecoveryKey() throws(KeychainError) -> RecoveryKey {
+        try checkStore()
+        let store = try OpenStores.store(at: self)
+        return RecoveryKey(secret: try engine { () throws(StoreError) in try store.addRecoveryKey() })
+    }
+
+    /// Whether the store has a recovery key (found without the TPM).
+    public var hasRecoveryKey: Bool {
+        (try? ItemStore.hasRecoveryKey(at: path)) ?? false
+    }
+
+    /// Seals the store to this location's TPM with its recovery key, after the TPM that sealed it
+    /// was cleared or replaced (opening then fails with `.wrongTPM`). The store's items are kept,
+    /// apart from those bound to the old TPM by design: this-device-only items, and items behind
+    /// access control. The recovery key stays valid.
+    ///
+    /// - Throws: ``KeychainError`` `.authenticationFailed` (another recovery key), `.notAvailable`
+    ///   (the store has none), `.storeNotFound`, `.tampered`, `.tpmUnavailable`.
+    @discardableResult
+    public func recover(with key: RecoveryKey) throws(KeychainError) -> RecoveryReport {
+        Keychain.closeStore(self)
+        let tpm = try StoreTPM.choose(for: self)
+        defer { tpm.stop() }
+        let recovery = try engine { () throws(StoreError) in
+            try ItemStore.recover(at: path, recoveryKey: key.secret, tpm: tpm.configuration)
+        }
+        return RecoveryReport(itemsKept: recovery.kept, itemsRemoved: recovery.removed)
+    }
+}
