@@ -31,11 +31,15 @@ extension Engine {
     func flushStaleHandles() throws {
         let sys = try systemContext()
         var flushed: [UInt32] = []
-        // Sessions are rarely left behind: their counts (one query) decide whether to list them.
-        let counts = try properties(from: TPMProperty.loadedSessions, count: 3)
+        // One query says whether anything is in the way: sessions left behind, or too few free
+        // object slots for this connection's work. Only then are handles listed and flushed, so a
+        // clean TPM costs one command here. (Stale objects on a TPM with slots to spare stay
+        // until they crowd it; they hold no secret and the next sweep that needs room flushes them.)
+        let counts = try properties(from: TPMProperty.loadedSessions, count: 5)
         let sessionsLeft = (counts[TPMProperty.loadedSessions] ?? 1) > 0 || (counts[TPMProperty.activeSessions] ?? 1) > 0
-        let ranges = sessionsLeft ? [HandleRange.transientFirst, HandleRange.loadedSessionFirst, HandleRange.activeSessionFirst]
-                                  : [HandleRange.transientFirst]
+        let objectsInTheWay = (counts[TPMProperty.transientAvailable] ?? 0) < TPMProperty.transientObjectsNeeded
+        var ranges: [UInt32] = objectsInTheWay ? [HandleRange.transientFirst] : []
+        if sessionsLeft { ranges += [HandleRange.loadedSessionFirst, HandleRange.activeSessionFirst] }
         for first in ranges {
             for handle in try handles(from: first) {
                 // A session may already have gone; what matters is that nothing stays loaded.

@@ -48,6 +48,11 @@ enum TPMProperty {
     /// TPM_PT_HR_LOADED: sessions loaded now; TPM_PT_HR_ACTIVE: sessions active (saved or loaded).
     static let loadedSessions: UInt32 = 0x203
     static let activeSessions: UInt32 = 0x205
+    /// TPM_PT_HR_TRANSIENT_AVAIL: how many more transient objects could be loaded now.
+    static let transientAvailable: UInt32 = 0x207
+    /// The most transient objects one connection holds at once (storage key, a sealed object, a
+    /// second one while a record is opened): room for these means no stale handle is in the way.
+    static let transientObjectsNeeded: UInt32 = 3
     static let nvCounters: UInt32 = 0x20A
     static let lockoutCounter: UInt32 = 0x20E
     static let maxAuthFail: UInt32 = 0x20F
