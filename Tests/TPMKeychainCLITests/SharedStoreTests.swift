@@ -34,14 +34,7 @@ struct SharedStoreTests {
         }
 
         static func run(_ tool: String, _ arguments: [String]) throws {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: tool)
-            process.arguments = arguments
-            try process.run()
-            process.waitUntilExit()
-            guard process.terminationStatus == 0 else {
-                throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "\(tool) \(arguments) exited \(process.terminationStatus)"])
-            }
+            try SystemTool.run(tool, arguments)
         }
 
         static func userID(_ name: String) -> uid_t? { getpwnam(name).map { $0.pointee.pw_uid } }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TPMKeychain
+import TPMKeychainTesting
 
 #if canImport(Glibc)
 import Glibc
@@ -15,7 +16,7 @@ import Glibc
         let mountPoint = store.directory + "/small"
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         try run("/bin/mount", ["-t", "tmpfs", "-o", "size=384k,mode=0700", "tmpfs", mountPoint])
-        defer { _ = try? run("/bin/umount", ["-l", mountPoint]) }
+        defer { try? run("/bin/umount", ["-l", mountPoint]) }
         var location = try KeychainLocation(path: mountPoint + "/store", tcti: store.simulator.tcti)
         location.deviceDirectory = store.directory + "/device"
         defer { Keychain.closeStore(location) }
@@ -63,16 +64,7 @@ import Glibc
         }
     }
 
-    @discardableResult
-    private func run(_ executable: String, _ arguments: [String]) throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw KeychainError(.storageFailed, "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
-        }
-        return process.terminationStatus
+    private func run(_ executable: String, _ arguments: [String]) throws {
+        try SystemTool.run(executable, arguments)
     }
 }
