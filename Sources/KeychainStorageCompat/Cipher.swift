@@ -17,9 +17,10 @@ public protocol Ciphering: Sendable {
 /// (memory-hard: N = 2^15, r = 8, p = 1, 32 MiB, by default), once per `Cipher`, not per item.
 /// Each value: nonce (12) ‖ ciphertext ‖ tag (16).
 public final class Cipher: Ciphering {
-    /// scrypt's cost parameters, recorded in no store: the same password, salt and parameters
-    /// always give the same key.
-    public struct Parameters: Sendable, Hashable {
+    /// scrypt's cost parameters: the same password, salt and parameters always give the same
+    /// key. A store records those of the `Cipher` it was created (or last changed) with, so that
+    /// opening it with other parameters says so instead of reporting a wrong password.
+    public struct Parameters: Sendable, Hashable, Codable {
         public var rounds: Int
         public var blockSize: Int
         public var parallelism: Int
@@ -35,6 +36,8 @@ public final class Cipher: Ciphering {
     }
 
     private let key: SymmetricKey
+    /// The scrypt parameters the key was derived with.
+    public let parameters: Parameters
 
     /// - Throws: ``KeychainStorageError/invalidCipher(_:)`` for an empty password or salt.
     public convenience init(password: String, salt: String) throws {
@@ -50,6 +53,7 @@ public final class Cipher: Ciphering {
         do {
             key = try KDF.Scrypt.deriveKey(from: Data(password.utf8), salt: salt, outputByteCount: 32, rounds: parameters.rounds,
                                            blockSize: parameters.blockSize, parallelism: parameters.parallelism)
+            self.parameters = parameters
         } catch {
             throw KeychainStorageError.invalidCipher("scrypt refused the parameters: \(error)")
         }

@@ -115,7 +115,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         guard !location.storeExists else { throw KeychainStorageError.storeAlreadyExists(name) }
         let storage = KeychainStorage(name: name, accessGroup: accessGroup, location: location, cipher: cipher ?? PlainCipher(), generation: 1)
         let verifier = try cipher.map { try $0.encrypt(verifierText) }
-        try storage.writeMeta(generation: 1, verifier: verifier, mode: .add)
+        try storage.writeMeta(generation: 1, verifier: verifier, kdf: (cipher as? Cipher)?.parameters, mode: .add)
         return storage
     }
 
@@ -128,6 +128,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         guard location.storeExists else { throw KeychainStorageError.storeNotFound(name) }
         let storage = KeychainStorage(name: name, accessGroup: accessGroup, location: location, cipher: cipher ?? PlainCipher(), generation: 0)
         let meta = try storage.readMeta()
+        if let recorded = meta.kdf, let given = (cipher as? Cipher)?.parameters, recorded != given {
+            throw KeychainStorageError.wrongCipher("The store \"\(name)\" was encrypted with scrypt N = \(recorded.rounds), r = \(recorded.blockSize), p = \(recorded.parallelism), and this Cipher uses N = \(given.rounds), r = \(given.blockSize), p = \(given.parallelism): make it with Cipher(password:salt:parameters:) and the store's parameters")
+        }
         try verify(cipher, against: meta.verifier, name: name)
         storage.state.withLock { $0.generation = meta.generation }
         try storage.removeStaleGenerations(keeping: meta.generation)
@@ -262,7 +265,8 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
                 guard let stored = try keychainCall({ try old.data(forKey: key) }) else { continue }
                 try keychainCall { try next.set(try newCipher.encrypt(try cipher.decrypt(stored)), forKey: key) }
             }
-            try writeMeta(generation: generation + 1, verifier: try newCipher.encrypt(Self.verifierText), mode: .update)
+            try writeMeta(generation: generation + 1, verifier: try newCipher.encrypt(Self.verifierText),
+                          kdf: (newCipher as? Cipher)?.parameters, mode: .update)
             state.withLock { state in
                 state.cipher = newCipher
                 state.generation = generation + 1
@@ -299,6 +303,8 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     private struct Meta: Codable {
         var generation: Int
         var verifier: Data?
+        /// The scrypt parameters of the store's `Cipher` (absent for another `Ciphering`, or none).
+        var kdf: Cipher.Parameters?
     }
 
     private func readMeta() throws -> Meta {
@@ -311,9 +317,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
 
     private enum MetaWrite { case add, update }
 
-    private func writeMeta(generation: Int, verifier: Data?, mode: MetaWrite) throws {
+    private func writeMeta(generation: Int, verifier: Data?, kdf: Cipher.Parameters?, mode: MetaWrite) throws {
         let keychain = try keychainCall { try Keychain(service: Self.metaService, location: location) }
-        let meta = Meta(generation: generation, verifier: verifier)
+        let meta = Meta(generation: generation, verifier: verifier, kdf: kdf)
         try keychainCall {
             switch mode {
             case .add: try keychain.add(meta, forKey: Self.metaAccount)

@@ -80,6 +80,15 @@ func uniqueName(_ prefix: String) -> String {
         } catch let error as KeychainStorageError {
             guard case .wrongCipher = error else { Issue.record("got \(error)"); return }
         }
+        // The right password with other scrypt parameters: the store recorded its own, and says which.
+        do {
+            let other = try Cipher(password: "right", salt: Data("salt".utf8), parameters: .init(rounds: 1 << 11, blockSize: 8, parallelism: 1))
+            _ = try KeychainStorage.openStore(name: name, cipher: other)
+            Issue.record("a cipher with other parameters opened the store")
+        } catch let error as KeychainStorageError {
+            guard case .wrongCipher(let message) = error else { Issue.record("got \(error)"); return }
+            #expect(message.contains("N = \(light.rounds)") && message.contains("N = \(1 << 11)"), "\(message)")
+        }
         #expect(throws: KeychainStorageError.self) { _ = try KeychainStorage.openStore(name: name) }
         #expect(throws: KeychainStorageError.self) { _ = try Cipher(password: "", salt: "salt") }
         try KeychainStorage.removeStore(name: name)
