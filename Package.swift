@@ -136,13 +136,13 @@ let package = Package(
         .testTarget(
             name: "TPMTests",
             dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto"),
-                           .product(name: "Logging", package: "swift-log")],
+                           .product(name: "Logging", package: "swift-log"), "SystemCalls"],
             swiftSettings: strictness
         ),
         .testTarget(
             name: "TPMKeychainTests",
             dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "tpm-keychain-fuzz",
-                           .product(name: "Crypto", package: "swift-crypto")],
+                           .product(name: "Crypto", package: "swift-crypto"), "SystemCalls"],
             swiftSettings: strictness
         ),
         // Runs the built tpm-keychain binary as a user would.
@@ -176,13 +176,13 @@ let package = Package(
         // LocalAuthenticationCompat and run on swtpm.
         .testTarget(
             name: "SecurityCompatTests",
-            dependencies: ["SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting"],
+            dependencies: ["SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting", "SystemCalls"],
             swiftSettings: strictness
         ),
         // SAP's documented KeychainStorage usage, and a cipher change killed 100 times.
         .testTarget(
             name: "KeychainStorageCompatTests",
-            dependencies: ["KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress"],
+            dependencies: ["KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress", "SystemCalls"],
             swiftSettings: strictness
         ),
         .testTarget(

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SystemCalls
 public import TPMKeychain
 
@@ -77,7 +76,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         var removed = false
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let location: KeychainLocation
     /// Serialises this instance's cipher changes against its own writes (other processes: the
     /// store's `keychainstorage.lock`).
@@ -91,7 +90,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         self.name = name
         self.accessGroup = accessGroup
         self.location = location
-        state = Mutex(State(cipher: cipher, generation: generation))
+        state = Locked(State(cipher: cipher, generation: generation))
     }
 
     // MARK: Stores
@@ -102,7 +101,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         set { root.withLock { $0 = newValue } }
     }
 
-    private static let root = Mutex<String?>(nil)
+    private static let root = Locked<String?>(nil)
 
     /// The access group string for a keychain group, as SAP's helper makes it.
     public static func accessGroup(from keychainGroup: String) -> String { keychainGroup }

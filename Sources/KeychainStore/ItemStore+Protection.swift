@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Synchronization
 import SystemCalls
 package import TPM
 
@@ -30,7 +29,7 @@ extension ItemStore {
 
     /// Item secret keys derived under one opened record (at most 4096, then started afresh).
     final class SecretKeyCache: Sendable {
-        private let keys = Mutex<[[UInt8]: SymmetricKey]>([:])
+        private let keys = Locked<[[UInt8]: SymmetricKey]>([:])
 
         func key(salt: ArraySlice<UInt8>, _ derive: () throws(StoreError) -> SymmetricKey) throws(StoreError) -> SymmetricKey {
             let salt = Array(salt)

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Synchronization
 import SystemCalls
 package import TPM
 #if canImport(Glibc)
@@ -30,8 +29,8 @@ package final class ItemStore: Sendable {
     /// Off only where a benchmark fills a store with many items it will not need after a crash.
     package let durable: Bool
     let rootDirectory: Directory
-    private let state: Mutex<OpenState?>
-    let caches = Mutex(Caches())
+    private let state: Locked<OpenState?>
+    let caches = Locked(Caches())
 
     /// What an open store needs on every operation, read under one lock: nil once closed.
     struct OpenState: Sendable {
@@ -103,7 +102,7 @@ package final class ItemStore: Sendable {
         self.root = root.path
         self.rootDirectory = root
         self.storeID = storeID
-        self.state = Mutex(OpenState(keys: keys, layout: layout, metadataInode: metadataInode))
+        self.state = Locked(OpenState(keys: keys, layout: layout, metadataInode: metadataInode))
         self.durable = durable
         self.lockTimeout = lockTimeout
         self.lendTPM = lendTPM

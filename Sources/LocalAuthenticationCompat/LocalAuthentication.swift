@@ -5,7 +5,7 @@
 
 @_exported import Foundation
 public import TPMKeychain
-import Synchronization
+import SystemCalls
 
 /// LAPolicy, with Apple's raw values.
 public enum LAPolicy: Int, Sendable {
@@ -108,8 +108,8 @@ public struct LADomainState: Sendable {
 /// Pass it as kSecUseAuthenticationContext.
 open class LAContext: NSObject, AuthenticationContextProviding, @unchecked Sendable {
     public let authenticationContext: AuthenticationContext
-    private let titles = Mutex<(fallback: String?, cancel: String?)>((nil, nil))
-    private let evaluatedEnrollment = Mutex<Data?>(nil)
+    private let titles = Locked<(fallback: String?, cancel: String?)>((nil, nil))
+    private let evaluatedEnrollment = Locked<Data?>(nil)
 
     public override init() {
         authenticationContext = KeychainEnvironment.makeContext()

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SystemCalls
 
 /// What an iOS app gets from its bundle, entitlements and device, and a Linux process has to be
 /// told: the application identifier, the keychain access groups it may use, the store, and the
@@ -19,7 +19,7 @@ public enum KeychainEnvironment {
         var passcode: PasscodeSource?
     }
 
-    private static let values = Mutex(Values())
+    private static let values = Locked(Values())
 
     /// Scopes domain states and names the default access group.
     public static var applicationIdentifier: String {

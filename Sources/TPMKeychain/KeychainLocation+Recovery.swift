@@ -21,6 +21,7 @@ public struct RecoveryKey: Sendable, CustomStringConvertible {
 
     init(secret: SecretBytes) { self.secret = secret }
 
+    /// `RecoveryKey(hidden)`: never the key itself.
     public var description: String { "RecoveryKey(hidden)" }
 }
 

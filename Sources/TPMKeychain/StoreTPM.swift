@@ -1,7 +1,6 @@
 public import TPM
 import Logging
 import KeychainStore
-import Synchronization
 import SystemCalls
 import TPMSimulator
 #if canImport(Glibc)
@@ -50,7 +49,7 @@ public final class StoreTPM: Sendable {
     public let source: Source
     /// How long starting the simulated TPM took; nil when none was started.
     public let simulatorStartup: Duration?
-    private let running: Mutex<Running?>
+    private let running: Locked<Running?>
 
     /// A started simulator and the lock that makes it this process's alone.
     private struct Running {
@@ -63,7 +62,7 @@ public final class StoreTPM: Sendable {
         self.configuration = configuration
         self.source = source
         self.simulatorStartup = simulatorStartup
-        self.running = Mutex(running)
+        self.running = Locked(running)
     }
 
     deinit { stop() }

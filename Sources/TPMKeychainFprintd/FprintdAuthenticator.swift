@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import SystemCalls
 public import TPMKeychain
 
 /// A fingerprint reader through fprintd, the system D-Bus service `net.reactivated.Fprint`: Linux's
@@ -41,7 +41,7 @@ public final class FprintdAuthenticator: Authenticator {
 
     private let verifications = DispatchQueue(label: "TPMKeychainFprintd.FprintdAuthenticator.verify")
     private let queries = DispatchQueue(label: "TPMKeychainFprintd.FprintdAuthenticator.enrollment")
-    private let running = Mutex<[ObjectIdentifier: VerificationCancellation]>([:])
+    private let running = Locked<[ObjectIdentifier: VerificationCancellation]>([:])
 
     /// - Parameters:
     ///   - busAddress: a D-Bus address (`unix:path=...`) to find fprintd on, for a private bus in

@@ -1,4 +1,3 @@
-import Synchronization
 import SystemCalls
 public import TPMKeychain
 #if canImport(Glibc)
@@ -60,7 +59,7 @@ public final class LogindSessionLock: SessionLockState {
 
     private let cache: LockStateCache
     private let wakeup: Wakeup
-    private let thread: Mutex<JoinableThread?>
+    private let thread: Locked<JoinableThread?>
 
     /// Finds the session, reads its `LockedHint` and starts following it, then returns.
     ///
@@ -117,7 +116,7 @@ public final class LogindSessionLock: SessionLockState {
         switch startup.wait() {
         case .success(let path):
             sessionPath = path
-            self.thread = Mutex(thread)
+            self.thread = Locked(thread)
         case .failure(let error):
             // The thread ends as soon as it has reported a failure.
             thread.join()

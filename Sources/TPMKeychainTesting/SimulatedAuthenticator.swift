@@ -1,5 +1,5 @@
 public import TPMKeychain
-import Synchronization
+import SystemCalls
 
 /// A biometric authenticator for tests, as the iOS Simulator's Face ID / Touch ID menu: enroll,
 /// unenroll, enroll again, and say what the next attempt does. Deterministic and in-process.
@@ -38,7 +38,7 @@ public final class SimulatedAuthenticator: Authenticator {
     public let biometryType: BiometryType
     /// Consecutive failures after which verification fails with `.biometryLockout`.
     public let maximumFailures: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// A simulated reader with `enrolled` enrolled; every attempt matches until told otherwise.
     ///

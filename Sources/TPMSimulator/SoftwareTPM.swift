@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 import Foundation
-import Synchronization
 
 /// A software TPM 2.0 (swtpm) running as a child process, for tests and for trying TPMKeychain on
 /// machines without a TPM. It listens on two loopback TCP ports, or with
@@ -71,7 +70,7 @@ public final class SoftwareTPM: Sendable {
     var endpoint: SimulatorEndpoint { process.endpoint }
 
     private let ownsStateDirectory: Bool
-    private let state: Mutex<Lifecycle>
+    private let state: Locked<Lifecycle>
     /// How long a request may wait for swtpm's single command connection.
     let commandTimeout: Duration = .seconds(10)
 
@@ -85,7 +84,7 @@ public final class SoftwareTPM: Sendable {
         self.process = process
         self.stateDirectory = stateDirectory
         self.ownsStateDirectory = ownsStateDirectory
-        self.state = Mutex(Lifecycle(watchdog: process.watchdog))
+        self.state = Locked(Lifecycle(watchdog: process.watchdog))
     }
 
     deinit {

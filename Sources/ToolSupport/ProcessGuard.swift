@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SystemCalls
 import TPM
 #if canImport(Glibc)
 import Glibc
@@ -15,7 +16,7 @@ package enum ProcessGuard {
 
     /// The name that starts every diagnostic: set once by ``install(programName:)``.
     package static var programName: String { name.withLock { $0 } }
-    private static let name = Mutex("tpm-keychain")
+    private static let name = Locked("tpm-keychain")
     /// "<name>: terminated by a crash signal\n", made before any handler can run: a signal
     /// handler may not allocate.
     nonisolated(unsafe) private static var crashMessage: UnsafeMutableBufferPointer<UInt8>?
@@ -59,7 +60,7 @@ package enum ProcessGuard {
 
     // MARK: Interruptions
 
-    private static let cleanups = Mutex<[Int: @Sendable () -> Void]>([:])
+    private static let cleanups = Locked<[Int: @Sendable () -> Void]>([:])
     private static let nextToken = Atomic<Int>(0)
     /// The handler writes the signal number here; a thread reads it and does the real work.
     nonisolated(unsafe) private static var pipeWriteEnd: Int32 = -1

@@ -1,6 +1,6 @@
 import Foundation
+import SystemCalls
 import KeychainStorageCompat
-import Synchronization
 import Testing
 import TPMKeychain
 
@@ -126,7 +126,7 @@ func uniqueName(_ prefix: String) -> String {
     func threads() throws {
         let name = uniqueName("threads")
         let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("pw"))
-        let problems = Mutex<[String]>([])
+        let problems = Locked<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             var expected: [String: Data] = [:]
             for step in 0..<1000 {

@@ -1,7 +1,7 @@
 import Foundation
+import SystemCalls
 import LocalAuthenticationCompat
 import SecurityCompat
-import Synchronization
 import Testing
 import TPM
 import TPMKeychain
@@ -336,7 +336,7 @@ import TPMKeychainTesting
     @Test("8 queues doing 1,000 mixed SecItem calls each lose nothing, every status as iOS gives it")
     func load() throws {
         let environment = try CompatEnvironment(passcode: nil)
-        let unexpected = Mutex<[String]>([])
+        let unexpected = Locked<[String]>([])
         let group = DispatchGroup()
         for queueIndex in 0..<8 {
             group.enter()

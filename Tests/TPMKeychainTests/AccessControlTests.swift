@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SystemCalls
 import Testing
 @testable import KeychainStore
 @testable import TPM
@@ -496,8 +496,8 @@ func expectAsyncKeychainError(_ code: KeychainError.Code, _ comment: String = ""
 
 /// A screen locker the test controls.
 final class ScreenLock: SessionLockState {
-    let locked = Mutex(false)
-    let failing = Mutex(false)
+    let locked = Locked(false)
+    let failing = Locked(false)
 
     func isLocked() throws -> Bool {
         struct Unknown: Error {}

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SystemCalls
 import Testing
 @testable import KeychainStore
 import TPM
@@ -185,7 +185,7 @@ struct StoreIsolationTests {
         // The stalled open blocks in a TPM read: on a thread of its own, never on the test
         // runner's cooperative pool, which it would starve (2 threads on 2 cores).
         let stalledKeychain = try stalled.keychain()
-        let outcome = Mutex<String?>(nil)
+        let outcome = Locked<String?>(nil)
         let finished = DispatchSemaphore(value: 0)
         let opener = Thread {
             do throws(KeychainError) {

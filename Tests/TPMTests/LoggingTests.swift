@@ -1,12 +1,12 @@
 import Logging
-import Synchronization
+import SystemCalls
 import Testing
 @testable import TPM
 import TPMKeychainTesting
 
 /// Collects what a logger is given.
 final class CollectingLogHandler: LogHandler, @unchecked Sendable {
-    let records = Mutex<[String]>([])
+    let records = Locked<[String]>([])
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .trace
 

@@ -1,11 +1,11 @@
-import Synchronization
+import SystemCalls
 import Testing
 @testable import TPM
 
 @Suite(.serialized) struct SecretBytesTests {
     @Test("Secrets are zeroized before their memory is freed")
     func zeroizedOnRelease() {
-        let observed = Mutex<[[UInt8]]>([])
+        let observed = Locked<[[UInt8]]>([])
         SecretBytes.releaseObserver.withLock { $0 = { buffer in observed.withLock { $0.append(Array(buffer)) } } }
         defer { SecretBytes.releaseObserver.withLock { $0 = nil } }
         do {

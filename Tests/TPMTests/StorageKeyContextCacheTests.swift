@@ -1,12 +1,12 @@
-import Synchronization
+import SystemCalls
 import Testing
 @testable import TPM
 import TPMKeychainTesting
 
 /// A cache in memory, counting what the connection does with it.
 final class MemoryContextCache: StorageKeyContextCache {
-    let stored = Mutex<[UInt8]?>(nil)
-    let saves = Mutex(0)
+    let stored = Locked<[UInt8]?>(nil)
+    let saves = Locked(0)
 
     func loadStorageKeyContext() -> [UInt8]? { stored.withLock { $0 } }
     func saveStorageKeyContext(_ context: [UInt8]) {

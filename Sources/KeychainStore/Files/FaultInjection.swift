@@ -35,7 +35,7 @@ package enum FaultInjection {
     }
 
     private static let isArmed = Atomic<Bool>(false)
-    private static let fault = Mutex<Fault?>(nil)
+    private static let fault = Locked<Fault?>(nil)
 
     /// Makes `step` fail with `errno` for files whose path contains `pathContaining`, after
     /// letting `skipping` of them through.

@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,7 +51,7 @@ struct CommandDeadline {
     /// disarming returns, so a late alarm never cuts a later command's connection.
     final class Alarm: @unchecked Sendable {
         private enum State { case armed, fired, disarmed }
-        private let state = Mutex(State.armed)
+        private let state = Locked(State.armed)
         private let tcti: String
         private let timeout: Duration
         /// Set once, before the alarm is scheduled; read only by ``disarm()``.

@@ -1,6 +1,5 @@
 internal import CTSS2
 import Crypto
-import Synchronization
 import SystemCalls
 
 /// A connection to one TPM through tpm2-tss's ESAPI.
@@ -14,7 +13,7 @@ import SystemCalls
 /// runs in a session salted with the storage key, with parameter encryption on.
 public final class TPMConnection: Sendable {
     public let configuration: TPMConfiguration
-    private let engine: Mutex<Engine?>
+    private let engine: Locked<Engine?>
 
     /// Connects to the TPM `configuration` names.
     ///
@@ -31,7 +30,7 @@ public final class TPMConnection: Sendable {
     init(_ configuration: TPMConfiguration, parameterEncryption: Bool,
          storageKeyContextCache: (any StorageKeyContextCache)? = nil) throws {
         self.configuration = configuration
-        engine = Mutex(try Engine(configuration: configuration, parameterEncryption: parameterEncryption,
+        engine = Locked(try Engine(configuration: configuration, parameterEncryption: parameterEncryption,
                                   contextCache: storageKeyContextCache))
     }
 

@@ -1,9 +1,9 @@
 internal import CTSS2
-import Synchronization
+import SystemCalls
 
 /// `Tss2_RC_Decode` formats into a buffer of its own; decode under one lock so concurrent
 /// connections never read each other's text.
-private let decodeLock = Mutex(())
+private let decodeLock = Locked(())
 
 /// The one place a `TSS2_RC` becomes a Swift error.
 ///

@@ -1,5 +1,5 @@
 internal import CTSS2
-import Synchronization
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -70,7 +70,7 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
 
     /// Sees every secret's bytes after they are zeroized and before they are freed: how tests
     /// prove zeroization without reading freed memory.
-    static let releaseObserver = Mutex<(@Sendable (UnsafeRawBufferPointer) -> Void)?>(nil)
+    static let releaseObserver = Locked<(@Sendable (UnsafeRawBufferPointer) -> Void)?>(nil)
 
     private static func release(_ storage: UnsafeMutableRawBufferPointer, count: Int, locked: Bool) {
         ctss2_secure_zero(storage.baseAddress, storage.count)

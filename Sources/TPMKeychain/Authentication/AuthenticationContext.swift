@@ -1,7 +1,7 @@
 import Crypto
 public import Foundation
 package import KeychainStore
-import Synchronization
+import SystemCalls
 public import TPM
 
 /// What an authentication checks (LAPolicy).
@@ -90,7 +90,7 @@ public final class AuthenticationContext: Sendable {
         var prompts = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// A record key kept for the reuse window, with what ends it.
     private struct KeptKey {

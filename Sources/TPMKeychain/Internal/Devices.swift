@@ -1,14 +1,14 @@
 import Crypto
 import Foundation
 package import KeychainStore
-import Synchronization
+import SystemCalls
 import TPM
 
 /// The device of a location: its TPM chosen as for the store, its directory resolved
 /// (``KeychainLocation/deviceDirectory``).
 package enum Devices {
     /// Directories already resolved, by store path: resolving may ask the TPM for its storage key.
-    private static let directories = Mutex<[String: String]>([:])
+    private static let directories = Locked<[String: String]>([:])
 
     /// Runs `body` with the device, the TPM started for it when simulated and stopped after.
     package static func with<R>(_ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {

@@ -1,5 +1,5 @@
 package import KeychainStore
-import Synchronization
+import SystemCalls
 import TPM
 
 /// The stores this process has opened, one per location, so the master key is unsealed once per
@@ -10,12 +10,12 @@ import TPM
 /// never delays operations on other stores.
 package enum OpenStores {
     private final class Entry: Sendable {
-        let store = Mutex<ItemStore?>(nil)
+        let store = Locked<ItemStore?>(nil)
     }
 
-    private static let entries = Mutex<[KeychainLocation: Entry]>([:])
+    private static let entries = Locked<[KeychainLocation: Entry]>([:])
     /// The stores already open: the get path's one lock and one lookup.
-    private static let opened = Mutex<[KeychainLocation: ItemStore]>([:])
+    private static let opened = Locked<[KeychainLocation: ItemStore]>([:])
 
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
     package static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {

@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import SystemCalls
 
 /// Runs async work (an authenticator's prompt) for a synchronous caller: SecItem calls, LAContext's
 /// synchronous members, the CLI's commands. The caller's thread waits while the work runs on a
@@ -17,7 +17,7 @@ package enum SynchronousWait {
 
     /// `body`'s result, once it has finished.
     package static func run<R: Sendable>(_ body: @escaping @Sendable () async -> R) -> R {
-        let outcome = Mutex<R?>(nil)
+        let outcome = Locked<R?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task(executorPreference: QueueExecutor()) {
             let value = await body()

@@ -4,7 +4,7 @@
 // means to a caller.
 
 import Crypto
-import Synchronization
+import SystemCalls
 import TPMKeychain
 
 /// fprintd's names on the bus.
@@ -32,7 +32,7 @@ enum Fprintd {
 
 /// A verification's cancellation flag plus the wake-up that interrupts its wait.
 final class VerificationCancellation: Sendable {
-    private let cancelled = Mutex(false)
+    private let cancelled = Locked(false)
     let wakeup: Wakeup
 
     init(wakeup: Wakeup) { self.wakeup = wakeup }

@@ -3,7 +3,7 @@
 // and the Lock/Unlock signals mean to a caller.
 
 import Dispatch
-import Synchronization
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -42,7 +42,7 @@ final class LockStateCache: Sendable {
         case stopped
     }
 
-    private let state = Mutex<State>(.starting)
+    private let state = Locked<State>(.starting)
 
     func isLocked() throws(LogindSessionLockError) -> Bool {
         switch state.withLock({ $0 }) {
@@ -75,7 +75,7 @@ final class LockStateCache: Sendable {
 /// The session the follower found, or why it could not start; handed from its thread to the
 /// initialiser waiting for it.
 final class FollowerStartup: Sendable {
-    private let result = Mutex<Result<String, LogindSessionLockError>?>(nil)
+    private let result = Locked<Result<String, LogindSessionLockError>?>(nil)
     private let done = DispatchSemaphore(value: 0)
 
     func finish(_ outcome: Result<String, LogindSessionLockError>) {

@@ -8,7 +8,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 import TPMSimulator
 
 final class ProxyForwarder: Sendable {
@@ -33,7 +32,7 @@ final class ProxyForwarder: Sendable {
     private let controlListener: Int32
     private let upstreamHost: String
     private let upstreamPort: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private init(listenPort: Int, commandListener: Int32, controlListener: Int32, upstreamHost: String, upstreamPort: Int) {
         self.listenPort = listenPort
@@ -190,7 +189,7 @@ final class ProxyForwarder: Sendable {
 private final class Connection: Sendable {
     let client: Int32
     let upstream: Int32
-    private let remaining = Mutex(2)
+    private let remaining = Locked(2)
 
     init(client: Int32, upstream: Int32) {
         self.client = client

@@ -2,7 +2,7 @@
 // deinit of globals and leaked objects) still stops every swtpm in order. Abnormal exits are the
 // watchdog's job. Entries are weak: the registry must not keep an instance from deinit-stopping.
 
-import Synchronization
+import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -14,7 +14,7 @@ enum InstanceRegistry {
         weak var instance: SoftwareTPM?
     }
 
-    private static let instances = Mutex<[ObjectIdentifier: WeakInstance]>([:])
+    private static let instances = Locked<[ObjectIdentifier: WeakInstance]>([:])
 
     /// Installed on first registration; Swift initializes static lets exactly once, thread-safely.
     private static let exitHandlerInstalled: Bool = {

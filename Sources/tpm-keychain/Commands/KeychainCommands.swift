@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import Synchronization
+import SystemCalls
 import TPM
 import TPMKeychain
 import ToolSupport
@@ -87,7 +87,7 @@ struct RotateKeys: ParsableCommand {
             try StoreSession.with(path) { session in
                 // One passcode for every passcode-protected record: asked (or read) once.
                 let input = PasscodeInput(passcodeOptions)
-                let remembered = Mutex<SecretBytes?>(nil)
+                let remembered = Locked<SecretBytes?>(nil)
                 let source = PasscodeSource.secret { reason in
                     if let known = remembered.withLock({ $0 }) { return known }
                     let passcode = try? input.read(prompt: "device passcode to \(reason): ")
