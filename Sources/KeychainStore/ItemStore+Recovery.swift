@@ -87,6 +87,12 @@ extension ItemStore {
         try RecoveryFile.key(fromText: text)
     }
 
+    package static func recoveryKey(fromTyped typed: SecretBytes) throws(StoreError) -> SecretBytes {
+        var bytes = typed.withUnsafeBytes { Array($0) }
+        defer { for index in bytes.indices { bytes[index] = 0 } }
+        return try RecoveryFile.key(fromTyped: bytes)
+    }
+
     /// Whether the store at `root` has a recovery key, found without the TPM.
     package static func hasRecoveryKey(at root: String) throws(StoreError) -> Bool {
         guard let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) else { return false }

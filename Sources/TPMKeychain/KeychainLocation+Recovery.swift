@@ -19,6 +19,14 @@ public struct RecoveryKey: Sendable, CustomStringConvertible {
         secret = try engine { () throws(StoreError) in try ItemStore.recoveryKey(fromText: text) }
     }
 
+    /// A key as read from a terminal or a descriptor, kept out of Swift strings (which cannot be
+    /// erased); case, dashes, spaces and line ends do not matter.
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` unless it is 64 letters of the alphabet.
+    public init(typed: SecretBytes) throws(KeychainError) {
+        secret = try engine { () throws(StoreError) in try ItemStore.recoveryKey(fromTyped: typed) }
+    }
+
     init(secret: SecretBytes) { self.secret = secret }
 
     /// `RecoveryKey(hidden)`: never the key itself.

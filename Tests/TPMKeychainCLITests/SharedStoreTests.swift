@@ -81,6 +81,10 @@ struct SharedStoreTests {
         try run(second, ["add-generic-password", "--keychain", store, "-s", "deploy", "-a", "first", "-w", "changed", "-U"]).expectSuccess()
         #expect(try run(creator, ["find-generic-password", "--keychain", store, "-s", "deploy", "-a", "first", "-w"]).stdout == "changed\n")
 
+        // The second member rotates the master key; the first reads on.
+        try run(second, ["rotate-keys", "--keychain", store]).expectSuccess()
+        #expect(try run(creator, ["find-generic-password", "--keychain", store, "-s", "deploy", "-a", "second", "-w"]).stdout == "from the second\n")
+
         // Every file and directory: the group's, nothing for others.
         let enumerator = FileManager.default.enumerator(atPath: store)
         while let entry = enumerator?.nextObject() as? String {

@@ -100,7 +100,9 @@ struct RecoveryFile {
             }
             let key = Self.key(shared, ephemeral: Array(bytes[64..<96]), recovery: header.recoveryPublicKey, storeID: storeID)
             let box = try AES.GCM.SealedBox(nonce: try AES.GCM.Nonce(data: bytes[96..<108]), ciphertext: bytes[108..<140], tag: bytes[140..<156])
-            let opened = try AES.GCM.open(box, using: key, authenticating: bytes[0..<108])
+            var opened = try AES.GCM.open(box, using: key, authenticating: bytes[0..<108])
+            // Copied into locked memory, and the decrypted bytes in ordinary memory overwritten.
+            defer { opened.resetBytes(in: 0..<opened.count) }
             return opened.withUnsafeBytes { SecretBytes(copying: $0) }
         } catch {
             throw StoreError(.tampered, "\(path) is damaged: the recovery key is right but the file fails authentication", underlying: error)
@@ -134,7 +136,18 @@ struct RecoveryFile {
     ///
     /// - Throws: ``StoreError`` `.invalidParameter` unless it is 64 modhex characters.
     static func key(fromText text: String) throws(StoreError) -> SecretBytes {
-        let digits = text.lowercased().utf8.filter { $0 != UInt8(ascii: "-") && $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\n") }
+        try key(fromTyped: Array(text.utf8))
+    }
+
+    /// As ``key(fromText:)``, from the bytes as read (a terminal or a descriptor), so that the
+    /// key need not pass through a String.
+    static func key(fromTyped typed: [UInt8]) throws(StoreError) -> SecretBytes {
+        var digits: [UInt8] = []
+        digits.reserveCapacity(typed.count)
+        defer { for index in digits.indices { digits[index] = 0 } }
+        for byte in typed where byte != UInt8(ascii: "-") && byte != UInt8(ascii: " ") && byte != UInt8(ascii: "\n") && byte != UInt8(ascii: "\r") {
+            digits.append(byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte)
+        }
         guard digits.count == 64 else {
             throw StoreError(.invalidParameter, "A recovery key is 64 letters (8 groups of 8, from cbdefghijklnrtuv); this has \(digits.count)")
         }

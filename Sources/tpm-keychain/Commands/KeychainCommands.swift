@@ -151,7 +151,7 @@ struct Recover: ParsableCommand {
             let path = store.path
             try KeychainLocation(path: path).checkStore()
             let typed = try PasscodeInput(descriptor: descriptor).read(prompt: "recovery key for \(path): ")
-            let key = try RecoveryKey(text: typed.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+            let key = try RecoveryKey(typed: typed)
             let session = try StoreSession(path: path)
             defer { session.close() }
             let report = try session.location.recover(with: key)
