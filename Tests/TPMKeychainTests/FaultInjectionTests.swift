@@ -8,8 +8,9 @@ import Glibc
 #endif
 
 /// ENOSPC and EIO at every step of a write, through the store's fault-injection seam
-/// (``FaultInjection``), on a real store and swtpm. The seam is process-wide, so the suite is
-/// serialized and every test disarms it.
+/// (``FaultInjection``), on a real store and swtpm. The seam is process-wide: each fault names
+/// its test's own store directory, so that suites running alongside never meet it, and the suite
+/// is serialized and disarms it after each test.
 @Suite(.serialized) struct FaultInjectionTests {
     static let causes: [(errno: Int32, words: String)] = [(ENOSPC, "disk is full"), (EIO, "I/O error")]
 
@@ -22,7 +23,7 @@ import Glibc
         for (index, cause) in Self.causes.enumerated() {
             let key = "key-\(index)"
             try keychain.set("old", forKey: key)
-            FaultInjection.arm(step, errno: cause.errno, pathContaining: ".item")
+            FaultInjection.arm(step, errno: cause.errno, pathContaining: store.location.path + "/items2")
             do {
                 try keychain.set("new", forKey: key)
                 Issue.record("a write whose \(step) failed with errno \(cause.errno) reported success")
@@ -54,7 +55,7 @@ import Glibc
         defer { FaultInjection.disarm() }
         for index in 0..<20 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
         let metadata = try bytes(of: store.location.path + "/store.meta")
-        FaultInjection.arm(step, errno: EIO, pathContaining: "store.meta")
+        FaultInjection.arm(step, errno: EIO, pathContaining: store.location.path + "/store.meta")
         await expectAsyncKeychainError(.storageFailed) { try await store.location.rotateKeys() }
         FaultInjection.disarm()
         #expect(try bytes(of: store.location.path + "/store.meta") == metadata)
@@ -76,7 +77,7 @@ import Glibc
         defer { FaultInjection.disarm() }
         for index in 0..<100 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
         // The 50th item file the rotation writes fails; the 49 before it succeed.
-        FaultInjection.arm(.syncFile, errno: ENOSPC, pathContaining: ".item", times: 1, skipping: 49)
+        FaultInjection.arm(.syncFile, errno: ENOSPC, pathContaining: store.location.path + "/items2", times: 1, skipping: 49)
         await expectAsyncKeychainError(.storageFailed) { try await store.location.rotateKeys() }
         FaultInjection.disarm()
         for index in 0..<100 { #expect(try keychain.string(forKey: "key-\(index)") == "value-\(index)") }

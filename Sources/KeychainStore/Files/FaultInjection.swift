@@ -26,7 +26,8 @@ package enum FaultInjection {
     package struct Fault: Sendable {
         package var step: Step
         package var errno: Int32
-        /// Only files whose path contains this fail (nil: every file).
+        /// Only files whose path contains this fail (nil: every file). The seam is process-wide:
+        /// tests name their own store's directory here, so that others running alongside are unaffected.
         package var pathContaining: String?
         /// How many matching steps fail before the fault disarms itself (nil: until ``disarm()``).
         package var times: Int?
