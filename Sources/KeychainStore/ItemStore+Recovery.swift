@@ -4,8 +4,9 @@ import SystemCalls
 package import TPM
 
 // The recovery key: an opt-in second way to the master key, for when the TPM that sealed it is
-// gone (cleared, replaced, a VM moved). `recovery.key` holds the master key encrypted under a
-// random 256-bit key that is shown to the person once and kept nowhere on the machine. Recovering
+// gone (cleared, replaced, a VM moved). `recovery.key` holds the master key encrypted to the
+// public half of a random 256-bit key that is shown to the person once and kept nowhere on the
+// machine (so a rotation can encrypt its new master key for the same recovery key). Recovering
 // seals the same master key to the current TPM and rewrites store.meta; items stay as they are,
 // except those that were bound to the old TPM by design: this-device-only items and items behind
 // access control (their key records are sealed to the old TPM's state and are gone with it).
@@ -53,7 +54,11 @@ extension ItemStore {
     /// ``finishRecoveryKeyRotation(in:keys:)``. Nothing when the store has no recovery key.
     static func prepareRecoveryKeyRotation(in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys,
                                            storeID: [UInt8]) throws(StoreError) {
-        guard let file = try rootDirectory.openFile(RecoveryFile.fileName), file.size == RecoveryFile.size else { return }
+        guard let file = try rootDirectory.openFile(RecoveryFile.fileName) else { return }
+        guard file.size == RecoveryFile.size else {
+            // Rotating past it would leave a recovery key that silently opens nothing: stop first.
+            throw StoreError(.tampered, "\(file.path) is damaged: add a new recovery key (add-recovery-key) before rotating the master key")
+        }
         let header = try RecoveryFile.header(try file.read(count: file.size, at: 0), path: file.path)
         let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: header.recoveryPublicKey, storeID: storeID,
                                            keyGeneration: keyGeneration(keys))

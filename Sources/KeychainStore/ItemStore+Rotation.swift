@@ -79,15 +79,50 @@ extension ItemStore {
         // Only an earlier attempt with this very key could have left them: start afresh.
         try rootDirectory.removeTree(itemsName)
         try rootDirectory.removeTree(recordsName)
-        guard let items = try Directory.open(itemsName, in: rootDirectory, create: true),
-              let records = try Directory.open(recordsName, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create the directories of the new key in \(root)")
+        guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
+            throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsName)")
         }
         let target = OpenState(keys: keys, layout: Layout(version: 2, items: items, records: recordsName), metadataInode: 0)
+        let copied: (items: Int, records: Int)
+        do {
+            copied = try copy(state, to: target, opened: opened)
+            // The recovery key (if any) follows: the new master key encrypted to its public half.
+            try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
+            // The commit: store.meta now seals the new key.
+            let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID,
+                                         createdMilliseconds: try createdMilliseconds(state), sealedMasterKey: sealed)
+            try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        } catch {
+            // Not committed (store.meta is still the file the old key came from): the old key and
+            // its files are the store, and the copy goes now rather than at the next open. If the
+            // rename did happen (only the directory's fsync failed), the new key is in charge and
+            // its files must stay: this process and others follow it as after any rotation.
+            if (try? rootDirectory.inode(of: StoreMetadata.fileName)) == state.metadataInode {
+                _ = try? rootDirectory.removeTree(itemsName)
+                _ = try? rootDirectory.removeTree(recordsName)
+                _ = try? rootDirectory.remove(RecoveryFile.nextFileName, durable: false)
+            }
+            throw error
+        }
+        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared after the key rotation")
+        }
+        let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
+        adopt(rotated)
+        try Self.finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
+        try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: rotated.layout)
+        return KeyRotation(items: copied.items, records: copied.records)
+    }
 
+    /// Writes every key record and item of `state` under `target`'s key and directories, each
+    /// file durable and each directory synced once. - Returns: how many items and records.
+    private func copy(_ state: OpenState, to target: OpenState, opened: [[UInt8]: RecordKey]) throws(StoreError) -> (items: Int, records: Int) {
+        guard let records = try Directory.open(target.layout.records, in: rootDirectory, create: true) else {
+            throw StoreError(.storageFailed, "Cannot create \(root)/\(target.layout.records)")
+        }
         let carried = try allRecords(state)
         for record in carried {
-            try records.replace(KeyRecord.fileName(record.recordID), with: record.serialized(metadataKey: keys.metadata),
+            try records.replace(KeyRecord.fileName(record.recordID), with: record.serialized(metadataKey: target.keys.metadata),
                                 durable: durable, syncDirectory: false)
         }
         var groups: [String: Directory] = [:]
@@ -97,36 +132,23 @@ extension ItemStore {
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
                 let (contents, record) = try rotatedContents(of: file, named: name, inGroup: group, opened: opened, state)
-                let groupName = ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: keys)
-                if groups[groupName] == nil { groups[groupName] = try Directory.open(groupName, in: items, create: true) }
+                let groupName = ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: target.keys)
+                if groups[groupName] == nil { groups[groupName] = try Directory.open(groupName, in: target.layout.items, create: true) }
                 guard let destination = groups[groupName] else {
-                    throw StoreError(.storageFailed, "Cannot create \(items.path)/\(groupName)")
+                    throw StoreError(.storageFailed, "Cannot create \(target.layout.items.path)/\(groupName)")
                 }
-                try destination.replace(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: keys),
+                try destination.replace(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: target.keys),
                                         with: try encode(contents, record: record, target), durable: durable, syncDirectory: false)
                 count += 1
             }
         }
         if durable {
             for directory in groups.values { try directory.sync() }
-            try items.sync()
+            try target.layout.items.sync()
             try records.sync()
             try rootDirectory.sync()
         }
-        // The recovery key (if any) follows: the new master key encrypted to its public half.
-        try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
-        // The commit: store.meta now seals the new key.
-        let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID, createdMilliseconds: try createdMilliseconds(state),
-                                     sealedMasterKey: sealed)
-        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
-        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared after the key rotation")
-        }
-        let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
-        adopt(rotated)
-        try Self.finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
-        try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: rotated.layout)
-        return KeyRotation(items: count, records: carried.count)
+        return (count, carried.count)
     }
 
     /// One item, decrypted under the current key and checked to be where its name says, with the

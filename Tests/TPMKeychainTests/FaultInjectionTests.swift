@@ -59,6 +59,9 @@ import Glibc
         await expectAsyncKeychainError(.storageFailed) { try await store.location.rotateKeys() }
         FaultInjection.disarm()
         #expect(try bytes(of: store.location.path + "/store.meta") == metadata)
+        // The copy was removed at once, not left for the next open.
+        let left = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter { $0.hasPrefix("items2") }
+        #expect(left == ["items2"], "\(left)")
         for index in 0..<20 { #expect(try keychain.string(forKey: "key-\(index)") == "value-\(index)") }
         Keychain.closeStore(store.location)
         let reopened = try store.keychain()
@@ -68,6 +71,30 @@ import Glibc
         #expect(entries == ["items2"], "\(entries)")
         try await store.location.rotateKeys()
         #expect(try reopened.string(forKey: "key-7") == "value-7")
+    }
+
+    @Test("a rotation whose store.meta was renamed but whose directory fsync failed is committed: the error is reported, nothing is removed, and every item reads under the new key")
+    func rotationCommitNotDurable() async throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        defer { FaultInjection.disarm() }
+        for index in 0..<20 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
+        let metadata = try bytes(of: store.location.path + "/store.meta")
+        FaultInjection.arm(.syncDirectory, errno: EIO, pathContaining: store.location.path + "/store.meta")
+        await expectAsyncKeychainError(.storageFailed) { try await store.location.rotateKeys() }
+        FaultInjection.disarm()
+        #expect(try bytes(of: store.location.path + "/store.meta") != metadata, "the rename happened")
+        // This process still reads (the old files are there until a writer or an open follows) ...
+        for index in 0..<20 { #expect(try keychain.string(forKey: "key-\(index)") == "value-\(index)") }
+        // ... a write follows the new key ...
+        try keychain.set("after", forKey: "key-0")
+        // ... and a fresh open finds everything under it.
+        Keychain.closeStore(store.location)
+        let reopened = try store.keychain()
+        for index in 1..<20 { #expect(try reopened.string(forKey: "key-\(index)") == "value-\(index)") }
+        #expect(try reopened.string(forKey: "key-0") == "after")
+        let left = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter { $0.hasPrefix("items2") }
+        #expect(left.count == 1 && left[0].hasPrefix("items2-"), "\(left)")
     }
 
     @Test("a fault in the middle of a rotation's copy (ENOSPC on the 50th item) commits nothing and loses nothing")
