@@ -99,6 +99,33 @@ import Glibc
         #expect(try Self.generations(store).count == 2)
     }
 
+    @Test("rotations while another process keeps writing: every acknowledged write is there afterwards, with its latest value")
+    func rotationsDuringWrites() async throws {
+        let store = try TestStore()
+        let keychain = try store.keychain("com.example.busy")
+        try keychain.set("seed", forKey: "seed")   // the store exists before the writer opens it
+        let accounts = (0..<8).map { "account-\($0)" }
+        let count = 1000
+        let writer = try WriterProcess(store: store, service: "com.example.busy", accounts: accounts, count: count)
+        writer.waitFor("wrote")
+        // Three rotations while the writer runs: each waits for the writer's current write (the
+        // store lock), and the writer follows each new key (store.meta's inode) before its next one.
+        for _ in 0..<3 { try await store.location.rotateKeys() }
+        #expect(writer.process.isRunning, "the writer finished before the rotations did: they did not overlap")
+        writer.process.waitUntilExit()
+        #expect(writer.process.terminationStatus == 0)
+        let acknowledged = writer.acknowledged()
+        #expect(acknowledged.values.reduce(0) { $0 + $1.count } == count)
+        Keychain.closeStore(store.location)
+        let reader = try store.keychain("com.example.busy")
+        for account in accounts {
+            let value = try #require(try reader.data(forKey: account), "\(account)")
+            #expect(sequence(in: value, account: account, size: 64) == acknowledged[account]?.max(), "\(account)")
+        }
+        #expect(try reader.allKeys().count == accounts.count + 1)
+        #expect(try Self.generations(store).count == 2)
+    }
+
     @Test("killed at random points, a rotation leaves the old key and files or the new ones, never a mix: every item reads after each kill")
     func killedRotations() throws {
         let store = try TestStore()
