@@ -46,16 +46,24 @@ extension ItemStore {
 
     /// The version store.meta names, after checking its MAC.
     static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(StoreError) -> UInt16 {
+        try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID).version
+    }
+
+    /// store.meta as it is now, authenticated with `keys` and checked to be the store `storeID`'s
+    /// (when given): what every rewrite of it (upgrade, rotation, recovery key) starts from.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` when it is missing, damaged, of another key or of another store.
+    static func authenticatedMetadata(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]? = nil) throws(StoreError) -> StoreMetadata {
         let path = rootDirectory.path + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
             throw StoreError(.tampered, "\(path) is missing or damaged")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
         try parsed.verify(metadataKey: keys.metadata)
-        guard parsed.metadata.storeID == storeID else {
+        if let storeID, parsed.metadata.storeID != storeID {
             throw StoreError(.tampered, "\(path) now belongs to another store")
         }
-        return parsed.metadata.version
+        return parsed.metadata
     }
 
     /// Moves a format-1 store to format 2, once, crash-safe (see the top of this file).
@@ -133,14 +141,9 @@ extension ItemStore {
 
     /// Replaces store.meta with the same store at another version (a new MAC over the new bytes).
     static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) {
-        let path = rootDirectory.path + "/" + StoreMetadata.fileName
-        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
-            throw StoreError(.tampered, "\(path) is missing or damaged")
-        }
-        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
-        try parsed.verify(metadataKey: keys.metadata)
-        let metadata = StoreMetadata(version: version, storeID: parsed.metadata.storeID,
-                                     createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: parsed.metadata.sealedMasterKey)
+        let current = try authenticatedMetadata(of: rootDirectory, keys: keys)
+        let metadata = StoreMetadata(version: version, storeID: current.storeID, createdMilliseconds: current.createdMilliseconds,
+                                     sealedMasterKey: current.sealedMasterKey)
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
     }
 

@@ -199,15 +199,9 @@ extension ItemStore {
     /// The master key, unsealed from store.meta and checked against the store's current keys.
     private static func unsealMasterKey(_ rootDirectory: Directory, tpm: TPMConfiguration, storeID: [UInt8],
                                         keys: StoreKeys) throws(StoreError) -> SecretBytes {
-        let path = rootDirectory.path + "/" + StoreMetadata.fileName
-        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
-            throw StoreError(.tampered, "\(path) is missing or damaged")
-        }
-        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
-        try parsed.verify(metadataKey: keys.metadata)
-        guard parsed.metadata.storeID == storeID else { throw StoreError(.tampered, "\(path) now belongs to another store") }
+        let metadata = try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID)
         return try withTPM(tpm, root: rootDirectory.path, cache: StorageKeyContextFile(directory: rootDirectory)) {
-            try $0.unseal(parsed.metadata.sealedMasterKey)
+            try $0.unseal(metadata.sealedMasterKey)
         }
     }
 }

@@ -90,7 +90,8 @@ extension ItemStore {
             try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
             // The commit: store.meta now seals the new key.
             let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID,
-                                         createdMilliseconds: try createdMilliseconds(state), sealedMasterKey: sealed)
+                                         createdMilliseconds: try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys).createdMilliseconds,
+                                         sealedMasterKey: sealed)
             try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         } catch {
             // Not committed (store.meta is still the file the old key came from): the old key and
@@ -175,17 +176,6 @@ extension ItemStore {
         let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: header.itemClass.encodedPrimaryKey(of: attributes),
                                         recordKey: recordKey, state)
         return (contents, record)
-    }
-
-    /// The creation time store.meta records, authenticated, to carry over unchanged.
-    private func createdMilliseconds(_ state: OpenState) throws(StoreError) -> Int64 {
-        let path = root + "/" + StoreMetadata.fileName
-        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
-            throw StoreError(.tampered, "\(path) is missing or damaged")
-        }
-        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
-        try parsed.verify(metadataKey: state.keys.metadata)
-        return parsed.metadata.createdMilliseconds
     }
 
     // MARK: Following another process's rotation

@@ -43,4 +43,13 @@ package final class StoreSession {
         defer { session.close() }
         return try body(session)
     }
+
+    /// As ``with(_:_:)`` for a store that must exist already: a command that only reads or
+    /// changes a store never creates one (or starts a simulator for one).
+    ///
+    /// - Throws: ``KeychainError`` `.storeNotFound` naming the path, before any TPM is chosen.
+    package static func withExisting<R>(_ path: String, _ body: (StoreSession) throws -> R) throws -> R {
+        try KeychainLocation(path: path).checkStore()
+        return try with(path, body)
+    }
 }

@@ -19,8 +19,7 @@ struct DeleteGenericPassword: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let path = store.path
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { try perform(in: $0) }
+            try StoreSession.withExisting(path) { try perform(in: $0) }
         }
     }
 

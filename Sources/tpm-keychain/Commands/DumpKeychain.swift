@@ -27,8 +27,7 @@ struct DumpKeychain: ParsableCommand {
         try reportingErrors {
             let path = store.path
             // Never creates a store: a mistyped path is an error, not an empty keychain.
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { try perform(in: $0) }
+            try StoreSession.withExisting(path) { try perform(in: $0) }
         }
     }
 

@@ -32,24 +32,14 @@ struct FindGenericPassword: ParsableCommand {
             help: "Match the generic attribute (kSecAttrGeneric), as the UTF-8 bytes of the text given.")
     var generic: String?
 
-    @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")
-    var passwordOnly = false
-
-    @Flag(name: [.customShort("g"), .customLong("show-password")],
-          help: "Also print the password, on standard error as security does (password: \"...\").")
-    var showPassword = false
-
-    @Flag(name: .customLong("json"), help: "Print the item as a JSON object.")
-    var json = false
+    @OptionGroup var shown: FoundItemOutput
 
     @OptionGroup var passcodeOptions: PasscodeOptions
 
     func run() throws {
         try reportingErrors {
             let path = store.path
-            // Looking something up never creates a store (or starts a simulator for one).
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { try perform(in: $0) }
+            try StoreSession.withExisting(path) { try perform(in: $0) }
         }
     }
 
@@ -57,7 +47,7 @@ struct FindGenericPassword: ParsableCommand {
                  errorOutput: OutputLine = { printError($0) }) throws {
         // The common scripted lookup (-s, -a, -w and nothing else): one read by name, without the
         // query that scans the service's items for the attribute block.
-        if passwordOnly, !showPassword, !json, kind == nil, generic == nil, let account {
+        if shown.passwordOnly, !shown.showPassword, !shown.json, kind == nil, generic == nil, let account {
             let keychain = try Keychain(service: service, location: session.location)
             // A plain item needs no context; a protected one reports interactionNotAllowed, and is
             // then read through one that may ask.
@@ -85,7 +75,7 @@ struct FindGenericPassword: ParsableCommand {
             throw notFound()
         }
         var secret: Data?
-        if passwordOnly || showPassword {
+        if shown.showsSecret {
             // Through the Keychain API: a protected item asks for biometry or the passcode (a
             // reused context asks once).
             let keychain = try Keychain(service: service, location: session.location)
@@ -93,14 +83,7 @@ struct FindGenericPassword: ParsableCommand {
             guard let value = try waitFor({ try await keychain.get(account, as: Data.self, context: context) }) else { throw notFound() }
             secret = value
         }
-        if json {
-            output(try ItemJSON.text(ItemJSON.object(item, keychain: session.path, secret: secret)))
-        } else if passwordOnly, let secret {
-            output(SecurityFormat.bareValue(secret))
-        } else {
-            SecurityFormat.attributeBlock(item, keychain: session.path).forEach(output)
-            if let secret { errorOutput("password: " + SecurityFormat.value(secret)) }
-        }
+        try shown.show(item, keychain: session.path, secret: secret, output: output, errorOutput: errorOutput)
     }
 
     private func notFound() -> KeychainError {

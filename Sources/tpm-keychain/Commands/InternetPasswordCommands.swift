@@ -79,23 +79,13 @@ struct FindInternetPassword: ParsableCommand {
 
     @OptionGroup var attributes: InternetPasswordOptions
 
-    @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")
-    var passwordOnly = false
-
-    @Flag(name: [.customShort("g"), .customLong("show-password")],
-          help: "Also print the password, on standard error as security does (password: \"...\").")
-    var showPassword = false
-
-    @Flag(name: .customLong("json"), help: "Print the item as a JSON object.")
-    var json = false
+    @OptionGroup var shown: FoundItemOutput
 
     func run() throws {
         try reportingErrors {
             let matching = try attributes.attributes(defaults: false)
             let path = store.path
-            // Looking something up never creates a store (or starts a simulator for one).
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { try perform(in: $0, matching: matching) }
+            try StoreSession.withExisting(path) { try perform(in: $0, matching: matching) }
         }
     }
 
@@ -105,18 +95,11 @@ struct FindInternetPassword: ParsableCommand {
         guard let found = try InternetPasswordMatch.first(matching, in: items) else { throw InternetPasswordMatch.notFound(matching) }
         let item = ShownItem(found)
         var secret: Data?
-        if passwordOnly || showPassword {
+        if shown.showsSecret {
             guard let bytes = try items.secret(of: found) else { throw InternetPasswordMatch.notFound(matching) }
             secret = Data(bytes)
         }
-        if json {
-            output(try ItemJSON.text(ItemJSON.object(item, keychain: session.path, secret: secret)))
-        } else if passwordOnly, let secret {
-            output(SecurityFormat.bareValue(secret))
-        } else {
-            SecurityFormat.attributeBlock(item, keychain: session.path).forEach(output)
-            if let secret { errorOutput("password: " + SecurityFormat.value(secret)) }
-        }
+        try shown.show(item, keychain: session.path, secret: secret, output: output, errorOutput: errorOutput)
     }
 }
 
@@ -145,8 +128,7 @@ struct DeleteInternetPassword: ParsableCommand {
         try reportingErrors {
             let matching = try attributes.attributes(defaults: false)
             let path = store.path
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { try perform(in: $0, matching: matching) }
+            try StoreSession.withExisting(path) { try perform(in: $0, matching: matching) }
         }
     }
 

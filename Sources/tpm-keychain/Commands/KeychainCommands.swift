@@ -83,8 +83,7 @@ struct RotateKeys: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let path = store.path
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { session in
+            try StoreSession.withExisting(path) { session in
                 // One passcode for every passcode-protected record: asked (or read) once.
                 let input = PasscodeInput(passcodeOptions)
                 let remembered = Locked<SecretBytes?>(nil)
@@ -122,8 +121,7 @@ struct AddRecoveryKey: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let path = store.path
-            try KeychainLocation(path: path).checkStore()
-            try StoreSession.with(path) { session in
+            try StoreSession.withExisting(path) { session in
                 RecoveryKeyOutput.show(try session.location.addRecoveryKey(), for: path)
             }
         }

@@ -60,9 +60,7 @@ enum ScriptedLookup {
     static func run(_ request: Request) -> Int32? {
         do {
             let path = StoreDirectory.absolute(request.keychain ?? KeychainLocation.default.path)
-            // Looking something up never creates a store (or starts a simulator for one).
-            try KeychainLocation(path: path).checkStore()
-            let found = try StoreSession.with(path) { session -> Data? in
+            let found = try StoreSession.withExisting(path) { session -> Data? in
                 let keychain = try Keychain(service: request.service, location: session.location)
                 return try keychain.data(forKey: request.account)
             }
