@@ -25,7 +25,9 @@ extension ItemStore {
     }
 
     /// Runs a write: upgrades a format-1 store first, then holds the store lock shared while `body` runs.
-    func withWriteAccess<R>(_ body: (OpenState) throws(StoreError) -> R) throws(StoreError) -> R {
+    /// A rollback-protected store starts an epoch first (``startEpochIfNeeded()``), unless
+    /// `startingEpoch` is false: the caller holds a TPM connection, and a second would wait for it.
+    func withWriteAccess<R>(startingEpoch: Bool = true, _ body: (OpenState) throws(StoreError) -> R) throws(StoreError) -> R {
         try upgradeIfNeeded()
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
         defer { withExtendedLifetime(lock) {} }
@@ -34,6 +36,7 @@ extension ItemStore {
             // key's directories before writing, so no reader that still uses them sees an old value.
             try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: try current().layout)
         }
+        if startingEpoch { try startEpochIfNeeded() }
         return try body(currentFollowingUpgrades())
     }
 
@@ -143,7 +146,7 @@ extension ItemStore {
     static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) {
         let current = try authenticatedMetadata(of: rootDirectory, keys: keys)
         let metadata = StoreMetadata(version: version, storeID: current.storeID, createdMilliseconds: current.createdMilliseconds,
-                                     sealedMasterKey: current.sealedMasterKey)
+                                     sealedMasterKey: current.sealedMasterKey, rollbackCounter: current.rollbackCounter)
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
     }
 
@@ -164,7 +167,7 @@ extension ItemStore {
         if version >= StoreMetadata.rotatedVersion {
             let tag = keyGenerationTag(keys)
             guard let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) else { throw replaced }
-            return Layout(version: 2, items: items, records: KeyRecord.directoryName + "-" + tag)
+            return Layout(version: 2, items: items, records: KeyRecord.directoryName + "-" + tag, manifest: Manifest.fileName + "-" + tag)
         }
         let entries = try rootDirectory.entries()
         if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) { throw replaced }

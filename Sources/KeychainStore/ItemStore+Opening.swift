@@ -88,10 +88,15 @@ extension ItemStore {
         let storeID: [UInt8]
         let keys: StoreKeys
         let version: UInt16
-        let metadataInode: UInt64
+        var metadataInode: UInt64
+        var counterIndex: UInt32?
+        var counterResult: Result<UInt64, StoreError>?
         switch try presence(in: rootDirectory) {
         case .present:
-            (storeID, keys, version, metadataInode) = try unlock(rootDirectory, tpm: tpm, cache: cache)
+            let unlocked = try unlock(rootDirectory, tpm: tpm, cache: cache)
+            (storeID, keys, version, metadataInode) = (unlocked.storeID, unlocked.keys, unlocked.version, unlocked.metadataInode)
+            counterIndex = unlocked.counterIndex
+            counterResult = unlocked.counter
         case .absent:
             guard create else { throw storeNotFound(root) }
             let generated: (key: SecretBytes, sealed: SealedObject)
@@ -101,12 +106,22 @@ extension ItemStore {
                 generated = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
             }
             let (masterKey, sealed) = generated
-            let metadata = StoreMetadata(version: newStoreVersion, storeID: randomBytes(16), createdMilliseconds: StoreMetadata.now,
-                                         sealedMasterKey: sealed)
-            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID) }
+            let newStoreID = randomBytes(16)
+            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: newStoreID) }
+            // The counter and an empty manifest come first: store.meta naming the counter is the commit.
+            let counter = newStoreVersion >= 2 ? try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) : nil
+            if let counter {
+                try writeManifest(of: Layout(version: 2, items: rootDirectory), in: rootDirectory, keys: keys, storeID: newStoreID,
+                                  counterIndex: counter.index, epoch: counter.value, scan: false)
+            }
+            let metadata = StoreMetadata(version: newStoreVersion, storeID: newStoreID, createdMilliseconds: StoreMetadata.now,
+                                         sealedMasterKey: sealed, rollbackCounter: counter?.index)
             guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
+                if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
                 throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
             }
+            counterResult = counter.map { .success($0.value) }
+            counterIndex = counter?.index
             storeID = metadata.storeID
             version = newStoreVersion
             guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
@@ -137,14 +152,32 @@ extension ItemStore {
         for name in [StoreMetadata.fileName, RecoveryFile.fileName, RecoveryFile.nextFileName, StorageKeyContextFile.name] {
             _ = try rootDirectory.remove(name + Directory.temporarySuffix, durable: false)
         }
+        if counterIndex == nil, version >= 2, let counter = try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) {
+            // A store from before rollback protection gets its counter and manifest here, once:
+            // store.meta naming the counter is the commit (before it, the store is as it was).
+            try writeManifest(of: layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index, epoch: counter.value)
+            let current = try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID)
+            let protected = StoreMetadata(version: current.version, storeID: storeID, createdMilliseconds: current.createdMilliseconds,
+                                          sealedMasterKey: current.sealedMasterKey, rollbackCounter: counter.index)
+            try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: keys.metadata), durable: true)
+            guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+                throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
+            }
+            (counterIndex, counterResult, metadataInode) = (counter.index, .success(counter.value), inode)
+        }
+        var rollback: RollbackState?
+        if let counterIndex, let counterValue = try counterResult?.get() {
+            rollback = try loadManifest(rootDirectory, name: layout.manifest, keys: keys, storeID: storeID, counterIndex: counterIndex,
+                                        counter: counterValue)
+        }
         return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: metadataInode,
-                         durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM)
+                         durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM, rollback: rollback)
     }
 
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
     /// when an older version sealed it with dictionary-attack protection).
     static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile)
-        throws(StoreError) -> (storeID: [UInt8], keys: StoreKeys, version: UInt16, metadataInode: UInt64) {
+        throws(StoreError) -> Unlocked {
         let root = rootDirectory.path
         let metadataPath = root + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
@@ -155,24 +188,64 @@ extension ItemStore {
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
         let sealed = parsed.metadata.sealedMasterKey
-        let (masterKey, resealed) = try withTPM(tpm, root: root, cache: cache) { tpm in
+        let counterIndex = parsed.metadata.rollbackCounter
+        let (keys, resealed, counterValue) = try withTPM(tpm, root: root, cache: cache) { tpm in
             let key = try tpm.unseal(sealed)
-            return (key, sealed.isDictionaryAttackProtected ? try tpm.seal(key) : nil)
+            let keys = key.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
+            // Authenticated before the counter is read with a key derived from it.
+            try parsed.verify(metadataKey: keys.metadata)
+            let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root) }
+            return (keys, sealed.isDictionaryAttackProtected ? try tpm.seal(key) : nil, counter)
         }
-        let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
-        try parsed.verify(metadataKey: keys.metadata)
         if let resealed {
             // Authenticated first, so a forged file is never rewritten as genuine. The old file
             // keeps working until the rename; the new one differs only in the sealed object.
             let migrated = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
-                                         sealedMasterKey: resealed)
+                                         sealedMasterKey: resealed, rollbackCounter: counterIndex)
             try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
             guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
                 throw StoreError(.storageFailed, "\(metadataPath) disappeared while it was resealed")
             }
-            return (parsed.metadata.storeID, keys, parsed.metadata.version, inode)
+            return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: inode,
+                            counterIndex: counterIndex, counter: counterValue)
         }
-        return (parsed.metadata.storeID, keys, parsed.metadata.version, file.inode)
+        return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: file.inode,
+                        counterIndex: counterIndex, counter: counterValue)
+    }
+
+    /// What opening learned from store.meta and the TPM.
+    struct Unlocked {
+        let storeID: [UInt8]
+        let keys: StoreKeys
+        let version: UInt16
+        let metadataInode: UInt64
+        let counterIndex: UInt32?
+        /// The counter's value, or why it could not be read: reported after the layout is checked,
+        /// since a store.meta put back from before a rotation names a counter the rotation deleted.
+        let counter: Result<UInt64, StoreError>?
+
+        var counterValue: UInt64? {
+            get throws(StoreError) { try counter?.get() }
+        }
+    }
+
+    private static func counterResult(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) -> Result<UInt64, StoreError> {
+        do {
+            return .success(try readCounter(index, keys: keys, tpm: tpm, store: store))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// A new rollback counter, or nil when this TPM cannot hold one (no room, no usable owner
+    /// hierarchy): the store then works without rollback detection, as ``ItemStore/isRollbackProtected`` reports.
+    private static func defineCounterIfPossible(keys: StoreKeys, tpm: TPMConfiguration, root: String,
+                                                cache: StorageKeyContextFile) throws(StoreError) -> (index: UInt32, value: UInt64)? {
+        do {
+            return try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
+        } catch where error.code == .notAvailable || error.code == .authenticationFailed {
+            return nil
+        }
     }
 
     /// - Throws: as ``presence(at:)``.
@@ -206,6 +279,8 @@ extension ItemStore {
             let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
             defer { tpm.close() }
             return try body(tpm)
+        } catch let error as StoreError {
+            throw error
         } catch let error as TPMError {
             throw StoreError(tpmError: error, store: root)
         } catch {

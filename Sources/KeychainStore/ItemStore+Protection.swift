@@ -74,6 +74,9 @@ extension ItemStore {
         guard header.itemClass == .genericPassword else {
             throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
+        guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+            return .value(nil)
+        }
         var recordKey: RecordKey?
         if header.keyRecord != ItemFileV2.masterKeyRecord {
             let record = try keyRecord(header.keyRecord, state)
@@ -117,6 +120,9 @@ extension ItemStore {
         guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
+        guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+            return nil
+        }
         guard header.keyRecord != ItemFileV2.masterKeyRecord else { return .some(nil) }
         let record = try keyRecord(header.keyRecord, state)
         return ItemProtection(recordID: record.recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
@@ -257,7 +263,8 @@ extension ItemStore {
     /// Deletes a record that can never open again, and every item naming it (as iOS drops items it
     /// can never decrypt). Never called on a lockout, an I/O error or an unreachable TPM.
     private func invalidate(_ record: KeyRecord, _ state: OpenState) throws(StoreError) {
-        try withWriteAccess { (state) throws(StoreError) in
+        // A TPM connection is open (the record's): no epoch is started here, which would need a second.
+        try withWriteAccess(startingEpoch: false) { (state) throws(StoreError) in
             for group in try state.layout.items.entries() where !group.hasPrefix(".") {
                 guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
                 let lock = try directory.lock(".lock", timeout: lockTimeout)
@@ -267,7 +274,9 @@ extension ItemStore {
                     guard let file = try directory.openFile(name), file.size >= ItemFileV2.headerSize else { continue }
                     let header = try file.read(count: ItemFileV2.headerSize, at: 0)
                     if Array(header[52..<68]) == record.recordID {
+                        let generation = try recordDeletion(of: name, in: directory, group: group)
                         _ = try directory.remove(name, durable: durable)
+                        try recordDeletionDone(of: name, group: group, generation: generation)
                         removed = true
                     }
                 }

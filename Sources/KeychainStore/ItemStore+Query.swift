@@ -147,15 +147,19 @@ extension ItemStore {
     /// and to belong to the group its directory's name says: a renamed file or a swapped directory
     /// is reported, never skipped. Each directory read whole is then known to be consistent until
     /// it changes (``confirmAbsence(_:_:)`` relies on that).
-    func scan(groups: [String], _ state: OpenState) throws(StoreError) -> [ScannedItem] {
+    func scan(groups: [String], _ state: OpenState, groupLocked: Bool = false) throws(StoreError) -> [ScannedItem] {
         var scanned: [ScannedItem] = []
         var groupCheck = GroupCheck()
+        var seen: Set<String> = []
         for group in groups {
             guard let directory = try serviceDirectory(group, create: false, state) else { continue }
             let stamp = try directory.stamp()
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                scanned.append(try scannedItem(file, named: name, in: directory, group: group, &groupCheck, state))
+                seen.insert(name)
+                if let item = try scannedItem(file, named: name, in: directory, group: group, &groupCheck, state, groupLocked: groupLocked) {
+                    scanned.append(item)
+                }
             }
             if try directory.stamp() == stamp {
                 caches.withLock { caches in
@@ -164,6 +168,7 @@ extension ItemStore {
                 }
             }
         }
+        if state.layout.version == 2 { try checkListed(groups: Set(groups), seen: seen, in: state.layout.items, groupLocked: groupLocked) }
         return scanned
     }
 
@@ -186,7 +191,7 @@ extension ItemStore {
     }
 
     private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
-                             _ groupCheck: inout GroupCheck, _ state: OpenState) throws(StoreError) -> ScannedItem {
+                             _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool) throws(StoreError) -> ScannedItem? {
         if state.layout.version == 1 {
             let (header, attributes) = try formatOneHeaderAndAttributes(file, state)
             let names = names(ItemIdentity(checked: attributes), state)
@@ -207,6 +212,9 @@ extension ItemStore {
         try Self.checkPlacement(fileMatches: ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
                                 groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
                                 file.path, directory.path)
+        guard try checkGeneration(header.generation, file: name, group: group, path: file.path, in: state.layout.items, groupLocked: groupLocked) else {
+            return nil
+        }
         return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
                            accessibility: header.accessibility, kind: header.kind, attributes: attributes, keyRecord: header.keyRecord)
     }
@@ -275,6 +283,9 @@ extension ItemStore {
         let attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
         guard header.itemClass == itemClass, itemClass.encodedPrimaryKey(of: attributes) == names.encodedIdentity else {
             throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        }
+        guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+            return nil
         }
         let protected = header.keyRecord != ItemFileV2.masterKeyRecord
         let value = withSecret && !protected

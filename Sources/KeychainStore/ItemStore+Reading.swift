@@ -31,6 +31,9 @@ extension ItemStore {
             return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
         }
         let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, recordKey: recordKey, state)
+        guard try checkGeneration(contents.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+            return nil
+        }
         return ItemRecord(itemID: contents.itemID, generation: contents.generation,
                           attributes: try StoredAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
                           value: ItemValue(kind: contents.kind, bytes: contents.value))
@@ -58,6 +61,10 @@ extension ItemStore {
         }
         let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
                                                   primaryKey: names.encodedIdentity, path: file.path)
+        // After authentication: the generation checked is the one the header really has.
+        guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+            return nil
+        }
         return ItemValue(kind: header.kind, bytes: secret)
     }
 
@@ -69,7 +76,10 @@ extension ItemStore {
     private func attributes(_ identity: ItemIdentity, _ state: OpenState) throws(StoreError) -> StoredAttributes? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
-        let (attributes, primaryKey) = try readAttributes(file, state)
+        let (attributes, primaryKey, generation) = try readAttributes(file, state)
+        if let generation, try !checkGeneration(generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) {
+            return nil
+        }
         if let primaryKey, primaryKey != names.encodedIdentity {
             throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
@@ -109,10 +119,15 @@ extension ItemStore {
     ///
     /// - Returns: nil, when the item is genuinely absent.
     /// - Throws: ``StoreError`` `.tampered` when the directory holds misplaced items.
-    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState) throws(StoreError) -> T? {
-        guard let directory = try serviceDirectory(names.service, create: false, state) else { return nil }
-        if try caches.withLock({ $0.consistent[names.service] }) == directory.stamp() { return nil }
-        _ = try scan(groups: [names.service], state)
+    ///
+    /// In a rollback-protected store, an item the manifest lists is not absent: its file was
+    /// deleted behind the keychain's back (``StoreError/Code/rolledBack``).
+    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState, groupLocked: Bool = false) throws(StoreError) -> T? {
+        if let directory = try serviceDirectory(names.service, create: false, state),
+           try caches.withLock({ $0.consistent[names.service] }) != directory.stamp() {
+            _ = try scan(groups: [names.service], state, groupLocked: groupLocked)
+        }
+        if names.version == 2 { try checkAbsence(file: names.file, group: names.service, in: state.layout.items, groupLocked: groupLocked) }
         return nil
     }
 
@@ -145,9 +160,9 @@ extension ItemStore {
 
     /// The header and attributes of an item, authenticated, without touching the secret section;
     /// for format 2 also the primary key its attributes give (a generic password's, or an error).
-    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError) -> (StoredAttributes, [UInt8]?) {
+    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError) -> (StoredAttributes, [UInt8]?, UInt64?) {
         if state.layout.version == 1 {
-            return (try formatOneHeaderAndAttributes(file, state).attributes, nil)
+            return (try formatOneHeaderAndAttributes(file, state).attributes, nil, nil)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
@@ -160,7 +175,7 @@ extension ItemStore {
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
         let list = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
         return (try StoredAttributes(list, accessibility: header.accessibility, path: file.path),
-                header.itemClass.encodedPrimaryKey(of: list))
+                header.itemClass.encodedPrimaryKey(of: list), header.generation)
     }
 
     /// A format-1 file's header and authenticated attributes, without its secret.

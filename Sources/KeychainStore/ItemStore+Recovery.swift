@@ -151,9 +151,25 @@ extension ItemStore {
         // store still opens on no TPM, and running recover again finishes the job.
         let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
         let counts = try removeItemsBoundToTheOldTPM(layout, in: rootDirectory, storeID: parsed.metadata.storeID)
-        let sealed = try withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { try $0.seal(masterKey) }
+        let cache = StorageKeyContextFile(directory: rootDirectory)
+        let sealed = try withTPM(tpm, root: root, cache: cache) { try $0.seal(masterKey) }
+        // The files are accepted as they are now: a new counter (the old one belongs to the old
+        // TPM, or was deleted) and a manifest listing them, before store.meta names both.
+        var counter: (index: UInt32, value: UInt64)?
+        if parsed.metadata.version >= 2 {
+            do {
+                counter = try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
+            } catch where error.code == .notAvailable || error.code == .authenticationFailed {
+                counter = nil
+            }
+        }
+        if let counter {
+            try writeManifest(of: layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID, counterIndex: counter.index,
+                              epoch: counter.value)
+        }
         let metadata = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID,
-                                     createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: sealed)
+                                     createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: sealed,
+                                     rollbackCounter: counter?.index)
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return counts
     }

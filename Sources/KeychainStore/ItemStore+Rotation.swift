@@ -69,8 +69,15 @@ extension ItemStore {
         let state = try current()
         let opened = Dictionary(recordKeys.map { ($0.recordID, $0) }, uniquingKeysWith: { first, _ in first })
 
-        let (masterKey, sealed) = try withLentTPM { (tpm) throws(StoreError) in
-            try Self.withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { try $0.generateSealedKey() }
+        let oldCounter = rollback.withLock { $0?.manifest.counterIndex }
+        // A protected store gets a new counter with the new key: its authorization derives from it.
+        let (masterKey, sealed, counter) = try withLentTPM { (tpm) throws(StoreError) in
+            try Self.withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { connection in
+                let (masterKey, sealed) = try connection.generateSealedKey()
+                guard oldCounter != nil else { return (masterKey, sealed, nil as (index: UInt32, value: UInt64)?) }
+                let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
+                return (masterKey, sealed, try Self.defineCounter(keys: keys, tpm: connection, store: root))
+            }
         }
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         let tag = Self.keyGenerationTag(keys)
@@ -82,16 +89,21 @@ extension ItemStore {
         guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
             throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsName)")
         }
-        let target = OpenState(keys: keys, layout: Layout(version: 2, items: items, records: recordsName), metadataInode: 0)
+        let target = OpenState(keys: keys, layout: Layout(version: 2, items: items, records: recordsName, manifest: Manifest.fileName + "-" + tag),
+                               metadataInode: 0)
         let copied: (items: Int, records: Int)
         do {
             copied = try copy(state, to: target, opened: opened)
             // The recovery key (if any) follows: the new master key encrypted to its public half.
             try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
+            if let counter {
+                try Self.writeManifest(of: target.layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index,
+                                       epoch: counter.value)
+            }
             // The commit: store.meta now seals the new key.
             let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID,
                                          createdMilliseconds: try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys).createdMilliseconds,
-                                         sealedMasterKey: sealed)
+                                         sealedMasterKey: sealed, rollbackCounter: counter?.index)
             try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         } catch {
             // Not committed (store.meta is still the file the old key came from): the old key and
@@ -102,6 +114,8 @@ extension ItemStore {
                 _ = try? rootDirectory.removeTree(itemsName)
                 _ = try? rootDirectory.removeTree(recordsName)
                 _ = try? rootDirectory.remove(RecoveryFile.nextFileName, durable: false)
+                _ = try? rootDirectory.remove(target.layout.manifest, durable: false)
+                if let counter { undefineCounter(counter.index) }
             }
             throw error
         }
@@ -110,6 +124,12 @@ extension ItemStore {
         }
         let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
         adopt(rotated)
+        if let counter {
+            let reloaded = try Self.loadManifest(rootDirectory, name: target.layout.manifest, keys: keys, storeID: storeID,
+                                                 counterIndex: counter.index, counter: counter.value)
+            rollback.withLock { $0 = reloaded }
+            if let oldCounter { undefineCounter(oldCounter) }
+        }
         try Self.finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
         try Self.removeOtherKeyGenerations(in: rootDirectory, keeping: rotated.layout)
         return KeyRotation(items: copied.items, records: copied.records)
@@ -196,7 +216,13 @@ extension ItemStore {
             throw StoreError(.tampered, "\(root)/\(StoreMetadata.fileName) now belongs to another store")
         }
         let layout = try Self.layout(of: rootDirectory, version: unlocked.version, keys: unlocked.keys)
+        var rollbackState: RollbackState?
+        if let index = unlocked.counterIndex, let value = try unlocked.counterValue {
+            rollbackState = try Self.loadManifest(rootDirectory, name: layout.manifest, keys: unlocked.keys, storeID: storeID,
+                                                  counterIndex: index, counter: value)
+        }
         adopt(OpenState(keys: unlocked.keys, layout: layout, metadataInode: unlocked.metadataInode))
+        rollback.withLock { $0 = rollbackState }
         return true
     }
 
@@ -218,8 +244,21 @@ extension ItemStore {
         for entry in try rootDirectory.entries() {
             let isItems = entry == itemsV2Directory || entry.hasPrefix(itemsV2Directory + "-")
             let isRecords = entry == KeyRecord.directoryName || entry.hasPrefix(KeyRecord.directoryName + "-")
-            guard isItems || isRecords, entry != keptItems, entry != layout.records else { continue }
-            try rootDirectory.removeTree(entry)
+            let isManifest = entry.hasPrefix(Manifest.fileName)
+            guard isItems || isRecords || isManifest, entry != keptItems, entry != layout.records,
+                  entry != layout.manifest, entry != layout.manifest + ".lock" else { continue }
+            if isManifest {
+                _ = try rootDirectory.remove(entry, durable: false)
+            } else {
+                try rootDirectory.removeTree(entry)
+            }
+        }
+    }
+
+    /// Deletes a counter this store no longer uses; a failure only leaves an unused NV index.
+    func undefineCounter(_ index: UInt32) {
+        _ = try? withLentTPM { (configuration) throws(StoreError) in
+            try Self.withTPM(configuration, root: root, cache: nil) { try $0.undefineNVIndex(index) }
         }
     }
 }

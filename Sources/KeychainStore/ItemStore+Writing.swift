@@ -67,12 +67,16 @@ extension ItemStore {
             defer { withExtendedLifetime(lock) {} }
 
             // Only an update without a value needs the old secret; an upsert reads header and attributes.
-            let existing: ItemFileV2.Contents?
+            // A file older than the manifest records is refused (its attributes would come back);
+            // one an interrupted delete left counts as absent.
+            var existing: ItemFileV2.Contents?
             if let file = try directory.openFile(fileName) {
-                existing = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
-                                            withSecret: value == nil, recordKey: access?.recordKey, state)
+                let contents = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
+                                                withSecret: value == nil, recordKey: access?.recordKey, state)
+                existing = try checkGeneration(contents.generation, file: fileName, group: group, path: file.path, in: state.layout.items,
+                                               groupLocked: true) ? contents : nil
             } else {
-                existing = nil
+                try checkAbsence(file: fileName, group: group, in: state.layout.items, groupLocked: true)
             }
             switch (mode, existing) {
             case (.add, .some):
@@ -102,7 +106,8 @@ extension ItemStore {
                 record = nil
             }
             let contents = ItemFileV2.Contents(
-                itemID: existing?.itemID ?? randomBytes(16), generation: (existing?.generation ?? 0) + 1, itemClass: itemClass,
+                itemID: existing?.itemID ?? randomBytes(16), generation: nextGeneration(file: fileName, existing: existing?.generation),
+                itemClass: itemClass,
                 keyRecord: record?.recordID ?? ItemFileV2.masterKeyRecord,
                 accessibility: access?.protection?.accessibility ?? changes.accessibility ?? existing?.accessibility ?? .whenUnlocked,
                 kind: newValue.kind, attributes: attributes, value: newValue.bytes)
@@ -110,6 +115,7 @@ extension ItemStore {
             try changing(directory, named: group) { () throws(StoreError) in
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
+            try recordInManifest(.set, [(Manifest.ItemPath(group: group, file: fileName), contents.generation)])
         }
     }
 
@@ -121,9 +127,13 @@ extension ItemStore {
             guard let directory = try serviceDirectory(group, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
-            return try changing(directory, named: group) { () throws(StoreError) in
-                try directory.remove(ItemFileV2.fileName(of: itemClass, primary, keys: state.keys), durable: durable)
+            let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
+            let generation = try recordDeletion(of: fileName, in: directory, group: group)
+            let removed = try changing(directory, named: group) { () throws(StoreError) in
+                try directory.remove(fileName, durable: durable)
             }
+            try recordDeletionDone(of: fileName, group: group, generation: generation)
+            return removed
         }
     }
 
@@ -180,10 +190,12 @@ extension ItemStore {
             guard let directory = try serviceDirectory(names.service, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
+            let generation = names.version == 2 ? try recordDeletion(of: names.file, in: directory, group: names.service) : nil
             let removed = try changing(directory, named: names.service) { () throws(StoreError) in
                 try directory.remove(names.file, durable: durable)
             }
-            if !removed { _ = try confirmAbsence(names, state) as Bool? }
+            try recordDeletionDone(of: names.file, group: names.service, generation: generation)
+            if !removed { _ = try confirmAbsence(names, state, groupLocked: true) as Bool? }
             return removed
         }
     }
@@ -202,7 +214,17 @@ extension ItemStore {
         let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
-        for name in try directory.entries() {
+        let names = try directory.entries()
+        if state.layout.version == 2 {
+            let group = groupName(service: service, accessGroup: accessGroup, state)
+            var deletions: [(path: Manifest.ItemPath, generation: UInt64)] = []
+            for name in names where name.hasSuffix(Manifest.itemSuffix) {
+                deletions.append((Manifest.ItemPath(group: group, file: name), try generationToDelete(name, in: directory)))
+            }
+            try recordInManifest(.deleting, deletions)
+            defer { _ = try? recordInManifest(.deleted, deletions) }
+        }
+        for name in names {
             if name.hasSuffix(".item") {
                 if try directory.remove(name, durable: false) { removed += 1 }
             } else if name.hasSuffix(Directory.temporarySuffix) {
@@ -211,6 +233,35 @@ extension ItemStore {
         }
         if durable && removed > 0 { try directory.sync() }
         return removed
+    }
+
+    /// Records the delete of an item (durably, before its file goes) in a protected store.
+    /// - Returns: the generation recorded, for ``recordDeletionDone(of:group:generation:)``.
+    @discardableResult
+    func recordDeletion(of fileName: String, in directory: Directory, group: String) throws(StoreError) -> UInt64? {
+        guard isRollbackProtected else { return nil }
+        let generation = try generationToDelete(fileName, in: directory)
+        try recordInManifest(.deleting, [(Manifest.ItemPath(group: group, file: fileName), generation)])
+        return generation
+    }
+
+    /// Records that a delete's file is gone: from then on, that very version put back is a
+    /// restored deleted item, not the leftover of a delete that died.
+    func recordDeletionDone(of fileName: String, group: String, generation: UInt64?) throws(StoreError) {
+        guard let generation else { return }
+        try recordInManifest(.deleted, [(Manifest.ItemPath(group: group, file: fileName), generation)])
+    }
+
+    /// The generation a delete records: the file's or the manifest's, whichever is higher, so
+    /// that no copy of any version of the item reads as current afterwards.
+    private func generationToDelete(_ fileName: String, in directory: Directory) throws(StoreError) -> UInt64 {
+        var generation = rollback.withLock { $0?.manifest.entries[fileName]?.generation } ?? 0
+        if let file = try directory.openFile(fileName), file.size >= ItemFileV2.headerSize {
+            let header = try? ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                      storeID: storeID, path: file.path)
+            generation = max(generation, header?.generation ?? 0)
+        }
+        return generation
     }
 
     private static func validate(value: ItemValue?, changes: AttributeChanges) throws(StoreError) {

@@ -31,6 +31,8 @@ package final class ItemStore: Sendable {
     let rootDirectory: Directory
     private let state: Locked<OpenState?>
     let caches = Locked(Caches())
+    /// The manifest as last read, for a rollback-protected store (nil for one without a counter).
+    let rollback: Locked<RollbackState?>
 
     /// What an open store needs on every operation, read under one lock: nil once closed.
     struct OpenState: Sendable {
@@ -48,6 +50,8 @@ package final class ItemStore: Sendable {
         let items: Directory
         /// The name of the key records' directory (it is created with the first record).
         var records: String = KeyRecord.directoryName
+        /// The name of the manifest, in the store's root (used only by rollback-protected stores).
+        var manifest: String = Manifest.fileName
     }
 
     /// What a get would otherwise recompute or reopen: two HMACs for the names, an HKDF for the
@@ -98,7 +102,8 @@ package final class ItemStore: Sendable {
     package typealias TPMLender = @Sendable () throws(StoreError) -> TPMLease
 
     init(root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataInode: UInt64, durable: Bool,
-         lockTimeout: Duration, lendTPM: @escaping TPMLender) {
+         lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackState? = nil) {
+        self.rollback = Locked(rollback)
         self.root = root.path
         self.rootDirectory = root
         self.storeID = storeID
@@ -119,6 +124,7 @@ package final class ItemStore: Sendable {
     package func close() {
         state.withLock { $0 = nil }
         caches.withLock { $0 = Caches() }
+        rollback.withLock { $0 = nil }
     }
 
     /// The store's format version as this process sees it (1 until the first write upgrades it).

@@ -67,6 +67,13 @@ package struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
         /// A wait had a limit and reached it: the TPM did not answer, or another process held a
         /// lock of the store. The message names what was waited for; trying again later may work.
         package static let timedOut = Code("timedOut")
+        /// A rollback-protected store found files older than its manifest records, or missing:
+        /// an item, a group directory or the whole store was put back from an older copy, or an
+        /// item file was deleted behind the keychain's back. Nothing old was returned.
+        package static let rolledBack = Code("rolledBack")
+        /// The store's rollback counter is gone from the TPM (the TPM was cleared, or the NV
+        /// index deleted): its files can no longer be proven current. The recovery key re-seals it.
+        package static let rollbackCounterMissing = Code("rollbackCounterMissing")
     }
 
     /// What a caller acts on.

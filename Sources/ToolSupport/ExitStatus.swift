@@ -34,7 +34,7 @@ package enum ExitStatus {
         case .duplicateItem: duplicateItem
         case .invalidParameter: usage
         // The bytes on disk cannot be used here: damaged, foreign (another TPM) or from a newer version.
-        case .decodingFailed, .tampered, .unsupportedVersion, .wrongTPM: dataError
+        case .decodingFailed, .tampered, .unsupportedVersion, .wrongTPM, .rolledBack, .rollbackCounterMissing: dataError
         case .storeNotFound: noInput
         case .tpmUnavailable, .notAvailable, .biometryNotEnrolled: unavailable
         case .authenticationFailed, .unsafeFileSystem, .permissionDenied, .interactionNotAllowed, .userCanceled, .passcodeNotSet: permissionDenied

@@ -38,7 +38,7 @@ enum FormatOneWriter {
 
 @Suite("format 2 and the upgrade from format 1")
 struct FormatUpgradeTests {
-    @Test("new stores are format 2: items2/, a version-2 store.meta, no items/")
+    @Test("new stores are format 2 with a rollback counter: items2/, a version-4 store.meta, no items/")
     func newStoresAreFormatTwo() throws {
         let store = try TestStore()
         try store.keychain().set("v", forKey: "k")
@@ -47,7 +47,7 @@ struct FormatUpgradeTests {
         #expect(opened.formatVersion == 2)
         #expect(FileManager.default.fileExists(atPath: store.location.path + "/items2"))
         #expect(!FileManager.default.fileExists(atPath: store.location.path + "/items"))
-        #expect(try bytes(of: store.location.path + "/store.meta")[4..<6] == [0, 2])
+        #expect(try bytes(of: store.location.path + "/store.meta")[4..<6] == [0, 4], "format 2 and a rollback counter")
         let file = try #require(try store.itemFiles().first)
         #expect(try bytes(of: file)[4..<6] == [0, 2], "item format 2")
     }
@@ -110,7 +110,8 @@ struct FormatUpgradeTests {
             #expect(attributes.label == item.label)
             #expect(attributes.comment == item.comment)
         }
-        #expect(try bytes(of: copy + "/store.meta")[4..<6] == [0, 2])
+        // Opened on a TPM with room for it, the store got its rollback counter (version 2 + 2).
+        #expect(try bytes(of: copy + "/store.meta")[4..<6] == [0, 4])
     }
 
     @Test("another open instance of the same store follows an upgrade made by someone else")

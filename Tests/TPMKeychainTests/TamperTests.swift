@@ -106,8 +106,8 @@ import TPMKeychain
         expectKeychainError(.tampered) { _ = try second.keychain().string(forKey: "alice") }
     }
 
-    @Test("Known limitation: restoring an older copy of the same item is not detected yet")
-    func rollbackOfOneItemIsNotYetDetected() throws {
+    @Test("Restoring an older copy of the same item is reported, never read (RollbackTests has the rest)")
+    func rollbackOfOneItemIsDetected() throws {
         let store = try TestStore()
         let keychain = try store.keychain()
         try keychain.set("old password", forKey: "alice")
@@ -115,8 +115,7 @@ import TPMKeychain
         let older = try bytes(of: path)
         try keychain.set("new password", forKey: "alice")
         try overwrite(path, with: older)
-        // docs/SECURITY.md: per-item rollback needs a TPM-anchored version counter (future work).
-        #expect(try keychain.string(forKey: "alice") == "old password")
+        expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "alice") }
     }
 
     @Test func tamperedStoreMetadataIsDetected() throws {

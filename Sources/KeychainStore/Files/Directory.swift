@@ -258,6 +258,56 @@ package final class Directory: Sendable {
         return true
     }
 
+    /// Writes `bytes` into the existing file `name` at `offset` and cuts the file there: an
+    /// append to a log whose torn tail (a writer that died mid-write) is overwritten. The file is
+    /// checked as ``openFile(_:)`` checks it; `durable` adds an fdatasync.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` when the file is gone, `.unsafeFileSystem`,
+    ///   `.permissionDenied`, `.storageFailed` naming the cause.
+    func overwrite(_ name: String, at offset: Int, with bytes: [UInt8], durable: Bool) throws(StoreError) {
+        let filePath = path + "/" + name
+        let fileDescriptor: Int32
+        do {
+            fileDescriptor = try retryingInterrupts { openat(descriptor, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) }
+        } catch where error.rawValue == ENOENT {
+            throw StoreError(.tampered, "\(filePath) is missing")
+        } catch where error.rawValue == ELOOP {
+            throw StoreError(.unsafeFileSystem, "\(filePath) is a symbolic link; refusing to follow it")
+        } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
+            throw Self.permissionDenied(filePath, error)
+        } catch {
+            throw Self.writeFailed("open", filePath, error)
+        }
+        defer { closeDescriptor(fileDescriptor) }
+        var status = stat()
+        guard fstat(fileDescriptor, &status) == 0 else {
+            throw StoreError(.storageFailed, "Cannot inspect \(filePath)", underlying: Errno.current)
+        }
+        guard status.st_mode & S_IFMT == S_IFREG, status.st_nlink <= 1 else {
+            throw StoreError(.unsafeFileSystem, "\(filePath) is not a regular file with one link")
+        }
+        try Ownership.check(status, path: filePath, sharing: sharing)
+        do {
+            try FaultInjection.check(.write, path: filePath)
+            var done = 0
+            while done < bytes.count {
+                let written = try retryingInterrupts {
+                    bytes.withUnsafeBytes { raw in pwrite(fileDescriptor, raw.baseAddress! + done, raw.count - done, off_t(offset + done)) }
+                }
+                done += written
+            }
+            if Int(status.st_size) > offset + bytes.count {
+                try retryingInterrupts { ftruncate(fileDescriptor, off_t(offset + bytes.count)) }
+            }
+            if durable {
+                try FaultInjection.check(.syncFile, path: filePath)
+                try retryingInterrupts { fdatasync(fileDescriptor) }
+            }
+        } catch {
+            throw Self.writeFailed("write", filePath, error)
+        }
+    }
+
     /// Removes a file. - Returns: false if it did not exist.
     func remove(_ name: String, durable: Bool) throws(StoreError) -> Bool {
         do {

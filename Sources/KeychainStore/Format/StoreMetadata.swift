@@ -16,7 +16,9 @@ import TPM
 ///     32     4     sealed master key length L (at most 4096)
 ///     36     L     the master key as a TPM sealed object (SealedObject, "TKSO"), which pins the
 ///                  storage key's name: another TPM is recognised before anything is decrypted
-///     36+L   32    HMAC-SHA256(metadata key, bytes 0 ..< 36+L as read from disk); the metadata
+///     36+L   4     versions 4 and 5 only: the NV index of the store's rollback counter (its
+///                  manifest's epochs are that counter's values; docs/FORMAT.md, "Manifest")
+///     36+L(+4) 32  HMAC-SHA256(metadata key, every byte before it as read from disk); the metadata
 ///                  key is derived from the master key, so the store ID and everything else is
 ///                  authenticated once the TPM has unsealed the key
 ///
@@ -30,16 +32,23 @@ struct StoreMetadata {
     /// the master key (docs/FORMAT.md, "Key rotation"). A build that knows only versions 1 and 2
     /// refuses it rather than looking in `items2/`.
     static let rotatedVersion: UInt16 = 3
-    static let supportedVersions: ClosedRange<UInt16> = 1...3
+    static let supportedVersions: ClosedRange<UInt16> = 1...5
+    /// Added to the layout's version when the store has a rollback counter.
+    static let rollbackProtectedOffset: UInt16 = 2
     static let maximumSealedKeySize = 4096
     static let fileName = "store.meta"
-    static let maximumFileSize = 36 + maximumSealedKeySize + 32
+    static let maximumFileSize = 36 + maximumSealedKeySize + 4 + 32
 
     let version: UInt16
     let storeID: [UInt8]
     /// Milliseconds since 1970, kept exact so a rewrite (a migration) keeps the same value.
     let createdMilliseconds: Int64
     let sealedMasterKey: SealedObject
+    /// The NV index of the store's rollback counter; nil for a store without one.
+    let rollbackCounter: UInt32?
+
+    /// The version written to disk.
+    var storedVersion: UInt16 { rollbackCounter == nil ? version : version + Self.rollbackProtectedOffset }
 
     var createdAt: Date { Date(timeIntervalSince1970: Double(createdMilliseconds) / 1000) }
 
@@ -49,13 +58,14 @@ struct StoreMetadata {
     var body: [UInt8] {
         var writer = WireWriter()
         writer.append(raw: Self.magic)
-        writer.append(version)
+        writer.append(storedVersion)
         writer.append(UInt16(0))
         writer.append(raw: storeID)
         writer.append(UInt64(bitPattern: createdMilliseconds))
         let sealed = sealedMasterKey.serialized()
         writer.append(UInt32(sealed.count))
         writer.append(raw: sealed)
+        if let rollbackCounter { writer.append(rollbackCounter) }
         return writer.bytes
     }
 
@@ -73,10 +83,12 @@ struct StoreMetadata {
             guard try reader.readBytes(4) == magic else {
                 throw StoreError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
             }
-            let version = try reader.readUInt16()
-            guard supportedVersions.contains(version) else {
-                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(version); this build reads versions 1 to 3: upgrade TPMKeychain")
+            let storedVersion = try reader.readUInt16()
+            guard supportedVersions.contains(storedVersion) else {
+                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 5: upgrade TPMKeychain")
             }
+            let protected = storedVersion > rotatedVersion
+            let version = protected ? storedVersion - rollbackProtectedOffset : storedVersion
             guard try reader.readUInt16() == 0 else {
                 throw StoreError(.tampered, "\(path) is damaged: its reserved field is not zero")
             }
@@ -85,10 +97,12 @@ struct StoreMetadata {
             let sealedLength = Int(try reader.readUInt32())
             guard sealedLength <= maximumSealedKeySize else { throw StoreError(.tampered, "\(path) is damaged") }
             let sealed = try SealedObject(serialized: try reader.readBytes(sealedLength))
+            let counter = protected ? try reader.readUInt32() : nil
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
-            return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed),
+            return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
+                                                   rollbackCounter: counter),
                           authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
         } catch let error as StoreError {
             throw error

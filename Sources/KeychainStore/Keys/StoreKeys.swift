@@ -14,6 +14,11 @@ struct StoreKeys: Sendable {
     let names: SymmetricKey
     /// Authenticates store.meta.
     let metadata: SymmetricKey
+    /// Chains the manifest's records (rollback protection).
+    let manifest: SymmetricKey
+    /// The authorization value of the store's rollback counter in the TPM: only a holder of the
+    /// master key can move it, or read it with a response the TPM authenticates.
+    let counterAuthorization: SymmetricKey
     /// HMAC-SHA256 keyed with ``names``, before any data: copied for every name, so the key's
     /// two padded blocks are hashed once per store, not once per name (a listing makes one name
     /// per item).
@@ -23,11 +28,15 @@ struct StoreKeys: Sendable {
     static let namesInfo = Array("TPMKeychain v1 names".utf8)
     static let metadataInfo = Array("TPMKeychain v1 metadata".utf8)
     static let itemKeyInfo = Array("TPMKeychain v1 item".utf8)
+    static let manifestInfo = Array("TPMKeychain manifest".utf8)
+    static let counterInfo = Array("TPMKeychain rollback counter authorization".utf8)
 
     init(masterKey: SymmetricKey, storeID: [UInt8]) {
         items = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo, outputByteCount: 32)
         names = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo, outputByteCount: 32)
         metadata = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: [UInt8](), info: Self.metadataInfo, outputByteCount: 32)
+        manifest = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.manifestInfo, outputByteCount: 32)
+        counterAuthorization = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo, outputByteCount: 32)
         namesMAC = HMAC<SHA256>(key: names)
     }
 

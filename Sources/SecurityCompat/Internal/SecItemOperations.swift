@@ -378,11 +378,11 @@ enum SecItemOperations {
         case .itemNotFound, .itemInvalidated: errSecItemNotFound
         case .duplicateItem: errSecDuplicateItem
         case .invalidParameter: errSecParam
-        case .tampered, .decodingFailed, .unsupportedVersion: errSecDecode
+        case .tampered, .decodingFailed, .unsupportedVersion, .rolledBack: errSecDecode
         case .interactionNotAllowed: errSecInteractionNotAllowed
         case .userCanceled: errSecUserCanceled
         case .authenticationFailed, .lockout, .passcodeNotSet: errSecAuthFailed
-        case .tpmUnavailable, .wrongTPM, .notAvailable, .biometryNotEnrolled, .storeNotFound, .timedOut: errSecNotAvailable
+        case .tpmUnavailable, .wrongTPM, .rollbackCounterMissing, .notAvailable, .biometryNotEnrolled, .storeNotFound, .timedOut: errSecNotAvailable
         case .storageFailed, .permissionDenied, .unsafeFileSystem: errSecIO
         default: errSecInternalComponent
         }

@@ -65,6 +65,14 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
         /// A wait had a limit and reached it: the TPM did not answer, or another process held a
         /// lock of the store. The message names what was waited for; trying again later may work.
         public static let timedOut = Code("timedOut")
+        /// The store is rollback-protected and found a file older than its manifest records, or
+        /// missing: an item, a service's directory or the whole store was put back from an older
+        /// copy, or an item file was deleted outside the keychain. Nothing old was returned; the
+        /// message says what was found and what to do.
+        public static let rolledBack = Code("rolledBack")
+        /// The store's rollback counter is gone from the TPM (cleared, or the NV index deleted):
+        /// `tpm-keychain recover` with the recovery key accepts the files as they are.
+        public static let rollbackCounterMissing = Code("rollbackCounterMissing")
     }
 
     /// What a caller acts on.

@@ -1,0 +1,194 @@
+import Crypto
+import Foundation
+import TPM
+
+/// The manifest of a rollback-protected store (docs/FORMAT.md, "Manifest"): which generation of
+/// which item file is current, and which epoch of the store's TPM counter the files belong to.
+///
+/// A sequence of 64-byte records, each authenticated by a MAC chained to the one before it, so
+/// no record can be removed, reordered or replaced without breaking the chain. Only a cut at the
+/// end goes unnoticed by the chain itself: the TPM counter catches a cut that removes the latest
+/// epoch record, and SECURITY.md says what a cut after it can do.
+///
+///     offset size  field
+///     0      1     kind: "H" header (first record only), "E" epoch, "S" item set, "D" item being
+///                  deleted (written before its file goes), "X" item deleted (after)
+///     1      1     format version = 1
+///     2      6     "H": "TKMF" and 2 zero bytes; otherwise zero
+///     8      8     "H": high-water generation, "E": the epoch (the TPM counter's value),
+///                  "S"/"D"/"X": the item's generation
+///     16     32    "H": store ID (16), NV index of the counter (4), 12 zero bytes;
+///                  "S"/"D"/"X": the item's group directory (16) and file name (16) as raw bytes;
+///                  "E": zero
+///     48     16    the first 16 bytes of HMAC-SHA256(manifest key, previous record's MAC
+///                  (16 zero bytes before the header) || bytes 0 ..< 48)
+struct Manifest {
+    static let fileName = "manifest"
+    static let recordSize = 64
+    static let version: UInt8 = 1
+    static let magic = Array("TKMF".utf8)
+    /// Larger than this (and four times what the live items need) and a writer compacts it.
+    static let compactionThreshold = 256 * 1024
+
+    enum Kind: UInt8 {
+        case header = 0x48 // "H"
+        case epoch = 0x45 // "E"
+        case set = 0x53 // "S"
+        case deleting = 0x44 // "D"
+        case deleted = 0x58 // "X"
+    }
+
+    /// An item file: its group directory's and its own name, as the 32 hex digits of each.
+    struct ItemPath: Hashable, Sendable {
+        let group: String
+        let file: String
+    }
+
+    struct Entry: Sendable, Equatable {
+        var generation: UInt64
+        var live: Bool
+        var group: String
+        /// For a deleted item: its file is known to be gone (a "D" without its "X" is a delete
+        /// that may have died before unlinking).
+        var finished = false
+    }
+
+    /// What the records say, read up to ``validSize``.
+    struct State: Sendable {
+        let storeID: [UInt8]
+        let counterIndex: UInt32
+        /// No item generation at or below this is new: an item file the manifest does not list
+        /// with a generation up to here was deleted (or never belonged).
+        var highWater: UInt64
+        /// The latest epoch record: the counter's value when the last writer started its epoch.
+        var epoch: UInt64 = 0
+        /// Entries by item file name (unique in a store: it keys the item's whole primary key).
+        var entries: [String: Entry] = [:]
+        var lastMAC: [UInt8]
+        var validSize: Int
+        var recordCount: Int
+        var liveCount: Int { entries.values.reduce(0) { $0 + ($1.live ? 1 : 0) } }
+    }
+
+    /// One record before its MAC.
+    struct Record {
+        let kind: Kind
+        var value: UInt64 = 0
+        var name: [UInt8] = [UInt8](repeating: 0, count: 32)
+
+        func body() -> [UInt8] {
+            var bytes = [kind.rawValue, Manifest.version]
+            bytes += kind == .header ? Manifest.magic + [0, 0] : [UInt8](repeating: 0, count: 6)
+            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+            bytes += name
+            return bytes
+        }
+
+        static func header(storeID: [UInt8], counterIndex: UInt32, highWater: UInt64) -> Record {
+            var name = storeID
+            for shift in [24, 16, 8, 0] { name.append(UInt8(truncatingIfNeeded: counterIndex >> UInt32(shift))) }
+            return Record(kind: .header, value: highWater, name: name + [UInt8](repeating: 0, count: 12))
+        }
+
+        static func item(_ kind: Kind, _ path: ItemPath, generation: UInt64) -> Record? {
+            guard let group = [UInt8](hexString: path.group), let file = [UInt8](hexString: String(path.file.dropLast(Manifest.itemSuffix.count))),
+                  group.count == 16, file.count == 16, path.file.hasSuffix(Manifest.itemSuffix) else { return nil }
+            return Record(kind: kind, value: generation, name: group + file)
+        }
+    }
+
+    static let itemSuffix = ".item"
+
+    /// The MAC chained after `previous`.
+    static func mac(_ body: [UInt8], after previous: [UInt8], key: SymmetricKey) -> [UInt8] {
+        var hmac = HMAC<SHA256>(key: key)
+        hmac.update(data: previous)
+        hmac.update(data: body)
+        return Array(Array(hmac.finalize()).prefix(16))
+    }
+
+    /// The bytes of `records` chained after `previous`, and the last MAC.
+    static func encode(_ records: [Record], after previous: [UInt8], key: SymmetricKey) -> (bytes: [UInt8], lastMAC: [UInt8]) {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(records.count * recordSize)
+        var last = previous
+        for record in records {
+            let body = record.body()
+            last = mac(body, after: last, key: key)
+            bytes += body
+            bytes += last
+        }
+        return (bytes, last)
+    }
+
+    /// Parses a whole manifest. Records after the first one that fails its MAC are not read: a
+    /// writer that died mid-append leaves a torn record, which the next writer overwrites.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` when the header is missing, fails its MAC or names
+    ///   another store or counter.
+    static func parse(_ bytes: [UInt8], key: SymmetricKey, storeID: [UInt8], counterIndex: UInt32, path: String) throws(StoreError) -> State {
+        guard bytes.count >= recordSize else {
+            throw StoreError(.tampered, "\(path) is truncated: the store's manifest has no header")
+        }
+        let zero = [UInt8](repeating: 0, count: 16)
+        let headerBody = Array(bytes[0..<48])
+        guard mac(headerBody, after: zero, key: key) == Array(bytes[48..<64]), headerBody[0] == Kind.header.rawValue,
+              headerBody[1] == version, Array(headerBody[2..<6]) == magic else {
+            throw StoreError(.tampered, "\(path) failed authentication: the store's manifest was modified or belongs to another key")
+        }
+        let expected = Record.header(storeID: storeID, counterIndex: counterIndex, highWater: 0).name
+        guard Array(headerBody[16..<48]) == expected else {
+            throw StoreError(.tampered, "\(path) belongs to another store or counter")
+        }
+        var state = State(storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
+                          lastMAC: Array(bytes[48..<64]), validSize: recordSize, recordCount: 1)
+        try apply(bytes, from: recordSize, to: &state, key: key, path: path)
+        return state
+    }
+
+    /// Applies the records in `bytes` from `offset` (the end of what `state` has read) onwards,
+    /// stopping at the first that does not authenticate.
+    static func apply(_ bytes: [UInt8], from offset: Int, to state: inout State, key: SymmetricKey, path: String) throws(StoreError) {
+        var position = offset
+        while position + recordSize <= bytes.count {
+            let body = Array(bytes[position..<position + 48])
+            let recordMAC = mac(body, after: state.lastMAC, key: key)
+            guard recordMAC == Array(bytes[position + 48..<position + 64]), body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
+            let value = integer(body, at: 8)
+            switch kind {
+            case .header:
+                throw StoreError(.tampered, "\(path) has a second header: the store's manifest was spliced")
+            case .epoch:
+                state.epoch = value
+            case .set, .deleting, .deleted:
+                let group = Array(body[16..<32]).hexString
+                let file = Array(body[32..<48]).hexString + itemSuffix
+                state.entries[file] = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
+                state.highWater = max(state.highWater, value)
+            }
+            state.lastMAC = recordMAC
+            state.validSize = position + recordSize
+            state.recordCount += 1
+            position += recordSize
+        }
+    }
+
+    /// A compacted manifest holding `state`'s live entries and its epoch.
+    static func compacted(_ state: State, key: SymmetricKey) -> [UInt8] {
+        var records = [Record.header(storeID: state.storeID, counterIndex: state.counterIndex, highWater: state.highWater)]
+        // Finished deletes go (the high-water mark covers them); one not known to be finished stays.
+        for (file, entry) in state.entries.sorted(by: { $0.key < $1.key }) where entry.live || !entry.finished {
+            if let record = Record.item(entry.live ? .set : .deleting, ItemPath(group: entry.group, file: file), generation: entry.generation) {
+                records.append(record)
+            }
+        }
+        records.append(Record(kind: .epoch, value: state.epoch))
+        return encode(records, after: [UInt8](repeating: 0, count: 16), key: key).bytes
+    }
+
+    private static func integer(_ bytes: [UInt8], at offset: Int) -> UInt64 {
+        var value: UInt64 = 0
+        for index in offset..<offset + 8 { value = value << 8 | UInt64(bytes[index]) }
+        return value
+    }
+}

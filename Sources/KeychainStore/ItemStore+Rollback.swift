@@ -1,0 +1,404 @@
+import Crypto
+import Foundation
+import SystemCalls
+import TPM
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Rollback and deletion detection (docs/FORMAT.md, "Manifest"; docs/SECURITY.md, "Rollback").
+//
+// A protected store keeps a manifest: the generation of every item file, in records chained by
+// MACs, and epoch records holding values of a TPM NV counter only the master key can move. Every
+// read checks the item's generation against the manifest; opening checks the manifest's latest
+// epoch against the counter. So an item file, a group directory or the whole store put back from
+// an older copy, or an item file deleted, is reported (`.rolledBack`) instead of read.
+//
+// Costs, and why they are where they are:
+// - A write appends one record without fsync. The item file itself is durable first; after a
+//   crash a file newer than the manifest is the write the manifest missed, and is accepted
+//   (a generation above the manifest's is one nobody can have restored: it was never recorded).
+// - A delete appends its record durably before unlinking: a missing file must never be confused
+//   with a delete the manifest missed.
+// - The counter moves once per epoch, not per write: at a handle's first write, and again on a
+//   write once its epoch is ten minutes old. NV write endurance on hardware TPMs is the reason.
+extension ItemStore {
+    /// What a protected store knows of its manifest.
+    struct RollbackState: Sendable {
+        var manifest: Manifest.State
+        /// The manifest file's inode: another one means a writer compacted it (or someone replaced it).
+        var inode: UInt64
+        var fileName: String
+        /// When this handle started its epoch (nil: not yet; the first write starts one).
+        var epochStarted: ContinuousClock.Instant?
+    }
+
+    /// How long a handle writes in one epoch before it moves the counter again.
+    static let epochLifetime: Duration = .seconds(600)
+    /// Where new counters are defined: 65,536 handles in the owner's NV range, next to the
+    /// device's indices (``DeviceIndices``); a taken one is skipped.
+    static let counterRange: Range<UInt32> = 0x0155_0000..<0x0156_0000
+
+    /// Whether the store detects rollback and deletion (it has a counter in the TPM and a manifest).
+    package var isRollbackProtected: Bool { rollback.withLock { $0 != nil } }
+    /// The NV index of the store's rollback counter, or nil.
+    package var rollbackCounterIndex: UInt32? { rollback.withLock { $0?.manifest.counterIndex } }
+    /// The latest epoch in the manifest as this handle last read it: the counter's value since
+    /// the last epoch began (one more while a writer that died between the two is not yet followed).
+    package var manifestEpoch: UInt64? { rollback.withLock { $0?.manifest.epoch } }
+
+    /// The rollback counter's value in the TPM, or nil for a store without one.
+    package func rollbackCounterValue() throws(StoreError) -> UInt64? {
+        guard let index = rollbackCounterIndex else { return nil }
+        let keys = try current().keys
+        return try withLentTPM { (configuration) throws(StoreError) in
+            try Self.withTPM(configuration, root: root, cache: nil) { try Self.readCounter(index, keys: keys, tpm: $0, store: root) }
+        }
+    }
+
+    // MARK: Opening
+
+    /// Reads the manifest and checks it against the TPM counter's value `counter`.
+    ///
+    /// - Throws: ``StoreError`` `.rolledBack` when the manifest is older than the counter (the
+    ///   store, or its manifest, was put back from a copy), `.tampered` when it is missing,
+    ///   damaged or ahead of the counter.
+    static func loadManifest(_ rootDirectory: Directory, name: String, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
+                             counter: UInt64) throws(StoreError) -> RollbackState {
+        let path = rootDirectory.path + "/" + name
+        guard let file = try rootDirectory.openFile(name) else {
+            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or run tpm-keychain recover with the recovery key to accept the files as they are")
+        }
+        let state = try Manifest.parse(try file.read(count: file.size, at: 0), key: keys.manifest, storeID: storeID,
+                                       counterIndex: counterIndex, path: path)
+        // The epoch record is written (durably) before the counter moves: one ahead is a writer
+        // that died between the two, which the next epoch completes.
+        if state.epoch < counter {
+            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is older than its TPM counter says (its manifest is from epoch \(state.epoch), the counter is at \(counter)): it was put back from an older copy. Its items may have been changed or deleted since; restore the newest backup, or run tpm-keychain recover with the recovery key to accept these files as they are")
+        }
+        if state.epoch > counter + 1 {
+            throw StoreError(.tampered, "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Run tpm-keychain recover with the recovery key")
+        }
+        return RollbackState(manifest: state, inode: file.inode, fileName: name)
+    }
+
+    /// The counter's value, read with its authorization (the TPM authenticates the answer).
+    ///
+    /// - Throws: ``StoreError`` `.rollbackCounterMissing` when the index is gone.
+    static func readCounter(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) throws(StoreError) -> UInt64 {
+        do {
+            return try tpm.readNVCounter(index, authValue: counterAuthorization(keys))
+        } catch let error as TPMError where error.code == .handleNotFound || error.code == .nvIndexUninitialized {
+            throw counterMissing(index, store: store, underlying: error)
+        } catch let error as TPMError {
+            throw StoreError(tpmError: error, store: store)
+        } catch {
+            throw StoreError(.tpmUnavailable, "The TPM failed while reading the keychain's rollback counter", underlying: error)
+        }
+    }
+
+    static func counterMissing(_ index: UInt32, store: String, underlying: (any Error)? = nil) -> StoreError {
+        StoreError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, tpm-keychain recover --keychain \(store) accepts the files as they are and creates a new counter", underlying: underlying)
+    }
+
+    static func counterAuthorization(_ keys: StoreKeys) -> SecretBytes {
+        keys.counterAuthorization.withUnsafeBytes { SecretBytes(copying: $0) }
+    }
+
+    /// Defines a new counter for the store (NO_DA: its authorization is a 256-bit key) and moves
+    /// it once so it can be read. - Returns: its index and value.
+    ///
+    /// - Throws: ``StoreError`` `.notAvailable` when the TPM has no room or no usable owner
+    ///   hierarchy, or a TPM error.
+    static func defineCounter(keys: StoreKeys, tpm: TPMConnection, store: String) throws(StoreError) -> (index: UInt32, value: UInt64) {
+        let authorization = counterAuthorization(keys)
+        for _ in 0..<16 {
+            let index = UInt32.random(in: counterRange)
+            do {
+                try tpm.defineNVIndex(index, kind: .counter, authValue: authorization, options: .noDictionaryAttack)
+            } catch let error as TPMError where error.code == .nvIndexAlreadyDefined {
+                continue
+            } catch let error as TPMError where error.code == .outOfResources {
+                throw StoreError(.notAvailable, "The TPM has no room for the keychain's rollback counter", underlying: error)
+            } catch let error as TPMError {
+                throw StoreError(tpmError: error, store: store)
+            } catch {
+                throw StoreError(.tpmUnavailable, "The TPM failed while defining the keychain's rollback counter", underlying: error)
+            }
+            do {
+                try tpm.incrementNVCounter(index, authValue: authorization)
+                return (index, try tpm.readNVCounter(index, authValue: authorization))
+            } catch {
+                try? tpm.undefineNVIndex(index)
+                throw StoreError(.tpmUnavailable, "The TPM failed while starting the keychain's rollback counter", underlying: error)
+            }
+        }
+        throw StoreError(.notAvailable, "No free NV index for the keychain's rollback counter in 0x\(String(counterRange.lowerBound, radix: 16))-0x\(String(counterRange.upperBound - 1, radix: 16))")
+    }
+
+    /// A new manifest listing every item of `layout` as it is now, in epoch `epoch`: for a new
+    /// store (empty), for one that gets its counter, after a rotation and after a recovery.
+    static func writeManifest(of layout: Layout, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
+                              epoch: UInt64, scan: Bool = true) throws(StoreError) {
+        var entries: [String: Manifest.Entry] = [:]
+        var highWater: UInt64 = 0
+        if scan && layout.version == 2 {
+            for group in try layout.items.entries() where !group.hasPrefix(".") {
+                guard let directory = try Directory.open(group, in: layout.items, create: false) else { continue }
+                for name in try directory.entries() where name.hasSuffix(Manifest.itemSuffix) {
+                    guard let file = try directory.openFile(name), file.size >= ItemFileV2.headerSize else { continue }
+                    let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                                                             storeID: storeID, path: file.path)
+                    entries[name] = Manifest.Entry(generation: header.generation, live: true, group: group)
+                    highWater = max(highWater, header.generation)
+                }
+            }
+        }
+        var state = Manifest.State(storeID: storeID, counterIndex: counterIndex, highWater: highWater, epoch: epoch, entries: entries,
+                                   lastMAC: [], validSize: 0, recordCount: 0)
+        state.epoch = epoch
+        try rootDirectory.replace(layout.manifest, with: Manifest.compacted(state, key: keys.manifest), durable: true)
+    }
+
+    // MARK: Reading
+
+    /// Checks an item file's generation against the manifest. A disagreement is looked at again
+    /// under the group's lock, with the manifest re-read: a writer between its rename and its
+    /// record (or a delete and a re-add) makes a reader's view briefly disagree, and the version
+    /// that reader got was current when it read it. Only a file that still disagrees once no
+    /// writer is at work is reported.
+    ///
+    /// - Parameter groupLocked: the caller holds the group's lock (a writer): no race to wait out.
+    /// - Returns: false when the file is what an interrupted delete left: the item is gone.
+    /// - Throws: ``StoreError`` `.rolledBack` for an older generation than recorded, or a
+    ///   deleted item put back.
+    func checkGeneration(_ generation: UInt64, file: String, group: String, path: String, in items: Directory,
+                         groupLocked: Bool = false) throws(StoreError) -> Bool {
+        guard let verdict = verdict(generation, file: file) else { return true }
+        if verdict == .current { return true }
+        try refreshManifest()
+        var settled = self.verdict(generation, file: file) ?? .current
+        if settled != .current && settled != .deleted && !groupLocked {
+            let lock = try groupLock(group, in: items)
+            defer { withExtendedLifetime(lock) {} }
+            try refreshManifest()
+            switch try currentGeneration(file, group: group, in: items) {
+            case nil:
+                if !isListed(file) { return false } // deleted meanwhile
+            case let now?:
+                if now != generation, let current = self.verdict(now, file: file), current == .current { return true }
+            }
+            settled = self.verdict(generation, file: file) ?? .current
+        }
+        switch settled {
+        case .current: return true
+        case .deleted: return false
+        case .older(let expected):
+            throw StoreError(.rolledBack, "\(path) is generation \(generation) of its item, but the store's manifest records generation \(expected): the file was put back from an older copy (alone or with its directory). Nothing was read. Delete the item and store it again, or restore the store from its newest backup")
+        case .restoredDeleted:
+            throw StoreError(.rolledBack, "\(path) is an item the store deleted (generation \(generation)), put back from an older copy. Nothing was read. Delete it again, or restore the store from its newest backup")
+        }
+    }
+
+    /// Checks that an item absent from its directory is absent in the manifest too (looked at
+    /// again under the group's lock, as ``checkGeneration(_:file:group:path:in:groupLocked:)`` does).
+    ///
+    /// - Throws: ``StoreError`` `.rolledBack` when the manifest lists it: its file was deleted
+    ///   behind the keychain's back (or its directory put back from a copy without it).
+    func checkAbsence(file: String, group: String, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
+        guard isListed(file) else { return }
+        try refreshManifest()
+        guard isListed(file) else { return }
+        if !groupLocked {
+            let lock = try groupLock(group, in: items)
+            defer { withExtendedLifetime(lock) {} }
+            try refreshManifest()
+            if !isListed(file) { return }
+            if try currentGeneration(file, group: group, in: items) != nil { return }
+        }
+        let generation = rollback.withLock { $0?.manifest.entries[file]?.generation } ?? 0
+        throw StoreError(.rolledBack, "The item file \(items.path)/\(group)/\(file) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup")
+    }
+
+    /// Checks that every item the manifest lists in `groups` was seen by a listing.
+    func checkListed(groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
+        func missing() -> [(String, String)] {
+            rollback.withLock { state in
+                (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) && !seen.contains($0.key) }
+                    .map { ($0.key, $0.value.group) }
+            }
+        }
+        for (file, group) in missing() {
+            try checkAbsence(file: file, group: group, in: items, groupLocked: groupLocked)
+        }
+    }
+
+    private func verdict(_ generation: UInt64, file: String) -> Verdict? {
+        rollback.withLock { state in state.map { Self.verdict(generation, file: file, $0.manifest) } }
+    }
+
+    private func isListed(_ file: String) -> Bool {
+        rollback.withLock { $0?.manifest.entries[file]?.live ?? false }
+    }
+
+    private func groupLock(_ group: String, in items: Directory) throws(StoreError) -> LockFile? {
+        guard let directory = try Directory.open(group, in: items, create: false) else { return nil }
+        return try directory.lock(".lock", timeout: lockTimeout)
+    }
+
+    /// The generation of the item file there now, or nil when there is none.
+    private func currentGeneration(_ file: String, group: String, in items: Directory) throws(StoreError) -> UInt64? {
+        guard let directory = try Directory.open(group, in: items, create: false), let opened = try directory.openFile(file),
+              opened.size >= ItemFileV2.headerSize else { return nil }
+        return try ItemFileV2.decodeHeader(try opened.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: opened.size,
+                                           storeID: storeID, path: opened.path).generation
+    }
+
+    enum Verdict: Equatable {
+        case current
+        /// The file an interrupted delete left (its generation is the one deleted).
+        case deleted
+        case older(expected: UInt64)
+        case restoredDeleted
+    }
+
+    static func verdict(_ generation: UInt64, file: String, _ manifest: Manifest.State) -> Verdict {
+        guard let entry = manifest.entries[file] else {
+            // Not listed: new (a write whose record a crash lost, or one not yet appended) only
+            // above every generation the manifest has seen.
+            return generation > manifest.highWater ? .current : .restoredDeleted
+        }
+        if entry.live { return generation >= entry.generation ? .current : .older(expected: entry.generation) }
+        if generation > entry.generation { return .current }
+        return generation == entry.generation && !entry.finished ? .deleted : .restoredDeleted
+    }
+
+    /// Reads what other processes appended (or the whole file, when it was compacted).
+    func refreshManifest() throws(StoreError) {
+        guard let known = rollback.withLock({ $0 }) else { return }
+        let path = root + "/" + known.fileName
+        guard let file = try rootDirectory.openFile(known.fileName) else {
+            // Another process rotated the master key: its manifest has the new key's name.
+            if try refreshIfRotated(try current()) { return }
+            throw StoreError(.rolledBack, "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted")
+        }
+        var manifest = known.manifest
+        if file.inode != known.inode || file.size < known.manifest.validSize {
+            let keys = try current().keys
+            let reloaded = try Manifest.parse(try file.read(count: file.size, at: 0), key: keys.manifest, storeID: storeID,
+                                              counterIndex: known.manifest.counterIndex, path: path)
+            guard reloaded.epoch >= known.manifest.epoch else {
+                throw StoreError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(known.manifest.epoch))")
+            }
+            manifest = reloaded
+        } else if file.size > known.manifest.validSize {
+            let tail = try file.read(count: file.size - known.manifest.validSize, at: known.manifest.validSize)
+            var extended = known.manifest
+            let base = extended.validSize
+            extended.validSize = 0
+            try Manifest.apply(tail, from: 0, to: &extended, key: try current().keys.manifest, path: path)
+            extended.validSize += base
+            manifest = extended
+        } else {
+            return
+        }
+        let inode = file.inode
+        rollback.withLock { state in
+            guard state != nil else { return }
+            state?.manifest = manifest
+            state?.inode = inode
+        }
+    }
+
+    // MARK: Writing
+
+    /// The generation a write gives an item whose file now holds `existing` (nil: none): above
+    /// what the file and the manifest have, and for a new item above every generation recorded.
+    func nextGeneration(file: String, existing: UInt64?) -> UInt64 {
+        let recorded = rollback.withLock { state -> UInt64? in
+            guard let manifest = state?.manifest else { return nil }
+            return manifest.entries[file]?.generation ?? manifest.highWater
+        }
+        return max(existing ?? 0, recorded ?? 0) + 1
+    }
+
+    /// Records writes (`.set`), deletes about to happen (`.deleting`, durable before the files
+    /// go) and deletes done (`.deleted`).
+    func recordInManifest(_ kind: Manifest.Kind, _ items: [(path: Manifest.ItemPath, generation: UInt64)]) throws(StoreError) {
+        guard isRollbackProtected, !items.isEmpty else { return }
+        var records: [Manifest.Record] = []
+        for item in items {
+            guard let record = Manifest.Record.item(kind, item.path, generation: item.generation) else {
+                throw StoreError(.invalidParameter, "\(item.path.group)/\(item.path.file) is not an item file name")
+            }
+            records.append(record)
+        }
+        try append(records, durable: kind == .deleting && durable)
+    }
+
+    /// Appends records under the manifest's lock, after reading what others appended; compacts
+    /// the manifest when it has grown well past what its live items need.
+    private func append(_ records: [Manifest.Record], durable: Bool) throws(StoreError) {
+        guard let fileName = rollback.withLock({ $0?.fileName }) else { return }
+        let lock = try rootDirectory.lock(fileName + ".lock", timeout: lockTimeout)
+        defer { withExtendedLifetime(lock) {} }
+        try refreshManifest()
+        let keys = try current().keys
+        guard var known = rollback.withLock({ $0 }) else { return }
+        let (bytes, _) = Manifest.encode(records, after: known.manifest.lastMAC, key: keys.manifest)
+        try rootDirectory.overwrite(fileName, at: known.manifest.validSize, with: bytes, durable: durable)
+        let base = known.manifest.validSize
+        known.manifest.validSize = 0
+        try Manifest.apply(bytes, from: 0, to: &known.manifest, key: keys.manifest, path: root + "/" + fileName)
+        known.manifest.validSize += base
+        if known.manifest.validSize > Manifest.compactionThreshold,
+           known.manifest.validSize > 4 * (known.manifest.liveCount + 2) * Manifest.recordSize {
+            try rootDirectory.replace(fileName, with: Manifest.compacted(known.manifest, key: keys.manifest), durable: true)
+            known = try Self.loadManifest(rootDirectory, name: fileName, keys: keys, storeID: storeID,
+                                          counterIndex: known.manifest.counterIndex, counter: known.manifest.epoch)
+        }
+        let updated = known
+        rollback.withLock { state in
+            guard let current = state else { return }
+            state = RollbackState(manifest: updated.manifest, inode: updated.inode, fileName: updated.fileName, epochStarted: current.epochStarted)
+        }
+    }
+
+    /// Starts an epoch when this handle has none or an old one: under the manifest's lock, the
+    /// epoch record is made durable, then the TPM counter moves to it. A manifest put back from an
+    /// older copy since this handle opened is caught here too.
+    func startEpochIfNeeded() throws(StoreError) {
+        guard let known = rollback.withLock({ $0 }) else { return }
+        if let started = known.epochStarted, ContinuousClock.now - started < Self.epochLifetime { return }
+        let lock = try rootDirectory.lock(known.fileName + ".lock", timeout: lockTimeout)
+        defer { withExtendedLifetime(lock) {} }
+        try refreshManifest()
+        let keys = try current().keys
+        let index = known.manifest.counterIndex
+        try withLentTPM { (configuration) throws(StoreError) in
+            try Self.withTPM(configuration, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { tpm in
+                let counter = try Self.readCounter(index, keys: keys, tpm: tpm, store: root)
+                guard let manifest = rollback.withLock({ $0?.manifest }) else { return }
+                if manifest.epoch < counter {
+                    throw StoreError(.rolledBack, "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(manifest.epoch), counter \(counter)): it was put back from an older copy while the store was open")
+                }
+                if manifest.epoch == counter {
+                    let (bytes, _) = Manifest.encode([Manifest.Record(kind: .epoch, value: counter + 1)], after: manifest.lastMAC, key: keys.manifest)
+                    try rootDirectory.overwrite(known.fileName, at: manifest.validSize, with: bytes, durable: true)
+                    var updated = manifest
+                    let base = updated.validSize
+                    updated.validSize = 0
+                    try Manifest.apply(bytes, from: 0, to: &updated, key: keys.manifest, path: root + "/" + known.fileName)
+                    updated.validSize += base
+                    rollback.withLock { $0?.manifest = updated }
+                }
+                do {
+                    try tpm.incrementNVCounter(index, authValue: Self.counterAuthorization(keys))
+                } catch let error as TPMError where error.code == .handleNotFound {
+                    throw Self.counterMissing(index, store: root, underlying: error)
+                }
+                rollback.withLock { $0?.epochStarted = ContinuousClock.now }
+            }
+        }
+    }
+}

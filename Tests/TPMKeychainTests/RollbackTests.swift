@@ -1,0 +1,230 @@
+import Foundation
+import Testing
+import KeychainStore
+import TPM
+import TPMKeychain
+import TPMKeychainTesting
+
+/// Rollback and deletion detection: the manifest, its chain of MACs and the TPM counter its
+/// epochs are bound to (docs/SECURITY.md, "Rollback and deletion").
+@Suite struct RollbackTests {
+    /// A copy of the store directory as it is now.
+    private func backup(_ store: TestStore, as name: String) throws -> String {
+        let copy = store.directory + "/" + name
+        try FileManager.default.copyItem(atPath: store.location.path, toPath: copy)
+        return copy
+    }
+
+    /// Puts `source` where `target` is, keeping what was there aside (outside the store).
+    private func replace(_ target: String, with source: String) throws {
+        try FileManager.default.moveItem(atPath: target, toPath: aside(target))
+        try FileManager.default.copyItem(atPath: source, toPath: target)
+    }
+
+    private func putBack(_ target: String) throws {
+        try FileManager.default.removeItem(atPath: target)
+        try FileManager.default.moveItem(atPath: aside(target), toPath: target)
+    }
+
+    private func aside(_ path: String) -> String {
+        NSTemporaryDirectory() + "rollback-aside-" + String(UInt64(bitPattern: Int64(path.hashValue)), radix: 16)
+    }
+
+    private func openStore(_ store: TestStore) throws -> ItemStore {
+        try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
+    }
+
+    @Test("an older copy of one item, of its service's directory or of the whole store is reported as rolledBack; nothing old is read, and putting the current files back heals it")
+    func olderCopiesAreReported() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("old alice", forKey: "alice")
+        try keychain.set("bob", forKey: "bob")
+        try store.keychain("com.example.other").set("carol", forKey: "carol")
+        Keychain.closeStore(store.location)   // the next write is another handle: a new epoch
+        let old = try backup(store, as: "old")
+        try keychain.set("new alice", forKey: "alice")
+
+        let changed = try store.itemFiles().filter { try bytes(of: $0) != bytes(of: old + $0.dropFirst(store.location.path.count)) }
+        let alice = try #require(changed.first)
+        #expect(changed.count == 1)
+        let oldAlice = old + alice.dropFirst(store.location.path.count)
+
+        // One item file.
+        try replace(alice, with: oldAlice)
+        expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "alice") }
+        expectKeychainError(.rolledBack) { _ = try keychain.allItems() }
+        expectKeychainError(.rolledBack) { _ = try keychain.attributes(forKey: "alice") }
+        expectKeychainError(.rolledBack) { try keychain.set("blind overwrite keeps no old attributes", forKey: "alice", label: "x") }
+        #expect(try keychain.string(forKey: "bob") == "bob", "other items read on")
+        try putBack(alice)
+        #expect(try keychain.string(forKey: "alice") == "new alice")
+
+        // The service's whole directory (with its lock file), while no handle has it open.
+        Keychain.closeStore(store.location)
+        let directory = (alice as NSString).deletingLastPathComponent
+        try replace(directory, with: old + directory.dropFirst(store.location.path.count))
+        expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "alice") }
+        expectKeychainError(.rolledBack) { _ = try Keychain.allItems(in: store.location) }
+        try putBack(directory)
+        #expect(try keychain.string(forKey: "alice") == "new alice")
+
+        // The whole store: its manifest is from an epoch the TPM counter has left behind.
+        Keychain.closeStore(store.location)
+        try replace(store.location.path, with: old)
+        do {
+            _ = try keychain.string(forKey: "bob")
+            Issue.record("a store from an older epoch opened")
+        } catch {
+            #expect(error.code == .rolledBack, "\(error)")
+            #expect(error.message.contains("older copy") && error.message.contains("recover"), "\(error.message)")
+        }
+        Keychain.closeStore(store.location)
+        try putBack(store.location.path)
+        #expect(try keychain.string(forKey: "alice") == "new alice")
+        #expect(try store.keychain("com.example.other").string(forKey: "carol") == "carol")
+    }
+
+    @Test("an item file deleted outside the keychain is reported by lookups and listings; deleting the item through the keychain accepts the loss; a deleted item put back is reported")
+    func deletionsAreReported() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("a", forKey: "a")
+        let fileA = try #require(try store.itemFiles().first)
+        try keychain.set("b", forKey: "b")
+        try FileManager.default.removeItem(atPath: fileA)
+        expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "a") }
+        expectKeychainError(.rolledBack) { _ = try keychain.allKeys() }
+        expectKeychainError(.rolledBack) { _ = try keychain.contains("a") }
+        #expect(try keychain.remove("a") == false, "the file was already gone")
+        #expect(try keychain.string(forKey: "a") == nil)
+        #expect(try keychain.allKeys() == ["b"])
+
+        // A deleted item's file put back (from a backup): never read again.
+        try keychain.set("c", forKey: "c")
+        let before = Set(try store.itemFiles())
+        try keychain.set("d", forKey: "d")
+        let fileD = try #require(Set(try store.itemFiles()).subtracting(before).first)
+        let copyD = try bytes(of: fileD)
+        #expect(try keychain.remove("d"))
+        #expect(!FileManager.default.fileExists(atPath: fileD))
+        FileManager.default.createFile(atPath: fileD, contents: Data(copyD), attributes: [.posixPermissions: 0o600])
+        expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "d") }
+        expectKeychainError(.rolledBack) { _ = try keychain.allKeys() }
+        #expect(try keychain.remove("d"))
+        try keychain.set("d again", forKey: "d")
+        #expect(try keychain.string(forKey: "d") == "d again")
+        #expect(Set(try keychain.allKeys()) == ["b", "c", "d"])
+    }
+
+    @Test("the counter moves once per epoch: a handle's first write, not every write; the manifest's epoch is the counter's value; a fresh store is protected by default")
+    func counterMovesOncePerEpoch() throws {
+        let store = try TestStore()
+        try store.keychain().set("first", forKey: "first")
+        Keychain.closeStore(store.location)
+        let opened = try openStore(store)
+        defer { opened.close() }
+        #expect(opened.isRollbackProtected)
+        let index = try #require(opened.rollbackCounterIndex)
+        let start = try #require(try opened.rollbackCounterValue())
+        #expect(opened.manifestEpoch == start)
+        for number in 0..<100 {
+            try opened.write(try ItemIdentity(accessGroup: "", service: "s", account: "a\(number)"), mode: .upsert, value: value("v\(number)"),
+                             changes: AttributeChanges())
+        }
+        #expect(try opened.rollbackCounterValue() == start + 1, "100 writes, one epoch")
+        #expect(opened.manifestEpoch == start + 1)
+        _ = try opened.delete(try ItemIdentity(accessGroup: "", service: "s", account: "a0"))
+        #expect(try opened.rollbackCounterValue() == start + 1)
+
+        // The index is the TPM's: a NO_DA counter nobody without the master key can move.
+        let attributes = try #require(try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti)).nvIndexAttributes(index))
+        #expect(attributes & 0x0200_0000 != 0, "NO_DA")
+        #expect(attributes & 0xF0 == 0x10, "a counter")
+        expectThrows { try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti)).incrementNVCounter(index) }
+
+        let second = try openStore(store)
+        defer { second.close() }
+        #expect(try second.value(try ItemIdentity(accessGroup: "", service: "s", account: "a99"))?.bytes == Array("v99".utf8))
+        #expect(try second.rollbackCounterValue() == start + 1, "reads start no epoch")
+        try second.write(try ItemIdentity(accessGroup: "", service: "s", account: "b"), mode: .add, value: value("b"), changes: AttributeChanges())
+        #expect(try second.rollbackCounterValue() == start + 2)
+        // The first handle follows the second's records and reads its write.
+        #expect(try opened.value(try ItemIdentity(accessGroup: "", service: "s", account: "b"))?.bytes == Array("b".utf8))
+    }
+
+    @Test("the manifest modified is tampered; missing is rolledBack; both name the file")
+    func manifestDamage() throws {
+        let store = try TestStore()
+        try store.keychain().set("v", forKey: "k")
+        Keychain.closeStore(store.location)
+        let manifest = store.location.path + "/manifest"
+        let original = try bytes(of: manifest)
+        #expect(original.count % 64 == 0 && original.count >= 3 * 64)
+        var flipped = original
+        flipped[original.count - 70] ^= 0x01   // inside the last item record
+        try overwrite(manifest, with: flipped)
+        // A record that fails its MAC ends the chain: the item it recorded is then newer than the
+        // manifest says, and accepted; the header failing is tampering.
+        var header = original
+        header[20] ^= 0x01
+        try overwrite(manifest, with: header)
+        expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
+        Keychain.closeStore(store.location)
+        try FileManager.default.removeItem(atPath: manifest)
+        let reopened = try store.keychain()
+        do {
+            _ = try reopened.string(forKey: "k")
+            Issue.record("a protected store opened without its manifest")
+        } catch {
+            #expect(error.code == .rolledBack && error.message.contains("manifest"), "\(error)")
+        }
+        Keychain.closeStore(store.location)
+        FileManager.default.createFile(atPath: manifest, contents: Data(original), attributes: [.posixPermissions: 0o600])
+        #expect(try store.keychain().string(forKey: "k") == "v")
+    }
+
+    @Test("the counter deleted from the TPM is rollbackCounterMissing naming recover; the recovery key accepts the files and makes a new counter")
+    func missingCounterAndRecovery() throws {
+        let store = try TestStore()
+        try store.keychain().set("kept", forKey: "k")
+        let recoveryKey = try store.location.addRecoveryKey()
+        Keychain.closeStore(store.location)
+        let index: UInt32
+        do {
+            let opened = try openStore(store)
+            index = try #require(opened.rollbackCounterIndex)
+            opened.close()
+        }
+        do {
+            let tpm = try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti))
+            defer { tpm.close() }
+            try tpm.undefineNVIndex(index)
+        }
+        let reopened = try store.keychain()
+        do {
+            _ = try reopened.string(forKey: "k")
+            Issue.record("a store whose counter is gone opened")
+        } catch {
+            #expect(error.code == .rollbackCounterMissing, "\(error)")
+            #expect(error.message.contains("tpm-keychain recover") && error.message.contains(String(index, radix: 16)), "\(error.message)")
+        }
+        Keychain.closeStore(store.location)
+        _ = try store.location.recover(with: recoveryKey)
+        #expect(try store.keychain().string(forKey: "k") == "kept")
+        Keychain.closeStore(store.location)
+        let recovered = try openStore(store)
+        defer { recovered.close() }
+        #expect(recovered.isRollbackProtected)
+        #expect(recovered.rollbackCounterIndex != nil)
+    }
+}
+
+private func value(_ text: String) -> ItemValue { ItemValue(kind: .data, bytes: Array(text.utf8)) }
+
+private func expectThrows(sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("expected an error", sourceLocation: sourceLocation)
+    } catch {}
+}
