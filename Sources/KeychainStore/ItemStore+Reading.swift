@@ -31,7 +31,7 @@ extension ItemStore {
             return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
         }
         let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, recordKey: recordKey, state)
-        guard try checkGeneration(contents.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+        guard try checkGeneration(contents.generation, file: names.file, key: names.manifestKey, group: names.service, path: file.path, in: state.layout.items) else {
             return nil
         }
         return ItemRecord(itemID: contents.itemID, generation: contents.generation,
@@ -62,7 +62,7 @@ extension ItemStore {
         let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
                                                   primaryKey: names.encodedIdentity, path: file.path)
         // After authentication: the generation checked is the one the header really has.
-        guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+        guard try checkGeneration(header.generation, file: names.file, key: names.manifestKey, group: names.service, path: file.path, in: state.layout.items) else {
             return nil
         }
         return ItemValue(kind: header.kind, bytes: secret)

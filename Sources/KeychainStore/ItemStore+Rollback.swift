@@ -140,7 +140,7 @@ extension ItemStore {
     /// store (empty), for one that gets its counter, after a rotation and after a recovery.
     static func writeManifest(of layout: Layout, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
                               epoch: UInt64, scan: Bool = true) throws(StoreError) {
-        var entries: [String: Manifest.Entry] = [:]
+        var entries: [Manifest.ItemKey: Manifest.Entry] = [:]
         var highWater: UInt64 = 0
         if scan && layout.version == 2 {
             for group in try layout.items.entries() where !group.hasPrefix(".") {
@@ -149,14 +149,14 @@ extension ItemStore {
                     guard let file = try directory.openFile(name), file.size >= ItemFileV2.headerSize else { continue }
                     let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                              storeID: storeID, path: file.path)
-                    entries[name] = Manifest.Entry(generation: header.generation, live: true, group: group)
+                    guard let key = Manifest.ItemKey(fileName: name) else { continue }
+                    entries[key] = Manifest.Entry(generation: header.generation, live: true, group: group)
                     highWater = max(highWater, header.generation)
                 }
             }
         }
-        var state = Manifest.State(storeID: storeID, counterIndex: counterIndex, highWater: highWater, epoch: epoch, entries: entries,
+        let state = Manifest.State(storeID: storeID, counterIndex: counterIndex, highWater: highWater, epoch: epoch, entries: entries,
                                    lastMAC: [], validSize: 0, recordCount: 0)
-        state.epoch = epoch
         try rootDirectory.replace(layout.manifest, with: Manifest.compacted(state, key: keys.manifest), durable: true)
     }
 
@@ -172,9 +172,9 @@ extension ItemStore {
     /// - Returns: false when the file is what an interrupted delete left: the item is gone.
     /// - Throws: ``StoreError`` `.rolledBack` for an older generation than recorded, or a
     ///   deleted item put back.
-    func checkGeneration(_ generation: UInt64, file: String, group: String, path: String, in items: Directory,
+    func checkGeneration(_ generation: UInt64, file: String, key: Manifest.ItemKey? = nil, group: String, path: String, in items: Directory,
                          groupLocked: Bool = false) throws(StoreError) -> Bool {
-        guard let verdict = verdict(generation, file: file) else { return true }
+        guard let file = key ?? Manifest.ItemKey(fileName: file), let verdict = verdict(generation, file: file) else { return true }
         if verdict == .current { return true }
         try refreshManifest()
         var settled = self.verdict(generation, file: file) ?? .current
@@ -182,7 +182,7 @@ extension ItemStore {
             let lock = try groupLock(group, in: items)
             defer { withExtendedLifetime(lock) {} }
             try refreshManifest()
-            switch try currentGeneration(file, group: group, in: items) {
+            switch try currentGeneration(file.fileName, group: group, in: items) {
             case nil:
                 if !isListed(file) { return false } // deleted meanwhile
             case let now?:
@@ -205,8 +205,8 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.rolledBack` when the manifest lists it: its file was deleted
     ///   behind the keychain's back (or its directory put back from a copy without it).
-    func checkAbsence(file: String, group: String, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
-        guard isListed(file) else { return }
+    func checkAbsence(file name: String, group: String, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
+        guard let file = Manifest.ItemKey(fileName: name), isListed(file) else { return }
         try refreshManifest()
         guard isListed(file) else { return }
         if !groupLocked {
@@ -214,18 +214,18 @@ extension ItemStore {
             defer { withExtendedLifetime(lock) {} }
             try refreshManifest()
             if !isListed(file) { return }
-            if try currentGeneration(file, group: group, in: items) != nil { return }
+            if try currentGeneration(name, group: group, in: items) != nil { return }
         }
         let generation = rollback.withLock { $0?.manifest.entries[file]?.generation } ?? 0
-        throw StoreError(.rolledBack, "The item file \(items.path)/\(group)/\(file) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup")
+        throw StoreError(.rolledBack, "The item file \(items.path)/\(group)/\(name) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup")
     }
 
     /// Checks that every item the manifest lists in `groups` was seen by a listing.
     func checkListed(groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
         func missing() -> [(String, String)] {
             rollback.withLock { state in
-                (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) && !seen.contains($0.key) }
-                    .map { ($0.key, $0.value.group) }
+                (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) }.map { ($0.key.fileName, $0.value.group) }
+                    .filter { !seen.contains($0.0) }
             }
         }
         for (file, group) in missing() {
@@ -233,11 +233,11 @@ extension ItemStore {
         }
     }
 
-    private func verdict(_ generation: UInt64, file: String) -> Verdict? {
+    private func verdict(_ generation: UInt64, file: Manifest.ItemKey) -> Verdict? {
         rollback.withLock { state in state.map { Self.verdict(generation, file: file, $0.manifest) } }
     }
 
-    private func isListed(_ file: String) -> Bool {
+    private func isListed(_ file: Manifest.ItemKey) -> Bool {
         rollback.withLock { $0?.manifest.entries[file]?.live ?? false }
     }
 
@@ -262,7 +262,7 @@ extension ItemStore {
         case restoredDeleted
     }
 
-    static func verdict(_ generation: UInt64, file: String, _ manifest: Manifest.State) -> Verdict {
+    static func verdict(_ generation: UInt64, file: Manifest.ItemKey, _ manifest: Manifest.State) -> Verdict {
         guard let entry = manifest.entries[file] else {
             // Not listed: new (a write whose record a crash lost, or one not yet appended) only
             // above every generation the manifest has seen.
@@ -273,41 +273,53 @@ extension ItemStore {
         return generation == entry.generation && !entry.finished ? .deleted : .restoredDeleted
     }
 
-    /// Reads what other processes appended (or the whole file, when it was compacted).
+    /// Reads what other processes appended (or the whole file, when it was compacted or replaced).
     func refreshManifest() throws(StoreError) {
-        guard let known = rollback.withLock({ $0 }) else { return }
-        let path = root + "/" + known.fileName
-        guard let file = try rootDirectory.openFile(known.fileName) else {
+        guard let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
+            state.map { ($0.fileName, $0.inode, $0.manifest.validSize, $0.manifest.counterIndex, $0.manifest.epoch) }
+        }) else { return }
+        let path = root + "/" + fileName
+        guard let file = try rootDirectory.openFile(fileName) else {
             // Another process rotated the master key: its manifest has the new key's name.
             if try refreshIfRotated(try current()) { return }
             throw StoreError(.rolledBack, "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted")
         }
-        var manifest = known.manifest
-        if file.inode != known.inode || file.size < known.manifest.validSize {
-            let keys = try current().keys
+        let keys = try current().keys
+        if file.inode != inode || file.size < validSize {
             let reloaded = try Manifest.parse(try file.read(count: file.size, at: 0), key: keys.manifest, storeID: storeID,
-                                              counterIndex: known.manifest.counterIndex, path: path)
-            guard reloaded.epoch >= known.manifest.epoch else {
-                throw StoreError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(known.manifest.epoch))")
+                                              counterIndex: counterIndex, path: path)
+            guard reloaded.epoch >= epoch else {
+                throw StoreError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))")
             }
-            manifest = reloaded
-        } else if file.size > known.manifest.validSize {
-            let tail = try file.read(count: file.size - known.manifest.validSize, at: known.manifest.validSize)
-            var extended = known.manifest
-            let base = extended.validSize
-            extended.validSize = 0
-            try Manifest.apply(tail, from: 0, to: &extended, key: try current().keys.manifest, path: path)
-            extended.validSize += base
-            manifest = extended
-        } else {
-            return
+            let newInode = file.inode
+            rollback.withLock { state in
+                guard state != nil else { return }
+                state!.manifest = reloaded
+                state!.inode = newInode
+            }
+        } else if file.size > validSize {
+            let tail = try file.read(count: file.size - validSize, at: validSize)
+            let error = rollback.withLock { state -> StoreError? in
+                guard state != nil else { return nil }
+                return Manifest.apply(tail[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: path)
+            }
+            if let error { throw error }
         }
-        let inode = file.inode
-        rollback.withLock { state in
-            guard state != nil else { return }
-            state?.manifest = manifest
-            state?.inode = inode
+    }
+
+    /// Writes `records` at the end of what this handle has read (the caller holds the manifest's
+    /// lock and has just refreshed) and applies them.
+    private func appendLocked(_ records: [Manifest.Record], durable: Bool, keys: StoreKeys) throws(StoreError) {
+        guard let (fileName, validSize, lastMAC) = rollback.withLock({ state in
+            state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC) }
+        }) else { return }
+        let (bytes, _) = Manifest.encode(records, after: lastMAC, key: keys.manifest)
+        try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
+        let error = rollback.withLock { state -> StoreError? in
+            guard state != nil else { return nil }
+            return Manifest.apply(bytes[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: root + "/" + fileName)
         }
+        if let error { throw error }
     }
 
     // MARK: Writing
@@ -315,9 +327,10 @@ extension ItemStore {
     /// The generation a write gives an item whose file now holds `existing` (nil: none): above
     /// what the file and the manifest have, and for a new item above every generation recorded.
     func nextGeneration(file: String, existing: UInt64?) -> UInt64 {
+        let key = Manifest.ItemKey(fileName: file)
         let recorded = rollback.withLock { state -> UInt64? in
             guard let manifest = state?.manifest else { return nil }
-            return manifest.entries[file]?.generation ?? manifest.highWater
+            return key.flatMap { manifest.entries[$0]?.generation } ?? manifest.highWater
         }
         return max(existing ?? 0, recorded ?? 0) + 1
     }
@@ -344,23 +357,16 @@ extension ItemStore {
         defer { withExtendedLifetime(lock) {} }
         try refreshManifest()
         let keys = try current().keys
-        guard var known = rollback.withLock({ $0 }) else { return }
-        let (bytes, _) = Manifest.encode(records, after: known.manifest.lastMAC, key: keys.manifest)
-        try rootDirectory.overwrite(fileName, at: known.manifest.validSize, with: bytes, durable: durable)
-        let base = known.manifest.validSize
-        known.manifest.validSize = 0
-        try Manifest.apply(bytes, from: 0, to: &known.manifest, key: keys.manifest, path: root + "/" + fileName)
-        known.manifest.validSize += base
-        if known.manifest.validSize > Manifest.compactionThreshold,
-           known.manifest.validSize > 4 * (known.manifest.liveCount + 2) * Manifest.recordSize {
-            try rootDirectory.replace(fileName, with: Manifest.compacted(known.manifest, key: keys.manifest), durable: true)
-            known = try Self.loadManifest(rootDirectory, name: fileName, keys: keys, storeID: storeID,
-                                          counterIndex: known.manifest.counterIndex, counter: known.manifest.epoch)
+        try appendLocked(records, durable: durable, keys: keys)
+        let compact = rollback.withLock { state -> [UInt8]? in
+            guard let manifest = state?.manifest, manifest.validSize > Manifest.compactionThreshold,
+                  manifest.validSize > 4 * (manifest.liveCount + 2) * Manifest.recordSize else { return nil }
+            return Manifest.compacted(manifest, key: keys.manifest)
         }
-        let updated = known
-        rollback.withLock { state in
-            guard let current = state else { return }
-            state = RollbackState(manifest: updated.manifest, inode: updated.inode, fileName: updated.fileName, epochStarted: current.epochStarted)
+        if let compact {
+            // Under the manifest's lock: every appender re-reads the file (a new inode) before writing.
+            try rootDirectory.replace(fileName, with: compact, durable: true)
+            try refreshManifest()
         }
     }
 
@@ -368,29 +374,23 @@ extension ItemStore {
     /// epoch record is made durable, then the TPM counter moves to it. A manifest put back from an
     /// older copy since this handle opened is caught here too.
     func startEpochIfNeeded() throws(StoreError) {
-        guard let known = rollback.withLock({ $0 }) else { return }
-        if let started = known.epochStarted, ContinuousClock.now - started < Self.epochLifetime { return }
-        let lock = try rootDirectory.lock(known.fileName + ".lock", timeout: lockTimeout)
+        guard let (fileName, started, index) = rollback.withLock({ state in
+            state.map { ($0.fileName, $0.epochStarted, $0.manifest.counterIndex) }
+        }) else { return }
+        if let started, ContinuousClock.now - started < Self.epochLifetime { return }
+        let lock = try rootDirectory.lock(fileName + ".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         try refreshManifest()
         let keys = try current().keys
-        let index = known.manifest.counterIndex
         try withLentTPM { (configuration) throws(StoreError) in
             try Self.withTPM(configuration, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { tpm in
                 let counter = try Self.readCounter(index, keys: keys, tpm: tpm, store: root)
-                guard let manifest = rollback.withLock({ $0?.manifest }) else { return }
-                if manifest.epoch < counter {
-                    throw StoreError(.rolledBack, "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(manifest.epoch), counter \(counter)): it was put back from an older copy while the store was open")
+                guard let epoch = rollback.withLock({ $0?.manifest.epoch }) else { return }
+                if epoch < counter {
+                    throw StoreError(.rolledBack, "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(epoch), counter \(counter)): it was put back from an older copy while the store was open")
                 }
-                if manifest.epoch == counter {
-                    let (bytes, _) = Manifest.encode([Manifest.Record(kind: .epoch, value: counter + 1)], after: manifest.lastMAC, key: keys.manifest)
-                    try rootDirectory.overwrite(known.fileName, at: manifest.validSize, with: bytes, durable: true)
-                    var updated = manifest
-                    let base = updated.validSize
-                    updated.validSize = 0
-                    try Manifest.apply(bytes, from: 0, to: &updated, key: keys.manifest, path: root + "/" + known.fileName)
-                    updated.validSize += base
-                    rollback.withLock { $0?.manifest = updated }
+                if epoch == counter {
+                    try appendLocked([Manifest.Record(kind: .epoch, value: counter + 1)], durable: true, keys: keys)
                 }
                 do {
                     try tpm.incrementNVCounter(index, authValue: Self.counterAuthorization(keys))

@@ -256,7 +256,7 @@ extension ItemStore {
     }
 
     /// Deletes a counter this store no longer uses; a failure only leaves an unused NV index.
-    func undefineCounter(_ index: UInt32) {
+    package func undefineCounter(_ index: UInt32) {
         _ = try? withLentTPM { (configuration) throws(StoreError) in
             try Self.withTPM(configuration, root: root, cache: nil) { try $0.undefineNVIndex(index) }
         }

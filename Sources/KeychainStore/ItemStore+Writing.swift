@@ -255,7 +255,8 @@ extension ItemStore {
     /// The generation a delete records: the file's or the manifest's, whichever is higher, so
     /// that no copy of any version of the item reads as current afterwards.
     private func generationToDelete(_ fileName: String, in directory: Directory) throws(StoreError) -> UInt64 {
-        var generation = rollback.withLock { $0?.manifest.entries[fileName]?.generation } ?? 0
+        let key = Manifest.ItemKey(fileName: fileName)
+        var generation = rollback.withLock { state in key.flatMap { state?.manifest.entries[$0]?.generation } } ?? 0
         if let file = try directory.openFile(fileName), file.size >= ItemFileV2.headerSize {
             let header = try? ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                       storeID: storeID, path: file.path)

@@ -80,6 +80,8 @@ package final class ItemStore: Sendable {
         let service: String
         let file: String
         let encodedIdentity: [UInt8]
+        /// The file's key in a manifest (format 2), computed once with the names.
+        var manifestKey: Manifest.ItemKey? = nil
     }
 
     /// The longest a writer waits for another process's lock of a group or of the store.
@@ -163,9 +165,10 @@ package final class ItemStore: Sendable {
                               encodedIdentity: ItemFile.encode(identity))
         } else {
             let attributes = AttributeList(identity)
+            let file = ItemFileV2.fileName(of: .genericPassword, attributes, keys: keys)
             names = ItemNames(version: 2, service: ItemFileV2.groupName(of: .genericPassword, attributes, keys: keys),
-                              file: ItemFileV2.fileName(of: .genericPassword, attributes, keys: keys),
-                              encodedIdentity: ItemClass.genericPassword.encodedPrimaryKey(of: attributes))
+                              file: file, encodedIdentity: ItemClass.genericPassword.encodedPrimaryKey(of: attributes),
+                              manifestKey: Manifest.ItemKey(fileName: file))
         }
         caches.withLock { caches in
             if caches.names.count >= Caches.limit { caches.names.removeAll(keepingCapacity: true) }

@@ -73,6 +73,12 @@ extension KeychainLocation {
     /// - Throws: ``KeychainError`` `.storeNotFound`, `.storageFailed`.
     public func removeStore() throws(KeychainError) {
         try checkStore()
+        // The store's rollback counter goes too, when the store opens (its metadata authenticated,
+        // so a planted store.meta cannot name another store's counter); a store that does not open
+        // is removed all the same, and its counter, if any, stays defined (tpm2_nvundefine removes it).
+        if let store = try? OpenStores.store(at: self), let index = store.rollbackCounterIndex {
+            store.undefineCounter(index)
+        }
         Keychain.closeStore(self)
         let doomed = (path as NSString).deletingLastPathComponent + "/." + (path as NSString).lastPathComponent + ".removed-" + UUID().uuidString
         do {
@@ -133,5 +139,27 @@ extension KeychainLocation {
         return entries.filter { name in
             !name.hasPrefix(".") && ((try? KeychainLocation(path: directory + "/" + name))?.storeExists ?? false)
         }.sorted()
+    }
+}
+
+extension KeychainLocation {
+    /// Whether a store detects rollback and deletion of its files, and with which TPM counter.
+    public struct RollbackProtection: Sendable, Equatable {
+        /// The NV index of the store's counter in the TPM.
+        public let counterIndex: UInt32
+        /// The manifest's latest epoch: the counter's value since the last writer began its epoch.
+        public let epoch: UInt64
+    }
+
+    /// The store's rollback protection, or nil when it has none (its TPM had no room for a
+    /// counter, or no usable owner hierarchy). Opens the store (one TPM unseal, if not open yet).
+    ///
+    /// - Throws: ``KeychainError`` as opening does: `.storeNotFound`, `.rolledBack`,
+    ///   `.rollbackCounterMissing`, `.wrongTPM`, `.tpmUnavailable`.
+    public func rollbackProtection() throws(KeychainError) -> RollbackProtection? {
+        try checkStore()
+        let store = try OpenStores.store(at: self)
+        guard let index = store.rollbackCounterIndex, let epoch = store.manifestEpoch else { return nil }
+        return RollbackProtection(counterIndex: index, epoch: epoch)
     }
 }

@@ -160,12 +160,22 @@ import TPMKeychainTesting
         Keychain.closeStore(store.location)
         let manifest = store.location.path + "/manifest"
         let original = try bytes(of: manifest)
-        #expect(original.count % 64 == 0 && original.count >= 3 * 64)
+        // Header, the creation's epoch, the first write's epoch, the item's record.
+        #expect(original.count == 4 * 64)
         var flipped = original
-        flipped[original.count - 70] ^= 0x01   // inside the last item record
+        flipped[original.count - 30] ^= 0x01   // inside the item's record
         try overwrite(manifest, with: flipped)
         // A record that fails its MAC ends the chain: the item it recorded is then newer than the
-        // manifest says, and accepted; the header failing is tampering.
+        // manifest says, and accepted (it is genuine).
+        #expect(try store.keychain().string(forKey: "k") == "v")
+        Keychain.closeStore(store.location)
+        // Cut before the latest epoch record: older than the counter.
+        flipped = original
+        flipped[original.count - 100] ^= 0x01
+        try overwrite(manifest, with: flipped)
+        expectKeychainError(.rolledBack) { _ = try store.keychain().string(forKey: "k") }
+        Keychain.closeStore(store.location)
+        // The header failing is tampering.
         var header = original
         header[20] ^= 0x01
         try overwrite(manifest, with: header)

@@ -44,6 +44,32 @@ struct Manifest {
         let file: String
     }
 
+    /// An item file's name as the manifest keys it: its 128 bits, which hash faster than the
+    /// name's 37 characters on every get.
+    struct ItemKey: Hashable, Sendable {
+        let high: UInt64
+        let low: UInt64
+
+        init(_ bytes: ArraySlice<UInt8>) {
+            var high: UInt64 = 0, low: UInt64 = 0
+            for (index, byte) in bytes.prefix(16).enumerated() {
+                if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
+            }
+            self.high = high
+            self.low = low
+        }
+
+        /// The key of `<32 hex digits>.item`, or nil for any other name.
+        init?(fileName: String) {
+            guard fileName.utf8.count == 32 + Manifest.itemSuffix.utf8.count, fileName.hasSuffix(Manifest.itemSuffix),
+                  let bytes = [UInt8](hexString: String(decoding: fileName.utf8.prefix(32), as: UTF8.self)) else { return nil }
+            self.init(bytes[...])
+        }
+
+        var bytes: [UInt8] { (0..<16).map { UInt8(truncatingIfNeeded: ($0 < 8 ? high : low) >> UInt64(8 * (7 - $0 % 8))) } }
+        var fileName: String { bytes.hexString + Manifest.itemSuffix }
+    }
+
     struct Entry: Sendable, Equatable {
         var generation: UInt64
         var live: Bool
@@ -63,11 +89,14 @@ struct Manifest {
         /// The latest epoch record: the counter's value when the last writer started its epoch.
         var epoch: UInt64 = 0
         /// Entries by item file name (unique in a store: it keys the item's whole primary key).
-        var entries: [String: Entry] = [:]
+        var entries: [ItemKey: Entry] = [:]
         var lastMAC: [UInt8]
+        /// The file offset after the last record that authenticated.
         var validSize: Int
         var recordCount: Int
-        var liveCount: Int { entries.values.reduce(0) { $0 + ($1.live ? 1 : 0) } }
+        /// Entries that are live items, kept as records are applied (a compaction decision per
+        /// write must not count a large store's entries).
+        var liveCount = 0
     }
 
     /// One record before its MAC.
@@ -142,43 +171,50 @@ struct Manifest {
         }
         var state = State(storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
                           lastMAC: Array(bytes[48..<64]), validSize: recordSize, recordCount: 1)
-        try apply(bytes, from: recordSize, to: &state, key: key, path: path)
+        if let error = apply(bytes[recordSize...], at: recordSize, to: &state, key: key, path: path) { throw error }
         return state
     }
 
-    /// Applies the records in `bytes` from `offset` (the end of what `state` has read) onwards,
-    /// stopping at the first that does not authenticate.
-    static func apply(_ bytes: [UInt8], from offset: Int, to state: inout State, key: SymmetricKey, path: String) throws(StoreError) {
-        var position = offset
-        while position + recordSize <= bytes.count {
+    /// Applies the records in `bytes`, which start at file offset `offset`, stopping at the first
+    /// that does not authenticate. Nothing is applied unless `offset` is where `state` ended (the
+    /// same tail applied twice, by two threads that both read it, counts once). Mutates `state`
+    /// in place: callers keep it uniquely referenced, so a large manifest is not copied per write.
+    ///
+    /// - Returns: an error for a second header (a spliced file); nil otherwise.
+    static func apply(_ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String) -> StoreError? {
+        guard offset == state.validSize else { return nil }
+        var position = bytes.startIndex
+        while position + recordSize <= bytes.endIndex {
             let body = Array(bytes[position..<position + 48])
             let recordMAC = mac(body, after: state.lastMAC, key: key)
-            guard recordMAC == Array(bytes[position + 48..<position + 64]), body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
+            guard recordMAC.elementsEqual(bytes[position + 48..<position + 64]), body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
             let value = integer(body, at: 8)
             switch kind {
             case .header:
-                throw StoreError(.tampered, "\(path) has a second header: the store's manifest was spliced")
+                return StoreError(.tampered, "\(path) has a second header: the store's manifest was spliced")
             case .epoch:
                 state.epoch = value
             case .set, .deleting, .deleted:
                 let group = Array(body[16..<32]).hexString
-                let file = Array(body[32..<48]).hexString + itemSuffix
-                state.entries[file] = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
+                let entry = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
+                if let old = state.entries.updateValue(entry, forKey: ItemKey(body[32..<48])), old.live { state.liveCount -= 1 }
+                if entry.live { state.liveCount += 1 }
                 state.highWater = max(state.highWater, value)
             }
             state.lastMAC = recordMAC
-            state.validSize = position + recordSize
-            state.recordCount += 1
             position += recordSize
+            state.validSize = offset + (position - bytes.startIndex)
+            state.recordCount += 1
         }
+        return nil
     }
 
     /// A compacted manifest holding `state`'s live entries and its epoch.
     static func compacted(_ state: State, key: SymmetricKey) -> [UInt8] {
         var records = [Record.header(storeID: state.storeID, counterIndex: state.counterIndex, highWater: state.highWater)]
         // Finished deletes go (the high-water mark covers them); one not known to be finished stays.
-        for (file, entry) in state.entries.sorted(by: { $0.key < $1.key }) where entry.live || !entry.finished {
-            if let record = Record.item(entry.live ? .set : .deleting, ItemPath(group: entry.group, file: file), generation: entry.generation) {
+        for (key, entry) in state.entries.sorted(by: { ($0.key.high, $0.key.low) < ($1.key.high, $1.key.low) }) where entry.live || !entry.finished {
+            if let record = Record.item(entry.live ? .set : .deleting, ItemPath(group: entry.group, file: key.fileName), generation: entry.generation) {
                 records.append(record)
             }
         }

@@ -54,6 +54,13 @@ struct TPMStatus: ParsableCommand {
             }
             print("    lock state:        \(lock) (NV \(handle(device.nvIndices[2])), cleared at TPM reset)")
             print("keychain:     \(SecurityFormat.quoted(path)) (\(storeExists ? "exists" : "does not exist yet"))")
+            if storeExists {
+                if let protection = try session.location.rollbackProtection() {
+                    print("    rollback protection: on (counter NV \(handle(protection.counterIndex)), epoch \(protection.epoch); +1 per writing process, and per 10 minutes of writing)")
+                } else {
+                    print("    rollback protection: OFF (this TPM could not hold the store's counter: older copies and deleted files are not detected)")
+                }
+            }
         }
     }
 }

@@ -6,7 +6,8 @@
 // The crash-safety and multi-process tests run it and kill -9 it mid-write; it is also a quick
 // way to hammer a store by hand. Each value is "<account>:<sequence>:" padded to --size bytes,
 // so a reader can tell exactly which write it holds. Output: "ready" once the store is open,
-// then "wrote <account> <sequence>" after each write returns.
+// then "wrote <account> <sequence>" after each write returns. With --delete-every N, every Nth
+// write is followed by a delete of the same account ("deleted <account> <sequence>" once it returns).
 import Foundation
 import KeychainStorageCompat
 import TPMKeychain
@@ -64,6 +65,7 @@ let accounts = (argument("--accounts") ?? "item").split(separator: ",").map(Stri
 let count = Int(argument("--count") ?? "") ?? Int.max
 let size = Int(argument("--size") ?? "") ?? 64
 let start = Int(argument("--start") ?? "") ?? 0
+let deleteEvery = Int(argument("--delete-every") ?? "") ?? 0
 
 
 do {
@@ -77,6 +79,10 @@ do {
         if value.count < size { value += [UInt8](repeating: UInt8(ascii: "."), count: size - value.count) }
         try keychain.set(Data(value), forKey: account)
         emit("wrote \(account) \(sequence)")
+        if deleteEvery > 0 && sequence % deleteEvery == 0 {
+            _ = try keychain.remove(account)
+            emit("deleted \(account) \(sequence)")
+        }
         sequence += 1
     }
 } catch {
