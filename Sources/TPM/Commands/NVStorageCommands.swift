@@ -140,8 +140,8 @@ extension Engine {
     }
 
     /// TPM2_NV_Increment, authorised by the index's value through `session`.
-    func incrementNVCounter(_ nvHandle: ESYS_TR, session: ESYS_TR) throws {
-        try setAttributes(session)
+    func incrementNVCounter(_ nvHandle: ESYS_TR, session: ESYS_TR, continueSession: Bool = true) throws {
+        try setAttributes(session, continueSession: continueSession)
         try check(Esys_NV_Increment(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE)),
                   "Esys_NV_Increment")
     }
@@ -160,8 +160,8 @@ extension Engine {
     }
 
     /// TPM2_NV_Read of `count` bytes at `offset`; the data comes back encrypted.
-    func readNV(_ nvHandle: ESYS_TR, count: UInt16, offset: UInt16, session: ESYS_TR) throws -> SecretBytes {
-        try setAttributes(session, encrypt: true)
+    func readNV(_ nvHandle: ESYS_TR, count: UInt16, offset: UInt16, session: ESYS_TR, continueSession: Bool = true) throws -> SecretBytes {
+        try setAttributes(session, encrypt: true, continueSession: continueSession)
         var data: UnsafeMutablePointer<TPM2B_MAX_NV_BUFFER>?
         let rc = Esys_NV_Read(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
                               count, offset, &data)

@@ -220,8 +220,8 @@ public final class TPMConnection: Sendable {
     ///
     /// - Throws: ``TPMError``; `.authorizationFailed` for a wrong `authValue`.
     public func incrementNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws {
-        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session in
-            try engine.incrementNVCounter(handle, session: session)
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
+            try engine.incrementNVCounter(handle, session: session, continueSession: !last)
         }
     }
 
@@ -230,8 +230,8 @@ public final class TPMConnection: Sendable {
     /// - Throws: ``TPMError`` `.nvIndexUninitialized` before the first increment.
     public func readNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws -> UInt64 {
         // A counter's value is no secret: without a PIN no salted session (and so no storage key) is needed.
-        let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session in
-            try engine.readNV(handle, count: 8, offset: 0, session: session)
+        let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
+            try engine.readNV(handle, count: 8, offset: 0, session: session, continueSession: !last)
         }
         return bytes.withUnsafeBytes { BigEndian.integer($0) }
     }
@@ -240,7 +240,7 @@ public final class TPMConnection: Sendable {
     ///
     /// - Throws: ``TPMError``.
     public func writeNV(_ index: UInt32, data: SecretBytes, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws {
-        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session in
+        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session, _ in
             try engine.writeNV(handle, data: data, offset: offset, session: session)
         }
     }
@@ -249,7 +249,7 @@ public final class TPMConnection: Sendable {
     ///
     /// - Throws: ``TPMError``.
     public func readNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws -> SecretBytes {
-        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session in
+        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session, _ in
             try engine.readNV(handle, count: count, offset: offset, session: session)
         }
     }
@@ -272,7 +272,7 @@ public final class TPMConnection: Sendable {
     ///
     /// - Throws: ``TPMError``.
     public func readPublicNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0) throws -> [UInt8] {
-        try withNVAuthorization(index, authValue: nil, secretParameters: false) { engine, handle, session in
+        try withNVAuthorization(index, authValue: nil, secretParameters: false) { engine, handle, session, _ in
             try engine.readNV(handle, count: count, offset: offset, session: session).withUnsafeBytes { Array($0) }
         }
     }
@@ -295,18 +295,32 @@ public final class TPMConnection: Sendable {
         return .nv(index: index, indexName: try nvIndexName(index), operand: operand.bytes, offset: 0, comparison: .equal)
     }
 
+    /// Runs one NV command authorised for `index`. The body's last argument says whether its
+    /// command is the session's last (sent without continueSession: the TPM ends the session, and a
+    /// flush is saved).
+    ///
+    /// An authValue with nothing secret in the parameters (a counter read or increment) uses an
+    /// unsalted HMAC session: its HMACs are keyed with the authValue, so the TPM's answer is still
+    /// authenticated and the authValue never crosses the bus, without the salt's key exchange.
     private func withNVAuthorization<R: Sendable>(_ index: UInt32, authValue: SecretBytes?, secretParameters: Bool,
-                                                  _ body: (Engine, ESYS_TR, ESYS_TR) throws -> R) throws -> R {
+                                                  _ body: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R) throws -> R {
         try withEngine { engine in
             try engine.withNVIndex(index) { handle in
                 try engine.setAuthValue(authValue, of: handle)
                 defer { try? engine.setAuthValue(nil, of: handle) }
                 if authValue == nil && !secretParameters {
-                    return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD))
+                    return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD), false)
+                }
+                if !secretParameters {
+                    return try engine.withSession(.hmac, saltedWith: nil) { session, ended in
+                        let result = try body(engine, handle, session, true)
+                        ended = true
+                        return result
+                    }
                 }
                 let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
                 return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
-                    try body(engine, handle, session)
+                    try body(engine, handle, session, false)
                 }
             }
         }
