@@ -215,14 +215,15 @@ extension ItemStore {
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
         let names = try directory.entries()
-        if state.layout.version == 2 {
+        // In a protected store: every delete recorded (durably) before any file goes, and marked
+        // done once all are gone.
+        var deletions: [(path: Manifest.ItemPath, generation: UInt64)] = []
+        if state.layout.version == 2 && isRollbackProtected {
             let group = groupName(service: service, accessGroup: accessGroup, state)
-            var deletions: [(path: Manifest.ItemPath, generation: UInt64)] = []
             for name in names where name.hasSuffix(Manifest.itemSuffix) {
                 deletions.append((Manifest.ItemPath(group: group, file: name), try generationToDelete(name, in: directory)))
             }
             try recordInManifest(.deleting, deletions)
-            defer { _ = try? recordInManifest(.deleted, deletions) }
         }
         for name in names {
             if name.hasSuffix(".item") {
@@ -232,6 +233,7 @@ extension ItemStore {
             }
         }
         if durable && removed > 0 { try directory.sync() }
+        try recordInManifest(.deleted, deletions)
         return removed
     }
 

@@ -115,6 +115,14 @@ import TPMKeychainTesting
         try keychain.set("d again", forKey: "d")
         #expect(try keychain.string(forKey: "d") == "d again")
         #expect(Set(try keychain.allKeys()) == ["b", "c", "d"])
+
+        // removeAll records every delete: one of its files put back is reported too.
+        let survivor = try #require(try store.itemFiles().first)
+        let copy = try bytes(of: survivor)
+        #expect(try keychain.removeAll() == 3)
+        #expect(try keychain.allKeys().isEmpty)
+        FileManager.default.createFile(atPath: survivor, contents: Data(copy), attributes: [.posixPermissions: 0o600])
+        expectKeychainError(.rolledBack) { _ = try keychain.allKeys() }
     }
 
     @Test("the counter moves once per epoch: a handle's first write, not every write; the manifest's epoch is the counter's value; a fresh store is protected by default")
