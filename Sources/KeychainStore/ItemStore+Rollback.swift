@@ -263,9 +263,11 @@ extension ItemStore {
     }
 
     static func verdict(_ generation: UInt64, file: Manifest.ItemKey, _ manifest: Manifest.State) -> Verdict {
-        guard let entry = manifest.entries[file] else {
-            // Not listed: new (a write whose record a crash lost, or one not yet appended) only
-            // above every generation the manifest has seen.
+        let entry = manifest.entries[file]
+        if let entry, entry.pending == generation { return .current }
+        // Not listed (or only announced: generation 0 is no version): new only above every
+        // generation the manifest has seen (a write whose records a power loss took).
+        guard let entry, entry.live || entry.generation > 0 else {
             return generation > manifest.highWater ? .current : .restoredDeleted
         }
         if entry.live { return generation >= entry.generation ? .current : .older(expected: entry.generation) }
@@ -335,8 +337,18 @@ extension ItemStore {
         return max(existing ?? 0, recorded ?? 0) + 1
     }
 
-    /// Records writes (`.set`), deletes about to happen (`.deleting`, durable before the files
-    /// go) and deletes done (`.deleted`).
+    /// Whether the manifest records `generation` as the item's current version (not only as
+    /// accepted: newer than recorded, or announced by a writer that died).
+    func isRecorded(_ file: String, generation: UInt64) -> Bool {
+        guard let key = Manifest.ItemKey(fileName: file) else { return true }
+        return rollback.withLock { state in
+            guard let entry = state?.manifest.entries[key] else { return state == nil }
+            return entry.live && entry.generation == generation
+        }
+    }
+
+    /// Records writes about to happen (`.writing`, before the rename), writes done (`.set`),
+    /// deletes about to happen (`.deleting`, durable before the files go) and deletes done (`.deleted`).
     func recordInManifest(_ kind: Manifest.Kind, _ items: [(path: Manifest.ItemPath, generation: UInt64)]) throws(StoreError) {
         guard isRollbackProtected, !items.isEmpty else { return }
         var records: [Manifest.Record] = []

@@ -112,10 +112,19 @@ extension ItemStore {
                 accessibility: access?.protection?.accessibility ?? changes.accessibility ?? existing?.accessibility ?? .whenUnlocked,
                 kind: newValue.kind, attributes: attributes, value: newValue.bytes)
             let bytes = try encode(contents, record: record, state)
+            // Announced before the rename: a writer killed between the rename and its "S" record
+            // leaves a file the manifest already expects.
+            let path = Manifest.ItemPath(group: group, file: fileName)
+            if let existing, !isRecorded(fileName, generation: existing.generation) {
+                // The file is one the manifest accepted without recording it (a writer that died
+                // after its rename): recorded first, so that it stays accepted if this write dies too.
+                try recordInManifest(.set, [(path, existing.generation)])
+            }
+            try recordInManifest(.writing, [(path, contents.generation)])
             try changing(directory, named: group) { () throws(StoreError) in
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
-            try recordInManifest(.set, [(Manifest.ItemPath(group: group, file: fileName), contents.generation)])
+            try recordInManifest(.set, [(path, contents.generation)])
         }
     }
 

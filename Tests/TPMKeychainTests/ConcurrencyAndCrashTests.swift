@@ -163,13 +163,13 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         #expect(try store.files().filter { $0.hasSuffix(".tmp") }.isEmpty)
     }
 
-    @Test("kill -9 of writers that write and delete, 60 times, with a reader open all along: no read, listing or new handle ever reports a rollback, and every item holds a value some writer wrote")
+    @Test("kill -9 of writers that write and delete, 100 times, with a reader open all along: no read, listing or new handle ever reports a rollback, and every item holds a value some writer wrote")
     func killedWritersNeverLookRolledBack() throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.rollback")
         let accounts = (0..<6).map { "item\($0)" }
         var generator = SystemRandomNumberGenerator()
-        for cycle in 0..<60 {
+        for cycle in 0..<100 {
             let writer = try WriterProcess(store: store, service: "com.example.rollback", accounts: accounts, size: 256,
                                            start: cycle * 1_000_000, deleteEvery: 3)
             writer.waitFor("wrote ")

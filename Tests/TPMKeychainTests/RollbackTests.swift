@@ -168,10 +168,10 @@ import TPMKeychainTesting
         Keychain.closeStore(store.location)
         let manifest = store.location.path + "/manifest"
         let original = try bytes(of: manifest)
-        // Header, the creation's epoch, the first write's epoch, the item's record.
-        #expect(original.count == 4 * 64)
+        // Header, the creation's epoch, the first write's epoch, the item's "writing" and "written".
+        #expect(original.count == 5 * 64)
         var flipped = original
-        flipped[original.count - 30] ^= 0x01   // inside the item's record
+        flipped[4 * 64 + 20] ^= 0x01   // inside the item's "written" record
         try overwrite(manifest, with: flipped)
         // A record that fails its MAC ends the chain: the item it recorded is then newer than the
         // manifest says, and accepted (it is genuine).
@@ -179,7 +179,7 @@ import TPMKeychainTesting
         Keychain.closeStore(store.location)
         // Cut before the latest epoch record: older than the counter.
         flipped = original
-        flipped[original.count - 100] ^= 0x01
+        flipped[2 * 64 + 20] ^= 0x01   // inside the first write's epoch record
         try overwrite(manifest, with: flipped)
         expectKeychainError(.rolledBack) { _ = try store.keychain().string(forKey: "k") }
         Keychain.closeStore(store.location)

@@ -11,14 +11,15 @@ import TPM
 /// epoch record, and SECURITY.md says what a cut after it can do.
 ///
 ///     offset size  field
-///     0      1     kind: "H" header (first record only), "E" epoch, "S" item set, "D" item being
-///                  deleted (written before its file goes), "X" item deleted (after)
+///     0      1     kind: "H" header (first record only), "E" epoch, "W" item being written (before
+///                  its file is renamed into place), "S" item written (after), "D" item being
+///                  deleted (before its file goes), "X" item deleted (after)
 ///     1      1     format version = 1
 ///     2      6     "H": "TKMF" and 2 zero bytes; otherwise zero
 ///     8      8     "H": high-water generation, "E": the epoch (the TPM counter's value),
-///                  "S"/"D"/"X": the item's generation
+///                  "W"/"S"/"D"/"X": the item's generation
 ///     16     32    "H": store ID (16), NV index of the counter (4), 12 zero bytes;
-///                  "S"/"D"/"X": the item's group directory (16) and file name (16) as raw bytes;
+///                  "W"/"S"/"D"/"X": the item's group directory (16) and file name (16) as raw bytes;
 ///                  "E": zero
 ///     48     16    the first 16 bytes of HMAC-SHA256(manifest key, previous record's MAC
 ///                  (16 zero bytes before the header) || bytes 0 ..< 48)
@@ -33,6 +34,7 @@ struct Manifest {
     enum Kind: UInt8 {
         case header = 0x48 // "H"
         case epoch = 0x45 // "E"
+        case writing = 0x57 // "W"
         case set = 0x53 // "S"
         case deleting = 0x44 // "D"
         case deleted = 0x58 // "X"
@@ -77,6 +79,9 @@ struct Manifest {
         /// For a deleted item: its file is known to be gone (a "D" without its "X" is a delete
         /// that may have died before unlinking).
         var finished = false
+        /// A write under way, or one whose writer died between its "W" and its "S": the file may
+        /// already be this generation, or still the one the rest of the entry describes.
+        var pending: UInt64? = nil
     }
 
     /// What the records say, read up to ``validSize``.
@@ -194,6 +199,12 @@ struct Manifest {
                 return StoreError(.tampered, "\(path) has a second header: the store's manifest was spliced")
             case .epoch:
                 state.epoch = value
+            case .writing:
+                let key = ItemKey(body[32..<48])
+                var entry = state.entries[key] ?? Entry(generation: 0, live: false, group: Array(body[16..<32]).hexString, finished: true)
+                entry.pending = value
+                state.entries[key] = entry
+                state.highWater = max(state.highWater, value)
             case .set, .deleting, .deleted:
                 let group = Array(body[16..<32]).hexString
                 let entry = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
@@ -212,11 +223,15 @@ struct Manifest {
     /// A compacted manifest holding `state`'s live entries and its epoch.
     static func compacted(_ state: State, key: SymmetricKey) -> [UInt8] {
         var records = [Record.header(storeID: state.storeID, counterIndex: state.counterIndex, highWater: state.highWater)]
-        // Finished deletes go (the high-water mark covers them); one not known to be finished stays.
-        for (key, entry) in state.entries.sorted(by: { ($0.key.high, $0.key.low) < ($1.key.high, $1.key.low) }) where entry.live || !entry.finished {
-            if let record = Record.item(entry.live ? .set : .deleting, ItemPath(group: entry.group, file: key.fileName), generation: entry.generation) {
+        // Finished deletes go (the high-water mark covers them); one not known to be finished
+        // stays, and so does a write not known to be finished.
+        for (key, entry) in state.entries.sorted(by: { ($0.key.high, $0.key.low) < ($1.key.high, $1.key.low) })
+        where entry.live || !entry.finished || entry.pending != nil {
+            let path = ItemPath(group: entry.group, file: key.fileName)
+            if entry.live || !entry.finished, let record = Record.item(entry.live ? .set : .deleting, path, generation: entry.generation) {
                 records.append(record)
             }
+            if let pending = entry.pending, let record = Record.item(.writing, path, generation: pending) { records.append(record) }
         }
         records.append(Record(kind: .epoch, value: state.epoch))
         return encode(records, after: [UInt8](repeating: 0, count: 16), key: key).bytes
