@@ -15,6 +15,8 @@ tests=(
     "ConnectionTests/concurrentConnectionsAreSerialised"
     "ConcurrencyAndCrashTests/concurrentTasks"
     "ConcurrencyAndCrashTests/twoProcesses"
+    "ConcurrencyAndCrashTests/killedWritersNeverLookRolledBack"
+    "RollbackTests"
     "KeychainAPITests/recipes"
     "KeychainStorageTests/threads"
     "KeyRotationTests/otherProcessRotation"
