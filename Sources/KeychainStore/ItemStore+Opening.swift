@@ -85,55 +85,15 @@ extension ItemStore {
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
         defer { withExtendedLifetime(lock) {} }
         let cache = StorageKeyContextFile(directory: rootDirectory)
-        let storeID: [UInt8]
-        let keys: StoreKeys
-        let version: UInt16
-        var metadataInode: UInt64
-        var counterIndex: UInt32?
-        var counterResult: Result<UInt64, StoreError>?
+        var opened: Unlocked
         switch try presence(in: rootDirectory) {
         case .present:
-            let unlocked = try unlock(rootDirectory, tpm: tpm, cache: cache)
-            (storeID, keys, version, metadataInode) = (unlocked.storeID, unlocked.keys, unlocked.version, unlocked.metadataInode)
-            counterIndex = unlocked.counterIndex
-            counterResult = unlocked.counter
+            opened = try unlock(rootDirectory, tpm: tpm, cache: cache)
         case .absent:
             guard create else { throw storeNotFound(root) }
-            let generated: (key: SecretBytes, sealed: SealedObject)
-            if let sealedKey {
-                generated = sealedKey
-            } else {
-                generated = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
-            }
-            let (masterKey, sealed) = generated
-            let newStoreID = randomBytes(16)
-            keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: newStoreID) }
-            // The counter and an empty manifest come first: store.meta naming the counter is the commit.
-            let counter = newStoreVersion >= 2 ? try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) : nil
-            if let counter {
-                try writeManifest(of: Layout(version: 2, items: rootDirectory), in: rootDirectory, keys: keys, storeID: newStoreID,
-                                  counterIndex: counter.index, epoch: counter.value, scan: false)
-            }
-            let metadata = StoreMetadata(version: newStoreVersion, storeID: newStoreID, createdMilliseconds: StoreMetadata.now,
-                                         sealedMasterKey: sealed, rollbackCounter: counter?.index)
-            guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
-                if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
-                throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
-            }
-            counterResult = counter.map { .success($0.value) }
-            counterIndex = counter?.index
-            storeID = metadata.storeID
-            version = newStoreVersion
-            guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-                throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
-            }
-            metadataInode = inode
-            if version == 1 {
-                guard try Directory.open(itemsDirectory, in: rootDirectory, create: true) != nil else {
-                    throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
-                }
-            }
+            opened = try createStore(in: rootDirectory, version: newStoreVersion, sealedKey: sealedKey, tpm: tpm, cache: cache)
         }
+        let (storeID, keys, version) = (opened.storeID, opened.keys, opened.version)
         if version >= 2 {
             // What an upgrade that died after its switch left: format 2 is complete without them.
             try rootDirectory.removeTree(itemsDirectory)
@@ -152,26 +112,73 @@ extension ItemStore {
         for name in [StoreMetadata.fileName, RecoveryFile.fileName, RecoveryFile.nextFileName, StorageKeyContextFile.name] {
             _ = try rootDirectory.remove(name + Directory.temporarySuffix, durable: false)
         }
-        if counterIndex == nil, version >= 2, let counter = try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) {
-            // A store from before rollback protection gets its counter and manifest here, once:
-            // store.meta naming the counter is the commit (before it, the store is as it was).
-            try writeManifest(of: layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index, epoch: counter.value)
-            let current = try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID)
-            let protected = StoreMetadata(version: current.version, storeID: storeID, createdMilliseconds: current.createdMilliseconds,
-                                          sealedMasterKey: current.sealedMasterKey, rollbackCounter: counter.index)
-            try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: keys.metadata), durable: true)
-            guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-                throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
-            }
-            (counterIndex, counterResult, metadataInode) = (counter.index, .success(counter.value), inode)
+        if opened.counterIndex == nil, version >= 2 {
+            try addCounter(to: &opened, layout: layout, in: rootDirectory, tpm: tpm, cache: cache)
         }
         var rollback: RollbackState?
-        if let counterIndex, let counterValue = try counterResult?.get() {
+        if let counterIndex = opened.counterIndex, let counterValue = try opened.counterValue {
             rollback = try loadManifest(rootDirectory, name: layout.manifest, keys: keys, storeID: storeID, counterIndex: counterIndex,
                                         counter: counterValue)
         }
-        return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: metadataInode,
+        return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: opened.metadataInode,
                          durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM, rollback: rollback)
+    }
+
+    /// A new store in `rootDirectory` (held locked): its master key sealed (or `sealedKey`), its
+    /// rollback counter and empty manifest where the TPM can hold one, then store.meta, created
+    /// exclusively, as the commit.
+    private static func createStore(in rootDirectory: Directory, version: UInt16, sealedKey: (key: SecretBytes, sealed: SealedObject)?,
+                                    tpm: TPMConfiguration, cache: StorageKeyContextFile) throws(StoreError) -> Unlocked {
+        let root = rootDirectory.path
+        let generated: (key: SecretBytes, sealed: SealedObject)
+        if let sealedKey {
+            generated = sealedKey
+        } else {
+            generated = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
+        }
+        let (masterKey, sealed) = generated
+        let storeID = randomBytes(16)
+        let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
+        let counter = version >= 2 ? try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) : nil
+        if let counter {
+            try writeManifest(of: Layout(version: 2, items: rootDirectory), in: rootDirectory, keys: keys, storeID: storeID,
+                              counterIndex: counter.index, epoch: counter.value, scan: false)
+        }
+        let metadata = StoreMetadata(version: version, storeID: storeID, createdMilliseconds: StoreMetadata.now,
+                                     sealedMasterKey: sealed, rollbackCounter: counter?.index)
+        guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
+            if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
+            throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
+        }
+        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
+        }
+        if version == 1 {
+            guard try Directory.open(itemsDirectory, in: rootDirectory, create: true) != nil else {
+                throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
+            }
+        }
+        return Unlocked(storeID: storeID, keys: keys, version: version, metadataInode: inode, counterIndex: counter?.index,
+                        counter: counter.map { .success($0.value) })
+    }
+
+    /// Gives a store from before rollback protection its counter and manifest, once, when this
+    /// TPM can hold a counter: store.meta naming the counter is the commit (before it, the store
+    /// is as it was).
+    private static func addCounter(to opened: inout Unlocked, layout: Layout, in rootDirectory: Directory, tpm: TPMConfiguration,
+                                   cache: StorageKeyContextFile) throws(StoreError) {
+        let root = rootDirectory.path
+        guard let counter = try defineCounterIfPossible(keys: opened.keys, tpm: tpm, root: root, cache: cache) else { return }
+        try writeManifest(of: layout, in: rootDirectory, keys: opened.keys, storeID: opened.storeID, counterIndex: counter.index,
+                          epoch: counter.value)
+        let current = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
+        let protected = StoreMetadata(version: current.version, storeID: opened.storeID, createdMilliseconds: current.createdMilliseconds,
+                                      sealedMasterKey: current.sealedMasterKey, rollbackCounter: counter.index)
+        try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: opened.keys.metadata), durable: true)
+        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
+        }
+        (opened.counterIndex, opened.counter, opened.metadataInode) = (counter.index, .success(counter.value), inode)
     }
 
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
@@ -218,11 +225,11 @@ extension ItemStore {
         let storeID: [UInt8]
         let keys: StoreKeys
         let version: UInt16
-        let metadataInode: UInt64
-        let counterIndex: UInt32?
+        var metadataInode: UInt64
+        var counterIndex: UInt32?
         /// The counter's value, or why it could not be read: reported after the layout is checked,
         /// since a store.meta put back from before a rotation names a counter the rotation deleted.
-        let counter: Result<UInt64, StoreError>?
+        var counter: Result<UInt64, StoreError>?
 
         var counterValue: UInt64? {
             get throws(StoreError) { try counter?.get() }
