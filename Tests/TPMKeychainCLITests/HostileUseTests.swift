@@ -34,6 +34,41 @@ struct HostileUseTests {
         #expect(try items.map { try Data(contentsOf: URL(fileURLWithPath: $0)) } == before)
     }
 
+    @Test("an item put back from an older copy, or deleted behind the tool's back, is a rollback (65) naming what happened; the whole store put back fails to open the same way; deleting the item accepts the loss")
+    func rolledBackFiles() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "old")
+        let file = try #require(regularFiles(under: fixture.store + "/items2").first { $0.hasSuffix(".item") })
+        let older = try Data(contentsOf: URL(fileURLWithPath: file))
+        let wholeStore = fixture.store + ".old"
+        try FileManager.default.copyItem(atPath: fixture.store, toPath: wholeStore)
+        defer { try? FileManager.default.removeItem(atPath: wholeStore) }
+        try fixture.succeed("add-generic-password", "-U", "-s", "svc", "-a", "alice", "-w", "new")
+        try older.write(to: URL(fileURLWithPath: file))
+
+        let find = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        #expect(find.status == 65, "\(find)")
+        #expect(find.stdout.isEmpty && !find.stdout.contains("old"), "\(find)")
+        #expect(find.stderr.contains("older copy"), "\(find)")
+        let dump = try CLI.run(["dump-keychain", "--keychain", fixture.store], environment: fixture.environment)
+        #expect(dump.status == 65, "\(dump)")
+
+        try FileManager.default.removeItem(atPath: file)
+        let missing = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        #expect(missing.status == 65 && missing.stderr.contains("missing although"), "\(missing)")
+        // The file was already gone: not found (44), as security says, and the loss is accepted.
+        let delete = try CLI.run(["delete-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice"], environment: fixture.environment)
+        #expect(delete.status == 44, "\(delete)")
+        let gone = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        #expect(gone.status == 44, "\(gone)")
+
+        // The whole store, from before the second process's write: older than the TPM counter.
+        try FileManager.default.removeItem(atPath: fixture.store)
+        try FileManager.default.copyItem(atPath: wholeStore, toPath: fixture.store)
+        let restored = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        #expect(restored.status == 65 && restored.stderr.contains("older than its TPM counter"), "\(restored)")
+    }
+
     @Test("a renamed item file or swapped service directories are tampering (65) for find and delete, as for dump")
     func renamedAndSwapped() throws {
         let fixture = try CLIFixture()
