@@ -141,8 +141,8 @@ extension ItemStore {
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         let counter = version >= 2 ? try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) : nil
         if let counter {
-            try writeManifest(of: Layout(version: 2, items: rootDirectory), in: rootDirectory, keys: keys, storeID: storeID,
-                              counterIndex: counter.index, epoch: counter.value, scan: false)
+            try writeManifest(Manifest.fileName, listing: nil, in: rootDirectory, keys: keys, storeID: storeID,
+                              counterIndex: counter.index, epoch: counter.value)
         }
         let metadata = StoreMetadata(version: version, storeID: storeID, createdMilliseconds: StoreMetadata.now,
                                      sealedMasterKey: sealed, rollbackCounter: counter?.index)
@@ -169,7 +169,7 @@ extension ItemStore {
                                    cache: StorageKeyContextFile) throws(StoreError) {
         let root = rootDirectory.path
         guard let counter = try defineCounterIfPossible(keys: opened.keys, tpm: tpm, root: root, cache: cache) else { return }
-        try writeManifest(of: layout, in: rootDirectory, keys: opened.keys, storeID: opened.storeID, counterIndex: counter.index,
+        try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: opened.keys, storeID: opened.storeID, counterIndex: counter.index,
                           epoch: counter.value)
         let current = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
         let protected = StoreMetadata(version: current.version, storeID: opened.storeID, createdMilliseconds: current.createdMilliseconds,

@@ -164,7 +164,7 @@ extension ItemStore {
             }
         }
         if let counter {
-            try writeManifest(of: layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID, counterIndex: counter.index,
+            try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID, counterIndex: counter.index,
                               epoch: counter.value)
         }
         let metadata = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID,

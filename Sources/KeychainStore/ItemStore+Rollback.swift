@@ -136,28 +136,29 @@ extension ItemStore {
         throw StoreError(.notAvailable, "No free NV index for the keychain's rollback counter in 0x\(String(counterRange.lowerBound, radix: 16))-0x\(String(counterRange.upperBound - 1, radix: 16))")
     }
 
-    /// A new manifest listing every item of `layout` as it is now, in epoch `epoch`: for a new
-    /// store (empty), for one that gets its counter, after a rotation and after a recovery.
-    static func writeManifest(of layout: Layout, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
-                              epoch: UInt64, scan: Bool = true) throws(StoreError) {
+    /// A new manifest `name` in epoch `epoch`, listing every item of `layout` as it is now (none
+    /// for a new store): for a new store, for one that gets its counter, after a rotation and after
+    /// a recovery.
+    static func writeManifest(_ name: String, listing layout: Layout?, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8],
+                              counterIndex: UInt32, epoch: UInt64) throws(StoreError) {
         var entries: [Manifest.ItemKey: Manifest.Entry] = [:]
         var highWater: UInt64 = 0
-        if scan && layout.version == 2 {
+        if let layout, layout.version == 2 {
             for group in try layout.items.entries() where !group.hasPrefix(".") {
                 guard let directory = try Directory.open(group, in: layout.items, create: false) else { continue }
-                for name in try directory.entries() where name.hasSuffix(Manifest.itemSuffix) {
-                    guard let file = try directory.openFile(name), file.size >= ItemFileV2.headerSize else { continue }
+                for name in try directory.entries() {
+                    guard let key = Manifest.ItemKey(fileName: name), let file = try directory.openFile(name),
+                          file.size >= ItemFileV2.headerSize else { continue }
                     let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                              storeID: storeID, path: file.path)
-                    guard let key = Manifest.ItemKey(fileName: name) else { continue }
                     entries[key] = Manifest.Entry(generation: header.generation, live: true, group: group)
                     highWater = max(highWater, header.generation)
                 }
             }
         }
         let state = Manifest.State(storeID: storeID, counterIndex: counterIndex, highWater: highWater, epoch: epoch, entries: entries,
-                                   lastMAC: [], validSize: 0, recordCount: 0)
-        try rootDirectory.replace(layout.manifest, with: Manifest.compacted(state, key: keys.manifest), durable: true)
+                                   lastMAC: [], validSize: 0)
+        try rootDirectory.replace(name, with: Manifest.compacted(state, key: keys.manifest), durable: true)
     }
 
     // MARK: Reading
@@ -315,7 +316,7 @@ extension ItemStore {
         guard let (fileName, validSize, lastMAC) = rollback.withLock({ state in
             state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC) }
         }) else { return }
-        let (bytes, _) = Manifest.encode(records, after: lastMAC, key: keys.manifest)
+        let bytes = Manifest.encode(records, after: lastMAC, key: keys.manifest)
         try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
         let error = rollback.withLock { state -> StoreError? in
             guard state != nil else { return nil }

@@ -97,7 +97,7 @@ extension ItemStore {
             // The recovery key (if any) follows: the new master key encrypted to its public half.
             try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
             if let counter {
-                try Self.writeManifest(of: target.layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index,
+                try Self.writeManifest(target.layout.manifest, listing: target.layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index,
                                        epoch: counter.value)
             }
             // The commit: store.meta now seals the new key.

@@ -14,6 +14,10 @@ package import Musl
 /// sanitizer, so `Scripts/tsan.sh` checks this project's locking for real. The cost is one
 /// allocation per lock and a few nanoseconds per acquisition.
 ///
+/// Give it a value with a size, even when it guards no state of its own (`Locked<UInt8>`, not
+/// `Locked<()>`): a zero-sized value has the address of the memory after it, and ThreadSanitizer
+/// then reports the lock's own accesses as races with that neighbour.
+///
 /// Inlinable, like the standard library's lock, so that each caller gets `withLock` specialised
 /// for its value and result: the generic version (value witnesses, metadata lookups per call)
 /// made a get half as slow again.

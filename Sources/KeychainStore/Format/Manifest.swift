@@ -98,7 +98,6 @@ struct Manifest {
         var lastMAC: [UInt8]
         /// The file offset after the last record that authenticated.
         var validSize: Int
-        var recordCount: Int
         /// Entries that are live items, kept as records are applied (a compaction decision per
         /// write must not count a large store's entries).
         var liveCount = 0
@@ -125,9 +124,8 @@ struct Manifest {
         }
 
         static func item(_ kind: Kind, _ path: ItemPath, generation: UInt64) -> Record? {
-            guard let group = [UInt8](hexString: path.group), let file = [UInt8](hexString: String(path.file.dropLast(Manifest.itemSuffix.count))),
-                  group.count == 16, file.count == 16, path.file.hasSuffix(Manifest.itemSuffix) else { return nil }
-            return Record(kind: kind, value: generation, name: group + file)
+            guard let file = ItemKey(fileName: path.file), let group = [UInt8](hexString: path.group), group.count == 16 else { return nil }
+            return Record(kind: kind, value: generation, name: group + file.bytes)
         }
     }
 
@@ -141,8 +139,8 @@ struct Manifest {
         return Array(Array(hmac.finalize()).prefix(16))
     }
 
-    /// The bytes of `records` chained after `previous`, and the last MAC.
-    static func encode(_ records: [Record], after previous: [UInt8], key: SymmetricKey) -> (bytes: [UInt8], lastMAC: [UInt8]) {
+    /// The bytes of `records` chained after `previous`.
+    static func encode(_ records: [Record], after previous: [UInt8], key: SymmetricKey) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(records.count * recordSize)
         var last = previous
@@ -152,7 +150,7 @@ struct Manifest {
             bytes += body
             bytes += last
         }
-        return (bytes, last)
+        return bytes
     }
 
     /// Parses a whole manifest. Records after the first one that fails its MAC are not read: a
@@ -175,7 +173,7 @@ struct Manifest {
             throw StoreError(.tampered, "\(path) belongs to another store or counter")
         }
         var state = State(storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
-                          lastMAC: Array(bytes[48..<64]), validSize: recordSize, recordCount: 1)
+                          lastMAC: Array(bytes[48..<64]), validSize: recordSize)
         if let error = apply(bytes[recordSize...], at: recordSize, to: &state, key: key, path: path) { throw error }
         return state
     }
@@ -215,7 +213,6 @@ struct Manifest {
             state.lastMAC = recordMAC
             position += recordSize
             state.validSize = offset + (position - bytes.startIndex)
-            state.recordCount += 1
         }
         return nil
     }
@@ -234,7 +231,7 @@ struct Manifest {
             if let pending = entry.pending, let record = Record.item(.writing, path, generation: pending) { records.append(record) }
         }
         records.append(Record(kind: .epoch, value: state.epoch))
-        return encode(records, after: [UInt8](repeating: 0, count: 16), key: key).bytes
+        return encode(records, after: [UInt8](repeating: 0, count: 16), key: key)
     }
 
     private static func integer(_ bytes: [UInt8], at offset: Int) -> UInt64 {
