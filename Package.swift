@@ -36,13 +36,17 @@ let package = Package(
             pkgConfig: "tss2-esys",
             providers: [.apt(["libtss2-dev"])]
         ),
+        // One private OpenSSL context for ESAPI's hashes and HMACs instead of a new one for each
+        // (tpm2-tss makes 18 in one CLI lookup). C, because it repoints libtss2-esys's own import
+        // slots for two libcrypto functions; see its header. Only the TPM target uses it.
+        .target(name: "CESAPICryptoContext", linkerSettings: [.linkedLibrary("dl")]),
         // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
         .target(name: "SystemCalls", swiftSettings: strictness),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
         .target(
             name: "TPM",
             dependencies: [
-                "CTSS2", "SystemCalls",
+                "CTSS2", "CESAPICryptoContext", "SystemCalls",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -27,6 +27,7 @@ final class Engine {
         self.contextCache = contextCache
         deadline = CommandDeadline(configuration)
         Self.quietTSSLogging
+        ESAPICryptoContext.install()
         accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
 
         var loadedTCTI: OpaquePointer?
