@@ -118,6 +118,7 @@ let package = Package(
         // The floor the benchmarks compare against: the same round trips written directly in C.
         .executableTarget(
             name: "ESAPIFloor",
+            dependencies: ["CESAPICryptoContext"],
             path: "Tests/Benchmarks/ESAPIFloor",
             linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
