@@ -22,6 +22,7 @@ tests=(
     "KeyRotationTests/otherProcessRotation"
     "SecItemTests"
     "AccessControlTests"
+    "ESAPICryptoContextTests"
 )
 filter=$(IFS='|'; echo "${tests[*]}")
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
