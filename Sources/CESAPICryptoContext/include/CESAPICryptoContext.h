@@ -22,8 +22,8 @@
 
 /* Patches libtss2-esys once per process; later calls return at once. Call before ESAPI is used.
  * Returns true when both import slots were found and now lead to the shared context; false leaves
- * ESAPI as it was (a libtss2-esys that does not import them, or one not loaded as a shared
- * library). */
+ * ESAPI as it was (a libtss2-esys that does not import them, one not loaded as a shared library,
+ * or an architecture other than x86_64 and arm64). */
 bool cesapi_crypto_context_install(void);
 
 /* How many contexts ESAPI asked for since installation, and how many were made for it (at most one). */

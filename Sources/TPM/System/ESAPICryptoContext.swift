@@ -4,8 +4,8 @@ internal import CESAPICryptoContext
 /// instead of a new one for each hash and HMAC (CESAPICryptoContext's header says how and why).
 package enum ESAPICryptoContext {
     /// Points libtss2-esys at the shared context, once per process; every ``Engine`` calls it
-    /// before using ESAPI. False when this libtss2-esys does not import the two functions (ESAPI
-    /// then runs as it was built, only slower).
+    /// before using ESAPI. False when this libtss2-esys does not import the two functions, or
+    /// on an architecture other than x86_64 and arm64 (ESAPI then runs as it was built, only slower).
     @discardableResult
     package static func install() -> Bool {
         cesapi_crypto_context_install()
