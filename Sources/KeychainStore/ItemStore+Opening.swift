@@ -150,9 +150,7 @@ extension ItemStore {
             if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
             throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
         }
-        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
-        }
+        let inode = try metadataInode(in: rootDirectory, "while the store was locked")
         if version == 1 {
             guard try Directory.open(itemsDirectory, in: rootDirectory, create: true) != nil else {
                 throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
@@ -175,10 +173,19 @@ extension ItemStore {
         let protected = StoreMetadata(version: current.version, storeID: opened.storeID, createdMilliseconds: current.createdMilliseconds,
                                       sealedMasterKey: current.sealedMasterKey, rollbackCounter: counter.index)
         try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: opened.keys.metadata), durable: true)
-        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared while the store was locked")
-        }
+        let inode = try metadataInode(in: rootDirectory, "while the store was locked")
         (opened.counterIndex, opened.counter, opened.metadataInode) = (counter.index, .success(counter.value), inode)
+    }
+
+    /// The inode of the store.meta this process has just written (the way it later notices that
+    /// another process replaced it).
+    ///
+    /// - Parameter moment: when it could have gone, for the error ("while the store was locked").
+    static func metadataInode(in rootDirectory: Directory, _ moment: String) throws(StoreError) -> UInt64 {
+        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+            throw StoreError(.storageFailed, "\(rootDirectory.path)/\(StoreMetadata.fileName) disappeared \(moment)")
+        }
+        return inode
     }
 
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
@@ -210,9 +217,7 @@ extension ItemStore {
             let migrated = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
                                          sealedMasterKey: resealed, rollbackCounter: counterIndex)
             try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
-            guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-                throw StoreError(.storageFailed, "\(metadataPath) disappeared while it was resealed")
-            }
+            let inode = try metadataInode(in: rootDirectory, "while it was resealed")
             return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: inode,
                             counterIndex: counterIndex, counter: counterValue)
         }

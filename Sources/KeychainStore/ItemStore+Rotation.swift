@@ -119,9 +119,7 @@ extension ItemStore {
             }
             throw error
         }
-        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-            throw StoreError(.storageFailed, "\(root)/\(StoreMetadata.fileName) disappeared after the key rotation")
-        }
+        let inode = try Self.metadataInode(in: rootDirectory, "after the key rotation")
         let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
         adopt(rotated)
         if let counter {

@@ -2,9 +2,8 @@ internal import CTSS2
 import SystemCalls
 
 /// `Tss2_RC_Decode` formats into a buffer of its own; decode under one lock so concurrent
-/// connections never read each other's text. It guards no value of its own; a byte rather than
-/// `()`, because a zero-sized value has the address of whatever follows it, and ThreadSanitizer
-/// then reports the lock's own accesses as a race with that neighbour.
+/// connections never read each other's text. It guards no value of its own (a byte, not `()`:
+/// see ``Locked``).
 private let decodeLock = Locked<UInt8>(0)
 
 /// The one place a `TSS2_RC` becomes a Swift error.
