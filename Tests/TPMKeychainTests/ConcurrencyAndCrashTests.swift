@@ -17,11 +17,14 @@ final class WriterProcess {
     private var buffer = ""
 
     init(store: TestStore, service: String, accounts: [String], count: Int? = nil, size: Int = 64, start: Int = 0,
-         deleteEvery: Int? = nil) throws {
+         deleteEvery: Int? = nil, until stopFile: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: stressWriter)
-        process.arguments = ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--service", service,
-                             "--accounts", accounts.joined(separator: ","), "--size", String(size), "--start", String(start)]
-            + (count.map { ["--count", String($0)] } ?? []) + (deleteEvery.map { ["--delete-every", String($0)] } ?? [])
+        var arguments = ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--service", service,
+                         "--accounts", accounts.joined(separator: ","), "--size", String(size), "--start", String(start)]
+        if let count { arguments += ["--count", String(count)] }
+        if let deleteEvery { arguments += ["--delete-every", String(deleteEvery)] }
+        if let stopFile { arguments += ["--until", stopFile] }
+        process.arguments = arguments
         process.standardOutput = output
         process.standardError = FileHandle.standardError
         try process.run()
@@ -39,6 +42,13 @@ final class WriterProcess {
     func kill() {
         Glibc.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
+    }
+
+    /// How many values a writer started with `until:` wrote before it stopped, after the process ended.
+    func stoppedAfter() -> Int? {
+        buffer += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let line = buffer.split(separator: "\n").last { $0.hasPrefix("stopped after ") }
+        return line.flatMap { Int($0.dropFirst("stopped after ".count)) }
     }
 
     /// Every acknowledged sequence number per account, after the process ended.

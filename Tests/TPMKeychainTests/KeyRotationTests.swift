@@ -105,16 +105,21 @@ import Glibc
         let keychain = try store.keychain("com.example.busy")
         try keychain.set("seed", forKey: "seed")   // the store exists before the writer opens it
         let accounts = (0..<8).map { "account-\($0)" }
-        let count = 1000
-        let writer = try WriterProcess(store: store, service: "com.example.busy", accounts: accounts, count: count)
+        // The writer writes until told to stop, so that it is writing during all three rotations
+        // however fast they are (a fixed number of writes could end first on a slow machine).
+        let stop = store.directory + "/stop-writing"
+        let writer = try WriterProcess(store: store, service: "com.example.busy", accounts: accounts, until: stop)
         writer.waitFor("wrote")
         // Three rotations while the writer runs: each waits for the writer's current write (the
         // store lock), and the writer follows each new key (store.meta's inode) before its next one.
         for _ in 0..<3 { try await store.location.rotateKeys() }
-        #expect(writer.process.isRunning, "the writer finished before the rotations did: they did not overlap")
+        #expect(writer.process.isRunning, "the writer ended during the rotations")
+        #expect(FileManager.default.createFile(atPath: stop, contents: nil))
         writer.process.waitUntilExit()
         #expect(writer.process.terminationStatus == 0)
         let acknowledged = writer.acknowledged()
+        let count = try #require(writer.stoppedAfter())
+        #expect(count > 0)
         #expect(acknowledged.values.reduce(0) { $0 + $1.count } == count)
         Keychain.closeStore(store.location)
         let reader = try store.keychain("com.example.busy")

@@ -58,7 +58,7 @@ if let path = argument("--keychain"), CommandLine.arguments.contains("--rotate-k
 }
 
 guard let path = argument("--keychain"), let service = argument("--service") else {
-    FileHandle.standardError.write(Data("usage: tpm-keychain-stress --keychain DIR [--tcti TCTI] --service S [--accounts a,b] [--count N] [--size BYTES]\n".utf8))
+    FileHandle.standardError.write(Data("usage: tpm-keychain-stress --keychain DIR [--tcti TCTI] --service S [--accounts a,b] [--count N | --until PATH] [--size BYTES]\n".utf8))
     exit(64)
 }
 let accounts = (argument("--accounts") ?? "item").split(separator: ",").map(String.init)
@@ -66,6 +66,8 @@ let count = Int(argument("--count") ?? "") ?? Int.max
 let size = Int(argument("--size") ?? "") ?? 64
 let start = Int(argument("--start") ?? "") ?? 0
 let deleteEvery = Int(argument("--delete-every") ?? "") ?? 0
+// --until PATH: stop (after the write in progress) once PATH exists, and say how many were written.
+let stopFile = argument("--until")
 
 
 do {
@@ -74,6 +76,7 @@ do {
     emit("ready")
     var sequence = start
     while sequence - start < count {
+        if let stopFile, FileManager.default.fileExists(atPath: stopFile) { break }
         let account = accounts[(sequence - start) % accounts.count]
         var value = Array("\(account):\(sequence):".utf8)
         if value.count < size { value += [UInt8](repeating: UInt8(ascii: "."), count: size - value.count) }
@@ -85,6 +88,7 @@ do {
         }
         sequence += 1
     }
+    if stopFile != nil { emit("stopped after \(sequence - start)") }
 } catch {
     FileHandle.standardError.write(Data("tpm-keychain-stress: \(error)\n".utf8))
     exit(1)
