@@ -114,6 +114,8 @@ import Glibc
         // store lock), and the writer follows each new key (store.meta's inode) before its next one.
         for _ in 0..<3 { try await store.location.rotateKeys() }
         #expect(writer.process.isRunning, "the writer ended during the rotations")
+        // Writes go round the accounts in order: once the last has been written, every one has a value.
+        writer.waitFor("wrote \(accounts[accounts.count - 1]) ")
         #expect(FileManager.default.createFile(atPath: stop, contents: nil))
         writer.process.waitUntilExit()
         #expect(writer.process.terminationStatus == 0)
