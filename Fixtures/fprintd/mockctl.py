@@ -2,7 +2,7 @@
 '''Drives the fprintd mock (fprintd_template.py) on a private bus, for FprintdTests.
 
     mockctl.py ADDRESS wait-bus SECONDS      until the bus accepts connections
-    mockctl.py ADDRESS wait SECONDS [PID]    until net.reactivated.Fprint is on the bus; fails at once
+    mockctl.py ADDRESS wait SECONDS [PID]    until net.reactivated.Fprint is on the bus (owned by PID); fails at once
                                              when process PID (the mock) has exited
     mockctl.py ADDRESS add-device NAME       prints the device's object path
     mockctl.py ADDRESS remove-device PATH
@@ -10,6 +10,11 @@
     mockctl.py ADDRESS set-script PATH JSON  JSON: [["verify-match", true, 0], ...] (result, done, delay ms)
     mockctl.py ADDRESS set-error PATH METHOD ERROR_NAME [MESSAGE]
     mockctl.py ADDRESS calls PATH            prints the device's call log as JSON: [["Claim", [""]], ...]
+    mockctl.py ADDRESS emit PATH RESULT DONE the mock (fprintd's owner) broadcasts VerifyStatus(RESULT, DONE)
+    mockctl.py ADDRESS forge PATH RESULT DONE another connection, owning nothing, sends VerifyStatus(RESULT,
+                                             DONE) as fprintd's path and interface: unicast to every other
+                                             connection on the bus, and broadcast; returns once the bus has
+                                             routed all of them
 
 Exits non-zero, with the reason on stderr, when anything fails.
 '''
@@ -19,10 +24,12 @@ import sys
 import time
 
 import dbus
+import dbus.lowlevel
 
 BUS_NAME = 'net.reactivated.Fprint'
 MANAGER = '/net/reactivated/Fprint/Manager'
 MOCK_IFACE = 'org.freedesktop.DBus.Mock'
+DEVICE_IFACE = 'net.reactivated.Fprint.Device'
 
 
 def plain(value):
@@ -47,6 +54,11 @@ def exited(pid):
         return True
 
 
+def owner_pid(bus):
+    driver = dbus.Interface(bus.get_object('org.freedesktop.DBus', '/org/freedesktop/DBus'), 'org.freedesktop.DBus')
+    return int(driver.GetConnectionUnixProcessID(BUS_NAME))
+
+
 def wait(address, seconds, for_service, pid=None):
     deadline = time.monotonic() + seconds
     last = None
@@ -55,14 +67,30 @@ def wait(address, seconds, for_service, pid=None):
             sys.exit(f'the fprintd mock (pid {pid}) exited before it appeared on {address}')
         try:
             bus = dbus.bus.BusConnection(address)
-            if not for_service or bus.name_has_owner(BUS_NAME):
+            if not for_service or (bus.name_has_owner(BUS_NAME) and (pid is None or owner_pid(bus) == pid)):
                 return
-            last = f'{BUS_NAME} has no owner yet'
+            last = f'{BUS_NAME} has no owner yet' if pid is None else f'{BUS_NAME} is not owned by process {pid} yet'
         except dbus.exceptions.DBusException as error:
             last = str(error)
         time.sleep(0.05)
     what = 'the fprintd mock' if for_service else 'the bus'
     sys.exit(f'{what} did not appear on {address} within {seconds} s: {last}')
+
+
+def forge(bus, path, result, done):
+    '''What any local user can send on a bus whose policy allows signals (the system bus's default).'''
+    owner = bus.get_name_owner(BUS_NAME)
+    driver = dbus.Interface(bus.get_object('org.freedesktop.DBus', '/org/freedesktop/DBus'), 'org.freedesktop.DBus')
+    targets = [name for name in driver.ListNames() if name.startswith(':') and name not in (owner, bus.get_unique_name())]
+    for target in targets + [None]:
+        signal = dbus.lowlevel.SignalMessage(path, DEVICE_IFACE, 'VerifyStatus')
+        signal.append(result, dbus.Boolean(done), signature='sb')
+        if target is not None:
+            signal.set_destination(target)
+        bus.send_message(signal)
+    # The bus handles one connection's messages in order: once it answers this call, every
+    # signal above has been routed.
+    driver.GetId()
 
 
 def main(argv):
@@ -92,6 +120,10 @@ def main(argv):
     elif command == 'calls':
         calls = mock(args[0]).GetCalls()
         print(json.dumps([[str(name), plain(arguments)] for _, name, arguments in calls]))
+    elif command == 'emit':
+        mock(args[0]).EmitSignal(DEVICE_IFACE, 'VerifyStatus', 'sb', [args[1], dbus.Boolean(args[2] == 'true')])
+    elif command == 'forge':
+        forge(bus, args[0], args[1], args[2] == 'true')
     else:
         sys.exit(f'unknown command {command}\n{__doc__}')
 

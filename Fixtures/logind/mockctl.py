@@ -12,6 +12,10 @@
     mockctl.py ADDRESS set-display UID ID          the user's display session ("" for none)
     mockctl.py ADDRESS remove-session ID           removes it; emits SessionRemoved
     mockctl.py ADDRESS connections PID             prints how many connections process PID has on the bus
+    mockctl.py ADDRESS forge-unlock ID PID         another connection, owning nothing, sends what would
+                                                   unlock session ID (PropertiesChanged LockedHint false,
+                                                   Unlock) unicast to each connection of process PID,
+                                                   then pings each: once it answers, it has handled them
 
 Exits non-zero, with the reason on stderr, when anything fails.
 '''
@@ -20,6 +24,7 @@ import sys
 import time
 
 import dbus
+import dbus.lowlevel
 
 BUS_NAME = 'org.freedesktop.login1'
 MANAGER = '/org/freedesktop/login1'
@@ -54,18 +59,42 @@ def wait(address, seconds, pid):
     sys.exit(f'the logind mock did not appear on {address} within {seconds} s: {last}')
 
 
-def connections(bus, pid):
+def connection_names(bus, pid):
+    '''The unique names of process pid's connections.'''
     driver = dbus.Interface(bus.get_object('org.freedesktop.DBus', '/org/freedesktop/DBus'), 'org.freedesktop.DBus')
-    count = 0
+    names = []
     for name in driver.ListNames():
         if not name.startswith(':'):
             continue
         try:
             if driver.GetConnectionUnixProcessID(name) == pid:
-                count += 1
+                names.append(name)
         except dbus.exceptions.DBusException:
             pass  # disconnected meanwhile
-    return count
+    return names
+
+
+def connections(bus, pid):
+    return len(connection_names(bus, pid))
+
+
+def forge_unlock(bus, session_path, pid):
+    '''What any local user can send on a bus whose policy allows signals (the system bus's default).'''
+    targets = [name for name in connection_names(bus, pid)]
+    for target in targets:
+        changed = dbus.lowlevel.SignalMessage(session_path, 'org.freedesktop.DBus.Properties', 'PropertiesChanged')
+        changed.append(SESSION_IFACE, dbus.Dictionary({'LockedHint': dbus.Boolean(False, variant_level=1)}, signature='sv'),
+                       dbus.Array([], signature='s'), signature='sa{sv}as')
+        unlock = dbus.lowlevel.SignalMessage(session_path, SESSION_IFACE, 'Unlock')
+        for signal in (changed, unlock):
+            signal.set_destination(target)
+            bus.send_message(signal)
+    # sd-bus answers Peer.Ping in the same loop that dispatches signals, in order: the answer
+    # comes after the forged signals were handled.
+    for target in targets:
+        bus.call_blocking(target, '/', 'org.freedesktop.DBus.Peer', 'Ping', '', [])
+    if not targets:
+        sys.exit(f'process {pid} has no connection on the bus')
 
 
 def main(argv):
@@ -96,6 +125,8 @@ def main(argv):
         mock.SetDisplay(dbus.UInt32(int(args[0])), args[1])
     elif command == 'remove-session':
         mock.RemoveSession(args[0])
+    elif command == 'forge-unlock':
+        forge_unlock(bus, manager.GetSession(args[0]), int(args[1]))
     elif command == 'connections':
         print(connections(bus, int(args[0])))
     else:

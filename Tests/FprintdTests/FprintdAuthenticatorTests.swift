@@ -279,6 +279,44 @@ struct FprintdAuthenticatorTests {
         }
     }
 
+    // MARK: Signals from anyone but fprintd
+
+    @Test("a forged match, sent unicast by another connection while a verification waits, is ignored: fprintd's own no-match decides")
+    func forgedMatchIsIgnored() async throws {
+        try await withMock { mock, authenticator in
+            let device = try await enrolledDevice(mock, script: [])
+            let verification = startVerification(authenticator)
+            try await mock.waitForCall("VerifyStart", on: device)
+            try await mock.forgeVerifyStatus(device, "verify-match", done: true)
+            try await mock.emitVerifyStatus(device, "verify-no-match", done: true)
+            #expect(await verification.value?.code == .authenticationFailed)
+        }
+    }
+
+    @Test("a forged no-match is ignored too, and fprintd's own match still succeeds")
+    func forgedNoMatchIsIgnoredAndTheRealMatchSucceeds() async throws {
+        try await withMock { mock, authenticator in
+            let device = try await enrolledDevice(mock, script: [])
+            let verification = startVerification(authenticator)
+            try await mock.waitForCall("VerifyStart", on: device)
+            try await mock.forgeVerifyStatus(device, "verify-no-match", done: true)
+            try await mock.emitVerifyStatus(device, "verify-match", done: true)
+            let error = await verification.value
+            #expect(error == nil, "\(String(describing: error))")
+        }
+    }
+
+    @Test("fprintd's name changing owner during a verification fails it: a new owner's statuses are not the claimed reader's")
+    func ownerChangeFailsTheVerification() async throws {
+        try await withMock { mock, authenticator in
+            let device = try await enrolledDevice(mock, script: [])
+            let verification = startVerification(authenticator)
+            try await mock.waitForCall("VerifyStart", on: device)
+            try await mock.replaceService()
+            #expect(await verification.value?.code == .biometryNotAvailable)
+        }
+    }
+
     // MARK: Helpers
 
     /// Starts a private bus with the mock, runs `body` with an authenticator pointed at it, and

@@ -91,6 +91,22 @@ struct LogindSessionLockTests {
         }
     }
 
+    @Test("signals forged by another connection (unicast PropertiesChanged and Unlock) do not unlock a locked session")
+    func forgedUnlockIsIgnored() async throws {
+        try await withMock { mock in
+            try await mock.addSession("c1")
+            try await mock.setLockedHint("c1", true)
+            let lock = try LogindSessionLock(busAddress: mock.address, session: "c1")
+            defer { lock.stop() }
+            try await expectEventually("locked") { try lock.isLocked() }
+            try await mock.forgeUnlock("c1")
+            #expect(try lock.isLocked() == true, "a forged signal unlocked the session")
+            // logind's own notification still counts.
+            try await mock.setLockedHint("c1", false)
+            try await expectEventually("unlocked by logind") { try !lock.isLocked() }
+        }
+    }
+
     // MARK: Finding the session
 
     @Test func findsTheSessionOfThisProcess() async throws {

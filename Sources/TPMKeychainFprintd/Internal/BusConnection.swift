@@ -200,20 +200,32 @@ final class BusConnection {
         return read(&reader)
     }
 
-    /// Subscribes to a signal; `handler` runs inside ``process()`` on this thread, for as long as
-    /// the connection lives.
+    /// The unique name (":1.42") of the connection that owns `name` now.
+    ///
+    /// - Throws: `BusError` (`org.freedesktop.DBus.Error.NameHasNoOwner` when nobody owns it).
+    func nameOwner(_ name: String) throws(BusError) -> String {
+        let owner = try call(destination: BusDriver.name, path: BusDriver.path, interface: BusDriver.interface, member: "GetNameOwner",
+                             arguments: [.string(name)], read: { $0.readString() })
+        guard let owner, owner.hasPrefix(":") else {
+            throw BusError(operation: "GetNameOwner", name: nil, message: "the reply has no unique name", errno: EBADMSG)
+        }
+        return owner
+    }
+
+    /// Subscribes to a signal that `name` broadcasts; `handler` runs inside ``process()`` on this
+    /// thread, for as long as the connection lives, for signals `sender` sent (see ``SignalSender``).
     ///
     /// - Throws: `BusError` when the bus refuses the match rule.
     func subscribe(
-        sender: String, path: String, interface: String, member: String,
+        from sender: SignalSender, name: String, path: String, interface: String, member: String,
         handler: @escaping (inout BusMessageReader) -> Void
     ) throws(BusError) {
-        let subscription = Subscription(handler: handler)
+        let subscription = Subscription(sender: sender, handler: handler)
         let userdata = Unmanaged.passUnretained(subscription).toOpaque()
         var slot: OpaquePointer? = nil
         // sd_bus_match_signal waits for the bus to acknowledge the match, so no signal sent after it
         // returns can be missed.
-        let result = sd_bus_match_signal(bus, &slot, sender, path, interface, member, dispatchToSubscription, userdata)
+        let result = sd_bus_match_signal(bus, &slot, name, path, interface, member, dispatchToSubscription, userdata)
         try Self.check("AddMatch \(interface).\(member)", result)
         subscription.slot = slot
         subscriptions.append(subscription)
@@ -221,11 +233,11 @@ final class BusConnection {
 
     /// Subscribes to the messages a full match rule selects (for keys `sd_bus_match_signal` has no
     /// parameter for, such as `arg0`); `handler` runs inside ``process()`` on this thread, for as
-    /// long as the connection lives.
+    /// long as the connection lives, for signals `sender` sent.
     ///
     /// - Throws: `BusError` when the bus refuses the match rule.
-    func subscribe(rule: String, handler: @escaping (inout BusMessageReader) -> Void) throws(BusError) {
-        let subscription = Subscription(handler: handler)
+    func subscribe(rule: String, from sender: SignalSender, handler: @escaping (inout BusMessageReader) -> Void) throws(BusError) {
+        let subscription = Subscription(sender: sender, handler: handler)
         let userdata = Unmanaged.passUnretained(subscription).toOpaque()
         var slot: OpaquePointer? = nil
         // Like sd_bus_match_signal, sd_bus_add_match waits for the bus to acknowledge the match.
@@ -304,6 +316,44 @@ final class BusConnection {
     }
 }
 
+/// The bus driver's names: its messages carry the sender `org.freedesktop.DBus`, which dbus-daemon
+/// never lets a client use.
+enum BusDriver {
+    static let name = "org.freedesktop.DBus"
+    static let path = "/org/freedesktop/DBus"
+    static let interface = "org.freedesktop.DBus"
+
+    /// NameOwnerChanged about `name` only, not every client coming and going on the bus.
+    static func ownerChangedRule(for name: String) -> String {
+        "type='signal',sender='\(Self.name)',path='\(path)',interface='\(interface)',member='NameOwnerChanged',arg0='\(name)'"
+    }
+}
+
+/// Whose signals a subscription accepts. A match on a well-known sender name does not say: dbus-daemon
+/// applies match rules only to broadcasts and delivers a unicast signal from anyone who may send
+/// signals (every user, under the system bus's default policy), and sd-bus lets every unique-name
+/// sender through such a match, since it cannot know which names the sender owns. So a
+/// subscription accepts only broadcasts (no destination) whose sender, which dbus-daemon sets and
+/// no client can choose, is exactly ``uniqueName``.
+///
+/// Used on the connection's thread only; who tracks the owner (a NameOwnerChanged handler) updates
+/// ``uniqueName`` there.
+final class SignalSender {
+    /// The unique name (":1.42") whose signals are accepted, or ``BusDriver/name``; nil accepts none.
+    var uniqueName: String?
+
+    init(_ uniqueName: String?) { self.uniqueName = uniqueName }
+
+    /// The bus driver, for NameOwnerChanged.
+    static var busDriver: SignalSender { SignalSender(BusDriver.name) }
+
+    fileprivate func accepts(_ message: OpaquePointer) -> Bool {
+        guard let uniqueName, sd_bus_message_get_destination(message) == nil,
+              let sender = sd_bus_message_get_sender(message) else { return false }
+        return String(cString: sender) == uniqueName
+    }
+}
+
 /// sd-bus's callback for every match: `userdata` is the match's `Subscription`, which the connection
 /// keeps alive for as long as the match is installed.
 private func dispatchToSubscription(
@@ -311,17 +361,22 @@ private func dispatchToSubscription(
 ) -> Int32 {
     guard let message, let userdata else { return 0 }
     let subscription = Unmanaged<Subscription>.fromOpaque(userdata).takeUnretainedValue()
+    guard subscription.sender.accepts(message) else { return 0 }
     var reader = BusMessageReader(message: message)
     subscription.handler(&reader)
     return 0
 }
 
-/// A signal match: the handler and the sd-bus slot that keeps the match installed.
+/// A signal match: whose signals it accepts, the handler, and the sd-bus slot that keeps the match installed.
 private final class Subscription {
+    let sender: SignalSender
     let handler: (inout BusMessageReader) -> Void
     var slot: OpaquePointer?
 
-    init(handler: @escaping (inout BusMessageReader) -> Void) { self.handler = handler }
+    init(sender: SignalSender, handler: @escaping (inout BusMessageReader) -> Void) {
+        self.sender = sender
+        self.handler = handler
+    }
 
     /// Removes the match. Called before the connection closes, while the bus is still alive.
     func end() {

@@ -79,23 +79,44 @@ struct FprintdClient {
     }
 
     /// Claim(""), match VerifyStatus, VerifyStart("any"), wait for a final status, then VerifyStop
-    /// and Release whatever happened after the claim.
+    /// and Release whatever happened after the claim. Every call goes to the process that owned
+    /// fprintd's name when the verification began, and only that process's broadcasts count (see
+    /// ``SignalSender``); if the name changes owner meanwhile, the verification fails.
     ///
     /// A cancellation is seen between steps and at once while waiting for a status; a method call
     /// already sent (Claim, VerifyStart) is let finish first, bounded by the method call timeout.
     func verify(cancellation: VerificationCancellation, timeout: Duration) throws(AuthenticationError) {
         guard !cancellation.isCancelled else { throw Self.cancelled }
         let bus = try connect()
-        let device = try defaultDevice(on: bus)
+        let statuses = StatusQueue()
         do {
-            try bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "Claim", arguments: [""])
+            // Watching the name before anything else: any owner change from here on is seen.
+            try bus.subscribe(rule: BusDriver.ownerChangedRule(for: Fprintd.service), from: .busDriver) { message in
+                guard message.readString() == Fprintd.service, message.readString() != nil, let owner = message.readString() else { return }
+                statuses.lastOwner = owner
+            }
+        } catch {
+            throw AuthenticationError(error)
+        }
+        // Through the well-known name, which starts fprintd when it is bus-activated; then its owner.
+        let device = try defaultDevice(on: bus)
+        let fprintd: String
+        do {
+            fprintd = try bus.nameOwner(Fprintd.service)
+        } catch {
+            throw AuthenticationError(error)
+        }
+        statuses.fprintd = fprintd
+        do {
+            try bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "Claim", arguments: [""])
         } catch {
             throw AuthenticationError(error)
         }
         let outcome: Result<Void, AuthenticationError>
         var started = false
         do throws(AuthenticationError) {
-            try runVerification(on: bus, device: device, cancellation: cancellation, timeout: timeout, started: &started)
+            try runVerification(on: bus, fprintd: fprintd, device: device, statuses: statuses, cancellation: cancellation,
+                                timeout: timeout, started: &started)
             outcome = .success(())
         } catch {
             outcome = .failure(error)
@@ -103,18 +124,19 @@ struct FprintdClient {
         // Cleanup failures do not change the outcome: a match stays a match, and when the bus or
         // fprintd is gone, fprintd drops the claim as our connection's name vanishes anyway.
         if started {
-            _ = try? bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "VerifyStop")
+            _ = try? bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "VerifyStop")
         }
-        _ = try? bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "Release")
+        _ = try? bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "Release")
         try outcome.get()
     }
 
     private func runVerification(
-        on bus: BusConnection, device: String, cancellation: VerificationCancellation, timeout: Duration, started: inout Bool
+        on bus: BusConnection, fprintd: String, device: String, statuses: StatusQueue, cancellation: VerificationCancellation,
+        timeout: Duration, started: inout Bool
     ) throws(AuthenticationError) {
-        let statuses = StatusQueue()
         do {
-            try bus.subscribe(sender: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "VerifyStatus") { message in
+            try bus.subscribe(from: SignalSender(fprintd), name: Fprintd.service, path: device, interface: Fprintd.deviceInterface,
+                              member: "VerifyStatus") { message in
                 guard let result = message.readString(), let done = message.readBool() else { return }
                 statuses.received.append((result, done))
             }
@@ -123,7 +145,7 @@ struct FprintdClient {
         }
         guard !cancellation.isCancelled else { throw Self.cancelled }
         do {
-            try bus.call(destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface, member: "VerifyStart", arguments: ["any"])
+            try bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "VerifyStart", arguments: ["any"])
         } catch {
             throw AuthenticationError(error)
         }
@@ -134,16 +156,20 @@ struct FprintdClient {
             guard !cancellation.isCancelled else { throw Self.cancelled }
             do {
                 while try bus.process() {
-                    if statuses.received.contains(where: { $0.done }) { break }
+                    if statuses.received.contains(where: { $0.done }) || statuses.ownerChanged { break }
                 }
             } catch {
                 throw AuthenticationError(.biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
             }
             // Statuses with done == false (verify-retry-scan, verify-swipe-too-short, ...) ask for
-            // another touch: keep waiting for the final one.
+            // another touch: keep waiting for the final one. A final status came from the reader
+            // we claimed, whatever happened to fprintd after it.
             if let final = statuses.received.first(where: { $0.done }) {
                 try Self.conclude(final.result)
                 return
+            }
+            guard !statuses.ownerChanged else {
+                throw AuthenticationError(.biometryNotAvailable, "fprintd left the bus or was replaced during the verification")
             }
             let waited: BusWaitOutcome
             do {
@@ -203,9 +229,17 @@ struct FprintdClient {
     }
 }
 
-/// The VerifyStatus signals seen so far; touched only by the thread running the verification.
+/// The VerifyStatus signals seen so far, and fprintd's owner; touched only by the thread running
+/// the verification.
 private final class StatusQueue {
     var received: [(result: String, done: Bool)] = []
+    /// The unique name the verification talks to.
+    var fprintd: String?
+    /// The owner the last NameOwnerChanged about fprintd's name named ("" for none).
+    var lastOwner: String?
+
+    /// Whether fprintd's name left the process the verification talks to.
+    var ownerChanged: Bool { lastOwner.map { $0 != fprintd } ?? false }
 }
 
 extension AuthenticationError {

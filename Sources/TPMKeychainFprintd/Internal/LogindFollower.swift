@@ -27,10 +27,6 @@ enum Logind {
         static let noSuchUser = "org.freedesktop.login1.NoSuchUser"
         static let noUserForPID = "org.freedesktop.login1.NoUserForPID"
     }
-
-    /// Only NameOwnerChanged about logind's name, not every client coming and going on the bus.
-    static let ownerChangedRule = "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
-        + "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(service)'"
 }
 
 /// What readers of ``LogindSessionLock/isLocked()`` see; written by the follower's thread.
@@ -96,6 +92,8 @@ private final class FollowedSession {
     /// A Lock signal not yet followed by a LockedHint notification or an Unlock signal.
     var lockRequested = false
     var logindOnBus = true
+    /// logind's unique name now: only its broadcasts are followed (see ``SignalSender``).
+    let logind = SignalSender(nil)
     var ended = false
     /// A notification that could not be read, an invalidated LockedHint, or logind back on the
     /// bus: read LockedHint again.
@@ -226,28 +224,43 @@ struct LogindFollower: Sendable {
 
     private func subscribe(_ followed: FollowedSession, on bus: BusConnection) throws(LogindSessionLockError) {
         do {
+            // logind's owner first, then who it is now: a restart after the answer is seen.
+            try bus.subscribe(rule: BusDriver.ownerChangedRule(for: Logind.service), from: .busDriver) { message in
+                guard message.readString() == Logind.service, message.readString() != nil, let owner = message.readString() else { return }
+                followed.logindOnBus = !owner.isEmpty
+                followed.logind.uniqueName = owner.isEmpty ? nil : owner
+                // Back on the bus (restarted): what it says now replaces what was cached.
+                if !owner.isEmpty { followed.needsRead = true }
+            }
+        } catch {
+            throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
+        }
+        do {
+            followed.logind.uniqueName = try bus.nameOwner(Logind.service)
+        } catch {
+            throw Self.failure(error, asking: "GetNameOwner")
+        }
+        do {
             try bus.subscribe(
-                sender: Logind.service, path: followed.path, interface: Logind.propertiesInterface, member: "PropertiesChanged"
+                from: followed.logind, name: Logind.service, path: followed.path, interface: Logind.propertiesInterface,
+                member: "PropertiesChanged"
             ) { message in
                 Self.propertiesChanged(&message, followed)
             }
-            try bus.subscribe(sender: Logind.service, path: followed.path, interface: Logind.sessionInterface, member: "Lock") { _ in
+            try bus.subscribe(from: followed.logind, name: Logind.service, path: followed.path, interface: Logind.sessionInterface,
+                              member: "Lock") { _ in
                 followed.lockRequested = true
             }
-            try bus.subscribe(sender: Logind.service, path: followed.path, interface: Logind.sessionInterface, member: "Unlock") { _ in
+            try bus.subscribe(from: followed.logind, name: Logind.service, path: followed.path, interface: Logind.sessionInterface,
+                              member: "Unlock") { _ in
                 followed.lockRequested = false
             }
             try bus.subscribe(
-                sender: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface, member: "SessionRemoved"
+                from: followed.logind, name: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface,
+                member: "SessionRemoved"
             ) { message in
                 _ = message.readString()
                 if message.readString("o") == followed.path { followed.ended = true }
-            }
-            try bus.subscribe(rule: Logind.ownerChangedRule) { message in
-                guard message.readString() == Logind.service, message.readString() != nil, let owner = message.readString() else { return }
-                followed.logindOnBus = !owner.isEmpty
-                // Back on the bus (restarted): what it says now replaces what was cached.
-                if !owner.isEmpty { followed.needsRead = true }
             }
         } catch {
             throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)

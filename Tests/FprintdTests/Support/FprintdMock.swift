@@ -96,6 +96,18 @@ final class FprintdMock: @unchecked Sendable {
         try await control(["set-error", device, method, name])
     }
 
+    /// fprintd (the mock, owner of its name) broadcasts VerifyStatus(result, done) now.
+    func emitVerifyStatus(_ device: String, _ result: String, done: Bool) async throws {
+        try await control(["emit", device, result, done ? "true" : "false"])
+    }
+
+    /// Another connection, owning no name, sends VerifyStatus(result, done) on the device's path,
+    /// as any local user can: unicast to every other connection and broadcast. Returns once the
+    /// bus has routed them all.
+    func forgeVerifyStatus(_ device: String, _ result: String, done: Bool) async throws {
+        try await control(["forge", device, result, done ? "true" : "false"])
+    }
+
     /// The device's methods called so far, in order, with their string arguments.
     func calls(_ device: String) async throws -> [Call] {
         let output = try await control(["calls", device])
@@ -156,12 +168,27 @@ final class FprintdMock: @unchecked Sendable {
         ))
     }
 
+    /// Kills the fprintd mock and starts a new one, which owns `net.reactivated.Fprint` under a new
+    /// unique name (as a restarted fprintd would). Its devices must be added again.
+    func replaceService() async throws {
+        guard let old = service else { throw FprintdMockError(description: "no fprintd mock is running") }
+        kill(old, SIGKILL)
+        var status: Int32 = 0
+        _ = try? retryingInterrupts { waitpid(old, &status, 0) }
+        children.removeAll { $0 == old }
+        let replacement = try startService()
+        try await control(["wait", "10", String(replacement)])
+    }
+
+    private var service: pid_t?
+
     private func startService() throws -> pid_t {
         let pid = try Self.spawn(
             Self.python, ["-m", "dbusmock", "--system", "-t", Self.fixtures.appendingPathComponent("fprintd_template.py").path],
             environment: environment, standardOutput: "\(directory)/mock.log"
         )
         children.append(pid)
+        service = pid
         return pid
     }
 

@@ -88,6 +88,13 @@ final class LogindMock: @unchecked Sendable {
     /// logind's Unlock signal on the session (`loginctl unlock-session`).
     func unlock(_ id: String) async throws { try await control(["unlock", id]) }
 
+    /// Another connection, owning nothing, sends this process's connections what would unlock
+    /// session `id` (PropertiesChanged with LockedHint false, and Unlock), unicast, as any local
+    /// user can; returns once they have handled them (a Peer.Ping after the signals was answered).
+    func forgeUnlock(_ id: String) async throws {
+        try await control(["forge-unlock", id, String(getpid())])
+    }
+
     func setSession(forPID pid: pid_t, _ id: String) async throws {
         try await control(["set-pid-session", String(pid), id])
     }
