@@ -125,6 +125,8 @@ let package = Package(
         // Writes to a store from its own process; the crash and multi-process tests kill it mid-write.
         .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat"], path: "Tests/Support/tpm-keychain-stress",
                           swiftSettings: strictness),
+        // The crash tests' handle on tpm-keychain-stress: its process and where to kill it.
+        .target(name: "StressProcess", path: "Tests/Support/StressProcess", swiftSettings: strictness),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
@@ -146,7 +148,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TPMKeychainTests",
-            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "tpm-keychain-fuzz",
+            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess", "tpm-keychain-fuzz",
                            .product(name: "Crypto", package: "swift-crypto"), "SystemCalls"],
             swiftSettings: strictness
         ),
@@ -187,7 +189,7 @@ let package = Package(
         // SAP's documented KeychainStorage usage, and a cipher change killed 100 times.
         .testTarget(
             name: "KeychainStorageCompatTests",
-            dependencies: ["KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress", "SystemCalls"],
+            dependencies: ["KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess", "SystemCalls"],
             swiftSettings: strictness
         ),
         .testTarget(

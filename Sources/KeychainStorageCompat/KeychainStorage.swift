@@ -260,12 +260,16 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
             let old = try keychain(generation)
             let next = try keychain(generation + 1)
             _ = try keychainCall { try next.removeAll() }   // a change that died before its commit
+            var rewritten = 0
             for key in try keychainCall({ try old.allKeys() }) {
                 guard let stored = try keychainCall({ try old.data(forKey: key) }) else { continue }
                 try keychainCall { try next.set(try newCipher.encrypt(try cipher.decrypt(stored)), forKey: key) }
+                rewritten += 1
+                OperationProgress.report(.rewrote(rewritten))
             }
             try writeMeta(generation: generation + 1, verifier: try newCipher.encrypt(Self.verifierText),
                           kdf: (newCipher as? Cipher)?.parameters, mode: .update)
+            OperationProgress.report(.committed)
             state.withLock { state in
                 state.cipher = newCipher
                 state.generation = generation + 1

@@ -89,6 +89,7 @@ extension ItemStore {
         }
         let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging), metadataInode: state.metadataInode)
         var groups: [String: Directory] = [:]
+        var rewritten = 0
         for groupName in try state.layout.items.entries() {
             guard let group = try Directory.open(groupName, in: state.layout.items, create: false) else { continue }
             for name in try group.entries() where name.hasSuffix(".item") {
@@ -104,6 +105,8 @@ extension ItemStore {
                 }
                 // Each file is made durable; each directory once, below.
                 try directory.replace(names.file, with: try encode(contents, target), durable: true, syncDirectory: false)
+                rewritten += 1
+                OperationProgress.report(.rewrote(rewritten))
             }
         }
         for directory in groups.values { try directory.sync() }
@@ -115,6 +118,7 @@ extension ItemStore {
         }
         try rootDirectory.sync()
         try Self.rewriteMetadata(of: rootDirectory, version: 2, keys: state.keys)
+        OperationProgress.report(.committed)
         // Format 2 is now the truth; items/ is garbage, removed again at the next open if this fails.
         _ = try? rootDirectory.removeTree(Self.itemsDirectory)
         caches.withLock { $0 = Caches() }

@@ -105,6 +105,7 @@ extension ItemStore {
                                          createdMilliseconds: try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys).createdMilliseconds,
                                          sealedMasterKey: sealed, rollbackCounter: counter?.index)
             try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+            OperationProgress.report(.committed)
         } catch {
             // Not committed (store.meta is still the file the old key came from): the old key and
             // its files are the store, and the copy goes now rather than at the next open. If the
@@ -159,6 +160,7 @@ extension ItemStore {
                 try destination.replace(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: target.keys),
                                         with: try encode(contents, record: record, target), durable: durable, syncDirectory: false)
                 count += 1
+                OperationProgress.report(.rewrote(count))
             }
         }
         if durable {

@@ -1,6 +1,7 @@
 import Foundation
 import SystemCalls
 import KeychainStorageCompat
+import StressProcess
 import Testing
 import TPMKeychain
 
@@ -161,49 +162,26 @@ func uniqueName(_ prefix: String) -> String {
         var password = "password-0"
         let storage = try KeychainStorage.createStore(name: name, cipher: try cipher(password))
         for index in 0..<1000 { try storage.put(data: Data("value-\(index)".utf8), for: "key-\(index)") }
-        let stress = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("tpm-keychain-stress").path
         var killedBeforeCommit = 0, killedAfterCommit = 0, finished = 0
-        // One change run to the end first: how long a whole change takes, so that the kills fall
-        // anywhere in it (writing the new generation, the commit, removing the old one).
-        let clock = ContinuousClock()
-        var duration = Duration.seconds(1)
         for round in 0...100 {
             let next = "password-\(round + 1)"
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: stress)
-            process.arguments = ["--storage-root", storageRoot, "--store", name, "--change-cipher", password, next]
-            let output = Pipe()
-            process.standardOutput = output
-            try process.run()
-            // Wait for the store to be open, then kill at a random point of the change.
-            var seen = ""
-            while !seen.contains("ready") {
-                let chunk = output.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                seen += String(decoding: chunk, as: UTF8.self)
-            }
-            let started = clock.now
-            if round == 0 {
-                process.waitUntilExit()
-                duration = clock.now - started
-            } else {
-                let microseconds = Int64(duration.components.seconds) * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
-                usleep(UInt32(Int64.random(in: 0...(microseconds * 11 / 10))))
-                kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
-            }
-            seen += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            // Round 0 runs to the end; the others are killed where KillPoint says, on both sides of the commit.
+            let killPoint = round == 0 ? nil : KillPoint.forRound(round, items: 1000)
+            let stress = try StressProcess(["--storage-root", storageRoot, "--store", name, "--change-cipher", password, next]
+                                           + (killPoint?.arguments ?? []))
+            if let killPoint, stress.waitFor(killPoint.line) { stress.kill() }
+            let output = stress.finish()
 
             // Exactly one of the two ciphers opens the store, and every item reads with it.
             let location = try KeychainLocation(path: storageRoot + "/private/" + name, tpm: .automaticOrSimulated)
             Keychain.closeStore(location)
             let withOld = try? KeychainStorage.openStore(name: name, cipher: try cipher(password))
             let withNew = try? KeychainStorage.openStore(name: name, cipher: try cipher(next))
-            #expect((withOld == nil) != (withNew == nil), "round \(round): old \(withOld != nil), new \(withNew != nil)")
+            #expect((withOld == nil) != (withNew == nil), "round \(round) (\(killPoint?.line ?? "to the end")): old \(withOld != nil), new \(withNew != nil)")
             guard let opened = withNew ?? withOld else { break }
             if withNew != nil {
                 password = next
-                if seen.contains("done") { finished += 1 } else { killedAfterCommit += 1 }
+                if output.contains("done") { finished += 1 } else { killedAfterCommit += 1 }
             } else {
                 killedBeforeCommit += 1
             }
@@ -214,7 +192,7 @@ func uniqueName(_ prefix: String) -> String {
             }
         }
         #expect(killedBeforeCommit + killedAfterCommit + finished == 101)
-        print("cipher changes (a whole one takes \(duration)): \(killedBeforeCommit) killed before the commit, \(killedAfterCommit) after it, \(finished) finished")
+        print("cipher changes: \(killedBeforeCommit) killed before the commit, \(killedAfterCommit) after it, \(finished) finished")
         #expect(killedBeforeCommit > 0 && killedAfterCommit + finished > 1)
         try KeychainStorage.removeStore(name: name)
     }

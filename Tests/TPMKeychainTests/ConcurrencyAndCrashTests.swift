@@ -1,4 +1,5 @@
 import Foundation
+import StressProcess
 import Testing
 import TPMKeychain
 
@@ -7,55 +8,39 @@ import Glibc
 #endif
 
 /// The stress writer, built next to this test bundle.
-let stressWriter = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    .appendingPathComponent("tpm-keychain-stress").path
+let stressWriter = StressProcess.executable
 
-/// A running tpm-keychain-stress process and what it has acknowledged.
+/// A running tpm-keychain-stress writer and what it has acknowledged.
 final class WriterProcess {
-    let process = Process()
-    private let output = Pipe()
-    private var buffer = ""
+    private let stress: StressProcess
+    var process: Process { stress.process }
 
     init(store: TestStore, service: String, accounts: [String], count: Int? = nil, size: Int = 64, start: Int = 0,
-         deleteEvery: Int? = nil, until stopFile: String? = nil) throws {
-        process.executableURL = URL(fileURLWithPath: stressWriter)
+         deleteEvery: Int? = nil, until stopFile: String? = nil, extraArguments: [String] = []) throws {
         var arguments = ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--service", service,
                          "--accounts", accounts.joined(separator: ","), "--size", String(size), "--start", String(start)]
         if let count { arguments += ["--count", String(count)] }
         if let deleteEvery { arguments += ["--delete-every", String(deleteEvery)] }
         if let stopFile { arguments += ["--until", stopFile] }
-        process.arguments = arguments
-        process.standardOutput = output
-        process.standardError = FileHandle.standardError
-        try process.run()
+        stress = try StressProcess(arguments + extraArguments)
     }
 
-    /// Blocks until the writer's output contains `marker` (or it exits).
-    func waitFor(_ marker: String) {
-        while !buffer.contains(marker) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { return }
-            buffer += String(decoding: chunk, as: UTF8.self)
-        }
-    }
+    /// Blocks until the writer's output has a line starting with `marker`; false when it exited first.
+    @discardableResult
+    func waitFor(_ marker: String) -> Bool { stress.waitFor(marker) }
 
-    func kill() {
-        Glibc.kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
+    func kill() { stress.kill() }
 
     /// How many values a writer started with `until:` wrote before it stopped, after the process ended.
     func stoppedAfter() -> Int? {
-        buffer += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let line = buffer.split(separator: "\n").last { $0.hasPrefix("stopped after ") }
+        let line = stress.finish().split(separator: "\n").last { $0.hasPrefix("stopped after ") }
         return line.flatMap { Int($0.dropFirst("stopped after ".count)) }
     }
 
     /// Every acknowledged sequence number per account, after the process ended.
     func acknowledged() -> [String: [Int]] {
-        buffer += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         var result: [String: [Int]] = [:]
-        for line in buffer.split(separator: "\n") where line.hasPrefix("wrote ") {
+        for line in stress.finish().split(separator: "\n") where line.hasPrefix("wrote ") {
             let parts = line.split(separator: " ")
             if parts.count == 3, let sequence = Int(parts[2]) { result[String(parts[1]), default: []].append(sequence) }
         }

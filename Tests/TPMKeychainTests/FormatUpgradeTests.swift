@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import StressProcess
 import Testing
 @testable import KeychainStore
 import TPM
@@ -153,24 +154,14 @@ struct FormatUpgradeTests {
         let pristine = store.directory + "/pristine"
         try FileManager.default.copyItem(atPath: store.location.path, toPath: pristine)
 
-        // How long one upgrade takes here, to spread the kills over it.
-        let started = ContinuousClock.now
-        do {
-            let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
-            defer { opened.close() }
-            try opened.write(try ItemIdentity(accessGroup: "", service: "svc.0", account: "trigger"), mode: .upsert,
-                             value: ItemValue(kind: .string, bytes: [1]), changes: AttributeChanges())
-        }
-        let upgradeMicroseconds = max(1_000, Int((ContinuousClock.now - started) / .microseconds(1)))
-
-        var generator = SystemRandomNumberGenerator()
         var outcomes: [UInt16: Int] = [:]
         for cycle in 0..<100 {
             try FileManager.default.removeItem(atPath: store.location.path)
             try FileManager.default.copyItem(atPath: pristine, toPath: store.location.path)
-            let writer = try WriterProcess(store: store, service: "svc.0", accounts: ["trigger"], count: 1)
-            writer.waitFor("ready")
-            usleep(UInt32.random(in: 0...UInt32(upgradeMicroseconds * 3 / 2), using: &generator))
+            // Killed where KillPoint says, on both sides of the switch to format 2.
+            let killPoint = KillPoint.forRound(cycle, items: count)
+            let writer = try WriterProcess(store: store, service: "svc.0", accounts: ["trigger"], count: 1, extraArguments: killPoint.arguments)
+            writer.waitFor(killPoint.line)
             writer.kill()
 
             let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)

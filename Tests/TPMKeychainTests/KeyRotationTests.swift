@@ -1,4 +1,5 @@
 import Foundation
+import StressProcess
 import Testing
 @testable import KeychainStore
 import TPM
@@ -84,8 +85,8 @@ import Glibc
         for index in 0..<20 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
         #expect(try keychain.string(forKey: "key-3") == "value-3")   // open, caches warm
         let rotator = try Self.runRotation(store)
-        rotator.waitUntilExit()
-        #expect(rotator.terminationStatus == 0)
+        _ = rotator.finish()
+        #expect(rotator.process.terminationStatus == 0)
         // The directories this process had open are gone; it notices, unseals the new key, reads on.
         #expect(try keychain.string(forKey: "key-3") == "value-3")
         #expect(try keychain.string(forKey: "key-17") == "value-17")
@@ -141,24 +142,16 @@ import Glibc
         for index in 0..<count { try keychain.set("value-\(index)", forKey: "key-\(index)") }
         let recoveryKey = try store.location.addRecoveryKey()
         Keychain.closeStore(store.location)
-        let clock = ContinuousClock()
-        var duration = Duration.seconds(1)
         var unchanged = 0, rotated = 0
         let metadataPath = store.location.path + "/store.meta"
         for round in 0...30 {
             let before = try bytes(of: metadataPath)
-            let process = try Self.runRotation(store, waitForReady: true)
-            let started = clock.now
-            if round == 0 {
-                process.waitUntilExit()
-                duration = clock.now - started
-                #expect(process.terminationStatus == 0)
-            } else {
-                let microseconds = Int64(duration.components.seconds) * 1_000_000 + duration.components.attoseconds / 1_000_000_000_000
-                usleep(UInt32(Int64.random(in: 0...(microseconds * 11 / 10))))
-                kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
-            }
+            // Round 0 runs to the end; the others are killed where KillPoint says, on both sides of the commit.
+            let killPoint = round == 0 ? nil : KillPoint.forRound(round, items: count)
+            let process = try Self.runRotation(store, arguments: killPoint?.arguments ?? [])
+            if let killPoint, process.waitFor(killPoint.line) { process.kill() }
+            _ = process.finish()
+            if killPoint == nil { #expect(process.process.terminationStatus == 0) }
             if try bytes(of: metadataPath) == before { unchanged += 1 } else { rotated += 1 }
             // Opening cleans up what the killed rotation left, whichever side of its commit it died on.
             Keychain.closeStore(store.location)
@@ -175,28 +168,12 @@ import Glibc
         // Whichever side of a commit each kill fell on, the recovery key opens the current master key.
         let recovery = try store.location.recover(with: recoveryKey)
         #expect(recovery.itemsKept == count && recovery.itemsRemoved == 0, "\(recovery)")
-        print("key rotations of \(count) items (a whole one takes \(duration)): \(unchanged) killed before the commit, \(rotated) committed")
+        print("key rotations of \(count) items: \(unchanged) killed before the commit, \(rotated) committed")
         #expect(unchanged > 0 && rotated > 1)
     }
 
-    /// Runs `tpm-keychain-stress --rotate-keys` on the store; with `waitForReady`, returns once
-    /// it has opened the store.
-    static func runRotation(_ store: TestStore, waitForReady: Bool = false) throws -> Process {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: stressWriter)
-        process.arguments = ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--rotate-keys"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.standardError
-        try process.run()
-        if waitForReady {
-            var seen = ""
-            while !seen.contains("ready") {
-                let chunk = output.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                seen += String(decoding: chunk, as: UTF8.self)
-            }
-        }
-        return process
+    /// Runs `tpm-keychain-stress --rotate-keys` on the store, with `arguments` added.
+    static func runRotation(_ store: TestStore, arguments: [String] = []) throws -> StressProcess {
+        try StressProcess(["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--rotate-keys"] + arguments)
     }
 }

@@ -21,6 +21,22 @@ func argument(_ name: String) -> String? {
     return CommandLine.arguments[index + 1]
 }
 
+// --progress: every progress event of a whole-store operation (rotation, format upgrade, cipher
+// change) on stdout, as "progress rewrote 12" or "progress committed". --pause-at EVENT ("rewrote
+// 12", "committed"): at that event, says "paused EVENT" and waits to be killed, so that a crash
+// test kills at a point it chose on either side of the commit, whatever the machine's speed.
+let reportsProgress = CommandLine.arguments.contains("--progress")
+let pauseAt = argument("--pause-at")
+if reportsProgress || pauseAt != nil {
+    OperationProgress.observe { event in
+        if reportsProgress { emit("progress \(event)") }
+        if event.description == pauseAt {
+            emit("paused \(event)")
+            while true { pause() }
+        }
+    }
+}
+
 // --storage-root R --store NAME --change-cipher OLD NEW: opens a KeychainStorage with the cipher of
 // password OLD and changes it to NEW (light scrypt parameters: the crash tests run it often).
 if let root = argument("--storage-root"), let name = argument("--store"), let index = CommandLine.arguments.firstIndex(of: "--change-cipher"),
