@@ -38,6 +38,18 @@ struct TPMSelectionTests {
         #expect(try fixture.succeed("tpm-status").stdout.contains("\"\(fixture.store)\" (exists)"))
     }
 
+    @Test("tpm-status says whether ESAPI shares one OpenSSL context, and TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 turns the sharing off while everything still works")
+    func sharedCryptoContextSwitch() throws {
+        let fixture = try CLIFixture()
+        #expect(try fixture.succeed("tpm-status").stdout.contains("esapi crypto: ESAPI shares one OpenSSL library context (libtss2-esys.so.0"))
+        let off = fixture.environment.merging(["TPM_KEYCHAIN_ESYS_SHARED_CONTEXT": "0"]) { _, new in new }
+        let status = try CLI.run(["tpm-status", "--keychain", fixture.store], environment: off)
+        #expect(status.status == 0 && status.stdout.contains("esapi crypto: disabled by TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0"), "\(status)")
+        #expect(try CLI.run(["add-generic-password", "--keychain", fixture.store, "-s", "s", "-a", "a", "-w", "v"], environment: off).status == 0)
+        let found = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "s", "-a", "a", "-w"], environment: off)
+        #expect(found.status == 0 && found.stdout == "v\n", "\(found)")
+    }
+
     @Test("a store sealed by one TPM cannot be opened with another: non-zero exit naming another TPM")
     func wrongTPM() throws {
         let fixture = try CLIFixture()

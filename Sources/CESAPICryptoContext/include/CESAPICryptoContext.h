@@ -15,16 +15,44 @@
  * once with libcrypto's OSSL_LIB_CTX_new and never freed. It is still not OpenSSL's global
  * context, so ESAPI's reason for a context of its own holds. Nothing else changes: libcrypto,
  * and every other library's calls to it, are untouched, and no symbol is interposed.
+ *
+ * tpm2-tss 4.0 added Esys_SetCryptoCallbacks, the supported way to give ESAPI its crypto. Where it
+ * is linked (the library description says so), callbacks over one context of ours should replace
+ * this patch; Debian 12's 3.2.1 lacks them, so the patch stays for 3.x.
+ *
+ * TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 in the environment leaves ESAPI as it was built.
  */
 
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Why ESAPI does or does not share one context; fixed once installation has run. */
+typedef enum {
+    CESAPICryptoContextNotAttempted = 0,
+    CESAPICryptoContextInstalled,
+    CESAPICryptoContextDisabledByEnvironment,
+    CESAPICryptoContextLibraryNotFound,
+    CESAPICryptoContextSymbolsMissing,
+    CESAPICryptoContextUnsupportedArchitecture,
+    CESAPICryptoContextUnsupportedVersion,
+    CESAPICryptoContextSlotCheckFailed,
+    CESAPICryptoContextProtectionFailed,
+} CESAPICryptoContextStatus;
+
 /* Patches libtss2-esys once per process; later calls return at once. Call before ESAPI is used.
- * Returns true when both import slots were found and now lead to the shared context; false leaves
- * ESAPI as it was (a libtss2-esys that does not import them, one not loaded as a shared library,
- * or an architecture other than x86_64 and arm64). */
+ * True when every import slot of both functions now leads to the shared context; otherwise ESAPI
+ * is left as it was, and cesapi_crypto_context_status() says why. */
 bool cesapi_crypto_context_install(void);
+
+CESAPICryptoContextStatus cesapi_crypto_context_status(void);
+
+/* A short static sentence for a status, for a log line. */
+const char *cesapi_crypto_context_status_description(CESAPICryptoContextStatus status);
+
+/* The libtss2-esys installation looked at: SONAME, tpm2-tss major version and build ID, e.g.
+ * "libtss2-esys.so.0 (tpm2-tss 3.x, build ID 5a75...)". Empty before installation or when none
+ * was found. */
+const char *cesapi_crypto_context_library(void);
 
 /* How many contexts ESAPI asked for since installation, and how many were made for it (at most one). */
 typedef struct {

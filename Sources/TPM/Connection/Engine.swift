@@ -1,4 +1,6 @@
 internal import CTSS2
+import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,6 +30,7 @@ final class Engine {
         deadline = CommandDeadline(configuration)
         Self.quietTSSLogging
         ESAPICryptoContext.install()
+        Self.reportCryptoContext(configuration.logger)
         accessLock = configuration.hasResourceManager ? nil : try TPMAccessLock(configuration: configuration)
 
         var loadedTCTI: OpaquePointer?
@@ -92,6 +95,17 @@ final class Engine {
 
     /// tpm2-tss prints every failed command to stderr; this layer reports typed errors instead, so
     /// its log is off unless the user asked for it with TSS2_LOG.
+    /// Says once per process, to the first caller's logger, whether ESAPI shares one OpenSSL
+    /// context (a process-wide change to libtss2-esys, which other ESAPI users in the process see too).
+    private static func reportCryptoContext(_ logger: Logger) {
+        guard !cryptoContextReported.exchange(true, ordering: .relaxed) else { return }
+        logger.debug("ESAPI crypto context: \(ESAPICryptoContext.status)", metadata: [
+            "library": "\(ESAPICryptoContext.library ?? "none")",
+        ])
+    }
+
+    private static let cryptoContextReported = Atomic<Bool>(false)
+
     private static let quietTSSLogging: Void = {
         setenv("TSS2_LOG", "all+NONE", 0)
     }()

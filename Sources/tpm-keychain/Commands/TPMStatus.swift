@@ -32,6 +32,7 @@ struct TPMStatus: ParsableCommand {
             print("simulated:    \(selection.isSimulated ? "yes" : "no")")
             print("manufacturer: \(description.manufacturer) (\(description.vendor)), firmware \(description.firmwareVersion)")
             print("storage key:  \(storageKey.algorithm.rawValue), name \(storageKey.name.hexString)")
+            print("esapi crypto: \(ESAPICryptoContext.status) (\(ESAPICryptoContext.library ?? "libtss2-esys not found"); TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 turns it off)")
             print("counters:")
             print("    lockout counter:   \(status.failedAuthorizations) failed authorizations (\(lockout))")
             print("    max tries:         \(status.maxAuthorizationFailures)")
