@@ -171,13 +171,18 @@ extension ItemStore {
         let record = try keyRecord(recordID, state)
         let protection = try record.protection()
         let path = root + "/" + state.layout.records + "/" + KeyRecord.fileName(recordID)
-        // A passcode removed (or removed and set anew) since the record was made: its passcode
-        // key is gone, so the passcode way in is gone for good.
-        let passcodeGone = try device.passcodePublicKey().map({ Array($0.rawRepresentation) }) != record.passcodeKey
-        if passcodeGone && (protection.accessibility == .whenPasscodeSetThisDeviceOnly
-                            || (protection.hasPasscodeProtector && (!protection.hasSealedProtector || protection.needsBothProtectors))) {
-            try invalidate(record, state)
-            throw StoreError(.itemInvalidated, "The item was protected by a device passcode that has since been removed: it is gone for good")
+        // Nothing here deletes: what this reader sees (its device state, its TPM counters) may not
+        // be what the record's owner sees. Invalidation is reported; a purge proves and deletes.
+        try checkBelongsToDevice(record, protection, device: device, path: path)
+        if protection.needsPasscodeKey {
+            switch try device.standing(ofPasscodeKey: record.passcodeKey) {
+            case .current:
+                break
+            case .retired:
+                throw StoreError(.itemInvalidated, "The item was protected by a device passcode that has since been removed: it can never open again. It was kept; delete it, or remove every such item with tpm-keychain purge-invalidated")
+            case .unknown:
+                throw StoreError(.interactionNotAllowed, "The item's key record was made for a device passcode that the device state in \(device.directoryPath) never held: it belongs to another device (another member of a shared store, or another state directory: XDG_STATE_HOME, TPM_KEYCHAIN_DEVICE_DIR). Nothing was changed")
+            }
         }
         do throws(StoreError) {
             let secret: SecretBytes
@@ -204,13 +209,17 @@ extension ItemStore {
             return RecordKey(recordID: recordID, privateKey: try KeyRecord.privateKey(secret: secret, recordID: recordID),
                              startupEpoch: withStartupEpoch ? try device.tpmCall { try connection.startupEpoch() } : nil)
         } catch let error where error.code == .biometryInvalidated && !protection.hasPasscodeProtector {
-            try invalidate(record, state)
-            throw StoreError(.itemInvalidated, "The biometric enrollment changed since the item was added, and the TPM no longer releases its key: it is gone for good",
+            throw StoreError(.itemInvalidated, "The biometric enrollment changed since the item was added, and the TPM no longer releases its key: it can never open again. It was kept; delete it, or remove every such item with tpm-keychain purge-invalidated",
                              underlying: error)
-        } catch let error where error.code == .itemInvalidated && record.passcodeProtector != nil && !protection.hasSealedProtector {
-            try invalidate(record, state)
-            throw error
         }
+    }
+
+    /// A record names the device that made it (its NV base) when it depends on that device's
+    /// counters or passcode: another device's record is refused here, before its policy fails in
+    /// a way that would read as an invalidation.
+    private func checkBelongsToDevice(_ record: KeyRecord, _ protection: Protection, device: Device, path: String) throws(StoreError) {
+        guard record.nvBase != 0, record.nvBase != device.indices.base else { return }
+        throw StoreError(.interactionNotAllowed, "\(path) belongs to another device (NV base 0x\(String(record.nvBase, radix: 16)), this device's is 0x\(String(device.indices.base, radix: 16))): another user's, or another member's of a shared store. Only that device opens it; nothing was changed")
     }
 
     /// Unseals the sealed protector. On a policy failure, the counters say why.
@@ -227,7 +236,13 @@ extension ItemStore {
                 try ensureUnlockedWithoutPasscode(device, connection)
             }
             let policy = try record.sealedPolicy { (index) throws(StoreError) in
-                try device.tpmCall { try connection.nvIndexName(index) }
+                do {
+                    return try connection.nvIndexName(index)
+                } catch let error as TPMError where error.code == .handleNotFound {
+                    throw Self.missingIndex(index, error)
+                } catch {
+                    throw StoreError(deviceTPM: error)
+                }
             }
             do {
                 return try connection.unseal(sealed, policy: policy)
@@ -243,13 +258,21 @@ extension ItemStore {
                 }
                 throw StoreError(.tampered, "\(path): the TPM refused its sealed protector", underlying: error)
             } catch let error as TPMError where error.code == .handleNotFound {
-                throw StoreError(.biometryInvalidated, "An NV index the record's policy names is gone", underlying: error)
+                throw Self.missingIndex(nil, error)
             } catch let error as TPMError where error.code == .malformedData || error.code == .wrongStorageKey {
                 throw StoreError(.tampered, "\(path): its sealed protector is damaged or belongs to another TPM", underlying: error)
             } catch {
                 throw StoreError(deviceTPM: error)
             }
         }
+    }
+
+    /// An NV index a record's policy names is not defined: undefined by someone with the TPM's
+    /// owner authorization, or never defined on this TPM. It cannot be checked now, which proves nothing.
+    private static func missingIndex(_ index: UInt32?, _ error: TPMError) -> StoreError {
+        let which = index.map { "NV index 0x" + String($0, radix: 16) } ?? "An NV index"
+        return StoreError(.notAvailable, "\(which) that the item's policy names is not defined on this TPM: the item cannot be checked now (nothing was changed; tpm-keychain tpm-status shows the device's indices)",
+                          underlying: error)
     }
 
     /// A device without a passcode is always unlocked, as an iPhone without one is: its lock
@@ -260,11 +283,66 @@ extension ItemStore {
         try device.writeLockState(unlocked: true, connection)
     }
 
-    /// Deletes a record that can never open again, and every item naming it (as iOS drops items it
-    /// can never decrypt). Never called on a lockout, an I/O error or an unreachable TPM.
-    private func invalidate(_ record: KeyRecord, _ state: OpenState) throws(StoreError) {
-        // A TPM connection is open (the record's): no epoch is started here, which would need a second.
-        try withWriteAccess(startingEpoch: false) { (state) throws(StoreError) in
+    // MARK: Purging what can never open again
+
+    /// What ``purgeInvalidated(device:)`` removed.
+    package struct Purge: Sendable, Equatable {
+        package var records = 0
+        package var items = 0
+    }
+
+    /// Deletes the key records this device can prove will never open again, and every item naming
+    /// them. The proof is the TPM's: a counter only moves forward, so a record whose policy names
+    /// an enrollment epoch below this device's enrollment counter, or whose passcode key this
+    /// device removed while the passcode counter moved past its epoch, is dead for good. Records
+    /// of another device, records whose counters are missing (nothing can be proven) and records
+    /// with a way in left are kept.
+    ///
+    /// - Throws: ``StoreError`` `.tpmUnavailable`, `.tampered`, `.storageFailed`.
+    package func purgeInvalidated(device: Device) throws(StoreError) -> Purge {
+        let state = try current()
+        let records = try allRecords(state)
+        let dead = try device.withConnection { (connection) throws(StoreError) -> [KeyRecord] in
+            var dead: [KeyRecord] = []
+            for record in records where try isProvablyDead(record, device: device, connection) { dead.append(record) }
+            return dead
+        }
+        var purge = Purge()
+        for record in dead {
+            purge.items += try deleteRecordAndItems(record)
+            purge.records += 1
+        }
+        return purge
+    }
+
+    private func isProvablyDead(_ record: KeyRecord, device: Device, _ connection: TPMConnection) throws(StoreError) -> Bool {
+        guard record.nvBase == device.indices.base else { return false }   // another device's, or binds none
+        let protection = try record.protection()
+        var biometryGone = false
+        if protection.biometry == .currentSet {
+            let counter = device.indices.enrollmentCounter
+            // Only a counter's value proves anything: an ordinary index at the handle could say anything.
+            if let value = try device.counter(counter, connection), try device.isCounter(counter, connection) {
+                biometryGone = value > record.enrollmentEpoch
+            }
+        }
+        var passcodeGone = false
+        if case .retired(let epoch) = try device.standing(ofPasscodeKey: record.passcodeKey),
+           let value = try device.counter(device.indices.passcodeCounter, connection), try device.isCounter(device.indices.passcodeCounter, connection) {
+            passcodeGone = value > epoch
+        }
+        if protection.accessibility == .whenPasscodeSetThisDeviceOnly && passcodeGone { return true }
+        if protection.needsBothProtectors { return biometryGone || passcodeGone }
+        let sealedWayGone = protection.hasSealedProtector ? biometryGone : true
+        let passcodeWayGone = protection.hasPasscodeProtector ? passcodeGone : true
+        return sealedWayGone && passcodeWayGone
+    }
+
+    /// Deletes a record and every item naming it; returns how many items. Only an explicit purge
+    /// calls it, never a read.
+    private func deleteRecordAndItems(_ record: KeyRecord) throws(StoreError) -> Int {
+        var count = 0
+        try withWriteAccess { (state) throws(StoreError) in
             for group in try state.layout.items.entries() where !group.hasPrefix(".") {
                 guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
                 let lock = try directory.lock(".lock", timeout: lockTimeout)
@@ -278,6 +356,7 @@ extension ItemStore {
                         _ = try directory.remove(name, durable: durable)
                         try recordDeletionDone(of: name, group: group, generation: generation)
                         removed = true
+                        count += 1
                     }
                 }
                 if removed { _ = try? directory.stamp() }
@@ -287,6 +366,7 @@ extension ItemStore {
             }
             caches.withLock { $0 = Caches() }
         }
+        return count
     }
 
     // MARK: Choosing or creating a record
@@ -310,17 +390,19 @@ extension ItemStore {
             epoch = try device.enrollmentEpoch(identifier: enrollmentIdentifier)
         }
         let lockBound = protection.hasSealedProtector && passcodeKey != nil && protection.accessibility.lockRequirement != .none
-        let needsNV = protection.biometry == .currentSet || lockBound
+        // The device's NV base names the device that made the record: for a policy on its
+        // counters, and for a record only its passcode key opens (see checkBelongsToDevice).
+        let deviceBase = protection.biometry == .currentSet || lockBound || protection.needsPasscodeKey ? device.indices.base : 0
         let passcodeBytes = passcodeKey.map { Array($0.rawRepresentation) } ?? [UInt8](repeating: 0, count: 32)
         for existing in try allRecords(state) where existing.accessibility == protection.accessibility
             && existing.accessFlags == protection.flags && existing.flags.contains(.lockBound) == lockBound
             && existing.enrollmentEpoch == epoch && existing.passcodeKey == passcodeBytes
-            && existing.nvBase == (needsNV ? device.indices.base : 0) {
+            && existing.nvBase == deviceBase {
             return existing
         }
         let recordID = randomBytes(16)
         let draft = KeyRecord(storeID: storeID, recordID: recordID, accessibility: protection.accessibility,
-                              flags: lockBound ? .lockBound : [], accessFlags: protection.flags, nvBase: needsNV ? device.indices.base : 0,
+                              flags: lockBound ? .lockBound : [], accessFlags: protection.flags, nvBase: deviceBase,
                               enrollmentEpoch: epoch, passcodeKey: passcodeBytes, publicKey: [], sealedProtector: nil, passcodeProtector: nil)
         let (sealedSecret, wrappedSecret, secret) = try Self.recordSecrets(protection, recordID: recordID)
         let sealed: SealedObject? = try sealedSecret.map { (sealedSecret) throws(StoreError) in

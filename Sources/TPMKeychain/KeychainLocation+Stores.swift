@@ -12,6 +12,14 @@ public struct KeyRotation: Sendable, Equatable {
     public let keyRecords: Int
 }
 
+/// What ``KeychainLocation/purgeInvalidatedItems()`` deleted.
+public struct PurgeReport: Sendable, Equatable {
+    /// Items that could never be read again, deleted.
+    public let items: Int
+    /// Their key records, deleted.
+    public let keyRecords: Int
+}
+
 // Named stores: create, list and remove whole stores (SAP's KeychainStorage and the CLI's
 // create-keychain, list-keychains and delete-keychain build on these).
 extension KeychainLocation {
@@ -97,10 +105,12 @@ extension KeychainLocation {
     ///
     /// A protected item's secret can only be re-encrypted by someone who can read it: each key
     /// record in use is opened through `context` first (one prompt per protection; a reuse window
-    /// covers them). An item whose protection was invalidated (an enrollment change) is deleted,
-    /// as reading it would.
+    /// covers them). Items whose protection was invalidated (an enrollment change, a removed
+    /// passcode) cannot be re-encrypted: the rotation stops with `.itemInvalidated` until they are
+    /// deleted or purged (``purgeInvalidatedItems()``).
     ///
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` (protected items and no context),
+    ///   `.itemInvalidated` (items that can never open again are in the store),
     ///   `.userCanceled`, `.authenticationFailed`, `.storeNotFound`, `.tampered` (an item that fails
     ///   authentication: nothing is changed), `.tpmUnavailable`, `.timedOut`, `.storageFailed`.
     @discardableResult
@@ -122,14 +132,36 @@ extension KeychainLocation {
         return KeyRotation(items: rotation.items, keyRecords: rotation.records)
     }
 
-    /// A record opened for a rotation; nil when its protection was invalidated (its items are gone).
+    /// A record opened for a rotation (nil when it needs no opening).
     private static func openForRotation(_ protection: ItemStore.ItemProtection, context: AuthenticationContext, store: ItemStore,
                                         location: KeychainLocation) async -> Result<ItemStore.RecordKey?, KeychainError> {
         do throws(KeychainError) {
             return .success(try await context.recordKey(for: protection, store: store, location: location))
+        } catch where error.code == .itemInvalidated {
+            return .failure(KeychainError(.itemInvalidated, "The keychain at \(location.path) holds items that can never open again, which a rotation cannot re-encrypt: remove them first (tpm-keychain purge-invalidated, or purgeInvalidatedItems())", underlying: error))
         } catch {
-            return error.code == .itemInvalidated ? .success(nil) : .failure(error)
+            return .failure(error)
         }
+    }
+
+    /// Deletes the items of this store that can never be read again on this device, and their
+    /// key records, after proving it with the TPM's counters: items bound to a biometric enrollment
+    /// that changed since (biometryCurrentSet, without the passcode as another way in), and items
+    /// that needed a device passcode this device has removed since. Reads never delete such items
+    /// (the reader may see another device's state); this is the explicit way to.
+    ///
+    /// Items of another device (another member of a shared store, another state directory), and
+    /// items whose counters are missing from the TPM (nothing can be proven), are kept.
+    ///
+    /// - Throws: ``KeychainError`` `.storeNotFound`, `.tpmUnavailable`, `.tampered`, `.storageFailed`.
+    @discardableResult
+    public func purgeInvalidatedItems() throws(KeychainError) -> PurgeReport {
+        try checkStore()
+        let store = try OpenStores.store(at: self)
+        let purge = try Devices.with(self) { (device) throws(KeychainError) in
+            try engine { () throws(StoreError) in try store.purgeInvalidated(device: device) }
+        }
+        return PurgeReport(items: purge.items, keyRecords: purge.records)
     }
 
     /// The names of the stores in `directory` (by default ``dataDirectory``, where

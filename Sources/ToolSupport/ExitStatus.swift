@@ -29,7 +29,7 @@ package enum ExitStatus {
 
     package static func forKeychainError(_ code: KeychainError.Code) -> Int32 {
         switch code {
-        // An invalidated item is gone, as iOS reports it (errSecItemNotFound).
+        // An invalidated item can never be read, as iOS reports it (errSecItemNotFound); it is kept until purged.
         case .itemNotFound, .itemInvalidated: itemNotFound
         case .duplicateItem: duplicateItem
         case .invalidParameter: usage
@@ -52,8 +52,9 @@ package enum ExitStatus {
         "66 no keychain store at the path, 69 TPM unavailable, 70 internal error, 74 I/O error,",
         "75 temporary failure (TPM lockout; a TPM or lock that did not answer within",
         "TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission (permission denied, wrong passcode,",
-        "keychain locked, no passcode set, prompt cancelled, unsafe file modes); an item invalidated by an",
-        "enrollment or passcode change is 44 (it is gone); a command killed by a signal exits with that signal.",
+        "keychain locked, no passcode set, prompt cancelled, unsafe file modes, another device's item); an item",
+        "invalidated by an enrollment or passcode change is 44 (kept until purge-invalidated); a command killed",
+        "by a signal exits with that signal.",
     ].joined(separator: " ")
 }
 

@@ -65,6 +65,10 @@ struct AccessControlCLITests {
         try fixture.succeed("remove-passcode", "--passcode-fd", "0", stdin: Data("new passcode 99\n".utf8))
         let gone = try fixture.run("find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0", stdin: Data("whatever1\n".utf8))
         #expect(gone.status == 44, "\(gone)")
+        #expect(gone.stderr.contains("purge-invalidated"), "\(gone)")
+        // Kept until purged: its attributes still list.
+        try fixture.succeed("find-generic-password", "-s", "svc", "-a", "pin")
+        #expect(try fixture.succeed("purge-invalidated").stdout.contains(": 1 items and 1 key records"))
         #expect(try fixture.run("find-generic-password", "-s", "svc", "-a", "pin").status == 44)
     }
 

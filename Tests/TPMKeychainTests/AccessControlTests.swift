@@ -134,7 +134,7 @@ import TPMKeychainTesting
         try fixture.store.simulator.resetDictionaryAttackLockout()
     }
 
-    @Test("removing the passcode makes passcode-only and whenPasscodeSet items unreadable; they are deleted")
+    @Test("removing the passcode makes passcode-only and whenPasscodeSet items unreadable; reads keep them, a purge deletes them")
     func passcodeRemoval() async throws {
         let fixture = try Fixture()
         try await fixture.keychain.set("a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
@@ -143,14 +143,86 @@ import TPMKeychainTesting
                                        context: fixture.context())
         #expect(try fixture.keychain.get("akpu", as: String.self) == "a")
         try fixture.device.removePasscode(Self.passcode)
+        let files = try fixture.store.itemFiles().count
         await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) }
-        #expect(try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) == nil)
         await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
-        // A new passcode is a new key: what the old one protected stays gone.
+        // A read reports; it deletes nothing.
+        #expect(try fixture.store.itemFiles().count == files)
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) }
+        // A new passcode is a new key: what the old one protected stays unreadable.
         try fixture.device.setPasscode(Self.passcode)
-        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == nil)
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
         // userPresence still opens with biometry.
         #expect(try await fixture.keychain.get("either", as: String.self, context: fixture.context()) == "c")
+        // The purge proves it with the passcode counter and deletes exactly those two.
+        #expect(try fixture.store.location.purgeInvalidatedItems().counts == [2, 2])
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == nil)
+        #expect(try fixture.keychain.allKeys().sorted() == ["either"])
+        #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
+    }
+
+    // MARK: A read never deletes
+
+    @Test("a reader whose device state is another (another XDG_STATE_HOME, a Flatpak, another member) is refused a devicePasscode item; nothing is deleted and the owner still reads it")
+    func anotherDeviceStateDeletesNothing() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set("a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
+        let files = try fixture.store.files()
+        for otherPasscode in [false, true] {
+            var other = fixture.store.location
+            other.deviceDirectory = fixture.store.directory + "/other-device-\(otherPasscode)"
+            if otherPasscode { try KeychainDevice(location: other).setPasscode(Self.passcode) }
+            let stranger = try Keychain(service: "com.example.tests", location: other)
+            let context = AuthenticationContext(authenticator: fixture.face, passcode: .fixed(Self.passcode), location: other)
+            for key in ["pin", "akpu"] {
+                let error = await expectAsyncKeychainError(.interactionNotAllowed, "\(key), other passcode: \(otherPasscode)") {
+                    _ = try await stranger.get(key, as: String.self, context: context)
+                }
+                #expect("\(String(describing: error))".contains("another device"), "\(String(describing: error))")
+            }
+            // The stranger's purge proves nothing about another device's items.
+            #expect(try other.purgeInvalidatedItems().counts == [0, 0])
+        }
+        #expect(try fixture.store.files() == files)
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
+        #expect(try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) == "a")
+    }
+
+    @Test("device state removed and put back (a restored ~/.local/state): reads in between are refused, nothing is deleted, the items open again")
+    func removedDeviceStateDeletesNothing() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        let device = fixture.store.directory + "/device"
+        try FileManager.default.moveItem(atPath: device, toPath: device + ".saved")
+        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
+        #expect(try fixture.keychain.allKeys() == ["pin"])
+        try? FileManager.default.removeItem(atPath: device)
+        try FileManager.default.moveItem(atPath: device + ".saved", toPath: device)
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
+    }
+
+    @Test("the enrollment counter moved by someone else makes a biometryCurrentSet item unreadable, but the read deletes nothing; an undefined counter is 'cannot check now' and nothing is purged")
+    func movedOrMissingCounterDeletesNothing() async throws {
+        let fixture = try Fixture()
+        let context = fixture.context()
+        try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        let counter = try fixture.device.status().nvIndices[0]
+        let handle = "0x" + String(counter, radix: 16)
+        Keychain.closeStore(fixture.store.location)
+        let undefined = try TPM2Tools.run(["tpm2_nvundefine", handle, "-C", "o"], tcti: fixture.store.simulator.tcti)
+        #expect(undefined.status == 0, "\(undefined.errorOutput)")
+        await expectAsyncKeychainError(.notAvailable) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
+        #expect(try fixture.keychain.allKeys() == ["bound"])
+        // Defined again and moved (as any TPM user can today): the item can never open, and is still kept.
+        let defined = try TPM2Tools.run(["tpm2_nvdefine", handle, "-C", "o", "-s", "8", "-a", "authread|authwrite|no_da|nt=counter"],
+                                        tcti: fixture.store.simulator.tcti)
+        #expect(defined.status == 0, "\(defined.errorOutput)")
+        #expect(try TPM2Tools.run(["tpm2_nvincrement", handle], tcti: fixture.store.simulator.tcti).status == 0)
+        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        #expect(try fixture.keychain.allKeys() == ["bound"])
     }
 
     // MARK: Biometry
@@ -174,12 +246,18 @@ import TPMKeychainTesting
             await expectAsyncKeychainError(.itemInvalidated, "\(change)") {
                 _ = try await fixture.keychain.get("current", as: String.self, context: context)
             }
-            // Deleted, as iOS deletes it: a second read finds nothing.
-            #expect(try await fixture.keychain.get("current", as: String.self, context: context) == nil)
+            // Kept: a second read reports it again (a reader never deletes).
+            await expectAsyncKeychainError(.itemInvalidated, "\(change)") {
+                _ = try await fixture.keychain.get("current", as: String.self, context: context)
+            }
             #expect(try await fixture.keychain.get("any", as: String.self, context: context) == "any")
             #expect(try await fixture.keychain.get("presence", as: String.self, context: context) == "presence")
             // biometryCurrentSet .or devicePasscode falls back to the passcode.
             #expect(try await fixture.keychain.get("or", as: String.self, context: context) == "or")
+            #expect(try fixture.keychain.allKeys().sorted() == ["any", "current", "or", "presence"])
+            // The purge proves it with the enrollment counter; the .or item has the passcode left and stays.
+            #expect(try fixture.store.location.purgeInvalidatedItems().counts == [1, 1], "\(change)")
+            #expect(try await fixture.keychain.get("current", as: String.self, context: context) == nil)
             #expect(try fixture.keychain.allKeys().sorted() == ["any", "or", "presence"])
         }
     }
@@ -484,16 +562,19 @@ import TPMKeychainTesting
 }
 
 /// Asserts that an async `body` throws a ``KeychainError`` with `code`.
+@discardableResult
 func expectAsyncKeychainError(_ code: KeychainError.Code, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation,
-                              _ body: () async throws -> Void) async {
+                              _ body: () async throws -> Void) async -> KeychainError? {
     do {
         try await body()
         Issue.record("expected KeychainError.\(code) \(comment), but nothing was thrown", sourceLocation: sourceLocation)
     } catch let error as KeychainError {
         #expect(error.code == code, "\(comment) got \(error)", sourceLocation: sourceLocation)
+        return error
     } catch {
         Issue.record("expected KeychainError.\(code) \(comment), got \(error)", sourceLocation: sourceLocation)
     }
+    return nil
 }
 
 /// A screen locker the test controls.
@@ -506,4 +587,9 @@ final class ScreenLock: SessionLockState {
         if failing.withLock({ $0 }) { throw Unknown() }
         return locked.withLock { $0 }
     }
+}
+
+extension PurgeReport {
+    /// Items, then key records.
+    var counts: [Int] { [items, keyRecords] }
 }

@@ -137,6 +137,12 @@ package final class Device: Sendable {
         }
     }
 
+    /// Whether the index at `index` is a counter (TPM_NT_COUNTER); false when it is not defined.
+    func isCounter(_ index: UInt32, _ tpm: TPMConnection) throws(StoreError) -> Bool {
+        guard let attributes = try tpmCall({ try tpm.nvIndexAttributes(index) }) else { return false }
+        return (attributes >> 4) & 0xF == 1   // TPMA_NV_TPM_NT, bits 7:4 (Part 2 §13.4); TPM_NT_COUNTER = 1
+    }
+
     /// The counter's value, defining it (NO_DA, never orderly) and writing it once when missing:
     /// PolicyNV names an index by a name that includes TPMA_NV_WRITTEN.
     func ensureCounter(_ index: UInt32, _ tpm: TPMConnection) throws(StoreError) -> UInt64 {
@@ -256,6 +262,8 @@ package final class Device: Sendable {
             }
             let seed = try openPasscodeKey(current, passcode: old, connection)
             try change(&file, seed, current.epoch + 1, connection)
+            // A change keeps the key (the same seed, sealed again); a removal retires it.
+            if file.passcode?.publicKey != current.publicKey { file.retire(current) }
             try directory.replace(DeviceFile.nextFileName, with: file.serialized(), durable: true)
             try tpmCall { try connection.incrementNVCounter(indices.passcodeCounter) }
             try directory.replace(DeviceFile.fileName, with: file.serialized(), durable: true)
@@ -273,6 +281,25 @@ package final class Device: Sendable {
         } catch {
             throw StoreError(.tampered, "\(directoryPath)/\(DeviceFile.fileName) holds an invalid passcode key")
         }
+    }
+
+    /// What this device's state says of a passcode key a key record was wrapped to.
+    package enum PasscodeKeyStanding: Sendable, Equatable {
+        /// The device's passcode key now.
+        case current
+        /// A key this device removed; the TPM's passcode counter moved past `epoch` when it did.
+        case retired(epoch: UInt64)
+        /// Not a key of this device state: another member's device, another state directory.
+        case unknown
+    }
+
+    /// - Throws: ``StoreError`` `.tampered` when `device.meta` is damaged.
+    package func standing(ofPasscodeKey publicKey: [UInt8]) throws(StoreError) -> PasscodeKeyStanding {
+        guard let directory = try Directory.open(directoryPath, in: nil, create: false),
+              let file = try read(DeviceFile.fileName, in: directory) else { return .unknown }
+        if let current = file.passcode, current.publicKey == publicKey { return .current }
+        if let retired = file.retiredPasscodeKeys.last(where: { $0.publicKey == publicKey }) { return .retired(epoch: retired.epoch) }
+        return .unknown
     }
 
     /// The passcode key's private half: the TPM checks the passcode (one try counted toward its

@@ -20,6 +20,15 @@ import TPM
 ///     122    L     the passcode key's 32-byte seed, sealed (``SealedObject``) under
 ///                  PolicyAuthValue, PolicyNV(passcode counter = epoch), PolicyCommandCode(Unseal),
 ///                  with authValue = HKDF-SHA256(passcode, salt, "TPMKeychain passcode"), DA-protected
+///     122+L  2     retired passcode keys R (version 2; at most ``maximumRetiredKeys``)
+///     ...    R×40  each: a passcode public key this device replaced or removed (32), and the
+///                  passcode epoch it was sealed at (8), oldest first
+///
+/// Version 1 is version 2 without the retired keys; it is read, and written back as version 2.
+/// The retired keys are what tells a key record made for a passcode this device has since
+/// changed or removed (gone for good, once the TPM's passcode counter is past that epoch) from
+/// one made on another device (another member's, another state directory's), which this device
+/// must leave alone.
 ///
 /// There is no MAC: nothing here is a secret or grants access. The counters in the TPM are what
 /// invalidates; a file put back from a backup holds a sealed key whose policy names an old epoch,
@@ -30,13 +39,31 @@ struct DeviceFile: Sendable, Equatable {
     static let fileName = "device.meta"
     static let nextFileName = "device.meta.next"
     static let magic = Array("TKDV".utf8)
-    static let version: UInt16 = 1
+    static let version: UInt16 = 2
+    /// The oldest retired keys are forgotten beyond this: records made for them then read as
+    /// another device's (never deleted by mistake).
+    static let maximumRetiredKeys = 64
     static let passcodeInfo = Array("TPMKeychain passcode".utf8)
 
     var nvBase: UInt32
     var enrollmentRecorded = false
     var enrollmentHash = [UInt8](repeating: 0, count: 32)
     var passcode: PasscodeKey?
+    var retiredPasscodeKeys: [RetiredPasscodeKey] = []
+
+    /// A passcode key this device replaced or removed.
+    struct RetiredPasscodeKey: Sendable, Equatable {
+        var publicKey: [UInt8]
+        /// The passcode counter's value the key was sealed at: once the counter is past it, the TPM
+        /// never opens that key again.
+        var epoch: UInt64
+    }
+
+    /// Records that `key` is replaced or removed (keeping at most ``maximumRetiredKeys``).
+    mutating func retire(_ key: PasscodeKey) {
+        retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: key.publicKey, epoch: key.epoch))
+        if retiredPasscodeKeys.count > Self.maximumRetiredKeys { retiredPasscodeKeys.removeFirst(retiredPasscodeKeys.count - Self.maximumRetiredKeys) }
+    }
 
     /// The sealed passcode key and what opening it needs.
     struct PasscodeKey: Sendable, Equatable {
@@ -72,6 +99,11 @@ struct DeviceFile: Sendable, Equatable {
         let sealed = passcode?.sealedSeed.serialized() ?? []
         writer.append(UInt16(sealed.count))
         writer.append(raw: sealed)
+        writer.append(UInt16(retiredPasscodeKeys.count))
+        for retired in retiredPasscodeKeys {
+            writer.append(raw: retired.publicKey)
+            writer.append(retired.epoch)
+        }
         return writer.bytes
     }
 
@@ -79,8 +111,10 @@ struct DeviceFile: Sendable, Equatable {
     init(parsing bytes: [UInt8], path: String) throws(StoreError) {
         do {
             var reader = WireReader(bytes)
-            guard try reader.readBytes(4) == Self.magic, try reader.readUInt16() == Self.version, try reader.readUInt16() == 0 else {
-                throw StoreError(.tampered, "\(path) is not version-1 device state")
+            let magic = try reader.readBytes(4)
+            let version = try reader.readUInt16()
+            guard magic == Self.magic, version == 1 || version == Self.version, try reader.readUInt16() == 0 else {
+                throw StoreError(.tampered, "\(path) is not version-1 or version-2 device state")
             }
             nvBase = try reader.readUInt32()
             let flags = try reader.readUInt8()
@@ -95,6 +129,13 @@ struct DeviceFile: Sendable, Equatable {
             }
             enrollmentRecorded = flags & 1 != 0
             let sealed = try reader.readBytes(sealedLength)
+            if version >= 2 {
+                let count = Int(try reader.readUInt16())
+                guard count <= Self.maximumRetiredKeys else { throw StoreError(.tampered, "\(path) lists too many retired passcode keys") }
+                for _ in 0..<count {
+                    retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
+                }
+            }
             guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
             if sealedLength > 0 {
                 passcode = PasscodeKey(salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed))

@@ -116,4 +116,10 @@ package struct Protection: Sendable, Hashable {
 
     /// Whether both protectors must be opened (`.and`): the record key combines both halves.
     package var needsBothProtectors: Bool { biometry != nil && passcode && !eitherSuffices }
+
+    /// Whether reading needs the passcode key the record was made for to be the device's current
+    /// one: whenPasscodeSet items, and a passcode protector that is the only way in or half of it.
+    package var needsPasscodeKey: Bool {
+        accessibility == .whenPasscodeSetThisDeviceOnly || (hasPasscodeProtector && (!hasSealedProtector || needsBothProtectors))
+    }
 }

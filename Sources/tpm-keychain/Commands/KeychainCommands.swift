@@ -104,6 +104,32 @@ struct RotateKeys: ParsableCommand {
     }
 }
 
+/// Deletes the items that can never open again on this device, proven with the TPM's counters.
+struct PurgeInvalidated: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "purge-invalidated",
+        abstract: "Delete the items that can never be read again on this device (an enrollment changed, a passcode was removed).",
+        discussion: """
+            Reading such an item reports it (exit 44) and keeps it: the reader may be another \
+            device, another member of a shared store, or a process with another state directory. \
+            This command deletes them once the TPM's counters prove they can never open here: \
+            biometryCurrentSet items after an enrollment change, and items that needed a device \
+            passcode this device has removed. Items of other devices are kept.
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            try StoreSession.withExisting(path) { session in
+                let purge = try session.location.purgeInvalidatedItems()
+                print("purged \(path): \(purge.items) items and \(purge.keyRecords) key records that can never open again on this device")
+            }
+        }
+    }
+}
+
 /// Adds a recovery key to a store: the way back after its TPM is cleared or replaced.
 struct AddRecoveryKey: ParsableCommand {
     static let configuration = CommandConfiguration(
