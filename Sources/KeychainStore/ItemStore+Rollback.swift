@@ -58,6 +58,16 @@ extension ItemStore {
 
     // MARK: Opening
 
+    /// The whole manifest, refused unread when it is larger than any writer makes.
+    static func readManifest(_ file: OpenFile, path: String) throws(StoreError) -> [UInt8] {
+        guard file.size <= Manifest.maximumSize else { throw oversizedManifest(path, size: file.size) }
+        return try file.read(count: file.size, at: 0)
+    }
+
+    static func oversizedManifest(_ path: String, size: Int) -> StoreError {
+        StoreError(.tampered, "\(path) is \(size) bytes, more than a manifest ever grows to (\(Manifest.maximumSize)): it was not written by TPMKeychain")
+    }
+
     /// Reads the manifest and checks it against the TPM counter's value `counter`.
     ///
     /// - Throws: ``StoreError`` `.rolledBack` when the manifest is older than the counter (the
@@ -69,7 +79,7 @@ extension ItemStore {
         guard let file = try rootDirectory.openFile(name) else {
             throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or run tpm-keychain recover with the recovery key to accept the files as they are")
         }
-        let state = try Manifest.parse(try file.read(count: file.size, at: 0), key: keys.manifest, storeID: storeID,
+        let state = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
                                        counterIndex: counterIndex, path: path)
         // The epoch record is written (durably) before the counter moves: one ahead is a writer
         // that died between the two, which the next epoch completes.
@@ -289,7 +299,7 @@ extension ItemStore {
         }
         let keys = try current().keys
         if file.inode != inode || file.size < validSize {
-            let reloaded = try Manifest.parse(try file.read(count: file.size, at: 0), key: keys.manifest, storeID: storeID,
+            let reloaded = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
                                               counterIndex: counterIndex, path: path)
             guard reloaded.epoch >= epoch else {
                 throw StoreError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))")
@@ -301,6 +311,7 @@ extension ItemStore {
                 state!.inode = newInode
             }
         } else if file.size > validSize {
+            guard file.size <= Manifest.maximumSize else { throw Self.oversizedManifest(path, size: file.size) }
             let tail = try file.read(count: file.size - validSize, at: validSize)
             let error = rollback.withLock { state -> StoreError? in
                 guard state != nil else { return nil }

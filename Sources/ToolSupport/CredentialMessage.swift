@@ -39,6 +39,18 @@ package struct CredentialMessage {
         attributes.append((key, value))
     }
 
+    /// Whether `value` can stand in a `key=value` line without changing what git reads: no
+    /// newline or carriage return (git-credential's parser would start another attribute there,
+    /// the CVE-2020-5260 and CVE-2024-52006 class) and no NUL.
+    package static func isSafeValue(_ value: [UInt8]) -> Bool {
+        !value.contains { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") || $0 == 0 }
+    }
+
+    /// The key of the first value that ``isSafeValue(_:)`` refuses, if any.
+    package var unsafeKey: String? {
+        attributes.first { !Self.isSafeValue($0.value) }?.key
+    }
+
     /// `key=value` lines, each ending in a newline.
     package var encoded: [UInt8] {
         var bytes: [UInt8] = []

@@ -81,6 +81,11 @@ struct StoredSecret: Codable, Equatable {
     /// - Throws: ``HelperFailure`` (data error) when a value is not UTF-8 text, which JSON
     ///   cannot carry; nothing is stored then.
     init(_ credential: GitCredential) throws(HelperFailure) {
+        for (name, value) in [("username", credential.username), ("password", credential.password), ("oauth_refresh_token", credential.oauthRefreshToken)] {
+            if let value, !CredentialMessage.isSafeValue(value) {
+                throw HelperFailure(ExitStatus.dataError, "the \(name) contains a carriage return or NUL, which git would misread when it is given back; it was not stored")
+            }
+        }
         guard let password = credential.password.flatMap({ String(validating: $0, as: UTF8.self) }) else {
             throw HelperFailure(ExitStatus.dataError, "the password is not UTF-8 text; it was not stored")
         }

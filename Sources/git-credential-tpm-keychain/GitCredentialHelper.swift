@@ -84,6 +84,10 @@ enum GitCredentialHelper {
             let session = try StoreSession(path: invocation.storePath, choice: .automatic, announceSimulation: false)
             defer { session.close() }
             if let answer = try CredentialStore(location: session.location).get(credential) {
+                // A stored value with a line break would hand git attributes of someone's choosing.
+                if let key = answer.unsafeKey {
+                    throw HelperFailure(ExitStatus.dataError, "the stored \(key) for this credential contains a line break or NUL, which git would read as further attributes: not answering (delete it with tpm-keychain delete-internet-password)")
+                }
                 try writeStandardOutput(answer.encoded)
             }
         case "store":

@@ -131,6 +131,38 @@ import TPMKeychainTesting
         #expect(secret["oauth_refresh_token"] as? String == "refresh-in-the-secret")
     }
 
+    @Test("a stored value with a line break is never handed to git (it would add attributes of its writer's choosing), and none is stored")
+    func lineBreaksNeverReachGit() throws {
+        let fixture = try GitFixture()
+        try fixture.helper("store", ["protocol=https", "host=example.com", "username=seed", "password=pass"])   // the store exists
+        // Other code writing into the helper's access group (SecItem, or tpm-keychain add-internet-password -a).
+        let location = try KeychainLocation(path: fixture.store, tcti: fixture.simulator.tcti)
+        KeychainEnvironment.location = location
+        KeychainEnvironment.accessGroups = ["git-credential"]
+        defer {
+            Keychain.closeStore(location)
+            KeychainEnvironment.reset()
+        }
+        for (account, password) in [("u\nhost=evil.example", "p"), ("plain", "p\rpassword=injected"), ("nul", "p\u{0}x")] {
+            let add: [String: Any] = [
+                kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "planted.example.com",
+                kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 0, kSecAttrAccount as String: account,
+                kSecValueData as String: try JSONSerialization.data(withJSONObject: ["password": password]),
+            ]
+            #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+            Keychain.closeStore(location)
+            let answer = try fixture.helper(["--keychain", fixture.store, "get"], ["protocol=https", "host=planted.example.com"])
+            #expect(answer.status == 65 && answer.stdout.isEmpty, "\(account): \(answer)")
+            #expect(!answer.stderr.contains("injected") && !answer.stderr.contains("evil"), "\(answer)")
+            let delete: [String: Any] = [kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "planted.example.com"]
+            #expect(SecItemDelete(delete as CFDictionary) == errSecSuccess)
+        }
+        // git's own input cannot carry a newline inside a value, but a carriage return it can: refused.
+        let stored = try fixture.helper(["--keychain", fixture.store, "store"], ["protocol=https", "host=example.com", "username=cr", "password=a\rb"])
+        #expect(stored.status == 65, "\(stored)")
+        #expect(try fixture.helper("get", ["protocol=https", "host=example.com", "username=cr"]).stdout.isEmpty)
+    }
+
     @Test("the store: --keychain, else TPM_KEYCHAIN_GIT_STORE, else ~/.local/share/tpm-keychain/default")
     func storeLocation() throws {
         let fixture = try GitFixture()

@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import KeychainStore
+@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
@@ -200,6 +200,37 @@ import TPMKeychainTesting
         Keychain.closeStore(store.location)
         FileManager.default.createFile(atPath: manifest, contents: Data(original), attributes: [.posixPermissions: 0o600])
         #expect(try store.keychain().string(forKey: "k") == "v")
+    }
+
+    @Test("a manifest grown past any writer's size (a sparse file meant to exhaust memory) is refused unread as tampered; the file put back, the store opens")
+    func oversizedManifest() throws {
+        let store = try TestStore()
+        try store.keychain().set("v", forKey: "k")
+        Keychain.closeStore(store.location)
+        let manifest = store.location.path + "/manifest"
+        let original = try bytes(of: manifest)
+        #expect(truncate(manifest, off_t(64 << 20) + 1) == 0)   // 64 MiB + 1, sparse: no disk used
+        let error = expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
+        #expect(error?.message.contains("more than a manifest ever grows to") == true, "\(String(describing: error))")
+        Keychain.closeStore(store.location)
+        try overwrite(manifest, with: original)
+        #expect(try store.keychain().string(forKey: "k") == "v")
+    }
+
+    @Test("a FIFO planted where a file is rewritten in place (the manifest) makes the write fail as an unsafe file system, never block")
+    func fifoIsNeverOpenedForWriting() throws {
+        let store = try TestStore()
+        try store.keychain().set("v", forKey: "k")
+        Keychain.closeStore(store.location)
+        let directory = try #require(try Directory.open(store.location.path, in: nil, create: false, storeRoot: true))
+        #expect(mkfifo(store.location.path + "/planted", 0o600) == 0)
+        // With no reader a blocking open would wait forever; the write must be refused at once.
+        do {
+            try directory.overwrite("planted", at: 0, with: [1, 2, 3], durable: false)
+            Issue.record("a FIFO was written to")
+        } catch let error as StoreError {
+            #expect(error.code == .unsafeFileSystem, "\(error)")
+        }
     }
 
     @Test("the counter deleted from the TPM is rollbackCounterMissing naming recover; the recovery key accepts the files and makes a new counter")

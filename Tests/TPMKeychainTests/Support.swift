@@ -29,19 +29,22 @@ final class TestStore: @unchecked Sendable {
     }
 }
 
-/// Asserts that `body` throws a ``KeychainError`` with `code`.
-func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+/// Asserts that `body` throws a ``KeychainError`` with `code`, and returns it.
+@discardableResult
+func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) -> KeychainError? {
     do {
         try body()
         Issue.record("expected KeychainError.\(code), but nothing was thrown", sourceLocation: sourceLocation)
     } catch let error as KeychainError {
         #expect(error.code == code, "got \(error)", sourceLocation: sourceLocation)
+        return error
     } catch let error as StoreError {
         // The engine's own error, for tests that call it directly: the same codes by name.
         #expect(error.code.name == code.name, "got \(error)", sourceLocation: sourceLocation)
     } catch {
         Issue.record("expected KeychainError.\(code), got \(error)", sourceLocation: sourceLocation)
     }
+    return nil
 }
 
 extension TestStore {

@@ -268,9 +268,13 @@ package final class Directory: Sendable {
         let filePath = path + "/" + name
         let fileDescriptor: Int32
         do {
-            fileDescriptor = try retryingInterrupts { openat(descriptor, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) }
+            // O_NONBLOCK: a FIFO planted at the name must not block the writer forever (it fails with
+            // ENXIO without a reader, or is refused below); on a regular file it changes nothing.
+            fileDescriptor = try retryingInterrupts { openat(descriptor, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
         } catch where error.rawValue == ENOENT {
             throw StoreError(.tampered, "\(filePath) is missing")
+        } catch where error.rawValue == ENXIO {
+            throw StoreError(.unsafeFileSystem, "\(filePath) is not a regular file (a FIFO or a device)")
         } catch where error.rawValue == ELOOP {
             throw StoreError(.unsafeFileSystem, "\(filePath) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {

@@ -30,6 +30,9 @@ struct Manifest {
     static let magic = Array("TKMF".utf8)
     /// Larger than this (and four times what the live items need) and a writer compacts it.
     static let compactionThreshold = 256 * 1024
+    /// The largest manifest a reader accepts (256 compactions' worth): anything bigger was not
+    /// written by a writer (a sparse file planted to exhaust memory) and is refused before it is read.
+    static let maximumSize = compactionThreshold * 256
 
     enum Kind: UInt8 {
         case header = 0x48 // "H"
@@ -164,7 +167,7 @@ struct Manifest {
         }
         let zero = [UInt8](repeating: 0, count: 16)
         let headerBody = Array(bytes[0..<48])
-        guard mac(headerBody, after: zero, key: key) == Array(bytes[48..<64]), headerBody[0] == Kind.header.rawValue,
+        guard constantTimeEqual(mac(headerBody, after: zero, key: key), bytes[48..<64]), headerBody[0] == Kind.header.rawValue,
               headerBody[1] == version, Array(headerBody[2..<6]) == magic else {
             throw StoreError(.tampered, "\(path) failed authentication: the store's manifest was modified or belongs to another key")
         }
@@ -190,7 +193,7 @@ struct Manifest {
         while position + recordSize <= bytes.endIndex {
             let body = Array(bytes[position..<position + 48])
             let recordMAC = mac(body, after: state.lastMAC, key: key)
-            guard recordMAC.elementsEqual(bytes[position + 48..<position + 64]), body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
+            guard constantTimeEqual(recordMAC, bytes[position + 48..<position + 64]), body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
             let value = integer(body, at: 8)
             switch kind {
             case .header:
@@ -239,4 +242,13 @@ struct Manifest {
         for index in offset..<offset + 8 { value = value << 8 | UInt64(bytes[index]) }
         return value
     }
+}
+
+/// Compares two MACs in time that depends only on their length, as every other MAC check of the
+/// store does through swift-crypto.
+func constantTimeEqual<A: Collection<UInt8>, B: Collection<UInt8>>(_ a: A, _ b: B) -> Bool {
+    guard a.count == b.count else { return false }
+    var difference: UInt8 = 0
+    for (x, y) in zip(a, b) { difference |= x ^ y }
+    return difference == 0
 }
