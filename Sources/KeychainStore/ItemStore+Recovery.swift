@@ -38,7 +38,7 @@ extension ItemStore {
             throw StoreError(.storageFailed, "No randomness for a recovery key", underlying: error)
         }
         let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: try RecoveryFile.publicKey(of: recoveryKey), storeID: storeID,
-                                           keyGeneration: Self.keyGeneration(state.keys))
+                                           keyGeneration: Self.keyGeneration(state.keys), metadataKey: state.keys.metadata)
         _ = try rootDirectory.remove(RecoveryFile.nextFileName, durable: false)
         try rootDirectory.replace(RecoveryFile.fileName, with: sealed, durable: true)
         return recoveryKey
@@ -52,16 +52,22 @@ extension ItemStore {
     /// A rotation's part: the new master key encrypted for the same recovery key, as
     /// `recovery.key.next` (before the commit); renamed over `recovery.key` after it by
     /// ``finishRecoveryKeyRotation(in:keys:)``. Nothing when the store has no recovery key.
-    static func prepareRecoveryKeyRotation(in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys,
+    ///
+    /// The recovery public key is taken only from a file this store authenticated under the old
+    /// master key (`oldKeys`): a planted one stops the rotation before anything is encrypted to it.
+    static func prepareRecoveryKeyRotation(in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys, oldKeys: StoreKeys,
                                            storeID: [UInt8]) throws(StoreError) {
         guard let file = try rootDirectory.openFile(RecoveryFile.fileName) else { return }
-        guard file.size == RecoveryFile.size else {
+        guard file.size == RecoveryFile.size || file.size == RecoveryFile.unauthenticatedSize else {
             // Rotating past it would leave a recovery key that silently opens nothing: stop first.
             throw StoreError(.tampered, "\(file.path) is damaged: add a new recovery key (add-recovery-key) before rotating the master key")
         }
-        let header = try RecoveryFile.header(try file.read(count: file.size, at: 0), path: file.path)
+        let header = try RecoveryFile.authenticatedHeader(try file.read(count: file.size, at: 0), metadataKey: oldKeys.metadata, path: file.path)
+        guard header.storeID == storeID, header.keyGeneration == keyGeneration(oldKeys) else {
+            throw StoreError(.tampered, "\(file.path) belongs to another store or master key: add a new recovery key before rotating the master key")
+        }
         let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: header.recoveryPublicKey, storeID: storeID,
-                                           keyGeneration: keyGeneration(keys))
+                                           keyGeneration: keyGeneration(keys), metadataKey: keys.metadata)
         try rootDirectory.replace(RecoveryFile.nextFileName, with: sealed, durable: true)
     }
 
@@ -72,7 +78,8 @@ extension ItemStore {
     static func finishRecoveryKeyRotation(in rootDirectory: Directory, keys: StoreKeys) throws(StoreError) {
         guard let file = try rootDirectory.openFile(RecoveryFile.nextFileName) else { return }
         let current = file.size == RecoveryFile.size
-            ? (try? RecoveryFile.header(try file.read(count: file.size, at: 0), path: file.path).keyGeneration) == keyGeneration(keys) : false
+            ? (try? RecoveryFile.authenticatedHeader(try file.read(count: file.size, at: 0), metadataKey: keys.metadata, path: file.path)
+                .keyGeneration) == keyGeneration(keys) : false
         if current {
             do {
                 try retryingInterrupts { renameat(rootDirectory.descriptor, RecoveryFile.nextFileName, rootDirectory.descriptor, RecoveryFile.fileName) }
@@ -131,10 +138,13 @@ extension ItemStore {
         for name in [RecoveryFile.fileName, RecoveryFile.nextFileName] {
             guard let file = try rootDirectory.openFile(name) else { continue }
             do throws(StoreError) {
-                guard file.size == RecoveryFile.size else { throw StoreError(.tampered, "\(file.path) is damaged") }
-                let masterKey = try RecoveryFile.open(try file.read(count: file.size, at: 0), recoveryKey: recoveryKey,
-                                                      storeID: parsed.metadata.storeID, path: file.path)
+                guard file.size == RecoveryFile.size || file.size == RecoveryFile.unauthenticatedSize else {
+                    throw StoreError(.tampered, "\(file.path) is damaged")
+                }
+                let bytes = try file.read(count: file.size, at: 0)
+                let masterKey = try RecoveryFile.open(bytes, recoveryKey: recoveryKey, storeID: parsed.metadata.storeID, path: file.path)
                 let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
+                if file.size == RecoveryFile.size { _ = try RecoveryFile.authenticatedHeader(bytes, metadataKey: keys.metadata, path: file.path) }
                 // The recovery file and store.meta must belong together: the key it holds authenticates store.meta.
                 try parsed.verify(metadataKey: keys.metadata)
                 opened = (masterKey, keys)

@@ -95,7 +95,7 @@ extension ItemStore {
         do {
             copied = try copy(state, to: target, opened: opened)
             // The recovery key (if any) follows: the new master key encrypted to its public half.
-            try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, storeID: storeID)
+            try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, oldKeys: state.keys, storeID: storeID)
             if let counter {
                 try Self.writeManifest(target.layout.manifest, listing: target.layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index,
                                        epoch: counter.value)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 import TPM
@@ -8,6 +9,38 @@ import TPMKeychainTesting
 /// the current TPM, keeping what is not bound to the old one.
 @Suite struct RecoveryKeyTests {
     static let passcode = SecretBytes(copying: Array("recovery passcode 1".utf8))
+
+    @Test("a recovery.key planted by someone who can write the store's directory (their own public key) stops a rotation before anything is encrypted to it; a real one still follows the rotation")
+    func plantedRecoveryKeyIsRefused() async throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("v", forKey: "k")
+        let path = store.location.path + "/recovery.key"
+        // The attacker's file: the right magic, their X25519 public key at bytes 32..<64, garbage
+        // after, in the layout of either version.
+        let attackerKey = Curve25519.KeyAgreement.PrivateKey()
+        for (version, size) in [(UInt8(1), 156), (UInt8(2), 188)] {
+            var planted = Array("TKRC".utf8) + [0, version, 0, 0] + [UInt8](repeating: 7, count: size - 8)
+            planted.replaceSubrange(32..<64, with: attackerKey.publicKey.rawRepresentation)
+            FileManager.default.createFile(atPath: path, contents: Data(planted), attributes: [.posixPermissions: 0o600])
+            let metadata = try bytes(of: store.location.path + "/store.meta")
+            await #expect(throws: KeychainError.self) { try await store.location.rotateKeys() }
+            #expect(try bytes(of: path) == planted, "version \(version)")
+            #expect(!FileManager.default.fileExists(atPath: path + ".next"), "version \(version)")
+            #expect(try bytes(of: store.location.path + "/store.meta") == metadata, "the rotation went ahead")
+            do {
+                try await store.location.rotateKeys()
+            } catch {
+                #expect(error.code == .tampered && error.message.contains("add-recovery-key"), "\(error)")
+            }
+        }
+        #expect(try keychain.string(forKey: "k") == "v")
+        // A real recovery key replaces the planted file and follows the rotation.
+        let recoveryKey = try store.location.addRecoveryKey()
+        try await store.location.rotateKeys()
+        Keychain.closeStore(store.location)
+        #expect(try store.location.recover(with: recoveryKey).itemsKept == 1)
+    }
 
     @Test("after a TPM change the store is wrongTPM naming recover; a wrong key is refused; the right one seals it to the new TPM, keeping plain items and removing this-device-only and protected ones")
     func recoverOnAnotherTPM() async throws {
@@ -32,7 +65,7 @@ import TPMKeychainTesting
         try await store.location.rotateKeys(context: context)
         #expect(try bytes(of: store.location.path + "/recovery.key") != recoveryFile)
         #expect(!FileManager.default.fileExists(atPath: store.location.path + "/recovery.key.next"))
-        #expect(recoveryFile.count == 156)
+        #expect(recoveryFile.count == 188)   // version 2: 156 bytes and their MAC
 
         // Another TPM (a motherboard swap, a VM moved without its vTPM state).
         Keychain.closeStore(store.location)

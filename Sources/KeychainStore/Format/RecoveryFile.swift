@@ -15,6 +15,14 @@ import TPM
 ///     64     32    ephemeral public key (X25519, new for every write)
 ///     96     12    nonce (random)
 ///     108    48    AES-256-GCM(K, nonce, master key (32 bytes), AAD = bytes 0 ..< 108): ciphertext ‖ tag
+///     156    32    (version 2) HMAC-SHA256(metadata key of the master key it holds,
+///                  "TPMKeychain recovery key" ‖ bytes 0 ..< 156)
+///
+/// The MAC is what a rotation checks before it encrypts a new master key to the recovery public
+/// key: without it, whoever could write the store's directory (a backup agent, a file-sync
+/// service, another machine sharing the home) could plant a public key of their own and receive
+/// the next master key. Version 1 (no MAC) is still opened by a recovery, but a rotation refuses
+/// it: add a new recovery key first.
 ///
 /// K = HKDF-SHA256(IKM = X25519(ephemeral, recovery public key), salt = ephemeral public key ‖
 /// recovery public key, info = "TPMKeychain recovery key" ‖ store ID). The master key is encrypted
@@ -25,12 +33,15 @@ struct RecoveryFile {
     /// A rotation's copy for the new master key, renamed over ``fileName`` after the commit.
     static let nextFileName = "recovery.key.next"
     static let magic = Array("TKRC".utf8)
-    static let version: UInt16 = 1
-    static let size = 108 + 48
+    static let version: UInt16 = 2
+    /// Version 1's size: no MAC.
+    static let unauthenticatedSize = 108 + 48
+    static let size = unauthenticatedSize + 32
     static let info = Array("TPMKeychain recovery key".utf8)
 
     /// The fields readable without the recovery key.
     struct Header {
+        let version: UInt16
         let storeID: [UInt8]
         let keyGeneration: [UInt8]
         let recoveryPublicKey: [UInt8]
@@ -47,8 +58,10 @@ struct RecoveryFile {
         }
     }
 
-    /// Encrypts `masterKey` to the recovery key whose public half is `recoveryPublicKey`.
-    static func seal(masterKey: SecretBytes, recoveryPublicKey: [UInt8], storeID: [UInt8], keyGeneration: [UInt8]) throws(StoreError) -> [UInt8] {
+    /// Encrypts `masterKey` to the recovery key whose public half is `recoveryPublicKey`, and
+    /// authenticates the file with `metadataKey` (the metadata key of that same master key).
+    static func seal(masterKey: SecretBytes, recoveryPublicKey: [UInt8], storeID: [UInt8], keyGeneration: [UInt8],
+                     metadataKey: SymmetricKey) throws(StoreError) -> [UInt8] {
         do {
             let ephemeral = Curve25519.KeyAgreement.PrivateKey()
             let shared = try ephemeral.sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
@@ -66,7 +79,8 @@ struct RecoveryFile {
             let box = try masterKey.withUnsafeBytes { plaintext in
                 try AES.GCM.seal(plaintext, using: key, nonce: try AES.GCM.Nonce(data: bytes[96..<108]), authenticating: bytes)
             }
-            return bytes + Array(box.ciphertext) + Array(box.tag)
+            let body = bytes + Array(box.ciphertext) + Array(box.tag)
+            return body + mac(body, metadataKey: metadataKey)
         } catch {
             throw StoreError(.storageFailed, "Encrypting the recovery copy of the master key failed", underlying: error)
         }
@@ -76,11 +90,35 @@ struct RecoveryFile {
     ///
     /// - Throws: ``StoreError`` `.tampered` for a file no writer produces.
     static func header(_ bytes: [UInt8], path: String) throws(StoreError) -> Header {
-        guard bytes.count == size, Array(bytes[0..<4]) == magic, BigEndian.integer(bytes[4..<6]) as UInt16 == version,
-              bytes[6] == 0, bytes[7] == 0 else {
-            throw StoreError(.tampered, "\(path) is not a version-1 recovery file")
+        guard bytes.count >= unauthenticatedSize, Array(bytes[0..<4]) == magic, bytes[6] == 0, bytes[7] == 0 else {
+            throw StoreError(.tampered, "\(path) is not a recovery file")
         }
-        return Header(storeID: Array(bytes[8..<24]), keyGeneration: Array(bytes[24..<32]), recoveryPublicKey: Array(bytes[32..<64]))
+        let version: UInt16 = BigEndian.integer(bytes[4..<6])
+        guard (version == 1 && bytes.count == unauthenticatedSize) || (version == 2 && bytes.count == size) else {
+            throw StoreError(.tampered, "\(path) is not a version-1 or version-2 recovery file")
+        }
+        return Header(version: version, storeID: Array(bytes[8..<24]), keyGeneration: Array(bytes[24..<32]),
+                      recoveryPublicKey: Array(bytes[32..<64]))
+    }
+
+    /// The header of a file this store wrote for the master key whose metadata key is
+    /// `metadataKey`: version 2, its MAC valid.
+    ///
+    /// - Throws: ``StoreError`` `.tampered` for a version-1 file (unauthenticated), a file of
+    ///   another store or key, or one whose MAC fails.
+    static func authenticatedHeader(_ bytes: [UInt8], metadataKey: SymmetricKey, path: String) throws(StoreError) -> Header {
+        let header = try header(bytes, path: path)
+        guard header.version == 2 else {
+            throw StoreError(.tampered, "\(path) is a version-1 recovery file, which nothing authenticates: add a new recovery key (tpm-keychain add-recovery-key) before rotating the master key")
+        }
+        guard constantTimeEqual(mac(Array(bytes[0..<unauthenticatedSize]), metadataKey: metadataKey), bytes[unauthenticatedSize...]) else {
+            throw StoreError(.tampered, "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; add a new recovery key (tpm-keychain add-recovery-key)")
+        }
+        return header
+    }
+
+    private static func mac(_ body: [UInt8], metadataKey: SymmetricKey) -> [UInt8] {
+        Array(HMAC<SHA256>.authenticationCode(for: info + body, using: metadataKey))
     }
 
     /// The master key, if `recoveryKey` is the one this file was made for.
