@@ -32,6 +32,7 @@ struct TPMKeychainCommand: ParsableCommand {
             printError("tpm-keychain: argument \(position) is not valid UTF-8; names and paths must be UTF-8 text")
             Glibc.exit(ExitStatus.usage)
         }
+        PasswordArgument.hide()
         if let lookup = ScriptedLookup.parse(Array(CommandLine.arguments.dropFirst())),
            let status = ScriptedLookup.run(lookup) {
             Glibc.exit(status)

@@ -190,6 +190,34 @@ struct HostileUseTests {
         #expect(!FileManager.default.fileExists(atPath: fixture.store + "/store.meta"), "nothing was stored")
     }
 
+    @Test("a password given with -w is overwritten in the command's own argv as it starts: another user reading /proc/PID/cmdline while the command runs does not see it, and the item stores the password given",
+          .enabled(if: geteuid() == 0, "needs root: another user (nobody) reads the command line"))
+    func passwordArgumentHiddenFromOtherUsers() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("add-generic-password", "-s", "warm", "-a", "up", "-w", "x")   // the store exists
+        // The store's lock held: the next command waits, alive, once it has parsed its arguments.
+        let root = open(fixture.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        #expect(root >= 0 && flock(root, LOCK_EX) == 0)
+        let secret = "hunter2-the-secret-on-argv"
+        let running = try CLI.start(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "argv", "-w", secret],
+                                    environment: fixture.environment, stdinPipe: false)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !running.standardErrorSoFar.contains("warning: a password given with -w") && running.process.isRunning
+                && ContinuousClock.now < deadline {
+            usleep(5_000)
+        }
+        #expect(running.process.isRunning, "the command ended before the lock was released: \(running.standardErrorSoFar)")
+        let seen = try CLI.run(["-u", "nobody", "--", "/usr/bin/cat", "/proc/\(running.processIdentifier)/cmdline"], environment: [:],
+                               executable: "/usr/sbin/runuser")
+        let commandLine = seen.stdout.replacingOccurrences(of: "\0", with: " ")
+        #expect(commandLine.contains("add-generic-password") && commandLine.contains("-w"), "\(seen)")
+        #expect(!commandLine.contains(secret), "another user read the password: \(commandLine)")
+        #expect(flock(root, LOCK_UN) == 0)
+        close(root)
+        #expect(try running.finish().status == 0)
+        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "argv", "-w").stdout == secret + "\n")
+    }
+
     @Test("a password given with -w draws a warning; one from standard input does not, and an empty one is refused")
     func passwordOnTheCommandLine() throws {
         let fixture = try CLIFixture()

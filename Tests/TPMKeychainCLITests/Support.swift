@@ -99,6 +99,11 @@ final class RunningCLI: @unchecked Sendable {
         if closing { try input.fileHandleForWriting.close() }
     }
 
+    /// What the process wrote to standard error so far.
+    var standardErrorSoFar: String {
+        (try? String(contentsOfFile: outputDirectory + "/stderr", encoding: .utf8)) ?? ""
+    }
+
     /// Waits for the process (killing it after ``CLI/timeout``) and collects its output.
     func finish() throws -> CLIResult {
         let deadline = ContinuousClock.now + CLI.timeout

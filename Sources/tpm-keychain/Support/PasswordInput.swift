@@ -36,7 +36,7 @@ enum PasswordInput {
     ///   ``read(prompt:)`` throws.
     static func forNewItem(given password: String?, allowEmpty: Bool) throws(CommandFailure) -> PasswordValue {
         if let password {
-            printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) while the command runs; give it on standard input instead")
+            printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) until the command overwrites it as it starts, and stays in the shell's history; give it on standard input instead")
             return .text(password)
         }
         let value = try read(prompt: "password data for new item: ")
