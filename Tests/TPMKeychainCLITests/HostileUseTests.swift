@@ -104,6 +104,34 @@ struct HostileUseTests {
         #expect(try fixture.run("dump-keychain").status == 65)
     }
 
+    @Test("an item file opened to the group or others, or owned by another user, and a service directory opened to others, are refused (77) by every verb that reads or rewrites the item, as by dump",
+          .enabled(if: geteuid() == 0, "needs root: the test gives a file to another user"))
+    func looseModesAndForeignOwnersRefusedEverywhere() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "acct", "-w", "secret")
+        let file = try #require(regularFiles(under: fixture.store + "/items2").first { $0.hasSuffix(".item") })
+        let directory = (file as NSString).deletingLastPathComponent
+        let verbs: [[String]] = [["find-generic-password", "-s", "svc", "-a", "acct", "-w"], ["find-generic-password", "-s", "svc", "-a", "acct"],
+                                 ["find-generic-password", "-s", "svc"], ["add-generic-password", "-s", "svc", "-a", "acct", "-w", "new", "-U"],
+                                 ["delete-generic-password", "-s", "svc", "-a", "acct"], ["dump-keychain"]]
+        let unsafe: [(String, () -> Int32, () -> Int32)] = [
+            ("file 0644", { chmod(file, 0o644) }, { chmod(file, 0o600) }),
+            ("file 0640", { chmod(file, 0o640) }, { chmod(file, 0o600) }),
+            ("file of nobody", { chown(file, 65534, gid_t.max) }, { chown(file, 0, gid_t.max) }),
+            ("directory 0755", { chmod(directory, 0o755) }, { chmod(directory, 0o700) }),
+            ("directory 0750", { chmod(directory, 0o750) }, { chmod(directory, 0o700) }),
+        ]
+        for (what, make, undo) in unsafe {
+            #expect(make() == 0)
+            for arguments in verbs {
+                let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
+                #expect(result.status == 77, "\(what): \(result)")
+            }
+            #expect(undo() == 0)
+        }
+        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "acct", "-w").stdout == "secret\n")
+    }
+
     @Test("damaged sealed-key bytes in store.meta are unusable data (65), not an unavailable TPM (69) or a refusal (77)")
     func damagedSealedKey() throws {
         let fixture = try CLIFixture()
