@@ -30,8 +30,26 @@ package enum ProcessGuard {
         _ = buffer.initialize(from: message)
         crashMessage = buffer
         SecretMemory.disableCoreDumps()
+        silenceTSSLogging()
         handleCrashes()
         handleInterruptions()
+    }
+
+    /// The variable that lets tpm-tss's own log through (`TSS2_LOG`), for debugging a TPM problem.
+    package static let debugVariable = "TPM_KEYCHAIN_DEBUG"
+
+    /// tpm2-tss logs what `TSS2_LOG` asks for to standard error, and at trace level that includes
+    /// HMAC keys, session material and decrypted response parameters (git shows a helper's
+    /// standard error). A tool turns it off, overriding an inherited value, unless
+    /// `TPM_KEYCHAIN_DEBUG=1`; it says so when a level was asked for. Called while the process is
+    /// still single-threaded, which setenv needs.
+    private static func silenceTSSLogging() {
+        guard getenv(debugVariable).map({ String(cString: $0) }) != "1" else { return }
+        if let requested = getenv("TSS2_LOG").map({ String(cString: $0) }), requested.lowercased() != "all+none" {
+            let note = "\(programName): note: TSS2_LOG=\(requested) ignored (tpm2-tss's log can show key material); set \(debugVariable)=1 to keep it\n"
+            FileHandle.standardError.write(Data(note.utf8))
+        }
+        setenv("TSS2_LOG", "all+NONE", 1)
     }
 
     /// The Swift runtime's crash reporter returns from a SIGSEGV it did not cause itself (one sent

@@ -246,6 +246,42 @@ struct HostileUseTests {
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "argv", "-w").stdout == secret + "\n")
     }
 
+    @Test("an inherited TSS2_LOG trace level is overridden (tpm2-tss's trace shows HMAC keys and decrypted responses) with a note; TPM_KEYCHAIN_DEBUG=1 lets it through")
+    func inheritedTSSTraceIsSilenced() throws {
+        let fixture = try CLIFixture()
+        let traced = fixture.environment.merging(["TSS2_LOG": "all+trace"]) { $1 }
+        let added = try CLI.run(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct"], environment: traced,
+                                stdin: Data("secret-value\n".utf8))
+        #expect(added.status == 0, "\(added)")
+        let found = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct", "-w"], environment: traced)
+        #expect(found.stdout == "secret-value\n", "\(found)")
+        for result in [added, found] {
+            #expect(!result.stderr.contains("trace:") && !result.stderr.contains("debug:"), "tpm2-tss traced: \(result.stderr.prefix(400))")
+            #expect(result.stderr.contains("TSS2_LOG=all+trace ignored"), "\(result)")
+        }
+        // The switch works: with it, tpm2-tss's trace reaches standard error (which is how the
+        // overriding is known to matter).
+        let debugging = traced.merging(["TPM_KEYCHAIN_DEBUG": "1"]) { $1 }
+        let debugged = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct", "-w"], environment: debugging)
+        #expect(debugged.status == 0 && debugged.stderr.contains("trace:esys:"), "\(debugged.stderr.prefix(400))")
+    }
+
+    @Test("an askpass program is run without TPM_KEYCHAIN_OWNER_AUTH in its environment")
+    func askpassGetsNoOwnerPassword() throws {
+        let fixture = try CLIFixture()
+        let script = fixture.directory + "/askpass"
+        let dump = fixture.directory + "/askpass-environment"
+        try "#!/bin/sh\nenv > '\(dump)'\necho 'passcode 4711'\n".write(toFile: script, atomically: true, encoding: .utf8)
+        #expect(chmod(script, 0o700) == 0)
+        // An empty owner password is the TPM's; the variable's value only has to reach this process.
+        let environment = fixture.environment.merging(["TPM_KEYCHAIN_ASKPASS": script, "TPM_KEYCHAIN_OWNER_AUTH": "owner-secret-4711",
+                                                       "MARKER_FOR_TEST": "seen"]) { $1 }
+        _ = try CLI.run(["set-passcode", "--keychain", fixture.store], environment: environment)
+        let seen = try String(contentsOfFile: dump, encoding: .utf8)
+        #expect(seen.contains("MARKER_FOR_TEST=seen"), "\(seen)")
+        #expect(!seen.contains("owner-secret-4711") && !seen.contains("TPM_KEYCHAIN_OWNER_AUTH"), "\(seen)")
+    }
+
     @Test("a password given with -w draws a warning; one from standard input does not, and an empty one is refused")
     func passwordOnTheCommandLine() throws {
         let fixture = try CLIFixture()

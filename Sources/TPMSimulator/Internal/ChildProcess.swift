@@ -68,8 +68,11 @@ enum ChildProcess {
 
         let argv: [UnsafeMutablePointer<CChar>?] = ([executablePath] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
+        // Not `environ` as it is: the owner password stays in this process.
+        let envp: [UnsafeMutablePointer<CChar>?] = ChildEnvironment.current().map { strdup($0) } + [nil]
+        defer { envp.forEach { free($0) } }
         var pid = pid_t()
-        try spawnResult { posix_spawn(&pid, executablePath, &actions, &attributes, argv, environ) }
+        try spawnResult { posix_spawn(&pid, executablePath, &actions, &attributes, argv, envp) }
         return pid
     }
 

@@ -87,6 +87,7 @@ final class PasscodeInput: @unchecked Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: program)
         process.arguments = [prompt]
+        process.environment = ChildEnvironment.currentDictionary()
         let output = Pipe()
         process.standardOutput = output
         do {
