@@ -173,9 +173,10 @@ extension ItemStore {
         let path = root + "/" + state.layout.records + "/" + KeyRecord.fileName(recordID)
         // Nothing here deletes: what this reader sees (its device state, its TPM counters) may not
         // be what the record's owner sees. Invalidation is reported; a purge proves and deletes.
-        try checkBelongsToDevice(record, protection, device: device, path: path)
+        let deviceState = try device.state(connection)
+        try checkBelongsToDevice(record, deviceState, device: device, path: path)
         if protection.needsPasscodeKey {
-            switch try device.standing(ofPasscodeKey: record.passcodeKey) {
+            switch try device.standing(ofPasscodeKey: record.passcodeKey, connection) {
             case .current:
                 break
             case .retired:
@@ -190,12 +191,12 @@ extension ItemStore {
                 guard let biometry, let passcode else {
                     throw StoreError(.interactionNotAllowed, "This item needs both biometry and the device passcode")
                 }
-                let sealed = try openSealed(record, protection, device: device, connection, biometry: biometry, path: path)
+                let sealed = try openSealed(record, protection, device: device, deviceState, connection, biometry: biometry, path: path)
                 let wrapped = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode, connection), path: path)
                 secret = KeyRecord.combined(sealed, wrapped, recordID: recordID)
             } else if protection.hasSealedProtector, biometry != nil || protection.biometry == nil {
                 do throws(StoreError) {
-                    secret = try openSealed(record, protection, device: device, connection, biometry: biometry, path: path)
+                    secret = try openSealed(record, protection, device: device, deviceState, connection, biometry: biometry, path: path)
                 } catch let error where error.code == .biometryInvalidated && passcode != nil {
                     secret = try record.unwrapPasscodeProtector(try device.passcodePrivateKey(passcode!, connection), path: path)
                 }
@@ -217,14 +218,15 @@ extension ItemStore {
     /// A record names the device that made it (its NV base) when it depends on that device's
     /// counters or passcode: another device's record is refused here, before its policy fails in
     /// a way that would read as an invalidation.
-    private func checkBelongsToDevice(_ record: KeyRecord, _ protection: Protection, device: Device, path: String) throws(StoreError) {
-        guard record.nvBase != 0, record.nvBase != device.indices.base else { return }
-        throw StoreError(.interactionNotAllowed, "\(path) belongs to another device (NV base 0x\(String(record.nvBase, radix: 16)), this device's is 0x\(String(device.indices.base, radix: 16))): another user's, or another member's of a shared store. Only that device opens it; nothing was changed")
+    private func checkBelongsToDevice(_ record: KeyRecord, _ deviceState: Device.State?, device: Device, path: String) throws(StoreError) {
+        guard record.nvBase != 0, record.nvBase != deviceState?.file.nvBase else { return }
+        let own = deviceState.map { "this device's is 0x" + String($0.file.nvBase, radix: 16) } ?? "this user has no device state in \(device.directoryPath)"
+        throw StoreError(.interactionNotAllowed, "\(path) belongs to another device (NV base 0x\(String(record.nvBase, radix: 16)); \(own)): another user's, another member's of a shared store, or device state moved away. Only that device opens it; nothing was changed")
     }
 
     /// Unseals the sealed protector. On a policy failure, the counters say why.
-    private func openSealed(_ record: KeyRecord, _ protection: Protection, device: Device, _ connection: TPMConnection,
-                            biometry: BiometryProof?, path: String) throws(StoreError) -> SecretBytes {
+    private func openSealed(_ record: KeyRecord, _ protection: Protection, device: Device, _ deviceState: Device.State?,
+                            _ connection: TPMConnection, biometry: BiometryProof?, path: String) throws(StoreError) -> SecretBytes {
         guard let sealed = record.sealedProtector else { throw StoreError(.tampered, "\(path) has no sealed protector") }
         if protection.biometry != nil {
             guard let biometry else { throw StoreError(.interactionNotAllowed, "This item needs biometry") }
@@ -232,8 +234,10 @@ extension ItemStore {
             try device.checkEnrollment(identifier: biometry.enrollmentIdentifier, connection)
         }
         do {
-            if record.flags.contains(.lockBound) {
-                try ensureUnlockedWithoutPasscode(device, connection)
+            // The record names this device (checked before), so its policy reads this device's indices.
+            let authorizations = deviceState.map(device.nvAuthorizations) ?? [:]
+            if record.flags.contains(.lockBound), let deviceState {
+                try ensureUnlockedWithoutPasscode(device, deviceState, connection)
             }
             let policy = try record.sealedPolicy { (index) throws(StoreError) in
                 do {
@@ -245,11 +249,11 @@ extension ItemStore {
                 }
             }
             do {
-                return try connection.unseal(sealed, policy: policy)
+                return try connection.unseal(sealed, policy: policy, nvAuthorizations: authorizations)
             } catch let error as TPMError where error.code == .policyCheckFailed || error.code == .nvIndexUninitialized {
                 let indices = DeviceIndices(base: record.nvBase)
-                if protection.biometry == .currentSet,
-                   try device.counter(indices.enrollmentCounter, connection) != record.enrollmentEpoch {
+                if protection.biometry == .currentSet, let deviceState,
+                   try device.counter(indices.enrollmentCounter, deviceState, connection) != record.enrollmentEpoch {
                     throw StoreError(.biometryInvalidated, "The TPM refused the key: the enrollment counter moved", underlying: error)
                 }
                 if record.flags.contains(.lockBound) {
@@ -259,6 +263,9 @@ extension ItemStore {
                 throw StoreError(.tampered, "\(path): the TPM refused its sealed protector", underlying: error)
             } catch let error as TPMError where error.code == .handleNotFound {
                 throw Self.missingIndex(nil, error)
+            } catch let error as TPMError where error.code == .authorizationFailed && !authorizations.isEmpty {
+                // PolicyNV refused the device's authorization: an index defined again by someone else.
+                throw Device.taken(record.nvBase, error)
             } catch let error as TPMError where error.code == .malformedData || error.code == .wrongStorageKey {
                 throw StoreError(.tampered, "\(path): its sealed protector is damaged or belongs to another TPM", underlying: error)
             } catch {
@@ -277,10 +284,10 @@ extension ItemStore {
 
     /// A device without a passcode is always unlocked, as an iPhone without one is: its lock
     /// state is written whenever it reads locked (after a reboot).
-    private func ensureUnlockedWithoutPasscode(_ device: Device, _ connection: TPMConnection) throws(StoreError) {
-        guard try !device.passcodeIsSet() else { return }
-        if let state = try device.lockState(connection), state.sinceBoot, state.now { return }
-        try device.writeLockState(unlocked: true, connection)
+    private func ensureUnlockedWithoutPasscode(_ device: Device, _ deviceState: Device.State, _ connection: TPMConnection) throws(StoreError) {
+        guard deviceState.file.passcode == nil else { return }
+        if let lock = try device.lockState(deviceState, connection), lock.sinceBoot, lock.now { return }
+        try device.writeLockState(unlocked: true, deviceState, connection)
     }
 
     // MARK: Purging what can never open again
@@ -303,8 +310,9 @@ extension ItemStore {
         let state = try current()
         let records = try allRecords(state)
         let dead = try device.withConnection { (connection) throws(StoreError) -> [KeyRecord] in
+            guard let deviceState = try device.state(connection) else { return [] }
             var dead: [KeyRecord] = []
-            for record in records where try isProvablyDead(record, device: device, connection) { dead.append(record) }
+            for record in records where try isProvablyDead(record, device: device, deviceState, connection) { dead.append(record) }
             return dead
         }
         var purge = Purge()
@@ -315,20 +323,27 @@ extension ItemStore {
         return purge
     }
 
-    private func isProvablyDead(_ record: KeyRecord, device: Device, _ connection: TPMConnection) throws(StoreError) -> Bool {
-        guard record.nvBase == device.indices.base else { return false }   // another device's, or binds none
+    private func isProvablyDead(_ record: KeyRecord, device: Device, _ deviceState: Device.State, _ connection: TPMConnection) throws(StoreError) -> Bool {
+        guard record.nvBase == deviceState.file.nvBase else { return false }   // another device's, or binds none
         let protection = try record.protection()
-        var biometryGone = false
-        if protection.biometry == .currentSet {
-            let counter = device.indices.enrollmentCounter
-            // Only a counter's value proves anything: an ordinary index at the handle could say anything.
-            if let value = try device.counter(counter, connection), try device.isCounter(counter, connection) {
-                biometryGone = value > record.enrollmentEpoch
+        let indices = deviceState.indices
+        // Only a counter's value, read with the device's authorization, proves anything: an index
+        // someone else defined at the handle fails that read, and an ordinary one could say anything.
+        func counterValue(_ index: UInt32) throws(StoreError) -> UInt64? {
+            guard try device.isCounter(index, connection) else { return nil }
+            do {
+                return try device.counter(index, deviceState, connection)
+            } catch where error.code == .notAvailable {
+                return nil
             }
         }
+        var biometryGone = false
+        if protection.biometry == .currentSet, let value = try counterValue(indices.enrollmentCounter) {
+            biometryGone = value > record.enrollmentEpoch
+        }
         var passcodeGone = false
-        if case .retired(let epoch) = try device.standing(ofPasscodeKey: record.passcodeKey),
-           let value = try device.counter(device.indices.passcodeCounter, connection), try device.isCounter(device.indices.passcodeCounter, connection) {
+        if case .retired(let epoch) = try device.standing(ofPasscodeKey: record.passcodeKey, connection),
+           let value = try counterValue(indices.passcodeCounter) {
             passcodeGone = value > epoch
         }
         if protection.accessibility == .whenPasscodeSetThisDeviceOnly && passcodeGone { return true }
@@ -378,27 +393,28 @@ extension ItemStore {
     /// - Throws: ``StoreError`` `.passcodeNotSet`, `.biometryNotEnrolled`, `.notAvailable`.
     func record(for protection: Protection, device: Device, enrollmentIdentifier: [UInt8]?,
                 _ state: OpenState) throws(StoreError) -> KeyRecord {
-        let passcodeKey = try device.passcodePublicKey()
-        if protection.requiresPasscodeSet && passcodeKey == nil {
-            throw StoreError(.passcodeNotSet, "This protection needs a device passcode, and none is set (tpm-keychain set-passcode)")
-        }
         var epoch: UInt64 = 0
         if protection.biometry == .currentSet {
             guard let enrollmentIdentifier else {
                 throw StoreError(.biometryNotEnrolled, "biometryCurrentSet binds the item to the enrolled biometry, and nothing is enrolled")
             }
-            epoch = try device.enrollmentEpoch(identifier: enrollmentIdentifier)
+            epoch = try device.enrollmentEpoch(identifier: enrollmentIdentifier).epoch   // makes the device when there is none
         }
-        let lockBound = protection.hasSealedProtector && passcodeKey != nil && protection.accessibility.lockRequirement != .none
-        // The device's NV base names the device that made the record: for a policy on its
-        // counters, and for a record only its passcode key opens (see checkBelongsToDevice).
-        let deviceBase = protection.biometry == .currentSet || lockBound || protection.needsPasscodeKey ? device.indices.base : 0
-        let passcodeBytes = passcodeKey.map { Array($0.rawRepresentation) } ?? [UInt8](repeating: 0, count: 32)
+        // An existing record is found from device.meta as read, without the TPM: adding under a
+        // protection in use needs no TPM, as on iOS. Each record is authenticated under the master
+        // key, so a file edited to say otherwise can only choose a record the store made. A new
+        // record is made from the authenticated state.
+        let seen = try binding(protection, device.peek())
         for existing in try allRecords(state) where existing.accessibility == protection.accessibility
-            && existing.accessFlags == protection.flags && existing.flags.contains(.lockBound) == lockBound
-            && existing.enrollmentEpoch == epoch && existing.passcodeKey == passcodeBytes
-            && existing.nvBase == deviceBase {
+            && existing.accessFlags == protection.flags && existing.flags.contains(.lockBound) == seen.lockBound
+            && existing.enrollmentEpoch == epoch && existing.passcodeKey == seen.passcodeBytes
+            && existing.nvBase == seen.deviceBase {
             return existing
+        }
+        let deviceState = try device.state(nil)
+        let (passcodeKey, lockBound, deviceBase, passcodeBytes) = try binding(protection, deviceState?.file)
+        if deviceState == nil && (lockBound || protection.biometry == .currentSet) {
+            throw StoreError(.notAvailable, "This protection needs the device's state in \(device.directoryPath), which is missing")
         }
         let recordID = randomBytes(16)
         let draft = KeyRecord(storeID: storeID, recordID: recordID, accessibility: protection.accessibility,
@@ -407,8 +423,10 @@ extension ItemStore {
         let (sealedSecret, wrappedSecret, secret) = try Self.recordSecrets(protection, recordID: recordID)
         let sealed: SealedObject? = try sealedSecret.map { (sealedSecret) throws(StoreError) in
             try device.withConnection { (connection) throws(StoreError) in
-                if lockBound { _ = try device.lockAssertion(protection.accessibility.lockRequirement, connection) }
-                if protection.biometry == .currentSet { _ = try device.ensureCounter(device.indices.enrollmentCounter, connection) }
+                if lockBound, let deviceState { _ = try device.lockAssertion(protection.accessibility.lockRequirement, deviceState, connection) }
+                if protection.biometry == .currentSet, let deviceState {
+                    _ = try device.ensureCounter(deviceState.indices.enrollmentCounter, deviceState, connection)
+                }
                 let policy = try draft.sealedPolicy { (index) throws(StoreError) in try device.tpmCall { try connection.nvIndexName(index) } }
                 return try device.tpmCall { try connection.seal(sealedSecret, policy: policy) }
             }
@@ -431,6 +449,29 @@ extension ItemStore {
         try directory.replace(KeyRecord.fileName(recordID), with: record.serialized(metadataKey: state.keys.metadata), durable: durable)
         caches.withLock { $0.records[recordID] = record }
         return record
+    }
+
+    /// What a record for `protection` binds to, from the device state `file`: the passcode key
+    /// (zero bytes without one), whether the sealed protector checks the lock state, and the
+    /// device's NV base, which names the device that made the record (for a policy on its
+    /// counters, and for a record only its passcode key opens: see checkBelongsToDevice).
+    ///
+    /// - Throws: ``StoreError`` `.passcodeNotSet` when the protection needs a passcode and none is set.
+    private func binding(_ protection: Protection, _ file: DeviceFile?) throws(StoreError)
+        -> (passcodeKey: Curve25519.KeyAgreement.PublicKey?, lockBound: Bool, deviceBase: UInt32, passcodeBytes: [UInt8]) {
+        let passcodeKey: Curve25519.KeyAgreement.PublicKey?
+        do {
+            passcodeKey = try file?.passcode.map { try Curve25519.KeyAgreement.PublicKey(rawRepresentation: $0.publicKey) }
+        } catch {
+            throw StoreError(.tampered, "The device state holds an invalid passcode key", underlying: error)
+        }
+        if protection.requiresPasscodeSet && passcodeKey == nil {
+            throw StoreError(.passcodeNotSet, "This protection needs a device passcode, and none is set (tpm-keychain set-passcode)")
+        }
+        let lockBound = protection.hasSealedProtector && passcodeKey != nil && protection.accessibility.lockRequirement != .none
+        let needsDevice = protection.biometry == .currentSet || lockBound || protection.needsPasscodeKey
+        let passcodeBytes = passcodeKey.map { Array($0.rawRepresentation) } ?? [UInt8](repeating: 0, count: 32)
+        return (passcodeKey, lockBound, needsDevice ? file?.nvBase ?? 0 : 0, passcodeBytes)
     }
 
     /// The secrets of a new record: what the sealed protector holds, what the passcode protector

@@ -49,7 +49,7 @@ package enum ParserFuzzing {
                 _ = try? record.protection()
             }
         case "device-file":
-            _ = try? DeviceFile(parsing: bytes, path: "fuzz")
+            _ = try? DeviceFile.parse(bytes, path: "fuzz")
         case "attribute-list":
             if let list = try? AttributeList(decoding: bytes, path: "fuzz") {
                 // The encoding is canonical (ascending tags, each once): what decodes re-encodes to itself.

@@ -36,8 +36,12 @@ public struct KeychainDevice: Sendable {
         public let unlocked: Bool?
         /// The TPM's dictionary-attack state.
         public let dictionaryAttack: TPMDictionaryAttackStatus
-        /// The NV handles: enrollment counter, passcode counter, lock state.
+        /// The NV handles: enrollment counter, passcode counter, lock state; empty until the device
+        /// is made (by the first passcode, enrollment or protected item that needs it).
         public let nvIndices: [UInt32]
+        /// Whether the indices are version 1's (handles from the user ID, empty authorization), which
+        /// every TPM user can move, write or undefine; a device made since has indices only it can write.
+        public let nvIndicesOpenToOtherUsers: Bool
         /// Where the device's state file lives.
         public let directory: String
     }
@@ -52,7 +56,7 @@ public struct KeychainDevice: Sendable {
             return Status(passcodeIsSet: status.passcodeSet, enrollmentCounter: status.enrollmentCounter,
                           passcodeCounter: status.passcodeCounter, unlockedSinceBoot: status.lockState?.sinceBoot,
                           unlocked: status.lockState?.now, dictionaryAttack: status.dictionaryAttack,
-                          nvIndices: [status.indices.enrollmentCounter, status.indices.passcodeCounter, status.indices.lockState],
+                          nvIndices: status.indices?.all ?? [], nvIndicesOpenToOtherUsers: status.legacyIndices,
                           directory: device.directoryPath)
         }
     }

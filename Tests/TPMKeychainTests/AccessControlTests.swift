@@ -203,8 +203,8 @@ import TPMKeychainTesting
         #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
     }
 
-    @Test("the enrollment counter moved by someone else makes a biometryCurrentSet item unreadable, but the read deletes nothing; an undefined counter is 'cannot check now' and nothing is purged")
-    func movedOrMissingCounterDeletesNothing() async throws {
+    @Test("the enrollment counter undefined by the TPM's owner is 'cannot check now'; defined again by someone else (their authorization), it is reported as taken; neither read nor purge deletes anything")
+    func undefinedOrReplacedCounterDeletesNothing() async throws {
         let fixture = try Fixture()
         let context = fixture.context()
         try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
@@ -216,12 +216,14 @@ import TPMKeychainTesting
         await expectAsyncKeychainError(.notAvailable) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
         #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
         #expect(try fixture.keychain.allKeys() == ["bound"])
-        // Defined again and moved (as any TPM user can today): the item can never open, and is still kept.
-        let defined = try TPM2Tools.run(["tpm2_nvdefine", handle, "-C", "o", "-s", "8", "-a", "authread|authwrite|no_da|nt=counter"],
+        // Defined again by someone else, with the same attributes and an authorization of their own, and moved.
+        let defined = try TPM2Tools.run(["tpm2_nvdefine", handle, "-C", "o", "-s", "8", "-a", "authread|authwrite|no_da|nt=counter", "-p", "theirs"],
                                         tcti: fixture.store.simulator.tcti)
         #expect(defined.status == 0, "\(defined.errorOutput)")
-        #expect(try TPM2Tools.run(["tpm2_nvincrement", handle], tcti: fixture.store.simulator.tcti).status == 0)
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        #expect(try TPM2Tools.run(["tpm2_nvincrement", handle, "-P", "theirs"], tcti: fixture.store.simulator.tcti).status == 0)
+        let error = await expectAsyncKeychainError(.notAvailable) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        #expect("\(String(describing: error))".contains("someone else"), "\(String(describing: error))")
+        #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
         #expect(try fixture.keychain.allKeys() == ["bound"])
     }
 
@@ -289,17 +291,18 @@ import TPMKeychainTesting
         try FileManager.default.removeItem(atPath: fixture.store.directory + "/store")
         try FileManager.default.copyItem(atPath: backup + "/store", toPath: fixture.store.directory + "/store")
         let indices = try fixture.device.status().nvIndices
+        let before = try #require(try fixture.device.status().enrollmentCounter)
         do {
             let tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
             defer { tpm.close() }
-            let before = try tpm.readNVCounter(indices[0])
             try tpm.undefineNVIndex(indices[0])
-            try tpm.defineNVIndex(indices[0], kind: .counter, options: .noDictionaryAttack)
-            try tpm.incrementNVCounter(indices[0])
-            #expect(try tpm.readNVCounter(indices[0]) > before)
         }
+        // The library defines it again (as the device defines it) when it next needs it: at the
+        // next enrollment check.
         _ = originalEnrollment
+        fixture.face.reenroll()
         await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        #expect(try #require(try fixture.device.status().enrollmentCounter) > before)
     }
 
     @Test("after an enrollment change the TPM itself refuses the record's sealed key (not only the library)")
@@ -313,12 +316,22 @@ import TPMKeychainTesting
         defer { store.close() }
         let record = try KeyRecord(parsing: recordBytes, storeID: store.storeID, metadataKey: try store.current().keys.metadata, path: recordPath)
         store.close()
+        // The device's NV authorization, as the library holds it.
+        let device = Device(directory: fixture.store.directory + "/device",
+                            tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti))
+        let authorizations = try device.withConnection { (connection) throws(StoreError) in
+            guard let state = try device.state(connection) else { throw StoreError(.notAvailable, "no device") }
+            return device.nvAuthorizations(state)
+        }
+        #expect(authorizations.count == 3)
         var tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
         let policy = try record.sealedPolicy { (index) throws(StoreError) in
             do { return try tpm.nvIndexName(index) } catch { throw StoreError(.tpmUnavailable, "\(error)") }
         }
         let sealed = try #require(record.sealedProtector)
-        #expect(try tpm.unseal(sealed, policy: policy).count == 32)
+        // Without the device's authorization PolicyNV is refused: no one else can evaluate the policy.
+        #expect(throws: TPMError.self) { _ = try tpm.unseal(sealed, policy: policy) }
+        #expect(try tpm.unseal(sealed, policy: policy, nvAuthorizations: authorizations).count == 32)
         tpm.close()   // the library takes the TPM next
         fixture.face.reenroll()
         await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
@@ -326,7 +339,7 @@ import TPMKeychainTesting
         tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
         defer { tpm.close() }
         do {
-            _ = try tpm.unseal(sealed, policy: policy)
+            _ = try tpm.unseal(sealed, policy: policy, nvAuthorizations: authorizations)
             Issue.record("the TPM released a key bound to an old enrollment")
         } catch let error as TPMError {
             #expect(error.code == .policyCheckFailed, "\(error)")
@@ -539,7 +552,7 @@ import TPMKeychainTesting
         let passcodeBytes = Self.passcode.withUnsafeBytes { Array($0) }
         #expect(!captured.containsSubsequence(passcodeBytes))
         #expect(!captured.containsSubsequence(Array("secret-value-on-the-bus".utf8)))
-        let deviceFile = try DeviceFile(parsing: try bytes(of: location.deviceDirectory! + "/device.meta"), path: "device.meta")
+        let deviceFile = try DeviceFile.parse(try bytes(of: location.deviceDirectory! + "/device.meta"), path: "device.meta").file
         let authValue = DeviceFile.authValue(passcode: Self.passcode, salt: try #require(deviceFile.passcode).salt).withUnsafeBytes { Array($0) }
         #expect(!captured.containsSubsequence(authValue))
         // Control: the same authorization value, sealed over a connection without parameter

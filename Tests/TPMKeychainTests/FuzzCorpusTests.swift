@@ -37,6 +37,6 @@ import TPMKeychainTesting
         for file in try FileManager.default.contentsOfDirectory(atPath: Self.corpus + "/attribute-list") {
             #expect(throws: Never.self) { _ = try AttributeList(decoding: try bytes(of: Self.corpus + "/attribute-list/" + file), path: file) }
         }
-        #expect(throws: Never.self) { _ = try DeviceFile(parsing: try bytes(of: Self.corpus + "/device-file/with-passcode"), path: "seed") }
+        #expect(throws: Never.self) { _ = try DeviceFile.parse(try bytes(of: Self.corpus + "/device-file/with-passcode"), path: "seed") }
     }
 }

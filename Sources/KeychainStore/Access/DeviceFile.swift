@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import TPM
 
 /// `device.meta`, the device's state beside its TPM counters (docs/FORMAT.md, "Device state").
@@ -6,11 +7,12 @@ import TPM
 ///
 ///     offset size  field
 ///     0      4     magic "TKDV"
-///     4      2     version = 1
+///     4      2     version = 2
 ///     6      2     reserved = 0
 ///     8      4     NV base handle B: the enrollment counter is B, the passcode counter B+1,
 ///                  the lock-state index B+2
-///     12     1     flags: bit 0 enrollment recorded, bit 1 passcode set; other bits 0
+///     12     1     flags: bit 0 enrollment recorded, bit 1 passcode set, bit 2 version-1 indices
+///                  (handles derived from the user ID, empty authorization); other bits 0
 ///     13     3     reserved = 0
 ///     16     32    SHA-256 of the enrollment identifier last seen (zero when nothing is enrolled)
 ///     48     32    passcode salt (zero without a passcode)
@@ -20,21 +22,29 @@ import TPM
 ///     122    L     the passcode key's 32-byte seed, sealed (``SealedObject``) under
 ///                  PolicyAuthValue, PolicyNV(passcode counter = epoch), PolicyCommandCode(Unseal),
 ///                  with authValue = HKDF-SHA256(passcode, salt, "TPMKeychain passcode"), DA-protected
-///     122+L  2     retired passcode keys R (version 2; at most ``maximumRetiredKeys``)
-///     ...    R×40  each: a passcode public key this device replaced or removed (32), and the
-///                  passcode epoch it was sealed at (8), oldest first
+///     ...    2     retired passcode keys R (at most ``maximumRetiredKeys``)
+///     ...    R×40  each: a passcode public key this device removed (32), and the passcode epoch it
+///                  was sealed at (8), oldest first
+///     ...    2     sealed device secret length D (1 to 4096)
+///     ...    D     the device secret: 32 random bytes sealed (``SealedObject``, noDA, empty
+///                  authorization) to this TPM's storage key
+///     ...    32    HMAC-SHA256(HKDF-SHA256(device secret, info "TPMKeychain device.meta"),
+///                  "TPMKeychain device state" ‖ every byte before, as read)
 ///
-/// Version 1 is version 2 without the retired keys; it is read, and written back as version 2.
+/// The device secret is what makes this state the device's own: only this TPM unseals it; the
+/// MAC under it means the file cannot be edited (a passcode key swapped, the enrollment hash
+/// or the salt changed, the retired keys rewritten) without this TPM; and the NV indices'
+/// authorization value, HKDF-SHA256(device secret, info "TPMKeychain device NV"), means no other
+/// TPM user can move, write or stand in for them. Their handles are chosen at random when the
+/// device is made, in the TCG registry's unassigned range, and kept here.
+///
+/// Version 1 (no retired keys, no device secret, no MAC; handles from the user ID, empty
+/// authorization) is read, and written back as version 2 with bit 2 set: its indices keep
+/// working as they are, and stay open to other TPM users until the device is made anew.
+///
 /// The retired keys are what tells a key record made for a passcode this device has since
-/// changed or removed (gone for good, once the TPM's passcode counter is past that epoch) from
-/// one made on another device (another member's, another state directory's), which this device
-/// must leave alone.
-///
-/// There is no MAC: nothing here is a secret or grants access. The counters in the TPM are what
-/// invalidates; a file put back from a backup holds a sealed key whose policy names an old epoch,
-/// which the TPM refuses. Who can write this file can make items added later wrap their keys to
-/// a passcode key of their own: that is code running as the user, outside the threat model
-/// (docs/SECURITY.md).
+/// removed (gone for good, once the TPM's passcode counter is past that epoch) from one made on
+/// another device (another member's, another state directory's), which must be left alone.
 struct DeviceFile: Sendable, Equatable {
     static let fileName = "device.meta"
     static let nextFileName = "device.meta.next"
@@ -43,27 +53,21 @@ struct DeviceFile: Sendable, Equatable {
     /// The oldest retired keys are forgotten beyond this: records made for them then read as
     /// another device's (never deleted by mistake).
     static let maximumRetiredKeys = 64
+    static let maximumSealedSize = 4096
     static let passcodeInfo = Array("TPMKeychain passcode".utf8)
+    static let macDomain = Array("TPMKeychain device state".utf8)
+    static let macInfo = Array("TPMKeychain device.meta".utf8)
+    static let nvInfo = Array("TPMKeychain device NV".utf8)
 
     var nvBase: UInt32
+    /// The indices are version 1's: handles from the user ID, empty authorization.
+    var legacyIndices: Bool
     var enrollmentRecorded = false
     var enrollmentHash = [UInt8](repeating: 0, count: 32)
     var passcode: PasscodeKey?
     var retiredPasscodeKeys: [RetiredPasscodeKey] = []
-
-    /// A passcode key this device replaced or removed.
-    struct RetiredPasscodeKey: Sendable, Equatable {
-        var publicKey: [UInt8]
-        /// The passcode counter's value the key was sealed at: once the counter is past it, the TPM
-        /// never opens that key again.
-        var epoch: UInt64
-    }
-
-    /// Records that `key` is replaced or removed (keeping at most ``maximumRetiredKeys``).
-    mutating func retire(_ key: PasscodeKey) {
-        retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: key.publicKey, epoch: key.epoch))
-        if retiredPasscodeKeys.count > Self.maximumRetiredKeys { retiredPasscodeKeys.removeFirst(retiredPasscodeKeys.count - Self.maximumRetiredKeys) }
-    }
+    /// The device secret, sealed; nil only in a version-1 file (which nothing authenticates).
+    var sealedSecret: SealedObject?
 
     /// The sealed passcode key and what opening it needs.
     struct PasscodeKey: Sendable, Equatable {
@@ -73,7 +77,25 @@ struct DeviceFile: Sendable, Equatable {
         var sealedSeed: SealedObject
     }
 
-    init(nvBase: UInt32) { self.nvBase = nvBase }
+    /// A passcode key this device removed.
+    struct RetiredPasscodeKey: Sendable, Equatable {
+        var publicKey: [UInt8]
+        /// The passcode counter's value the key was sealed at: once the counter is past it, the TPM
+        /// never opens that key again.
+        var epoch: UInt64
+    }
+
+    init(nvBase: UInt32, legacyIndices: Bool, sealedSecret: SealedObject?) {
+        self.nvBase = nvBase
+        self.legacyIndices = legacyIndices
+        self.sealedSecret = sealedSecret
+    }
+
+    /// Records that `key` is removed (keeping at most ``maximumRetiredKeys``).
+    mutating func retire(_ key: PasscodeKey) {
+        retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: key.publicKey, epoch: key.epoch))
+        if retiredPasscodeKeys.count > Self.maximumRetiredKeys { retiredPasscodeKeys.removeFirst(retiredPasscodeKeys.count - Self.maximumRetiredKeys) }
+    }
 
     /// The authorization value of the sealed passcode key: the passcode itself never reaches the TPM.
     static func authValue(passcode: SecretBytes, salt: [UInt8]) -> SecretBytes {
@@ -83,13 +105,27 @@ struct DeviceFile: Sendable, Equatable {
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 
-    func serialized() -> [UInt8] {
+    /// The key of the file's MAC.
+    static func macKey(secret: SecretBytes) -> SymmetricKey {
+        secret.withUnsafeBytes { HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: macInfo, outputByteCount: 32) }
+    }
+
+    /// The authorization value of the device's NV indices.
+    static func nvAuthorization(secret: SecretBytes) -> SecretBytes {
+        let key = secret.withUnsafeBytes { HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: nvInfo, outputByteCount: 32) }
+        return key.withUnsafeBytes { SecretBytes(copying: $0) }
+    }
+
+    /// The file's bytes, version 2, authenticated with the device secret.
+    ///
+    /// - Precondition: ``sealedSecret`` is set (only a version-1 file, read, lacks it).
+    func serialized(secret: SecretBytes) -> [UInt8] {
         var writer = WireWriter()
         writer.append(raw: Self.magic)
         writer.append(Self.version)
         writer.append(UInt16(0))
         writer.append(nvBase)
-        writer.append(UInt8((enrollmentRecorded ? 1 : 0) | (passcode != nil ? 2 : 0)))
+        writer.append(UInt8((enrollmentRecorded ? 1 : 0) | (passcode != nil ? 2 : 0) | (legacyIndices ? 4 : 0)))
         writer.append(raw: [0, 0, 0])
         writer.append(raw: enrollmentHash)
         let zero = [UInt8](repeating: 0, count: 32)
@@ -104,11 +140,33 @@ struct DeviceFile: Sendable, Equatable {
             writer.append(raw: retired.publicKey)
             writer.append(retired.epoch)
         }
-        return writer.bytes
+        let sealedSecret = self.sealedSecret?.serialized() ?? []
+        writer.append(UInt16(sealedSecret.count))
+        writer.append(raw: sealedSecret)
+        let body = writer.bytes
+        return body + Array(HMAC<SHA256>.authenticationCode(for: Self.macDomain + body, using: Self.macKey(secret: secret)))
+    }
+
+    /// What parsing found: the state, and for version 2 the bytes its MAC covers and the MAC,
+    /// which ``authenticate(secret:path:)`` checks once the device secret is unsealed.
+    struct Parsed: Sendable {
+        var file: DeviceFile
+        var version: UInt16
+        fileprivate var authenticated: [UInt8] = []
+        fileprivate var mac: [UInt8] = []
+
+        /// - Throws: ``StoreError`` `.tampered` when the MAC fails.
+        func authenticate(secret: SecretBytes, path: String) throws(StoreError) {
+            guard version >= 2 else { return }
+            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: DeviceFile.macDomain + authenticated,
+                                                         using: DeviceFile.macKey(secret: secret)) else {
+                throw StoreError(.tampered, "\(path) fails authentication: it was edited, or it is another device's state (its MAC is under a secret only this device's TPM unseals)")
+            }
+        }
     }
 
     /// - Throws: ``StoreError`` `.tampered` for anything no writer produces.
-    init(parsing bytes: [UInt8], path: String) throws(StoreError) {
+    static func parse(_ bytes: [UInt8], path: String) throws(StoreError) -> Parsed {
         do {
             var reader = WireReader(bytes)
             let magic = try reader.readBytes(4)
@@ -116,30 +174,40 @@ struct DeviceFile: Sendable, Equatable {
             guard magic == Self.magic, version == 1 || version == Self.version, try reader.readUInt16() == 0 else {
                 throw StoreError(.tampered, "\(path) is not version-1 or version-2 device state")
             }
-            nvBase = try reader.readUInt32()
+            let nvBase = try reader.readUInt32()
             let flags = try reader.readUInt8()
             let reserved = try reader.readBytes(3)
-            enrollmentHash = try reader.readBytes(32)
+            let enrollmentHash = try reader.readBytes(32)
             let salt = try reader.readBytes(32)
             let epoch = try reader.readUInt64()
             let publicKey = try reader.readBytes(32)
             let sealedLength = Int(try reader.readUInt16())
-            guard flags & ~3 == 0, reserved == [0, 0, 0], sealedLength <= 4096, (flags & 2 != 0) == (sealedLength > 0) else {
+            let knownFlags: UInt8 = version == 1 ? 3 : 7
+            guard flags & ~knownFlags == 0, reserved == [0, 0, 0], sealedLength <= maximumSealedSize, (flags & 2 != 0) == (sealedLength > 0) else {
                 throw StoreError(.tampered, "\(path) is damaged device state")
             }
-            enrollmentRecorded = flags & 1 != 0
             let sealed = try reader.readBytes(sealedLength)
+            var file = DeviceFile(nvBase: nvBase, legacyIndices: version == 1 || flags & 4 != 0, sealedSecret: nil)
+            file.enrollmentRecorded = flags & 1 != 0
+            file.enrollmentHash = enrollmentHash
+            if sealedLength > 0 {
+                file.passcode = PasscodeKey(salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed))
+            }
+            var parsed = Parsed(file: file, version: version)
             if version >= 2 {
                 let count = Int(try reader.readUInt16())
-                guard count <= Self.maximumRetiredKeys else { throw StoreError(.tampered, "\(path) lists too many retired passcode keys") }
+                guard count <= maximumRetiredKeys else { throw StoreError(.tampered, "\(path) lists too many retired passcode keys") }
                 for _ in 0..<count {
-                    retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
+                    parsed.file.retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
                 }
+                let secretLength = Int(try reader.readUInt16())
+                guard secretLength > 0, secretLength <= maximumSealedSize else { throw StoreError(.tampered, "\(path) is damaged device state") }
+                parsed.file.sealedSecret = try SealedObject(serialized: try reader.readBytes(secretLength))
+                parsed.authenticated = Array(bytes[0..<(bytes.count - reader.remaining)])
+                parsed.mac = try reader.readBytes(32)
             }
             guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
-            if sealedLength > 0 {
-                passcode = PasscodeKey(salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed))
-            }
+            return parsed
         } catch let error as StoreError {
             throw error
         } catch {
@@ -148,12 +216,18 @@ struct DeviceFile: Sendable, Equatable {
     }
 }
 
-/// The device's TPM NV indices, per user: few, shared by every store of the user on this TPM.
+/// The device's TPM NV indices: three consecutive handles from a base.
 package struct DeviceIndices: Sendable, Hashable {
-    /// TPMKeychain's handles, in the TPM owner's range (TCG handle registry: 0x01000000 to
-    /// 0x013FFFFF is for the owner's own use): 4 per user ID, for user IDs modulo 4096.
-    package static let firstHandle: UInt32 = 0x0154_4B00
-    package static let slots: UInt32 = 4096
+    /// Version 1's handles: 4 per user ID, for user IDs modulo 4096, from 0x01544B00. That range
+    /// belongs to TPM manufacturers in the TCG registry, and users whose IDs are equal modulo 4096
+    /// shared them; kept only to read version-1 devices.
+    package static let legacyFirstHandle: UInt32 = 0x0154_4B00
+    package static let legacySlots: UInt32 = 4096
+
+    /// Where new devices' handles are chosen: the range the TCG handle registry leaves
+    /// unassigned (0x01800000 to 0x01BFFFFF), less systemd's registered 0x01800400 to 0x018005FF.
+    package static let range: ClosedRange<UInt32> = 0x0180_0000...0x01BF_FFFC
+    static let systemdRange: ClosedRange<UInt32> = 0x0180_0400...0x0180_05FF
 
     package let base: UInt32
     /// The enrollment counter (TPM_NT_COUNTER, NO_DA): incremented on every change of the enrolled set.
@@ -163,11 +237,21 @@ package struct DeviceIndices: Sendable, Hashable {
     /// The lock state (2 bytes, CLEAR_STCLEAR, NO_DA): byte 0 is 1 once unlocked since the TPM's
     /// last reset, byte 1 is 1 while unlocked.
     package var lockState: UInt32 { base + 2 }
+    package var all: [UInt32] { [enrollmentCounter, passcodeCounter, lockState] }
 
     package init(base: UInt32) { self.base = base }
 
-    /// The indices of a user.
-    package init(userID: UInt32) {
-        base = Self.firstHandle + (userID % Self.slots) * 4
+    /// Version 1's indices of a user.
+    package init(legacyUserID userID: UInt32) {
+        base = Self.legacyFirstHandle + (userID % Self.legacySlots) * 4
+    }
+
+    /// A random base in ``range``, aligned to 4, outside systemd's handles.
+    static func random() -> DeviceIndices {
+        while true {
+            let base = UInt32.random(in: range) & ~3
+            let indices = DeviceIndices(base: base)
+            if !indices.all.contains(where: { systemdRange.contains($0) }) { return indices }
+        }
     }
 }

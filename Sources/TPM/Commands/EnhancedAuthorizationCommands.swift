@@ -9,7 +9,11 @@ extension Engine {
     /// does not hold fails here; PCR values are taken as they are now, so changed PCRs surface as a
     /// policy failure when the object is used. In a trial session nothing is checked and the PCR
     /// digest given is used, which is how the TPM confirms digests this layer computed.
-    func run(_ policy: Policy, in session: ESYS_TR, trial: Bool) throws {
+    ///
+    /// An NV index with an authorization value (`nvAuthorizations`) is read by PolicyNV through
+    /// an unsalted HMAC session keyed with it, which the command ends: the value never crosses the
+    /// bus, and the TPM's answer is authenticated. Others use an empty password.
+    func run(_ policy: Policy, in session: ESYS_TR, trial: Bool, nvAuthorizations: [UInt32: SecretBytes] = [:]) throws {
         for assertion in policy.assertions {
             switch assertion {
             case .authValue:
@@ -20,10 +24,21 @@ extension Engine {
                 try withNVIndex(index) { nvHandle in
                     try withZeroedStructure(TPM2B_OPERAND.self) { operandB in
                         try fillSized(operandB, with: operand, what: "The PolicyNV operand")
-                        try check(Esys_PolicyNV(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_PASSWORD),
-                                                ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), operandB, offset,
-                                                TPM2_EO(comparison.rawValue)),
-                                  "Esys_PolicyNV(0x\(String(index, radix: 16)))")
+                        let what = "Esys_PolicyNV(0x\(String(index, radix: 16)))"
+                        guard let authorization = nvAuthorizations[index] else {
+                            try check(Esys_PolicyNV(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_PASSWORD),
+                                                    ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), operandB, offset,
+                                                    TPM2_EO(comparison.rawValue)), what)
+                            return
+                        }
+                        try setAuthValue(authorization, of: nvHandle)
+                        defer { try? setAuthValue(nil, of: nvHandle) }
+                        try withSession(.hmac, saltedWith: nil) { hmac, ended in
+                            try setAttributes(hmac, continueSession: false)
+                            try check(Esys_PolicyNV(esys, nvHandle, nvHandle, session, hmac, ESYS_TR(ESYS_TR_NONE),
+                                                    ESYS_TR(ESYS_TR_NONE), operandB, offset, TPM2_EO(comparison.rawValue)), what)
+                            ended = true
+                        }
                     }
                 }
             case let .commandCode(code):

@@ -145,7 +145,11 @@ public final class TPMConnection: Sendable {
     /// - Throws: ``TPMError`` `.wrongStorageKey` (another TPM), `.policyCheckFailed` (a PCR or NV
     ///   condition no longer holds, or `policy` is not the one sealed with), `.authorizationFailed`
     ///   (wrong PIN), `.lockout`, `.malformedData`.
-    public func unseal(_ sealed: SealedObject, policy: Policy = .authValue, authValue: SecretBytes? = nil) throws -> SecretBytes {
+    ///
+    /// - Parameter nvAuthorizations: the authorization values of NV indices the policy reads
+    ///   (PolicyNV), by handle; an index not listed is read with an empty one.
+    public func unseal(_ sealed: SealedObject, policy: Policy = .authValue, authValue: SecretBytes? = nil,
+                       nvAuthorizations: [UInt32: SecretBytes] = [:]) throws -> SecretBytes {
         guard policy.digest == sealed.authPolicy else {
             throw TPMError(.policyCheckFailed, "The policy given (\(policy.digest)) is not the one the object was sealed with (\(sealed.authPolicy))")
         }
@@ -154,7 +158,7 @@ public final class TPMConnection: Sendable {
             let object = try engine.load(under: parent, publicArea: sealed.publicArea, privateArea: sealed.privateArea)
             return try engine.withFlushing(object) { object in
                 try engine.withSession(.policy, saltedWith: parent) { session, ended in
-                    try engine.run(policy, in: session, trial: false)
+                    try engine.run(policy, in: session, trial: false, nvAuthorizations: nvAuthorizations)
                     return try engine.unseal(object, authValue: authValue, session: session, sessionEnded: &ended)
                 }
             }
@@ -271,10 +275,29 @@ public final class TPMConnection: Sendable {
     /// one round trip instead of three.
     ///
     /// - Throws: ``TPMError``.
-    public func readPublicNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0) throws -> [UInt8] {
-        try withNVAuthorization(index, authValue: nil, secretParameters: false) { engine, handle, session, _ in
-            try engine.readNV(handle, count: count, offset: offset, session: session).withUnsafeBytes { Array($0) }
+    public func readPublicNV(_ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws -> [UInt8] {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
+            try engine.readNV(handle, count: count, offset: offset, session: session, continueSession: !last)
+                .withUnsafeBytes { Array($0) }
         }
+    }
+
+    /// Whether the index at `index` is exactly what ``defineNVIndex(_:kind:authValue:options:)``
+    /// makes with `kind` and `options` (its name, which covers type, attributes, policy and size,
+    /// written or not yet); nil when nothing is defined there. An index someone else defined at a
+    /// handle a program chose is told apart this way; one with the same public area and another
+    /// authorization value fails its first authorized use instead.
+    ///
+    /// - Throws: ``TPMError`` for failures other than an undefined index.
+    public func nvIndexIsAsDefined(_ index: UInt32, kind: NVIndexKind, options: NVIndexOptions) throws -> Bool? {
+        let name: [UInt8]
+        do {
+            name = try nvIndexName(index)
+        } catch let error as TPMError where error.code == .handleNotFound {
+            return nil
+        }
+        let definition = NVPublicArea(index: index, kind: kind, options: options)
+        return name == definition.name(written: true) || name == definition.name(written: false)
     }
 
     /// The name the TPM reports for an NV index (it changes when the index is first written).

@@ -100,9 +100,13 @@ struct Demo: ParsableCommand {
                 throw CommandFailure(ExitStatus.software, "the item was still readable after the enrollment changed")
             } catch let error as KeychainError where error.code == .itemInvalidated {
                 output("refused: \(error.message)")
-                output("(enrollment counter now \(try device.status().enrollmentCounter ?? 0): the TPM's PolicyNV fails for good; the item was deleted, as iOS deletes it)")
+                output("(enrollment counter now \(try device.status().enrollmentCounter ?? 0): the TPM's PolicyNV fails for good; a read keeps the item, which another device could still open)")
             }
         }
+        print("# Removing what can never open again on this device, proven by the TPM's counter")
+        print("$ tpm-keychain purge-invalidated --keychain \"$STORE\"")
+        let purge = try session.location.purgeInvalidatedItems()
+        print("purged: \(purge.items) item and \(purge.keyRecords) key record")
     }
 
     private func describeTPM(_ selection: StoreTPM) throws {

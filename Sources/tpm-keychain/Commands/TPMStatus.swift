@@ -44,8 +44,16 @@ struct TPMStatus: ParsableCommand {
             func handle(_ value: UInt32) -> String { "0x" + String(repeating: "0", count: max(0, 8 - String(value, radix: 16).count)) + String(value, radix: 16) }
             print("device:       \(SecurityFormat.quoted(device.directory))")
             print("    passcode:          \(device.passcodeIsSet ? "set" : "not set")")
-            print("    enrollment counter: \(counter(device.enrollmentCounter)) (NV \(handle(device.nvIndices[0])); +1 per enrollment change)")
-            print("    passcode counter:  \(counter(device.passcodeCounter)) (NV \(handle(device.nvIndices[1])); +1 per passcode change or removal)")
+            func index(_ position: Int) -> String { device.nvIndices.count == 3 ? "NV " + handle(device.nvIndices[position]) : "no NV index yet" }
+            if device.nvIndices.isEmpty {
+                print("    NV indices:        none yet (made with the first passcode, enrollment or protected item)")
+            } else if device.nvIndicesOpenToOtherUsers {
+                print("    NV indices:        version 1's: any TPM user can move, write or undefine them (a device made anew has indices only it can write)")
+            } else {
+                print("    NV indices:        the device's own: written only with its secret, sealed to this TPM")
+            }
+            print("    enrollment counter: \(counter(device.enrollmentCounter)) (\(index(0)); +1 per enrollment change)")
+            print("    passcode counter:  \(counter(device.passcodeCounter)) (\(index(1)); +1 per passcode change or removal)")
             let lock: String
             switch (device.unlockedSinceBoot, device.unlocked) {
             case (nil, _), (_, nil): lock = "not defined yet"
@@ -53,7 +61,7 @@ struct TPMStatus: ParsableCommand {
             case (true?, true?): lock = "unlocked"
             case (true?, false?): lock = "locked"
             }
-            print("    lock state:        \(lock) (NV \(handle(device.nvIndices[2])), cleared at TPM reset)")
+            print("    lock state:        \(lock) (\(index(2)), cleared at TPM reset)")
             print("keychain:     \(SecurityFormat.quoted(path)) (\(storeExists ? "exists" : "does not exist yet"))")
             if storeExists {
                 if let protection = try session.location.rollbackProtection() {
