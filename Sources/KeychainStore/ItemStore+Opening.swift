@@ -255,7 +255,7 @@ extension ItemStore {
                                                 cache: StorageKeyContextFile) throws(StoreError) -> (index: UInt32, value: UInt64)? {
         do {
             return try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
-        } catch where error.code == .notAvailable || error.code == .authenticationFailed {
+        } catch where error.code == .notAvailable {
             return nil
         }
     }

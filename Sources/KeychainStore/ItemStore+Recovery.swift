@@ -169,7 +169,7 @@ extension ItemStore {
         if parsed.metadata.version >= 2 {
             do {
                 counter = try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
-            } catch where error.code == .notAvailable || error.code == .authenticationFailed {
+            } catch where error.code == .notAvailable {
                 counter = nil
             }
         }

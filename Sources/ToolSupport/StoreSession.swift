@@ -10,6 +10,9 @@ package final class StoreSession {
     package let tpm: StoreTPM
     package let location: KeychainLocation
     private let interruptionToken: Int
+    /// Whether the store existed when the session began: one this command created is checked for
+    /// rollback protection when the session closes.
+    private let existedBefore: Bool
 
     /// - Parameters:
     ///   - choice: ``TPMChoice/automaticOrSimulated`` for commands that may create a store.
@@ -17,6 +20,7 @@ package final class StoreSession {
     ///     commands whose own output says so turn it off.
     package init(path: String, choice: TPMChoice = .automaticOrSimulated, announceSimulation: Bool = true) throws {
         self.path = path
+        existedBefore = (try? KeychainLocation(path: path).storeExists) ?? true
         let tpm = try StoreTPM.choose(for: try KeychainLocation(path: path, tpm: choice))
         self.tpm = tpm
         // Interrupted: stop the simulated TPM in order (TPM2_Shutdown), then die of the signal.
@@ -32,6 +36,11 @@ package final class StoreSession {
     }
 
     package func close() {
+        // A store is made without rollback protection only when the TPM has no room for its
+        // counter (anyone who can use the TPM can fill NV): said once, at creation.
+        if !existedBefore, location.storeExists, (try? location.rollbackProtection()).map({ $0 == nil }) == true {
+            printError("\(ProcessGuard.programName): warning: the TPM had no room for this store's rollback counter, so older copies of its files and deleted items will not be detected; free NV space (tpm2_getcap handles-nv-index) and see docs/SECURITY.md, \"Rollback and deletion\"")
+        }
         Keychain.closeStore(location)
         tpm.stop()
         ProcessGuard.remove(interruptionToken)

@@ -227,6 +227,49 @@ import TPMKeychainTesting
         #expect(try fixture.keychain.allKeys() == ["bound"])
     }
 
+    // MARK: Device state
+
+    @Test("device.meta is authenticated: an edited enrollment hash, salt or passcode key is tampered and not used (no dictionary-attack failure counted for the right passcode); put back, it works")
+    func deviceStateIsAuthenticated() async throws {
+        let fixture = try Fixture()
+        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        let path = fixture.store.directory + "/device/device.meta"
+        let original = try bytes(of: path)
+        #expect(original[4] == 0 && original[5] == 2)
+        for (what, offset) in [("enrollment hash", 16), ("passcode salt", 48), ("passcode public key", 88)] {
+            var edited = original
+            edited[offset] ^= 0x01
+            try overwrite(path, with: edited)
+            let error = await expectAsyncKeychainError(.tampered, what) {
+                _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context())
+            }
+            #expect("\(String(describing: error))".contains("fails authentication"), "\(what): \(String(describing: error))")
+            try overwrite(path, with: original)
+        }
+        #expect(try fixture.failedAuthorizations() == 0)
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
+    }
+
+    @Test("a version-1 device (handles from the user ID, empty authorization, no MAC) keeps working: read as it is, written back as version 2 with a MAC, reported as open to other users")
+    func versionOneDeviceKeepsWorking() async throws {
+        let fixture = try Fixture(passcode: false)
+        let directory = fixture.store.directory + "/device"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let legacyBase = UInt32(0x0154_4B00) + (UInt32(getuid()) % 4096) * 4
+        var versionOne = Array("TKDV".utf8) + [0, 1, 0, 0]
+        versionOne += withUnsafeBytes(of: legacyBase.bigEndian) { Array($0) }
+        versionOne += [UInt8](repeating: 0, count: 122 - versionOne.count)
+        #expect(FileManager.default.createFile(atPath: directory + "/device.meta", contents: Data(versionOne), attributes: [.posixPermissions: 0o600]))
+        let before = try fixture.device.status()
+        #expect(before.nvIndices == [legacyBase, legacyBase + 1, legacyBase + 2] && before.nvIndicesOpenToOtherUsers)
+        try fixture.device.setPasscode(Self.passcode)
+        let written = try bytes(of: directory + "/device.meta")
+        #expect(written[4] == 0 && written[5] == 2 && written[12] & 4 != 0, "written back as version 2 with the version-1 flag")
+        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
+        #expect(try fixture.device.status().nvIndices.first == legacyBase)
+    }
+
     // MARK: Biometry
 
     @Test("biometryCurrentSet is invalidated by the TPM on add, remove and re-enroll; biometryAny and userPresence survive")

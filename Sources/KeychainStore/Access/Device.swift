@@ -72,19 +72,19 @@ package final class Device: Sendable {
         guard let directory = try Directory.open(directoryPath, in: nil, create: false) else { return nil }
         guard let current = try read(DeviceFile.fileName, in: directory, connection) else {
             // A next file alone is a first passcode whose rename did not happen.
-            if let next = try read(DeviceFile.nextFileName, in: directory, connection),
+            if var next = try read(DeviceFile.nextFileName, in: directory, connection),
                next.file.passcode?.epoch == (try? counter(next.indices.passcodeCounter, next, connection)) {
-                try adopt(next, directory)
+                try adopt(&next, directory, connection)
                 return next
             }
             return nil
         }
-        if let next = try read(DeviceFile.nextFileName, in: directory, connection), next.file.nvBase == current.file.nvBase {
+        if var next = try read(DeviceFile.nextFileName, in: directory, connection), next.file.nvBase == current.file.nvBase {
             // A change wrote its next state, then may or may not have moved the counter: the
             // counter decides which file is the device's state.
             let value = try counter(current.indices.passcodeCounter, current, connection)
             if value != current.file.passcode?.epoch, next.file.passcode?.epoch == value || (next.file.passcode == nil && value != nil) {
-                try adopt(next, directory)
+                try adopt(&next, directory, connection)
                 return next
             }
         }
@@ -92,8 +92,8 @@ package final class Device: Sendable {
         return current
     }
 
-    private func adopt(_ next: State, _ directory: Directory) throws(StoreError) {
-        try write(next, as: DeviceFile.fileName, in: directory)
+    private func adopt(_ next: inout State, _ directory: Directory, _ connection: TPMConnection) throws(StoreError) {
+        try write(&next, as: DeviceFile.fileName, in: directory, connection)
         _ = try directory.remove(DeviceFile.nextFileName, durable: true)
     }
 
@@ -129,16 +129,17 @@ package final class Device: Sendable {
         return secret
     }
 
-    private func write(_ state: State, as name: String, in directory: Directory) throws(StoreError) {
-        var state = state
-        var secret = state.secret
-        if secret == nil {
-            // Version 1 becomes version 2 at its first write: a secret for its MAC (its indices stay as they are).
-            let made = try withConnection { (connection) throws(StoreError) in try tpmCall { try connection.generateSealedKey() } }
+    /// Writes `state`. A version-1 state gets its secret at its first write (its indices stay as
+    /// they are), made on the connection the caller holds: a second one would wait for the first
+    /// on a TPM without resource manager.
+    private func write(_ state: inout State, as name: String, in directory: Directory, _ connection: TPMConnection) throws(StoreError) {
+        if state.secret == nil {
+            let made = try tpmCall { try connection.generateSealedKey() }
             state.file.sealedSecret = made.sealed
-            secret = made.key
+            state = State(file: state.file, secret: made.key)
+            Self.secrets.withLock { $0[directoryPath] = (made.sealed.serialized(), made.key) }
         }
-        guard let secret else { return }
+        guard let secret = state.secret else { return }
         try directory.replace(name, with: state.file.serialized(secret: secret), durable: true)
     }
 
@@ -207,8 +208,8 @@ package final class Device: Sendable {
         for _ in 0..<Self.handleAttempts {
             let indices = DeviceIndices.random()
             guard try defineIndices(indices, authorization, connection) else { continue }
-            let state = State(file: DeviceFile(nvBase: indices.base, legacyIndices: false, sealedSecret: sealed), secret: secret)
-            try write(state, as: DeviceFile.fileName, in: directory)
+            var state = State(file: DeviceFile(nvBase: indices.base, legacyIndices: false, sealedSecret: sealed), secret: secret)
+            try write(&state, as: DeviceFile.fileName, in: directory, connection)
             Self.secrets.withLock { $0[directoryPath] = (sealed.serialized(), secret) }
             return state
         }
@@ -383,7 +384,7 @@ package final class Device: Sendable {
         }
         state.file.enrollmentRecorded = true
         state.file.enrollmentHash = hash
-        try write(state, as: DeviceFile.fileName, in: directory)
+        try write(&state, as: DeviceFile.fileName, in: directory, connection)
         return epoch
     }
 
@@ -401,7 +402,7 @@ package final class Device: Sendable {
             let epoch = try ensureCounter(state.indices.passcodeCounter, state, connection)
             let seed = try randomSeed(connection)
             state.file.passcode = try sealPasscodeKey(seed: seed, passcode: passcode, epoch: epoch, state, connection)
-            try write(state, as: DeviceFile.fileName, in: directory)
+            try write(&state, as: DeviceFile.fileName, in: directory, connection)
             try writeLockState(unlocked: true, state, connection)
         }
     }
@@ -458,9 +459,9 @@ package final class Device: Sendable {
             try change(&state, seed, current.epoch + 1, connection)
             // A change keeps the key (the same seed, sealed again); a removal retires it.
             if state.file.passcode?.publicKey != current.publicKey { state.file.retire(current) }
-            try write(state, as: DeviceFile.nextFileName, in: directory)
+            try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
             try tpmCall { try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization) }
-            try write(state, as: DeviceFile.fileName, in: directory)
+            try write(&state, as: DeviceFile.fileName, in: directory, connection)
             _ = try directory.remove(DeviceFile.nextFileName, durable: true)
             try writeLockState(unlocked: true, state, connection)
         }

@@ -38,7 +38,10 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
         /// The person dismissed the prompt (errSecUserCanceled).
         public static let userCanceled = Code("userCanceled")
         /// The item can never be read again: it was bound to a biometric enrollment that changed,
-        /// or to a passcode that was removed. It has been deleted; iOS reports errSecItemNotFound.
+        /// or to a passcode that was removed. A read never deletes it (the reader may see another
+        /// device's state): it stays until deleted, or until
+        /// ``KeychainLocation/purgeInvalidatedItems()`` proves it dead against the TPM's counters.
+        /// iOS reports errSecItemNotFound.
         public static let itemInvalidated = Code("itemInvalidated")
         /// The operation needs a device passcode and none is set (adding a
         /// whenPasscodeSetThisDeviceOnly or devicePasscode item; errSecAuthFailed on iOS).
