@@ -103,6 +103,19 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
 
     private static let root = Locked<String?>(nil)
 
+    /// Whether a store may be created with a simulated TPM of its own when no TPM is usable (the
+    /// hardware TPM is not accessible to this user and `TPM_KEYCHAIN_TCTI` is not set). Off unless
+    /// `TPM_KEYCHAIN_ALLOW_SIMULATED=1`: a simulated TPM keeps its seeds next to the store, so a copy
+    /// of the directory opens it. Without it, creating a store then fails with
+    /// ``KeychainStorageError/keychain(_:)`` (`tpmUnavailable`) saying what to do. Stores created
+    /// with one keep it.
+    public static var allowsSimulatedTPM: Bool {
+        get { simulated.withLock { $0 } ?? StoreTPM.simulationAllowedByEnvironment }
+        set { simulated.withLock { $0 = newValue } }
+    }
+
+    private static let simulated = Locked<Bool?>(nil)
+
     /// The access group string for a keychain group, as SAP's helper makes it.
     public static func accessGroup(from keychainGroup: String) -> String { keychainGroup }
 
@@ -172,8 +185,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     static func location(name: String, accessGroup: String) throws -> KeychainLocation {
         try validate(name, what: "store name")
         do {
-            // As the CLI: the hardware TPM, else a simulated one kept with the store.
-            return try KeychainLocation(path: try groupDirectory(accessGroup) + "/" + name, tpm: .automaticOrSimulated)
+            // The hardware TPM; a simulated one kept with the store only when allowed.
+            return try KeychainLocation(path: try groupDirectory(accessGroup) + "/" + name,
+                                        tpm: allowsSimulatedTPM ? .automaticOrSimulated : .automatic)
         } catch let error as KeychainError {
             throw KeychainStorageError.invalidName(error.message)
         }

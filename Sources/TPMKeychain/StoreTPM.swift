@@ -99,6 +99,16 @@ public final class StoreTPM: Sendable {
         withExtendedLifetime(stopped?.lock) {}
     }
 
+    /// The environment variable that lets the git helper and `KeychainStorage` create a store with
+    /// a simulated TPM of its own when no TPM is usable (`1`); without it they fail, saying how to
+    /// get a TPM, rather than keep secrets under a software TPM whose state sits next to them.
+    public static let allowSimulatedVariable = "TPM_KEYCHAIN_ALLOW_SIMULATED"
+
+    /// Whether ``allowSimulatedVariable`` is `1` in this process's environment.
+    public static var simulationAllowedByEnvironment: Bool {
+        getenv(allowSimulatedVariable).map { String(cString: $0) } == "1"
+    }
+
     /// Chooses the TPM for `location` by its ``KeychainLocation/tpm`` and starts a simulated one
     /// when that is the choice.
     ///
@@ -121,9 +131,11 @@ public final class StoreTPM: Sendable {
             guard hasOwnSimulator || location.tpm == .automaticOrSimulated else {
                 throw KeychainError(.tpmUnavailable, """
                     No TPM for the keychain at \(location.path): /dev/tpmrm0 is not usable by this user (is it there? \
-                    is the user in group tss?) and \(TPMConfiguration.environmentVariable) is not set. To keep this store \
-                    with a simulated TPM instead (development, CI; nothing is bound to hardware), open it with \
-                    KeychainLocation(path:tpm: .automaticOrSimulated), or create it with the tpm-keychain tool
+                    is the user in group tss? sudo usermod -aG tss $USER, then log in again) and \
+                    \(TPMConfiguration.environmentVariable) is not set. To keep this store with a simulated TPM instead \
+                    (development, CI; nothing is bound to hardware, and a copy of the directory opens it): set \
+                    \(Self.allowSimulatedVariable)=1, open it with KeychainLocation(path:tpm: .automaticOrSimulated), or \
+                    create it with the tpm-keychain tool
                     """)
             }
             return try startSimulator(for: location.path, stateDirectory: stateDirectory, logger: location.logger)

@@ -33,8 +33,10 @@ enum GitCredentialHelper {
           -h, --help       show this text
 
         The TPM: TPM_KEYCHAIN_TCTI if set; else the simulated TPM the store was created with; else the
-        hardware TPM at /dev/tpmrm0; a store created where neither is usable gets a simulated TPM of its
-        own (reported as SIMULATED on every store). get and erase never create a store.
+        hardware TPM at /dev/tpmrm0. Where neither is usable, store fails saying what to do, unless
+        TPM_KEYCHAIN_ALLOW_SIMULATED=1: then the store gets a simulated TPM of its own (not bound to
+        hardware: a copy of the directory opens it), reported on every store and get.
+        get and erase never create a store.
         Other actions are ignored, as git asks of helpers.
 
         Exit status: 0 success (also when nothing matches), 64 usage, 65 unusable data, 69 TPM
@@ -83,6 +85,9 @@ enum GitCredentialHelper {
             // Reading never starts a simulated TPM for a store that has none.
             let session = try StoreSession(path: invocation.storePath, choice: .automatic, announceSimulation: false)
             defer { session.close() }
+            if case .simulatedInStore = session.tpm.source {
+                printError("\(name): warning: \(invocation.storePath) uses a simulated TPM (\(session.tpm.summary))")
+            }
             if let answer = try CredentialStore(location: session.location).get(credential) {
                 // A stored value with a line break would hand git attributes of someone's choosing.
                 if let key = answer.unsafeKey {
@@ -94,7 +99,9 @@ enum GitCredentialHelper {
             guard CredentialStore.isStorable(credential) else { return }
             _ = try StoredSecret(credential)   // refuse what cannot be stored before a TPM is started
             // The moment a secret is handed over, a simulated TPM is reported.
-            let session = try StoreSession(path: invocation.storePath, choice: .automaticOrSimulated, announceSimulation: true)
+            let session = try StoreSession(path: invocation.storePath,
+                                           choice: StoreTPM.simulationAllowedByEnvironment ? .automaticOrSimulated : .automatic,
+                                           announceSimulation: true)
             defer { session.close() }
             try CredentialStore(location: session.location).store(credential)
         case "erase":

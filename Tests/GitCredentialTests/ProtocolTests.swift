@@ -163,6 +163,28 @@ import TPMKeychainTesting
         #expect(try fixture.helper("get", ["protocol=https", "host=example.com", "username=cr"]).stdout.isEmpty)
     }
 
+    @Test("without a usable TPM, store fails saying what to do unless TPM_KEYCHAIN_ALLOW_SIMULATED=1; a simulated store is reported on every get",
+          .enabled(if: access("/dev/tpmrm0", R_OK | W_OK) != 0, "a TPM is usable here"))
+    func simulatedOnlyWhenAllowed() throws {
+        let fixture = try GitFixture()
+        var environment = fixture.environment
+        environment.removeValue(forKey: "TPM_KEYCHAIN_TCTI")
+        let credential = ["protocol=https", "host=example.com", "username=user", "password=secret-kept-in-a-simulator"]
+        let refused = try runProcess(GitFixture.helper, ["--keychain", fixture.store, "store"], environment: environment,
+                                     stdin: credential.map { $0 + "\n" }.joined(), directory: fixture.directory)
+        #expect(refused.status == 69 && refused.stderr.contains("TPM_KEYCHAIN_ALLOW_SIMULATED=1"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: fixture.store + "/store.meta"))
+        environment["TPM_KEYCHAIN_ALLOW_SIMULATED"] = "1"
+        let stored = try runProcess(GitFixture.helper, ["--keychain", fixture.store, "store"], environment: environment,
+                                    stdin: credential.map { $0 + "\n" }.joined(), directory: fixture.directory)
+        #expect(stored.status == 0 && stored.stderr.contains("SIMULATED"), "\(stored)")
+        environment.removeValue(forKey: "TPM_KEYCHAIN_ALLOW_SIMULATED")
+        let answer = try runProcess(GitFixture.helper, ["--keychain", fixture.store, "get"], environment: environment,
+                                    stdin: "protocol=https\nhost=example.com\n\n", directory: fixture.directory)
+        #expect(answer.status == 0 && answer.stdout.contains("password=secret-kept-in-a-simulator"), "\(answer)")
+        #expect(answer.stderr.contains("warning:") && answer.stderr.contains("simulated TPM"), "\(answer)")
+    }
+
     @Test("the store: --keychain, else TPM_KEYCHAIN_GIT_STORE, else ~/.local/share/tpm-keychain/default")
     func storeLocation() throws {
         let fixture = try GitFixture()

@@ -14,6 +14,8 @@ import Glibc
 let storageRoot: String = {
     let root = NSTemporaryDirectory() + "tpm-keychain-storage-tests-" + UUID().uuidString
     KeychainStorage.rootDirectory = root
+    // No hardware TPM on the test machines: the stores get simulated TPMs of their own, as allowed here.
+    KeychainStorage.allowsSimulatedTPM = true
     return root
 }()
 
@@ -153,6 +155,36 @@ func uniqueName(_ prefix: String) -> String {
             }
         }
         #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 }.prefix(5))")
+        try KeychainStorage.removeStore(name: name)
+    }
+
+    @Test("without a usable TPM a store is created under a simulated one only when TPM_KEYCHAIN_ALLOW_SIMULATED=1 says so; otherwise the error says what to do and nothing is created",
+          .enabled(if: access("/dev/tpmrm0", R_OK | W_OK) != 0 && ProcessInfo.processInfo.environment["TPM_KEYCHAIN_TCTI"] == nil,
+                   "a TPM is usable here"))
+    func simulatedOnlyWhenAllowed() throws {
+        let name = uniqueName("simulated")
+        var environment = ProcessInfo.processInfo.environment
+        environment.removeValue(forKey: "TPM_KEYCHAIN_ALLOW_SIMULATED")
+        func create(_ environment: [String: String]) throws -> (status: Int32, error: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: StressProcess.executable)
+            process.arguments = ["--storage-root", storageRoot, "--store", name, "--create"]
+            process.environment = environment
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, text)
+        }
+        let refused = try create(environment)
+        #expect(refused.status != 0 && refused.error.contains("TPM_KEYCHAIN_ALLOW_SIMULATED=1") && refused.error.contains("group tss"), "\(refused)")
+        #expect(try !KeychainStorage.storeExists(name: name))
+        environment["TPM_KEYCHAIN_ALLOW_SIMULATED"] = "1"
+        let created = try create(environment)
+        #expect(created.status == 0, "\(created)")
+        #expect(try KeychainStorage.storeExists(name: name))
         try KeychainStorage.removeStore(name: name)
     }
 

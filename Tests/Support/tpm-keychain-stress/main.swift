@@ -57,6 +57,20 @@ if let root = argument("--storage-root"), let name = argument("--store"), let in
     }
 }
 
+// --storage-root R --store NAME --create: creates a KeychainStorage store (no cipher), with the
+// TPM choice of this process's environment (TPM_KEYCHAIN_ALLOW_SIMULATED).
+if let root = argument("--storage-root"), let name = argument("--store"), CommandLine.arguments.contains("--create") {
+    do {
+        KeychainStorage.rootDirectory = root
+        _ = try KeychainStorage.createStore(name: name)
+        emit("created")
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("tpm-keychain-stress: \(error)\n".utf8))
+        exit(1)
+    }
+}
+
 // --keychain DIR --tcti TCTI --rotate-keys: opens the store and rotates its master key (the key
 // rotation crash tests kill it part-way).
 if let path = argument("--keychain"), CommandLine.arguments.contains("--rotate-keys") {
