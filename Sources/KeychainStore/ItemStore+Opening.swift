@@ -61,7 +61,7 @@ extension ItemStore {
         let lender = lendTPM ?? { TPMLease(configuration: tpm) }
         if let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) {
             return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil,
-                            lendTPM: lender)
+                            lendTPM: lender, sharedGroup: sharedGroup)
         }
         guard create else { throw storeNotFound(root) }
         let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
@@ -74,13 +74,32 @@ extension ItemStore {
             throw StoreError(.storageFailed, "Cannot create \(root)")
         }
         return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,
-                        lendTPM: lender)
+                        lendTPM: lender, sharedGroup: sharedGroup)
+    }
+
+    /// A store is created only in a directory whose sharing is the one asked for: a directory
+    /// someone made 2770 for their group must not turn a private store into a shared one (nor a
+    /// private directory hold a "shared" store its group cannot reach).
+    private static func checkSharingForCreation(_ rootDirectory: Directory, asked sharedGroup: UInt32?) throws(StoreError) {
+        switch (rootDirectory.sharing, sharedGroup) {
+        case (.owner, nil):
+            return
+        case (.group(let group), let asked?) where group == asked:
+            return
+        case (.group(let group), nil):
+            throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) is a directory shared with group \(group) (mode 2770) that holds no store: a private store is not created there, where the group could read it. Create it elsewhere, or ask for a store shared with that group")
+        case (.group(let group), let asked?):
+            throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) is shared with group \(group), not with group \(asked) as asked")
+        case (.owner, let asked?):
+            throw StoreError(.invalidParameter, "\(rootDirectory.path) exists as a private directory: a store shared with group \(asked) is created only in a new directory")
+        }
     }
 
     /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
     ///   unused when another process created the store meanwhile.
     private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool, newStoreVersion: UInt16,
-                             sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender) throws(StoreError) -> ItemStore {
+                             sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender,
+                             sharedGroup: UInt32?) throws(StoreError) -> ItemStore {
         let root = rootDirectory.path
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
         defer { withExtendedLifetime(lock) {} }
@@ -91,6 +110,7 @@ extension ItemStore {
             opened = try unlock(rootDirectory, tpm: tpm, cache: cache)
         case .absent:
             guard create else { throw storeNotFound(root) }
+            try checkSharingForCreation(rootDirectory, asked: sharedGroup)
             opened = try createStore(in: rootDirectory, version: newStoreVersion, sealedKey: sealedKey, tpm: tpm, cache: cache)
         }
         let (storeID, keys, version) = (opened.storeID, opened.keys, opened.version)

@@ -124,7 +124,7 @@ public final class StoreTPM: Sendable {
             if let tcti = TPMConfiguration.environmentTCTI {
                 return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .environment)
             }
-            let hasOwnSimulator = access(stateDirectory, F_OK) == 0
+            let hasOwnSimulator = try simulatorStateIsOurs(stateDirectory, store: location.path)
             if !hasOwnSimulator && TPMConfiguration.hardwareTPMIsUsable {
                 return StoreTPM(configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI, logger: location.logger), source: .hardware)
             }
@@ -140,6 +140,23 @@ public final class StoreTPM: Sendable {
             }
             return try startSimulator(for: location.path, stateDirectory: stateDirectory, logger: location.logger)
         }
+    }
+
+    /// Whether the store has a simulator state of its own that this user may use: a directory
+    /// owned by this user (or, in a shared store, by the store's owner). One planted by someone
+    /// else (who may keep a copy of its seeds) is refused, not used.
+    ///
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` for a `swtpm` that is not such a directory.
+    private static func simulatorStateIsOurs(_ stateDirectory: String, store: String) throws(KeychainError) -> Bool {
+        var state = stat()
+        guard lstat(stateDirectory, &state) == 0 else { return false }
+        var root = stat()
+        let rootOwner = stat(store, &root) == 0 ? root.st_uid : geteuid()
+        let sharedRoot = root.st_mode & 0o7777 == 0o2770
+        guard state.st_mode & S_IFMT == S_IFDIR, state.st_uid == geteuid() || (sharedRoot && state.st_uid == rootOwner) else {
+            throw KeychainError(.unsafeFileSystem, "\(stateDirectory) is not a simulated TPM's state this user made (a symbolic link, a file, or owned by user \(state.st_uid)): someone else may keep a copy of its seeds, so it is not used. Remove it")
+        }
+        return true
     }
 
     private static func startSimulator(for store: String, stateDirectory: String, logger: Logger) throws(KeychainError) -> StoreTPM {

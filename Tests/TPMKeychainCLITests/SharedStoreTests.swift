@@ -40,6 +40,50 @@ struct SharedStoreTests {
         static func userID(_ name: String) -> uid_t? { getpwnam(name).map { $0.pointee.pw_uid } }
     }
 
+    @Test("a directory another member made 2770 for the group, or a simulator state they planted, never becomes a private store: creation is refused (77) and nothing is written",
+          .enabled(if: geteuid() == 0, "needs root: the test creates its users with useradd"))
+    func plantedDirectoriesAreRefused() throws {
+        let users = try Users()
+        defer { users.remove() }
+        let base = "/tmp/tpm-keychain-planted-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let tool = base + "/tpm-keychain"
+        try FileManager.default.copyItem(atPath: CLI.executable, toPath: tool)
+        let (alice, mallory) = (users.members[0], users.members[1])
+        for user in users.members {
+            let home = base + "/home-" + user
+            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            #expect(chown(home, Users.userID(user) ?? 0, gid_t.max) == 0)
+        }
+        // The team's directory, where every member may create entries.
+        let team = base + "/team"
+        try FileManager.default.createDirectory(atPath: team, withIntermediateDirectories: false)
+        let gid = getgrnam(users.group)?.pointee.gr_gid ?? 0
+        #expect(chown(team, 0, gid) == 0 && chmod(team, 0o2770) == 0)
+        func run(_ user: String, _ arguments: [String]) throws -> CLIResult {
+            // No TPM_KEYCHAIN_TCTI: the store would get a simulated TPM of its own, where a planted one could stand.
+            try CLI.run(["-u", user, "--", "/usr/bin/env", "HOME=\(base)/home-\(user)", tool] + arguments,
+                        environment: [:], executable: "/usr/sbin/runuser")
+        }
+        // Mallory prepares alice-keys: shared with the team, with a simulator state she keeps a copy of.
+        let planted = team + "/alice-keys"
+        #expect(try CLI.run(["-u", mallory, "--", "/bin/mkdir", "-m", "2770", planted, planted + "/swtpm"], environment: [:],
+                            executable: "/usr/sbin/runuser").status == 0)
+        let refused = try run(alice, ["create-keychain", planted])
+        #expect(refused.status == 77 && refused.stderr.contains("shared with group"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: planted + "/store.meta"))
+
+        // In Alice's own directory, a simulator state owned by someone else is not used either.
+        let own = base + "/home-" + alice + "/keys"
+        #expect(try CLI.run(["-u", alice, "--", "/bin/mkdir", "-m", "0700", own], environment: [:], executable: "/usr/sbin/runuser").status == 0)
+        try FileManager.default.createDirectory(atPath: own + "/swtpm", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        #expect(chown(own + "/swtpm", Users.userID(mallory) ?? 0, gid_t.max) == 0)
+        let foreign = try run(alice, ["create-keychain", own])
+        #expect(foreign.status == 77 && foreign.stderr.contains("someone else may keep a copy"), "\(foreign)")
+        #expect(!FileManager.default.fileExists(atPath: own + "/store.meta"))
+    }
+
     @Test("two members of the group read and write the same store; a user outside it is refused with a clear error",
           .enabled(if: geteuid() == 0, "needs root: the test creates its users with useradd"))
     func twoMembersAndAnOutsider() throws {

@@ -84,6 +84,10 @@ package final class Directory: Sendable {
         let sharing = parent?.sharing ?? (storeRoot ? Sharing(rootStatus: status) : .owner)
         let directory = Directory(descriptor: descriptor, path: path, sharing: sharing)
         try Ownership.check(status, path: path, sharing: sharing)
+        if parent == nil, case .group(let group) = sharing, !Sharing.isMember(status.st_uid, of: group) {
+            // A shared root made by someone outside the group: not a store the group made.
+            throw StoreError(.unsafeFileSystem, "\(path) is owned by user \(status.st_uid), who is not a member of its group \(group); refusing to use it as a shared store")
+        }
         return directory
     }
 
@@ -478,6 +482,19 @@ enum Sharing: Sendable, Equatable {
     init(rootStatus status: stat) {
         let mode = status.st_mode & 0o7777
         self = mode == Self.sharedDirectoryMode ? .group(status.st_gid) : .owner
+    }
+
+    /// Whether user `user` is in group `group` (as their primary group or a supplementary one).
+    static func isMember(_ user: uid_t, of group: UInt32) -> Bool {
+        guard let entry = getpwuid(user) else { return false }
+        if entry.pointee.pw_gid == group { return true }
+        var count: Int32 = 64
+        var groups = [gid_t](repeating: 0, count: Int(count))
+        if getgrouplist(entry.pointee.pw_name, entry.pointee.pw_gid, &groups, &count) < 0 {
+            groups = [gid_t](repeating: 0, count: Int(count))
+            guard getgrouplist(entry.pointee.pw_name, entry.pointee.pw_gid, &groups, &count) >= 0 else { return false }
+        }
+        return groups.prefix(Int(count)).contains(group)
     }
 
     var fileMode: mode_t {
