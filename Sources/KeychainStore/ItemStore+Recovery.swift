@@ -160,7 +160,7 @@ extension ItemStore {
         // What belonged to the old TPM goes first: killed before the new store.meta is written, the
         // store still opens on no TPM, and running recover again finishes the job.
         let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
-        let counts = try removeItemsBoundToTheOldTPM(layout, in: rootDirectory, storeID: parsed.metadata.storeID)
+        let counts = try removeItemsBoundToTheOldTPM(layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID)
         let cache = StorageKeyContextFile(directory: rootDirectory)
         let sealed = try withTPM(tpm, root: root, cache: cache) { try $0.seal(masterKey) }
         // The files are accepted as they are now: a new counter (the old one belongs to the old
@@ -188,12 +188,12 @@ extension ItemStore {
     /// record, and every key record: after a TPM change none of them can be opened (records are
     /// sealed to the old TPM's NV state and passcode key), and this-device-only items must not
     /// follow a store to another TPM. The caller holds the store lock exclusively.
-    private static func removeItemsBoundToTheOldTPM(_ layout: Layout, in rootDirectory: Directory,
+    private static func removeItemsBoundToTheOldTPM(_ layout: Layout, in rootDirectory: Directory, keys: StoreKeys,
                                                     storeID: [UInt8]) throws(StoreError) -> Recovery {
         var kept = 0, removed = 0
+        var doomed: [(Directory, String)] = []
         for group in try layout.items.entries() where !group.hasPrefix(".") {
             guard let directory = try Directory.open(group, in: layout.items, create: false) else { continue }
-            var changed = false
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
                 let boundToTheTPM: Bool
@@ -203,21 +203,32 @@ extension ItemStore {
                                                            storeID: storeID, path: file.path)
                     boundToTheTPM = header.accessibility.isThisDeviceOnly
                 } else {
-                    guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
-                    let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-                                                             storeID: storeID, path: file.path)
+                    guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.headerSize + ItemFileV2.maximumAttributesSize
+                            + ItemValue.maximumSize + 2 * ItemFileV2.tagSize else { throw StoreError(.tampered, "\(file.path) has an impossible size") }
+                    let bytes = try file.read(count: file.size, at: 0)
+                    let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: file.size, storeID: storeID, path: file.path)
+                    // The header is authenticated (it is the attributes section's AAD) before it decides
+                    // what is deleted: an edited class or record ID fails here, as `tampered`.
+                    let key = ItemFileV2.itemKey(parent: keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+                    _ = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: file.path)
                     boundToTheTPM = header.keyRecord != ItemFileV2.masterKeyRecord || header.accessibility.isThisDeviceOnly
                 }
                 if boundToTheTPM {
-                    _ = try directory.remove(name, durable: false)
-                    removed += 1
-                    changed = true
+                    doomed.append((directory, name))
                 } else {
                     kept += 1
                 }
             }
-            if changed { try directory.sync() }
         }
+        // Every item was read and authenticated before the first removal: a damaged one stops the
+        // recovery with nothing removed.
+        var changed: [String: Directory] = [:]
+        for (directory, name) in doomed {
+            _ = try directory.remove(name, durable: false)
+            changed[directory.path] = directory
+        }
+        for directory in changed.values { try directory.sync() }
+        removed = doomed.count
         _ = try rootDirectory.removeTree(layout.records)
         return Recovery(kept: kept, removed: removed)
     }

@@ -106,6 +106,30 @@ import TPMKeychainTesting
         #expect(again.itemsKept == 3 && again.itemsRemoved == 0, "\(again)")
     }
 
+    @Test("a recovery decides what to remove from authenticated headers only: an item whose header was edited to name a key record stops it as tampered, with nothing removed")
+    func recoveryAuthenticatesHeaders() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("plain value", forKey: "plain")
+        try keychain.set("another", forKey: "other")
+        let recoveryKey = try store.location.addRecoveryKey()
+        Keychain.closeStore(store.location)
+        let files = try store.itemFiles()
+        #expect(files.count == 2)
+        // Bytes 52..<68 name the item's key record: zero for the master key. Edited, the item would
+        // look protected, which a recovery removes.
+        var edited = try bytes(of: files[0])
+        edited[52] ^= 0x01
+        try overwrite(files[0], with: edited)
+        let replacement = try SoftwareTPM.start()
+        defer { replacement.stop() }
+        var moved = try KeychainLocation(path: store.location.path, tcti: replacement.tcti)
+        moved.deviceDirectory = store.directory + "/device-on-replacement"
+        defer { Keychain.closeStore(moved) }
+        expectKeychainError(.tampered) { try moved.recover(with: recoveryKey) }
+        #expect(try store.itemFiles().count == 2, "a refused recovery removed items")
+    }
+
     @Test("a store without a recovery key cannot be recovered, and says so")
     func noRecoveryKey() throws {
         let store = try TestStore()
