@@ -261,7 +261,7 @@ extension ItemStore {
         }
     }
 
-    private static func counterResult(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) -> Result<UInt64, StoreError> {
+    static func counterResult(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) -> Result<UInt64, StoreError> {
         do {
             return .success(try readCounter(index, keys: keys, tpm: tpm, store: store))
         } catch {

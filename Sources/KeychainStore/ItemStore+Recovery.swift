@@ -184,6 +184,50 @@ extension ItemStore {
         return counts
     }
 
+    /// For a rollback-protected store whose counter is gone from the TPM (`rollbackCounterMissing`:
+    /// someone with the owner's authorization undefined it, or it was lost), by whoever this TPM
+    /// unseals the master key for: accepts the store's files as they are now, with a new counter and
+    /// a manifest listing them, as a recovery does, without a recovery key. Older copies of items
+    /// put back before this are then accepted too: that is the risk the caller accepts.
+    ///
+    /// - Returns: how many items the new manifest lists.
+    /// - Throws: ``StoreError`` `.invalidParameter` when the store is not protected or its counter is
+    ///   there (nothing to accept), `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter),
+    ///   `.storeNotFound`, `.tpmUnavailable`, `.storageFailed`.
+    package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration) throws(StoreError) -> Int {
+        guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
+              let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
+            throw StoreError(.storeNotFound, "No keychain store at \(root)")
+        }
+        let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "accepting its files as they are")
+        defer { withExtendedLifetime(lock) {} }
+        let metadataPath = root + "/" + StoreMetadata.fileName
+        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw StoreError(.tampered, "\(metadataPath) is damaged") }
+        let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
+        guard let oldCounter = parsed.metadata.rollbackCounter else {
+            throw StoreError(.invalidParameter, "The keychain at \(root) has no rollback counter: there is nothing to accept")
+        }
+        let cache = StorageKeyContextFile(directory: rootDirectory)
+        let storeID = parsed.metadata.storeID
+        let masterKey = try withTPM(tpm, root: root, cache: cache) { try $0.unseal(parsed.metadata.sealedMasterKey) }
+        let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
+        try parsed.verify(metadataKey: keys.metadata)
+        let counter = try withTPM(tpm, root: root, cache: cache) { (connection) -> (index: UInt32, value: UInt64) in
+            guard case .failure(let error) = counterResult(oldCounter, keys: keys, tpm: connection, store: root),
+                  error.code == .rollbackCounterMissing else {
+                throw StoreError(.invalidParameter, "The rollback counter of the keychain at \(root) is there: its files are checked against it, and there is nothing to accept")
+            }
+            return try defineCounter(keys: keys, tpm: connection, store: root)
+        }
+        let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
+        let listed = try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: storeID,
+                                       counterIndex: counter.index, epoch: counter.value)
+        let metadata = StoreMetadata(version: parsed.metadata.version, storeID: storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
+                                     sealedMasterKey: parsed.metadata.sealedMasterKey, rollbackCounter: counter.index)
+        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        return listed
+    }
+
     /// Deletes every item whose accessibility is this-device-only or whose secret is behind a key
     /// record, and every key record: after a TPM change none of them can be opened (records are
     /// sealed to the old TPM's NV state and passcode key), and this-device-only items must not

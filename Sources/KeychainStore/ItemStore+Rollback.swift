@@ -108,7 +108,7 @@ extension ItemStore {
     }
 
     static func counterMissing(_ index: UInt32, store: String, underlying: (any Error)? = nil) -> StoreError {
-        StoreError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, tpm-keychain recover --keychain \(store) accepts the files as they are and creates a new counter", underlying: underlying)
+        StoreError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, tpm-keychain recover --keychain \(store) accepts the files as they are and creates a new counter; without one, tpm-keychain accept-rollback-risk --keychain \(store) does the same (older copies put back before that are then accepted too)", underlying: underlying)
     }
 
     static func counterAuthorization(_ keys: StoreKeys) -> SecretBytes {
@@ -149,8 +149,10 @@ extension ItemStore {
     /// A new manifest `name` in epoch `epoch`, listing every item of `layout` as it is now (none
     /// for a new store): for a new store, for one that gets its counter, after a rotation and after
     /// a recovery.
+    /// - Returns: how many items it lists.
+    @discardableResult
     static func writeManifest(_ name: String, listing layout: Layout?, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8],
-                              counterIndex: UInt32, epoch: UInt64) throws(StoreError) {
+                              counterIndex: UInt32, epoch: UInt64) throws(StoreError) -> Int {
         var entries: [Manifest.ItemKey: Manifest.Entry] = [:]
         var highWater: UInt64 = 0
         if let layout, layout.version == 2 {
@@ -169,6 +171,7 @@ extension ItemStore {
         let state = Manifest.State(storeID: storeID, counterIndex: counterIndex, highWater: highWater, epoch: epoch, entries: entries,
                                    lastMAC: [], validSize: 0)
         try rootDirectory.replace(name, with: Manifest.compacted(state, key: keys.manifest), durable: true)
+        return entries.count
     }
 
     // MARK: Reading

@@ -77,4 +77,22 @@ extension KeychainLocation {
         }
         return RecoveryReport(itemsKept: recovery.kept, itemsRemoved: recovery.removed)
     }
+
+    /// For a rollback-protected store whose TPM counter is gone (``KeychainError/Code/rollbackCounterMissing``:
+    /// anyone with the TPM owner's authorization can undefine it) and which has no recovery key:
+    /// accepts the store's files as they are now, with a new counter, so that it opens again. Only
+    /// whoever this TPM unseals the store's master key for can do it.
+    ///
+    /// - Important: the files are accepted as they are: an older copy of an item put back before
+    ///   this call is taken as current. Restore the newest backup first when in doubt.
+    /// - Returns: how many items the store holds.
+    /// - Throws: ``KeychainError`` `.invalidParameter` (the counter is there, or the store has none),
+    ///   `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter), `.storeNotFound`, `.tpmUnavailable`.
+    @discardableResult
+    public func acceptFilesAsTheyAre() throws(KeychainError) -> Int {
+        Keychain.closeStore(self)
+        let tpm = try StoreTPM.choose(for: self)
+        defer { tpm.stop() }
+        return try engine { () throws(StoreError) in try ItemStore.acceptFilesAsTheyAre(at: path, tpm: tpm.configuration) }
+    }
 }

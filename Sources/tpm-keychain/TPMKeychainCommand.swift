@@ -18,7 +18,7 @@ struct TPMKeychainCommand: ParsableCommand {
         subcommands: [
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self, DumpKeychain.self,
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
-            CreateKeychain.self, DeleteKeychain.self, ListKeychains.self, RotateKeys.self, PurgeInvalidated.self, AddRecoveryKey.self, Recover.self,
+            CreateKeychain.self, DeleteKeychain.self, ListKeychains.self, RotateKeys.self, PurgeInvalidated.self, AddRecoveryKey.self, Recover.self, AcceptRollbackRisk.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, LockKeychain.self, UnlockKeychain.self,
             TPMStatus.self, ResetLockout.self, Demo.self,
         ])

@@ -233,6 +233,32 @@ import TPMKeychainTesting
         }
     }
 
+    @Test("a store without a recovery key whose counter someone undefined is not lost: acceptFilesAsTheyAre (for whoever the TPM unseals its key for) gives it a new counter; refused while the counter is there")
+    func missingCounterWithoutRecoveryKey() throws {
+        let store = try TestStore()
+        try store.keychain().set("kept", forKey: "k")
+        try store.keychain().set("also kept", forKey: "k2")
+        Keychain.closeStore(store.location)
+        expectKeychainError(.invalidParameter) { _ = try store.location.acceptFilesAsTheyAre() }
+        let index: UInt32
+        do {
+            let opened = try openStore(store)
+            index = try #require(opened.rollbackCounterIndex)
+            opened.close()
+        }
+        #expect(try TPM2Tools.run(["tpm2_nvundefine", "0x" + String(index, radix: 16), "-C", "o"], tcti: store.simulator.tcti).status == 0)
+        let error = expectKeychainError(.rollbackCounterMissing) { _ = try store.keychain().string(forKey: "k") }
+        #expect(error?.message.contains("accept-rollback-risk") == true, "\(String(describing: error))")
+        Keychain.closeStore(store.location)
+        #expect(try store.location.acceptFilesAsTheyAre() == 2)
+        #expect(try store.keychain().string(forKey: "k") == "kept")
+        #expect(try store.keychain().string(forKey: "k2") == "also kept")
+        Keychain.closeStore(store.location)
+        let reopened = try openStore(store)
+        defer { reopened.close() }
+        #expect(reopened.isRollbackProtected && reopened.rollbackCounterIndex != index)
+    }
+
     @Test("the counter deleted from the TPM is rollbackCounterMissing naming recover; the recovery key accepts the files and makes a new counter")
     func missingCounterAndRecovery() throws {
         let store = try TestStore()

@@ -184,6 +184,39 @@ struct Recover: ParsableCommand {
     }
 }
 
+/// A store whose rollback counter is gone and which has no recovery key: its files accepted as they are.
+struct AcceptRollbackRisk: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "accept-rollback-risk",
+        abstract: "Accept a keychain store's files as they are when its TPM rollback counter is gone and it has no recovery key.",
+        discussion: """
+            Anyone with the TPM owner's authorization can undefine a store's counter; the store then \
+            refuses to open (exit 65, rollbackCounterMissing). This gives it a new counter, for whoever \
+            the TPM unseals its master key for. An older copy of an item put back before this is then \
+            accepted as current: restore the newest backup first when in doubt. Type the store's path \
+            again with --confirm.
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(help: ArgumentHelp("The store's path, typed again.", valueName: "path"))
+    var confirm: String
+
+    func run() throws {
+        try reportingErrors {
+            let path = store.path
+            guard confirm == path else {
+                throw CommandFailure(ExitStatus.usage, "--confirm must repeat the store's path (\(path)); nothing was changed")
+            }
+            try KeychainLocation(path: path).checkStore()
+            let session = try StoreSession(path: path)
+            defer { session.close() }
+            let items = try session.location.acceptFilesAsTheyAre()
+            print("accepted the \(items) items of \(path) as they are, under a new rollback counter")
+        }
+    }
+}
+
 enum RecoveryKeyOutput {
     static func show(_ key: RecoveryKey, for path: String) {
         print(key.text)
