@@ -119,15 +119,8 @@ extension ItemStore {
     ///   (the store has no recovery key), `.storeNotFound`, `.tampered` (store.meta does not
     ///   belong with the recovery file), `.tpmUnavailable`, `.storageFailed`.
     package static func recover(at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration) throws(StoreError) -> Recovery {
-        guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
-              let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
-            throw StoreError(.storeNotFound, "No keychain store at \(root)")
-        }
-        let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "recovering it")
+        let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "recovering it")
         defer { withExtendedLifetime(lock) {} }
-        let metadataPath = root + "/" + StoreMetadata.fileName
-        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw StoreError(.tampered, "\(metadataPath) is damaged") }
-        let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
         guard try rootDirectory.openFile(RecoveryFile.fileName) != nil else {
             throw StoreError(.notAvailable, "The keychain at \(root) has no recovery key (it is added with tpm-keychain add-recovery-key, before the TPM changes); its items cannot be recovered")
         }
@@ -195,15 +188,8 @@ extension ItemStore {
     ///   there (nothing to accept), `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter),
     ///   `.storeNotFound`, `.tpmUnavailable`, `.storageFailed`.
     package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration) throws(StoreError) -> Int {
-        guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
-              let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
-            throw StoreError(.storeNotFound, "No keychain store at \(root)")
-        }
-        let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "accepting its files as they are")
+        let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "accepting its files as they are")
         defer { withExtendedLifetime(lock) {} }
-        let metadataPath = root + "/" + StoreMetadata.fileName
-        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw StoreError(.tampered, "\(metadataPath) is damaged") }
-        let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
         guard let oldCounter = parsed.metadata.rollbackCounter else {
             throw StoreError(.invalidParameter, "The keychain at \(root) has no rollback counter: there is nothing to accept")
         }
@@ -226,6 +212,23 @@ extension ItemStore {
                                      sealedMasterKey: parsed.metadata.sealedMasterKey, rollbackCounter: counter.index)
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return listed
+    }
+
+    /// A store that cannot be opened the usual way, for a repair: its root, held exclusively
+    /// (`purpose` names why for whoever waits), and store.meta parsed without the TPM.
+    ///
+    /// - Throws: ``StoreError`` `.storeNotFound`, `.tampered`, `.timedOut`, `.unsafeFileSystem`.
+    private static func lockedForRepair(_ root: String, tpm: TPMConfiguration,
+                                        purpose: String) throws(StoreError) -> (Directory, LockFile, StoreMetadata.Parsed) {
+        guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
+              let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
+            throw StoreError(.storeNotFound, "No keychain store at \(root)")
+        }
+        let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: purpose)
+        let metadataPath = root + "/" + StoreMetadata.fileName
+        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw StoreError(.tampered, "\(metadataPath) is damaged") }
+        let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
+        return (rootDirectory, lock, parsed)
     }
 
     /// Deletes every item whose accessibility is this-device-only or whose secret is behind a key

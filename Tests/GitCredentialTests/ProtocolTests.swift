@@ -102,33 +102,28 @@ import TPMKeychainTesting
             }
         }
 
-        let location = try KeychainLocation(path: fixture.store, tcti: fixture.simulator.tcti)
-        KeychainEnvironment.location = location
-        KeychainEnvironment.accessGroups = ["git-credential"]
-        defer {
-            Keychain.closeStore(location)
-            KeychainEnvironment.reset()
+        try fixture.withSecItemAccess { _ in
+            let query: [String: Any] = [
+                kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "git.example.com",
+                kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 8443, kSecAttrAccount as String: "deploy",
+                kSecReturnAttributes as String: true, kSecReturnData as String: true,
+            ]
+            var result: AnyObject?
+            #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+            let item = try #require(result as? [String: Any])
+            #expect(item[kSecAttrPath as String] as? String == "team/repo.git")
+            #expect(item[kSecAttrAccessGroup as String] as? String == "git-credential")
+            // Attributes carry no secret.
+            for (key, value) in item where key != kSecValueData as String {
+                let text = "\(value)"
+                #expect(!text.contains("p4ssw0rd") && !text.contains("refresh-in") && !text.contains("9999999999"), "attribute \(key) = \(text)")
+            }
+            let data = try #require(item[kSecValueData as String] as? Data)
+            let secret = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+            #expect(secret["password"] as? String == "p4ssw0rd-in-the-secret")
+            #expect((secret["password_expiry_utc"] as? NSNumber)?.int64Value == 9_999_999_999)
+            #expect(secret["oauth_refresh_token"] as? String == "refresh-in-the-secret")
         }
-        let query: [String: Any] = [
-            kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "git.example.com",
-            kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 8443, kSecAttrAccount as String: "deploy",
-            kSecReturnAttributes as String: true, kSecReturnData as String: true,
-        ]
-        var result: AnyObject?
-        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
-        let item = try #require(result as? [String: Any])
-        #expect(item[kSecAttrPath as String] as? String == "team/repo.git")
-        #expect(item[kSecAttrAccessGroup as String] as? String == "git-credential")
-        // Attributes carry no secret.
-        for (key, value) in item where key != kSecValueData as String {
-            let text = "\(value)"
-            #expect(!text.contains("p4ssw0rd") && !text.contains("refresh-in") && !text.contains("9999999999"), "attribute \(key) = \(text)")
-        }
-        let data = try #require(item[kSecValueData as String] as? Data)
-        let secret = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
-        #expect(secret["password"] as? String == "p4ssw0rd-in-the-secret")
-        #expect((secret["password_expiry_utc"] as? NSNumber)?.int64Value == 9_999_999_999)
-        #expect(secret["oauth_refresh_token"] as? String == "refresh-in-the-secret")
     }
 
     @Test("a stored value with a line break is never handed to git (it would add attributes of its writer's choosing), and none is stored")
@@ -136,26 +131,21 @@ import TPMKeychainTesting
         let fixture = try GitFixture()
         try fixture.helper("store", ["protocol=https", "host=example.com", "username=seed", "password=pass"])   // the store exists
         // Other code writing into the helper's access group (SecItem, or tpm-keychain add-internet-password -a).
-        let location = try KeychainLocation(path: fixture.store, tcti: fixture.simulator.tcti)
-        KeychainEnvironment.location = location
-        KeychainEnvironment.accessGroups = ["git-credential"]
-        defer {
-            Keychain.closeStore(location)
-            KeychainEnvironment.reset()
-        }
-        for (account, password) in [("u\nhost=evil.example", "p"), ("plain", "p\rpassword=injected"), ("nul", "p\u{0}x")] {
-            let add: [String: Any] = [
-                kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "planted.example.com",
-                kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 0, kSecAttrAccount as String: account,
-                kSecValueData as String: try JSONSerialization.data(withJSONObject: ["password": password]),
-            ]
-            #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
-            Keychain.closeStore(location)
-            let answer = try fixture.helper(["--keychain", fixture.store, "get"], ["protocol=https", "host=planted.example.com"])
-            #expect(answer.status == 65 && answer.stdout.isEmpty, "\(account): \(answer)")
-            #expect(!answer.stderr.contains("injected") && !answer.stderr.contains("evil"), "\(answer)")
-            let delete: [String: Any] = [kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "planted.example.com"]
-            #expect(SecItemDelete(delete as CFDictionary) == errSecSuccess)
+        try fixture.withSecItemAccess { location in
+            for (account, password) in [("u\nhost=evil.example", "p"), ("plain", "p\rpassword=injected"), ("nul", "p\u{0}x")] {
+                let add: [String: Any] = [
+                    kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "planted.example.com",
+                    kSecAttrProtocol as String: kSecAttrProtocolHTTPS, kSecAttrPort as String: 0, kSecAttrAccount as String: account,
+                    kSecValueData as String: try JSONSerialization.data(withJSONObject: ["password": password]),
+                ]
+                #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+                Keychain.closeStore(location)
+                let answer = try fixture.helper(["--keychain", fixture.store, "get"], ["protocol=https", "host=planted.example.com"])
+                #expect(answer.status == 65 && answer.stdout.isEmpty, "\(account): \(answer)")
+                #expect(!answer.stderr.contains("injected") && !answer.stderr.contains("evil"), "\(answer)")
+                let delete: [String: Any] = [kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: "planted.example.com"]
+                #expect(SecItemDelete(delete as CFDictionary) == errSecSuccess)
+            }
         }
         // git's own input cannot carry a newline inside a value, but a carriage return it can: refused.
         let stored = try fixture.helper(["--keychain", fixture.store, "store"], ["protocol=https", "host=example.com", "username=cr", "password=a\rb"])

@@ -1,4 +1,6 @@
 import Foundation
+import SecurityCompat
+import TPMKeychain
 import Testing
 import TPMKeychainTesting
 
@@ -200,6 +202,24 @@ final class GitFixture: @unchecked Sendable {
         #expect(result.status == 0, "\(result)", sourceLocation: sourceLocation)
         return result
     }
+
+    /// Runs `body` with SecItem pointed at this fixture's store and the helper's access group, as
+    /// other SecItem code would write into it. KeychainEnvironment is process-wide: one test at a
+    /// time holds it.
+    func withSecItemAccess<R>(_ body: (KeychainLocation) throws -> R) throws -> R {
+        Self.secItemEnvironment.lock()
+        defer { Self.secItemEnvironment.unlock() }
+        let location = try KeychainLocation(path: store, tcti: simulator.tcti)
+        KeychainEnvironment.location = location
+        KeychainEnvironment.accessGroups = ["git-credential"]
+        defer {
+            Keychain.closeStore(location)
+            KeychainEnvironment.reset()
+        }
+        return try body(location)
+    }
+
+    private static let secItemEnvironment = NSLock()
 
     /// The prompts askpass answered since the last call, which it then forgets.
     func takePrompts() throws -> [String] {
