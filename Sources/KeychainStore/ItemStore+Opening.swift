@@ -132,8 +132,9 @@ extension ItemStore {
         for name in [StoreMetadata.fileName, RecoveryFile.fileName, RecoveryFile.nextFileName, StorageKeyContextFile.name] {
             _ = try rootDirectory.remove(name + Directory.temporarySuffix, durable: false)
         }
-        if opened.counterIndex == nil, version >= 2 {
-            try addCounter(to: &opened, layout: layout, in: rootDirectory, tpm: tpm, cache: cache)
+        if opened.counterIndex == nil {
+            try refuseIfOnceProtected(opened.keys, in: rootDirectory, tpm: tpm, cache: cache)
+            if version >= 2 { try addCounter(to: &opened, layout: layout, in: rootDirectory, tpm: tpm, cache: cache) }
         }
         var rollback: RollbackState?
         if let counterIndex = opened.counterIndex, let counterValue = try opened.counterValue {
@@ -195,6 +196,17 @@ extension ItemStore {
         try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: opened.keys.metadata), durable: true)
         let inode = try metadataInode(in: rootDirectory, "while the store was locked")
         (opened.counterIndex, opened.counter, opened.metadataInode) = (counter.index, .success(counter.value), inode)
+    }
+
+    /// A store whose metadata names no counter, but whose counter exists in the TPM (its handle
+    /// derives from the store's keys, and it answers their authorization), is a copy from before
+    /// the store was protected: refused as rolled back.
+    private static func refuseIfOnceProtected(_ keys: StoreKeys, in rootDirectory: Directory, tpm: TPMConfiguration,
+                                              cache: StorageKeyContextFile) throws(StoreError) {
+        let root = rootDirectory.path
+        if let existing = try withTPM(tpm, root: root, cache: cache, { counterOnceDefined(keys: keys, tpm: $0) }) {
+            throw StoreError(.rolledBack, "The keychain store at \(root) names no rollback counter, but the counter it was given (TPM NV index 0x\(String(existing, radix: 16))) exists: these files are a copy from before the store was protected. Restore the newest backup, or run tpm-keychain recover (or accept-rollback-risk) to accept these files as they are")
+        }
     }
 
     /// The inode of the store.meta this process has just written (the way it later notices that

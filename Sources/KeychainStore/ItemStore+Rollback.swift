@@ -122,8 +122,7 @@ extension ItemStore {
     ///   hierarchy, or a TPM error.
     static func defineCounter(keys: StoreKeys, tpm: TPMConnection, store: String) throws(StoreError) -> (index: UInt32, value: UInt64) {
         let authorization = counterAuthorization(keys)
-        for _ in 0..<16 {
-            let index = UInt32.random(in: counterRange)
+        for index in counterCandidates(keys) {
             do {
                 try tpm.defineNVIndex(index, kind: .counter, authValue: authorization, options: .noDictionaryAttack)
             } catch let error as TPMError where error.code == .nvIndexAlreadyDefined {
@@ -144,6 +143,26 @@ extension ItemStore {
             }
         }
         throw StoreError(.notAvailable, "No free NV index for the keychain's rollback counter in 0x\(String(counterRange.lowerBound, radix: 16))-0x\(String(counterRange.upperBound - 1, radix: 16))")
+    }
+
+    /// The handles a store's counter may have, in the order they are tried: derived from the
+    /// store's keys (HMAC-SHA256 under the counter's authorization), so that a store found without
+    /// a counter can ask whether it had one (``counterOnceDefined(keys:tpm:)``).
+    static func counterCandidates(_ keys: StoreKeys) -> [UInt32] {
+        (0..<UInt8(16)).map { attempt in
+            let mac = Array(HMAC<SHA256>.authenticationCode(for: Array("TPMKeychain rollback counter index".utf8) + [attempt],
+                                                            using: keys.counterAuthorization))
+            let value = UInt32(mac[0]) << 24 | UInt32(mac[1]) << 16 | UInt32(mac[2]) << 8 | UInt32(mac[3])
+            return counterRange.lowerBound + value % UInt32(counterRange.count)
+        }
+    }
+
+    /// A counter this store made, found at one of its candidate handles (it answers the store's
+    /// authorization, which no one else has): nil when there is none. A store whose metadata names
+    /// no counter but that has one is a copy from before its counter existed.
+    static func counterOnceDefined(keys: StoreKeys, tpm: TPMConnection) -> UInt32? {
+        let authorization = counterAuthorization(keys)
+        return counterCandidates(keys).first { (try? tpm.readNVCounter($0, authValue: authorization)) != nil }
     }
 
     /// A new manifest `name` in epoch `epoch`, listing every item of `layout` as it is now (none

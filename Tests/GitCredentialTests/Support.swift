@@ -150,7 +150,7 @@ final class GitFixture: @unchecked Sendable {
     /// askpass program instead of a terminal.
     var environment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
-        for name in environment.keys where name.hasPrefix("GIT_") || name.hasPrefix("TPM_KEYCHAIN_") || name.hasPrefix("XDG_") {
+        for name in environment.keys where name.hasPrefix("GIT_") || (name.hasPrefix("TPM_KEYCHAIN_") && name != "TPM_KEYCHAIN_TIMEOUT") || name.hasPrefix("XDG_") {
             environment.removeValue(forKey: name)
         }
         environment.removeValue(forKey: "SSH_ASKPASS")

@@ -256,7 +256,36 @@ import TPMKeychainTesting
         Keychain.closeStore(store.location)
         let reopened = try openStore(store)
         defer { reopened.close() }
-        #expect(reopened.isRollbackProtected && reopened.rollbackCounterIndex != index)
+        #expect(reopened.isRollbackProtected && reopened.rollbackCounterIndex != nil)
+    }
+
+    @Test("a copy of a store from before it got its rollback counter is refused as rolled back once the counter exists (its handle derives from the store's keys)")
+    func preCounterSnapshotIsRolledBack() throws {
+        let store = try TestStore()
+        try FormatOneWriter.createStore(at: store.location.path, tcti: store.simulator.tcti)
+        let configuration = TPMConfiguration(tcti: store.simulator.tcti)
+        let identity = try ItemIdentity(accessGroup: "", service: "svc", account: "k")
+        do {
+            let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
+            defer { opened.close() }
+            try FormatOneWriter.write("before", for: identity, label: nil, into: opened)
+            #expect(!opened.isRollbackProtected)
+        }
+        let snapshot = try backup(store, as: "pre-counter")
+        // The first write moves it to format 2; the next open gives it its counter.
+        do {
+            let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
+            defer { opened.close() }
+            try opened.write(identity, mode: .update, value: ItemValue(kind: .string, bytes: Array("after".utf8)), changes: AttributeChanges())
+        }
+        do {
+            let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
+            defer { opened.close() }
+            #expect(opened.isRollbackProtected)
+        }
+        try FileManager.default.removeItem(atPath: store.location.path)
+        try FileManager.default.copyItem(atPath: snapshot, toPath: store.location.path)
+        expectKeychainError(.rolledBack) { _ = try ItemStore.open(at: store.location.path, tpm: configuration, create: false) }
     }
 
     @Test("the counter deleted from the TPM is rollbackCounterMissing naming recover; the recovery key accepts the files and makes a new counter")
