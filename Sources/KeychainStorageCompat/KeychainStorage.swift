@@ -107,7 +107,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     /// hardware TPM is not accessible to this user and `TPM_KEYCHAIN_TCTI` is not set). Off unless
     /// `TPM_KEYCHAIN_ALLOW_SIMULATED=1`: a simulated TPM keeps its seeds next to the store, so a copy
     /// of the directory opens it. Without it, creating a store then fails with
-    /// ``KeychainStorageError/keychain(_:)`` (`tpmUnavailable`) saying what to do. Stores created
+    /// ``KeychainStorageError/keychain(code:message:)`` (`tpmUnavailable`) saying what to do. Stores created
     /// with one keep it.
     public static var allowsSimulatedTPM: Bool {
         get { simulated.withLock { $0 } ?? StoreTPM.simulationAllowedByEnvironment }
