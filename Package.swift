@@ -123,7 +123,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
         // Writes to a store from its own process; the crash and multi-process tests kill it mid-write.
-        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat"], path: "Tests/Support/tpm-keychain-stress",
+        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat", "SystemCalls"], path: "Tests/Support/tpm-keychain-stress",
                           swiftSettings: strictness),
         // The crash tests' handle on tpm-keychain-stress: its process and where to kill it.
         .target(name: "StressProcess", path: "Tests/Support/StressProcess", swiftSettings: strictness),

@@ -2,7 +2,7 @@ import Synchronization
 import SystemCalls
 
 /// A seam for tests: the store's whole-store operations (a key rotation, the upgrade to format 2,
-/// KeychainStorage's cipher change) report how far they got, so that a crash test can kill a
+/// KeychainStorage's cipher change), and each atomic file replace, report how far they got, so that a crash test can kill a
 /// process at a point it chose from observed progress, on either side of the commit, instead of
 /// at a fraction of a measured duration, which a loaded machine shifts.
 ///
@@ -14,11 +14,15 @@ package enum OperationProgress {
         case rewrote(Int)
         /// The switch to the new copy is durable: from here on a kill leaves the new copy in charge.
         case committed
+        /// A file's new contents are written (as `<name>.tmp`) and about to be renamed over `name`:
+        /// a kill here is one in the middle of a write.
+        case replacing(String)
 
         package var description: String {
             switch self {
             case .rewrote(let count): "rewrote \(count)"
             case .committed: "committed"
+            case .replacing(let name): "replacing \(name)"
             }
         }
     }

@@ -133,10 +133,19 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         var killedWhileWriting = 0
         var leftoversSeen = 0
         for cycle in 0..<200 {
+            // Every fourth cycle (once the item's file exists) the writer stops in its second write,
+            // between writing the new contents and the rename, and is killed there: kills in the
+            // middle of a write whatever the machine's speed. The others land anywhere in the loop.
+            let itemFile = cycle % 4 == 1 ? try store.itemFiles().first.map { ($0 as NSString).lastPathComponent } : nil
+            let pause = itemFile.map { ["--pause-at", "replacing \($0)", "--pause-count", "2"] } ?? []
             let writer = try WriterProcess(store: store, service: "com.example.crash", accounts: ["item"], size: size,
-                                           start: cycle * 1_000_000)
-            writer.waitFor("wrote ")   // the writer is in its loop: every kill lands while it writes
-            usleep(UInt32.random(in: 0...3_000, using: &generator))
+                                           start: cycle * 1_000_000, extraArguments: pause)
+            if let itemFile {
+                writer.waitFor("paused replacing \(itemFile)")
+            } else {
+                writer.waitFor("wrote ")   // the writer is in its loop: every kill lands while it writes
+                usleep(UInt32.random(in: 0...3_000, using: &generator))
+            }
             writer.kill()
             let acknowledged = writer.acknowledged()["item"] ?? []
             if !acknowledged.isEmpty { killedWhileWriting += 1 }

@@ -212,6 +212,7 @@ package final class Directory: Sendable {
             }
             closeDescriptor(fileDescriptor)
             closed = true
+            OperationProgress.report(.replacing(name))
             try FaultInjection.check(.rename, path: path + "/" + name)
             try retryingInterrupts { renameat(descriptor, temporary, descriptor, name) }
         } catch {

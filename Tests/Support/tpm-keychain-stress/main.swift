@@ -9,6 +9,7 @@
 // then "wrote <account> <sequence>" after each write returns. With --delete-every N, every Nth
 // write is followed by a delete of the same account ("deleted <account> <sequence>" once it returns).
 import Foundation
+import SystemCalls
 import KeychainStorageCompat
 import TPMKeychain
 
@@ -25,12 +26,16 @@ func argument(_ name: String) -> String? {
 // change) on stdout, as "progress rewrote 12" or "progress committed". --pause-at EVENT ("rewrote
 // 12", "committed"): at that event, says "paused EVENT" and waits to be killed, so that a crash
 // test kills at a point it chose on either side of the commit, whatever the machine's speed.
+// "replacing NAME" is reported before each atomic file replace's rename (a write half done).
+// --pause-count N: pause at the Nth such event instead of the first.
 let reportsProgress = CommandLine.arguments.contains("--progress")
 let pauseAt = argument("--pause-at")
+let pauseCount = Int(argument("--pause-count") ?? "") ?? 1
 if reportsProgress || pauseAt != nil {
+    let seen = Locked(0)
     OperationProgress.observe { event in
         if reportsProgress { emit("progress \(event)") }
-        if event.description == pauseAt {
+        if event.description == pauseAt, seen.withLock({ $0 += 1; return $0 }) == pauseCount {
             emit("paused \(event)")
             while true { pause() }
         }
