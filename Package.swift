@@ -155,7 +155,8 @@ let package = Package(
         // Runs the built tpm-keychain binary as a user would.
         .testTarget(
             name: "TPMKeychainCLITests",
-            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain"],
+            // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device).
+            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "KeychainStore"],
             swiftSettings: strictness
         ),
         // Real `git credential fill/approve/reject` (and a clone over HTTP with basic auth) through

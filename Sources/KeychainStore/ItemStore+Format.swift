@@ -148,9 +148,8 @@ extension ItemStore {
 
     /// Replaces store.meta with the same store at another version (a new MAC over the new bytes).
     static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) {
-        let current = try authenticatedMetadata(of: rootDirectory, keys: keys)
-        let metadata = StoreMetadata(version: version, storeID: current.storeID, createdMilliseconds: current.createdMilliseconds,
-                                     sealedMasterKey: current.sealedMasterKey, rollbackCounter: current.rollbackCounter)
+        var metadata = try authenticatedMetadata(of: rootDirectory, keys: keys)
+        metadata.version = version
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
     }
 

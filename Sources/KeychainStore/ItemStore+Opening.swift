@@ -34,6 +34,19 @@ extension ItemStore {
         return try presence(in: directory)
     }
 
+    /// The TPM store.meta at `root` says the store was made on, read without the TPM (so not yet
+    /// authenticated: opening the store checks it once the master key is unsealed), for choosing
+    /// which TPM to ask. Nil when there is no store, a store from before version 6, or a file that
+    /// cannot be read (opening reports why).
+    package static func recordedTPMKind(at root: String) -> TPMKind? {
+        guard root.hasPrefix("/"),
+              let directory = try? Directory.open(root, in: nil, create: false, storeRoot: true),
+              let file = try? directory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize,
+              let bytes = try? file.read(count: file.size, at: 0),
+              let parsed = try? StoreMetadata.parse(bytes, path: file.path) else { return nil }
+        return parsed.metadata.facts?.tpm
+    }
+
     /// Opens the store at `root`; when there is none and `create` is set, creates it with a new
     /// master key sealed to the TPM. Nothing is written before the TPM has sealed that key, so a
     /// TPM that cannot be reached leaves no trace.
@@ -54,13 +67,17 @@ extension ItemStore {
     /// - Parameter sharedGroup: when the store is created here, the Unix group (ID) whose members
     ///   share it: its directories 2770 and files 0660 in that group (this user must be a member,
     ///   and the parent directory must exist). An existing store keeps how it was created.
+    /// - Parameter tpmKind: what `tpm` is, when the caller knows better than its TCTI tells (the
+    ///   store's own simulator); recorded in a new store's metadata, and checked against what an
+    ///   existing store recorded: a store made on a TPM device never opens on a simulator.
     package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
                              newStoreVersion: UInt16 = StoreMetadata.currentVersion,
-                             lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil) throws(StoreError) -> ItemStore {
+                             lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil, tpmKind: TPMKind? = nil) throws(StoreError) -> ItemStore {
         try validate(root)
         let lender = lendTPM ?? { TPMLease(configuration: tpm) }
+        let kind = tpmKind ?? TPMKind(tpm)
         if let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) {
-            return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil,
+            return try open(directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil,
                             lendTPM: lender, sharedGroup: sharedGroup)
         }
         guard create else { throw storeNotFound(root) }
@@ -73,18 +90,24 @@ extension ItemStore {
         guard let directory = try Directory.open(root, in: nil, create: true, storeRoot: true, shareWith: sharedGroup) else {
             throw StoreError(.storageFailed, "Cannot create \(root)")
         }
-        return try open(directory, tpm: tpm, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,
+        return try open(directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,
                         lendTPM: lender, sharedGroup: sharedGroup)
     }
 
     /// A store is created only in a directory whose sharing is the one asked for: a directory
     /// someone made 2770 for their group must not turn a private store into a shared one (nor a
     /// private directory hold a "shared" store its group cannot reach).
+    /// A shared directory must also be this user's: one another member made (and could have put
+    /// something in first) is not where this user's store is created.
     private static func checkSharingForCreation(_ rootDirectory: Directory, asked sharedGroup: UInt32?) throws(StoreError) {
         switch (rootDirectory.sharing, sharedGroup) {
         case (.owner, nil):
             return
         case (.group(let group), let asked?) where group == asked:
+            let owner = try rootDirectory.owner()
+            guard owner == Ownership.effectiveUser else {
+                throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) was made by user \(owner), not by this user (\(Ownership.effectiveUser)): a store is created only in a directory this user made. Create the store in a new directory")
+            }
             return
         case (.group(let group), nil):
             throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) is a directory shared with group \(group) (mode 2770) that holds no store: a private store is not created there, where the group could read it. Create it elsewhere, or ask for a store shared with that group")
@@ -97,7 +120,7 @@ extension ItemStore {
 
     /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
     ///   unused when another process created the store meanwhile.
-    private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, durable: Bool, create: Bool, newStoreVersion: UInt16,
+    private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, kind: TPMKind, durable: Bool, create: Bool, newStoreVersion: UInt16,
                              sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender,
                              sharedGroup: UInt32?) throws(StoreError) -> ItemStore {
         let root = rootDirectory.path
@@ -108,10 +131,11 @@ extension ItemStore {
         switch try presence(in: rootDirectory) {
         case .present:
             opened = try unlock(rootDirectory, tpm: tpm, cache: cache)
+            try checkFacts(opened.facts, of: rootDirectory, openedWith: kind)
         case .absent:
             guard create else { throw storeNotFound(root) }
             try checkSharingForCreation(rootDirectory, asked: sharedGroup)
-            opened = try createStore(in: rootDirectory, version: newStoreVersion, sealedKey: sealedKey, tpm: tpm, cache: cache)
+            opened = try createStore(in: rootDirectory, version: newStoreVersion, sealedKey: sealedKey, tpm: tpm, kind: kind, cache: cache)
         }
         let (storeID, keys, version) = (opened.storeID, opened.keys, opened.version)
         if version >= 2 {
@@ -136,6 +160,11 @@ extension ItemStore {
             try refuseIfOnceProtected(opened.keys, in: rootDirectory, tpm: tpm, cache: cache)
             if version >= 2 { try addCounter(to: &opened, layout: layout, in: rootDirectory, tpm: tpm, cache: cache) }
         }
+        if opened.facts == nil && version >= 2 {
+            // A store from before version 6: what it is now, as this open found and authenticated
+            // it, is recorded once and holds from then on.
+            try recordFacts(.init(tpm: kind, sharing: rootDirectory.sharing), in: &opened, rootDirectory: rootDirectory)
+        }
         var rollback: RollbackState?
         if let counterIndex = opened.counterIndex, let counterValue = try opened.counterValue {
             rollback = try loadManifest(rootDirectory, name: layout.manifest, keys: keys, storeID: storeID, counterIndex: counterIndex,
@@ -149,7 +178,7 @@ extension ItemStore {
     /// rollback counter and empty manifest where the TPM can hold one, then store.meta, created
     /// exclusively, as the commit.
     private static func createStore(in rootDirectory: Directory, version: UInt16, sealedKey: (key: SecretBytes, sealed: SealedObject)?,
-                                    tpm: TPMConfiguration, cache: StorageKeyContextFile) throws(StoreError) -> Unlocked {
+                                    tpm: TPMConfiguration, kind: TPMKind, cache: StorageKeyContextFile) throws(StoreError) -> Unlocked {
         let root = rootDirectory.path
         let generated: (key: SecretBytes, sealed: SealedObject)
         if let sealedKey {
@@ -165,8 +194,10 @@ extension ItemStore {
             try writeManifest(Manifest.fileName, listing: nil, in: rootDirectory, keys: keys, storeID: storeID,
                               counterIndex: counter.index, epoch: counter.value)
         }
+        // Layout 1 exists only for tests of the upgrade from it, and has no version with facts.
+        let facts = version >= 2 ? StoreMetadata.Facts(tpm: kind, sharing: rootDirectory.sharing) : nil
         let metadata = StoreMetadata(version: version, storeID: storeID, createdMilliseconds: StoreMetadata.now,
-                                     sealedMasterKey: sealed, rollbackCounter: counter?.index)
+                                     sealedMasterKey: sealed, rollbackCounter: counter?.index, facts: facts)
         guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
             if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
             throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
@@ -178,7 +209,7 @@ extension ItemStore {
             }
         }
         return Unlocked(storeID: storeID, keys: keys, version: version, metadataInode: inode, counterIndex: counter?.index,
-                        counter: counter.map { .success($0.value) })
+                        counter: counter.map { .success($0.value) }, facts: facts)
     }
 
     /// Gives a store from before rollback protection its counter and manifest, once, when this
@@ -190,12 +221,45 @@ extension ItemStore {
         guard let counter = try defineCounterIfPossible(keys: opened.keys, tpm: tpm, root: root, cache: cache) else { return }
         try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: opened.keys, storeID: opened.storeID, counterIndex: counter.index,
                           epoch: counter.value)
-        let current = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
-        let protected = StoreMetadata(version: current.version, storeID: opened.storeID, createdMilliseconds: current.createdMilliseconds,
-                                      sealedMasterKey: current.sealedMasterKey, rollbackCounter: counter.index)
+        var protected = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
+        protected.rollbackCounter = counter.index
         try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: opened.keys.metadata), durable: true)
         let inode = try metadataInode(in: rootDirectory, "while the store was locked")
         (opened.counterIndex, opened.counter, opened.metadataInode) = (counter.index, .success(counter.value), inode)
+    }
+
+    /// Rewrites store.meta (held locked, authenticated by this open) as version 6 with `facts`.
+    private static func recordFacts(_ facts: StoreMetadata.Facts, in opened: inout Unlocked, rootDirectory: Directory) throws(StoreError) {
+        var metadata = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
+        metadata.facts = facts
+        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: opened.keys.metadata), durable: true)
+        opened.metadataInode = try metadataInode(in: rootDirectory, "while the store was locked")
+        opened.facts = facts
+    }
+
+    /// What store.meta says the store was made for, against what it is opened with: a store made
+    /// on a TPM device is never used through a simulator, and its directory must still be shared
+    /// (or not) as it was created. Nil facts (a store from before version 6) check nothing.
+    ///
+    /// - Throws: ``StoreError`` `.wrongTPM`, `.unsafeFileSystem`.
+    static func checkFacts(_ facts: StoreMetadata.Facts?, of rootDirectory: Directory, openedWith kind: TPMKind) throws(StoreError) {
+        guard let facts else { return }
+        let root = rootDirectory.path
+        if facts.tpm == .device && kind.isSimulated {
+            throw StoreError(.wrongTPM, "The keychain at \(root) was created on a TPM device, and is being opened with \(kind.description): a store bound to hardware is never used through a simulator. Unset \(TPMConfiguration.environmentVariable) if it names a simulator")
+        }
+        switch (facts.sharing, rootDirectory.sharing) {
+        case let (recorded, found) where recorded == found:
+            return
+        case (.owner, .group(let group)):
+            throw StoreError(.unsafeFileSystem, "The keychain at \(root) was created for this user alone, but its directory is now shared with group \(group) (mode 2770): refusing to use it. If that was not your doing, check who else can write there; chmod 700 \(root) makes it private again")
+        case (.group(let group), .owner):
+            throw StoreError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(group), but its directory is no longer shared (mode 2770 in that group): refusing to use it. chgrp \(group) \(root) && chmod 2770 \(root) restores it")
+        case (.group(let recorded), .group(let found)):
+            throw StoreError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(recorded), but its directory now belongs to group \(found): refusing to use it. chgrp \(recorded) \(root) restores it")
+        default:
+            throw StoreError(.unsafeFileSystem, "The keychain at \(root) is not shared as it was created")
+        }
     }
 
     /// A store whose metadata names no counter, but whose counter exists in the TPM (its handle
@@ -246,15 +310,15 @@ extension ItemStore {
         if let resealed {
             // Authenticated first, so a forged file is never rewritten as genuine. The old file
             // keeps working until the rename; the new one differs only in the sealed object.
-            let migrated = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
-                                         sealedMasterKey: resealed, rollbackCounter: counterIndex)
+            var migrated = parsed.metadata
+            migrated.sealedMasterKey = resealed
             try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
             let inode = try metadataInode(in: rootDirectory, "while it was resealed")
             return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: inode,
-                            counterIndex: counterIndex, counter: counterValue)
+                            counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
         }
         return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: file.inode,
-                        counterIndex: counterIndex, counter: counterValue)
+                        counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
     }
 
     /// What opening learned from store.meta and the TPM.
@@ -267,6 +331,8 @@ extension ItemStore {
         /// The counter's value, or why it could not be read: reported after the layout is checked,
         /// since a store.meta put back from before a rotation names a counter the rotation deleted.
         var counter: Result<UInt64, StoreError>?
+        /// What store.meta records the store was made for; nil before version 6.
+        var facts: StoreMetadata.Facts?
 
         var counterValue: UInt64? {
             get throws(StoreError) { try counter?.get() }

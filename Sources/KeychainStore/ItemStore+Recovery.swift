@@ -117,8 +117,13 @@ extension ItemStore {
     ///
     /// - Throws: ``StoreError`` `.authenticationFailed` (another recovery key), `.notAvailable`
     ///   (the store has no recovery key), `.storeNotFound`, `.tampered` (store.meta does not
-    ///   belong with the recovery file), `.tpmUnavailable`, `.storageFailed`.
-    package static func recover(at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration) throws(StoreError) -> Recovery {
+    ///   belong with the recovery file), `.wrongTPM` (a store made on a TPM device, recovered onto a
+    ///   simulator), `.unsafeFileSystem` (its directory not shared as it was created),
+    ///   `.tpmUnavailable`, `.storageFailed`.
+    /// - Parameter tpmKind: what `tpm` is (``open(at:tpm:durable:create:newStoreVersion:lendTPM:sharedGroup:tpmKind:)``).
+    package static func recover(at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration,
+                                tpmKind: TPMKind? = nil) throws(StoreError) -> Recovery {
+        let kind = tpmKind ?? TPMKind(tpm)
         let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "recovering it")
         defer { withExtendedLifetime(lock) {} }
         guard try rootDirectory.openFile(RecoveryFile.fileName) != nil else {
@@ -149,6 +154,9 @@ extension ItemStore {
         guard let (masterKey, keys) = opened else {
             throw firstError ?? StoreError(.tampered, "\(root)/\(RecoveryFile.fileName) is damaged")
         }
+        // Recovery seals the master key to whatever TPM it is given: never a simulator's, for a
+        // store that was made on a TPM device.
+        try checkFacts(parsed.metadata.facts, of: rootDirectory, openedWith: kind)
         try finishRecoveryKeyRotation(in: rootDirectory, keys: keys)
         // What belonged to the old TPM goes first: killed before the new store.meta is written, the
         // store still opens on no TPM, and running recover again finishes the job.
@@ -170,9 +178,9 @@ extension ItemStore {
             try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID, counterIndex: counter.index,
                               epoch: counter.value)
         }
-        let metadata = StoreMetadata(version: parsed.metadata.version, storeID: parsed.metadata.storeID,
-                                     createdMilliseconds: parsed.metadata.createdMilliseconds, sealedMasterKey: sealed,
-                                     rollbackCounter: counter?.index)
+        var metadata = parsed.metadata
+        (metadata.sealedMasterKey, metadata.rollbackCounter) = (sealed, counter?.index)
+        if parsed.metadata.version >= 2 { metadata.facts = .init(tpm: kind, sharing: rootDirectory.sharing) }
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return counts
     }
@@ -187,7 +195,7 @@ extension ItemStore {
     /// - Throws: ``StoreError`` `.invalidParameter` when the store is not protected or its counter is
     ///   there (nothing to accept), `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter),
     ///   `.storeNotFound`, `.tpmUnavailable`, `.storageFailed`.
-    package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration) throws(StoreError) -> Int {
+    package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration, tpmKind: TPMKind? = nil) throws(StoreError) -> Int {
         let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "accepting its files as they are")
         defer { withExtendedLifetime(lock) {} }
         guard let oldCounter = parsed.metadata.rollbackCounter else {
@@ -198,6 +206,7 @@ extension ItemStore {
         let masterKey = try withTPM(tpm, root: root, cache: cache) { try $0.unseal(parsed.metadata.sealedMasterKey) }
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         try parsed.verify(metadataKey: keys.metadata)
+        try checkFacts(parsed.metadata.facts, of: rootDirectory, openedWith: tpmKind ?? TPMKind(tpm))
         let counter = try withTPM(tpm, root: root, cache: cache) { (connection) -> (index: UInt32, value: UInt64) in
             guard case .failure(let error) = counterResult(oldCounter, keys: keys, tpm: connection, store: root),
                   error.code == .rollbackCounterMissing else {
@@ -208,8 +217,8 @@ extension ItemStore {
         let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
         let listed = try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: storeID,
                                        counterIndex: counter.index, epoch: counter.value)
-        let metadata = StoreMetadata(version: parsed.metadata.version, storeID: storeID, createdMilliseconds: parsed.metadata.createdMilliseconds,
-                                     sealedMasterKey: parsed.metadata.sealedMasterKey, rollbackCounter: counter.index)
+        var metadata = parsed.metadata
+        metadata.rollbackCounter = counter.index
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return listed
     }

@@ -101,9 +101,8 @@ extension ItemStore {
                                        epoch: counter.value)
             }
             // The commit: store.meta now seals the new key.
-            let metadata = StoreMetadata(version: StoreMetadata.rotatedVersion, storeID: storeID,
-                                         createdMilliseconds: try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys).createdMilliseconds,
-                                         sealedMasterKey: sealed, rollbackCounter: counter?.index)
+            var metadata = try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys)
+            (metadata.version, metadata.sealedMasterKey, metadata.rollbackCounter) = (StoreMetadata.rotatedVersion, sealed, counter?.index)
             try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
             OperationProgress.report(.committed)
         } catch {

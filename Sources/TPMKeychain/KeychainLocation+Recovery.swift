@@ -73,7 +73,7 @@ extension KeychainLocation {
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
         let recovery = try engine { () throws(StoreError) in
-            try ItemStore.recover(at: path, recoveryKey: key.secret, tpm: tpm.configuration)
+            try ItemStore.recover(at: path, recoveryKey: key.secret, tpm: tpm.configuration, tpmKind: tpm.kind)
         }
         return RecoveryReport(itemsKept: recovery.kept, itemsRemoved: recovery.removed)
     }
@@ -93,6 +93,6 @@ extension KeychainLocation {
         Keychain.closeStore(self)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
-        return try engine { () throws(StoreError) in try ItemStore.acceptFilesAsTheyAre(at: path, tpm: tpm.configuration) }
+        return try engine { () throws(StoreError) in try ItemStore.acceptFilesAsTheyAre(at: path, tpm: tpm.configuration, tpmKind: tpm.kind) }
     }
 }

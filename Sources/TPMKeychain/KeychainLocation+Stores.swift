@@ -52,7 +52,7 @@ extension KeychainLocation {
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
         let store = try engine { () throws(StoreError) in
-            try ItemStore.open(at: path, tpm: tpm.configuration, sharedGroup: gid)
+            try ItemStore.open(at: path, tpm: tpm.configuration, sharedGroup: gid, tpmKind: tpm.kind)
         }
         store.close()
     }

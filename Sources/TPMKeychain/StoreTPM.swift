@@ -73,6 +73,16 @@ public final class StoreTPM: Sendable {
         return configuration.isSimulator
     }
 
+    /// What store.meta records about this TPM when a store is created with it (and checks when one
+    /// is opened): a store made on a TPM device never opens on a simulator.
+    var kind: TPMKind {
+        switch source {
+        case .hardware: .device
+        case .simulatedInStore: .simulatorInStore
+        case .environment, .explicit: TPMKind(configuration)
+        }
+    }
+
     /// One line for people: where the TPM is and whether it is real.
     public var summary: String {
         switch source {
@@ -124,9 +134,24 @@ public final class StoreTPM: Sendable {
             if let tcti = TPMConfiguration.environmentTCTI {
                 return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .environment)
             }
-            let hasOwnSimulator = try simulatorStateIsOurs(stateDirectory, store: location.path)
+            var hasOwnSimulator = try simulatorStateIsOurs(stateDirectory, store: location.path)
+            // The store's own simulator only for a store whose (authenticated, once opened)
+            // metadata says it was made on it: a swtpm/ that appeared in a store made on the TPM
+            // device is never used in its place. Stores from before that record keep the old rule.
+            let recorded = hasOwnSimulator ? ItemStore.recordedTPMKind(at: location.path) : nil
+            if hasOwnSimulator, let recorded, recorded != .simulatorInStore {
+                location.logger.warning("Not using \(stateDirectory): the keychain at \(location.path) was created on \(recorded.description), not on that simulator")
+                hasOwnSimulator = false
+            }
             if !hasOwnSimulator && TPMConfiguration.hardwareTPMIsUsable {
                 return StoreTPM(configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI, logger: location.logger), source: .hardware)
+            }
+            if let recorded, recorded != .simulatorInStore {
+                throw KeychainError(.tpmUnavailable, """
+                    The keychain at \(location.path) was created on \(recorded.description), which is not usable by this user \
+                    (is /dev/tpmrm0 there? is the user in group tss?), and \(TPMConfiguration.environmentVariable) is not set. \
+                    The swtpm/ directory inside it is not that TPM and is not used (it is not part of this store: remove it)
+                    """)
             }
             guard hasOwnSimulator || location.tpm == .automaticOrSimulated else {
                 throw KeychainError(.tpmUnavailable, """

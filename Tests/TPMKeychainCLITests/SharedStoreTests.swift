@@ -40,7 +40,7 @@ struct SharedStoreTests {
         static func userID(_ name: String) -> uid_t? { getpwnam(name).map { $0.pointee.pw_uid } }
     }
 
-    @Test("a directory another member made 2770 for the group, or a simulator state they planted, never becomes a private store: creation is refused (77) and nothing is written",
+    @Test("a directory another member made 2770 for the group, or a simulator state they planted, never becomes a private or a shared store of this user: creation is refused (77) and nothing is written",
           .enabled(if: geteuid() == 0, "needs root: the test creates its users with useradd"))
     func plantedDirectoriesAreRefused() throws {
         let users = try Users()
@@ -72,6 +72,10 @@ struct SharedStoreTests {
                             executable: "/usr/sbin/runuser").status == 0)
         let refused = try run(alice, ["create-keychain", planted])
         #expect(refused.status == 77 && refused.stderr.contains("shared with group"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: planted + "/store.meta"))
+        // Nor does it become Alice's shared store: she did not make it, Mallory may have put anything in it first.
+        let sharedRefused = try run(alice, ["create-keychain", "--group", users.group, planted])
+        #expect(sharedRefused.status == 77 && sharedRefused.stderr.contains("was made by user"), "\(sharedRefused)")
         #expect(!FileManager.default.fileExists(atPath: planted + "/store.meta"))
 
         // In Alice's own directory, a simulator state owned by someone else is not used either.

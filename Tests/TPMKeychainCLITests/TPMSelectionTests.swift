@@ -1,4 +1,5 @@
 import Foundation
+import KeychainStore
 import Testing
 import TPM
 import TPMKeychain
@@ -126,6 +127,36 @@ struct EmbeddedSimulatorTests {
         }
         let leftovers = try runningSimulators().filter { $0.contains(store) }
         #expect(leftovers.isEmpty, "swtpm still running: \(leftovers)")
+    }
+
+    @Test("a swtpm/ directory that appears in a store made on a TPM device is never started in its place: the command fails naming it, and the planted state stays untouched")
+    func plantedSimulatorInADeviceStore() throws {
+        let directory = try makeScratchDirectory("planted-simulator")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let store = directory + "/keychain"
+        // A store made on the machine's TPM device, as tpm-keychain makes it where there is one
+        // (a swtpm stands in for that device here: store.meta records what it is told).
+        let identity = try ItemIdentity(accessGroup: "", service: "svc", account: "a")
+        let device = TPMConfiguration(tcti: simulator.tcti)
+        try {
+            let opened = try ItemStore.open(at: store, tpm: device, tpmKind: .device)
+            defer { opened.close() }
+            try opened.write(identity, mode: .add, value: ItemValue(kind: .data, bytes: Array("made on the device".utf8)), changes: AttributeChanges())
+        }()
+        // Someone puts a simulator state of their making in it (as this user: it passes every ownership check).
+        try FileManager.default.createDirectory(atPath: store + "/swtpm", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+
+        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: Self.environment(directory))
+        #expect(found.status != 0 && !found.stdout.contains("made on the device"), "\(found)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store + "/swtpm").isEmpty, "the planted simulator was started")
+        if !Self.hardwareIsUsable {
+            #expect(found.status == 69 && found.stderr.contains("created on a TPM device") && found.stderr.contains("swtpm/"), "\(found)")
+        }
+        let reopened = try ItemStore.open(at: store, tpm: device, create: false, tpmKind: .device)
+        defer { reopened.close() }
+        #expect(try reopened.value(identity)?.bytes == Array("made on the device".utf8))
     }
 
     @Test("concurrent invocations on one store take turns with its simulator and all succeed")

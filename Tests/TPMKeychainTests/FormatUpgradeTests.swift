@@ -39,7 +39,7 @@ enum FormatOneWriter {
 
 @Suite("format 2 and the upgrade from format 1")
 struct FormatUpgradeTests {
-    @Test("new stores are format 2 with a rollback counter: items2/, a version-4 store.meta, no items/")
+    @Test("new stores are format 2 with a rollback counter: items2/, a version-6 store.meta naming layout 2 and the counter, no items/")
     func newStoresAreFormatTwo() throws {
         let store = try TestStore()
         try store.keychain().set("v", forKey: "k")
@@ -48,7 +48,9 @@ struct FormatUpgradeTests {
         #expect(opened.formatVersion == 2)
         #expect(FileManager.default.fileExists(atPath: store.location.path + "/items2"))
         #expect(!FileManager.default.fileExists(atPath: store.location.path + "/items"))
-        #expect(try bytes(of: store.location.path + "/store.meta")[4..<6] == [0, 4], "format 2 and a rollback counter")
+        let metadata = try bytes(of: store.location.path + "/store.meta")
+        #expect(metadata[4..<6] == [0, 6] && metadata[32..<34] == [0, 2], "store.meta version 6, item layout 2")
+        #expect(metadata[40..<44] != [0, 0, 0, 0], "a rollback counter")
         let file = try #require(try store.itemFiles().first)
         #expect(try bytes(of: file)[4..<6] == [0, 2], "item format 2")
     }
@@ -111,8 +113,11 @@ struct FormatUpgradeTests {
             #expect(attributes.label == item.label)
             #expect(attributes.comment == item.comment)
         }
-        // Opened on a TPM with room for it, the store got its rollback counter (version 2 + 2).
-        #expect(try bytes(of: copy + "/store.meta")[4..<6] == [0, 4])
+        // Opened on a TPM with room for it, the store got its rollback counter, and store.meta
+        // version 6 with what the store is (layout 2, a simulator, private).
+        let metadata = try bytes(of: copy + "/store.meta")
+        #expect(metadata[4..<6] == [0, 6] && metadata[32..<36] == [0, 2, 2, 0], "\(metadata.prefix(44))")
+        #expect(metadata[40..<44] != [0, 0, 0, 0], "a rollback counter")
     }
 
     @Test("another open instance of the same store follows an upgrade made by someone else")

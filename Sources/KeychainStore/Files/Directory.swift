@@ -104,6 +104,17 @@ package final class Directory: Sendable {
         return status.st_nlink > 0
     }
 
+    /// The user who owns the directory.
+    ///
+    /// - Throws: ``StoreError`` `.storageFailed` if fstat fails.
+    func owner() throws(StoreError) -> uid_t {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else {
+            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        return status.st_uid
+    }
+
     /// What changes whenever an entry is added, removed or renamed: the inode and the
     /// modification time (nanoseconds) of the directory.
     struct Stamp: Hashable, Sendable {

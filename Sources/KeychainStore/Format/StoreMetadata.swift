@@ -2,14 +2,15 @@ import Crypto
 import Foundation
 import TPM
 
-/// `store.meta`, format version 1, 2 or 3 (docs/FORMAT.md, "store.meta"). All integers big-endian.
-/// The version says how the items are stored: version 1 in `items/` (item format 1), version 2 in
-/// `items2/` (item format 2), version 3 in `items2-<tag>/` (item format 2, after a key rotation);
-/// the fields are the same.
+/// `store.meta`, format versions 1 to 6 (docs/FORMAT.md, "store.meta"). All integers big-endian.
+///
+/// The item layout (``version``) says how the items are stored: 1 in `items/` (item format 1), 2 in
+/// `items2/` (item format 2), 3 in `items2-<tag>/` (item format 2, after a key rotation). Versions
+/// 1 to 5 on disk are that layout (4 and 5: layouts 2 and 3 with a rollback counter):
 ///
 ///     offset size  field
 ///     0      4     magic "TKSM"
-///     4      2     version = 1 or 2
+///     4      2     version = 1 to 5
 ///     6      2     reserved = 0
 ///     8      16    store ID (random UUID)
 ///     24     8     creation time, milliseconds since 1970
@@ -18,37 +19,80 @@ import TPM
 ///                  storage key's name: another TPM is recognised before anything is decrypted
 ///     36+L   4     versions 4 and 5 only: the NV index of the store's rollback counter (its
 ///                  manifest's epochs are that counter's values; docs/FORMAT.md, "Manifest")
-///     36+L(+4) 32  HMAC-SHA256(metadata key, every byte before it as read from disk); the metadata
-///                  key is derived from the master key, so the store ID and everything else is
-///                  authenticated once the TPM has unsealed the key
+///     36+L(+4) 32  HMAC-SHA256(metadata key, every byte before it as read from disk)
 ///
-/// The MAC is checked over the bytes exactly as they are on disk, never over a re-encoding: a
-/// field a parser ignores or normalises (the reserved bytes) cannot change unnoticed.
+/// Version 6 also records what the store was created for (``Facts``), so that neither its
+/// directory's mode nor a `swtpm/` directory found in it can change that afterwards:
+///
+///     0      4     magic "TKSM"
+///     4      2     version = 6
+///     6      2     reserved = 0
+///     8      16    store ID
+///     24     8     creation time, milliseconds since 1970
+///     32     2     item layout: 2 or 3
+///     34     1     the TPM the master key is sealed to: 1 a TPM device, 2 a simulator, 3 the
+///                  simulator whose state is the store's own `swtpm/`
+///     35     1     sharing: 0 this user alone, 1 the members of one group
+///     36     4     that group's ID (0 for a private store)
+///     40     4     the NV index of the rollback counter; 0 for none
+///     44     4     sealed master key length L (at most 4096)
+///     48     L     the sealed master key
+///     48+L   32    HMAC-SHA256(metadata key, every byte before it as read from disk)
+///
+/// The metadata key is derived from the master key, so everything is authenticated once the TPM
+/// has unsealed the key. The MAC is checked over the bytes exactly as they are on disk, never over
+/// a re-encoding: a field a parser ignores or normalises (the reserved bytes) cannot change unnoticed.
 struct StoreMetadata {
     static let magic = Array("TKSM".utf8)
-    /// What new stores are created with, and what a first write upgrades a version-1 store to.
+    /// The layout new stores are created with, and what a first write upgrades a layout-1 store to.
     static let currentVersion: UInt16 = 2
-    /// Version 3: format 2 after a key rotation, its items and records in directories named after
+    /// Layout 3: format 2 after a key rotation, its items and records in directories named after
     /// the master key (docs/FORMAT.md, "Key rotation"). A build that knows only versions 1 and 2
     /// refuses it rather than looking in `items2/`.
     static let rotatedVersion: UInt16 = 3
-    static let supportedVersions: ClosedRange<UInt16> = 1...5
-    /// Added to the layout's version when the store has a rollback counter.
+    /// The on-disk version that records ``Facts``.
+    static let factsVersion: UInt16 = 6
+    static let supportedVersions: ClosedRange<UInt16> = 1...6
+    /// Added to the layout's version when the store has a rollback counter (versions 4 and 5).
     static let rollbackProtectedOffset: UInt16 = 2
     static let maximumSealedKeySize = 4096
     static let fileName = "store.meta"
-    static let maximumFileSize = 36 + maximumSealedKeySize + 4 + 32
+    static let maximumFileSize = 48 + maximumSealedKeySize + 32
 
-    let version: UInt16
+    /// What a store was created for, fixed at its creation (or at the first open by a version
+    /// that records it) and authenticated with the rest of store.meta.
+    struct Facts: Equatable {
+        var tpm: TPMKind
+        var sharing: Sharing
+    }
+
+    /// The item layout: 1, 2 or 3.
+    var version: UInt16
     let storeID: [UInt8]
     /// Milliseconds since 1970, kept exact so a rewrite (a migration) keeps the same value.
     let createdMilliseconds: Int64
-    let sealedMasterKey: SealedObject
+    var sealedMasterKey: SealedObject
     /// The NV index of the store's rollback counter; nil for a store without one.
-    let rollbackCounter: UInt32?
+    var rollbackCounter: UInt32?
+    /// Nil for a file of versions 1 to 5, which did not record them.
+    var facts: Facts?
+
+    init(version: UInt16, storeID: [UInt8], createdMilliseconds: Int64, sealedMasterKey: SealedObject, rollbackCounter: UInt32?,
+         facts: Facts?) {
+        precondition(facts == nil || version >= 2, "layout 1 has no version that records the store's facts")
+        self.version = version
+        self.storeID = storeID
+        self.createdMilliseconds = createdMilliseconds
+        self.sealedMasterKey = sealedMasterKey
+        self.rollbackCounter = rollbackCounter
+        self.facts = facts
+    }
 
     /// The version written to disk.
-    var storedVersion: UInt16 { rollbackCounter == nil ? version : version + Self.rollbackProtectedOffset }
+    var storedVersion: UInt16 {
+        if facts != nil { return Self.factsVersion }
+        return rollbackCounter == nil ? version : version + Self.rollbackProtectedOffset
+    }
 
     var createdAt: Date { Date(timeIntervalSince1970: Double(createdMilliseconds) / 1000) }
 
@@ -63,9 +107,25 @@ struct StoreMetadata {
         writer.append(raw: storeID)
         writer.append(UInt64(bitPattern: createdMilliseconds))
         let sealed = sealedMasterKey.serialized()
-        writer.append(UInt32(sealed.count))
-        writer.append(raw: sealed)
-        if let rollbackCounter { writer.append(rollbackCounter) }
+        if let facts {
+            writer.append(version)
+            writer.append(facts.tpm.rawValue)
+            switch facts.sharing {
+            case .owner:
+                writer.append(UInt8(0))
+                writer.append(UInt32(0))
+            case .group(let group):
+                writer.append(UInt8(1))
+                writer.append(group)
+            }
+            writer.append(rollbackCounter ?? 0)
+            writer.append(UInt32(sealed.count))
+            writer.append(raw: sealed)
+        } else {
+            writer.append(UInt32(sealed.count))
+            writer.append(raw: sealed)
+            if let rollbackCounter { writer.append(rollbackCounter) }
+        }
         return writer.bytes
     }
 
@@ -85,30 +145,59 @@ struct StoreMetadata {
             }
             let storedVersion = try reader.readUInt16()
             guard supportedVersions.contains(storedVersion) else {
-                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 5: upgrade TPMKeychain")
+                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain")
             }
-            let protected = storedVersion > rotatedVersion
-            let version = protected ? storedVersion - rollbackProtectedOffset : storedVersion
             guard try reader.readUInt16() == 0 else {
                 throw StoreError(.tampered, "\(path) is damaged: its reserved field is not zero")
             }
             let storeID = try reader.readBytes(16)
             let created = Int64(bitPattern: try reader.readUInt64())
-            let sealedLength = Int(try reader.readUInt32())
-            guard sealedLength <= maximumSealedKeySize else { throw StoreError(.tampered, "\(path) is damaged") }
-            let sealed = try SealedObject(serialized: try reader.readBytes(sealedLength))
-            let counter = protected ? try reader.readUInt32() : nil
+            let version: UInt16
+            let counter: UInt32?
+            let facts: Facts?
+            let sealed: SealedObject
+            if storedVersion == factsVersion {
+                version = try reader.readUInt16()
+                guard version == currentVersion || version == rotatedVersion else {
+                    throw StoreError(.tampered, "\(path) is damaged: item layout \(version) is not 2 or 3")
+                }
+                guard let tpm = TPMKind(rawValue: try reader.readUInt8()) else {
+                    throw StoreError(.tampered, "\(path) is damaged: it names no known kind of TPM")
+                }
+                let sharingKind = try reader.readUInt8()
+                let group = try reader.readUInt32()
+                switch (sharingKind, group) {
+                case (0, 0): facts = Facts(tpm: tpm, sharing: .owner)
+                case (1, _): facts = Facts(tpm: tpm, sharing: .group(group))
+                default: throw StoreError(.tampered, "\(path) is damaged: its sharing field is not valid")
+                }
+                let index = try reader.readUInt32()
+                counter = index == 0 ? nil : index
+                sealed = try readSealedKey(&reader, path: path)
+            } else {
+                let protected = storedVersion > rotatedVersion
+                version = protected ? storedVersion - rollbackProtectedOffset : storedVersion
+                facts = nil
+                sealed = try readSealedKey(&reader, path: path)
+                counter = protected ? try reader.readUInt32() : nil
+            }
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
             return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
-                                                   rollbackCounter: counter),
+                                                   rollbackCounter: counter, facts: facts),
                           authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
         } catch let error as StoreError {
             throw error
         } catch {
             throw StoreError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
         }
+    }
+
+    private static func readSealedKey(_ reader: inout WireReader, path: String) throws -> SealedObject {
+        let sealedLength = Int(try reader.readUInt32())
+        guard sealedLength <= maximumSealedKeySize else { throw StoreError(.tampered, "\(path) is damaged") }
+        return try SealedObject(serialized: try reader.readBytes(sealedLength))
     }
 
     /// The file as read: the decoded fields, and the bytes its MAC covers exactly as they were on disk.

@@ -101,9 +101,12 @@ public struct TPMConfiguration: Sendable, Hashable {
         access("/dev/tpmrm0", R_OK | W_OK) == 0
     }
 
-    /// Whether the TCTI names a simulator rather than a device.
+    /// Whether the TCTI names a simulator rather than a device: `swtpm`, `mssim`, or their
+    /// libraries named in full (`libtss2-tcti-swtpm.so.0:...`, with or without a directory).
     public var isSimulator: Bool {
-        tcti.hasPrefix("swtpm") || tcti.hasPrefix("mssim")
+        let module = tcti.prefix { $0 != ":" }.split(separator: "/").last.map(String.init) ?? ""
+        let name = module.hasPrefix("libtss2-tcti-") ? String(module.dropFirst("libtss2-tcti-".count)) : module
+        return name.hasPrefix("swtpm") || name.hasPrefix("mssim")
     }
 
     private static func impliesResourceManager(_ tcti: String) -> Bool {

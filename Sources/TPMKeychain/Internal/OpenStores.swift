@@ -32,7 +32,7 @@ package enum OpenStores {
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
             let newStore = try engine { () throws(StoreError) in
-                try ItemStore.open(at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location))
+                try ItemStore.open(at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location), tpmKind: tpm.kind)
             }
             store = newStore
             opened.withLock { $0[location] = newStore }
