@@ -38,12 +38,21 @@ package final class StoreSession {
     package func close() {
         // A store is made without rollback protection only when the TPM has no room for its
         // counter (anyone who can use the TPM can fill NV): said once, at creation.
-        if !existedBefore, location.storeExists, (try? location.rollbackProtection()).map({ $0 == nil }) == true {
+        if !existedBefore, location.storeExists, Self.lacksRollbackCounter(location) {
             printError("\(ProcessGuard.programName): warning: the TPM had no room for this store's rollback counter, so older copies of its files and deleted items will not be detected; free NV space (tpm2_getcap handles-nv-index) and see docs/SECURITY.md, \"Rollback and deletion\"")
         }
         Keychain.closeStore(location)
         tpm.stop()
         ProcessGuard.remove(interruptionToken)
+    }
+
+    /// Whether the store is open without a rollback counter (false when that cannot be told).
+    private static func lacksRollbackCounter(_ location: KeychainLocation) -> Bool {
+        do {
+            return try location.rollbackProtection() == nil
+        } catch {
+            return false
+        }
     }
 
     /// Opens a session on `path`, runs `body`, and closes the session whatever happens.

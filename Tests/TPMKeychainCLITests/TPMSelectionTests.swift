@@ -68,6 +68,40 @@ struct TPMSelectionTests {
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout == "bound-to-the-first-tpm\n")
     }
 
+    @Test("a store created on a TPM with no room for its rollback counter works, and the command that created it says so, once")
+    func noRoomForARollbackCounter() throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        // Fill the TPM's NV memory, as any TPM user can, at handles nothing of ours uses.
+        let tpm = try TPMConnection(TPMConfiguration(tcti: simulator.tcti))
+        // Big indices first, then smaller ones into what is left, then counters (swtpm also caps
+        // how many counters it holds: TPM_PT_NV_COUNTERS_AVAIL), until no counter fits.
+        var filled = false
+        var handle: UInt32 = 0x01C1_0000
+        for kind: NVIndexKind in [.ordinary(size: 1024), .ordinary(size: 64), .ordinary(size: 1), .counter] {
+            filled = false
+            while handle < 0x01C1_4000 {
+                do {
+                    try tpm.defineNVIndex(handle, kind: kind)
+                    handle += 1
+                } catch let error as TPMError where error.code == .outOfResources {
+                    filled = true
+                    break
+                }
+            }
+        }
+        tpm.close()
+        #expect(filled, "NV never filled up")
+        let directory = try makeScratchDirectory("nv-full")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let environment: [String: String?] = ["TPM_KEYCHAIN_TCTI": simulator.tcti]
+        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w", "kept"], environment: environment)
+        #expect(added.status == 0 && added.stderr.contains("no room for this store's rollback counter"), "\(added)")
+        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: environment)
+        #expect(found.status == 0 && found.stdout == "kept\n" && !found.stderr.contains("rollback counter"), "\(found)")
+    }
+
     @Test("an unreachable TPM is a clear error with exit 69")
     func unreachableTPM() throws {
         let fixture = try CLIFixture()
