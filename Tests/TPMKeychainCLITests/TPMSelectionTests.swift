@@ -72,26 +72,7 @@ struct TPMSelectionTests {
     func noRoomForARollbackCounter() throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
-        // Fill the TPM's NV memory, as any TPM user can, at handles nothing of ours uses.
-        let tpm = try TPMConnection(TPMConfiguration(tcti: simulator.tcti))
-        // Big indices first, then smaller ones into what is left, then counters (swtpm also caps
-        // how many counters it holds: TPM_PT_NV_COUNTERS_AVAIL), until no counter fits.
-        var filled = false
-        var handle: UInt32 = 0x01C1_0000
-        for kind: NVIndexKind in [.ordinary(size: 1024), .ordinary(size: 64), .ordinary(size: 1), .counter] {
-            filled = false
-            while handle < 0x01C1_4000 {
-                do {
-                    try tpm.defineNVIndex(handle, kind: kind)
-                    handle += 1
-                } catch let error as TPMError where error.code == .outOfResources {
-                    filled = true
-                    break
-                }
-            }
-        }
-        tpm.close()
-        #expect(filled, "NV never filled up")
+        _ = try NVMemory.fill(tcti: simulator.tcti)
         let directory = try makeScratchDirectory("nv-full")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = directory + "/keychain"

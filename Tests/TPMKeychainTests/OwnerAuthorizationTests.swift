@@ -51,6 +51,41 @@ import TPMKeychainTesting
         #expect(!proxy.recordedBytes().containsSubsequence(Array(Self.ownerPassword.utf8)))
     }
 
+    @Test("a store that would get its rollback counter without the owner password fails to open, saying so, rather than open unprotected; with the password it gets its counter")
+    func counterWithoutTheOwnerPasswordFailsClosed() throws {
+        let copy = NSTemporaryDirectory() + "tpm-keychain-owner-counter-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: copy) }
+        // A format-2 store from before rollback protection, with the swtpm state it is sealed to.
+        try copyFixtureStore("store-v2", to: copy)
+        let simulator = try SoftwareTPM.start(.init(stateDirectory: copy + "/swtpm"))
+        defer { simulator.stop() }
+        let plain = TPMConfiguration(tcti: simulator.tcti, ownerAuthorization: nil)
+        // Opened once while the TPM has no room for a counter: the storage key's context is cached
+        // (later opens need no owner authorization for it), and the store stays without a counter.
+        let fillers = try NVMemory.fill(tcti: simulator.tcti)
+        try ItemStore.open(at: copy, tpm: plain, create: false).close()
+        #expect(FileManager.default.fileExists(atPath: copy + "/" + StorageKeyContextFile.name))
+        let unprotected = try bytes(of: copy + "/store.meta")
+        #expect(try StoreMetadata.parse(unprotected, path: "store.meta").metadata.rollbackCounter == nil)
+        try NVMemory.release(fillers, tcti: simulator.tcti)
+
+        let changed = try TPM2Tools.run(["tpm2_changeauth", "-c", "owner", Self.ownerPassword], tcti: simulator.tcti)
+        #expect(changed.status == 0, "\(changed.errorOutput)")
+        do {
+            try ItemStore.open(at: copy, tpm: plain, create: false).close()
+            Issue.record("the store opened without its rollback counter although the TPM had room for one")
+        } catch {
+            #expect(error.code == .authenticationFailed && error.message.contains("TPM_KEYCHAIN_OWNER_AUTH"), "\(error)")
+        }
+        #expect(try bytes(of: copy + "/store.meta") == unprotected)
+
+        let owner = TPMConfiguration(tcti: simulator.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
+        let opened = try ItemStore.open(at: copy, tpm: owner, create: false)
+        defer { opened.close() }
+        #expect(opened.rollbackCounterIndex != nil)
+        #expect(try opened.listAll().count == 3)
+    }
+
     static func failedAuthorizations(_ store: TestStore) throws -> UInt32 {
         let tpm = try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti))
         defer { tpm.close() }
