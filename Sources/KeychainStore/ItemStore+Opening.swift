@@ -417,7 +417,7 @@ extension StoreError {
         case .lockout:
             self.init(.lockout, "The TPM is in dictionary-attack lockout", underlying: error)
         case .ownerAuthorizationFailed:
-            self.init(.authenticationFailed, "The keychain at \(store) needs the TPM's owner hierarchy, which has a password: set TPM_KEYCHAIN_OWNER_AUTH to it (it was missing or wrong)", underlying: error)
+            self.init(.authenticationFailed, "The keychain at \(store) needs the TPM's owner hierarchy, which has a password: set TPM_KEYCHAIN_OWNER_AUTH to it, or TPM_KEYCHAIN_OWNER_AUTH_FILE to a file that holds it (it was missing or wrong)", underlying: error)
         // The master key has no PIN and one fixed policy: the TPM refusing it, or failing to
         // parse or load it, means the stored bytes changed, not that the TPM is unwell.
         case .malformedData, .policyCheckFailed, .authorizationFailed, .invalidArgument:

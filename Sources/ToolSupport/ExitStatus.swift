@@ -52,7 +52,8 @@ package enum ExitStatus {
         "66 no keychain store at the path, 69 TPM unavailable, 70 internal error, 74 I/O error,",
         "75 temporary failure (TPM lockout; a TPM or lock that did not answer within",
         "TPM_KEYCHAIN_TIMEOUT seconds, default 30), 77 permission (permission denied, wrong passcode,",
-        "keychain locked, no passcode set, prompt cancelled, unsafe file modes, another device's item); an item",
+        "keychain locked, no passcode set, prompt cancelled, unsafe file modes, another device's item, an owner",
+        "password file that cannot be used); an item",
         "invalidated by an enrollment or passcode change is 44 (kept until purge-invalidated); a command killed",
         "by a signal exits with that signal.",
     ].joined(separator: " ")

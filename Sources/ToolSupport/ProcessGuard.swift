@@ -31,6 +31,7 @@ package enum ProcessGuard {
         crashMessage = buffer
         SecretMemory.disableCoreDumps()
         silenceTSSLogging()
+        refuseUnusableOwnerPasswordFile()
         handleCrashes()
         handleInterruptions()
     }
@@ -50,6 +51,20 @@ package enum ProcessGuard {
             FileHandle.standardError.write(Data(note.utf8))
         }
         setenv("TSS2_LOG", "all+NONE", 1)
+    }
+
+    /// A `TPM_KEYCHAIN_OWNER_AUTH_FILE` that cannot be used (missing, a link, readable by others)
+    /// ends the command at once, saying why, rather than every later owner operation failing
+    /// for want of a password (exit 77).
+    private static func refuseUnusableOwnerPasswordFile() {
+        guard getenv(TPMConfiguration.ownerAuthorizationVariable) == nil,
+              let path = getenv(TPMConfiguration.ownerAuthorizationFileVariable).map({ String(cString: $0) }), !path.isEmpty else { return }
+        do {
+            _ = try TPMConfiguration.ownerAuthorization(fromFile: path)
+        } catch {
+            FileHandle.standardError.write(Data("\(programName): \(TPMConfiguration.ownerAuthorizationFileVariable): \(error.message)\n".utf8))
+            exit(ExitStatus.permissionDenied)
+        }
     }
 
     /// The Swift runtime's crash reporter returns from a SIGSEGV it did not cause itself (one sent

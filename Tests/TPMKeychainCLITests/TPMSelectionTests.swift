@@ -83,6 +83,39 @@ struct TPMSelectionTests {
         #expect(found.status == 0 && found.stdout == "kept\n" && !found.stderr.contains("rollback counter"), "\(found)")
     }
 
+    @Test("the owner password can come from a file no other user can read (TPM_KEYCHAIN_OWNER_AUTH_FILE); a file others can read, a link or a missing file stops the command with 77, saying why")
+    func ownerPasswordFromAFile() throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let password = "owner password from a file"
+        let changed = try TPM2Tools.run(["tpm2_changeauth", "-c", "owner", password], tcti: simulator.tcti)
+        #expect(changed.status == 0, "\(changed.errorOutput)")
+        let directory = try makeScratchDirectory("owner-file")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = directory + "/owner-password"
+        #expect(FileManager.default.createFile(atPath: file, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600]))
+        let store = directory + "/keychain"
+        func add(_ account: String, passwordFile: String?) throws -> CLIResult {
+            try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", account], environment: [
+                "TPM_KEYCHAIN_TCTI": simulator.tcti, "TPM_KEYCHAIN_OWNER_AUTH": nil, "TPM_KEYCHAIN_OWNER_AUTH_FILE": passwordFile,
+            ], stdin: Data("value\n".utf8))
+        }
+        let without = try add("a", passwordFile: nil)
+        #expect(without.status == 77 && without.stderr.contains("TPM_KEYCHAIN_OWNER_AUTH_FILE"), "\(without)")
+        try add("a", passwordFile: file).expectSuccess()
+        #expect(try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"],
+                            environment: ["TPM_KEYCHAIN_TCTI": simulator.tcti]).stdout == "value\n")
+
+        #expect(chmod(file, 0o644) == 0)
+        let readable = try add("b", passwordFile: file)
+        #expect(readable.status == 77 && readable.stderr.contains("other users can read"), "\(readable)")
+        #expect(chmod(file, 0o600) == 0 && symlink(file, directory + "/link") == 0)
+        let link = try add("b", passwordFile: directory + "/link")
+        #expect(link.status == 77 && link.stderr.contains("symbolic link"), "\(link)")
+        let missing = try add("b", passwordFile: directory + "/missing")
+        #expect(missing.status == 77 && missing.stderr.contains("No such file"), "\(missing)")
+    }
+
     @Test("an unreachable TPM is a clear error with exit 69")
     func unreachableTPM() throws {
         let fixture = try CLIFixture()

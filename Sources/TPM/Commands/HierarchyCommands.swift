@@ -65,7 +65,7 @@ extension Engine {
     /// The owner hierarchy refused its authorization: its own error, since it is the machine's
     /// configuration (an owner password), not a wrong PIN or damaged data.
     static func ownerAuthorizationFailed(_ error: TPMError) -> TPMError {
-        TPMError(.ownerAuthorizationFailed, "The TPM's owner hierarchy has a password, and it was not given or is wrong: set TPM_KEYCHAIN_OWNER_AUTH to it",
+        TPMError(.ownerAuthorizationFailed, "The TPM's owner hierarchy has a password, and it was not given or is wrong: set TPM_KEYCHAIN_OWNER_AUTH to it, or TPM_KEYCHAIN_OWNER_AUTH_FILE to a file that holds it",
                  operation: error.operation, layer: error.layer, responseCode: error.responseCode, decodedResponse: error.decodedResponse)
     }
 }

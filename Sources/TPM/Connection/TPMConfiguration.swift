@@ -36,6 +36,13 @@ public struct TPMConfiguration: Sendable, Hashable {
 
     /// The environment variable that gives ``ownerAuthorization`` (read when a configuration is made).
     public static let ownerAuthorizationVariable = "TPM_KEYCHAIN_OWNER_AUTH"
+    /// The environment variable that names a file holding ``ownerAuthorization`` (one line), for
+    /// when ``ownerAuthorizationVariable`` is not set: a file no other user can read keeps the
+    /// password out of the environment, which every child process inherits and `/proc` shows to
+    /// whoever may ptrace the process. A systemd credential (`$CREDENTIALS_DIRECTORY/...`) is such a file.
+    public static let ownerAuthorizationFileVariable = "TPM_KEYCHAIN_OWNER_AUTH_FILE"
+    /// The longest owner password file read.
+    static let maximumOwnerAuthorizationFileSize = 1024
 
     /// The environment variable that overrides the default ``timeout``, in seconds.
     public static let timeoutVariable = "TPM_KEYCHAIN_TIMEOUT"
@@ -49,19 +56,77 @@ public struct TPMConfiguration: Sendable, Hashable {
     ///     else `~/.cache/tpm-keychain` (never a name other users could create first).
     ///   - timeout: nil for `TPM_KEYCHAIN_TIMEOUT` (seconds) when set, else 30 seconds.
     ///   - logger: where the TPM layer logs; ``Logging/Logger/disabled`` drops everything.
-    ///   - ownerAuthorization: nil for `TPM_KEYCHAIN_OWNER_AUTH` when set, else none.
+    ///   - ownerAuthorization: nil for `TPM_KEYCHAIN_OWNER_AUTH` when set, else the file
+    ///     `TPM_KEYCHAIN_OWNER_AUTH_FILE` names (a file that cannot be used is logged as an error
+    ///     and gives none), else none.
     public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil,
                 logger: Logger = .disabled, ownerAuthorization: SecretBytes? = nil) {
         self.logger = logger
-        self.ownerAuthorization = ownerAuthorization
-            ?? getenv(Self.ownerAuthorizationVariable).flatMap { value in
-                let text = String(cString: value)
-                return text.isEmpty ? nil : SecretBytes(copying: Array(text.utf8))
-            }
+        self.ownerAuthorization = ownerAuthorization ?? Self.environmentOwnerAuthorization(logger: logger)
         self.tcti = tcti
         self.hasResourceManager = hasResourceManager ?? Self.impliesResourceManager(tcti)
         self.lockDirectory = lockDirectory ?? Self.defaultLockDirectory()
         self.timeout = timeout ?? Self.environmentTimeout ?? Self.defaultTimeout
+    }
+
+    /// `TPM_KEYCHAIN_OWNER_AUTH`, else the contents of `TPM_KEYCHAIN_OWNER_AUTH_FILE`; nil when
+    /// neither gives a password.
+    private static func environmentOwnerAuthorization(logger: Logger) -> SecretBytes? {
+        if let value = getenv(ownerAuthorizationVariable) {
+            let text = String(cString: value)
+            return text.isEmpty ? nil : SecretBytes(copying: Array(text.utf8))
+        }
+        guard let path = getenv(ownerAuthorizationFileVariable).map({ String(cString: $0) }), !path.isEmpty else { return nil }
+        do {
+            return try ownerAuthorization(fromFile: path)
+        } catch {
+            logger.error("\(ownerAuthorizationFileVariable): \(error.message)")
+            return nil
+        }
+    }
+
+    /// The owner password in the file at `path`: its first line, without the line break. The file
+    /// must be a regular file (not a symbolic link) that belongs to this user or to root and that
+    /// no other user can read or write.
+    ///
+    /// - Returns: nil for an empty file (the owner hierarchy has no password).
+    /// - Throws: ``TPMError`` `.invalidArgument` for a file that cannot be used, naming why.
+    public static func ownerAuthorization(fromFile path: String) throws(TPMError) -> SecretBytes? {
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard descriptor >= 0 else {
+            let reason = errno == ELOOP ? "it is a symbolic link" : String(cString: strerror(errno))
+            throw TPMError(.invalidArgument, "Cannot read the owner password file \(path): \(reason)")
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw TPMError(.invalidArgument, "The owner password file \(path) is not a regular file")
+        }
+        guard status.st_uid == PrivateOwnership.effectiveUser || status.st_uid == 0 else {
+            throw TPMError(.invalidArgument, "The owner password file \(path) belongs to user \(status.st_uid), not to this user or root: refusing to use it")
+        }
+        guard status.st_mode & 0o007 == 0 else {
+            throw TPMError(.invalidArgument, "The owner password file \(path) has mode \(String(status.st_mode & 0o777, radix: 8)): other users can read or change it; chmod 600 it (or 400)")
+        }
+        guard Int(status.st_size) <= maximumOwnerAuthorizationFileSize else {
+            throw TPMError(.invalidArgument, "The owner password file \(path) is larger than \(maximumOwnerAuthorizationFileSize) bytes")
+        }
+        var buffer = [UInt8](repeating: 0, count: maximumOwnerAuthorizationFileSize + 1)
+        defer { buffer.withUnsafeMutableBytes { secureZero($0) } }
+        var count = 0
+        while count < buffer.count {
+            let read = buffer.withUnsafeMutableBytes { raw in Glibc.read(descriptor, raw.baseAddress! + count, raw.count - count) }
+            if read < 0 && errno == EINTR { continue }
+            guard read >= 0 else { throw TPMError(.invalidArgument, "Cannot read the owner password file \(path): \(String(cString: strerror(errno)))") }
+            if read == 0 { break }
+            count += read
+        }
+        guard count <= maximumOwnerAuthorizationFileSize else {
+            throw TPMError(.invalidArgument, "The owner password file \(path) is larger than \(maximumOwnerAuthorizationFileSize) bytes")
+        }
+        let line = buffer[..<count].firstIndex(of: UInt8(ascii: "\n")) ?? count
+        let end = line > 0 && buffer[line - 1] == UInt8(ascii: "\r") ? line - 1 : line
+        return end == 0 ? nil : buffer.withUnsafeBytes { SecretBytes(copying: UnsafeRawBufferPointer(rebasing: $0[..<end])) }
     }
 
     /// `TPM_KEYCHAIN_TIMEOUT` as a duration, when it holds a positive number of seconds.

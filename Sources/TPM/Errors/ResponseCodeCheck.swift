@@ -75,7 +75,7 @@ extension TPMError {
         case .tpmUnavailable: "The TPM could not be reached"
         case .policyCheckFailed: "The TPM refused access because a policy condition no longer holds"
         case .authorizationFailed: "The TPM rejected the authorization value (wrong PIN)"
-        case .ownerAuthorizationFailed: "The TPM's owner hierarchy has a password: give it in TPM_KEYCHAIN_OWNER_AUTH (it was missing or wrong)"
+        case .ownerAuthorizationFailed: "The TPM's owner hierarchy has a password: give it in TPM_KEYCHAIN_OWNER_AUTH, or in a file TPM_KEYCHAIN_OWNER_AUTH_FILE names (it was missing or wrong)"
         case .lockout: "The TPM is in dictionary-attack lockout; wait for it to recover or reset it with the lockout authorization"
         case .outOfResources: "The TPM is out of object or session memory; another program may be holding handles"
         case .nvIndexAlreadyDefined: "The NV index is already defined"
