@@ -35,9 +35,14 @@ extension ItemStore {
 
     /// How long a handle writes in one epoch before it moves the counter again.
     static let epochLifetime: Duration = .seconds(600)
-    /// Where new counters are defined: 65,536 handles in the owner's NV range, next to the
-    /// device's indices (``DeviceIndices``); a taken one is skipped.
-    static let counterRange: Range<UInt32> = 0x0155_0000..<0x0156_0000
+    /// Where new counters are defined: 2,097,152 handles in the upper half of the NV range no one
+    /// has registered (0x01800000 to 0x01BFFFFF, where the device's indices also are, see
+    /// ``DeviceIndices``); a taken one is skipped.
+    static let counterRange: Range<UInt32> = 0x01A0_0000..<0x01C0_0000
+    /// Where counters were defined before (space the TCG registry reserves for others): a store
+    /// keeps the counter store.meta names wherever it is, and one found without a counter is also
+    /// asked about these handles.
+    static let legacyCounterRange: Range<UInt32> = 0x0155_0000..<0x0156_0000
 
     /// Whether the store detects rollback and deletion (it has a counter in the TPM and a manifest).
     package var isRollbackProtected: Bool { rollback.withLock { $0 != nil } }
@@ -148,21 +153,32 @@ extension ItemStore {
     /// The handles a store's counter may have, in the order they are tried: derived from the
     /// store's keys (HMAC-SHA256 under the counter's authorization), so that a store found without
     /// a counter can ask whether it had one (``counterOnceDefined(keys:tpm:)``).
-    static func counterCandidates(_ keys: StoreKeys) -> [UInt32] {
+    static func counterCandidates(_ keys: StoreKeys, in range: Range<UInt32> = counterRange) -> [UInt32] {
         (0..<UInt8(16)).map { attempt in
             let mac = Array(HMAC<SHA256>.authenticationCode(for: Array("TPMKeychain rollback counter index".utf8) + [attempt],
                                                             using: keys.counterAuthorization))
             let value = UInt32(mac[0]) << 24 | UInt32(mac[1]) << 16 | UInt32(mac[2]) << 8 | UInt32(mac[3])
-            return counterRange.lowerBound + value % UInt32(counterRange.count)
+            return range.lowerBound + value % UInt32(range.count)
         }
     }
 
-    /// A counter this store made, found at one of its candidate handles (it answers the store's
-    /// authorization, which no one else has): nil when there is none. A store whose metadata names
-    /// no counter but that has one is a copy from before its counter existed.
+    /// A counter this store made, found at one of its candidate handles in either range (it
+    /// answers the store's authorization, which no one else has): nil when there is none. A store
+    /// whose metadata names no counter but that has one is a copy from before its counter existed.
+    /// One listing per range says which candidates are defined at all, so a TPM without them
+    /// answers in two commands rather than thirty-two reads.
     static func counterOnceDefined(keys: StoreKeys, tpm: TPMConnection) -> UInt32? {
         let authorization = counterAuthorization(keys)
-        return counterCandidates(keys).first { (try? tpm.readNVCounter($0, authValue: authorization)) != nil }
+        for range in [counterRange, legacyCounterRange] {
+            // When the listing fails, every candidate is asked: a missed counter would let a
+            // pre-counter copy in.
+            let defined = try? tpm.definedNVIndices(in: range)
+            let found = counterCandidates(keys, in: range).first { candidate in
+                (defined?.contains(candidate) ?? true) && (try? tpm.readNVCounter(candidate, authValue: authorization)) != nil
+            }
+            if let found { return found }
+        }
+        return nil
     }
 
     /// A new manifest `name` in epoch `epoch`, listing every item of `layout` as it is now (none

@@ -530,10 +530,12 @@ import TPMKeychainTesting
         try await keychain.set("pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode), context: context)
         let status = try KeychainDevice(location: location).status()
         // The store's own rollback counter is the one other index (in its range).
-        let storeCounters: Range<UInt32> = 0x0155_0000..<0x0156_0000
+        let storeCounters: Range<UInt32> = 0x01A0_0000..<0x01C0_0000
         let added = try nvIndices(simulator).subtracting(indicesBefore)
         #expect(added.filter { !storeCounters.contains($0) } == Set(status.nvIndices), "NV indices added: \(added)")
         #expect(added.count == 4 && added.filter { storeCounters.contains($0) }.count == 1)
+        // All of them where no one has registered handles (TCG handle registry), outside systemd's.
+        #expect(added.allSatisfy { (0x0180_0000...0x01BF_FFFF).contains($0) && !(0x0180_0400...0x0180_05FF).contains($0) }, "\(added)")
 
         kill(simulator.processID, SIGKILL)
         simulator.stop()

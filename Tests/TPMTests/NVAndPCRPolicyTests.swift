@@ -23,6 +23,21 @@ import TPMKeychainTesting
         }
     }
 
+    @Test("definedNVIndices lists exactly the indices of a range, with neighbours on both sides left out")
+    func listsTheIndicesOfARange() throws {
+        try withSimulator { _, configuration in
+            try withConnection(configuration) { tpm in
+                let handles: [UInt32] = (0..<12).map { 0x01A0_0000 + $0 * 3 }
+                for handle in handles { try tpm.defineNVIndex(handle, kind: .ordinary(size: 1)) }
+                #expect(try tpm.definedNVIndices(in: 0x01A0_0000..<0x01A1_0000) == Set(handles))
+                #expect(try tpm.definedNVIndices(in: 0x01A0_0003..<0x01A0_0021) == Set(handles[1..<11]))
+                #expect(try tpm.definedNVIndices(in: 0x01B0_0000..<0x01C0_0000).isEmpty)
+                for handle in handles { try tpm.undefineNVIndex(handle) }
+                #expect(try tpm.definedNVIndices(in: 0x01A0_0000..<0x01A1_0000).isEmpty)
+            }
+        }
+    }
+
     @Test func nvDataWriteReadWithAnAuthValue() throws {
         try withSimulator { _, configuration in
             try withConnection(configuration) { tpm in

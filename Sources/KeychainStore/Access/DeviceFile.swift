@@ -224,9 +224,11 @@ package struct DeviceIndices: Sendable, Hashable {
     package static let legacyFirstHandle: UInt32 = 0x0154_4B00
     package static let legacySlots: UInt32 = 4096
 
-    /// Where new devices' handles are chosen: the range the TCG handle registry leaves
-    /// unassigned (0x01800000 to 0x01BFFFFF), less systemd's registered 0x01800400 to 0x018005FF.
-    package static let range: ClosedRange<UInt32> = 0x0180_0000...0x01BF_FFFC
+    /// Where new devices' handles are chosen: the lower half of the range the TCG handle registry
+    /// leaves unassigned (0x01800000 to 0x01BFFFFF), less systemd's registered 0x01800400 to
+    /// 0x018005FF. The upper half holds stores' rollback counters (`ItemStore.counterRange`).
+    /// Devices made when the whole range was used keep the base their device.meta records.
+    package static let range: ClosedRange<UInt32> = 0x0180_0000...0x019F_FFFC
     static let systemdRange: ClosedRange<UInt32> = 0x0180_0400...0x0180_05FF
 
     package let base: UInt32

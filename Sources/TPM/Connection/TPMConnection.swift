@@ -229,6 +229,11 @@ public final class TPMConnection: Sendable {
         }
     }
 
+    /// The NV indices defined in `range`: one TPM2_GetCapability per page of up to 254 handles.
+    public func definedNVIndices(in range: Range<UInt32>) throws -> Set<UInt32> {
+        try withEngine { engine in Set(try engine.handles(in: range)) }
+    }
+
     /// The value of an NV counter.
     ///
     /// - Throws: ``TPMError`` `.nvIndexUninitialized` before the first increment.
