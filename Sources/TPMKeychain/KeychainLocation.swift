@@ -27,6 +27,10 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     /// Where the TPM layer logs while it opens this store (debug level; never secrets or item
     /// names). Dropped unless you set one. Not part of equality.
     public var logger: Logger = .disabled
+    /// Set by a tool that started the store's own simulated TPM (its state in `<store>/swtpm`) and
+    /// passes its TCTI in ``tpm``: the store records that simulator as its TPM, so that the
+    /// library's ``TPMChoice/automatic`` starts it later. Not part of equality.
+    package var tctiIsTheStoresOwnSimulator = false
 
     /// The TCTI given in code, if any.
     public var tcti: String? {

@@ -129,7 +129,9 @@ public final class StoreTPM: Sendable {
         let stateDirectory = location.path + "/swtpm"
         switch location.tpm {
         case .tcti(let tcti):
-            return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .explicit)
+            // Started by the tool that gave its TCTI, which also stops it.
+            let source: Source = location.tctiIsTheStoresOwnSimulator ? .simulatedInStore(stateDirectory: stateDirectory) : .explicit
+            return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: source)
         case .automatic, .automaticOrSimulated:
             if let tcti = TPMConfiguration.environmentTCTI {
                 return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .environment)

@@ -28,7 +28,10 @@ package final class StoreSession {
         var location = try KeychainLocation(path: path, tcti: tpm.configuration.tcti)
         // A store with its own simulated TPM keeps its device state beside it; otherwise the
         // library's default applies (one device directory per user and TPM).
-        if case .simulatedInStore = tpm.source { location.deviceDirectory = path + "/device" }
+        if case .simulatedInStore = tpm.source {
+            location.deviceDirectory = path + "/device"
+            location.tctiIsTheStoresOwnSimulator = true
+        }
         self.location = location
         if announceSimulation, case .simulatedInStore = tpm.source {
             printError("\(ProcessGuard.programName): note: \(tpm.summary)")
