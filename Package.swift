@@ -39,7 +39,7 @@ let package = Package(
         // One private OpenSSL context for ESAPI's hashes and HMACs instead of a new one for each
         // (tpm2-tss makes 18 in one CLI lookup). C, because it repoints libtss2-esys's own import
         // slots for two libcrypto functions; see its header. Only the TPM target uses it.
-        .target(name: "CESAPICryptoContext", linkerSettings: [.linkedLibrary("dl")]),
+        .target(name: "CESAPICryptoContext", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("crypto")]),
         // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
         .target(name: "SystemCalls", swiftSettings: strictness),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
@@ -142,7 +142,8 @@ let package = Package(
                           path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",
-            dependencies: ["TPM", "TPMKeychainTesting", .product(name: "Crypto", package: "swift-crypto"),
+            // CTSS2 only for ESAPICryptoCallbacksTests, which calls the C callbacks as ESAPI would.
+            dependencies: ["TPM", "TPMKeychainTesting", "CTSS2", .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "Logging", package: "swift-log"), "SystemCalls"],
             swiftSettings: strictness
         ),

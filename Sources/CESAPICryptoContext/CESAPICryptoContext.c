@@ -32,6 +32,10 @@ typedef void (*ContextFree)(OSSL_LIB_CTX *);
 /* A libtss2-esys with more slots than this for one function is not one we have looked at. */
 #define MAX_SLOTS 8
 
+/* Esys_SetCryptoCallbacks, in a tpm2-tss 4.x libtss2-esys. */
+typedef uint32_t (*SetCryptoCallbacks)(void *esysContext, const void *callbacks);
+static _Atomic(SetCryptoCallbacks) setCryptoCallbacks;
+
 static ContextNew libcryptoNew;
 static ContextFree libcryptoFree;
 static _Atomic(OSSL_LIB_CTX *) sharedContext;
@@ -300,9 +304,18 @@ static CESAPICryptoContextStatus patchESAPI(void) {
     if (handle == NULL) return CESAPICryptoContextLibraryNotFound;
     // The SONAME cannot tell 3.x from 4.x; the 4.0 API can. A later major that kept SONAME 0
     // would pass as 4.x; the slot checks below still hold for it.
-    int major = dlsym(handle, "Esys_SetCryptoCallbacks") != NULL ? 4 : 3;
+    SetCryptoCallbacks setter = (SetCryptoCallbacks)dlsym(handle, "Esys_SetCryptoCallbacks");
+    int major = setter != NULL ? 4 : 3;
     bool supported = strcmp(dynamic.soname, ESAPI_SONAME) == 0;
     describe(&library, dynamic.soname, supported ? major : 0);
+    if (supported && setter != NULL) {
+        // 4.x: the supported interface, set on each ESAPI context as it is made; no patch. (The
+        // library stays loaded, being linked, so the address outlives the dlclose below.)
+        dlclose(handle);
+        if (cesapi_crypto_callbacks() == NULL) return CESAPICryptoContextSymbolsMissing;
+        atomic_store(&setCryptoCallbacks, setter);
+        return CESAPICryptoContextCallbacks;
+    }
     // The global scope and libtss2-esys's own dependencies must agree on one libcrypto: with two
     // copies in the process, a context from one must not reach the other.
     libcryptoNew = (ContextNew)dlsym(RTLD_DEFAULT, "OSSL_LIB_CTX_new");
@@ -348,7 +361,18 @@ static void install(void) {
 
 bool cesapi_crypto_context_install(void) {
     pthread_once(&installation, install);
-    return atomic_load(&outcome) == CESAPICryptoContextInstalled;
+    CESAPICryptoContextStatus status = atomic_load(&outcome);
+    return status == CESAPICryptoContextInstalled || status == CESAPICryptoContextCallbacks;
+}
+
+uint32_t cesapi_crypto_callbacks_set(void *esysContext) {
+    SetCryptoCallbacks setter = atomic_load(&setCryptoCallbacks);
+    if (setter == NULL || esysContext == NULL) return 0;
+    uint32_t rc = setter(esysContext, cesapi_crypto_callbacks());
+    // A refused table may be half installed (tpm2-tss copies members until the first it
+    // rejects): NULL puts every built-in one back.
+    if (rc != 0) setter(esysContext, NULL);
+    return rc;
 }
 
 CESAPICryptoContextStatus cesapi_crypto_context_status(void) {
@@ -359,6 +383,7 @@ const char *cesapi_crypto_context_status_description(CESAPICryptoContextStatus s
     switch (status) {
     case CESAPICryptoContextNotAttempted: return "not installed yet";
     case CESAPICryptoContextInstalled: return "ESAPI shares one OpenSSL library context";
+    case CESAPICryptoContextCallbacks: return "ESAPI's crypto callbacks use one OpenSSL library context (tpm2-tss 4.x)";
     case CESAPICryptoContextDisabledByEnvironment: return "disabled by TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0";
     case CESAPICryptoContextLibraryNotFound: return "libtss2-esys is not loaded as a shared library";
     case CESAPICryptoContextSymbolsMissing: return "libtss2-esys or libcrypto lacks OSSL_LIB_CTX_new/free";
@@ -375,10 +400,18 @@ const char *cesapi_crypto_context_library(void) {
     return atomic_load(&outcome) == CESAPICryptoContextNotAttempted ? "" : libraryDescription;
 }
 
+/* ESAPICryptoCallbacks.c's counts: hashes and HMACs started, contexts made. */
+void cesapiCallbackCounts(uint64_t *started, uint64_t *made);
+
 CESAPICryptoContextCounts cesapi_crypto_context_counts(void) {
-    CESAPICryptoContextCounts counts = {
+    // The counts of the way in use: the callbacks' (4.x), else the patch's.
+    if (atomic_load(&outcome) == CESAPICryptoContextCallbacks) {
+        uint64_t started = 0, made = 0;
+        cesapiCallbackCounts(&started, &made);
+        return (CESAPICryptoContextCounts){.requestsFromESAPI = started, .contextsMade = made};
+    }
+    return (CESAPICryptoContextCounts){
         .requestsFromESAPI = atomic_load(&requestsFromESAPI),
         .contextsMade = atomic_load(&contextsMade),
     };
-    return counts;
 }

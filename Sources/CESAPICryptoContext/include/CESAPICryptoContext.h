@@ -17,8 +17,9 @@
  * and every other library's calls to it, are untouched, and no symbol is interposed.
  *
  * tpm2-tss 4.0 added Esys_SetCryptoCallbacks, the supported way to give ESAPI its crypto. Where it
- * is linked (the library description says so), callbacks over one context of ours should replace
- * this patch; Debian 12's 3.2.1 lacks them, so the patch stays for 3.x.
+ * is linked, nothing is patched: cesapi_crypto_callbacks_set() gives each ESAPI context callbacks
+ * over one context of ours (ESAPICryptoCallbacks.c). The patch is for 3.x (Debian 12's 3.2.1),
+ * which lacks them.
  *
  * TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 in the environment leaves ESAPI as it was built.
  */
@@ -30,6 +31,8 @@
 typedef enum {
     CESAPICryptoContextNotAttempted = 0,
     CESAPICryptoContextInstalled,
+    /* tpm2-tss 4.x: each ESAPI context gets callbacks over one context (cesapi_crypto_callbacks_set). */
+    CESAPICryptoContextCallbacks,
     CESAPICryptoContextDisabledByEnvironment,
     CESAPICryptoContextLibraryNotFound,
     CESAPICryptoContextSymbolsMissing,
@@ -39,10 +42,24 @@ typedef enum {
     CESAPICryptoContextProtectionFailed,
 } CESAPICryptoContextStatus;
 
-/* Patches libtss2-esys once per process; later calls return at once. Call before ESAPI is used.
- * True when every import slot of both functions now leads to the shared context; otherwise ESAPI
- * is left as it was, and cesapi_crypto_context_status() says why. */
+/* Patches libtss2-esys 3.x once per process, or finds 4.x's Esys_SetCryptoCallbacks; later calls
+ * return at once. Call before ESAPI is used. True when every import slot of both functions now
+ * leads to the shared context, or when callbacks will be set; otherwise ESAPI is left as it was,
+ * and cesapi_crypto_context_status() says why. */
 bool cesapi_crypto_context_install(void);
+
+/* With status CESAPICryptoContextCallbacks, gives one ESAPI context (an ESYS_CONTEXT *) the
+ * callbacks; otherwise does nothing. Returns Esys_SetCryptoCallbacks's TSS2_RC (0: set); after a
+ * failure the context has its built-in backend back. */
+uint32_t cesapi_crypto_callbacks_set(void *esysContext);
+
+/* The callbacks, in the layout of tpm2-tss 4.x's ESYS_CRYPTO_CALLBACKS: seventeen pointers, in
+ * order rsa_pk_encrypt, hash_start, hash_update, hash_finish, hash_abort, hmac_start,
+ * hmac_update, hmac_finish, hmac_abort, get_random2b, get_ecdh_point, aes_encrypt, aes_decrypt,
+ * then sm4_encrypt, sm4_decrypt, init and userdata, all NULL (which also makes it 4.0's layout,
+ * whose table ends with init and userdata after aes_decrypt). NULL when OpenSSL could not give
+ * them their algorithms. For tests, which call them directly. */
+const void *cesapi_crypto_callbacks(void);
 
 CESAPICryptoContextStatus cesapi_crypto_context_status(void);
 
@@ -54,7 +71,9 @@ const char *cesapi_crypto_context_status_description(CESAPICryptoContextStatus s
  * was found. */
 const char *cesapi_crypto_context_library(void);
 
-/* How many contexts ESAPI asked for since installation, and how many were made for it (at most one). */
+/* How many contexts ESAPI asked for since installation, and how many were made for it (at most
+ * one); with callbacks (4.x), how many hashes and HMACs ESAPI started through them, and the one
+ * context they use. */
 typedef struct {
     uint64_t requestsFromESAPI;
     uint64_t contextsMade;

@@ -54,6 +54,13 @@ final class Engine {
         }
         esys = context
         tcti = loadedTCTI
+        // tpm2-tss 4.x: this context's crypto over the one shared OpenSSL context. Refused, it
+        // keeps the built-in backend: correct, only slower.
+        let callbacksRC = ESAPICryptoContext.configure(UnsafeMutableRawPointer(context))
+        if callbacksRC != TSS2_RC_SUCCESS {
+            configuration.logger.warning("ESAPI refused the crypto callbacks; using its own backend", metadata: [
+                "rc": "0x\(String(callbacksRC, radix: 16))"])
+        }
         if !configuration.hasResourceManager {
             do {
                 try deadline.guarding("flushing handles a dead process left") { try flushStaleHandles() }

@@ -8,7 +8,11 @@ package enum ESAPICryptoContext {
     package enum Status: Sendable, Equatable, CustomStringConvertible {
         /// ``install()`` has not run in this process yet.
         case notAttempted
+        /// tpm2-tss 3.x: libtss2-esys's import slots lead to the shared context.
         case installed
+        /// tpm2-tss 4.x: each ESAPI context gets crypto callbacks over the shared context
+        /// (`Esys_SetCryptoCallbacks`); nothing is patched.
+        case callbacks
         /// `TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0` is set.
         case disabledByEnvironment
         /// No libtss2-esys loaded as a shared library.
@@ -28,6 +32,7 @@ package enum ESAPICryptoContext {
         fileprivate init(_ status: CESAPICryptoContextStatus) {
             switch status {
             case CESAPICryptoContextInstalled: self = .installed
+            case CESAPICryptoContextCallbacks: self = .callbacks
             case CESAPICryptoContextDisabledByEnvironment: self = .disabledByEnvironment
             case CESAPICryptoContextLibraryNotFound: self = .libraryNotFound
             case CESAPICryptoContextSymbolsMissing: self = .symbolsMissing
@@ -43,6 +48,7 @@ package enum ESAPICryptoContext {
             switch self {
             case .notAttempted: CESAPICryptoContextNotAttempted
             case .installed: CESAPICryptoContextInstalled
+            case .callbacks: CESAPICryptoContextCallbacks
             case .disabledByEnvironment: CESAPICryptoContextDisabledByEnvironment
             case .libraryNotFound: CESAPICryptoContextLibraryNotFound
             case .symbolsMissing: CESAPICryptoContextSymbolsMissing
@@ -65,6 +71,22 @@ package enum ESAPICryptoContext {
     package static func install() -> Bool {
         cesapi_crypto_context_install()
     }
+
+    /// Gives a new ESAPI context (an `ESYS_CONTEXT *`) the crypto callbacks when ``status`` is
+    /// `callbacks`; does nothing otherwise.
+    ///
+    /// - Returns: `Esys_SetCryptoCallbacks`'s response code, 0 when set or nothing to do; after a
+    ///   failure the context keeps ESAPI's built-in backend.
+    package static func configure(_ esysContext: UnsafeMutableRawPointer) -> UInt32 {
+        cesapi_crypto_callbacks_set(esysContext)
+    }
+
+    /// Whether ESAPI's crypto goes through the one shared context, by either means.
+    package static var isShared: Bool { status == .installed || status == .callbacks }
+
+    /// The callbacks' table (tpm2-tss 4.x's `ESYS_CRYPTO_CALLBACKS` layout), for tests that call
+    /// them directly; nil when OpenSSL could not give them their algorithms.
+    package static var callbackTable: UnsafeRawPointer? { cesapi_crypto_callbacks() }
 
     /// The outcome of ``install()``, fixed once it has run; `notAttempted` before.
     package static var status: Status {
