@@ -103,22 +103,45 @@ static void freeBlob(Blob **blob) {
     *blob = NULL;
 }
 
-static TSS2_RC hashStart(Blob **blob, TPM2_ALG_ID algorithm, void *userdata) {
-    (void)userdata;
+/* A new, counted blob for `algorithm`'s digest (its index in `digests`), or an error code. */
+static TSS2_RC startBlob(Blob **blob, TPM2_ALG_ID algorithm, int *index) {
     if (blob == NULL) return TSS2_ESYS_RC_BAD_REFERENCE;
     if (!ready()) return TSS2_ESYS_RC_GENERAL_FAILURE;
-    int index = digestIndex(algorithm);
-    if (index < 0) return TSS2_ESYS_RC_NOT_IMPLEMENTED;
+    *index = digestIndex(algorithm);
+    if (*index < 0) return TSS2_ESYS_RC_NOT_IMPLEMENTED;
     atomic_fetch_add(&uses, 1);
-    Blob *made = calloc(1, sizeof(Blob));
-    if (made == NULL) return TSS2_ESYS_RC_MEMORY;
-    made->digest = EVP_MD_CTX_new();
-    made->size = (size_t)EVP_MD_get_size(digests[index]);
-    if (made->digest == NULL || EVP_DigestInit_ex2(made->digest, digests[index], NULL) != 1) {
-        freeBlob(&made);
+    *blob = calloc(1, sizeof(Blob));
+    if (*blob == NULL) return TSS2_ESYS_RC_MEMORY;
+    (*blob)->size = (size_t)EVP_MD_get_size(digests[*index]);
+    return TSS2_RC_SUCCESS;
+}
+
+/* A blob ready for a finish into `size` bytes: too small a buffer leaves it for the abort ESAPI
+ * calls next. */
+static TSS2_RC checkFinish(Blob **blob, const uint8_t *buffer, const size_t *size, bool isMAC) {
+    if (blob == NULL || *blob == NULL || buffer == NULL || size == NULL) return TSS2_ESYS_RC_BAD_REFERENCE;
+    if (isMAC ? (*blob)->mac == NULL : (*blob)->digest == NULL) return TSS2_ESYS_RC_BAD_REFERENCE;
+    return *size < (*blob)->size ? TSS2_ESYS_RC_BAD_SIZE : TSS2_RC_SUCCESS;
+}
+
+/* Frees the blob after a finish, which ran whether or not it succeeded. */
+static TSS2_RC endFinish(Blob **blob, bool ok, size_t written, size_t *size) {
+    freeBlob(blob);
+    if (!ok) return TSS2_ESYS_RC_GENERAL_FAILURE;
+    *size = written;
+    return TSS2_RC_SUCCESS;
+}
+
+static TSS2_RC hashStart(Blob **blob, TPM2_ALG_ID algorithm, void *userdata) {
+    (void)userdata;
+    int index = 0;
+    TSS2_RC rc = startBlob(blob, algorithm, &index);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    (*blob)->digest = EVP_MD_CTX_new();
+    if ((*blob)->digest == NULL || EVP_DigestInit_ex2((*blob)->digest, digests[index], NULL) != 1) {
+        freeBlob(blob);
         return TSS2_ESYS_RC_GENERAL_FAILURE;
     }
-    *blob = made;
     return TSS2_RC_SUCCESS;
 }
 
@@ -130,15 +153,11 @@ static TSS2_RC hashUpdate(Blob *blob, const uint8_t *buffer, size_t size, void *
 
 static TSS2_RC hashFinish(Blob **blob, uint8_t *buffer, size_t *size, void *userdata) {
     (void)userdata;
-    if (blob == NULL || *blob == NULL || (*blob)->digest == NULL || buffer == NULL || size == NULL) return TSS2_ESYS_RC_BAD_REFERENCE;
-    // Too small a buffer: the context stays for the abort ESAPI calls next.
-    if (*size < (*blob)->size) return TSS2_ESYS_RC_BAD_SIZE;
+    TSS2_RC rc = checkFinish(blob, buffer, size, false);
+    if (rc != TSS2_RC_SUCCESS) return rc;
     unsigned int written = 0;
-    int ok = EVP_DigestFinal_ex((*blob)->digest, buffer, &written);
-    freeBlob(blob);
-    if (ok != 1) return TSS2_ESYS_RC_GENERAL_FAILURE;
-    *size = written;
-    return TSS2_RC_SUCCESS;
+    bool ok = EVP_DigestFinal_ex((*blob)->digest, buffer, &written) == 1;
+    return endFinish(blob, ok, written, size);
 }
 
 static void abortBlob(Blob **blob, void *userdata) {
@@ -148,15 +167,10 @@ static void abortBlob(Blob **blob, void *userdata) {
 
 static TSS2_RC hmacStart(Blob **blob, TPM2_ALG_ID algorithm, const uint8_t *key, size_t keySize, void *userdata) {
     (void)userdata;
-    if (blob == NULL || (key == NULL && keySize > 0)) return TSS2_ESYS_RC_BAD_REFERENCE;
-    if (!ready()) return TSS2_ESYS_RC_GENERAL_FAILURE;
-    int index = digestIndex(algorithm);
-    if (index < 0) return TSS2_ESYS_RC_NOT_IMPLEMENTED;
-    atomic_fetch_add(&uses, 1);
-    Blob *made = calloc(1, sizeof(Blob));
-    if (made == NULL) return TSS2_ESYS_RC_MEMORY;
-    made->mac = EVP_MAC_CTX_new(hmac);
-    made->size = (size_t)EVP_MD_get_size(digests[index]);
+    if (key == NULL && keySize > 0) return TSS2_ESYS_RC_BAD_REFERENCE;
+    int index = 0;
+    TSS2_RC rc = startBlob(blob, algorithm, &index);
+    if (rc != TSS2_RC_SUCCESS) return rc;
     OSSL_PARAM parameters[] = {
         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)digestNames[index], 0),
         OSSL_PARAM_construct_end(),
@@ -164,11 +178,11 @@ static TSS2_RC hmacStart(Blob **blob, TPM2_ALG_ID algorithm, const uint8_t *key,
     // Sessions without a session key or authValue have an empty HMAC key: a NULL key would mean
     // "keep the previous one" to EVP_MAC_init, so an empty one is passed as a pointer and 0.
     static const uint8_t emptyKey[1] = {0};
-    if (made->mac == NULL || EVP_MAC_init(made->mac, key != NULL ? key : emptyKey, keySize, parameters) != 1) {
-        freeBlob(&made);
+    (*blob)->mac = EVP_MAC_CTX_new(hmac);
+    if ((*blob)->mac == NULL || EVP_MAC_init((*blob)->mac, key != NULL ? key : emptyKey, keySize, parameters) != 1) {
+        freeBlob(blob);
         return TSS2_ESYS_RC_GENERAL_FAILURE;
     }
-    *blob = made;
     return TSS2_RC_SUCCESS;
 }
 
@@ -180,14 +194,11 @@ static TSS2_RC hmacUpdate(Blob *blob, const uint8_t *buffer, size_t size, void *
 
 static TSS2_RC hmacFinish(Blob **blob, uint8_t *buffer, size_t *size, void *userdata) {
     (void)userdata;
-    if (blob == NULL || *blob == NULL || (*blob)->mac == NULL || buffer == NULL || size == NULL) return TSS2_ESYS_RC_BAD_REFERENCE;
-    if (*size < (*blob)->size) return TSS2_ESYS_RC_BAD_SIZE;
+    TSS2_RC rc = checkFinish(blob, buffer, size, true);
+    if (rc != TSS2_RC_SUCCESS) return rc;
     size_t written = 0;
-    int ok = EVP_MAC_final((*blob)->mac, buffer, &written, *size);
-    freeBlob(blob);
-    if (ok != 1) return TSS2_ESYS_RC_GENERAL_FAILURE;
-    *size = written;
-    return TSS2_RC_SUCCESS;
+    bool ok = EVP_MAC_final((*blob)->mac, buffer, &written, *size) == 1;
+    return endFinish(blob, ok, written, size);
 }
 
 static TSS2_RC randomBytes(TPM2B_NONCE *nonce, size_t count, void *userdata) {
