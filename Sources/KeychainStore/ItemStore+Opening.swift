@@ -162,8 +162,14 @@ extension ItemStore {
         }
         if opened.facts == nil && version >= 2 {
             // A store from before version 6: what it is now, as this open found and authenticated
-            // it, is recorded once and holds from then on.
-            try recordFacts(.init(tpm: kind, sharing: rootDirectory.sharing), in: &opened, rootDirectory: rootDirectory)
+            // it, is recorded once and holds from then on. A store this open cannot write (a
+            // read-only mount) is read as before, and recorded by the next open that can write.
+            do {
+                try recordFacts(.init(tpm: kind, sharing: rootDirectory.sharing), in: &opened, rootDirectory: rootDirectory)
+            } catch where error.code == .permissionDenied || error.code == .storageFailed {
+                // Renamed but not made durable: the file is the new one, and this open follows it.
+                if let inode = try? rootDirectory.inode(of: StoreMetadata.fileName) { opened.metadataInode = inode }
+            }
         }
         var rollback: RollbackState?
         if let counterIndex = opened.counterIndex, let counterValue = try opened.counterValue {

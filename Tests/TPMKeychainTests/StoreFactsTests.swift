@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 @testable import KeychainStore
@@ -52,6 +53,38 @@ struct StoreFactsTests {
         let parsed = try StoreMetadata.parse(bytes, path: "store.meta").metadata
         #expect(parsed.facts == StoreMetadata.Facts(tpm: .simulator, sharing: .owner))
         #expect(parsed.version == 2 && parsed.rollbackCounter != nil)
+    }
+
+    @Test("a store from before version 6 is given the record at its next open; one that cannot be written then (read-only) still opens, and is recorded later")
+    func olderStoresGetTheRecord() throws {
+        let store = try TestStore()
+        let tpm = TPMConfiguration(tcti: store.simulator.tcti)
+        let root = store.location.path
+        try Self.write([9], at: root, tpm: tpm)
+        // Written back as version 4 (layout 2 with a counter, no record), under the store's own key.
+        try {
+            var metadata = try StoreMetadata.parse(try bytes(of: root + "/store.meta"), path: "store.meta").metadata
+            let connection = try TPMConnection(tpm)
+            defer { connection.close() }
+            let keys = try connection.unseal(metadata.sealedMasterKey).withUnsafeBytes {
+                StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID)
+            }
+            metadata.facts = nil
+            try Data(metadata.serialized(metadataKey: keys.metadata)).write(to: URL(fileURLWithPath: root + "/store.meta"))
+        }()
+        let versionFour = try bytes(of: root + "/store.meta")
+        #expect(versionFour[4..<6] == [0, 4])
+
+        FaultInjection.arm(.rename, errno: EROFS, pathContaining: root + "/store.meta")
+        defer { FaultInjection.disarm() }
+        #expect(try Self.read(at: root, tpm: tpm) == [9])
+        #expect(try bytes(of: root + "/store.meta") == versionFour)
+        FaultInjection.disarm()
+
+        #expect(try Self.read(at: root, tpm: tpm) == [9])
+        let recorded = try StoreMetadata.parse(try bytes(of: root + "/store.meta"), path: "store.meta").metadata
+        #expect(recorded.facts == StoreMetadata.Facts(tpm: .simulator, sharing: .owner))
+        #expect(recorded.storedVersion == 6 && recorded.rollbackCounter != nil)
     }
 
     @Test("every byte of the record is authenticated: a store made on a TPM device edited to say 'simulator' is refused as tampered")
