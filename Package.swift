@@ -101,9 +101,8 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainTesting", "TPMKeychainFprintd", "ToolSupport",
+                "TPMKeychain", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainFprintd", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

@@ -257,6 +257,13 @@ struct EmbeddedSimulatorTests {
         #expect(dump.status == 0 && dump.stdout.isEmpty, "\(dump)")
     }
 
+    @Test("the shipped tool carries no test support: the demo's simulated face is its own, and no symbol of TPMKeychainTesting is in the binary")
+    func noTestSupportInTheTool() throws {
+        let binary = try Data(contentsOf: URL(fileURLWithPath: CLI.executable))
+        #expect(binary.range(of: Data("TPMKeychainTesting".utf8)) == nil)
+        #expect(binary.range(of: Data("SimulatedAuthenticator".utf8)) == nil)
+    }
+
     @Test("the embedded simulator listens on a Unix socket in a private directory, removed afterwards; no TCP port")
     func embeddedSimulatorUsesAUnixSocket() throws {
         guard !Self.hardwareIsUsable else { return }

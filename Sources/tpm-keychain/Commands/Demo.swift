@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
-import TPMKeychainTesting
 import ToolSupport
 
 /// The CLI at work on this machine's TPM (or a simulated one, said out loud): a short transcript
@@ -73,7 +72,7 @@ struct Demo: ParsableCommand {
     /// and the same item then refused by the TPM: the PolicyNV on the enrollment counter no
     /// longer holds.
     private func biometry(_ session: StoreSession, store: [String]) throws {
-        let face = SimulatedAuthenticator(biometryType: .faceID)
+        let face = DemoFace()
         let context = AuthenticationContext(authenticator: face, passcode: nil, applicationIdentifier: "tpm-keychain demo",
                                             location: session.location)
         context.localizedReason = "show the demo item"
@@ -87,7 +86,6 @@ struct Demo: ParsableCommand {
             try command.perform(in: session, value: .text(Self.password), context: context)
             output("(added; its key record is sealed under PolicyNV(enrollment counter = \(try device.status().enrollmentCounter ?? 0)))")
         }
-        face.nextOutcomes = [.match]
         try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"]) { command, output in
             try command.perform(in: session, context: context) { output($0 + "    (after a simulated Face ID match)") }
             output("(\(face.attempts) biometric prompt; the TPM released the record key)")
