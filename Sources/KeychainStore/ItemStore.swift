@@ -19,8 +19,9 @@ import Glibc
 ///           <item>.item     0600  HMAC(names key, the class's primary key) + ".item"
 ///           <item>.item.tmp       only while written, or left by a writer that died
 ///
-/// The TPM is used once, to unseal the master key when the store is opened; from then on every
-/// operation is file I/O and AES-GCM. Readers take no lock: files are replaced by rename, so a
+/// The TPM unseals the master key when the store is opened; after that it is asked only for what
+/// needs it (a protected item's key record, the rollback counter's epochs, a key rotation or a
+/// recovery), and everything else is file I/O and AES-GCM. Readers take no lock: files are replaced by rename, so a
 /// reader sees the old item or the new one. Writers hold the store lock shared and their
 /// group's lock; the upgrade from format 1 holds the store lock exclusively.
 package final class ItemStore: Sendable {

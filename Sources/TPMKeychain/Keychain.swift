@@ -21,8 +21,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     public let service: String
     /// The access group (kSecAttrAccessGroup), a namespace inside the store; nil for none.
     ///
-    /// - Important: until access control lands, an access group separates names, it is not a
-    ///   boundary: every process of the user can open every group.
+    /// - Important: an access group separates names, it is not a boundary: every process that
+    ///   can open the store can open every group.
     public let accessGroup: String?
     /// The store.
     public let location: KeychainLocation

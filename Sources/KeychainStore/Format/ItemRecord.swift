@@ -4,8 +4,9 @@ package import Foundation
 /// item. Every TPMKeychain item is bound to this machine's TPM, so the "ThisDeviceOnly" variants
 /// describe all items; the distinction is kept so code ported from iOS round-trips its values.
 ///
-/// - Important: stored, not yet enforced: until access control lands, every class reads like
-///   ``whenUnlocked`` (readable whenever the process runs and the TPM unseals the store).
+/// - Important: enforced by the TPM for items whose key record carries it (written with an access
+///   control, or through SecItem while a device passcode is set); an item written with a class
+///   alone under the master key keeps it as an authenticated label (docs/SECURITY.md, "Access control").
 package enum AccessibilityClass: UInt8, Sendable, Hashable, Codable, CaseIterable {
     /// kSecAttrAccessibleWhenUnlocked, the default.
     case whenUnlocked = 1
@@ -122,8 +123,7 @@ package struct StoredAttributes: Sendable, Hashable {
     package let modificationDate: Date
     /// When the item may be read (kSecAttrAccessible).
     ///
-    /// - Important: stored, not yet enforced: until access control lands every class reads like
-    ///   ``AccessibilityClass/whenUnlocked``.
+    /// - Important: enforced only where the item's key record carries it (``AccessibilityClass``).
     package let accessibility: AccessibilityClass
 }
 

@@ -5,8 +5,9 @@ package import KeychainStore
 /// item. Every TPMKeychain item is bound to this machine's TPM, so the "ThisDeviceOnly" variants
 /// describe all items; the distinction is kept so code ported from iOS round-trips its values.
 ///
-/// - Important: stored, not yet enforced: until access control lands, every class reads like
-///   ``whenUnlocked`` (readable whenever the process runs and the TPM unseals the store).
+/// - Important: enforced by the TPM for items written with an ``AccessControl`` (and through
+///   SecItem while a device passcode is set); an item written with ``Keychain/set(_:forKey:label:comment:genericData:accessibility:)``
+///   alone keeps it as an authenticated label.
 public enum Accessibility: UInt8, Sendable, Hashable, Codable, CaseIterable {
     /// kSecAttrAccessibleWhenUnlocked, the default.
     case whenUnlocked = 1
@@ -59,8 +60,7 @@ public struct ItemAttributes: Sendable, Hashable, CustomStringConvertible {
     public let modificationDate: Date
     /// When the item may be read (kSecAttrAccessible).
     ///
-    /// - Important: stored, not yet enforced: until access control lands every class reads like
-    ///   ``Accessibility/whenUnlocked``.
+    /// - Important: enforced only for items written with an access control (``Accessibility``).
     public let accessibility: Accessibility
 
     /// Names and dates; generic data by size only. Never a secret: the item's value is not here.
