@@ -275,7 +275,7 @@ extension ItemStore {
                                               cache: StorageKeyContextFile) throws(StoreError) {
         let root = rootDirectory.path
         if let existing = try withTPM(tpm, root: root, cache: cache, { counterOnceDefined(keys: keys, tpm: $0) }) {
-            throw StoreError(.rolledBack, "The keychain store at \(root) names no rollback counter, but the counter it was given (TPM NV index 0x\(String(existing, radix: 16))) exists: these files are a copy from before the store was protected. Restore the newest backup, or run tpm-keychain recover (or accept-rollback-risk) to accept these files as they are")
+            throw StoreError(.rolledBack, "The keychain store at \(root) names no rollback counter, but the counter it was given (TPM NV index 0x\(String(existing, radix: 16))) exists: these files are a copy from before the store was protected. Restore the newest backup, or recover the store with its recovery key (or accept the rollback risk) to accept these files as they are")
         }
     }
 
@@ -415,7 +415,7 @@ extension StoreError {
     init(tpmError error: TPMError, store: String) {
         switch error.code {
         case .wrongStorageKey:
-            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared or replaced); it cannot be opened here. If it has a recovery key, tpm-keychain recover --keychain \(store) seals it to this TPM", underlying: error)
+            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared or replaced); it cannot be opened here. If it has a recovery key, recovering with it seals it to this TPM", underlying: error)
         case .tpmUnavailable:
             self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
         case .busy, .timedOut:

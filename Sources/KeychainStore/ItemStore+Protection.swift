@@ -180,7 +180,7 @@ extension ItemStore {
             case .current:
                 break
             case .retired:
-                throw StoreError(.itemInvalidated, "The item was protected by a device passcode that has since been removed: it can never open again. It was kept; delete it, or remove every such item with tpm-keychain purge-invalidated")
+                throw StoreError(.itemInvalidated, "The item was protected by a device passcode that has since been removed: it can never open again. It was kept until deleted, or purged with every other such item")
             case .unknown:
                 throw StoreError(.interactionNotAllowed, "The item's key record was made for a device passcode that the device state in \(device.directoryPath) never held: it belongs to another device (another member of a shared store, or another state directory: XDG_STATE_HOME, TPM_KEYCHAIN_DEVICE_DIR). Nothing was changed")
             }
@@ -210,7 +210,7 @@ extension ItemStore {
             return RecordKey(recordID: recordID, privateKey: try KeyRecord.privateKey(secret: secret, recordID: recordID),
                              startupEpoch: withStartupEpoch ? try device.tpmCall { try connection.startupEpoch() } : nil)
         } catch let error where error.code == .biometryInvalidated && !protection.hasPasscodeProtector {
-            throw StoreError(.itemInvalidated, "The biometric enrollment changed since the item was added, and the TPM no longer releases its key: it can never open again. It was kept; delete it, or remove every such item with tpm-keychain purge-invalidated",
+            throw StoreError(.itemInvalidated, "The biometric enrollment changed since the item was added, and the TPM no longer releases its key: it can never open again. It was kept until deleted, or purged with every other such item",
                              underlying: error)
         }
     }
@@ -257,7 +257,7 @@ extension ItemStore {
                     throw StoreError(.biometryInvalidated, "The TPM refused the key: the enrollment counter moved", underlying: error)
                 }
                 if record.flags.contains(.lockBound) {
-                    throw StoreError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode (tpm-keychain unlock-keychain)",
+                    throw StoreError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode",
                                      underlying: error)
                 }
                 throw StoreError(.tampered, "\(path): the TPM refused its sealed protector", underlying: error)
@@ -278,7 +278,7 @@ extension ItemStore {
     /// owner authorization, or never defined on this TPM. It cannot be checked now, which proves nothing.
     private static func missingIndex(_ index: UInt32?, _ error: TPMError) -> StoreError {
         let which = index.map { "NV index 0x" + String($0, radix: 16) } ?? "An NV index"
-        return StoreError(.notAvailable, "\(which) that the item's policy names is not defined on this TPM: the item cannot be checked now (nothing was changed; tpm-keychain tpm-status shows the device's indices)",
+        return StoreError(.notAvailable, "\(which) that the item's policy names is not defined on this TPM: the item cannot be checked now (nothing was changed)",
                           underlying: error)
     }
 
@@ -466,7 +466,7 @@ extension ItemStore {
             throw StoreError(.tampered, "The device state holds an invalid passcode key", underlying: error)
         }
         if protection.requiresPasscodeSet && passcodeKey == nil {
-            throw StoreError(.passcodeNotSet, "This protection needs a device passcode, and none is set (tpm-keychain set-passcode)")
+            throw StoreError(.passcodeNotSet, "This protection needs a device passcode, and none is set")
         }
         let lockBound = protection.hasSealedProtector && passcodeKey != nil && protection.accessibility.lockRequirement != .none
         let needsDevice = protection.biometry == .currentSet || lockBound || protection.needsPasscodeKey

@@ -127,7 +127,7 @@ extension ItemStore {
         let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "recovering it")
         defer { withExtendedLifetime(lock) {} }
         guard try rootDirectory.openFile(RecoveryFile.fileName) != nil else {
-            throw StoreError(.notAvailable, "The keychain at \(root) has no recovery key (it is added with tpm-keychain add-recovery-key, before the TPM changes); its items cannot be recovered")
+            throw StoreError(.notAvailable, "The keychain at \(root) has no recovery key (one is added before the TPM changes); its items cannot be recovered")
         }
         // recovery.key, or a rotation's recovery.key.next when that rotation committed but was
         // killed before renaming it: the one whose key authenticates store.meta.

@@ -82,17 +82,17 @@ extension ItemStore {
                              counter: UInt64) throws(StoreError) -> RollbackState {
         let path = rootDirectory.path + "/" + name
         guard let file = try rootDirectory.openFile(name) else {
-            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or run tpm-keychain recover with the recovery key to accept the files as they are")
+            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or recover it with its recovery key to accept the files as they are")
         }
         let state = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
                                        counterIndex: counterIndex, path: path)
         // The epoch record is written (durably) before the counter moves: one ahead is a writer
         // that died between the two, which the next epoch completes.
         if state.epoch < counter {
-            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is older than its TPM counter says (its manifest is from epoch \(state.epoch), the counter is at \(counter)): it was put back from an older copy. Its items may have been changed or deleted since; restore the newest backup, or run tpm-keychain recover with the recovery key to accept these files as they are")
+            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is older than its TPM counter says (its manifest is from epoch \(state.epoch), the counter is at \(counter)): it was put back from an older copy. Its items may have been changed or deleted since; restore the newest backup, or recover the store with its recovery key to accept these files as they are")
         }
         if state.epoch > counter + 1 {
-            throw StoreError(.tampered, "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Run tpm-keychain recover with the recovery key")
+            throw StoreError(.tampered, "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Recovering the store with its recovery key accepts its files as they are")
         }
         return RollbackState(manifest: state, inode: file.inode, fileName: name)
     }
@@ -113,7 +113,7 @@ extension ItemStore {
     }
 
     static func counterMissing(_ index: UInt32, store: String, underlying: (any Error)? = nil) -> StoreError {
-        StoreError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, tpm-keychain recover --keychain \(store) accepts the files as they are and creates a new counter; without one, tpm-keychain accept-rollback-risk --keychain \(store) does the same (older copies put back before that are then accepted too)", underlying: underlying)
+        StoreError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, recovering with it accepts the files as they are and creates a new counter; without one, accepting the rollback risk does the same (older copies put back before that are then accepted too)", underlying: underlying)
     }
 
     static func counterAuthorization(_ keys: StoreKeys) -> SecretBytes {

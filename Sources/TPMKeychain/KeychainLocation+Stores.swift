@@ -138,7 +138,7 @@ extension KeychainLocation {
         do throws(KeychainError) {
             return .success(try await context.recordKey(for: protection, store: store, location: location))
         } catch where error.code == .itemInvalidated {
-            return .failure(KeychainError(.itemInvalidated, "The keychain at \(location.path) holds items that can never open again, which a rotation cannot re-encrypt: remove them first (tpm-keychain purge-invalidated, or purgeInvalidatedItems())", underlying: error))
+            return .failure(KeychainError(.itemInvalidated, "The keychain at \(location.path) holds items that can never open again, which a rotation cannot re-encrypt: remove them first (purgeInvalidatedItems())", underlying: error))
         } catch {
             return .failure(error)
         }

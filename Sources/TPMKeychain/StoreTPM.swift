@@ -161,8 +161,7 @@ public final class StoreTPM: Sendable {
                     is the user in group tss? sudo usermod -aG tss $USER, then log in again) and \
                     \(TPMConfiguration.environmentVariable) is not set. To keep this store with a simulated TPM instead \
                     (development, CI; nothing is bound to hardware, and a copy of the directory opens it): set \
-                    \(Self.allowSimulatedVariable)=1, open it with KeychainLocation(path:tpm: .automaticOrSimulated), or \
-                    create it with the tpm-keychain tool
+                    \(Self.allowSimulatedVariable)=1, or open it with KeychainLocation(path:tpm: .automaticOrSimulated)
                     """)
             }
             return try startSimulator(for: location.path, stateDirectory: stateDirectory, logger: location.logger)

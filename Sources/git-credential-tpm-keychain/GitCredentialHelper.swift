@@ -60,8 +60,7 @@ enum GitCredentialHelper {
             try perform(invocation, GitCredential(description))
             return 0
         } catch let error as KeychainError {
-            let hint = error.code == .lockout ? "; tpm-keychain reset-lockout --keychain DIR ends a simulated TPM's lockout" : ""
-            printError("\(name): \(error)\(hint)")
+            printError("\(name): \(error)" + (Remedy.forKeychainError(error).map { "\n\(name): \($0)" } ?? ""))
             return ExitStatus.forKeychainError(error.code)
         } catch let error as TPMError {
             printError("\(name): \(error)")

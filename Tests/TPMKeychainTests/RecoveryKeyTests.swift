@@ -31,7 +31,7 @@ import TPMKeychainTesting
             do {
                 try await store.location.rotateKeys()
             } catch {
-                #expect(error.code == .tampered && error.message.contains("add-recovery-key"), "\(error)")
+                #expect(error.code == .tampered && error.message.contains("new recovery key"), "\(error)")
             }
         }
         #expect(try keychain.string(forKey: "k") == "v")
@@ -79,7 +79,7 @@ import TPMKeychainTesting
             Issue.record("a store opened on another TPM")
         } catch {
             #expect(error.code == .wrongTPM, "\(error)")
-            #expect(error.message.contains("tpm-keychain recover"), "\(error.message)")
+            #expect(error.message.contains("recovering with it"), "\(error.message)")
         }
 
         let metadata = try bytes(of: store.location.path + "/store.meta")

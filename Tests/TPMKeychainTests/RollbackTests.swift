@@ -248,7 +248,7 @@ import TPMKeychainTesting
         }
         #expect(try TPM2Tools.run(["tpm2_nvundefine", "0x" + String(index, radix: 16), "-C", "o"], tcti: store.simulator.tcti).status == 0)
         let error = expectKeychainError(.rollbackCounterMissing) { _ = try store.keychain().string(forKey: "k") }
-        #expect(error?.message.contains("accept-rollback-risk") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("accepting the rollback risk") == true, "\(String(describing: error))")
         Keychain.closeStore(store.location)
         #expect(try store.location.acceptFilesAsTheyAre() == 2)
         #expect(try store.keychain().string(forKey: "k") == "kept")
@@ -311,7 +311,7 @@ import TPMKeychainTesting
             Issue.record("a store whose counter is gone opened")
         } catch {
             #expect(error.code == .rollbackCounterMissing, "\(error)")
-            #expect(error.message.contains("tpm-keychain recover") && error.message.contains(String(index, radix: 16)), "\(error.message)")
+            #expect(error.message.contains("recovery key") && error.message.contains(String(index, radix: 16)), "\(error.message)")
         }
         Keychain.closeStore(store.location)
         _ = try store.location.recover(with: recoveryKey)

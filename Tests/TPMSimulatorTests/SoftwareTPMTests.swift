@@ -189,6 +189,32 @@ struct SoftwareTPMTests {
         #expect(try TPMTransport.transmit(RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: process.endpoint, timeout: .seconds(5)).responseCode == 0)
     }
 
+    @Test("ports another swtpm already serves are never taken for ours: launch retries rather than adopt the one that answers")
+    func anotherSimulatorIsNeverAdopted() throws {
+        let other = try SoftwareTPM.start()
+        defer { other.stop() }
+        let directory = makeScratchPath("adopt")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #expect(mkdir(directory, 0o700) == 0)
+        var handedOut: [Int] = []
+        let process = try SimulatorProcess.launch(
+            executablePath: try #require(ChildProcess.resolveExecutable("swtpm")), stateDirectory: directory, ownsStateDirectory: false,
+            timeout: .seconds(10),
+            choosePorts: { () throws(Errno) -> Int in
+                // The other simulator's pair first, as if it had bound the pair we were handed.
+                let port = handedOut.isEmpty ? other.port : try LoopbackSocket.reserveConsecutivePorts()
+                handedOut.append(port)
+                return port
+            })
+        defer {
+            process.watchdog.disarm()
+            SimulatorProcess.terminate(pid: process.pid, endpoint: process.endpoint, orderly: true)
+        }
+        #expect(process.port != other.port, "adopted the other simulator")
+        #expect(handedOut.count == 2)
+        #expect(kill(process.pid, 0) == 0, "our swtpm is not running")
+    }
+
     @Test("a process that never answers times out and is terminated")
     func startupTimeout() throws {
         let script = makeScratchPath("silent") + ".sh"

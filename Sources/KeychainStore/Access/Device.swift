@@ -669,7 +669,7 @@ extension StoreError {
         switch error.code {
         case .tpmUnavailable: self.init(.tpmUnavailable, "The TPM cannot be reached", underlying: error)
         case .busy, .timedOut: self.init(.timedOut, "The TPM did not answer in time", underlying: error)
-        case .lockout: self.init(.lockout, "The TPM is in dictionary-attack lockout: wait for it to recover, or run `tpm-keychain reset-lockout`", underlying: error)
+        case .lockout: self.init(.lockout, "The TPM is in dictionary-attack lockout: it recovers with time, or at once when reset with its lockout authorization", underlying: error)
         case .authorizationFailed: self.init(.authenticationFailed, "The TPM refused the authorization", underlying: error)
         case .ownerAuthorizationFailed: self.init(.authenticationFailed, error.message, underlying: error)
         case .outOfResources: self.init(.notAvailable, "The TPM has no room for another NV index or object; free one (tpm2_nvundefine) or clear the TPM", underlying: error)

@@ -109,10 +109,10 @@ struct RecoveryFile {
     static func authenticatedHeader(_ bytes: [UInt8], metadataKey: SymmetricKey, path: String) throws(StoreError) -> Header {
         let header = try header(bytes, path: path)
         guard header.version == 2 else {
-            throw StoreError(.tampered, "\(path) is a version-1 recovery file, which nothing authenticates: add a new recovery key (tpm-keychain add-recovery-key) before rotating the master key")
+            throw StoreError(.tampered, "\(path) is a version-1 recovery file, which nothing authenticates: a new recovery key must be added before the master key is rotated")
         }
         guard constantTimeEqual(mac(Array(bytes[0..<unauthenticatedSize]), metadataKey: metadataKey), bytes[unauthenticatedSize...]) else {
-            throw StoreError(.tampered, "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; add a new recovery key (tpm-keychain add-recovery-key)")
+            throw StoreError(.tampered, "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; a new recovery key must be added")
         }
         return header
     }

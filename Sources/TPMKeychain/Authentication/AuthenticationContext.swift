@@ -229,7 +229,7 @@ public final class AuthenticationContext: Sendable {
                 try engine { () throws(StoreError) in try device.lockSatisfies(needs.accessibility.lockRequirement) }
             }
             guard unlocked else {
-                throw KeychainError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode (tpm-keychain unlock-keychain)")
+                throw KeychainError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode")
             }
         }
         var proof: ItemStore.BiometryProof?

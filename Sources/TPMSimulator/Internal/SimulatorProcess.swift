@@ -123,8 +123,15 @@ struct SimulatorProcess: Sendable {
             do {
                 let response = try TPMTransport.transmit(
                     RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: endpoint, timeout: .seconds(1))
-                if response.responseCode == 0 { return .ready }
-                lastProblem = "TPM2_GetRandom answered TPM_RC 0x\(String(response.responseCode, radix: 16))"
+                // Another swtpm may serve the port we were handed (it bound it between our release and
+                // our child's bind): an answer counts only once the kernel says our child listens there.
+                if response.responseCode == 0, case .tcp(let port) = endpoint, PortOwner.isListening(pid: pid, port: port) == false {
+                    lastProblem = "port \(port) is served by another process"
+                } else if response.responseCode == 0 {
+                    return .ready
+                } else {
+                    lastProblem = "TPM2_GetRandom answered TPM_RC 0x\(String(response.responseCode, radix: 16))"
+                }
             } catch {
                 lastProblem = error.message
             }

@@ -30,12 +30,6 @@ func milliseconds(_ duration: Duration) -> String {
 
 /// What to do about a lockout: a simulated TPM only runs while a command does, so it never
 /// accumulates the uptime a hardware TPM needs to forget failures by itself.
-let lockoutAdvice = """
-    tpm-keychain: a simulated TPM (and any TPM whose lockout hierarchy has no password) is unlocked \
-    with: tpm-keychain reset-lockout --keychain <store>. A hardware TPM forgets one failure per \
-    recovery interval while it runs (tpm-keychain tpm-status shows both).
-    """
-
 /// Runs a command body, turning the project's typed errors into a message and an exit status.
 ///
 /// The status is thrown as `ExitCode` rather than passed to `exit()`, so every `defer` between
@@ -60,12 +54,11 @@ enum CommandErrorReport {
             switch error.code {
             case .itemNotFound: printError(SecurityMessage.itemNotFound)
             case .duplicateItem: printError(SecurityMessage.duplicateItem)
-            case .lockout: printError("tpm-keychain: \(error)\n\(lockoutAdvice)")
-            default: printError("tpm-keychain: \(error)")
+            default: printError("tpm-keychain: \(error)" + (Remedy.forKeychainError(error).map { "\ntpm-keychain: \($0)" } ?? ""))
             }
             return ExitStatus.forKeychainError(error.code)
         case let error as TPMError:
-            printError("tpm-keychain: \(error)" + (error.code == .lockout ? "\n" + lockoutAdvice : ""))
+            printError("tpm-keychain: \(error)" + (error.code == .lockout ? "\ntpm-keychain: \(Remedy.lockout)" : ""))
             return ExitStatus.forTPMError(error.code)
         case let error as SoftwareTPMError:
             printError("tpm-keychain: cannot start the embedded TPM simulator: \(error)")
