@@ -541,18 +541,3 @@ extension ItemStore {
         }
     }
 }
-
-extension Array where Element == UInt8 {
-    init?(hexString: String) {
-        guard hexString.utf8.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        var index = hexString.startIndex
-        while index < hexString.endIndex {
-            let next = hexString.index(index, offsetBy: 2)
-            guard let byte = UInt8(hexString[index..<next], radix: 16) else { return nil }
-            bytes.append(byte)
-            index = next
-        }
-        self = bytes
-    }
-}

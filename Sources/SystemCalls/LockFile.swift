@@ -69,11 +69,7 @@ package final class LockFile {
         let device = UInt64(status.st_dev)
         let major = ((device >> 8) & 0xFFF) | ((device >> 32) & ~0xFFF)
         let minor = (device & 0xFF) | ((device >> 12) & ~0xFF)
-        func hex2(_ value: UInt64) -> String {
-            let digits = String(value, radix: 16)
-            return digits.count < 2 ? "0" + digits : digits
-        }
-        let identity = "\(hex2(major)):\(hex2(minor)):\(status.st_ino)"
+        let identity = "\(major.hexString(width: 2)):\(minor.hexString(width: 2)):\(status.st_ino)"
         guard let file = fopen("/proc/locks", "r") else { return nil }
         defer { fclose(file) }
         var line = [CChar](repeating: 0, count: 512)

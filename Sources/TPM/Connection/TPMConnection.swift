@@ -88,7 +88,7 @@ public final class TPMConnection: Sendable {
                 tcti: configuration.tcti,
                 manufacturer: text(TPMProperty.manufacturer),
                 vendor: vendor,
-                firmwareVersion: Self.hex8(firmware1) + "." + Self.hex8(firmware2),
+                firmwareVersion: firmware1.hexString(width: 8) + "." + firmware2.hexString(width: 8),
                 isSimulator: configuration.isSimulator)
         }
     }
@@ -382,12 +382,6 @@ public final class TPMConnection: Sendable {
     /// The decrypted response parameters ESAPI still holds (tests check that secrets are scrubbed).
     func responseBufferContents() throws -> [UInt8] {
         try withEngine { $0.responseBufferContents() }
-    }
-
-    /// Eight lower-case hex digits, as TPM firmware versions are usually shown.
-    private static func hex8(_ value: UInt32) -> String {
-        let digits = String(value, radix: 16)
-        return String(repeating: "0", count: max(0, 8 - digits.count)) + digits
     }
 
     /// HKDF-SHA256 over both sources (OS randomness as the key material, TPM randomness as the

@@ -1,4 +1,5 @@
 import Foundation
+import SystemCalls
 
 /// Which process listens on a loopback TCP port, from the kernel's socket table: how a starting
 /// swtpm is told from another one that already serves the port it was handed (both answer a
@@ -17,7 +18,7 @@ enum PortOwner {
     /// sl, local address as hex IP:port, remote address, state 0A = LISTEN, ..., inode tenth).
     private static func listeningInode(port: Int) -> String? {
         guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return nil }
-        let local = "0100007F:" + String(format: "%04X", port)
+        let local = "0100007F:" + port.hexString(width: 4).uppercased()
         for line in table.split(separator: "\n").dropFirst() {
             let columns = line.split(separator: " ", omittingEmptySubsequences: true)
             if columns.count > 9, columns[1] == local, columns[3] == "0A" { return String(columns[9]) }

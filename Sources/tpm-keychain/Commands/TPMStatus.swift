@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import SystemCalls
 import ToolSupport
 
 /// Which TPM the keychain would use, what it is, and its dictionary-attack state.
@@ -41,7 +42,7 @@ struct TPMStatus: ParsableCommand {
             print("    NV counters:       \(status.nvCounters) defined")
             let device = try KeychainDevice(location: session.location).status()
             func counter(_ value: UInt64?) -> String { value.map(String.init) ?? "not defined yet" }
-            func handle(_ value: UInt32) -> String { "0x" + String(repeating: "0", count: max(0, 8 - String(value, radix: 16).count)) + String(value, radix: 16) }
+            func handle(_ value: UInt32) -> String { "0x" + value.hexString(width: 8) }
             print("device:       \(SecurityFormat.quoted(device.directory))")
             print("    passcode:          \(device.passcodeIsSet ? "set" : "not set")")
             func index(_ position: Int) -> String { device.nvIndices.count == 3 ? "NV " + handle(device.nvIndices[position]) : "no NV index yet" }
