@@ -111,7 +111,7 @@ struct OtherUsersTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let tool = directory + "/tpm-keychain"
-        try FileManager.default.copyItem(atPath: CLI.executable, toPath: tool)
+        try CLI.install(at: tool)
         for user in users.names {
             let home = directory + "/home-" + user
             try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])

@@ -49,7 +49,7 @@ struct SharedStoreTests {
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
         defer { try? FileManager.default.removeItem(atPath: base) }
         let tool = base + "/tpm-keychain"
-        try FileManager.default.copyItem(atPath: CLI.executable, toPath: tool)
+        try CLI.install(at: tool)
         let (alice, mallory) = (users.members[0], users.members[1])
         for user in users.members {
             let home = base + "/home-" + user
@@ -101,7 +101,7 @@ struct SharedStoreTests {
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
         defer { try? FileManager.default.removeItem(atPath: base) }
         let tool = base + "/tpm-keychain"
-        try FileManager.default.copyItem(atPath: CLI.executable, toPath: tool)
+        try CLI.install(at: tool)
         let creator = users.members[0]
         // The store's parent: the first member's (a store is created inside a directory its creator may write).
         let parent = base + "/projects"

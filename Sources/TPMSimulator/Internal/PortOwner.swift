@@ -1,17 +1,31 @@
 import Foundation
 import SystemCalls
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Which process listens on a loopback TCP port, from the kernel's socket table: how a starting
 /// swtpm is told from another one that already serves the port it was handed (both answer a
 /// probe; only ours may be used).
 enum PortOwner {
     /// Whether `pid` holds the socket listening on 127.0.0.1:`port`; nil when /proc cannot say
-    /// (not mounted, or the table lists no such socket yet).
+    /// (not mounted, the table lists no such socket yet, or the child's descriptors may not be
+    /// listed, as under a strict ptrace policy): the caller then goes by the answer alone.
     static func isListening(pid: pid_t, port: Int) -> Bool? {
         guard let inode = listeningInode(port: port) else { return nil }
-        guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") else { return false }
+        let directory = "/proc/\(pid)/fd"
+        guard let stream = opendir(directory) else {
+            // Not allowed to look: cannot say. Gone (the child died of the port it lost): no.
+            return errno == EACCES || errno == EPERM ? nil : false
+        }
+        defer { closedir(stream) }
         let target = "socket:[\(inode)]"
-        return descriptors.contains { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == target }
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name == "." || name == ".." { continue }
+            if (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + name)) == target { return true }
+        }
+        return false
     }
 
     /// The inode of the socket listening on 127.0.0.1:`port`, from /proc/net/tcp (columns:
