@@ -159,15 +159,12 @@ struct SoftwareTPMTests {
         #expect(error?.message.contains("swtpm exited during startup") == true)
     }
 
-    @Test("a port lost to another process is retried with fresh ports")
-    func portConflictIsRetried() throws {
-        // Occupy a pair and hand it out first, as if another process had won the race.
-        let taken = try LoopbackSocket.listenOnConsecutivePorts()
-        defer {
-            closeDescriptor(taken.first)
-            closeDescriptor(taken.second)
-        }
-        let directory = makeScratchPath("conflict")
+    /// Launches swtpm with `taken` handed out as its first pair, as if another process had won
+    /// the race for it, and fresh pairs after that; runs `check` with the launched process and
+    /// every port handed out, then stops it.
+    private func launchHandingOutFirst(_ taken: Int, _ name: String,
+                                       check: (SimulatorProcess, [Int]) throws -> Void) throws {
+        let directory = makeScratchPath(name)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         #expect(mkdir(directory, 0o700) == 0)
         var handedOut: [Int] = []
@@ -175,7 +172,7 @@ struct SoftwareTPMTests {
             executablePath: try #require(ChildProcess.resolveExecutable("swtpm")), stateDirectory: directory, ownsStateDirectory: false,
             timeout: .seconds(10),
             choosePorts: { () throws(Errno) -> Int in
-                let port = handedOut.isEmpty ? taken.port : try LoopbackSocket.reserveConsecutivePorts()
+                let port = handedOut.isEmpty ? taken : try LoopbackSocket.reserveConsecutivePorts()
                 handedOut.append(port)
                 return port
             })
@@ -183,36 +180,35 @@ struct SoftwareTPMTests {
             process.watchdog.disarm()
             SimulatorProcess.terminate(pid: process.pid, endpoint: process.endpoint, orderly: true)
         }
-        #expect(handedOut.count == 2)
-        #expect(process.port == handedOut.last)
-        #expect(process.port != taken.port)
-        #expect(try TPMTransport.transmit(RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: process.endpoint, timeout: .seconds(5)).responseCode == 0)
+        try check(process, handedOut)
+    }
+
+    @Test("a port lost to another process is retried with fresh ports")
+    func portConflictIsRetried() throws {
+        // A pair that is bound (and accepts nothing).
+        let taken = try LoopbackSocket.listenOnConsecutivePorts()
+        defer {
+            closeDescriptor(taken.first)
+            closeDescriptor(taken.second)
+        }
+        try launchHandingOutFirst(taken.port, "conflict") { (process, handedOut) throws in
+            #expect(handedOut.count == 2)
+            #expect(process.port == handedOut.last)
+            #expect(process.port != taken.port)
+            #expect(try TPMTransport.transmit(RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: process.endpoint,
+                                              timeout: .seconds(5)).responseCode == 0)
+        }
     }
 
     @Test("ports another swtpm already serves are never taken for ours: launch retries rather than adopt the one that answers")
     func anotherSimulatorIsNeverAdopted() throws {
         let other = try SoftwareTPM.start()
         defer { other.stop() }
-        let directory = makeScratchPath("adopt")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        #expect(mkdir(directory, 0o700) == 0)
-        var handedOut: [Int] = []
-        let process = try SimulatorProcess.launch(
-            executablePath: try #require(ChildProcess.resolveExecutable("swtpm")), stateDirectory: directory, ownsStateDirectory: false,
-            timeout: .seconds(10),
-            choosePorts: { () throws(Errno) -> Int in
-                // The other simulator's pair first, as if it had bound the pair we were handed.
-                let port = handedOut.isEmpty ? other.port : try LoopbackSocket.reserveConsecutivePorts()
-                handedOut.append(port)
-                return port
-            })
-        defer {
-            process.watchdog.disarm()
-            SimulatorProcess.terminate(pid: process.pid, endpoint: process.endpoint, orderly: true)
+        try launchHandingOutFirst(other.port, "adopt") { (process, handedOut) throws in
+            #expect(process.port != other.port, "adopted the other simulator")
+            #expect(handedOut.count == 2)
+            #expect(kill(process.pid, 0) == 0, "our swtpm is not running")
         }
-        #expect(process.port != other.port, "adopted the other simulator")
-        #expect(handedOut.count == 2)
-        #expect(kill(process.pid, 0) == 0, "our swtpm is not running")
     }
 
     @Test("a process that never answers times out and is terminated")
