@@ -40,6 +40,9 @@ let package = Package(
         // (tpm2-tss makes 18 in one CLI lookup). C, because it repoints libtss2-esys's own import
         // slots for two libcrypto functions; see its header. Only the TPM target uses it.
         .target(name: "CESAPICryptoContext", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("crypto")]),
+        // The words every layer speaks, defined once: KeychainError, Accessibility, AccessControl
+        // and ItemAttributes. Public through TPMKeychain, which re-exports it.
+        .target(name: "KeychainVocabulary", dependencies: ["SystemCalls"], swiftSettings: strictness),
         // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
         .target(name: "SystemCalls", swiftSettings: strictness),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
@@ -55,25 +58,25 @@ let package = Package(
         // Layer 2: the store engine. On-disk format, item sealing, atomic files, locking.
         .target(
             name: "KeychainStore",
-            dependencies: ["TPM", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["KeychainVocabulary", "TPM", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         // Layer 3: the public Swift API.
         .target(
             name: "TPMKeychain",
-            dependencies: ["KeychainStore", "TPM", "TPMSimulator", "SystemCalls", .product(name: "Logging", package: "swift-log"),
+            dependencies: ["KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", .product(name: "Logging", package: "swift-log"),
                            .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         // iOS keychain code on Linux with only its imports changed: SecItem* over the engine, and
         // the Core Foundation surface Linux lacks. Never named "Security" (that would flip
         // canImport(Security) for every package in a build).
-        .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainStore", "TPM", "SystemCalls"], swiftSettings: strictness),
+        .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls"], swiftSettings: strictness),
         // LAContext, LAPolicy, LABiometryType and LAError over TPMKeychain's AuthenticationContext.
-        .target(name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain"], swiftSettings: strictness),
+        .target(name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain", "SystemCalls"], swiftSettings: strictness),
         // SAP's KeychainStorage API (named stores, password ciphers) over TPMKeychain.
         .target(name: "KeychainStorageCompat",
-                dependencies: ["TPMKeychain", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
+                dependencies: ["TPMKeychain", "KeychainVocabulary", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
                                .product(name: "CryptoExtras", package: "swift-crypto")],
                 swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
@@ -97,11 +100,11 @@ let package = Package(
         // chosen for it), the process guard (no core dumps, crash and interruption handling), exit
         // statuses, and password items of both classes on the store engine (internet passwords and
         // attributes the Keychain API does not offer).
-        .target(name: "ToolSupport", dependencies: ["TPMKeychain", "TPM", "KeychainStore"], swiftSettings: strictness),
+        .target(name: "ToolSupport", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM"], swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainFprintd", "ToolSupport",
+                "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainFprintd", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -109,7 +112,7 @@ let package = Package(
         // git's credential helper (get, store, erase) over the store: internet-password items, no ArgumentParser.
         .executableTarget(
             name: "git-credential-tpm-keychain",
-            dependencies: ["ToolSupport", "TPMKeychain", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls"],
+            dependencies: ["ToolSupport", "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls"],
             swiftSettings: strictness
         ),
         // Outside the product's layers (Sources/): the benchmarks, their C floor, and the stress
@@ -148,7 +151,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TPMKeychainTests",
-            dependencies: ["TPMKeychain", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess", "tpm-keychain-fuzz",
+            dependencies: ["TPMKeychain", "KeychainVocabulary", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess", "tpm-keychain-fuzz",
                            .product(name: "Crypto", package: "swift-crypto"), "SystemCalls"],
             swiftSettings: strictness
         ),

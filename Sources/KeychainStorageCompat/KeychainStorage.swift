@@ -1,6 +1,7 @@
 import Foundation
 import SystemCalls
-public import TPMKeychain
+import KeychainVocabulary
+import TPMKeychain
 
 /// Why a KeychainStorage call failed, a case for each failure SAP's documentation names.
 public enum KeychainStorageError: Error, Sendable, Equatable, CustomStringConvertible {

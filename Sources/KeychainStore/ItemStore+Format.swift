@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SystemCalls
+import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +18,7 @@ extension ItemStore {
 
     /// The current state, after adopting an upgrade another process made: a format-1 layout
     /// whose `items/` was removed has been replaced. Costs one fstat, and only for format 1.
-    func currentFollowingUpgrades() throws(StoreError) -> OpenState {
+    func currentFollowingUpgrades() throws(KeychainError) -> OpenState {
         let state = try current()
         guard state.layout.version == 1, try !state.layout.items.revalidate() else { return state }
         try reloadLayout(state.keys)
@@ -27,7 +28,7 @@ extension ItemStore {
     /// Runs a write: upgrades a format-1 store first, then holds the store lock shared while `body` runs.
     /// A rollback-protected store starts an epoch first (``startEpochIfNeeded()``), unless
     /// `startingEpoch` is false: the caller holds a TPM connection, and a second would wait for it.
-    func withWriteAccess<R>(startingEpoch: Bool = true, _ body: (OpenState) throws(StoreError) -> R) throws(StoreError) -> R {
+    func withWriteAccess<R>(startingEpoch: Bool = true, _ body: (OpenState) throws(KeychainError) -> R) throws(KeychainError) -> R {
         try upgradeIfNeeded()
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
         defer { withExtendedLifetime(lock) {} }
@@ -42,38 +43,38 @@ extension ItemStore {
 
     /// Reads store.meta again (authenticated with the store's own key) and adopts the layout of
     /// the version it names.
-    func reloadLayout(_ keys: StoreKeys) throws(StoreError) {
+    func reloadLayout(_ keys: StoreKeys) throws(KeychainError) {
         let version = try Self.readVersion(of: rootDirectory, keys: keys, storeID: storeID)
         adopt(try Self.layout(of: rootDirectory, version: version, keys: keys))
     }
 
     /// The version store.meta names, after checking its MAC.
-    static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(StoreError) -> UInt16 {
+    static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(KeychainError) -> UInt16 {
         try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID).version
     }
 
     /// store.meta as it is now, authenticated with `keys` and checked to be the store `storeID`'s
     /// (when given): what every rewrite of it (upgrade, rotation, recovery key) starts from.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when it is missing, damaged, of another key or of another store.
-    static func authenticatedMetadata(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]? = nil) throws(StoreError) -> StoreMetadata {
+    /// - Throws: ``KeychainError`` `.tampered` when it is missing, damaged, of another key or of another store.
+    static func authenticatedMetadata(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]? = nil) throws(KeychainError) -> StoreMetadata {
         let path = rootDirectory.path + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
-            throw StoreError(.tampered, "\(path) is missing or damaged")
+            throw KeychainError(.tampered, "\(path) is missing or damaged")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
         try parsed.verify(metadataKey: keys.metadata)
         if let storeID, parsed.metadata.storeID != storeID {
-            throw StoreError(.tampered, "\(path) now belongs to another store")
+            throw KeychainError(.tampered, "\(path) now belongs to another store")
         }
         return parsed.metadata
     }
 
     /// Moves a format-1 store to format 2, once, crash-safe (see the top of this file).
     ///
-    /// - Throws: ``StoreError`` `.tampered` when an item cannot be read (the store stays in
+    /// - Throws: ``KeychainError`` `.tampered` when an item cannot be read (the store stays in
     ///   format 1, untouched), `.timedOut`, `.storageFailed`.
-    func upgradeIfNeeded() throws(StoreError) {
+    func upgradeIfNeeded() throws(KeychainError) {
         guard try current().layout.version == 1 else { return }
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "moving it to format 2")
         defer { withExtendedLifetime(lock) {} }
@@ -85,7 +86,7 @@ extension ItemStore {
         try rootDirectory.removeTree(Self.stagingDirectory)
         try rootDirectory.removeTree(Self.itemsV2Directory)
         guard let staging = try Directory.open(Self.stagingDirectory, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
+            throw KeychainError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
         }
         let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging), metadataInode: state.metadataInode)
         var groups: [String: Directory] = [:]
@@ -101,7 +102,7 @@ extension ItemStore {
                     groups[names.service] = try Directory.open(names.service, in: staging, create: true)
                 }
                 guard let directory = groups[names.service] else {
-                    throw StoreError(.storageFailed, "Cannot create \(staging.path)/\(names.service)")
+                    throw KeychainError(.storageFailed, "Cannot create \(staging.path)/\(names.service)")
                 }
                 // Each file is made durable; each directory once, below.
                 try directory.replace(names.file, with: try encode(contents, target), durable: true, syncDirectory: false)
@@ -114,7 +115,7 @@ extension ItemStore {
         do {
             try retryingInterrupts { renameat(rootDirectory.descriptor, Self.stagingDirectory, rootDirectory.descriptor, Self.itemsV2Directory) }
         } catch {
-            throw StoreError(.storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
         }
         try rootDirectory.sync()
         try Self.rewriteMetadata(of: rootDirectory, version: 2, keys: state.keys)
@@ -128,7 +129,7 @@ extension ItemStore {
     /// A format-1 item as format-2 contents (same ID, generation, dates, class and value),
     /// checked to be the item its name and group say.
     private func v1Contents(of file: OpenFile, named name: String, inGroup groupName: String,
-                            _ state: OpenState) throws(StoreError) -> ItemFileV2.Contents {
+                            _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
         let bytes = try readWhole(file, version: 1)
         let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
         let key = v1ItemKey(header, state.keys)
@@ -137,7 +138,7 @@ extension ItemStore {
         let identity = ItemIdentity(checked: attributes)
         let names = names(identity, state)
         guard names.file == name, names.service == groupName else {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
         let list = AttributeList(formatOne: attributes)
@@ -147,7 +148,7 @@ extension ItemStore {
     }
 
     /// Replaces store.meta with the same store at another version (a new MAC over the new bytes).
-    static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) {
+    static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(KeychainError) {
         var metadata = try authenticatedMetadata(of: rootDirectory, keys: keys)
         metadata.version = version
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
@@ -157,16 +158,16 @@ extension ItemStore {
     /// `items/`; version 2 in `items2/` and `records/`; version 3 (after a key rotation) in the
     /// directories named after the key (``keyGenerationTag(_:)``). Versions 2 and 3 hold item format 2.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when the directories store.meta names are missing and
+    /// - Throws: ``KeychainError`` `.tampered` when the directories store.meta names are missing and
     ///   another key's are there: store.meta was replaced by a copy from another side of a rotation.
-    static func layout(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(StoreError) -> Layout {
+    static func layout(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(KeychainError) -> Layout {
         if version == 1 {
             guard let items = try Directory.open(itemsDirectory, in: rootDirectory, create: false) else {
-                throw StoreError(.tampered, "\(rootDirectory.path)/\(itemsDirectory) is missing")
+                throw KeychainError(.tampered, "\(rootDirectory.path)/\(itemsDirectory) is missing")
             }
             return Layout(version: 1, items: items)
         }
-        let replaced = StoreError(.tampered, "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before or after a key rotation. Put back the one that belongs with the items (from the same backup)")
+        let replaced = KeychainError(.tampered, "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before or after a key rotation. Put back the one that belongs with the items (from the same backup)")
         if version >= StoreMetadata.rotatedVersion {
             let tag = keyGenerationTag(keys)
             guard let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) else { throw replaced }
@@ -175,7 +176,7 @@ extension ItemStore {
         let entries = try rootDirectory.entries()
         if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) { throw replaced }
         guard let items = try Directory.open(itemsV2Directory, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(rootDirectory.path)/\(itemsV2Directory)")
+            throw KeychainError(.storageFailed, "Cannot create \(rootDirectory.path)/\(itemsV2Directory)")
         }
         return Layout(version: 2, items: items)
     }
@@ -189,12 +190,12 @@ extension ItemStore {
 extension ItemIdentity {
     /// The identity of decrypted attributes, validated again (a format-1 file from before the
     /// current limits must still name a valid item to be moved).
-    init(checkedAttributes attributes: AttributeList, path: String) throws(StoreError) {
+    init(checkedAttributes attributes: AttributeList, path: String) throws(KeychainError) {
         do {
             try self.init(accessGroup: attributes.string(AttributeTag.accessGroup) ?? "",
                           service: attributes.string(AttributeTag.service) ?? "", account: attributes.string(AttributeTag.account) ?? "")
         } catch {
-            throw StoreError(.tampered, "\(path) names no valid item", underlying: error)
+            throw KeychainError(.tampered, "\(path) names no valid item", underlying: error)
         }
     }
 }
@@ -202,7 +203,7 @@ extension ItemIdentity {
 extension AttributeList {
     /// A format-1 item's attributes as format 2 tags them. Format 1 kept whole milliseconds,
     /// which are exact as nanoseconds.
-    init(formatOne attributes: StoredAttributes) {
+    init(formatOne attributes: ItemAttributes) {
         self.init(ItemIdentity(checked: attributes))
         setString(attributes.label, for: AttributeTag.label)
         setString(attributes.comment, for: AttributeTag.comment)

@@ -2,12 +2,17 @@ import Crypto
 import Foundation
 import SystemCalls
 package import TPM
+package import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
 
-// Finding, creating and opening a store: the only part of the engine that talks to the TPM.
+// Finding, creating and opening a store: unsealing its master key with the TPM.
 extension ItemStore {
+    /// Lends the store a TPM for the work it does after opening (rollback counters, key records,
+    /// rotation): the API layer decides which TPM, and releases a simulator it started.
+    package typealias TPMLender = @Sendable () throws(KeychainError) -> TPMLease
+
     /// What stands at a store location, found without the TPM.
     package enum Presence: Sendable, Equatable {
         /// Nothing yet: no directory, or one holding only what may precede a store (an embedded
@@ -25,10 +30,10 @@ extension ItemStore {
 
     /// Whether a store exists at `root`, without the TPM.
     ///
-    /// - Throws: ``StoreError`` `.tampered` for a damaged store (items but no metadata),
+    /// - Throws: ``KeychainError`` `.tampered` for a damaged store (items but no metadata),
     ///   `.invalidParameter` for a relative path or a directory that holds something else,
     ///   `.permissionDenied`, `.unsafeFileSystem`.
-    package static func presence(at root: String) throws(StoreError) -> Presence {
+    package static func presence(at root: String) throws(KeychainError) -> Presence {
         try validate(root)
         guard let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) else { return .absent }
         return try presence(in: directory)
@@ -54,7 +59,7 @@ extension ItemStore {
     /// A store whose master key was sealed by an older version with dictionary-attack protection
     /// (which a key without a PIN must not have) is resealed as noDA here, once.
     ///
-    /// - Throws: ``StoreError``: `.storeNotFound` (none, and `create` is false), `.wrongTPM`
+    /// - Throws: ``KeychainError``: `.storeNotFound` (none, and `create` is false), `.wrongTPM`
     ///   when the store was sealed by another TPM, `.tpmUnavailable`, `.timedOut`, `.lockout`,
     ///   `.tampered` for damaged metadata or a store whose metadata is gone, `.invalidParameter`
     ///   for a relative path or a directory that is not a store, `.permissionDenied`,
@@ -72,7 +77,7 @@ extension ItemStore {
     ///   existing store recorded: a store made on a TPM device never opens on a simulator.
     package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
                              newStoreVersion: UInt16 = StoreMetadata.currentVersion,
-                             lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil, tpmKind: TPMKind? = nil) throws(StoreError) -> ItemStore {
+                             lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil, tpmKind: TPMKind? = nil) throws(KeychainError) -> ItemStore {
         try validate(root)
         let lender = lendTPM ?? { TPMLease(configuration: tpm) }
         let kind = tpmKind ?? TPMKind(tpm)
@@ -85,10 +90,10 @@ extension ItemStore {
         if sharedGroup == nil {
             try createParents(of: root)
         } else if !FileManager.default.fileExists(atPath: String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]) + "/") {
-            throw StoreError(.invalidParameter, "A shared store is created only in an existing directory that the group's members can reach: create the parent of \(root) first")
+            throw KeychainError(.invalidParameter, "A shared store is created only in an existing directory that the group's members can reach: create the parent of \(root) first")
         }
         guard let directory = try Directory.open(root, in: nil, create: true, storeRoot: true, shareWith: sharedGroup) else {
-            throw StoreError(.storageFailed, "Cannot create \(root)")
+            throw KeychainError(.storageFailed, "Cannot create \(root)")
         }
         return try open(directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,
                         lendTPM: lender, sharedGroup: sharedGroup)
@@ -99,22 +104,22 @@ extension ItemStore {
     /// private directory hold a "shared" store its group cannot reach).
     /// A shared directory must also be this user's: one another member made (and could have put
     /// something in first) is not where this user's store is created.
-    private static func checkSharingForCreation(_ rootDirectory: Directory, asked sharedGroup: UInt32?) throws(StoreError) {
+    private static func checkSharingForCreation(_ rootDirectory: Directory, asked sharedGroup: UInt32?) throws(KeychainError) {
         switch (rootDirectory.sharing, sharedGroup) {
         case (.owner, nil):
             return
         case (.group(let group), let asked?) where group == asked:
             let owner = try rootDirectory.owner()
             guard owner == Ownership.effectiveUser else {
-                throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) was made by user \(owner), not by this user (\(Ownership.effectiveUser)): a store is created only in a directory this user made. Create the store in a new directory")
+                throw KeychainError(.unsafeFileSystem, "\(rootDirectory.path) was made by user \(owner), not by this user (\(Ownership.effectiveUser)): a store is created only in a directory this user made. Create the store in a new directory")
             }
             return
         case (.group(let group), nil):
-            throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) is a directory shared with group \(group) (mode 2770) that holds no store: a private store is not created there, where the group could read it. Create it elsewhere, or ask for a store shared with that group")
+            throw KeychainError(.unsafeFileSystem, "\(rootDirectory.path) is a directory shared with group \(group) (mode 2770) that holds no store: a private store is not created there, where the group could read it. Create it elsewhere, or ask for a store shared with that group")
         case (.group(let group), let asked?):
-            throw StoreError(.unsafeFileSystem, "\(rootDirectory.path) is shared with group \(group), not with group \(asked) as asked")
+            throw KeychainError(.unsafeFileSystem, "\(rootDirectory.path) is shared with group \(group), not with group \(asked) as asked")
         case (.owner, let asked?):
-            throw StoreError(.invalidParameter, "\(rootDirectory.path) exists as a private directory: a store shared with group \(asked) is created only in a new directory")
+            throw KeychainError(.invalidParameter, "\(rootDirectory.path) exists as a private directory: a store shared with group \(asked) is created only in a new directory")
         }
     }
 
@@ -122,7 +127,7 @@ extension ItemStore {
     ///   unused when another process created the store meanwhile.
     private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, kind: TPMKind, durable: Bool, create: Bool, newStoreVersion: UInt16,
                              sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender,
-                             sharedGroup: UInt32?) throws(StoreError) -> ItemStore {
+                             sharedGroup: UInt32?) throws(KeychainError) -> ItemStore {
         let root = rootDirectory.path
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
         defer { withExtendedLifetime(lock) {} }
@@ -184,7 +189,7 @@ extension ItemStore {
     /// rollback counter and empty manifest where the TPM can hold one, then store.meta, created
     /// exclusively, as the commit.
     private static func createStore(in rootDirectory: Directory, version: UInt16, sealedKey: (key: SecretBytes, sealed: SealedObject)?,
-                                    tpm: TPMConfiguration, kind: TPMKind, cache: StorageKeyContextFile) throws(StoreError) -> Unlocked {
+                                    tpm: TPMConfiguration, kind: TPMKind, cache: StorageKeyContextFile) throws(KeychainError) -> Unlocked {
         let root = rootDirectory.path
         let generated: (key: SecretBytes, sealed: SealedObject)
         if let sealedKey {
@@ -206,12 +211,12 @@ extension ItemStore {
                                      sealedMasterKey: sealed, rollbackCounter: counter?.index, facts: facts)
         guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
             if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
-            throw StoreError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
+            throw KeychainError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
         }
         let inode = try metadataInode(in: rootDirectory, "while the store was locked")
         if version == 1 {
             guard try Directory.open(itemsDirectory, in: rootDirectory, create: true) != nil else {
-                throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
+                throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
             }
         }
         return Unlocked(storeID: storeID, keys: keys, version: version, metadataInode: inode, counterIndex: counter?.index,
@@ -222,7 +227,7 @@ extension ItemStore {
     /// TPM can hold a counter: store.meta naming the counter is the commit (before it, the store
     /// is as it was).
     private static func addCounter(to opened: inout Unlocked, layout: Layout, in rootDirectory: Directory, tpm: TPMConfiguration,
-                                   cache: StorageKeyContextFile) throws(StoreError) {
+                                   cache: StorageKeyContextFile) throws(KeychainError) {
         let root = rootDirectory.path
         guard let counter = try defineCounterIfPossible(keys: opened.keys, tpm: tpm, root: root, cache: cache) else { return }
         try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: opened.keys, storeID: opened.storeID, counterIndex: counter.index,
@@ -235,7 +240,7 @@ extension ItemStore {
     }
 
     /// Rewrites store.meta (held locked, authenticated by this open) as version 6 with `facts`.
-    private static func recordFacts(_ facts: StoreMetadata.Facts, in opened: inout Unlocked, rootDirectory: Directory) throws(StoreError) {
+    private static func recordFacts(_ facts: StoreMetadata.Facts, in opened: inout Unlocked, rootDirectory: Directory) throws(KeychainError) {
         var metadata = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
         metadata.facts = facts
         try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: opened.keys.metadata), durable: true)
@@ -247,24 +252,24 @@ extension ItemStore {
     /// on a TPM device is never used through a simulator, and its directory must still be shared
     /// (or not) as it was created. Nil facts (a store from before version 6) check nothing.
     ///
-    /// - Throws: ``StoreError`` `.wrongTPM`, `.unsafeFileSystem`.
-    static func checkFacts(_ facts: StoreMetadata.Facts?, of rootDirectory: Directory, openedWith kind: TPMKind) throws(StoreError) {
+    /// - Throws: ``KeychainError`` `.wrongTPM`, `.unsafeFileSystem`.
+    static func checkFacts(_ facts: StoreMetadata.Facts?, of rootDirectory: Directory, openedWith kind: TPMKind) throws(KeychainError) {
         guard let facts else { return }
         let root = rootDirectory.path
         if facts.tpm == .device && kind.isSimulated {
-            throw StoreError(.wrongTPM, "The keychain at \(root) was created on a TPM device, and is being opened with \(kind.description): a store bound to hardware is never used through a simulator. Unset \(TPMConfiguration.environmentVariable) if it names a simulator")
+            throw KeychainError(.wrongTPM, "The keychain at \(root) was created on a TPM device, and is being opened with \(kind.description): a store bound to hardware is never used through a simulator. Unset \(TPMConfiguration.environmentVariable) if it names a simulator")
         }
         switch (facts.sharing, rootDirectory.sharing) {
         case let (recorded, found) where recorded == found:
             return
         case (.owner, .group(let group)):
-            throw StoreError(.unsafeFileSystem, "The keychain at \(root) was created for this user alone, but its directory is now shared with group \(group) (mode 2770): refusing to use it. If that was not your doing, check who else can write there; chmod 700 \(root) makes it private again")
+            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) was created for this user alone, but its directory is now shared with group \(group) (mode 2770): refusing to use it. If that was not your doing, check who else can write there; chmod 700 \(root) makes it private again")
         case (.group(let group), .owner):
-            throw StoreError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(group), but its directory is no longer shared (mode 2770 in that group): refusing to use it. chgrp \(group) \(root) && chmod 2770 \(root) restores it")
+            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(group), but its directory is no longer shared (mode 2770 in that group): refusing to use it. chgrp \(group) \(root) && chmod 2770 \(root) restores it")
         case (.group(let recorded), .group(let found)):
-            throw StoreError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(recorded), but its directory now belongs to group \(found): refusing to use it. chgrp \(recorded) \(root) restores it")
+            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(recorded), but its directory now belongs to group \(found): refusing to use it. chgrp \(recorded) \(root) restores it")
         default:
-            throw StoreError(.unsafeFileSystem, "The keychain at \(root) is not shared as it was created")
+            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) is not shared as it was created")
         }
     }
 
@@ -272,10 +277,10 @@ extension ItemStore {
     /// derives from the store's keys, and it answers their authorization), is a copy from before
     /// the store was protected: refused as rolled back.
     private static func refuseIfOnceProtected(_ keys: StoreKeys, in rootDirectory: Directory, tpm: TPMConfiguration,
-                                              cache: StorageKeyContextFile) throws(StoreError) {
+                                              cache: StorageKeyContextFile) throws(KeychainError) {
         let root = rootDirectory.path
         if let existing = try withTPM(tpm, root: root, cache: cache, { counterOnceDefined(keys: keys, tpm: $0) }) {
-            throw StoreError(.rolledBack, "The keychain store at \(root) names no rollback counter, but the counter it was given (TPM NV index 0x\(String(existing, radix: 16))) exists: these files are a copy from before the store was protected. Restore the newest backup, or recover the store with its recovery key (or accept the rollback risk) to accept these files as they are")
+            throw KeychainError(.rolledBack, "The keychain store at \(root) names no rollback counter, but the counter it was given (TPM NV index 0x\(String(existing, radix: 16))) exists: these files are a copy from before the store was protected. Restore the newest backup, or recover the store with its recovery key (or accept the rollback risk) to accept these files as they are")
         }
     }
 
@@ -283,9 +288,9 @@ extension ItemStore {
     /// another process replaced it).
     ///
     /// - Parameter moment: when it could have gone, for the error ("while the store was locked").
-    static func metadataInode(in rootDirectory: Directory, _ moment: String) throws(StoreError) -> UInt64 {
+    static func metadataInode(in rootDirectory: Directory, _ moment: String) throws(KeychainError) -> UInt64 {
         guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
-            throw StoreError(.storageFailed, "\(rootDirectory.path)/\(StoreMetadata.fileName) disappeared \(moment)")
+            throw KeychainError(.storageFailed, "\(rootDirectory.path)/\(StoreMetadata.fileName) disappeared \(moment)")
         }
         return inode
     }
@@ -293,14 +298,14 @@ extension ItemStore {
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
     /// when an older version sealed it with dictionary-attack protection).
     static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile)
-        throws(StoreError) -> Unlocked {
+        throws(KeychainError) -> Unlocked {
         let root = rootDirectory.path
         let metadataPath = root + "/" + StoreMetadata.fileName
         guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
-            throw StoreError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
+            throw KeychainError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
         }
         guard file.size <= StoreMetadata.maximumFileSize else {
-            throw StoreError(.tampered, "\(metadataPath) is too large to be store metadata")
+            throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
         let sealed = parsed.metadata.sealedMasterKey
@@ -336,16 +341,16 @@ extension ItemStore {
         var counterIndex: UInt32?
         /// The counter's value, or why it could not be read: reported after the layout is checked,
         /// since a store.meta put back from before a rotation names a counter the rotation deleted.
-        var counter: Result<UInt64, StoreError>?
+        var counter: Result<UInt64, KeychainError>?
         /// What store.meta records the store was made for; nil before version 6.
         var facts: StoreMetadata.Facts?
 
         var counterValue: UInt64? {
-            get throws(StoreError) { try counter?.get() }
+            get throws(KeychainError) { try counter?.get() }
         }
     }
 
-    static func counterResult(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) -> Result<UInt64, StoreError> {
+    static func counterResult(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) -> Result<UInt64, KeychainError> {
         do {
             return .success(try readCounter(index, keys: keys, tpm: tpm, store: store))
         } catch {
@@ -356,7 +361,7 @@ extension ItemStore {
     /// A new rollback counter, or nil when this TPM cannot hold one (no room, no usable owner
     /// hierarchy): the store then works without rollback detection, as ``ItemStore/isRollbackProtected`` reports.
     private static func defineCounterIfPossible(keys: StoreKeys, tpm: TPMConfiguration, root: String,
-                                                cache: StorageKeyContextFile) throws(StoreError) -> (index: UInt32, value: UInt64)? {
+                                                cache: StorageKeyContextFile) throws(KeychainError) -> (index: UInt32, value: UInt64)? {
         do {
             return try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
         } catch where error.code == .notAvailable {
@@ -365,52 +370,52 @@ extension ItemStore {
     }
 
     /// - Throws: as ``presence(at:)``.
-    private static func presence(in directory: Directory) throws(StoreError) -> Presence {
+    private static func presence(in directory: Directory) throws(KeychainError) -> Presence {
         if try directory.openFile(StoreMetadata.fileName) != nil { return .present }
         let entries = try directory.entries()
         if entries.contains(where: { $0 == itemsDirectory || $0 == itemsV2Directory || $0.hasPrefix(itemsV2Directory + "-") }) {
-            throw StoreError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
+            throw KeychainError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
         }
         let foreign = entries.filter { !entriesBeforeCreation.contains($0) }.sorted()
         guard foreign.isEmpty else {
             let shown = foreign.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ") + (foreign.count > 3 ? ", ..." : "")
-            throw StoreError(.invalidParameter, "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory")
+            throw KeychainError(.invalidParameter, "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory")
         }
         return .absent
     }
 
-    private static func storeNotFound(_ root: String) -> StoreError {
-        StoreError(.storeNotFound, "No keychain store at \(root)")
+    private static func storeNotFound(_ root: String) -> KeychainError {
+        KeychainError(.storeNotFound, "No keychain store at \(root)")
     }
 
-    private static func validate(_ root: String) throws(StoreError) {
+    private static func validate(_ root: String) throws(KeychainError) {
         guard root.hasPrefix("/") else {
-            throw StoreError(.invalidParameter, "The store path must be absolute: \(root)")
+            throw KeychainError(.invalidParameter, "The store path must be absolute: \(root)")
         }
     }
 
     static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
-                                             _ body: (TPMConnection) throws -> R) throws(StoreError) -> R {
+                                             _ body: (TPMConnection) throws -> R) throws(KeychainError) -> R {
         do {
             let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
             defer { tpm.close() }
             return try body(tpm)
-        } catch let error as StoreError {
+        } catch let error as KeychainError {
             throw error
         } catch let error as TPMError {
-            throw StoreError(tpmError: error, store: root)
+            throw KeychainError(tpmError: error, store: root)
         } catch {
-            throw StoreError(.tpmUnavailable, "The TPM failed", underlying: error)
+            throw KeychainError(.tpmUnavailable, "The TPM failed", underlying: error)
         }
     }
 
     /// Missing parents are created 0700; existing ones (such as ~/.local/share) are not ours to judge.
-    private static func createParents(of root: String) throws(StoreError) {
+    private static func createParents(of root: String) throws(KeychainError) {
         try Directory.createPath(String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]))
     }
 }
 
-extension StoreError {
+extension KeychainError {
     /// The store's view of a TPM failure while opening it.
     init(tpmError error: TPMError, store: String) {
         switch error.code {

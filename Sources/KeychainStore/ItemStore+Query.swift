@@ -1,54 +1,10 @@
 import Crypto
 import Foundation
 import SystemCalls
+package import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// One query over the store: what the `Keychain` listings and the SecItem layer ask.
-///
-/// Matching is equality on every attribute in ``matching`` (class first), with Apple's rule for
-/// `sync`: a query that does not say matches only items that are not synchronizable. Results come
-/// in creation order (`cdat`, then item ID), as Apple's match-limit-all does.
-package struct ItemQuery: Sendable {
-    package enum Synchronizable: Sendable { case yes, no, any }
-    package enum Limit: Sendable { case one, all }
-
-    package var itemClass: ItemClass
-    /// Attributes that must be present with exactly these values (`sync` excepted: see ``synchronizable``).
-    package var matching: AttributeList
-    package var synchronizable: Synchronizable
-    package var limit: Limit
-    /// Decrypt and return each result's secret.
-    package var returnsData: Bool
-
-    package init(itemClass: ItemClass, matching: AttributeList = AttributeList(), synchronizable: Synchronizable = .no,
-                 limit: Limit = .all, returnsData: Bool = false) {
-        self.itemClass = itemClass
-        self.matching = matching
-        self.synchronizable = synchronizable
-        self.limit = limit
-        self.returnsData = returnsData
-    }
-}
-
-/// One item a query found.
-package struct ItemQueryResult: Sendable, Equatable {
-    /// Stable across updates of the item (its class and item ID), gone with the item: Apple's
-    /// persistent reference. Look it up with ``ItemStore/item(reference:)``.
-    package let reference: [UInt8]
-    package let itemClass: ItemClass
-    package let attributes: AttributeList
-    package let accessibility: AccessibilityClass
-    package let kind: ValueKind
-    /// The secret, when the query asked for data.
-    package let value: [UInt8]?
-    /// The key record the secret needs (all zero: the master key; no person needed).
-    package var keyRecord: [UInt8] = ItemFileV2.masterKeyRecord
-
-    /// Whether the secret needs a key record opened (a person, or an unlocked device).
-    package var isProtected: Bool { keyRecord != ItemFileV2.masterKeyRecord }
-}
 
 extension ItemStore {
     /// The items matching `query`, in creation order.
@@ -57,9 +13,9 @@ extension ItemStore {
     /// password) reads that group's directory only; any other reads every item's header and
     /// attributes. Secrets are decrypted only for the results, and only when asked.
     ///
-    /// - Throws: ``StoreError`` `.tampered` for any misplaced or damaged file met on the way
+    /// - Throws: ``KeychainError`` `.tampered` for any misplaced or damaged file met on the way
     ///   (never skipped), `.storageFailed`.
-    package func query(_ query: ItemQuery) throws(StoreError) -> [ItemQueryResult] {
+    package func query(_ query: ItemQuery) throws(KeychainError) -> [ItemQueryResult] {
         // A listing of a rotated-away key's directories would look complete: check first.
         _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
@@ -84,9 +40,9 @@ extension ItemStore {
     /// The item a persistent reference names, or nil when it is gone.
     ///
     /// - Throws: as ``query(_:)``.
-    package func item(reference: [UInt8]) throws(StoreError) -> ItemQueryResult? {
+    package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
         guard reference.count == 20, let itemClass = ItemClass(rawValue: BigEndian.integer(reference.prefix(4))) else {
-            throw StoreError(.invalidParameter, "Not a persistent reference of this store")
+            throw KeychainError(.invalidParameter, "Not a persistent reference of this store")
         }
         let itemID = Array(reference.suffix(16))
         _ = try refreshIfRotated(try current())
@@ -110,7 +66,7 @@ extension ItemStore {
         let file: String
         let itemClass: ItemClass
         let itemID: [UInt8]
-        let accessibility: AccessibilityClass
+        let accessibility: Accessibility
         let kind: ValueKind
         let attributes: AttributeList
         var keyRecord = ItemFileV2.masterKeyRecord
@@ -130,7 +86,7 @@ extension ItemStore {
     }
 
     /// Every item of the groups the query can be in, each checked to be where its name says.
-    private func scan(_ query: ItemQuery, _ state: OpenState) throws(StoreError) -> [ScannedItem] {
+    private func scan(_ query: ItemQuery, _ state: OpenState) throws(KeychainError) -> [ScannedItem] {
         let groupTag = query.itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
         let groups: [String]
         if query.matching[groupTag] != nil, state.layout.version == 2 {
@@ -147,7 +103,7 @@ extension ItemStore {
     /// and to belong to the group its directory's name says: a renamed file or a swapped directory
     /// is reported, never skipped. Each directory read whole is then known to be consistent until
     /// it changes (``confirmAbsence(_:_:)`` relies on that).
-    func scan(groups: [String], _ state: OpenState, groupLocked: Bool = false) throws(StoreError) -> [ScannedItem] {
+    func scan(groups: [String], _ state: OpenState, groupLocked: Bool = false) throws(KeychainError) -> [ScannedItem] {
         var scanned: [ScannedItem] = []
         var groupCheck = GroupCheck()
         var seen: Set<String> = []
@@ -191,7 +147,7 @@ extension ItemStore {
     }
 
     private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
-                             _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool) throws(StoreError) -> ScannedItem? {
+                             _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool) throws(KeychainError) -> ScannedItem? {
         if state.layout.version == 1 {
             let (header, attributes) = try formatOneHeaderAndAttributes(file, state)
             let names = names(ItemIdentity(checked: attributes), state)
@@ -201,7 +157,7 @@ extension ItemStore {
                                accessibility: header.accessibility, kind: header.kind, attributes: list)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
@@ -219,20 +175,20 @@ extension ItemStore {
                            accessibility: header.accessibility, kind: header.kind, attributes: attributes, keyRecord: header.keyRecord)
     }
 
-    /// - Throws: ``StoreError`` `.tampered` when a file is not where its decrypted primary key puts it.
-    private static func checkPlacement(fileMatches: Bool, groupMatches: Bool, _ path: String, _ directory: String) throws(StoreError) {
-        guard fileMatches else { throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed") }
+    /// - Throws: ``KeychainError`` `.tampered` when a file is not where its decrypted primary key puts it.
+    private static func checkPlacement(fileMatches: Bool, groupMatches: Bool, _ path: String, _ directory: String) throws(KeychainError) {
+        guard fileMatches else { throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed") }
         guard groupMatches else {
-            throw StoreError(.tampered, "\(directory) holds an item of another service: directories or files were swapped or moved")
+            throw KeychainError(.tampered, "\(directory) holds an item of another service: directories or files were swapped or moved")
         }
     }
 
     /// The secret of an item a query found, opened with `recordKey` when the item is protected;
     /// nil when it was deleted meanwhile.
     ///
-    /// - Throws: ``StoreError`` `.interactionNotAllowed` (protected, and `recordKey` is not its
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` (protected, and `recordKey` is not its
     ///   record's), `.tampered`.
-    package func secret(of result: ItemQueryResult, recordKey: RecordKey?) throws(StoreError) -> [UInt8]? {
+    package func secret(of result: ItemQueryResult, recordKey: RecordKey?) throws(KeychainError) -> [UInt8]? {
         let state = try currentFollowingUpgrades()
         guard state.layout.version == 2 else { return try item(reference: result.reference)?.value }
         let group = ItemFileV2.groupName(of: result.itemClass, result.attributes, keys: state.keys)
@@ -248,15 +204,15 @@ extension ItemStore {
     /// empty, sync as false), read by its file name: one file, no directory scan. Attributes
     /// only; nil when there is none.
     ///
-    /// - Throws: ``StoreError`` `.tampered` (also for a misplaced file found by the miss check).
+    /// - Throws: ``KeychainError`` `.tampered` (also for a misplaced file found by the miss check).
     ///
     /// - Parameter withSecret: also decrypt the secret, from the same read, when the item is not
     ///   protected (a protected one's ``ItemQueryResult/value`` stays nil).
-    package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool = false) throws(StoreError) -> ItemQueryResult? {
-        try readFollowingRotation { (state) throws(StoreError) in try item(itemClass, primary: primary, withSecret: withSecret, state) }
+    package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool = false) throws(KeychainError) -> ItemQueryResult? {
+        try readFollowingRotation { (state) throws(KeychainError) in try item(itemClass, primary: primary, withSecret: withSecret, state) }
     }
 
-    private func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool, _ state: OpenState) throws(StoreError) -> ItemQueryResult? {
+    private func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool, _ state: OpenState) throws(KeychainError) -> ItemQueryResult? {
         guard state.layout.version == 2 else {
             return try query(ItemQuery(itemClass: itemClass, matching: primary, synchronizable: .any, limit: .one)).first
         }
@@ -273,7 +229,7 @@ extension ItemStore {
         let names = ItemNames(version: 2, service: group, file: fileName, encodedIdentity: encoded)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let whole = withSecret ? try file.read(count: file.size, at: 0) : try file.read(count: ItemFileV2.headerSize, at: 0)
         let header = try ItemFileV2.decodeHeader(whole[...], fileSize: file.size, storeID: storeID, path: file.path)
@@ -282,7 +238,7 @@ extension ItemStore {
             : try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
         let attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
         guard header.itemClass == itemClass, itemClass.encodedPrimaryKey(of: attributes) == names.encodedIdentity else {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
             return nil
@@ -296,17 +252,17 @@ extension ItemStore {
 
     /// The protection a key record serves (what opening it needs).
     ///
-    /// - Throws: ``StoreError`` `.tampered` for a missing or damaged record.
-    package func protection(ofRecord recordID: [UInt8]) throws(StoreError) -> ItemProtection {
+    /// - Throws: ``KeychainError`` `.tampered` for a missing or damaged record.
+    package func protection(ofRecord recordID: [UInt8]) throws(KeychainError) -> ItemProtection {
         let record = try keyRecord(recordID, try current())
         return ItemProtection(recordID: recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
     }
 
     /// The secret of a scanned item, authenticated with its primary key (the file may have been
     /// replaced since the scan: then the new version's secret, still of the same item).
-    private func secret(of entry: ScannedItem, _ state: OpenState) throws(StoreError) -> [UInt8] {
+    private func secret(of entry: ScannedItem, _ state: OpenState) throws(KeychainError) -> [UInt8] {
         guard let file = try entry.directory.openFile(entry.file) else {
-            throw StoreError(.itemNotFound, "The item was deleted while it was read")
+            throw KeychainError(.itemNotFound, "The item was deleted while it was read")
         }
         let bytes = try readWhole(file, version: state.layout.version)
         if state.layout.version == 1 {

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 import TPM
+package import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -12,12 +13,12 @@ import Glibc
 extension ItemStore {
     /// The item with its secret, or nil when there is none.
     ///
-    /// - Throws: ``StoreError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
-    package func item(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(StoreError) -> ItemRecord? {
-        try readFollowingRotation { (state) throws(StoreError) in try item(identity, recordKey: recordKey, state) }
+    /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
+    package func item(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(KeychainError) -> ItemRecord? {
+        try readFollowingRotation { (state) throws(KeychainError) in try item(identity, recordKey: recordKey, state) }
     }
 
-    private func item(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(StoreError) -> ItemRecord? {
+    private func item(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(KeychainError) -> ItemRecord? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let bytes = try readWhole(file, version: names.version)
@@ -35,18 +36,18 @@ extension ItemStore {
             return nil
         }
         return ItemRecord(itemID: contents.itemID, generation: contents.generation,
-                          attributes: try StoredAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
+                          attributes: try ItemAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
                           value: ItemValue(kind: contents.kind, bytes: contents.value))
     }
 
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
     ///
-    /// - Throws: ``StoreError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
-    package func value(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(StoreError) -> ItemValue? {
-        try readFollowingRotation { (state) throws(StoreError) in try value(identity, recordKey: recordKey, state) }
+    /// - Throws: ``KeychainError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
+    package func value(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(KeychainError) -> ItemValue? {
+        try readFollowingRotation { (state) throws(KeychainError) in try value(identity, recordKey: recordKey, state) }
     }
 
-    private func value(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(StoreError) -> ItemValue? {
+    private func value(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(KeychainError) -> ItemValue? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let bytes = try readWhole(file, version: names.version)
@@ -57,7 +58,7 @@ extension ItemStore {
         }
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
         guard header.itemClass == .genericPassword else {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
                                                   primaryKey: names.encodedIdentity, path: file.path)
@@ -69,11 +70,11 @@ extension ItemStore {
     }
 
     /// The item's attributes, read and authenticated without decrypting the secret.
-    package func attributes(_ identity: ItemIdentity) throws(StoreError) -> StoredAttributes? {
-        try readFollowingRotation { (state) throws(StoreError) in try attributes(identity, state) }
+    package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
+        try readFollowingRotation { (state) throws(KeychainError) in try attributes(identity, state) }
     }
 
-    private func attributes(_ identity: ItemIdentity, _ state: OpenState) throws(StoreError) -> StoredAttributes? {
+    private func attributes(_ identity: ItemIdentity, _ state: OpenState) throws(KeychainError) -> ItemAttributes? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let (attributes, primaryKey, generation) = try readAttributes(file, state)
@@ -81,17 +82,17 @@ extension ItemStore {
             return nil
         }
         if let primaryKey, primaryKey != names.encodedIdentity {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         if primaryKey == nil, ItemIdentity(checked: attributes) != identity {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         return attributes
     }
 
     /// The attributes of every generic password of a service (and access group, empty for
     /// none), in creation order.
-    package func list(service: String, accessGroup: String) throws(StoreError) -> [StoredAttributes] {
+    package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
         var matching = AttributeList()
         matching.setString(service, for: AttributeTag.service)
         if !accessGroup.isEmpty { matching.setString(accessGroup, for: AttributeTag.accessGroup) }
@@ -100,14 +101,14 @@ extension ItemStore {
     }
 
     /// The attributes of every generic password in the store, in creation order.
-    package func listAll() throws(StoreError) -> [StoredAttributes] {
+    package func listAll() throws(KeychainError) -> [ItemAttributes] {
         try genericPasswords(ItemQuery(itemClass: .genericPassword, synchronizable: .any))
     }
 
-    private func genericPasswords(_ query: ItemQuery) throws(StoreError) -> [StoredAttributes] {
-        var result: [StoredAttributes] = []
+    private func genericPasswords(_ query: ItemQuery) throws(KeychainError) -> [ItemAttributes] {
+        var result: [ItemAttributes] = []
         for found in try self.query(query) {
-            result.append(try StoredAttributes(found.attributes, accessibility: found.accessibility, path: root))
+            result.append(try ItemAttributes(found.attributes, accessibility: found.accessibility, path: root))
         }
         return result
     }
@@ -118,11 +119,11 @@ extension ItemStore {
     /// it changed, so repeated misses cost one fstat.
     ///
     /// - Returns: nil, when the item is genuinely absent.
-    /// - Throws: ``StoreError`` `.tampered` when the directory holds misplaced items.
+    /// - Throws: ``KeychainError`` `.tampered` when the directory holds misplaced items.
     ///
     /// In a rollback-protected store, an item the manifest lists is not absent: its file was
-    /// deleted behind the keychain's back (``StoreError/Code/rolledBack``).
-    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState, groupLocked: Bool = false) throws(StoreError) -> T? {
+    /// deleted behind the keychain's back (``KeychainError/Code/rolledBack``).
+    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState, groupLocked: Bool = false) throws(KeychainError) -> T? {
         if let directory = try serviceDirectory(names.service, create: false, state),
            try caches.withLock({ $0.consistent[names.service] }) != directory.stamp() {
             _ = try scan(groups: [names.service], state, groupLocked: groupLocked)
@@ -134,13 +135,13 @@ extension ItemStore {
     /// The decrypted contents of a format-2 file that must be the item `expectedPrimaryKey` names;
     /// without `withSecret` the value is left empty (the secret section is not decrypted).
     func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
-                      recordKey: RecordKey? = nil, _ state: OpenState) throws(StoreError) -> ItemFileV2.Contents {
+                      recordKey: RecordKey? = nil, _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
         let key = v2ItemKey(header, state.keys)
         let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: path)
         let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
         guard primaryKey == expectedPrimaryKey else {
-            throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
         let value = withSecret ? try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
                                                               primaryKey: primaryKey, path: path) : []
@@ -149,40 +150,40 @@ extension ItemStore {
                                    attributes: attributes, value: value)
     }
 
-    func readWhole(_ file: OpenFile, version: UInt16) throws(StoreError) -> [UInt8] {
+    func readWhole(_ file: OpenFile, version: UInt16) throws(KeychainError) -> [UInt8] {
         let (minimum, maximum) = version == 1 ? (ItemFile.headerSize, ItemFile.maximumFileSize)
                                               : (ItemFileV2.headerSize, ItemFileV2.maximumFileSize)
         guard file.size >= minimum, file.size <= maximum else {
-            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         return try file.read(count: file.size, at: 0)
     }
 
     /// The header and attributes of an item, authenticated, without touching the secret section;
     /// for format 2 also the primary key its attributes give (a generic password's, or an error).
-    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError) -> (StoredAttributes, [UInt8]?, UInt64?) {
+    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(KeychainError) -> (ItemAttributes, [UInt8]?, UInt64?) {
         if state.layout.version == 1 {
             return (try formatOneHeaderAndAttributes(file, state).attributes, nil, nil)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                  storeID: storeID, path: file.path)
         guard header.itemClass == .genericPassword else {
-            throw StoreError(.tampered, "\(file.path) holds an item of another class where a generic password belongs")
+            throw KeychainError(.tampered, "\(file.path) holds an item of another class where a generic password belongs")
         }
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
         let list = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
-        return (try StoredAttributes(list, accessibility: header.accessibility, path: file.path),
+        return (try ItemAttributes(list, accessibility: header.accessibility, path: file.path),
                 header.itemClass.encodedPrimaryKey(of: list), header.generation)
     }
 
     /// A format-1 file's header and authenticated attributes, without its secret.
-    func formatOneHeaderAndAttributes(_ file: OpenFile, _ state: OpenState) throws(StoreError)
-        -> (header: ItemFile.Header, attributes: StoredAttributes) {
+    func formatOneHeaderAndAttributes(_ file: OpenFile, _ state: OpenState) throws(KeychainError)
+        -> (header: ItemFile.Header, attributes: ItemAttributes) {
         guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
-            throw StoreError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
                                                storeID: storeID, path: file.path)
@@ -206,16 +207,16 @@ extension ItemStore {
 extension ItemIdentity {
     /// The identity of attributes already decrypted and authenticated (their names were
     /// validated when written; a file that fails this was not written by TPMKeychain).
-    init(checked attributes: StoredAttributes) {
+    init(checked attributes: ItemAttributes) {
         self.init(unchecked: attributes.accessGroupName, attributes.service, attributes.account)
     }
 }
 
-extension StoredAttributes {
+extension ItemAttributes {
     /// A generic password's attributes from its format-2 tagged list.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when the service or account is missing or not UTF-8.
-    init(_ list: AttributeList, accessibility: AccessibilityClass, path: String) throws(StoreError) {
+    /// - Throws: ``KeychainError`` `.tampered` when the service or account is missing or not UTF-8.
+    init(_ list: AttributeList, accessibility: Accessibility, path: String) throws(KeychainError) {
         // SecItem code may store no service, or an account that is not text (Data): absent counts
         // as empty, as Apple's primary keys do; such an account is shown as its hex digits.
         let service = list.string(AttributeTag.service) ?? list[AttributeTag.service].map { $0.hexString } ?? ""

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 package import TPM
+package import KeychainVocabulary
 
 // The recovery key: an opt-in second way to the master key, for when the TPM that sealed it is
 // gone (cleared, replaced, a VM moved). `recovery.key` holds the master key encrypted to the
@@ -22,20 +23,20 @@ extension ItemStore {
     /// Adds (or replaces) the store's recovery key: the master key, unsealed once more by the
     /// TPM, is encrypted under a new random key, which is returned to be shown once.
     ///
-    /// - Throws: ``StoreError`` as opening does (the TPM unseals the master key), `.storageFailed`.
-    package func addRecoveryKey() throws(StoreError) -> SecretBytes {
+    /// - Throws: ``KeychainError`` as opening does (the TPM unseals the master key), `.storageFailed`.
+    package func addRecoveryKey() throws(KeychainError) -> SecretBytes {
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "adding a recovery key")
         defer { withExtendedLifetime(lock) {} }
         _ = try refreshIfRotated(try current())
         let state = try current()
-        let masterKey = try withLentTPM { (tpm) throws(StoreError) in
+        let masterKey = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.unsealMasterKey(rootDirectory, tpm: tpm, storeID: storeID, keys: state.keys)
         }
         let recoveryKey: SecretBytes
         do {
             recoveryKey = try SecretBytes.random(count: 32)
         } catch {
-            throw StoreError(.storageFailed, "No randomness for a recovery key", underlying: error)
+            throw KeychainError(.storageFailed, "No randomness for a recovery key", underlying: error)
         }
         let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: try RecoveryFile.publicKey(of: recoveryKey), storeID: storeID,
                                            keyGeneration: Self.keyGeneration(state.keys), metadataKey: state.keys.metadata)
@@ -56,15 +57,15 @@ extension ItemStore {
     /// The recovery public key is taken only from a file this store authenticated under the old
     /// master key (`oldKeys`): a planted one stops the rotation before anything is encrypted to it.
     static func prepareRecoveryKeyRotation(in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys, oldKeys: StoreKeys,
-                                           storeID: [UInt8]) throws(StoreError) {
+                                           storeID: [UInt8]) throws(KeychainError) {
         guard let file = try rootDirectory.openFile(RecoveryFile.fileName) else { return }
         guard file.size == RecoveryFile.size || file.size == RecoveryFile.unauthenticatedSize else {
             // Rotating past it would leave a recovery key that silently opens nothing: stop first.
-            throw StoreError(.tampered, "\(file.path) is damaged: add a new recovery key (add-recovery-key) before rotating the master key")
+            throw KeychainError(.tampered, "\(file.path) is damaged: add a new recovery key (add-recovery-key) before rotating the master key")
         }
         let header = try RecoveryFile.authenticatedHeader(try file.read(count: file.size, at: 0), metadataKey: oldKeys.metadata, path: file.path)
         guard header.storeID == storeID, header.keyGeneration == keyGeneration(oldKeys) else {
-            throw StoreError(.tampered, "\(file.path) belongs to another store or master key: add a new recovery key before rotating the master key")
+            throw KeychainError(.tampered, "\(file.path) belongs to another store or master key: add a new recovery key before rotating the master key")
         }
         let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: header.recoveryPublicKey, storeID: storeID,
                                            keyGeneration: keyGeneration(keys), metadataKey: keys.metadata)
@@ -75,7 +76,7 @@ extension ItemStore {
     /// made for it replaces the old file; one made for another key (a rotation that never
     /// committed) is removed. Called with the store lock held exclusively, after a rotation's
     /// commit and when a store is opened.
-    static func finishRecoveryKeyRotation(in rootDirectory: Directory, keys: StoreKeys) throws(StoreError) {
+    static func finishRecoveryKeyRotation(in rootDirectory: Directory, keys: StoreKeys) throws(KeychainError) {
         guard let file = try rootDirectory.openFile(RecoveryFile.nextFileName) else { return }
         let current = file.size == RecoveryFile.size
             ? (try? RecoveryFile.authenticatedHeader(try file.read(count: file.size, at: 0), metadataKey: keys.metadata, path: file.path)
@@ -95,18 +96,18 @@ extension ItemStore {
     /// The recovery key as a person writes it down (8 groups of 8 letters), and back.
     package static func recoveryKeyText(_ key: SecretBytes) -> String { RecoveryFile.text(of: key) }
 
-    package static func recoveryKey(fromText text: String) throws(StoreError) -> SecretBytes {
+    package static func recoveryKey(fromText text: String) throws(KeychainError) -> SecretBytes {
         try RecoveryFile.key(fromText: text)
     }
 
-    package static func recoveryKey(fromTyped typed: SecretBytes) throws(StoreError) -> SecretBytes {
+    package static func recoveryKey(fromTyped typed: SecretBytes) throws(KeychainError) -> SecretBytes {
         var bytes = typed.withUnsafeBytes { Array($0) }
         defer { for index in bytes.indices { bytes[index] = 0 } }
         return try RecoveryFile.key(fromTyped: bytes)
     }
 
     /// Whether the store at `root` has a recovery key, found without the TPM.
-    package static func hasRecoveryKey(at root: String) throws(StoreError) -> Bool {
+    package static func hasRecoveryKey(at root: String) throws(KeychainError) -> Bool {
         guard let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) else { return false }
         return try directory.openFile(RecoveryFile.fileName) != nil
     }
@@ -115,29 +116,29 @@ extension ItemStore {
     /// store.meta's sealed object; then deletes the items that were bound to the old TPM. Holds
     /// the store lock exclusively. The recovery key stays valid.
     ///
-    /// - Throws: ``StoreError`` `.authenticationFailed` (another recovery key), `.notAvailable`
+    /// - Throws: ``KeychainError`` `.authenticationFailed` (another recovery key), `.notAvailable`
     ///   (the store has no recovery key), `.storeNotFound`, `.tampered` (store.meta does not
     ///   belong with the recovery file), `.wrongTPM` (a store made on a TPM device, recovered onto a
     ///   simulator), `.unsafeFileSystem` (its directory not shared as it was created),
     ///   `.tpmUnavailable`, `.storageFailed`.
     /// - Parameter tpmKind: what `tpm` is (``open(at:tpm:durable:create:newStoreVersion:lendTPM:sharedGroup:tpmKind:)``).
     package static func recover(at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration,
-                                tpmKind: TPMKind? = nil) throws(StoreError) -> Recovery {
+                                tpmKind: TPMKind? = nil) throws(KeychainError) -> Recovery {
         let kind = tpmKind ?? TPMKind(tpm)
         let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "recovering it")
         defer { withExtendedLifetime(lock) {} }
         guard try rootDirectory.openFile(RecoveryFile.fileName) != nil else {
-            throw StoreError(.notAvailable, "The keychain at \(root) has no recovery key (one is added before the TPM changes); its items cannot be recovered")
+            throw KeychainError(.notAvailable, "The keychain at \(root) has no recovery key (one is added before the TPM changes); its items cannot be recovered")
         }
         // recovery.key, or a rotation's recovery.key.next when that rotation committed but was
         // killed before renaming it: the one whose key authenticates store.meta.
         var opened: (masterKey: SecretBytes, keys: StoreKeys)?
-        var firstError: StoreError?
+        var firstError: KeychainError?
         for name in [RecoveryFile.fileName, RecoveryFile.nextFileName] {
             guard let file = try rootDirectory.openFile(name) else { continue }
-            do throws(StoreError) {
+            do throws(KeychainError) {
                 guard file.size == RecoveryFile.size || file.size == RecoveryFile.unauthenticatedSize else {
-                    throw StoreError(.tampered, "\(file.path) is damaged")
+                    throw KeychainError(.tampered, "\(file.path) is damaged")
                 }
                 let bytes = try file.read(count: file.size, at: 0)
                 let masterKey = try RecoveryFile.open(bytes, recoveryKey: recoveryKey, storeID: parsed.metadata.storeID, path: file.path)
@@ -152,7 +153,7 @@ extension ItemStore {
             }
         }
         guard let (masterKey, keys) = opened else {
-            throw firstError ?? StoreError(.tampered, "\(root)/\(RecoveryFile.fileName) is damaged")
+            throw firstError ?? KeychainError(.tampered, "\(root)/\(RecoveryFile.fileName) is damaged")
         }
         // Recovery seals the master key to whatever TPM it is given: never a simulator's, for a
         // store that was made on a TPM device.
@@ -192,14 +193,14 @@ extension ItemStore {
     /// put back before this are then accepted too: that is the risk the caller accepts.
     ///
     /// - Returns: how many items the new manifest lists.
-    /// - Throws: ``StoreError`` `.invalidParameter` when the store is not protected or its counter is
+    /// - Throws: ``KeychainError`` `.invalidParameter` when the store is not protected or its counter is
     ///   there (nothing to accept), `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter),
     ///   `.storeNotFound`, `.tpmUnavailable`, `.storageFailed`.
-    package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration, tpmKind: TPMKind? = nil) throws(StoreError) -> Int {
+    package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration, tpmKind: TPMKind? = nil) throws(KeychainError) -> Int {
         let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "accepting its files as they are")
         defer { withExtendedLifetime(lock) {} }
         guard let oldCounter = parsed.metadata.rollbackCounter else {
-            throw StoreError(.invalidParameter, "The keychain at \(root) has no rollback counter: there is nothing to accept")
+            throw KeychainError(.invalidParameter, "The keychain at \(root) has no rollback counter: there is nothing to accept")
         }
         let cache = StorageKeyContextFile(directory: rootDirectory)
         let storeID = parsed.metadata.storeID
@@ -210,7 +211,7 @@ extension ItemStore {
         let counter = try withTPM(tpm, root: root, cache: cache) { (connection) -> (index: UInt32, value: UInt64) in
             guard case .failure(let error) = counterResult(oldCounter, keys: keys, tpm: connection, store: root),
                   error.code == .rollbackCounterMissing else {
-                throw StoreError(.invalidParameter, "The rollback counter of the keychain at \(root) is there: its files are checked against it, and there is nothing to accept")
+                throw KeychainError(.invalidParameter, "The rollback counter of the keychain at \(root) is there: its files are checked against it, and there is nothing to accept")
             }
             return try defineCounter(keys: keys, tpm: connection, store: root)
         }
@@ -226,16 +227,16 @@ extension ItemStore {
     /// A store that cannot be opened the usual way, for a repair: its root, held exclusively
     /// (`purpose` names why for whoever waits), and store.meta parsed without the TPM.
     ///
-    /// - Throws: ``StoreError`` `.storeNotFound`, `.tampered`, `.timedOut`, `.unsafeFileSystem`.
+    /// - Throws: ``KeychainError`` `.storeNotFound`, `.tampered`, `.timedOut`, `.unsafeFileSystem`.
     private static func lockedForRepair(_ root: String, tpm: TPMConfiguration,
-                                        purpose: String) throws(StoreError) -> (Directory, LockFile, StoreMetadata.Parsed) {
+                                        purpose: String) throws(KeychainError) -> (Directory, LockFile, StoreMetadata.Parsed) {
         guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
               let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
-            throw StoreError(.storeNotFound, "No keychain store at \(root)")
+            throw KeychainError(.storeNotFound, "No keychain store at \(root)")
         }
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: purpose)
         let metadataPath = root + "/" + StoreMetadata.fileName
-        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw StoreError(.tampered, "\(metadataPath) is damaged") }
+        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw KeychainError(.tampered, "\(metadataPath) is damaged") }
         let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
         return (rootDirectory, lock, parsed)
     }
@@ -245,7 +246,7 @@ extension ItemStore {
     /// sealed to the old TPM's NV state and passcode key), and this-device-only items must not
     /// follow a store to another TPM. The caller holds the store lock exclusively.
     private static func removeItemsBoundToTheOldTPM(_ layout: Layout, in rootDirectory: Directory, keys: StoreKeys,
-                                                    storeID: [UInt8]) throws(StoreError) -> Recovery {
+                                                    storeID: [UInt8]) throws(KeychainError) -> Recovery {
         var kept = 0, removed = 0
         var doomed: [(Directory, String)] = []
         for group in try layout.items.entries() where !group.hasPrefix(".") {
@@ -254,13 +255,13 @@ extension ItemStore {
                 guard let file = try directory.openFile(name) else { continue }
                 let boundToTheTPM: Bool
                 if layout.version == 1 {
-                    guard file.size >= ItemFile.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
+                    guard file.size >= ItemFile.headerSize else { throw KeychainError(.tampered, "\(file.path) is truncated") }
                     let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
                                                            storeID: storeID, path: file.path)
                     boundToTheTPM = header.accessibility.isThisDeviceOnly
                 } else {
                     guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.headerSize + ItemFileV2.maximumAttributesSize
-                            + ItemValue.maximumSize + 2 * ItemFileV2.tagSize else { throw StoreError(.tampered, "\(file.path) has an impossible size") }
+                            + ItemValue.maximumSize + 2 * ItemFileV2.tagSize else { throw KeychainError(.tampered, "\(file.path) has an impossible size") }
                     let bytes = try file.read(count: file.size, at: 0)
                     let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: file.size, storeID: storeID, path: file.path)
                     // The header is authenticated (it is the attributes section's AAD) before it decides
@@ -291,7 +292,7 @@ extension ItemStore {
 
     /// The master key, unsealed from store.meta and checked against the store's current keys.
     private static func unsealMasterKey(_ rootDirectory: Directory, tpm: TPMConfiguration, storeID: [UInt8],
-                                        keys: StoreKeys) throws(StoreError) -> SecretBytes {
+                                        keys: StoreKeys) throws(KeychainError) -> SecretBytes {
         let metadata = try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID)
         return try withTPM(tpm, root: rootDirectory.path, cache: StorageKeyContextFile(directory: rootDirectory)) {
             try $0.unseal(metadata.sealedMasterKey)

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 import TPM
+package import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -53,10 +54,10 @@ extension ItemStore {
     package var manifestEpoch: UInt64? { rollback.withLock { $0?.manifest.epoch } }
 
     /// The rollback counter's value in the TPM, or nil for a store without one.
-    package func rollbackCounterValue() throws(StoreError) -> UInt64? {
+    package func rollbackCounterValue() throws(KeychainError) -> UInt64? {
         guard let index = rollbackCounterIndex else { return nil }
         let keys = try current().keys
-        return try withLentTPM { (configuration) throws(StoreError) in
+        return try withLentTPM { (configuration) throws(KeychainError) in
             try Self.withTPM(configuration, root: root, cache: nil) { try Self.readCounter(index, keys: keys, tpm: $0, store: root) }
         }
     }
@@ -64,56 +65,56 @@ extension ItemStore {
     // MARK: Opening
 
     /// The whole manifest, refused unread when it is larger than any writer makes.
-    static func readManifest(_ file: OpenFile, path: String) throws(StoreError) -> [UInt8] {
+    static func readManifest(_ file: OpenFile, path: String) throws(KeychainError) -> [UInt8] {
         guard file.size <= Manifest.maximumSize else { throw oversizedManifest(path, size: file.size) }
         return try file.read(count: file.size, at: 0)
     }
 
-    static func oversizedManifest(_ path: String, size: Int) -> StoreError {
-        StoreError(.tampered, "\(path) is \(size) bytes, more than a manifest ever grows to (\(Manifest.maximumSize)): it was not written by TPMKeychain")
+    static func oversizedManifest(_ path: String, size: Int) -> KeychainError {
+        KeychainError(.tampered, "\(path) is \(size) bytes, more than a manifest ever grows to (\(Manifest.maximumSize)): it was not written by TPMKeychain")
     }
 
     /// Reads the manifest and checks it against the TPM counter's value `counter`.
     ///
-    /// - Throws: ``StoreError`` `.rolledBack` when the manifest is older than the counter (the
+    /// - Throws: ``KeychainError`` `.rolledBack` when the manifest is older than the counter (the
     ///   store, or its manifest, was put back from a copy), `.tampered` when it is missing,
     ///   damaged or ahead of the counter.
     static func loadManifest(_ rootDirectory: Directory, name: String, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
-                             counter: UInt64) throws(StoreError) -> RollbackState {
+                             counter: UInt64) throws(KeychainError) -> RollbackState {
         let path = rootDirectory.path + "/" + name
         guard let file = try rootDirectory.openFile(name) else {
-            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or recover it with its recovery key to accept the files as they are")
+            throw KeychainError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or recover it with its recovery key to accept the files as they are")
         }
         let state = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
                                        counterIndex: counterIndex, path: path)
         // The epoch record is written (durably) before the counter moves: one ahead is a writer
         // that died between the two, which the next epoch completes.
         if state.epoch < counter {
-            throw StoreError(.rolledBack, "The keychain store at \(rootDirectory.path) is older than its TPM counter says (its manifest is from epoch \(state.epoch), the counter is at \(counter)): it was put back from an older copy. Its items may have been changed or deleted since; restore the newest backup, or recover the store with its recovery key to accept these files as they are")
+            throw KeychainError(.rolledBack, "The keychain store at \(rootDirectory.path) is older than its TPM counter says (its manifest is from epoch \(state.epoch), the counter is at \(counter)): it was put back from an older copy. Its items may have been changed or deleted since; restore the newest backup, or recover the store with its recovery key to accept these files as they are")
         }
         if state.epoch > counter + 1 {
-            throw StoreError(.tampered, "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Recovering the store with its recovery key accepts its files as they are")
+            throw KeychainError(.tampered, "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Recovering the store with its recovery key accepts its files as they are")
         }
         return RollbackState(manifest: state, inode: file.inode, fileName: name)
     }
 
     /// The counter's value, read with its authorization (the TPM authenticates the answer).
     ///
-    /// - Throws: ``StoreError`` `.rollbackCounterMissing` when the index is gone.
-    static func readCounter(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) throws(StoreError) -> UInt64 {
+    /// - Throws: ``KeychainError`` `.rollbackCounterMissing` when the index is gone.
+    static func readCounter(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) throws(KeychainError) -> UInt64 {
         do {
             return try tpm.readNVCounter(index, authValue: counterAuthorization(keys))
         } catch let error as TPMError where error.code == .handleNotFound || error.code == .nvIndexUninitialized {
             throw counterMissing(index, store: store, underlying: error)
         } catch let error as TPMError {
-            throw StoreError(tpmError: error, store: store)
+            throw KeychainError(tpmError: error, store: store)
         } catch {
-            throw StoreError(.tpmUnavailable, "The TPM failed while reading the keychain's rollback counter", underlying: error)
+            throw KeychainError(.tpmUnavailable, "The TPM failed while reading the keychain's rollback counter", underlying: error)
         }
     }
 
-    static func counterMissing(_ index: UInt32, store: String, underlying: (any Error)? = nil) -> StoreError {
-        StoreError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, recovering with it accepts the files as they are and creates a new counter; without one, accepting the rollback risk does the same (older copies put back before that are then accepted too)", underlying: underlying)
+    static func counterMissing(_ index: UInt32, store: String, underlying: (any Error)? = nil) -> KeychainError {
+        KeychainError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, recovering with it accepts the files as they are and creates a new counter; without one, accepting the rollback risk does the same (older copies put back before that are then accepted too)", underlying: underlying)
     }
 
     static func counterAuthorization(_ keys: StoreKeys) -> SecretBytes {
@@ -123,9 +124,9 @@ extension ItemStore {
     /// Defines a new counter for the store (NO_DA: its authorization is a 256-bit key) and moves
     /// it once so it can be read. - Returns: its index and value.
     ///
-    /// - Throws: ``StoreError`` `.notAvailable` when the TPM has no room or no usable owner
+    /// - Throws: ``KeychainError`` `.notAvailable` when the TPM has no room or no usable owner
     ///   hierarchy, or a TPM error.
-    static func defineCounter(keys: StoreKeys, tpm: TPMConnection, store: String) throws(StoreError) -> (index: UInt32, value: UInt64) {
+    static func defineCounter(keys: StoreKeys, tpm: TPMConnection, store: String) throws(KeychainError) -> (index: UInt32, value: UInt64) {
         let authorization = counterAuthorization(keys)
         for index in counterCandidates(keys) {
             do {
@@ -133,21 +134,21 @@ extension ItemStore {
             } catch let error as TPMError where error.code == .nvIndexAlreadyDefined {
                 continue
             } catch let error as TPMError where error.code == .outOfResources {
-                throw StoreError(.notAvailable, "The TPM has no room for the keychain's rollback counter", underlying: error)
+                throw KeychainError(.notAvailable, "The TPM has no room for the keychain's rollback counter", underlying: error)
             } catch let error as TPMError {
-                throw StoreError(tpmError: error, store: store)
+                throw KeychainError(tpmError: error, store: store)
             } catch {
-                throw StoreError(.tpmUnavailable, "The TPM failed while defining the keychain's rollback counter", underlying: error)
+                throw KeychainError(.tpmUnavailable, "The TPM failed while defining the keychain's rollback counter", underlying: error)
             }
             do {
                 try tpm.incrementNVCounter(index, authValue: authorization)
                 return (index, try tpm.readNVCounter(index, authValue: authorization))
             } catch {
                 try? tpm.undefineNVIndex(index)
-                throw StoreError(.tpmUnavailable, "The TPM failed while starting the keychain's rollback counter", underlying: error)
+                throw KeychainError(.tpmUnavailable, "The TPM failed while starting the keychain's rollback counter", underlying: error)
             }
         }
-        throw StoreError(.notAvailable, "No free NV index for the keychain's rollback counter in 0x\(String(counterRange.lowerBound, radix: 16))-0x\(String(counterRange.upperBound - 1, radix: 16))")
+        throw KeychainError(.notAvailable, "No free NV index for the keychain's rollback counter in 0x\(String(counterRange.lowerBound, radix: 16))-0x\(String(counterRange.upperBound - 1, radix: 16))")
     }
 
     /// The handles a store's counter may have, in the order they are tried: derived from the
@@ -187,7 +188,7 @@ extension ItemStore {
     /// - Returns: how many items it lists.
     @discardableResult
     static func writeManifest(_ name: String, listing layout: Layout?, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8],
-                              counterIndex: UInt32, epoch: UInt64) throws(StoreError) -> Int {
+                              counterIndex: UInt32, epoch: UInt64) throws(KeychainError) -> Int {
         var entries: [Manifest.ItemKey: Manifest.Entry] = [:]
         var highWater: UInt64 = 0
         if let layout, layout.version == 2 {
@@ -219,10 +220,10 @@ extension ItemStore {
     ///
     /// - Parameter groupLocked: the caller holds the group's lock (a writer): no race to wait out.
     /// - Returns: false when the file is what an interrupted delete left: the item is gone.
-    /// - Throws: ``StoreError`` `.rolledBack` for an older generation than recorded, or a
+    /// - Throws: ``KeychainError`` `.rolledBack` for an older generation than recorded, or a
     ///   deleted item put back.
     func checkGeneration(_ generation: UInt64, file: String, key: Manifest.ItemKey? = nil, group: String, path: String, in items: Directory,
-                         groupLocked: Bool = false) throws(StoreError) -> Bool {
+                         groupLocked: Bool = false) throws(KeychainError) -> Bool {
         guard let file = key ?? Manifest.ItemKey(fileName: file), let verdict = verdict(generation, file: file) else { return true }
         if verdict == .current { return true }
         try refreshManifest()
@@ -243,18 +244,18 @@ extension ItemStore {
         case .current: return true
         case .deleted: return false
         case .older(let expected):
-            throw StoreError(.rolledBack, "\(path) is generation \(generation) of its item, but the store's manifest records generation \(expected): the file was put back from an older copy (alone or with its directory). Nothing was read. Delete the item and store it again, or restore the store from its newest backup")
+            throw KeychainError(.rolledBack, "\(path) is generation \(generation) of its item, but the store's manifest records generation \(expected): the file was put back from an older copy (alone or with its directory). Nothing was read. Delete the item and store it again, or restore the store from its newest backup")
         case .restoredDeleted:
-            throw StoreError(.rolledBack, "\(path) is an item the store deleted (generation \(generation)), put back from an older copy. Nothing was read. Delete it again, or restore the store from its newest backup")
+            throw KeychainError(.rolledBack, "\(path) is an item the store deleted (generation \(generation)), put back from an older copy. Nothing was read. Delete it again, or restore the store from its newest backup")
         }
     }
 
     /// Checks that an item absent from its directory is absent in the manifest too (looked at
     /// again under the group's lock, as ``checkGeneration(_:file:group:path:in:groupLocked:)`` does).
     ///
-    /// - Throws: ``StoreError`` `.rolledBack` when the manifest lists it: its file was deleted
+    /// - Throws: ``KeychainError`` `.rolledBack` when the manifest lists it: its file was deleted
     ///   behind the keychain's back (or its directory put back from a copy without it).
-    func checkAbsence(file name: String, group: String, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
+    func checkAbsence(file name: String, group: String, in items: Directory, groupLocked: Bool = false) throws(KeychainError) {
         guard let file = Manifest.ItemKey(fileName: name), isListed(file) else { return }
         try refreshManifest()
         guard isListed(file) else { return }
@@ -266,11 +267,11 @@ extension ItemStore {
             if try currentGeneration(name, group: group, in: items) != nil { return }
         }
         let generation = rollback.withLock { $0?.manifest.entries[file]?.generation } ?? 0
-        throw StoreError(.rolledBack, "The item file \(items.path)/\(group)/\(name) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup")
+        throw KeychainError(.rolledBack, "The item file \(items.path)/\(group)/\(name) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup")
     }
 
     /// Checks that every item the manifest lists in `groups` was seen by a listing.
-    func checkListed(groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false) throws(StoreError) {
+    func checkListed(groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false) throws(KeychainError) {
         func missing() -> [(String, String)] {
             rollback.withLock { state in
                 (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) }.map { ($0.key.fileName, $0.value.group) }
@@ -290,13 +291,13 @@ extension ItemStore {
         rollback.withLock { $0?.manifest.entries[file]?.live ?? false }
     }
 
-    private func groupLock(_ group: String, in items: Directory) throws(StoreError) -> LockFile? {
+    private func groupLock(_ group: String, in items: Directory) throws(KeychainError) -> LockFile? {
         guard let directory = try Directory.open(group, in: items, create: false) else { return nil }
         return try directory.lock(".lock", timeout: lockTimeout)
     }
 
     /// The generation of the item file there now, or nil when there is none.
-    private func currentGeneration(_ file: String, group: String, in items: Directory) throws(StoreError) -> UInt64? {
+    private func currentGeneration(_ file: String, group: String, in items: Directory) throws(KeychainError) -> UInt64? {
         guard let directory = try Directory.open(group, in: items, create: false), let opened = try directory.openFile(file),
               opened.size >= ItemFileV2.headerSize else { return nil }
         return try ItemFileV2.decodeHeader(try opened.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: opened.size,
@@ -325,7 +326,7 @@ extension ItemStore {
     }
 
     /// Reads what other processes appended (or the whole file, when it was compacted or replaced).
-    func refreshManifest() throws(StoreError) {
+    func refreshManifest() throws(KeychainError) {
         guard let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
             state.map { ($0.fileName, $0.inode, $0.manifest.validSize, $0.manifest.counterIndex, $0.manifest.epoch) }
         }) else { return }
@@ -333,14 +334,14 @@ extension ItemStore {
         guard let file = try rootDirectory.openFile(fileName) else {
             // Another process rotated the master key: its manifest has the new key's name.
             if try refreshIfRotated(try current()) { return }
-            throw StoreError(.rolledBack, "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted")
+            throw KeychainError(.rolledBack, "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted")
         }
         let keys = try current().keys
         if file.inode != inode || file.size < validSize {
             let reloaded = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
                                               counterIndex: counterIndex, path: path)
             guard reloaded.epoch >= epoch else {
-                throw StoreError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))")
+                throw KeychainError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))")
             }
             let newInode = file.inode
             rollback.withLock { state in
@@ -351,7 +352,7 @@ extension ItemStore {
         } else if file.size > validSize {
             guard file.size <= Manifest.maximumSize else { throw Self.oversizedManifest(path, size: file.size) }
             let tail = try file.read(count: file.size - validSize, at: validSize)
-            let error = rollback.withLock { state -> StoreError? in
+            let error = rollback.withLock { state -> KeychainError? in
                 guard state != nil else { return nil }
                 return Manifest.apply(tail[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: path)
             }
@@ -361,13 +362,13 @@ extension ItemStore {
 
     /// Writes `records` at the end of what this handle has read (the caller holds the manifest's
     /// lock and has just refreshed) and applies them.
-    private func appendLocked(_ records: [Manifest.Record], durable: Bool, keys: StoreKeys) throws(StoreError) {
+    private func appendLocked(_ records: [Manifest.Record], durable: Bool, keys: StoreKeys) throws(KeychainError) {
         guard let (fileName, validSize, lastMAC) = rollback.withLock({ state in
             state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC) }
         }) else { return }
         let bytes = Manifest.encode(records, after: lastMAC, key: keys.manifest)
         try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
-        let error = rollback.withLock { state -> StoreError? in
+        let error = rollback.withLock { state -> KeychainError? in
             guard state != nil else { return nil }
             return Manifest.apply(bytes[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: root + "/" + fileName)
         }
@@ -399,12 +400,12 @@ extension ItemStore {
 
     /// Records writes about to happen (`.writing`, before the rename), writes done (`.set`),
     /// deletes about to happen (`.deleting`, durable before the files go) and deletes done (`.deleted`).
-    func recordInManifest(_ kind: Manifest.Kind, _ items: [(path: Manifest.ItemPath, generation: UInt64)]) throws(StoreError) {
+    func recordInManifest(_ kind: Manifest.Kind, _ items: [(path: Manifest.ItemPath, generation: UInt64)]) throws(KeychainError) {
         guard isRollbackProtected, !items.isEmpty else { return }
         var records: [Manifest.Record] = []
         for item in items {
             guard let record = Manifest.Record.item(kind, item.path, generation: item.generation) else {
-                throw StoreError(.invalidParameter, "\(item.path.group)/\(item.path.file) is not an item file name")
+                throw KeychainError(.invalidParameter, "\(item.path.group)/\(item.path.file) is not an item file name")
             }
             records.append(record)
         }
@@ -413,7 +414,7 @@ extension ItemStore {
 
     /// Appends records under the manifest's lock, after reading what others appended; compacts
     /// the manifest when it has grown well past what its live items need.
-    private func append(_ records: [Manifest.Record], durable: Bool) throws(StoreError) {
+    private func append(_ records: [Manifest.Record], durable: Bool) throws(KeychainError) {
         guard let fileName = rollback.withLock({ $0?.fileName }) else { return }
         let lock = try rootDirectory.lock(fileName + ".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
@@ -435,7 +436,7 @@ extension ItemStore {
     /// Starts an epoch when this handle has none or an old one: under the manifest's lock, the
     /// epoch record is made durable, then the TPM counter moves to it. A manifest put back from an
     /// older copy since this handle opened is caught here too.
-    func startEpochIfNeeded() throws(StoreError) {
+    func startEpochIfNeeded() throws(KeychainError) {
         guard let (fileName, started, index) = rollback.withLock({ state in
             state.map { ($0.fileName, $0.epochStarted, $0.manifest.counterIndex) }
         }) else { return }
@@ -444,12 +445,12 @@ extension ItemStore {
         defer { withExtendedLifetime(lock) {} }
         try refreshManifest()
         let keys = try current().keys
-        try withLentTPM { (configuration) throws(StoreError) in
+        try withLentTPM { (configuration) throws(KeychainError) in
             try Self.withTPM(configuration, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { tpm in
                 let counter = try Self.readCounter(index, keys: keys, tpm: tpm, store: root)
                 guard let epoch = rollback.withLock({ $0?.manifest.epoch }) else { return }
                 if epoch < counter {
-                    throw StoreError(.rolledBack, "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(epoch), counter \(counter)): it was put back from an older copy while the store was open")
+                    throw KeychainError(.rolledBack, "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(epoch), counter \(counter)): it was put back from an older copy while the store was open")
                 }
                 if epoch == counter {
                     try appendLocked([Manifest.Record(kind: .epoch, value: counter + 1)], durable: true, keys: keys)

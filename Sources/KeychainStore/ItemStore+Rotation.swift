@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 import TPM
+package import KeychainVocabulary
 
 // Rotating the master key. Every key of a store derives from its master key, and so do the names
 // of its files, so a new master key means a new copy of every item and key record. The copy is
@@ -28,8 +29,8 @@ extension ItemStore {
     /// The key records the store's items name, with their protections: what a rotation needs
     /// opened, since a protected item's secret can only be re-encrypted by someone who can read it.
     ///
-    /// - Throws: ``StoreError`` `.tampered` for a damaged item header or record.
-    package func protectionsInUse() throws(StoreError) -> [ItemProtection] {
+    /// - Throws: ``KeychainError`` `.tampered` for a damaged item header or record.
+    package func protectionsInUse() throws(KeychainError) -> [ItemProtection] {
         try upgradeIfNeeded()
         _ = try refreshIfRotated(try current())
         let state = try current()
@@ -39,7 +40,7 @@ extension ItemStore {
             guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                guard file.size >= ItemFileV2.headerSize else { throw StoreError(.tampered, "\(file.path) is truncated") }
+                guard file.size >= ItemFileV2.headerSize else { throw KeychainError(.tampered, "\(file.path) is truncated") }
                 let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
                                                          storeID: storeID, path: file.path)
                 guard header.keyRecord != ItemFileV2.masterKeyRecord, seen.insert(header.keyRecord).inserted else { continue }
@@ -58,10 +59,10 @@ extension ItemStore {
     /// - Parameter recordKeys: the opened key record of every protected item
     ///   (``protectionsInUse()``); an item whose record is missing here stops the rotation before
     ///   anything is committed.
-    /// - Throws: ``StoreError`` `.interactionNotAllowed` (a protected item's record not opened),
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` (a protected item's record not opened),
     ///   `.tampered` (an item or record that fails authentication: nothing is committed),
     ///   `.tpmUnavailable`, `.timedOut`, `.storageFailed`.
-    package func rotateMasterKey(recordKeys: [RecordKey] = []) throws(StoreError) -> KeyRotation {
+    package func rotateMasterKey(recordKeys: [RecordKey] = []) throws(KeychainError) -> KeyRotation {
         try upgradeIfNeeded()
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "rotating its master key")
         defer { withExtendedLifetime(lock) {} }
@@ -71,7 +72,7 @@ extension ItemStore {
 
         let oldCounter = rollback.withLock { $0?.manifest.counterIndex }
         // A protected store gets a new counter with the new key: its authorization derives from it.
-        let (masterKey, sealed, counter) = try withLentTPM { (tpm) throws(StoreError) in
+        let (masterKey, sealed, counter) = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { connection in
                 let (masterKey, sealed) = try connection.generateSealedKey()
                 guard oldCounter != nil else { return (masterKey, sealed, nil as (index: UInt32, value: UInt64)?) }
@@ -87,7 +88,7 @@ extension ItemStore {
         try rootDirectory.removeTree(itemsName)
         try rootDirectory.removeTree(recordsName)
         guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(root)/\(itemsName)")
+            throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsName)")
         }
         let target = OpenState(keys: keys, layout: Layout(version: 2, items: items, records: recordsName, manifest: Manifest.fileName + "-" + tag),
                                metadataInode: 0)
@@ -135,9 +136,9 @@ extension ItemStore {
 
     /// Writes every key record and item of `state` under `target`'s key and directories, each
     /// file durable and each directory synced once. - Returns: how many items and records.
-    private func copy(_ state: OpenState, to target: OpenState, opened: [[UInt8]: RecordKey]) throws(StoreError) -> (items: Int, records: Int) {
+    private func copy(_ state: OpenState, to target: OpenState, opened: [[UInt8]: RecordKey]) throws(KeychainError) -> (items: Int, records: Int) {
         guard let records = try Directory.open(target.layout.records, in: rootDirectory, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(root)/\(target.layout.records)")
+            throw KeychainError(.storageFailed, "Cannot create \(root)/\(target.layout.records)")
         }
         let carried = try allRecords(state)
         for record in carried {
@@ -154,7 +155,7 @@ extension ItemStore {
                 let groupName = ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: target.keys)
                 if groups[groupName] == nil { groups[groupName] = try Directory.open(groupName, in: target.layout.items, create: true) }
                 guard let destination = groups[groupName] else {
-                    throw StoreError(.storageFailed, "Cannot create \(target.layout.items.path)/\(groupName)")
+                    throw KeychainError(.storageFailed, "Cannot create \(target.layout.items.path)/\(groupName)")
                 }
                 try destination.replace(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: target.keys),
                                         with: try encode(contents, record: record, target), durable: durable, syncDirectory: false)
@@ -174,20 +175,20 @@ extension ItemStore {
     /// One item, decrypted under the current key and checked to be where its name says, with the
     /// record its secret is bound to (nil: the master key).
     private func rotatedContents(of file: OpenFile, named name: String, inGroup group: String, opened: [[UInt8]: RecordKey],
-                                 _ state: OpenState) throws(StoreError) -> (ItemFileV2.Contents, KeyRecord?) {
+                                 _ state: OpenState) throws(KeychainError) -> (ItemFileV2.Contents, KeyRecord?) {
         let bytes = try readWhole(file, version: 2)
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
         let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: v2ItemKey(header, state.keys),
                                                           path: file.path)
         guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
               ItemFileV2.groupName(of: header.itemClass, attributes, keys: state.keys) == group else {
-            throw StoreError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         var record: KeyRecord?
         var recordKey: RecordKey?
         if header.keyRecord != ItemFileV2.masterKeyRecord {
             guard let key = opened[header.keyRecord] else {
-                throw StoreError(.interactionNotAllowed, "\(file.path) is a protected item: rotating the master key needs its key record opened (an authentication context that may ask for biometry or the passcode)")
+                throw KeychainError(.interactionNotAllowed, "\(file.path) is a protected item: rotating the master key needs its key record opened (an authentication context that may ask for biometry or the passcode)")
             }
             record = try keyRecord(header.keyRecord, state)
             recordKey = key
@@ -204,15 +205,15 @@ extension ItemStore {
     /// the TPM unseals the new key.
     ///
     /// - Returns: whether the keys changed.
-    /// - Throws: ``StoreError`` as opening does (`.tampered`, `.wrongTPM`, `.tpmUnavailable`, ...).
-    func refreshIfRotated(_ state: OpenState) throws(StoreError) -> Bool {
+    /// - Throws: ``KeychainError`` as opening does (`.tampered`, `.wrongTPM`, `.tpmUnavailable`, ...).
+    func refreshIfRotated(_ state: OpenState) throws(KeychainError) -> Bool {
         guard state.layout.version == 2, let inode = try rootDirectory.inode(of: StoreMetadata.fileName),
               inode != state.metadataInode else { return false }
-        let unlocked = try withLentTPM { (tpm) throws(StoreError) in
+        let unlocked = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.unlock(rootDirectory, tpm: tpm, cache: StorageKeyContextFile(directory: rootDirectory))
         }
         guard unlocked.storeID == storeID else {
-            throw StoreError(.tampered, "\(root)/\(StoreMetadata.fileName) now belongs to another store")
+            throw KeychainError(.tampered, "\(root)/\(StoreMetadata.fileName) now belongs to another store")
         }
         let layout = try Self.layout(of: rootDirectory, version: unlocked.version, keys: unlocked.keys)
         var rollbackState: RollbackState?
@@ -228,7 +229,7 @@ extension ItemStore {
     /// Runs a read; when it found nothing and another process rotated the master key meanwhile
     /// (this process's directories are gone), adopts the new key and reads once more. A hit needs
     /// no check: it is the current value (see the top of this file).
-    func readFollowingRotation<T>(_ read: (OpenState) throws(StoreError) -> T?) throws(StoreError) -> T? {
+    func readFollowingRotation<T>(_ read: (OpenState) throws(KeychainError) -> T?) throws(KeychainError) -> T? {
         let state = try currentFollowingUpgrades()
         if let found = try read(state) { return found }
         guard try refreshIfRotated(state) else { return nil }
@@ -238,7 +239,7 @@ extension ItemStore {
     /// Removes the directories of every other master key than `layout`'s: a rotation's copy that
     /// was never committed, or the old key's after a commit. Only with the store lock held
     /// exclusively, or shared by a writer that has adopted the current key.
-    static func removeOtherKeyGenerations(in rootDirectory: Directory, keeping layout: Layout) throws(StoreError) {
+    static func removeOtherKeyGenerations(in rootDirectory: Directory, keeping layout: Layout) throws(KeychainError) {
         let keptItems = layout.items.path.split(separator: "/").last.map(String.init) ?? itemsV2Directory
         for entry in try rootDirectory.entries() {
             let isItems = entry == itemsV2Directory || entry.hasPrefix(itemsV2Directory + "-")
@@ -256,7 +257,7 @@ extension ItemStore {
 
     /// Deletes a counter this store no longer uses; a failure only leaves an unused NV index.
     package func undefineCounter(_ index: UInt32) {
-        _ = try? withLentTPM { (configuration) throws(StoreError) in
+        _ = try? withLentTPM { (configuration) throws(KeychainError) in
             try Self.withTPM(configuration, root: root, cache: nil) { try $0.undefineNVIndex(index) }
         }
     }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SystemCalls
+package import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,24 +9,15 @@ import Glibc
 // The write path: every change of an item, under its service's lock (bounded wait), durable and
 // atomic.
 extension ItemStore {
-    package enum WriteMode: Sendable {
-        /// Create; fail with `.duplicateItem` if the item exists.
-        case add
-        /// Change; fail with `.itemNotFound` if the item does not exist.
-        case update
-        /// Create or replace.
-        case upsert
-    }
-
     /// Writes an item under the store lock (shared) and its group's lock: durable, atomic, and
     /// safe against concurrent writers in this and other processes. A nil `value` keeps the
     /// stored secret (update only). Attributes the item has and the change does not name (also
     /// ones a later version added) are kept. The first write to a format-1 store upgrades it.
     ///
-    /// - Throws: ``StoreError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
+    /// - Throws: ``KeychainError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
     ///   `.tampered` (the existing file is damaged: remove it first), `.timedOut`, `.storageFailed`.
-    package func write(_ identity: ItemIdentity, mode: WriteMode, value: ItemValue?, changes: AttributeChanges,
-                       access: AccessWrite? = nil) throws(StoreError) {
+    package func write(_ identity: ItemIdentity, mode: ItemWriteMode, value: ItemValue?, changes: AttributeChanges,
+                       access: AccessWrite? = nil) throws(KeychainError) {
         try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes, access: access)
     }
 
@@ -51,17 +43,17 @@ extension ItemStore {
     ///
     /// - Throws: as ``write(_:mode:value:changes:)``; `.invalidParameter` for a reserved class or
     ///   a primary key without its service and account (generic) or server (internet).
-    package func write(_ itemClass: ItemClass, primary: AttributeList, mode: WriteMode, value: ItemValue?,
-                       changes: AttributeChanges, access: AccessWrite? = nil) throws(StoreError) {
+    package func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?,
+                       changes: AttributeChanges, access: AccessWrite? = nil) throws(KeychainError) {
         try Self.validate(value: value, changes: changes)
         try Self.validate(itemClass, primary)
         let description = Self.describe(itemClass, primary)
-        try withWriteAccess { (state) throws(StoreError) in
+        try withWriteAccess { (state) throws(KeychainError) in
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let primaryKey = itemClass.encodedPrimaryKey(of: primary)
             guard let directory = try serviceDirectory(group, create: true, state) else {
-                throw StoreError(.storageFailed, "Cannot create the directory for \(description)")
+                throw KeychainError(.storageFailed, "Cannot create the directory for \(description)")
             }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
@@ -80,14 +72,14 @@ extension ItemStore {
             }
             switch (mode, existing) {
             case (.add, .some):
-                throw StoreError(.duplicateItem, "An item for \(description) already exists")
+                throw KeychainError(.duplicateItem, "An item for \(description) already exists")
             case (.update, .none):
-                throw StoreError(.itemNotFound, "No item for \(description)")
+                throw KeychainError(.itemNotFound, "No item for \(description)")
             default:
                 break
             }
             guard let newValue = value ?? existing.map({ ItemValue(kind: $0.kind, bytes: $0.value) }) else {
-                throw StoreError(.invalidParameter, "A new item needs a value")
+                throw KeychainError(.invalidParameter, "A new item needs a value")
             }
             var attributes = existing?.attributes ?? AttributeList()
             for tag in primary.tags { attributes[tag] = primary[tag] }
@@ -121,7 +113,7 @@ extension ItemStore {
                 try recordInManifest(.set, [(path, existing.generation)])
             }
             try recordInManifest(.writing, [(path, contents.generation)])
-            try changing(directory, named: group) { () throws(StoreError) in
+            try changing(directory, named: group) { () throws(KeychainError) in
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
             try recordInManifest(.set, [(path, contents.generation)])
@@ -129,16 +121,16 @@ extension ItemStore {
     }
 
     /// Deletes the item of any class named by `primary`. - Returns: false if it did not exist.
-    package func delete(_ itemClass: ItemClass, primary: AttributeList) throws(StoreError) -> Bool {
+    package func delete(_ itemClass: ItemClass, primary: AttributeList) throws(KeychainError) -> Bool {
         try Self.validate(itemClass, primary)
-        return try withWriteAccess { (state) throws(StoreError) -> Bool in
+        return try withWriteAccess { (state) throws(KeychainError) -> Bool in
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
             guard let directory = try serviceDirectory(group, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let generation = try recordDeletion(of: fileName, in: directory, group: group)
-            let removed = try changing(directory, named: group) { () throws(StoreError) in
+            let removed = try changing(directory, named: group) { () throws(KeychainError) in
                 try directory.remove(fileName, durable: durable)
             }
             try recordDeletionDone(of: fileName, group: group, generation: generation)
@@ -146,18 +138,18 @@ extension ItemStore {
         }
     }
 
-    private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(StoreError) {
+    private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(KeychainError) {
         // As on Apple's platforms, an absent primary-key attribute counts as empty: SecItem code
         // stores generic passwords without a service. The Keychain API requires names itself.
         guard itemClass == .genericPassword || itemClass == .internetPassword else {
-            throw StoreError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
+            throw KeychainError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
         }
         for tag in primary.tags {
             let limit = tag == AttributeTag.generic ? ItemFile.maximumGenericDataBytes
                 : [AttributeTag.label, AttributeTag.comment, AttributeTag.description].contains(tag) ? ItemFile.maximumLabelBytes
                 : ItemIdentity.maximumNameBytes
             guard (primary[tag]?.count ?? 0) <= limit else {
-                throw StoreError(.invalidParameter, "The \(tag) attribute is over \(limit) bytes")
+                throw KeychainError(.invalidParameter, "The \(tag) attribute is over \(limit) bytes")
             }
         }
     }
@@ -171,7 +163,7 @@ extension ItemStore {
     }
 
     /// Format-2 bytes of `contents` with a fresh salt and nonce.
-    func encode(_ contents: ItemFileV2.Contents, record: KeyRecord? = nil, _ state: OpenState) throws(StoreError) -> [UInt8] {
+    func encode(_ contents: ItemFileV2.Contents, record: KeyRecord? = nil, _ state: OpenState) throws(KeychainError) -> [UInt8] {
         var salt = randomBytes(32)
         var secretKey: ((SymmetricKey) -> SymmetricKey)?
         if let record {
@@ -181,7 +173,7 @@ extension ItemStore {
             return try ItemFileV2.encode(contents, itemKeyParent: state.keys.items, storeID: storeID, salt: salt,
                                          nonce: randomBytes(12), secretKey: secretKey)
         } catch {
-            throw StoreError(.storageFailed, "Encryption failed", underlying: error)
+            throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }
     }
 
@@ -193,14 +185,14 @@ extension ItemStore {
     }
 
     /// Deletes one item. - Returns: false if it did not exist.
-    package func delete(_ identity: ItemIdentity) throws(StoreError) -> Bool {
-        try withWriteAccess { (state) throws(StoreError) -> Bool in
+    package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
+        try withWriteAccess { (state) throws(KeychainError) -> Bool in
             let names = names(identity, state)
             guard let directory = try serviceDirectory(names.service, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
             let generation = names.version == 2 ? try recordDeletion(of: names.file, in: directory, group: names.service) : nil
-            let removed = try changing(directory, named: names.service) { () throws(StoreError) in
+            let removed = try changing(directory, named: names.service) { () throws(KeychainError) in
                 try directory.remove(names.file, durable: durable)
             }
             try recordDeletionDone(of: names.file, group: names.service, generation: generation)
@@ -210,13 +202,13 @@ extension ItemStore {
     }
 
     /// Deletes every item of a service, and temporary files dead writers left. - Returns: how many items.
-    package func deleteAll(service: String, accessGroup: String) throws(StoreError) -> Int {
-        try withWriteAccess { (state) throws(StoreError) -> Int in
+    package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
+        try withWriteAccess { (state) throws(KeychainError) -> Int in
             try deleteAll(service: service, accessGroup: accessGroup, state)
         }
     }
 
-    private func deleteAll(service: String, accessGroup: String, _ state: OpenState) throws(StoreError) -> Int {
+    private func deleteAll(service: String, accessGroup: String, _ state: OpenState) throws(KeychainError) -> Int {
         guard let directory = try serviceDirectory(groupName(service: service, accessGroup: accessGroup, state), create: false, state) else {
             return 0
         }
@@ -249,7 +241,7 @@ extension ItemStore {
     /// Records the delete of an item (durably, before its file goes) in a protected store.
     /// - Returns: the generation recorded, for ``recordDeletionDone(of:group:generation:)``.
     @discardableResult
-    func recordDeletion(of fileName: String, in directory: Directory, group: String) throws(StoreError) -> UInt64? {
+    func recordDeletion(of fileName: String, in directory: Directory, group: String) throws(KeychainError) -> UInt64? {
         guard isRollbackProtected else { return nil }
         let generation = try generationToDelete(fileName, in: directory)
         try recordInManifest(.deleting, [(Manifest.ItemPath(group: group, file: fileName), generation)])
@@ -258,14 +250,14 @@ extension ItemStore {
 
     /// Records that a delete's file is gone: from then on, that very version put back is a
     /// restored deleted item, not the leftover of a delete that died.
-    func recordDeletionDone(of fileName: String, group: String, generation: UInt64?) throws(StoreError) {
+    func recordDeletionDone(of fileName: String, group: String, generation: UInt64?) throws(KeychainError) {
         guard let generation else { return }
         try recordInManifest(.deleted, [(Manifest.ItemPath(group: group, file: fileName), generation)])
     }
 
     /// The generation a delete records: the file's or the manifest's, whichever is higher, so
     /// that no copy of any version of the item reads as current afterwards.
-    private func generationToDelete(_ fileName: String, in directory: Directory) throws(StoreError) -> UInt64 {
+    private func generationToDelete(_ fileName: String, in directory: Directory) throws(KeychainError) -> UInt64 {
         let key = Manifest.ItemKey(fileName: fileName)
         var generation = rollback.withLock { state in key.flatMap { state?.manifest.entries[$0]?.generation } } ?? 0
         if let file = try directory.openFile(fileName), file.size >= ItemFileV2.headerSize {
@@ -276,21 +268,21 @@ extension ItemStore {
         return generation
     }
 
-    private static func validate(value: ItemValue?, changes: AttributeChanges) throws(StoreError) {
+    private static func validate(value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
         if let value, value.bytes.count > ItemValue.maximumSize {
-            throw StoreError(.invalidParameter, "The value is \(value.bytes.count) bytes; the limit is \(ItemValue.maximumSize) (16 MiB)")
+            throw KeychainError(.invalidParameter, "The value is \(value.bytes.count) bytes; the limit is \(ItemValue.maximumSize) (16 MiB)")
         }
         for (text, what) in [(changes.label, "label"), (changes.comment, "comment")] {
             if let text, text.utf8.count > ItemFile.maximumLabelBytes {
-                throw StoreError(.invalidParameter, "The \(what) is \(text.utf8.count) bytes; the limit is \(ItemFile.maximumLabelBytes)")
+                throw KeychainError(.invalidParameter, "The \(what) is \(text.utf8.count) bytes; the limit is \(ItemFile.maximumLabelBytes)")
             }
         }
         if let generic = changes.genericData, generic.count > ItemFile.maximumGenericDataBytes {
-            throw StoreError(.invalidParameter, "The generic data is \(generic.count) bytes; the limit is \(ItemFile.maximumGenericDataBytes)")
+            throw KeychainError(.invalidParameter, "The generic data is \(generic.count) bytes; the limit is \(ItemFile.maximumGenericDataBytes)")
         }
     }
 
-    private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(StoreError) -> R) throws(StoreError) -> R {
+    private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R) throws(KeychainError) -> R {
         // Nothing to carry forward for a directory never checked: spare the write path two fstats.
         guard let known = caches.withLock({ $0.consistent[serviceName] }) else { return try body() }
         let unchangedBefore = try directory.stamp() == known

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 package import TPM
+import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -102,8 +103,6 @@ package final class ItemStore: Sendable {
         }
     }
 
-    package typealias TPMLender = @Sendable () throws(StoreError) -> TPMLease
-
     init(root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataInode: UInt64, durable: Bool,
          lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackState? = nil) {
         self.rollback = Locked(rollback)
@@ -117,7 +116,7 @@ package final class ItemStore: Sendable {
     }
 
     /// Runs `body` with a TPM lent for it.
-    func withLentTPM<R>(_ body: (TPMConfiguration) throws(StoreError) -> R) throws(StoreError) -> R {
+    func withLentTPM<R>(_ body: (TPMConfiguration) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let lease = try lendTPM()
         defer { lease.release() }
         return try body(lease.configuration)
@@ -133,9 +132,9 @@ package final class ItemStore: Sendable {
     /// The store's format version as this process sees it (1 until the first write upgrades it).
     package var formatVersion: UInt16? { state.withLock { $0?.layout.version } }
 
-    func current() throws(StoreError) -> OpenState {
+    func current() throws(KeychainError) -> OpenState {
         guard let current = state.withLock({ $0 }) else {
-            throw StoreError(.storeClosed, "The keychain store at \(root) is closed")
+            throw KeychainError(.storeClosed, "The keychain store at \(root) is closed")
         }
         return current
     }
@@ -189,7 +188,7 @@ package final class ItemStore: Sendable {
 
     /// The group's directory: opened once, re-checked (fstat) on every use, and opened (or
     /// created) again if it was removed from the file system meanwhile.
-    func serviceDirectory(_ name: String, create: Bool, _ state: OpenState) throws(StoreError) -> Directory? {
+    func serviceDirectory(_ name: String, create: Bool, _ state: OpenState) throws(KeychainError) -> Directory? {
         if let cached = caches.withLock({ $0.services[name] }) {
             if try cached.revalidate() { return cached }
             forgetServiceDirectory(name)
@@ -207,7 +206,7 @@ package final class ItemStore: Sendable {
     }
 
     /// The item's file, or nil.
-    func openItem(_ names: ItemNames, _ state: OpenState) throws(StoreError) -> OpenFile? {
+    func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
         try serviceDirectory(names.service, create: false, state)?.openFile(names.file)
     }
 
@@ -220,17 +219,6 @@ package final class ItemStore: Sendable {
             caches.itemKeys[salt] = key
         }
         return key
-    }
-}
-
-extension AttributeList {
-    /// The attributes that name a generic password: service, account, and the access group when
-    /// there is one (absent, not empty, for none).
-    init(_ identity: ItemIdentity) {
-        self.init()
-        setString(identity.service, for: AttributeTag.service)
-        setString(identity.account, for: AttributeTag.account)
-        if !identity.accessGroup.isEmpty { setString(identity.accessGroup, for: AttributeTag.accessGroup) }
     }
 }
 

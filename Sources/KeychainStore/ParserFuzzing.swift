@@ -1,5 +1,6 @@
 import Crypto
 import TPM
+import KeychainVocabulary
 
 /// Every parser of bytes an attacker can write (the store's files), run on arbitrary input for
 /// the fuzzing harness (`Tests/Fuzz`, `Scripts/fuzz.sh`) and its corpus replay test. Each target
@@ -55,7 +56,7 @@ package enum ParserFuzzing {
                 // The encoding is canonical (ascending tags, each once): what decodes re-encodes to itself.
                 guard list.encoded() == bytes else { return .violated("an attribute list does not re-encode to the bytes it was decoded from") }
                 for itemClass in [ItemClass.genericPassword, .internetPassword] { _ = itemClass.encodedPrimaryKey(of: list) }
-                _ = try? StoredAttributes(list, accessibility: .whenUnlocked, path: "fuzz")
+                _ = try? ItemAttributes(list, accessibility: .whenUnlocked, path: "fuzz")
             }
         case "sealed-object":
             if let sealed = try? SealedObject(serialized: bytes), (try? SealedObject(serialized: sealed.serialized())) == nil {

@@ -1,4 +1,4 @@
-import KeychainStore
+public import KeychainVocabulary
 
 // Items whose secret needs a person (biometry, the device passcode) or an unlocked device: the
 // async calls that may prompt, through an AuthenticationContext.
@@ -13,24 +13,11 @@ extension Keychain {
     ///   `.biometryNotEnrolled`, `.invalidParameter`, and what ``set(_:forKey:label:comment:genericData:accessibility:)`` throws.
     public func set<Value: Encodable>(_ value: Value, forKey key: String, accessControl: AccessControl,
                                       context: AuthenticationContext? = nil, label: String? = nil) async throws(KeychainError) {
-        let protection = try accessControl.protection
-        var enrollment: [UInt8]?
-        if protection.biometry == .currentSet, let authenticator = context?.authenticator {
-            do {
-                enrollment = try await authenticator.enrollment()?.identifier
-            } catch {
-                throw KeychainError(error)
-            }
-        }
+        let enrollment = try await ItemService.enrollment(binding: accessControl, authenticator: context?.authenticator)
         let encoded = try ValueCoding.encode(value)
-        let (store, identity) = (try OpenStores.store(at: location), try identity(key))
-        let changes = AttributeChanges(label: label, comment: nil, genericData: nil, accessibility: accessControl.accessibility.stored)
-        try Devices.with(location) { (device) throws(KeychainError) in
-            try engine { () throws(StoreError) in
-                try store.write(identity, mode: .upsert, value: encoded, changes: changes,
-                                access: ItemStore.AccessWrite(protection: protection, device: device, enrollmentIdentifier: enrollment))
-            }
-        }
+        let (service, identity) = (try ItemService(location: location), try identity(key))
+        try service.write(identity, mode: .upsert, value: encoded, changes: AttributeChanges(label: label), control: accessControl,
+                          enrollment: enrollment)
     }
 
     /// The value for `key`, asking the person through `context` when the item is protected
@@ -43,19 +30,8 @@ extension Keychain {
     ///   ``get(_:as:)`` throws.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self,
                                       context: AuthenticationContext) async throws(KeychainError) -> Value? {
-        let (store, identity, location) = (try OpenStores.store(at: location), try identity(key), location)
-        // One read of the file: inside a reuse window the kept record key decrypts it at once.
-        let read = try engine { () throws(StoreError) in
-            try store.value(identity) { (protection) in context.keptKey(protection, location: location) }
-        }
-        let found: ItemValue?
-        switch read {
-        case .value(let value):
-            found = value
-        case .needs(let protection):
-            let recordKey = try await context.recordKey(for: protection, store: store, location: location)
-            found = try engine { () throws(StoreError) in try store.value(identity, recordKey: recordKey) }
-        }
+        let (service, identity) = (try ItemService(location: location), try identity(key))
+        let found = try await service.value(identity, context: context)
         guard let value = found else { return nil }
         return try ValueCoding.decode(value, as: type, key: key)
     }
@@ -64,9 +40,6 @@ extension Keychain {
     ///
     /// - Throws: ``KeychainError`` `.itemNotFound`, `.tampered`.
     public func accessControl(forKey key: String) throws(KeychainError) -> AccessControl? {
-        let (store, identity) = (try OpenStores.store(at: location), try identity(key))
-        guard let protection = try engine({ () throws(StoreError) in try store.protection(of: identity) }) else { return nil }
-        return try AccessControl(Accessibility(protection.protection.accessibility),
-                                 flags: AccessControl.Flags(rawValue: UInt(protection.protection.flags.rawValue)))
+        try ItemService(location: location).accessControl(of: try identity(key))
     }
 }

@@ -1,5 +1,5 @@
 public import Foundation
-package import KeychainStore
+public import KeychainVocabulary
 
 /// A service's items in a TPM-sealed keychain store: Apple's Keychain model on Linux.
 ///
@@ -41,10 +41,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   - location: the store; ``KeychainLocation/default`` unless told otherwise.
     /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or access group.
     public init(service: String, accessGroup: String? = nil, location: KeychainLocation = .default) throws(KeychainError) {
-        try engine { () throws(StoreError) in
-            try ItemIdentity.validate(service, "service", allowEmpty: false)
-            if let accessGroup { try ItemIdentity.validate(accessGroup, "access group", allowEmpty: false) }
-        }
+        try ItemIdentity.validate(service, "service", allowEmpty: false)
+        if let accessGroup { try ItemIdentity.validate(accessGroup, "access group", allowEmpty: false) }
         self.service = service
         self.accessGroup = accessGroup
         self.location = location
@@ -84,7 +82,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
             try remove(key)
             return
         }
-        try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility?.stored))
+        try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
     /// Stores `value` for `key` only if there is no item yet.
@@ -96,7 +94,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
         if isNilOptional(value) {
             throw KeychainError(.invalidParameter, "Cannot add nil for \"\(key)\": there is no value to store")
         }
-        try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility?.stored))
+        try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
     /// Changes an existing item's attributes without touching its value. Attributes left nil keep
@@ -110,20 +108,17 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     public func updateAttributes(forKey key: String, label: String? = nil, comment: String? = nil,
                                  genericData: Data? = nil, accessibility: Accessibility? = nil,
                                  removing: Set<RemovableAttribute> = []) throws(KeychainError) {
-        let (store, identity) = (try store(), try identity(key))
-        try engine { () throws(StoreError) in
-            try store.write(identity, mode: .update, value: nil,
-                            changes: AttributeChanges(label: label, comment: comment, genericData: genericData,
-                                                      accessibility: accessibility?.stored, clearing: Set(removing.map(\.tag))))
-        }
+        let (service, identity) = (try itemService(), try identity(key))
+        try service.write(identity, mode: .update, value: nil,
+                          changes: AttributeChanges(label: label, comment: comment, genericData: genericData,
+                                                    accessibility: accessibility, clearing: Set(removing.map(\.tag))))
     }
 
-    private func write<Value: Encodable>(_ value: Value, _ key: String, _ mode: ItemStore.WriteMode,
+    private func write<Value: Encodable>(_ value: Value, _ key: String, _ mode: ItemWriteMode,
                                          _ changes: AttributeChanges) throws(KeychainError) {
         let identity = try identity(key)
         let encoded = try ValueCoding.encode(value)
-        let store = try store()
-        try engine { () throws(StoreError) in try store.write(identity, mode: mode, value: encoded, changes: changes) }
+        try itemService().write(identity, mode: mode, value: encoded, changes: changes)
     }
 
     // MARK: Reading
@@ -133,35 +128,9 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``KeychainError`` `.decodingFailed` when the stored bytes are not a `Value`
     ///   (for example not UTF-8 for a String), `.tampered`, `.tpmUnavailable`, `.wrongTPM`.
     public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self) throws(KeychainError) -> Value? {
-        let (store, identity) = (try store(), try identity(key))
-        let found: ItemValue?
-        do {
-            found = try engine { () throws(StoreError) in try store.value(identity) }
-        } catch where error.code == .interactionNotAllowed {
-            found = try valueNeedingNoPerson(store, identity)
-        }
-        guard let value = found else { return nil }
+        let (service, identity) = (try itemService(), try identity(key))
+        guard let value = try service.value(identity) else { return nil }
         return try ValueCoding.decode(value, as: type, key: key)
-    }
-
-    /// The value of an item whose key record only checks the device's lock state: the TPM opens
-    /// it on every read (nothing is cached without a context), so locking takes effect at once.
-    private func valueNeedingNoPerson(_ store: ItemStore, _ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
-        guard let protection = try engine({ () throws(StoreError) in try store.protection(of: identity) }) else {
-            return try engine { () throws(StoreError) in try store.value(identity) }
-        }
-        if location.sessionIsLocked(for: protection.protection.accessibility) {
-            throw KeychainError(.interactionNotAllowed, "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
-        }
-        guard protection.protection.biometry == nil, !protection.protection.passcode else {
-            throw KeychainError(.interactionNotAllowed, "The item for \"\(identity.account)\" needs biometry or the device passcode: read it with get(_:as:context:) and an AuthenticationContext")
-        }
-        return try Devices.with(location) { (device) throws(KeychainError) in
-            try engine { () throws(StoreError) in
-                let key = try store.openRecord(protection.recordID, device: device, biometry: nil, passcode: nil)
-                return try store.value(identity, recordKey: key)
-            }
-        }
     }
 
     /// The string for `key`, or nil. - Throws: as ``get(_:as:)``.
@@ -200,8 +169,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.tampered` when the file is there but damaged or misplaced.
     public func attributes(forKey key: String) throws(KeychainError) -> ItemAttributes? {
-        let (store, identity) = (try store(), try identity(key))
-        return try engine { () throws(StoreError) in try store.attributes(identity).map(ItemAttributes.init) }
+        let (service, identity) = (try itemService(), try identity(key))
+        return try service.attributes(identity)
     }
 
     /// The accounts (keys) of this service, in the order their items were created (as Apple's
@@ -216,8 +185,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.tampered` when a file of the service is damaged or misplaced.
     public func allItems() throws(KeychainError) -> [ItemAttributes] {
-        let (store, service, group) = (try store(), service, accessGroup ?? "")
-        return try engine { () throws(StoreError) in try store.list(service: service, accessGroup: group).map(ItemAttributes.init) }
+        let (items, group) = (try itemService(), accessGroup ?? "")
+        return try items.list(service: service, accessGroup: group)
     }
 
     // MARK: Removing
@@ -229,8 +198,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   `.timedOut` when another process holds the service's lock past the timeout.
     @discardableResult
     public func remove(_ key: String) throws(KeychainError) -> Bool {
-        let (store, identity) = (try store(), try identity(key))
-        return try engine { () throws(StoreError) in try store.delete(identity) }
+        let (service, identity) = (try itemService(), try identity(key))
+        return try service.delete(identity)
     }
 
     /// Removes every item of this service (and access group).
@@ -240,8 +209,8 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   the timeout, `.storageFailed`.
     @discardableResult
     public func removeAll() throws(KeychainError) -> Int {
-        let (store, service, group) = (try store(), service, accessGroup ?? "")
-        return try engine { () throws(StoreError) in try store.deleteAll(service: service, accessGroup: group) }
+        let (items, group) = (try itemService(), accessGroup ?? "")
+        return try items.deleteAll(service: service, accessGroup: group)
     }
 
     // MARK: Store
@@ -256,12 +225,11 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError``.
     public static func allItems(in location: KeychainLocation = .default) throws(KeychainError) -> [ItemAttributes] {
-        let store = try OpenStores.store(at: location)
-        return try engine { () throws(StoreError) in try store.listAll().map(ItemAttributes.init) }
+        try ItemService(location: location).listAll()
     }
 
-    private func store() throws(KeychainError) -> ItemStore {
-        try OpenStores.store(at: location)
+    private func itemService() throws(KeychainError) -> ItemService {
+        try ItemService(location: location)
     }
 
     private func isNilOptional<Value>(_ value: Value) -> Bool {
@@ -269,7 +237,7 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     }
 
     func identity(_ key: String) throws(KeychainError) -> ItemIdentity {
-        try engine { () throws(StoreError) in try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key) }
+        try ItemIdentity(accessGroup: accessGroup ?? "", service: service, account: key)
     }
 }
 
@@ -302,14 +270,5 @@ public enum RemovableAttribute: Sendable, Hashable, CaseIterable {
         case .comment: AttributeTag.comment
         case .genericData: AttributeTag.generic
         }
-    }
-}
-
-/// Runs engine work with the engine's errors turned into the API's (same code, message and cause).
-package func engine<R>(_ body: () throws(StoreError) -> R) throws(KeychainError) -> R {
-    do {
-        return try body()
-    } catch {
-        throw KeychainError(error)
     }
 }

@@ -1,5 +1,6 @@
 import KeychainStore
 public import TPM
+public import KeychainVocabulary
 
 /// The device a store belongs to: its passcode, lock state and biometric enrollment epoch, shared
 /// by the user's stores on one TPM (as an iPhone's passcode is shared by its apps).
@@ -51,7 +52,7 @@ public struct KeychainDevice: Sendable {
     ///
     /// - Throws: ``KeychainError``.
     public func status() throws(KeychainError) -> Status {
-        try withDevice { (device) throws(StoreError) in
+        try withDevice { (device) throws(KeychainError) in
             let status = try device.status()
             return Status(passcodeIsSet: status.passcodeSet, enrollmentCounter: status.enrollmentCounter,
                           passcodeCounter: status.passcodeCounter, unlockedSinceBoot: status.lockState?.sinceBoot,
@@ -66,7 +67,7 @@ public struct KeychainDevice: Sendable {
     ///
     /// - Throws: ``KeychainError`` `.duplicateItem` when one is set, `.invalidParameter`.
     public func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
-        try withDevice { (device) throws(StoreError) in try device.setPasscode(passcode) }
+        try withDevice { (device) throws(KeychainError) in try device.setPasscode(passcode) }
     }
 
     /// Changes the passcode. One sealed key is replaced; no item is rewritten; a copy of the old
@@ -75,31 +76,31 @@ public struct KeychainDevice: Sendable {
     /// - Throws: ``KeychainError`` `.authenticationFailed` (wrong passcode, counted by the TPM),
     ///   `.lockout`, `.passcodeNotSet`, `.invalidParameter`.
     public func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(KeychainError) {
-        try withDevice { (device) throws(StoreError) in try device.changePasscode(from: old, to: new) }
+        try withDevice { (device) throws(KeychainError) in try device.changePasscode(from: old, to: new) }
     }
 
     /// Removes the passcode; items that require it become unreadable for good.
     ///
     /// - Throws: as ``changePasscode(from:to:)``.
     public func removePasscode(_ passcode: SecretBytes) throws(KeychainError) {
-        try withDevice { (device) throws(StoreError) in try device.removePasscode(passcode) }
+        try withDevice { (device) throws(KeychainError) in try device.removePasscode(passcode) }
     }
 
     /// Locks the device: items of the whenUnlocked classes are refused by the TPM until ``unlock(passcode:)``.
     ///
     /// - Throws: ``KeychainError`` `.passcodeNotSet`.
     public func lock() throws(KeychainError) {
-        try withDevice { (device) throws(StoreError) in try device.lock() }
+        try withDevice { (device) throws(KeychainError) in try device.lock() }
     }
 
     /// Unlocks the device with its passcode (a wrong one counts toward the TPM's lockout).
     ///
     /// - Throws: ``KeychainError`` `.authenticationFailed`, `.lockout`, `.passcodeNotSet`.
     public func unlock(passcode: SecretBytes) throws(KeychainError) {
-        try withDevice { (device) throws(StoreError) in try device.unlock(passcode: passcode) }
+        try withDevice { (device) throws(KeychainError) in try device.unlock(passcode: passcode) }
     }
 
-    private func withDevice<R>(_ body: (Device) throws(StoreError) -> R) throws(KeychainError) -> R {
-        try Devices.with(location) { (device) throws(KeychainError) in try engine { () throws(StoreError) in try body(device) } }
+    private func withDevice<R>(_ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {
+        try Devices.with(location) { (device) throws(KeychainError) in try body(device) }
     }
 }

@@ -1,5 +1,6 @@
 import KeychainStore
 public import TPM
+public import KeychainVocabulary
 
 /// A store's recovery key: 256 random bits, written as 8 groups of 8 letters (systemd-cryptenroll's
 /// alphabet), shown once when it is added and kept by the person, never on the machine. With it,
@@ -16,7 +17,7 @@ public struct RecoveryKey: Sendable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.invalidParameter` unless it is 64 letters of the alphabet.
     public init(text: String) throws(KeychainError) {
-        secret = try engine { () throws(StoreError) in try ItemStore.recoveryKey(fromText: text) }
+        secret = try ItemStore.recoveryKey(fromText: text)
     }
 
     /// A key as read from a terminal or a descriptor, kept out of Swift strings (which cannot be
@@ -24,7 +25,7 @@ public struct RecoveryKey: Sendable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.invalidParameter` unless it is 64 letters of the alphabet.
     public init(typed: SecretBytes) throws(KeychainError) {
-        secret = try engine { () throws(StoreError) in try ItemStore.recoveryKey(fromTyped: typed) }
+        secret = try ItemStore.recoveryKey(fromTyped: typed)
     }
 
     init(secret: SecretBytes) { self.secret = secret }
@@ -52,7 +53,7 @@ extension KeychainLocation {
     public func addRecoveryKey() throws(KeychainError) -> RecoveryKey {
         try checkStore()
         let store = try OpenStores.store(at: self)
-        return RecoveryKey(secret: try engine { () throws(StoreError) in try store.addRecoveryKey() })
+        return RecoveryKey(secret: try store.addRecoveryKey())
     }
 
     /// Whether the store has a recovery key (found without the TPM).
@@ -72,9 +73,7 @@ extension KeychainLocation {
         Keychain.closeStore(self)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
-        let recovery = try engine { () throws(StoreError) in
-            try ItemStore.recover(at: path, recoveryKey: key.secret, tpm: tpm.configuration, tpmKind: tpm.kind)
-        }
+        let recovery = try ItemStore.recover(at: path, recoveryKey: key.secret, tpm: tpm.configuration, tpmKind: tpm.kind)
         return RecoveryReport(itemsKept: recovery.kept, itemsRemoved: recovery.removed)
     }
 
@@ -93,6 +92,6 @@ extension KeychainLocation {
         Keychain.closeStore(self)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
-        return try engine { () throws(StoreError) in try ItemStore.acceptFilesAsTheyAre(at: path, tpm: tpm.configuration, tpmKind: tpm.kind) }
+        return try ItemStore.acceptFilesAsTheyAre(at: path, tpm: tpm.configuration, tpmKind: tpm.kind)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainStore
+public import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,9 +52,7 @@ extension KeychainLocation {
         let gid = try Self.memberGroupID(group)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
-        let store = try engine { () throws(StoreError) in
-            try ItemStore.open(at: path, tpm: tpm.configuration, sharedGroup: gid, tpmKind: tpm.kind)
-        }
+        let store = try ItemStore.open(at: path, tpm: tpm.configuration, sharedGroup: gid, tpmKind: tpm.kind)
         store.close()
     }
 
@@ -118,7 +117,7 @@ extension KeychainLocation {
         try checkStore()
         let store = try OpenStores.store(at: self)
         var recordKeys: [ItemStore.RecordKey] = []
-        for protection in try engine({ () throws(StoreError) in try store.protectionsInUse() }) {
+        for protection in try store.protectionsInUse() {
             guard let context else {
                 throw KeychainError(.interactionNotAllowed, "The keychain at \(path) holds protected items: rotating its master key re-encrypts them, which needs an authentication context")
             }
@@ -128,7 +127,7 @@ extension KeychainLocation {
             case .failure(let error): throw error
             }
         }
-        let rotation = try engine { () throws(StoreError) in try store.rotateMasterKey(recordKeys: recordKeys) }
+        let rotation = try store.rotateMasterKey(recordKeys: recordKeys)
         return KeyRotation(items: rotation.items, keyRecords: rotation.records)
     }
 
@@ -159,7 +158,7 @@ extension KeychainLocation {
         try checkStore()
         let store = try OpenStores.store(at: self)
         let purge = try Devices.with(self) { (device) throws(KeychainError) in
-            try engine { () throws(StoreError) in try store.purgeInvalidated(device: device) }
+            try store.purgeInvalidated(device: device)
         }
         return PurgeReport(items: purge.items, keyRecords: purge.records)
     }

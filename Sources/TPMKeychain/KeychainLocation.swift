@@ -1,6 +1,7 @@
 public import Logging
 import Foundation
 import KeychainStore
+public import KeychainVocabulary
 
 /// Where a keychain store lives and which TPM seals its master key.
 ///
@@ -123,7 +124,7 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     ///   for a directory that holds something else.
     public func checkStore() throws(KeychainError) {
         let path = path
-        guard try engine({ () throws(StoreError) in try ItemStore.presence(at: path) }) == .present else {
+        guard try ItemStore.presence(at: path) == .present else {
             throw KeychainError(.storeNotFound, "No keychain store at \(path)")
         }
     }

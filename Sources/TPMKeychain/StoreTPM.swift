@@ -3,6 +3,7 @@ import Logging
 import KeychainStore
 import SystemCalls
 import TPMSimulator
+public import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -187,7 +188,7 @@ public final class StoreTPM: Sendable {
 
     private static func startSimulator(for store: String, stateDirectory: String, logger: Logger) throws(KeychainError) -> StoreTPM {
         let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
-        try engine { () throws(StoreError) in try Directory.createPath(store) }
+        try Directory.createPath(store)
         // One swtpm per state directory, across processes: the others wait their turn.
         let lockPath = store + "/simulator.lock"
         let lock: LockFile

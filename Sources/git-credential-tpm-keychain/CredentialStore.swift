@@ -1,5 +1,5 @@
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
 
@@ -13,9 +13,9 @@ import ToolSupport
 /// password, `password_expiry_utc`, `oauth_refresh_token`) is the item's value, encrypted as every
 /// value is; none of it is an attribute.
 ///
-/// This works on the store engine, through ToolSupport's ``PasswordItems`` and
-/// ``InternetPasswordAttributes`` (which `tpm-keychain`'s `*-internet-password` verbs share),
-/// rather than through the SecItem functions: the engine's errors keep their message (a store
+/// This works through the item service every face uses (TPMKeychain's `ItemService`) and
+/// ToolSupport's ``InternetPasswordAttributes`` (which `tpm-keychain`'s `*-internet-password`
+/// verbs share), rather than through the SecItem functions: errors keep their message (a store
 /// sealed by another TPM, a damaged file) where SecItem would reduce them to an OSStatus; a store
 /// is one locked upsert by primary key, an erase deletes exactly the items it matched, and no
 /// process-wide `KeychainEnvironment` is set.
@@ -23,13 +23,13 @@ struct CredentialStore {
     /// The namespace of git's credentials inside a store (kSecAttrAccessGroup).
     static let accessGroup = "git-credential"
 
-    private let items: PasswordItems
+    private let items: ItemService
 
     /// Opens the store (one TPM unseal).
     ///
     /// - Throws: ``KeychainError`` from opening the store.
     init(location: KeychainLocation) throws(KeychainError) {
-        items = try PasswordItems(location: location)
+        items = try ItemService(location: location)
     }
 
     // MARK: get
@@ -144,7 +144,7 @@ struct CredentialStore {
     /// An item's secret; nil when the item went away meanwhile or its value is not this helper's
     /// JSON (written by other SecItem code into the group: skipped, with a note).
     private func secret(of item: ItemQueryResult) throws(KeychainError) -> StoredSecret? {
-        guard let bytes = try items.secret(of: item) else { return nil }
+        guard let bytes = try items.secret(of: item, key: nil) else { return nil }
         do {
             return try StoredSecret(decoding: bytes)
         } catch {

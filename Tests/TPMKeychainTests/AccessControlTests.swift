@@ -55,7 +55,7 @@ import TPMKeychainTesting
         #expect(AccessControl.Flags.biometryCurrentSet.rawValue == 8 && AccessControl.Flags.or.rawValue == 16384
                 && AccessControl.Flags.and.rawValue == 32768 && AccessControl.Flags.devicePasscode.rawValue == 16)
         // Several constraints without .or mean all of them, as on iOS.
-        let implicitAnd = try Protection(accessibility: .whenUnlocked, flags: [.biometryAny, .devicePasscode])
+        let implicitAnd = Protection(try AccessControl(.whenUnlocked, flags: [.biometryAny, .devicePasscode]))
         #expect(implicitAnd.needsBothProtectors)
     }
 
@@ -362,14 +362,14 @@ import TPMKeychainTesting
         // The device's NV authorization, as the library holds it.
         let device = Device(directory: fixture.store.directory + "/device",
                             tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti))
-        let authorizations = try device.withConnection { (connection) throws(StoreError) in
-            guard let state = try device.state(connection) else { throw StoreError(.notAvailable, "no device") }
+        let authorizations = try device.withConnection { (connection) throws(KeychainError) in
+            guard let state = try device.state(connection) else { throw KeychainError(.notAvailable, "no device") }
             return device.nvAuthorizations(state)
         }
         #expect(authorizations.count == 3)
         var tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
-        let policy = try record.sealedPolicy { (index) throws(StoreError) in
-            do { return try tpm.nvIndexName(index) } catch { throw StoreError(.tpmUnavailable, "\(error)") }
+        let policy = try record.sealedPolicy { (index) throws(KeychainError) in
+            do { return try tpm.nvIndexName(index) } catch { throw KeychainError(.tpmUnavailable, "\(error)") }
         }
         let sealed = try #require(record.sealedProtector)
         // Without the device's authorization PolicyNV is refused: no one else can evaluate the policy.

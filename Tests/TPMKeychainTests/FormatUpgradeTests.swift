@@ -27,7 +27,7 @@ enum FormatOneWriter {
         let directory = try #require(try Directory.open(names.service, in: state.layout.items, create: true))
         let now = Date(timeIntervalSince1970: 1_700_000_000.123)
         let record = ItemRecord(itemID: randomBytes(16), generation: 7,
-                                attributes: StoredAttributes(service: identity.service, account: identity.account,
+                                attributes: ItemAttributes(service: identity.service, account: identity.account,
                                                            accessGroupName: identity.accessGroup, label: label, comment: nil,
                                                            genericData: nil, creationDate: now, modificationDate: now,
                                                            accessibility: .afterFirstUnlock),

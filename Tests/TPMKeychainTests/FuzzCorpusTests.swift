@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import KeychainStore
+import KeychainVocabulary
 import TPMKeychainTesting
 
 /// The fuzzing harness's seed corpora (Fixtures/fuzz/, and any crash found later and kept there)

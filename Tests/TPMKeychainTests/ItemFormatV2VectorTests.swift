@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 @testable import KeychainStore
+import KeychainVocabulary
 import TPMKeychainTesting
 
 /// Fixtures/item-v2.json, written by Fixtures/make-item-vector-v2.py from docs/FORMAT.md alone.
@@ -30,7 +31,7 @@ struct ItemV2Vector: Decodable {
         let itemClass = try #require(ItemClass(rawValue: code.rawValue))
         return ItemFileV2.Contents(itemID: hex(item.itemID), generation: item.generation, itemClass: itemClass,
                                    keyRecord: ItemFileV2.masterKeyRecord,
-                                   accessibility: try #require(AccessibilityClass(rawValue: item.accessibility)),
+                                   accessibility: try #require(Accessibility(rawValue: item.accessibility)),
                                    kind: try #require(ValueKind(rawValue: item.valueKind)), attributes: attributes, value: hex(item.value))
     }
 
@@ -65,7 +66,7 @@ struct ItemV2Vector: Decodable {
             #expect(decoded == expected)
             var other = expected.attributes
             other.setString("mallory", for: AttributeTag.account)
-            #expect(throws: StoreError.self) {
+            #expect(throws: KeychainError.self) {
                 _ = try ItemFileV2.decode(hex(item.file), itemKeyParent: keys.items, storeID: hex(vector.storeID),
                                           expectedPrimaryKey: expected.itemClass.encodedPrimaryKey(of: other), path: "vector")
             }
@@ -91,13 +92,13 @@ struct ItemV2Vector: Decodable {
         for position in original.indices {
             var damaged = original
             damaged[position] ^= 0x01
-            #expect(throws: StoreError.self, "byte \(position)") {
+            #expect(throws: KeychainError.self, "byte \(position)") {
                 _ = try ItemFileV2.decode(damaged, itemKeyParent: keys.items, storeID: hex(vector.storeID),
                                           expectedPrimaryKey: primaryKey, path: "vector")
             }
         }
         for length in [0, 4, 123, 124, original.count - 1] {
-            #expect(throws: StoreError.self, "length \(length)") {
+            #expect(throws: KeychainError.self, "length \(length)") {
                 _ = try ItemFileV2.decode(Array(original.prefix(length)), itemKeyParent: keys.items, storeID: hex(vector.storeID),
                                           expectedPrimaryKey: primaryKey, path: "vector")
             }
@@ -125,7 +126,7 @@ struct ItemV2Vector: Decodable {
         let acct: [UInt8] = [0x61, 0x63, 0x63, 0x74], svce: [UInt8] = [0x73, 0x76, 0x63, 0x65]
         for bad in [svce + [0, 0, 0, 0] + acct + [0, 0, 0, 0], acct + [0, 0, 0, 0] + acct + [0, 0, 0, 0],
                     acct + [0, 0, 0, 5, 1], acct + [0, 2, 0, 0]] {
-            #expect(throws: StoreError.self) { _ = try AttributeList(decoding: bad, path: "test") }
+            #expect(throws: KeychainError.self) { _ = try AttributeList(decoding: bad, path: "test") }
         }
         // Absent sync and sync = false name the same generic password; an empty service does not equal an absent one's sibling.
         var explicit = AttributeList()

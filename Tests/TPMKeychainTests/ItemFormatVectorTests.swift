@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 @testable import KeychainStore
+import KeychainVocabulary
 import TPMKeychainTesting
 
 /// Fixtures/item-v1.json, written by Fixtures/make-item-vector.py from docs/FORMAT.md alone.
@@ -35,12 +36,12 @@ func hex(_ text: String) -> [UInt8] {
     static func load() throws -> ItemVector { try ProjectFixtures.load("item-v1.json", as: ItemVector.self) }
 
     static func record(_ inputs: ItemVector.Inputs) throws -> ItemRecord {
-        let attributes = StoredAttributes(
+        let attributes = ItemAttributes(
             service: inputs.service, account: inputs.account, accessGroupName: inputs.accessGroup, label: inputs.label,
             comment: inputs.comment, genericData: Data(hex(inputs.genericData)),
             creationDate: Date(timeIntervalSince1970: Double(inputs.creationMilliseconds) / 1000),
             modificationDate: Date(timeIntervalSince1970: Double(inputs.modificationMilliseconds) / 1000),
-            accessibility: try #require(AccessibilityClass(rawValue: inputs.accessibility)))
+            accessibility: try #require(Accessibility(rawValue: inputs.accessibility)))
         return ItemRecord(itemID: hex(inputs.itemID), generation: inputs.generation, attributes: attributes,
                           value: ItemValue(kind: try #require(ValueKind(rawValue: inputs.valueKind)), bytes: hex(inputs.value)))
     }
@@ -72,10 +73,10 @@ func hex(_ text: String) -> [UInt8] {
         #expect(value.bytes == hex(vector.inputs.value))
         #expect(header.generation == vector.inputs.generation)
         let other = try ItemIdentity(accessGroup: "", service: vector.inputs.service, account: "mallory")
-        #expect(throws: StoreError.self) {
+        #expect(throws: KeychainError.self) {
             _ = try ItemFile.decryptAttributes(file[header.attributesRange], header: header, key: key, expected: other, path: "vector")
         }
-        #expect(throws: StoreError.self) {
+        #expect(throws: KeychainError.self) {
             _ = try ItemFile.decryptSecret(of: file, header: header, key: key, identity: other, path: "vector")
         }
     }

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 @testable import KeychainStore
+import KeychainVocabulary
 import TPM
 import TPMKeychainTesting
 
@@ -14,10 +15,10 @@ import TPMKeychainTesting
         return try tpm.generateSealedKey(policy: Policy([.unsealOnly])).sealed
     }
 
-    static func record(sealed: SealedObject?, flags: AccessFlags, accessibility: AccessibilityClass = .whenUnlocked,
+    static func record(sealed: SealedObject?, flags: AccessControl.Flags, accessibility: Accessibility = .whenUnlocked,
                        epoch: UInt64 = 0, lockBound: Bool = false) throws -> KeyRecord {
         let passcodeKey = Curve25519.KeyAgreement.PrivateKey().publicKey
-        let protection = try Protection(accessibility: accessibility, flags: flags)
+        let protection = Protection(try AccessControl(accessibility, flags: flags))
         let wrapped = protection.hasPasscodeProtector
             ? try KeyRecord.wrapForPasscode(SecretBytes(copying: [UInt8](repeating: 9, count: 32)), passcodeKey: passcodeKey,
                                             storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16))
@@ -40,14 +41,14 @@ import TPMKeychainTesting
         for position in bytes.indices {
             var damaged = bytes
             damaged[position] ^= 0x02
-            #expect(throws: StoreError.self, "byte \(position)") {
+            #expect(throws: KeychainError.self, "byte \(position)") {
                 _ = try KeyRecord(parsing: damaged, storeID: record.storeID, metadataKey: metadataKey, path: "record")
             }
         }
-        #expect(throws: StoreError.self) {
+        #expect(throws: KeychainError.self) {
             _ = try KeyRecord(parsing: bytes, storeID: record.storeID, metadataKey: SymmetricKey(size: .bits256), path: "record")
         }
-        #expect(throws: StoreError.self) {
+        #expect(throws: KeychainError.self) {
             _ = try KeyRecord(parsing: bytes, storeID: [UInt8](repeating: 0, count: 16), metadataKey: metadataKey, path: "record")
         }
     }
@@ -56,7 +57,7 @@ import TPMKeychainTesting
     func policyFromFields() throws {
         let record = try Self.record(sealed: try Self.sealedKey(), flags: .biometryCurrentSet, accessibility: .afterFirstUnlock, epoch: 41,
                                      lockBound: true)
-        let policy = try record.sealedPolicy { (index) throws(StoreError) in [UInt8](repeating: UInt8(index & 0xFF), count: 34) }
+        let policy = try record.sealedPolicy { (index) throws(KeychainError) in [UInt8](repeating: UInt8(index & 0xFF), count: 34) }
         #expect(policy.assertions == [
             .nv(index: 0x0154_4B00, indexName: [UInt8](repeating: 0x00, count: 34), operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0, comparison: .equal),
             .nv(index: 0x0154_4B02, indexName: [UInt8](repeating: 0x02, count: 34), operand: [1], offset: 0, comparison: .equal),
@@ -64,7 +65,7 @@ import TPMKeychainTesting
         ])
         // A whenUnlocked record checks byte 1 (unlocked now), an afterFirstUnlock one byte 0.
         let unlocked = try Self.record(sealed: try Self.sealedKey(), flags: [], accessibility: .whenUnlocked, lockBound: true)
-        let lockOnly = try unlocked.sealedPolicy { (_) throws(StoreError) in [] }
+        let lockOnly = try unlocked.sealedPolicy { (_) throws(KeychainError) in [] }
         #expect(lockOnly.assertions.first == .nv(index: 0x0154_4B02, indexName: [], operand: [1], offset: 1, comparison: .equal))
     }
 
@@ -76,12 +77,12 @@ import TPMKeychainTesting
         let withoutSealed = KeyRecord(storeID: biometry.storeID, recordID: biometry.recordID, accessibility: .whenUnlocked, flags: [],
                                       accessFlags: .biometryAny, nvBase: 0, enrollmentEpoch: 0, passcodeKey: biometry.passcodeKey,
                                       publicKey: biometry.publicKey, sealedProtector: nil, passcodeProtector: nil)
-        #expect(throws: StoreError.self) {
+        #expect(throws: KeychainError.self) {
             _ = try KeyRecord(parsing: withoutSealed.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r")
         }
         // An epoch on a record that is not biometryCurrentSet is refused.
         let strayEpoch = try Self.record(sealed: sealed, flags: .biometryAny, epoch: 5)
-        #expect(throws: StoreError.self) {
+        #expect(throws: KeychainError.self) {
             _ = try KeyRecord(parsing: strayEpoch.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r")
         }
     }
@@ -96,6 +97,6 @@ import TPMKeychainTesting
                                nvBase: 0, enrollmentEpoch: 0, passcodeKey: Array(passcodeKey.publicKey.rawRepresentation),
                                publicKey: [UInt8](repeating: 0, count: 32), sealedProtector: nil, passcodeProtector: wrapped)
         #expect(try record.unwrapPasscodeProtector(passcodeKey, path: "r") == secret)
-        #expect(throws: StoreError.self) { _ = try record.unwrapPasscodeProtector(Curve25519.KeyAgreement.PrivateKey(), path: "r") }
+        #expect(throws: KeychainError.self) { _ = try record.unwrapPasscodeProtector(Curve25519.KeyAgreement.PrivateKey(), path: "r") }
     }
 }

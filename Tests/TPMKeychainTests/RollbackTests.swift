@@ -228,7 +228,7 @@ import TPMKeychainTesting
         do {
             try directory.overwrite("planted", at: 0, with: [1, 2, 3], durable: false)
             Issue.record("a FIFO was written to")
-        } catch let error as StoreError {
+        } catch {
             #expect(error.code == .unsafeFileSystem, "\(error)")
         }
     }

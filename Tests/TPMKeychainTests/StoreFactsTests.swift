@@ -14,25 +14,25 @@ import Glibc
 @Suite("what a store was created for")
 struct StoreFactsTests {
     static func write(_ value: [UInt8], at root: String, tpm: TPMConfiguration, kind: TPMKind? = nil,
-                      sharedGroup: UInt32? = nil) throws(StoreError) {
+                      sharedGroup: UInt32? = nil) throws(KeychainError) {
         let store = try ItemStore.open(at: root, tpm: tpm, sharedGroup: sharedGroup, tpmKind: kind)
         defer { store.close() }
         try store.write(try ItemIdentity(accessGroup: "", service: "svc", account: "a"), mode: .add,
                         value: ItemValue(kind: .data, bytes: value), changes: AttributeChanges())
     }
 
-    static func read(at root: String, tpm: TPMConfiguration, kind: TPMKind? = nil) throws(StoreError) -> [UInt8]? {
+    static func read(at root: String, tpm: TPMConfiguration, kind: TPMKind? = nil) throws(KeychainError) -> [UInt8]? {
         let store = try ItemStore.open(at: root, tpm: tpm, create: false, tpmKind: kind)
         defer { store.close() }
         return try store.value(try ItemIdentity(accessGroup: "", service: "svc", account: "a"))?.bytes
     }
 
-    static func expectError(_ code: StoreError.Code, mentioning text: String, sourceLocation: SourceLocation = #_sourceLocation,
+    static func expectError(_ code: KeychainError.Code, mentioning text: String, sourceLocation: SourceLocation = #_sourceLocation,
                             _ body: () throws -> Void) {
         do {
             try body()
             Issue.record("expected \(code), but nothing was thrown", sourceLocation: sourceLocation)
-        } catch let error as StoreError {
+        } catch let error as KeychainError {
             #expect(error.code == code && error.message.contains(text), "\(error)", sourceLocation: sourceLocation)
         } catch {
             Issue.record("expected \(code), got \(error)", sourceLocation: sourceLocation)

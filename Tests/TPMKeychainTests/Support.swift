@@ -38,9 +38,6 @@ func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocat
     } catch let error as KeychainError {
         #expect(error.code == code, "got \(error)", sourceLocation: sourceLocation)
         return error
-    } catch let error as StoreError {
-        // The engine's own error, for tests that call it directly: the same codes by name.
-        #expect(error.code.name == code.name, "got \(error)", sourceLocation: sourceLocation)
     } catch {
         Issue.record("expected KeychainError.\(code), got \(error)", sourceLocation: sourceLocation)
     }

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 package import TPM
+package import KeychainVocabulary
 
 /// The device: a user's passcode, biometric enrollment epoch and lock state on one TPM, shared by
 /// every store of that user on that TPM (as an iPhone's passcode is shared by its apps).
@@ -66,9 +67,9 @@ package final class Device: Sendable {
     /// The device's state, authenticated, or nil before the device is made; completes a passcode
     /// change that a crash interrupted (see ``replacePasscode(_:_:)``).
     ///
-    /// - Throws: ``StoreError`` `.tampered` when `device.meta` fails authentication or belongs to
+    /// - Throws: ``KeychainError`` `.tampered` when `device.meta` fails authentication or belongs to
     ///   another TPM.
-    func state(_ connection: TPMConnection) throws(StoreError) -> State? {
+    func state(_ connection: TPMConnection) throws(KeychainError) -> State? {
         guard let directory = try Directory.open(directoryPath, in: nil, create: false) else { return nil }
         guard let current = try read(DeviceFile.fileName, in: directory, connection) else {
             // A next file alone is a first passcode whose rename did not happen.
@@ -92,20 +93,20 @@ package final class Device: Sendable {
         return current
     }
 
-    private func adopt(_ next: inout State, _ directory: Directory, _ connection: TPMConnection) throws(StoreError) {
+    private func adopt(_ next: inout State, _ directory: Directory, _ connection: TPMConnection) throws(KeychainError) {
         try write(&next, as: DeviceFile.fileName, in: directory, connection)
         _ = try directory.remove(DeviceFile.nextFileName, durable: true)
     }
 
     /// The state in `name`, authenticated with the device secret (unsealed once per process).
-    private func read(_ name: String, in directory: Directory, _ connection: TPMConnection) throws(StoreError) -> State? {
+    private func read(_ name: String, in directory: Directory, _ connection: TPMConnection) throws(KeychainError) -> State? {
         guard let file = try directory.openFile(name) else { return nil }
-        guard file.size <= 16384 else { throw StoreError(.tampered, "\(file.path) is too large to be device state") }
+        guard file.size <= 16384 else { throw KeychainError(.tampered, "\(file.path) is too large to be device state") }
         let parsed = try DeviceFile.parse(try file.read(count: file.size, at: 0), path: file.path)
         guard let sealed = parsed.file.sealedSecret else {
             // Version 1: nothing to authenticate with; its handles are the user's.
             guard parsed.file.nvBase == legacyIndices.base else {
-                throw StoreError(.tampered, "\(file.path) names NV handles 0x\(String(parsed.file.nvBase, radix: 16)), not this user's 0x\(String(legacyIndices.base, radix: 16))")
+                throw KeychainError(.tampered, "\(file.path) names NV handles 0x\(String(parsed.file.nvBase, radix: 16)), not this user's 0x\(String(legacyIndices.base, radix: 16))")
             }
             return State(file: parsed.file, secret: nil)
         }
@@ -114,16 +115,16 @@ package final class Device: Sendable {
         return State(file: parsed.file, secret: secret)
     }
 
-    private func unsealSecret(_ sealed: SealedObject, _ connection: TPMConnection, path: String) throws(StoreError) -> SecretBytes {
+    private func unsealSecret(_ sealed: SealedObject, _ connection: TPMConnection, path: String) throws(KeychainError) -> SecretBytes {
         let bytes = sealed.serialized()
         if let cached = Self.secrets.withLock({ $0[directoryPath] }), cached.sealed == bytes { return cached.secret }
         let secret: SecretBytes
         do {
             secret = try connection.unseal(sealed)
         } catch let error as TPMError where error.code == .malformedData || error.code == .wrongStorageKey || error.code == .policyCheckFailed {
-            throw StoreError(.tampered, "\(path) holds a device secret this TPM does not unseal: it belongs to another TPM, or was damaged", underlying: error)
+            throw KeychainError(.tampered, "\(path) holds a device secret this TPM does not unseal: it belongs to another TPM, or was damaged", underlying: error)
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
         Self.secrets.withLock { $0[directoryPath] = (bytes, secret) }
         return secret
@@ -132,7 +133,7 @@ package final class Device: Sendable {
     /// Writes `state`. A version-1 state gets its secret at its first write (its indices stay as
     /// they are), made on the connection the caller holds: a second one would wait for the first
     /// on a TPM without resource manager.
-    private func write(_ state: inout State, as name: String, in directory: Directory, _ connection: TPMConnection) throws(StoreError) {
+    private func write(_ state: inout State, as name: String, in directory: Directory, _ connection: TPMConnection) throws(KeychainError) {
         if state.secret == nil {
             let made = try tpmCall { try connection.generateSealedKey() }
             state.file.sealedSecret = made.sealed
@@ -143,54 +144,54 @@ package final class Device: Sendable {
         try directory.replace(name, with: state.file.serialized(secret: secret), durable: true)
     }
 
-    private func directory() throws(StoreError) -> Directory {
+    private func directory() throws(KeychainError) -> Directory {
         try Directory.createPath(directoryPath)
         guard let directory = try Directory.open(directoryPath, in: nil, create: true) else {
-            throw StoreError(.storageFailed, "Cannot create \(directoryPath)")
+            throw KeychainError(.storageFailed, "Cannot create \(directoryPath)")
         }
         return directory
     }
 
     /// Runs `body` holding the device's lock, with a TPM connection and the device's state,
     /// making the device first when there is none.
-    func withDevice<R>(_ body: (inout State, Directory, TPMConnection) throws(StoreError) -> R) throws(StoreError) -> R {
+    func withDevice<R>(_ body: (inout State, Directory, TPMConnection) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let directory = try directory()
         let lock = try directory.lock("device.lock", timeout: tpm.timeout)
         defer { withExtendedLifetime(lock) {} }
-        return try withConnection { (connection) throws(StoreError) in
+        return try withConnection { (connection) throws(KeychainError) in
             var state = try existingOrNew(directory, connection)
             return try body(&state, directory, connection)
         }
     }
 
-    private func existingOrNew(_ directory: Directory, _ connection: TPMConnection) throws(StoreError) -> State {
+    private func existingOrNew(_ directory: Directory, _ connection: TPMConnection) throws(KeychainError) -> State {
         if let state = try state(connection) { return state }
         return try makeDevice(directory, connection)
     }
 
     /// Runs `body` with one TPM connection. The storage key's context is cached in the device
     /// directory, so a connection loads the key rather than deriving it (seconds on some TPMs).
-    package func withConnection<R>(_ body: (TPMConnection) throws(StoreError) -> R) throws(StoreError) -> R {
+    package func withConnection<R>(_ body: (TPMConnection) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let connection: TPMConnection
         do {
             let cache = (try? Directory.open(directoryPath, in: nil, create: false)).flatMap { $0 }.map(StorageKeyContextFile.init(directory:))
             connection = try TPMConnection(tpm, storageKeyContextCache: cache)
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
         defer { connection.close() }
         return try body(connection)
     }
 
     /// The state, opening a connection when none is given; nil before the device is made.
-    func state(_ connection: TPMConnection?) throws(StoreError) -> State? {
+    func state(_ connection: TPMConnection?) throws(KeychainError) -> State? {
         if let connection { return try state(connection) }
         // No TPM needed when there is no state at all.
         guard let directory = try Directory.open(directoryPath, in: nil, create: false) else { return nil }
         let current = try directory.inode(of: DeviceFile.fileName)
         let next = try directory.inode(of: DeviceFile.nextFileName)
         guard current != nil || next != nil else { return nil }
-        return try withConnection { (connection) throws(StoreError) in try state(connection) }
+        return try withConnection { (connection) throws(KeychainError) in try state(connection) }
     }
 
     // MARK: Making the device
@@ -202,7 +203,7 @@ package final class Device: Sendable {
     /// Makes the device: its secret sealed to the TPM, and its three indices defined at a random
     /// base with the secret's authorization, counters written once (PolicyNV names an index by
     /// a name that includes TPMA_NV_WRITTEN). A base with any handle taken is given up whole.
-    private func makeDevice(_ directory: Directory, _ connection: TPMConnection) throws(StoreError) -> State {
+    private func makeDevice(_ directory: Directory, _ connection: TPMConnection) throws(KeychainError) -> State {
         let (secret, sealed) = try tpmCall { try connection.generateSealedKey() }
         let authorization = DeviceFile.nvAuthorization(secret: secret)
         for _ in 0..<Self.handleAttempts {
@@ -213,11 +214,11 @@ package final class Device: Sendable {
             Self.secrets.withLock { $0[directoryPath] = (sealed.serialized(), secret) }
             return state
         }
-        throw StoreError(.notAvailable, "No free NV handles for the device's indices in 0x01800000-0x01BFFFFF after \(Self.handleAttempts) tries: free some (tpm2_getcap handles-nv-index)")
+        throw KeychainError(.notAvailable, "No free NV handles for the device's indices in 0x01800000-0x01BFFFFF after \(Self.handleAttempts) tries: free some (tpm2_getcap handles-nv-index)")
     }
 
     /// Defines the three indices; false (and nothing left defined) when a handle is taken.
-    private func defineIndices(_ indices: DeviceIndices, _ authorization: SecretBytes, _ connection: TPMConnection) throws(StoreError) -> Bool {
+    private func defineIndices(_ indices: DeviceIndices, _ authorization: SecretBytes, _ connection: TPMConnection) throws(KeychainError) -> Bool {
         var defined: [UInt32] = []
         do {
             for counter in [indices.enrollmentCounter, indices.passcodeCounter] {
@@ -232,7 +233,7 @@ package final class Device: Sendable {
             return false
         } catch {
             for index in defined { try? connection.undefineNVIndex(index) }
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
     }
 
@@ -241,13 +242,13 @@ package final class Device: Sendable {
     // MARK: Status
 
     /// What the device holds, for `tpm-status` and tests (makes nothing).
-    package func status() throws(StoreError) -> Status {
-        try withConnection { (connection) throws(StoreError) in
+    package func status() throws(KeychainError) -> Status {
+        try withConnection { (connection) throws(KeychainError) in
             let state = try state(connection)
             return Status(passcodeSet: state?.file.passcode != nil, enrollmentRecorded: state?.file.enrollmentRecorded ?? false,
-                          enrollmentCounter: try state.flatMap { (state) throws(StoreError) in try counter(state.indices.enrollmentCounter, state, connection) },
-                          passcodeCounter: try state.flatMap { (state) throws(StoreError) in try counter(state.indices.passcodeCounter, state, connection) },
-                          lockState: try state.flatMap { (state) throws(StoreError) in try lockState(state, connection) },
+                          enrollmentCounter: try state.flatMap { (state) throws(KeychainError) in try counter(state.indices.enrollmentCounter, state, connection) },
+                          passcodeCounter: try state.flatMap { (state) throws(KeychainError) in try counter(state.indices.passcodeCounter, state, connection) },
+                          lockState: try state.flatMap { (state) throws(KeychainError) in try lockState(state, connection) },
                           dictionaryAttack: try tpmCall { try connection.dictionaryAttackStatus() }, indices: state?.indices,
                           legacyIndices: state?.file.legacyIndices ?? false)
         }
@@ -255,10 +256,10 @@ package final class Device: Sendable {
 
     /// `device.meta` as read, without the TPM and so without authentication (nil when absent):
     /// for what only adds protection or only finds something authenticated elsewhere.
-    func peek() throws(StoreError) -> DeviceFile? {
+    func peek() throws(KeychainError) -> DeviceFile? {
         guard let directory = try Directory.open(directoryPath, in: nil, create: false),
               let file = try directory.openFile(DeviceFile.fileName) else { return nil }
-        guard file.size <= 16384 else { throw StoreError(.tampered, "\(file.path) is too large to be device state") }
+        guard file.size <= 16384 else { throw KeychainError(.tampered, "\(file.path) is too large to be device state") }
         return try DeviceFile.parse(try file.read(count: file.size, at: 0), path: file.path).file
     }
 
@@ -267,12 +268,12 @@ package final class Device: Sendable {
     /// gets a key record, whether to offer the passcode); every decision that opens something
     /// reads the authenticated state instead. A file edited to say otherwise only makes new items
     /// unprotected, as deleting the device state does, or fails authentication where it is used.
-    package func passcodeIsSet() throws(StoreError) -> Bool {
+    package func passcodeIsSet() throws(KeychainError) -> Bool {
         try peek()?.passcode != nil
     }
 
     /// The device's NV base, which names it in key records; nil before the device is made.
-    func base(_ connection: TPMConnection?) throws(StoreError) -> UInt32? {
+    func base(_ connection: TPMConnection?) throws(KeychainError) -> UInt32? {
         try state(connection)?.file.nvBase
     }
 
@@ -281,7 +282,7 @@ package final class Device: Sendable {
     /// A counter's value, or nil when it is not defined. The device's own indices are read with
     /// their authorization: one that someone else defined in their place fails that, and is
     /// reported as taken rather than read.
-    func counter(_ index: UInt32, _ state: State, _ tpm: TPMConnection) throws(StoreError) -> UInt64? {
+    func counter(_ index: UInt32, _ state: State, _ tpm: TPMConnection) throws(KeychainError) -> UInt64? {
         do {
             return try tpm.readNVCounter(index, authValue: state.indices.all.contains(index) ? state.nvAuthorization : nil)
         } catch let error as TPMError where error.code == .handleNotFound {
@@ -291,17 +292,17 @@ package final class Device: Sendable {
         } catch let error as TPMError where error.code == .authorizationFailed {
             throw Self.taken(index, error)
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
     }
 
-    static func taken(_ index: UInt32, _ error: TPMError) -> StoreError {
-        StoreError(.notAvailable, "The device's NV index 0x\(String(index, radix: 16)) was undefined and defined again by someone else (it no longer accepts the device's authorization): what it guards cannot be checked. Nothing was changed",
+    static func taken(_ index: UInt32, _ error: TPMError) -> KeychainError {
+        KeychainError(.notAvailable, "The device's NV index 0x\(String(index, radix: 16)) was undefined and defined again by someone else (it no longer accepts the device's authorization): what it guards cannot be checked. Nothing was changed",
                    underlying: error)
     }
 
     /// Whether the index at `index` is a counter (TPM_NT_COUNTER); false when it is not defined.
-    func isCounter(_ index: UInt32, _ tpm: TPMConnection) throws(StoreError) -> Bool {
+    func isCounter(_ index: UInt32, _ tpm: TPMConnection) throws(KeychainError) -> Bool {
         guard let attributes = try tpmCall({ try tpm.nvIndexAttributes(index) }) else { return false }
         return (attributes >> 4) & 0xF == 1   // TPMA_NV_TPM_NT, bits 7:4 (Part 2 §13.4); TPM_NT_COUNTER = 1
     }
@@ -309,10 +310,10 @@ package final class Device: Sendable {
     /// The counter's value, defining it again (as the device defines it) when it is gone: records
     /// bound to its old values stay refused, since a new counter starts above them. An index of
     /// another shape at the handle is someone else's, and refused.
-    func ensureCounter(_ index: UInt32, _ state: State, _ tpm: TPMConnection) throws(StoreError) -> UInt64 {
+    func ensureCounter(_ index: UInt32, _ state: State, _ tpm: TPMConnection) throws(KeychainError) -> UInt64 {
         if let value = try counter(index, state, tpm), value > 0 {
             guard try tpmCall({ try tpm.nvIndexIsAsDefined(index, kind: .counter, options: .noDictionaryAttack) }) == true else {
-                throw StoreError(.notAvailable, "NV index 0x\(String(index, radix: 16)), the device's counter, was replaced by an index of another kind: someone else defined it. Nothing was changed")
+                throw KeychainError(.notAvailable, "NV index 0x\(String(index, radix: 16)), the device's counter, was replaced by an index of another kind: someone else defined it. Nothing was changed")
             }
             return value
         }
@@ -323,13 +324,13 @@ package final class Device: Sendable {
             try tpm.incrementNVCounter(index, authValue: state.nvAuthorization)
         }
         guard let value = try counter(index, state, tpm) else {
-            throw StoreError(.tpmUnavailable, "The TPM lost NV counter 0x\(String(index, radix: 16)) just after defining it")
+            throw KeychainError(.tpmUnavailable, "The TPM lost NV counter 0x\(String(index, radix: 16)) just after defining it")
         }
         return value
     }
 
     /// A PolicyNV assertion that the counter at `index` equals `value`.
-    func counterAssertion(_ index: UInt32, equals value: UInt64, _ tpm: TPMConnection) throws(StoreError) -> PolicyAssertion {
+    func counterAssertion(_ index: UInt32, equals value: UInt64, _ tpm: TPMConnection) throws(KeychainError) -> PolicyAssertion {
         var operand = WireWriter()
         operand.append(value)
         let name = try tpmCall { try tpm.nvIndexName(index) }
@@ -349,15 +350,15 @@ package final class Device: Sendable {
     /// bound to an older value are then refused by the TPM.
     ///
     /// - Returns: the counter's value after the check, and the device's NV base.
-    package func enrollmentEpoch(identifier: [UInt8]?) throws(StoreError) -> (epoch: UInt64, base: UInt32) {
-        try withDevice { (state, directory, connection) throws(StoreError) in
+    package func enrollmentEpoch(identifier: [UInt8]?) throws(KeychainError) -> (epoch: UInt64, base: UInt32) {
+        try withDevice { (state, directory, connection) throws(KeychainError) in
             (try noteEnrollment(identifier: identifier, &state, directory, connection), state.file.nvBase)
         }
     }
 
     /// Before a match is honoured: moves the enrollment counter when the enrollment differs from
     /// the one last seen. The common case (unchanged) reads the state and sends nothing more.
-    func checkEnrollment(identifier: [UInt8]?, _ connection: TPMConnection) throws(StoreError) {
+    func checkEnrollment(identifier: [UInt8]?, _ connection: TPMConnection) throws(KeychainError) {
         let hash = Self.enrollmentHash(identifier)
         if let state = try state(connection), state.file.enrollmentRecorded, state.file.enrollmentHash == hash { return }
         let directory = try directory()
@@ -372,7 +373,7 @@ package final class Device: Sendable {
     }
 
     private func noteEnrollment(identifier: [UInt8]?, _ state: inout State, _ directory: Directory,
-                                _ connection: TPMConnection) throws(StoreError) -> UInt64 {
+                                _ connection: TPMConnection) throws(KeychainError) -> UInt64 {
         let hash = Self.enrollmentHash(identifier)
         let counterIndex = state.indices.enrollmentCounter
         let value = try ensureCounter(counterIndex, state, connection)
@@ -392,12 +393,12 @@ package final class Device: Sendable {
 
     /// Sets the first passcode.
     ///
-    /// - Throws: ``StoreError`` `.duplicateItem` when one is set (change it instead), `.invalidParameter`.
-    package func setPasscode(_ passcode: SecretBytes) throws(StoreError) {
+    /// - Throws: ``KeychainError`` `.duplicateItem` when one is set (change it instead), `.invalidParameter`.
+    package func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
         try Self.validate(passcode)
-        try withDevice { (state, directory, connection) throws(StoreError) in
+        try withDevice { (state, directory, connection) throws(KeychainError) in
             guard state.file.passcode == nil else {
-                throw StoreError(.duplicateItem, "A device passcode is already set; change it with the current one")
+                throw KeychainError(.duplicateItem, "A device passcode is already set; change it with the current one")
             }
             let epoch = try ensureCounter(state.indices.passcodeCounter, state, connection)
             let seed = try randomSeed(connection)
@@ -409,13 +410,13 @@ package final class Device: Sendable {
 
     /// 32 bytes from the operating system and the TPM together: a weak TPM generator alone does
     /// not decide the passcode key (as the master key is made).
-    private func randomSeed(_ connection: TPMConnection) throws(StoreError) -> SecretBytes {
+    private func randomSeed(_ connection: TPMConnection) throws(KeychainError) -> SecretBytes {
         let fromTPM = try tpmCall { try connection.randomBytes(count: 32) }
         let fromSystem: SecretBytes
         do {
             fromSystem = try SecretBytes.random(count: 32)
         } catch {
-            throw StoreError(.storageFailed, "No randomness from the operating system", underlying: error)
+            throw KeychainError(.storageFailed, "No randomness from the operating system", underlying: error)
         }
         let key = fromSystem.withUnsafeBytes { system in
             fromTPM.withUnsafeBytes { tpm in
@@ -429,11 +430,11 @@ package final class Device: Sendable {
     /// Changes the passcode: one sealed object is replaced, no item or key record is rewritten,
     /// and the passcode counter moves so that an old copy of the sealed key no longer opens.
     ///
-    /// - Throws: ``StoreError`` `.passcodeNotSet`, `.authenticationFailed` (wrong passcode, counted
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`, `.authenticationFailed` (wrong passcode, counted
     ///   by the TPM's dictionary-attack protection), `.lockout`.
-    package func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(StoreError) {
+    package func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(KeychainError) {
         try Self.validate(new)
-        try replacePasscode(old) { (state, seed, epoch, connection) throws(StoreError) in
+        try replacePasscode(old) { (state, seed, epoch, connection) throws(KeychainError) in
             state.file.passcode = try sealPasscodeKey(seed: seed, passcode: new, epoch: epoch, state, connection)
         }
     }
@@ -442,18 +443,18 @@ package final class Device: Sendable {
     /// whenPasscodeSetThisDeviceOnly) become unreadable for good.
     ///
     /// - Throws: as ``changePasscode(from:to:)``.
-    package func removePasscode(_ old: SecretBytes) throws(StoreError) {
-        try replacePasscode(old) { (state, _, _, _) throws(StoreError) in state.file.passcode = nil }
+    package func removePasscode(_ old: SecretBytes) throws(KeychainError) {
+        try replacePasscode(old) { (state, _, _, _) throws(KeychainError) in state.file.passcode = nil }
     }
 
     /// Verifies `old`, writes the next state (``DeviceFile/nextFileName``), moves the passcode
     /// counter, then renames the next state into place. A crash at any point leaves either the
     /// old passcode working (the counter did not move) or the new state ready for ``state(_:)``.
     private func replacePasscode(_ old: SecretBytes,
-                                 _ change: (inout State, SecretBytes, UInt64, TPMConnection) throws(StoreError) -> Void) throws(StoreError) {
-        try withDevice { (state, directory, connection) throws(StoreError) in
+                                 _ change: (inout State, SecretBytes, UInt64, TPMConnection) throws(KeychainError) -> Void) throws(KeychainError) {
+        try withDevice { (state, directory, connection) throws(KeychainError) in
             guard let current = state.file.passcode else {
-                throw StoreError(.passcodeNotSet, "No device passcode is set")
+                throw KeychainError(.passcodeNotSet, "No device passcode is set")
             }
             let seed = try openPasscodeKey(current, passcode: old, state, connection)
             try change(&state, seed, current.epoch + 1, connection)
@@ -477,8 +478,8 @@ package final class Device: Sendable {
         case unknown
     }
 
-    /// - Throws: ``StoreError`` `.tampered` when `device.meta` fails authentication.
-    package func standing(ofPasscodeKey publicKey: [UInt8], _ connection: TPMConnection? = nil) throws(StoreError) -> PasscodeKeyStanding {
+    /// - Throws: ``KeychainError`` `.tampered` when `device.meta` fails authentication.
+    package func standing(ofPasscodeKey publicKey: [UInt8], _ connection: TPMConnection? = nil) throws(KeychainError) -> PasscodeKeyStanding {
         guard let file = try state(connection)?.file else { return .unknown }
         if let current = file.passcode, current.publicKey == publicKey { return .current }
         if let retired = file.retiredPasscodeKeys.last(where: { $0.publicKey == publicKey }) { return .retired(epoch: retired.epoch) }
@@ -486,62 +487,62 @@ package final class Device: Sendable {
     }
 
     /// The passcode key's public half, which key records wrap their keys to (nil without a passcode).
-    func passcodePublicKey(_ state: State?) throws(StoreError) -> Curve25519.KeyAgreement.PublicKey? {
+    func passcodePublicKey(_ state: State?) throws(KeychainError) -> Curve25519.KeyAgreement.PublicKey? {
         guard let bytes = state?.file.passcode?.publicKey else { return nil }
         do {
             return try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes)
         } catch {
-            throw StoreError(.tampered, "\(directoryPath)/\(DeviceFile.fileName) holds an invalid passcode key")
+            throw KeychainError(.tampered, "\(directoryPath)/\(DeviceFile.fileName) holds an invalid passcode key")
         }
     }
 
     /// The passcode key's private half: the TPM checks the passcode (one try counted toward its
     /// dictionary-attack lockout when wrong) and the passcode counter.
     ///
-    /// - Throws: ``StoreError`` `.passcodeNotSet`, `.authenticationFailed`, `.lockout`, `.itemInvalidated`
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`, `.authenticationFailed`, `.lockout`, `.itemInvalidated`
     ///   (the sealed key's epoch is gone: a file put back from before a change).
-    func passcodePrivateKey(_ passcode: SecretBytes) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
-        try withConnection { (connection) throws(StoreError) in try passcodePrivateKey(passcode, connection) }
+    func passcodePrivateKey(_ passcode: SecretBytes) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
+        try withConnection { (connection) throws(KeychainError) in try passcodePrivateKey(passcode, connection) }
     }
 
-    func passcodePrivateKey(_ passcode: SecretBytes, _ connection: TPMConnection) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
+    func passcodePrivateKey(_ passcode: SecretBytes, _ connection: TPMConnection) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
         guard let state = try state(connection), let current = state.file.passcode else {
-            throw StoreError(.passcodeNotSet, "No device passcode is set")
+            throw KeychainError(.passcodeNotSet, "No device passcode is set")
         }
         return try Self.agreementKey(seed: try openPasscodeKey(current, passcode: passcode, state, connection))
     }
 
     /// Verifies the passcode and unlocks the device (the lock-state index reads unlocked).
-    package func unlock(passcode: SecretBytes) throws(StoreError) {
-        try withConnection { (connection) throws(StoreError) in
+    package func unlock(passcode: SecretBytes) throws(KeychainError) {
+        try withConnection { (connection) throws(KeychainError) in
             _ = try passcodePrivateKey(passcode, connection)
-            guard let state = try state(connection) else { throw StoreError(.passcodeNotSet, "No device passcode is set") }
+            guard let state = try state(connection) else { throw KeychainError(.passcodeNotSet, "No device passcode is set") }
             try writeLockState(unlocked: true, state, connection)
         }
     }
 
     /// Locks the device: whenUnlocked items are refused by the TPM until the next unlock.
     ///
-    /// - Throws: ``StoreError`` `.passcodeNotSet`: a device without a passcode cannot be locked.
-    package func lock() throws(StoreError) {
-        try withConnection { (connection) throws(StoreError) in
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`: a device without a passcode cannot be locked.
+    package func lock() throws(KeychainError) {
+        try withConnection { (connection) throws(KeychainError) in
             guard let state = try state(connection), state.file.passcode != nil else {
-                throw StoreError(.passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
+                throw KeychainError(.passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
             }
             try writeLockState(unlocked: false, state, connection)
         }
     }
 
-    static func agreementKey(seed: SecretBytes) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
+    static func agreementKey(seed: SecretBytes) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
         do {
             return try seed.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
         } catch {
-            throw StoreError(.tampered, "The device passcode key is damaged", underlying: error)
+            throw KeychainError(.tampered, "The device passcode key is damaged", underlying: error)
         }
     }
 
     private func sealPasscodeKey(seed: SecretBytes, passcode: SecretBytes, epoch: UInt64, _ state: State,
-                                 _ connection: TPMConnection) throws(StoreError) -> DeviceFile.PasscodeKey {
+                                 _ connection: TPMConnection) throws(KeychainError) -> DeviceFile.PasscodeKey {
         let salt = randomBytes(32)
         let policy = Policy([.authValue, try counterAssertion(state.indices.passcodeCounter, equals: epoch, connection), .unsealOnly])
         let sealed = try tpmCall {
@@ -552,7 +553,7 @@ package final class Device: Sendable {
     }
 
     private func openPasscodeKey(_ key: DeviceFile.PasscodeKey, passcode: SecretBytes, _ state: State,
-                                 _ connection: TPMConnection) throws(StoreError) -> SecretBytes {
+                                 _ connection: TPMConnection) throws(KeychainError) -> SecretBytes {
         let policy = Policy([.authValue, try counterAssertion(state.indices.passcodeCounter, equals: key.epoch, connection), .unsealOnly])
         do {
             return try connection.unseal(key.sealedSeed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: key.salt),
@@ -560,27 +561,27 @@ package final class Device: Sendable {
         } catch let error as TPMError {
             switch error.code {
             case .authorizationFailed:
-                throw StoreError(.authenticationFailed, "Wrong device passcode (the TPM counted this try toward its dictionary-attack lockout)", underlying: error)
+                throw KeychainError(.authenticationFailed, "Wrong device passcode (the TPM counted this try toward its dictionary-attack lockout)", underlying: error)
             case .policyCheckFailed:
-                throw StoreError(.itemInvalidated, "The device passcode key in \(directoryPath) belongs to an older passcode (the passcode counter moved on): it was restored from a backup or replaced", underlying: error)
+                throw KeychainError(.itemInvalidated, "The device passcode key in \(directoryPath) belongs to an older passcode (the passcode counter moved on): it was restored from a backup or replaced", underlying: error)
             default:
-                throw StoreError(deviceTPM: error)
+                throw KeychainError(deviceTPM: error)
             }
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
     }
 
-    private static func validate(_ passcode: SecretBytes) throws(StoreError) {
+    private static func validate(_ passcode: SecretBytes) throws(KeychainError) {
         guard passcode.count >= 4, passcode.count <= 1024 else {
-            throw StoreError(.invalidParameter, "A device passcode has 4 to 1024 bytes, not \(passcode.count)")
+            throw KeychainError(.invalidParameter, "A device passcode has 4 to 1024 bytes, not \(passcode.count)")
         }
     }
 
     // MARK: Lock state
 
     /// The lock-state index's bytes, or nil when it is not defined.
-    func lockState(_ state: State, _ connection: TPMConnection) throws(StoreError) -> (sinceBoot: Bool, now: Bool)? {
+    func lockState(_ state: State, _ connection: TPMConnection) throws(KeychainError) -> (sinceBoot: Bool, now: Bool)? {
         let index = state.indices.lockState
         do {
             let bytes = try connection.readPublicNV(index, count: 2, authValue: state.nvAuthorization)
@@ -592,13 +593,13 @@ package final class Device: Sendable {
         } catch let error as TPMError where error.code == .authorizationFailed {
             throw Self.taken(index, error)
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
     }
 
     /// Writes the lock state, defining the index (2 bytes, CLEAR_STCLEAR, NO_DA) when missing,
     /// and touches the lock stamp so that reuse windows in every process see the change.
-    func writeLockState(unlocked: Bool, _ state: State, _ connection: TPMConnection) throws(StoreError) {
+    func writeLockState(unlocked: Bool, _ state: State, _ connection: TPMConnection) throws(KeychainError) {
         let index = state.indices.lockState
         do {
             if try connection.nvIndexAttributes(index) == nil {
@@ -608,7 +609,7 @@ package final class Device: Sendable {
         } catch let error as TPMError where error.code == .authorizationFailed {
             throw Self.taken(index, error)
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
         try directory().replace(Self.lockStampName, with: Array(String(UInt64(Date().timeIntervalSince1970 * 1e9)).utf8), durable: false)
     }
@@ -626,9 +627,9 @@ package final class Device: Sendable {
 
     /// Whether the lock state satisfies `requirement` now (one NV read): what a reuse window
     /// checks, since a key kept in memory must not outlive a lock.
-    package func lockSatisfies(_ requirement: LockRequirement) throws(StoreError) -> Bool {
+    package func lockSatisfies(_ requirement: LockRequirement) throws(KeychainError) -> Bool {
         guard requirement != .none else { return true }
-        return try withConnection { (connection) throws(StoreError) in
+        return try withConnection { (connection) throws(KeychainError) in
             // Without a passcode the device is always unlocked (a read writes the state when needed).
             guard let state = try state(connection), state.file.passcode != nil else { return true }
             guard let lock = try lockState(state, connection) else { return false }
@@ -639,7 +640,7 @@ package final class Device: Sendable {
     /// A PolicyNV assertion on the lock state: byte 0 (`sinceBoot`) or 1 equal to 1. A missing
     /// index is defined again locked when a passcode is set (someone undefined it: nothing proves
     /// the person unlocked), unlocked otherwise.
-    func lockAssertion(_ requirement: LockRequirement, _ state: State, _ connection: TPMConnection) throws(StoreError) -> PolicyAssertion? {
+    func lockAssertion(_ requirement: LockRequirement, _ state: State, _ connection: TPMConnection) throws(KeychainError) -> PolicyAssertion? {
         guard requirement != .none else { return nil }
         if try lockState(state, connection) == nil {
             try writeLockState(unlocked: state.file.passcode == nil, state, connection)
@@ -648,18 +649,18 @@ package final class Device: Sendable {
         return .nv(index: state.indices.lockState, indexName: name, operand: [1], offset: requirement == .unlocked ? 1 : 0, comparison: .equal)
     }
 
-    func tpmCall<R>(_ body: () throws -> R) throws(StoreError) -> R {
+    func tpmCall<R>(_ body: () throws -> R) throws(KeychainError) -> R {
         do {
             return try body()
-        } catch let error as StoreError {
+        } catch let error as KeychainError {
             throw error
         } catch {
-            throw StoreError(deviceTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
     }
 }
 
-extension StoreError {
+extension KeychainError {
     /// A TPM failure during a device operation.
     package init(deviceTPM error: any Error) {
         guard let error = error as? TPMError else {

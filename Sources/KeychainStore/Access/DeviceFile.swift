@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import TPM
+import KeychainVocabulary
 
 /// `device.meta`, the device's state beside its TPM counters (docs/FORMAT.md, "Device state").
 /// All integers big-endian.
@@ -155,24 +156,24 @@ struct DeviceFile: Sendable, Equatable {
         fileprivate var authenticated: [UInt8] = []
         fileprivate var mac: [UInt8] = []
 
-        /// - Throws: ``StoreError`` `.tampered` when the MAC fails.
-        func authenticate(secret: SecretBytes, path: String) throws(StoreError) {
+        /// - Throws: ``KeychainError`` `.tampered` when the MAC fails.
+        func authenticate(secret: SecretBytes, path: String) throws(KeychainError) {
             guard version >= 2 else { return }
             guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: DeviceFile.macDomain + authenticated,
                                                          using: DeviceFile.macKey(secret: secret)) else {
-                throw StoreError(.tampered, "\(path) fails authentication: it was edited, or it is another device's state (its MAC is under a secret only this device's TPM unseals)")
+                throw KeychainError(.tampered, "\(path) fails authentication: it was edited, or it is another device's state (its MAC is under a secret only this device's TPM unseals)")
             }
         }
     }
 
-    /// - Throws: ``StoreError`` `.tampered` for anything no writer produces.
-    static func parse(_ bytes: [UInt8], path: String) throws(StoreError) -> Parsed {
+    /// - Throws: ``KeychainError`` `.tampered` for anything no writer produces.
+    static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> Parsed {
         do {
             var reader = WireReader(bytes)
             let magic = try reader.readBytes(4)
             let version = try reader.readUInt16()
             guard magic == Self.magic, version == 1 || version == Self.version, try reader.readUInt16() == 0 else {
-                throw StoreError(.tampered, "\(path) is not version-1 or version-2 device state")
+                throw KeychainError(.tampered, "\(path) is not version-1 or version-2 device state")
             }
             let nvBase = try reader.readUInt32()
             let flags = try reader.readUInt8()
@@ -184,7 +185,7 @@ struct DeviceFile: Sendable, Equatable {
             let sealedLength = Int(try reader.readUInt16())
             let knownFlags: UInt8 = version == 1 ? 3 : 7
             guard flags & ~knownFlags == 0, reserved == [0, 0, 0], sealedLength <= maximumSealedSize, (flags & 2 != 0) == (sealedLength > 0) else {
-                throw StoreError(.tampered, "\(path) is damaged device state")
+                throw KeychainError(.tampered, "\(path) is damaged device state")
             }
             let sealed = try reader.readBytes(sealedLength)
             var file = DeviceFile(nvBase: nvBase, legacyIndices: version == 1 || flags & 4 != 0, sealedSecret: nil)
@@ -196,22 +197,22 @@ struct DeviceFile: Sendable, Equatable {
             var parsed = Parsed(file: file, version: version)
             if version >= 2 {
                 let count = Int(try reader.readUInt16())
-                guard count <= maximumRetiredKeys else { throw StoreError(.tampered, "\(path) lists too many retired passcode keys") }
+                guard count <= maximumRetiredKeys else { throw KeychainError(.tampered, "\(path) lists too many retired passcode keys") }
                 for _ in 0..<count {
                     parsed.file.retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
                 }
                 let secretLength = Int(try reader.readUInt16())
-                guard secretLength > 0, secretLength <= maximumSealedSize else { throw StoreError(.tampered, "\(path) is damaged device state") }
+                guard secretLength > 0, secretLength <= maximumSealedSize else { throw KeychainError(.tampered, "\(path) is damaged device state") }
                 parsed.file.sealedSecret = try SealedObject(serialized: try reader.readBytes(secretLength))
                 parsed.authenticated = Array(bytes[0..<(bytes.count - reader.remaining)])
                 parsed.mac = try reader.readBytes(32)
             }
-            guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
+            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
             return parsed
-        } catch let error as StoreError {
+        } catch let error as KeychainError {
             throw error
         } catch {
-            throw StoreError(.tampered, "\(path) is damaged device state", underlying: error)
+            throw KeychainError(.tampered, "\(path) is damaged device state", underlying: error)
         }
     }
 }

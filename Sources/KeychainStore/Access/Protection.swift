@@ -1,24 +1,4 @@
-/// Apple's SecAccessControlCreateFlags with their raw values, as the engine stores them in key
-/// records. The API layer validates combinations (``Protection/init(accessibility:flags:)``
-/// applies the same rules, so a record read from disk is checked too).
-package struct AccessFlags: OptionSet, Sendable, Hashable {
-    package let rawValue: UInt32
-    package init(rawValue: UInt32) { self.rawValue = rawValue }
-
-    package static let userPresence = AccessFlags(rawValue: 1 << 0)
-    package static let biometryAny = AccessFlags(rawValue: 1 << 1)
-    package static let biometryCurrentSet = AccessFlags(rawValue: 1 << 3)
-    package static let devicePasscode = AccessFlags(rawValue: 1 << 4)
-    package static let companion = AccessFlags(rawValue: 1 << 5)
-    package static let or = AccessFlags(rawValue: 1 << 14)
-    package static let and = AccessFlags(rawValue: 1 << 15)
-    package static let privateKeyUsage = AccessFlags(rawValue: 1 << 30)
-    package static let applicationPassword = AccessFlags(rawValue: 1 << 31)
-
-    /// Every flag Apple defines; other bits are an error.
-    package static let known: AccessFlags = [.userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode, .companion,
-                                             .or, .and, .privateKeyUsage, .applicationPassword]
-}
+package import KeychainVocabulary
 
 /// What reading an item's secret requires: its accessibility class and access-control flags,
 /// reduced to the constraints this library enforces (docs/SECURITY.md has the table).
@@ -31,8 +11,8 @@ package struct Protection: Sendable, Hashable {
         case currentSet
     }
 
-    package let accessibility: AccessibilityClass
-    package let flags: AccessFlags
+    /// The item's accessibility class and access-control flags, as the caller gave them.
+    package let control: AccessControl
     /// The biometric constraint, if any.
     package let biometry: Biometry?
     /// Whether the device passcode is a constraint.
@@ -40,43 +20,18 @@ package struct Protection: Sendable, Hashable {
     /// With both constraints: true when either suffices (`.or`, userPresence), false when both are needed.
     package let eitherSuffices: Bool
 
+    package var accessibility: Accessibility { control.accessibility }
+    package var flags: AccessControl.Flags { control.flags }
+
     /// An item with an accessibility class and no access-control flags.
-    package init(accessibility: AccessibilityClass) {
-        self.accessibility = accessibility
-        flags = []
-        biometry = nil
-        passcode = false
-        eitherSuffices = true
+    package init(accessibility: Accessibility) {
+        self.init(AccessControl(unconstrained: accessibility))
     }
 
-    /// Validates `flags` by the rules of Apple's SecAccessControlCreateWithFlags, then reduces
-    /// them to constraints.
-    ///
-    /// - Throws: ``StoreError`` `.invalidParameter` naming the rule broken.
-    package init(accessibility: AccessibilityClass, flags: AccessFlags) throws(StoreError) {
-        guard flags.isSubset(of: .known) else {
-            throw StoreError(.invalidParameter, "Unknown access-control flags 0x\(String(flags.subtracting(.known).rawValue, radix: 16))")
-        }
-        guard !flags.isSuperset(of: [.or, .and]) else {
-            throw StoreError(.invalidParameter, "Only one logical operation can be set: .or or .and, not both")
-        }
-        guard !flags.isSuperset(of: [.biometryAny, .biometryCurrentSet]) else {
-            throw StoreError(.invalidParameter, "Only one biometry constraint can be set: .biometryAny or .biometryCurrentSet")
-        }
-        if flags.contains(.userPresence) {
-            guard flags.subtracting([.userPresence, .applicationPassword, .privateKeyUsage]).isEmpty else {
-                throw StoreError(.invalidParameter, ".userPresence already means biometry or passcode; it cannot be combined with other constraints or logical operations")
-            }
-        }
-        guard !flags.contains(.companion) else {
-            throw StoreError(.invalidParameter, ".companion (a paired watch or Mac) has no equivalent on Linux")
-        }
-        guard !flags.contains(.privateKeyUsage) else {
-            throw StoreError(.invalidParameter, ".privateKeyUsage applies to key items, which this store does not hold yet")
-        }
-        guard !flags.contains(.applicationPassword) else {
-            throw StoreError(.invalidParameter, ".applicationPassword is not supported yet: protect the item with the device passcode, or use a password cipher")
-        }
+    /// Reduces an access control, which its initializer validated by Apple's rules, to constraints.
+    package init(_ control: AccessControl) {
+        self.control = control
+        let flags = control.flags
         if flags.contains(.userPresence) {
             biometry = .any
             passcode = true
@@ -87,11 +42,6 @@ package struct Protection: Sendable, Hashable {
             // Apple: several constraints without .or are all required (k-of-n with k = n).
             eitherSuffices = flags.contains(.or)
         }
-        guard biometry != nil || passcode || flags.isDisjoint(with: [.or, .and]) else {
-            throw StoreError(.invalidParameter, "A logical operation (.or, .and) needs constraints to combine")
-        }
-        self.accessibility = accessibility
-        self.flags = flags
     }
 
     /// Whether reading needs more than the store's master key. Lock states count only where a

@@ -1,4 +1,5 @@
 import SystemCalls
+package import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -34,10 +35,10 @@ package final class Directory: Sendable {
     ///
     /// - Parameter shareWith: creating a store root: the group it is shared with (nil: private).
     /// - Returns: nil when it does not exist and `create` is false.
-    /// - Throws: ``StoreError`` `.unsafeFileSystem` (a symlink or non-directory, another owner,
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` (a symlink or non-directory, another owner,
     ///   group or world access), `.storageFailed`.
     static func open(_ name: String, in parent: Directory?, create: Bool, storeRoot: Bool = false,
-                     shareWith group: UInt32? = nil) throws(StoreError) -> Directory? {
+                     shareWith group: UInt32? = nil) throws(KeychainError) -> Directory? {
         let base = parent?.descriptor ?? AT_FDCWD
         let path = parent.map { $0.path + "/" + name } ?? name
         var created = false
@@ -49,7 +50,7 @@ package final class Directory: Sendable {
             } catch where error.rawValue == EACCES || error.rawValue == EPERM {
                 throw permissionDenied(path, error)
             } catch {
-                throw StoreError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
+                throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
             }
         }
         let descriptor: Int32
@@ -58,11 +59,11 @@ package final class Directory: Sendable {
         } catch where error.rawValue == ENOENT && !create {
             return nil
         } catch where error.rawValue == ELOOP || error.rawValue == ENOTDIR {
-            throw StoreError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
+            throw KeychainError(.unsafeFileSystem, "\(path) is not a directory (a symlink or file stands there); refusing to use it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM {
             throw permissionDenied(path, error)
         } catch {
-            throw StoreError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot open the directory \(path)", underlying: error)
         }
         if created {
             // Made private first, then opened to the group: no moment where it is open to more.
@@ -71,7 +72,7 @@ package final class Directory: Sendable {
                 guard (parent == nil ? fchown(descriptor, uid_t.max, gid) : 0) == 0, fchmod(descriptor, Sharing.sharedDirectoryMode) == 0 else {
                     let error = Errno.current
                     closeDescriptor(descriptor)
-                    throw StoreError(.permissionDenied, "Cannot give \(path) to group \(gid) (this user must be a member of it)", underlying: error)
+                    throw KeychainError(.permissionDenied, "Cannot give \(path) to group \(gid) (this user must be a member of it)", underlying: error)
                 }
             }
         }
@@ -79,14 +80,14 @@ package final class Directory: Sendable {
         guard fstat(descriptor, &status) == 0 else {
             let error = Errno.current
             closeDescriptor(descriptor)
-            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: error)
         }
         let sharing = parent?.sharing ?? (storeRoot ? Sharing(rootStatus: status) : .owner)
         let directory = Directory(descriptor: descriptor, path: path, sharing: sharing)
         try Ownership.check(status, path: path, sharing: sharing)
         if parent == nil, case .group(let group) = sharing, !Sharing.isMember(status.st_uid, of: group) {
             // A shared root made by someone outside the group: not a store the group made.
-            throw StoreError(.unsafeFileSystem, "\(path) is owned by user \(status.st_uid), who is not a member of its group \(group); refusing to use it as a shared store")
+            throw KeychainError(.unsafeFileSystem, "\(path) is owned by user \(status.st_uid), who is not a member of its group \(group); refusing to use it as a shared store")
         }
         return directory
     }
@@ -94,11 +95,11 @@ package final class Directory: Sendable {
     /// Checks the open directory again (one fstat, no path walk): still ours and 0700.
     ///
     /// - Returns: false when it was removed from the file system while we held it open.
-    /// - Throws: ``StoreError`` `.unsafeFileSystem` when its owner or mode changed.
-    func revalidate() throws(StoreError) -> Bool {
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` when its owner or mode changed.
+    func revalidate() throws(KeychainError) -> Bool {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         try Ownership.check(status, path: path, sharing: sharing)
         return status.st_nlink > 0
@@ -106,11 +107,11 @@ package final class Directory: Sendable {
 
     /// The user who owns the directory.
     ///
-    /// - Throws: ``StoreError`` `.storageFailed` if fstat fails.
-    func owner() throws(StoreError) -> uid_t {
+    /// - Throws: ``KeychainError`` `.storageFailed` if fstat fails.
+    func owner() throws(KeychainError) -> uid_t {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         return status.st_uid
     }
@@ -123,11 +124,11 @@ package final class Directory: Sendable {
         let nanoseconds: Int
     }
 
-    /// - Throws: ``StoreError`` `.storageFailed` if fstat fails.
-    func stamp() throws(StoreError) -> Stamp {
+    /// - Throws: ``KeychainError`` `.storageFailed` if fstat fails.
+    func stamp() throws(KeychainError) -> Stamp {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
-            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         return Stamp(inode: UInt64(status.st_ino), seconds: status.st_mtim.tv_sec, nanoseconds: status.st_mtim.tv_nsec)
     }
@@ -138,8 +139,8 @@ package final class Directory: Sendable {
     /// and singly linked.
     ///
     /// - Returns: nil when the file does not exist.
-    /// - Throws: ``StoreError`` `.unsafeFileSystem` or `.storageFailed`.
-    func openFile(_ name: String) throws(StoreError) -> OpenFile? {
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` or `.storageFailed`.
+    func openFile(_ name: String) throws(KeychainError) -> OpenFile? {
         let path = self.path + "/" + name
         let fileDescriptor: Int32
         do {
@@ -147,25 +148,25 @@ package final class Directory: Sendable {
         } catch where error.rawValue == ENOENT {
             return nil
         } catch where error.rawValue == ELOOP {
-            throw StoreError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
+            throw KeychainError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM {
             throw Self.permissionDenied(path, error)
         } catch {
-            throw StoreError(.storageFailed, "Cannot open \(path)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot open \(path)", underlying: error)
         }
         let file = OpenFile(descriptor: fileDescriptor, path: path)
         var status = stat()
         guard fstat(fileDescriptor, &status) == 0 else {
-            throw StoreError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         guard status.st_mode & S_IFMT == S_IFREG else {
-            throw StoreError(.unsafeFileSystem, "\(path) is not a regular file")
+            throw KeychainError(.unsafeFileSystem, "\(path) is not a regular file")
         }
         // No link means a writer replaced (renamed over) or removed the file between our open and
         // this fstat: what we hold is the complete previous version, which a reader may see; only
         // a second link (a path someone else controls) is refused.
         guard status.st_nlink <= 1 else {
-            throw StoreError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
+            throw KeychainError(.unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
         }
         try Ownership.check(status, path: path, sharing: sharing)
         file.size = Int(status.st_size)
@@ -176,12 +177,12 @@ package final class Directory: Sendable {
     /// The inode of the entry `name` (not followed if a symbolic link), or nil when there is none:
     /// one fstatat, to notice a file replaced by rename.
     ///
-    /// - Throws: ``StoreError`` `.storageFailed`.
-    func inode(of name: String) throws(StoreError) -> UInt64? {
+    /// - Throws: ``KeychainError`` `.storageFailed`.
+    func inode(of name: String) throws(KeychainError) -> UInt64? {
         var status = stat()
         if fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0 { return UInt64(status.st_ino) }
         if errno == ENOENT { return nil }
-        throw StoreError(.storageFailed, "Cannot inspect \(path)/\(name)", underlying: Errno.current)
+        throw KeychainError(.storageFailed, "Cannot inspect \(path)/\(name)", underlying: Errno.current)
     }
 
     /// The suffix of a file being written; one left behind belongs to a writer that died.
@@ -195,10 +196,10 @@ package final class Directory: Sendable {
     /// belongs to a writer that died and is removed first. One fixed name per target means at most
     /// one leftover per item and no directory scan on the write path.
     ///
-    /// - Throws: ``StoreError`` `.storageFailed`.
+    /// - Throws: ``KeychainError`` `.storageFailed`.
     /// - Parameter syncDirectory: false when the caller fsyncs the directory once after many
     ///   replacements (the format upgrade); the file itself is still fsynced when `durable`.
-    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(StoreError) {
+    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(KeychainError) {
         let temporary = name + Self.temporarySuffix
         _ = unlinkat(descriptor, temporary, 0)
         let fileDescriptor: Int32
@@ -242,16 +243,16 @@ package final class Directory: Sendable {
     }
 
     /// A failed write, its cause in words a person acts on: a full disk or quota says so first.
-    static func writeFailed(_ action: String, _ path: String, _ error: Errno) -> StoreError {
+    static func writeFailed(_ action: String, _ path: String, _ error: Errno) -> KeychainError {
         switch error.rawValue {
         case ENOSPC:
-            StoreError(.storageFailed, "The disk is full: cannot \(action) \(path); stored items are unchanged. Free some space and try again", underlying: error)
+            KeychainError(.storageFailed, "The disk is full: cannot \(action) \(path); stored items are unchanged. Free some space and try again", underlying: error)
         case EDQUOT:
-            StoreError(.storageFailed, "The disk quota is exhausted: cannot \(action) \(path); stored items are unchanged", underlying: error)
+            KeychainError(.storageFailed, "The disk quota is exhausted: cannot \(action) \(path); stored items are unchanged", underlying: error)
         case EIO:
-            StoreError(.storageFailed, "The disk reported an I/O error: cannot \(action) \(path); check the device (dmesg)", underlying: error)
+            KeychainError(.storageFailed, "The disk reported an I/O error: cannot \(action) \(path); check the device (dmesg)", underlying: error)
         default:
-            StoreError(.storageFailed, "Cannot \(action) \(path)", underlying: error)
+            KeychainError(.storageFailed, "Cannot \(action) \(path)", underlying: error)
         }
     }
 
@@ -259,7 +260,7 @@ package final class Directory: Sendable {
     /// file, so a reader never sees a partial file and two creators cannot both win).
     ///
     /// - Returns: false if the file already existed.
-    func createExclusively(_ name: String, with bytes: [UInt8]) throws(StoreError) -> Bool {
+    func createExclusively(_ name: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
         let temporary = name + ".new"
         try replace(temporary, with: bytes, durable: true)
         defer { _ = unlinkat(descriptor, temporary, 0) }
@@ -268,7 +269,7 @@ package final class Directory: Sendable {
         } catch where error.rawValue == EEXIST {
             return false
         } catch {
-            throw StoreError(.storageFailed, "Cannot create \(path)/\(name)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot create \(path)/\(name)", underlying: error)
         }
         try sync()
         return true
@@ -278,9 +279,9 @@ package final class Directory: Sendable {
     /// append to a log whose torn tail (a writer that died mid-write) is overwritten. The file is
     /// checked as ``openFile(_:)`` checks it; `durable` adds an fdatasync.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when the file is gone, `.unsafeFileSystem`,
+    /// - Throws: ``KeychainError`` `.tampered` when the file is gone, `.unsafeFileSystem`,
     ///   `.permissionDenied`, `.storageFailed` naming the cause.
-    func overwrite(_ name: String, at offset: Int, with bytes: [UInt8], durable: Bool) throws(StoreError) {
+    func overwrite(_ name: String, at offset: Int, with bytes: [UInt8], durable: Bool) throws(KeychainError) {
         let filePath = path + "/" + name
         let fileDescriptor: Int32
         do {
@@ -288,11 +289,11 @@ package final class Directory: Sendable {
             // ENXIO without a reader, or is refused below); on a regular file it changes nothing.
             fileDescriptor = try retryingInterrupts { openat(descriptor, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
         } catch where error.rawValue == ENOENT {
-            throw StoreError(.tampered, "\(filePath) is missing")
+            throw KeychainError(.tampered, "\(filePath) is missing")
         } catch where error.rawValue == ENXIO {
-            throw StoreError(.unsafeFileSystem, "\(filePath) is not a regular file (a FIFO or a device)")
+            throw KeychainError(.unsafeFileSystem, "\(filePath) is not a regular file (a FIFO or a device)")
         } catch where error.rawValue == ELOOP {
-            throw StoreError(.unsafeFileSystem, "\(filePath) is a symbolic link; refusing to follow it")
+            throw KeychainError(.unsafeFileSystem, "\(filePath) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
             throw Self.permissionDenied(filePath, error)
         } catch {
@@ -301,10 +302,10 @@ package final class Directory: Sendable {
         defer { closeDescriptor(fileDescriptor) }
         var status = stat()
         guard fstat(fileDescriptor, &status) == 0 else {
-            throw StoreError(.storageFailed, "Cannot inspect \(filePath)", underlying: Errno.current)
+            throw KeychainError(.storageFailed, "Cannot inspect \(filePath)", underlying: Errno.current)
         }
         guard status.st_mode & S_IFMT == S_IFREG, status.st_nlink <= 1 else {
-            throw StoreError(.unsafeFileSystem, "\(filePath) is not a regular file with one link")
+            throw KeychainError(.unsafeFileSystem, "\(filePath) is not a regular file with one link")
         }
         try Ownership.check(status, path: filePath, sharing: sharing)
         do {
@@ -329,24 +330,24 @@ package final class Directory: Sendable {
     }
 
     /// Removes a file. - Returns: false if it did not exist.
-    func remove(_ name: String, durable: Bool) throws(StoreError) -> Bool {
+    func remove(_ name: String, durable: Bool) throws(KeychainError) -> Bool {
         do {
             try retryingInterrupts { unlinkat(descriptor, name, 0) }
         } catch where error.rawValue == ENOENT {
             return false
         } catch {
-            throw StoreError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
         }
         if durable { try sync() }
         return true
     }
 
     /// The names in the directory (not . and ..).
-    func entries() throws(StoreError) -> [String] {
+    func entries() throws(KeychainError) -> [String] {
         let copy = dup(descriptor)
         guard copy >= 0, let stream = fdopendir(copy) else {
             if copy >= 0 { closeDescriptor(copy) }
-            throw StoreError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
+            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
         }
         defer { closedir(stream) }
         // The copy shares its position with our descriptor: start from the beginning every time.
@@ -364,19 +365,19 @@ package final class Directory: Sendable {
     /// Takes the directory's writer lock (`<directory>/<name>`, an flock held until the returned
     /// object is released), waiting at most `timeout` for writers before us.
     ///
-    /// - Throws: ``StoreError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
+    /// - Throws: ``KeychainError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
     ///   for a symlink, `.permissionDenied`, `.storageFailed`.
-    func lock(_ name: String, timeout: Duration) throws(StoreError) -> LockFile {
+    func lock(_ name: String, timeout: Duration) throws(KeychainError) -> LockFile {
         let lockPath = path + "/" + name
         let file: LockFile
         do {
             file = try LockFile(name, in: descriptor, mode: UInt32(sharing.fileMode))
         } catch where error.rawValue == ELOOP {
-            throw StoreError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
+            throw KeychainError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
         } catch where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
             throw Self.permissionDenied(lockPath, error)
         } catch {
-            throw StoreError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
         }
         try Self.take(file, path: lockPath, timeout: timeout, purpose: "writing to it")
         return file
@@ -385,56 +386,56 @@ package final class Directory: Sendable {
     /// Takes an flock on the directory itself, which needs no lock file: used while a store is
     /// opened or created, when nothing may be written yet.
     ///
-    /// - Throws: ``StoreError`` `.timedOut`, `.storageFailed`.
-    func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(StoreError) -> LockFile {
+    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
+    func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(KeychainError) -> LockFile {
         let file: LockFile
         do {
             file = try LockFile(directory: descriptor)
         } catch {
-            throw StoreError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
         }
         try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
         return file
     }
 
     private static func take(_ file: LockFile, path: String, timeout: Duration, purpose: String,
-                             shared: Bool = false) throws(StoreError) {
+                             shared: Bool = false) throws(KeychainError) {
         let locked: Bool
         do {
             locked = try file.lock(timeout: timeout, shared: shared)
         } catch {
-            throw StoreError(.storageFailed, "Cannot lock \(path)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot lock \(path)", underlying: error)
         }
         guard locked else {
             let holder = file.holderProcessID.map { "process \($0)" } ?? "another process"
-            throw StoreError(.timedOut, "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again")
+            throw KeychainError(.timedOut, "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again")
         }
     }
 
     /// `mkdir -p` with mode 0700 for what is missing, its failures as keychain errors.
     ///
-    /// - Throws: ``StoreError`` `.permissionDenied` or `.storageFailed`.
-    package static func createPath(_ path: String) throws(StoreError) {
+    /// - Throws: ``KeychainError`` `.permissionDenied` or `.storageFailed`.
+    package static func createPath(_ path: String) throws(KeychainError) {
         do {
             try createDirectories(path)
         } catch where error.rawValue == EACCES || error.rawValue == EPERM {
             throw permissionDenied(path, error)
         } catch {
-            throw StoreError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
         }
     }
 
-    static func permissionDenied(_ path: String, _ error: Errno) -> StoreError {
-        StoreError(.permissionDenied, "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error)
+    static func permissionDenied(_ path: String, _ error: Errno) -> KeychainError {
+        KeychainError(.permissionDenied, "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error)
     }
 
     /// Removes the directory `name` and everything in it (the store's own two-level trees:
     /// directories of regular files). Symlinks are removed, never followed.
     ///
     /// - Returns: false if there was nothing to remove.
-    /// - Throws: ``StoreError`` `.storageFailed`, `.unsafeFileSystem`.
+    /// - Throws: ``KeychainError`` `.storageFailed`, `.unsafeFileSystem`.
     @discardableResult
-    func removeTree(_ name: String) throws(StoreError) -> Bool {
+    func removeTree(_ name: String) throws(KeychainError) -> Bool {
         guard let directory = try Directory.openAnyOwner(name, in: self) else { return false }
         for entry in try directory.entries() {
             if unlinkat(directory.descriptor, entry, 0) == 0 { continue }
@@ -443,25 +444,25 @@ package final class Directory: Sendable {
         do {
             try retryingInterrupts { unlinkat(descriptor, name, AT_REMOVEDIR) }
         } catch {
-            throw StoreError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
         }
         return true
     }
 
     /// Opens a subdirectory for removal: a symlink is refused, the owner is not checked.
-    private static func openAnyOwner(_ name: String, in parent: Directory) throws(StoreError) -> Directory? {
+    private static func openAnyOwner(_ name: String, in parent: Directory) throws(KeychainError) -> Directory? {
         do {
             let descriptor = try retryingInterrupts { openat(parent.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             return Directory(descriptor: descriptor, path: parent.path + "/" + name, sharing: parent.sharing)
         } catch where error.rawValue == ENOENT {
             return nil
         } catch {
-            throw StoreError(.storageFailed, "Cannot open \(parent.path)/\(name)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot open \(parent.path)/\(name)", underlying: error)
         }
     }
 
     /// fsync of the directory, so renames and unlinks in it are durable.
-    func sync() throws(StoreError) {
+    func sync() throws(KeychainError) {
         do {
             try retryingInterrupts { fsync(descriptor) }
         } catch {

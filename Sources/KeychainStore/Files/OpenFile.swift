@@ -1,4 +1,5 @@
 import SystemCalls
+import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,10 +20,10 @@ final class OpenFile {
 
     /// Reads exactly `count` bytes at `offset`.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when the file is shorter, `.storageFailed` on I/O errors.
-    func read(count: Int, at offset: Int) throws(StoreError) -> [UInt8] {
+    /// - Throws: ``KeychainError`` `.tampered` when the file is shorter, `.storageFailed` on I/O errors.
+    func read(count: Int, at offset: Int) throws(KeychainError) -> [UInt8] {
         guard count >= 0, offset >= 0, offset + count <= size else {
-            throw StoreError(.tampered, "\(path) is truncated")
+            throw KeychainError(.tampered, "\(path) is truncated")
         }
         var buffer = [UInt8](repeating: 0, count: count)
         var done = 0
@@ -33,9 +34,9 @@ final class OpenFile {
                     buffer.withUnsafeMutableBytes { raw in pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset + done)) }
                 }
             } catch {
-                throw StoreError(.storageFailed, "Cannot read \(path)", underlying: error)
+                throw KeychainError(.storageFailed, "Cannot read \(path)", underlying: error)
             }
-            guard read > 0 else { throw StoreError(.tampered, "\(path) is truncated") }
+            guard read > 0 else { throw KeychainError(.tampered, "\(path) is truncated") }
             done += read
         }
         return buffer

@@ -1,4 +1,5 @@
 import SystemCalls
+import KeychainVocabulary
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,15 +45,15 @@ enum Sharing: Sendable, Equatable {
 enum Ownership {
     static var effectiveUser: uid_t { PrivateOwnership.effectiveUser }
 
-    /// - Throws: ``StoreError`` `.unsafeFileSystem`: for a private store, another owner or any
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem`: for a private store, another owner or any
     ///   group/other bits; for a shared one, another group, or any bits for others.
-    static func check(_ status: stat, path: String, sharing: Sharing) throws(StoreError) {
+    static func check(_ status: stat, path: String, sharing: Sharing) throws(KeychainError) {
         if case .group(let group) = sharing {
             guard status.st_gid == group else {
-                throw StoreError(.unsafeFileSystem, "\(path) belongs to group \(status.st_gid), not to the store's group (\(group)); refusing to use it")
+                throw KeychainError(.unsafeFileSystem, "\(path) belongs to group \(status.st_gid), not to the store's group (\(group)); refusing to use it")
             }
             guard status.st_mode & 0o007 == 0 else {
-                throw StoreError(.unsafeFileSystem, "\(path) has mode \(String(status.st_mode & 0o7777, radix: 8)); a shared store allows its group and no one else")
+                throw KeychainError(.unsafeFileSystem, "\(path) has mode \(String(status.st_mode & 0o7777, radix: 8)); a shared store allows its group and no one else")
             }
             return
         }
@@ -60,9 +61,9 @@ enum Ownership {
         case nil:
             return
         case .foreignOwner(let owner):
-            throw StoreError(.unsafeFileSystem, "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
+            throw KeychainError(.unsafeFileSystem, "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
         case .looseMode(let mode):
-            throw StoreError(.unsafeFileSystem, "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
+            throw KeychainError(.unsafeFileSystem, "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
         }
     }
 }

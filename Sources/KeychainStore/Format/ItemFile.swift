@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import TPM
+import KeychainVocabulary
 
 /// The item file, format version 1 (docs/FORMAT.md, "Item file"). All integers big-endian.
 ///
@@ -11,7 +12,7 @@ import TPM
 ///     8      16    store ID (the store's UUID)
 ///     24     16    item ID (random at creation, kept across updates)
 ///     40     8     generation (1 at creation, +1 per update)
-///     48     1     accessibility (``AccessibilityClass``)
+///     48     1     accessibility (``Accessibility``)
 ///     49     1     policy = 0 (master key only; reserved for access control)
 ///     50     1     value kind (``ValueKind``)
 ///     51     1     reserved = 0
@@ -44,7 +45,7 @@ enum ItemFile {
         let storeID: [UInt8]
         let itemID: [UInt8]
         let generation: UInt64
-        let accessibility: AccessibilityClass
+        let accessibility: Accessibility
         let kind: ValueKind
         let salt: [UInt8]
         let nonce: [UInt8]
@@ -99,11 +100,11 @@ enum ItemFile {
 
     /// Parses and bounds-checks a header; nothing in it is trusted until a section decrypts.
     ///
-    /// - Throws: ``StoreError`` `.tampered` (wrong magic, sizes, store) or `.unsupportedVersion`.
-    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(StoreError) -> Header {
+    /// - Throws: ``KeychainError`` `.tampered` (wrong magic, sizes, store) or `.unsupportedVersion`.
+    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
         do {
             guard bytes.prefix(4).elementsEqual(magic) else {
-                throw StoreError(.tampered, "\(path) is not a keychain item (bad magic)")
+                throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
             }
             var reader = WireReader(Array(bytes.dropFirst(4)))
             // The store's format version is authenticated in store.meta, and a store whose version
@@ -111,15 +112,15 @@ enum ItemFile {
             // a version-1 store was therefore not written by any TPMKeychain: it was modified.
             let version = try reader.readUInt16()
             guard version == Self.version else {
-                throw StoreError(.tampered, "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified")
+                throw KeychainError(.tampered, "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified")
             }
             guard try reader.readUInt16() == headerSize else {
-                throw StoreError(.tampered, "\(path) has a damaged header")
+                throw KeychainError(.tampered, "\(path) has a damaged header")
             }
             let fileStoreID = try reader.readBytes(16)
             let itemID = try reader.readBytes(16)
             let generation = try reader.readUInt64()
-            let accessibility = AccessibilityClass(rawValue: try reader.readUInt8())
+            let accessibility = Accessibility(rawValue: try reader.readUInt8())
             let policy = try reader.readUInt8()
             let kind = ValueKind(rawValue: try reader.readUInt8())
             let reserved = try reader.readUInt8()
@@ -129,37 +130,37 @@ enum ItemFile {
             let secretLength = Int(try reader.readUInt32())
             guard let accessibility, let kind, policy == 0, reserved == 0,
                   attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
-                throw StoreError(.tampered, "\(path) has a damaged header")
+                throw KeychainError(.tampered, "\(path) has a damaged header")
             }
             guard fileStoreID == storeID else {
-                throw StoreError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
+                throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
             }
             let header = Header(bytes: Array(bytes), storeID: fileStoreID, itemID: itemID, generation: generation,
                                 accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
                                 attributesLength: attributesLength, secretLength: secretLength)
             guard header.fileSize == fileSize else {
-                throw StoreError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
+                throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
             }
             return header
-        } catch let error as StoreError {
+        } catch let error as KeychainError {
             throw error
         } catch {
-            throw StoreError(.tampered, "\(path) is truncated")
+            throw KeychainError(.tampered, "\(path) is truncated")
         }
     }
 
     /// Decrypts the attributes and checks that they name the item the file was found for.
     /// `key` is the write's item key (``StoreKeys/itemKey(salt:storeID:)`` of the header's salt).
     ///
-    /// - Throws: ``StoreError`` `.tampered` when authentication fails or the file belongs to another item.
+    /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file belongs to another item.
     static func decryptAttributes(_ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey, expected: ItemIdentity?,
-                                  path: String) throws(StoreError) -> StoredAttributes {
+                                  path: String) throws(KeychainError) -> ItemAttributes {
         let plaintext = try open(sealed, key: key, nonce: header.nonce, authenticating: header.bytes, path: path)
         let attributes = try decodeAttributes(plaintext, header: header, path: path)
         if let expected {
             guard attributes.service == expected.service, attributes.account == expected.account,
                   attributes.accessGroupName == expected.accessGroup else {
-                throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed")
+                throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
             }
         }
         return attributes
@@ -168,16 +169,16 @@ enum ItemFile {
     /// Decrypts the secret section.
     /// Decrypts the secret section of the item `identity` names.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when the file was modified or belongs to another item.
+    /// - Throws: ``KeychainError`` `.tampered` when the file was modified or belongs to another item.
     /// `file` is the whole item file; its attributes section is authenticated along with the secret.
     static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, identity: ItemIdentity,
-                              path: String) throws(StoreError) -> ItemValue {
+                              path: String) throws(KeychainError) -> ItemValue {
         try decryptSecret(of: file, header: header, key: key, encodedIdentity: encode(identity), path: path)
     }
 
     /// As above, with the identity already encoded by ``encode(_:)`` (the store caches it).
     static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, encodedIdentity: [UInt8],
-                              path: String) throws(StoreError) -> ItemValue {
+                              path: String) throws(KeychainError) -> ItemValue {
         var aad = header.bytes
         aad.reserveCapacity(header.bytes.count + encodedIdentity.count + header.attributesRange.count)
         aad.append(contentsOf: encodedIdentity)
@@ -205,13 +206,13 @@ enum ItemFile {
 
     /// One AES-256-GCM open of a section (ciphertext ‖ tag), for both formats.
     static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
-                             path: String) throws(StoreError) -> [UInt8] {
+                             path: String) throws(KeychainError) -> [UInt8] {
         do {
             let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
                                             tag: sealed.suffix(tagSize))
             return Array(try AES.GCM.open(box, using: key, authenticating: aad))
         } catch {
-            throw StoreError(.tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
+            throw KeychainError(.tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
         }
     }
 
@@ -224,7 +225,7 @@ enum ItemFile {
 
     // MARK: Attributes plaintext
 
-    static func encodeAttributes(_ attributes: StoredAttributes) -> [UInt8] {
+    static func encodeAttributes(_ attributes: ItemAttributes) -> [UInt8] {
         var writer = WireWriter()
         writer.appendSized(Array(attributes.accessGroupName.utf8))
         writer.appendSized(Array(attributes.service.utf8))
@@ -244,18 +245,18 @@ enum ItemFile {
         writer.append(raw: bytes)
     }
 
-    private static func decodeAttributes(_ plaintext: [UInt8], header: Header, path: String) throws(StoreError) -> StoredAttributes {
+    private static func decodeAttributes(_ plaintext: [UInt8], header: Header, path: String) throws(KeychainError) -> ItemAttributes {
         do {
             var reader = WireReader(plaintext)
             func text(_ maximum: Int) throws -> String {
                 let bytes = try reader.readSized(maximum: maximum)
-                guard let string = String(validating: bytes, as: UTF8.self) else { throw StoreError(.tampered, "") }
+                guard let string = String(validating: bytes, as: UTF8.self) else { throw KeychainError(.tampered, "") }
                 return string
             }
             func optional(_ maximum: Int, wide: Bool) throws -> [UInt8]? {
                 guard try reader.readUInt8() == 1 else { return nil }
                 let count = wide ? Int(try reader.readUInt32()) : Int(try reader.readUInt16())
-                guard count <= maximum else { throw StoreError(.tampered, "") }
+                guard count <= maximum else { throw KeychainError(.tampered, "") }
                 return try reader.readBytes(count)
             }
             let accessGroup = try text(ItemIdentity.maximumNameBytes)
@@ -266,14 +267,14 @@ enum ItemFile {
             let generic = try optional(maximumGenericDataBytes, wide: true).map { Data($0) }
             let created = Int64(bitPattern: try reader.readUInt64())
             let modified = Int64(bitPattern: try reader.readUInt64())
-            guard reader.remaining == 0 else { throw StoreError(.tampered, "") }
-            return StoredAttributes(service: service, account: account, accessGroupName: accessGroup, label: label, comment: comment,
+            guard reader.remaining == 0 else { throw KeychainError(.tampered, "") }
+            return ItemAttributes(service: service, account: account, accessGroupName: accessGroup, label: label, comment: comment,
                                   genericData: generic, creationDate: Date(timeIntervalSince1970: Double(created) / 1000),
                                   modificationDate: Date(timeIntervalSince1970: Double(modified) / 1000),
                                   accessibility: header.accessibility)
         } catch {
             // Authenticated but undecodable: written by a broken writer; still never trusted.
-            throw StoreError(.tampered, "\(path) has undecodable attributes")
+            throw KeychainError(.tampered, "\(path) has undecodable attributes")
         }
     }
 }

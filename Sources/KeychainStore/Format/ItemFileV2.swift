@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 import TPM
+import KeychainVocabulary
 
 /// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"). All integers
 /// big-endian. Defined and tested here; the store still writes version 1 until the upgrade path
@@ -17,7 +18,7 @@ import TPM
 ///     48     4     class: "genp", "inet" ("keys", "cert" reserved)
 ///     52     16    key record ID: the record whose key the item key derives from; all zero for
 ///                  the store's master key
-///     68     1     accessibility (``AccessibilityClass``)
+///     68     1     accessibility (``Accessibility``)
 ///     69     1     value kind (``ValueKind``)
 ///     70     2     reserved = 0
 ///     72     32    key salt: item key = HKDF(record's item-key parent, salt, "TPMKeychain v2 item" || store ID || record ID)
@@ -36,7 +37,7 @@ enum ItemFileV2 {
     static let headerSize = 124
     static let tagSize = 16
     /// The key record ID of items protected by the store's master key.
-    static let masterKeyRecord = [UInt8](repeating: 0, count: 16)
+    static let masterKeyRecord = ItemQueryResult.masterKeyRecord
 
     /// What a format-2 item holds, decrypted.
     struct Contents: Sendable, Equatable {
@@ -44,7 +45,7 @@ enum ItemFileV2 {
         var generation: UInt64
         var itemClass: ItemClass
         var keyRecord: [UInt8]
-        var accessibility: AccessibilityClass
+        var accessibility: Accessibility
         var kind: ValueKind
         var attributes: AttributeList
         var value: [UInt8]
@@ -55,7 +56,7 @@ enum ItemFileV2 {
         let bytes: [UInt8]
         let generation: UInt64
         let itemClass: ItemClass
-        let accessibility: AccessibilityClass
+        let accessibility: Accessibility
         let kind: ValueKind
         let attributesLength: Int
         let secretLength: Int
@@ -134,32 +135,32 @@ enum ItemFileV2 {
 
     /// Parses and bounds-checks a version-2 header; nothing in it is trusted until a section decrypts.
     ///
-    /// - Throws: ``StoreError`` `.tampered` (magic, version, sizes, store, class, reserved bytes).
-    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(StoreError) -> Header {
-        guard bytes.count >= headerSize else { throw StoreError(.tampered, "\(path) is truncated") }
+    /// - Throws: ``KeychainError`` `.tampered` (magic, version, sizes, store, class, reserved bytes).
+    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
+        guard bytes.count >= headerSize else { throw KeychainError(.tampered, "\(path) is truncated") }
         // One copy (the AAD); every field is read in place: this runs on every get.
         let header = Array(bytes.prefix(headerSize))
         func integer(_ range: Range<Int>) -> UInt64 { BigEndian.integer(header[range]) }
         guard header[0..<4].elementsEqual(ItemFile.magic) else {
-            throw StoreError(.tampered, "\(path) is not a keychain item (bad magic)")
+            throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
         }
         guard integer(4..<6) == UInt64(version), integer(6..<8) == UInt64(headerSize) else {
-            throw StoreError(.tampered, "\(path) does not have a version-2 header")
+            throw KeychainError(.tampered, "\(path) does not have a version-2 header")
         }
         let attributesLength = Int(integer(116..<120))
         let secretLength = Int(integer(120..<124))
-        guard let itemClass = ItemClass(rawValue: UInt32(integer(48..<52))), let accessibility = AccessibilityClass(rawValue: header[68]),
+        guard let itemClass = ItemClass(rawValue: UInt32(integer(48..<52))), let accessibility = Accessibility(rawValue: header[68]),
               let kind = ValueKind(rawValue: header[69]), integer(70..<72) == 0,
               attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
-            throw StoreError(.tampered, "\(path) has a damaged header")
+            throw KeychainError(.tampered, "\(path) has a damaged header")
         }
         guard header[8..<24].elementsEqual(storeID) else {
-            throw StoreError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
+            throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
         }
         let parsed = Header(bytes: header, generation: integer(40..<48), itemClass: itemClass, accessibility: accessibility, kind: kind,
                             attributesLength: attributesLength, secretLength: secretLength)
         guard parsed.fileSize == fileSize else {
-            throw StoreError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(parsed.fileSize): truncated or padded")
+            throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(parsed.fileSize): truncated or padded")
         }
         return parsed
     }
@@ -167,15 +168,15 @@ enum ItemFileV2 {
     /// Decrypts a whole version-2 file. With `expectedPrimaryKey` (a lookup), the file must hold
     /// exactly that item; without it (a listing) the caller checks the name against the result.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when authentication fails or the file holds another item.
+    /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file holds another item.
     static func decode(_ file: [UInt8], itemKeyParent: SymmetricKey, storeID: [UInt8], expectedPrimaryKey: [UInt8]?,
-                       path: String) throws(StoreError) -> Contents {
+                       path: String) throws(KeychainError) -> Contents {
         let header = try decodeHeader(file[...], fileSize: file.count, storeID: storeID, path: path)
         let key = itemKey(parent: itemKeyParent, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
         let attributes = try decryptAttributes(file[header.attributesRange], header: header, key: key, path: path)
         let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
         if let expectedPrimaryKey, expectedPrimaryKey != primaryKey {
-            throw StoreError(.tampered, "\(path) holds another item: it was swapped or renamed")
+            throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
         let value = try decryptSecret(of: file, header: header, key: key, primaryKey: primaryKey, path: path)
         return Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass, keyRecord: header.keyRecord,
@@ -184,18 +185,18 @@ enum ItemFileV2 {
 
     /// The attributes section alone (listings, `contains`): the secret is not decrypted.
     ///
-    /// - Throws: ``StoreError`` `.tampered`.
+    /// - Throws: ``KeychainError`` `.tampered`.
     static func decryptAttributes(_ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey,
-                                  path: String) throws(StoreError) -> AttributeList {
+                                  path: String) throws(KeychainError) -> AttributeList {
         try AttributeList(decoding: open(sealed, key: key, nonce: header.nonce, aad: header.bytes, path: path), path: path)
     }
 
     /// The secret section alone, for the item whose class primary key is `primaryKey`: the
     /// attributes section is authenticated with it, not decrypted.
     ///
-    /// - Throws: ``StoreError`` `.tampered`, also for a file of another item.
+    /// - Throws: ``KeychainError`` `.tampered`, also for a file of another item.
     static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, primaryKey: [UInt8],
-                              path: String) throws(StoreError) -> [UInt8] {
+                              path: String) throws(KeychainError) -> [UInt8] {
         var aad = header.bytes
         aad.reserveCapacity(header.bytes.count + primaryKey.count + header.attributesRange.count)
         aad.append(contentsOf: primaryKey)
@@ -208,7 +209,7 @@ enum ItemFileV2 {
     static let maximumFileSize = headerSize + maximumAttributesSize + tagSize + ItemValue.maximumSize + tagSize
 
     private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
-                             path: String) throws(StoreError) -> [UInt8] {
+                             path: String) throws(KeychainError) -> [UInt8] {
         try ItemFile.open(sealed, key: key, nonce: nonce, authenticating: aad, path: path)
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import TPM
+import KeychainVocabulary
 
 /// A key record, `records/<record ID as 32 hex digits>.key` (docs/FORMAT.md, "Key records"): the
 /// key of every item with one protection (accessibility class and access-control flags), held by
@@ -12,11 +13,11 @@ import TPM
 ///     6      2     reserved = 0
 ///     8      16    store ID
 ///     24     16    record ID (random, never all zero)
-///     40     1     accessibility class (``AccessibilityClass``)
+///     40     1     accessibility class (``Accessibility``)
 ///     41     1     flags: bit 0 lock-bound (the sealed protector's policy checks the device's
 ///                  lock state); other bits 0
 ///     42     2     reserved = 0
-///     44     4     access-control flags, Apple's raw values (``AccessFlags``)
+///     44     4     access-control flags, Apple's raw values (``AccessControl.Flags``)
 ///     48     4     the device's NV base handle (``DeviceIndices``); 0 when no policy names one
 ///     52     8     enrollment epoch: the enrollment counter's value when bound (biometryCurrentSet), else 0
 ///     60     32    passcode public key the passcode protector is wrapped to (zero without one)
@@ -54,9 +55,9 @@ struct KeyRecord: Sendable, Equatable {
 
     let storeID: [UInt8]
     let recordID: [UInt8]
-    let accessibility: AccessibilityClass
+    let accessibility: Accessibility
     let flags: Flags
-    let accessFlags: AccessFlags
+    let accessFlags: AccessControl.Flags
     let nvBase: UInt32
     let enrollmentEpoch: UInt64
     let passcodeKey: [UInt8]
@@ -70,13 +71,13 @@ struct KeyRecord: Sendable, Equatable {
     }
 
     /// The protection the record serves, validated again (a file is not trusted to hold a valid combination).
-    func protection() throws(StoreError) -> Protection {
-        try Protection(accessibility: accessibility, flags: accessFlags)
+    func protection() throws(KeychainError) -> Protection {
+        Protection(try AccessControl(accessibility, flags: accessFlags))
     }
 
     /// The sealed protector's policy: rebuilt from the authenticated fields, never read from the
     /// sealed object. `nvName` gives an NV index's name (which the TPM supplies).
-    func sealedPolicy(nvName: (UInt32) throws(StoreError) -> [UInt8]) throws(StoreError) -> Policy {
+    func sealedPolicy(nvName: (UInt32) throws(KeychainError) -> [UInt8]) throws(KeychainError) -> Policy {
         var assertions: [PolicyAssertion] = []
         let protection = try protection()
         let indices = DeviceIndices(base: nvBase)
@@ -105,7 +106,7 @@ struct KeyRecord: Sendable, Equatable {
         writer.append(accessibility.rawValue)
         writer.append(flags.rawValue)
         writer.append(UInt16(0))
-        writer.append(accessFlags.rawValue)
+        writer.append(UInt32(accessFlags.rawValue))  // validated flags fit Apple's 32 bits
         writer.append(nvBase)
         writer.append(enrollmentEpoch)
         writer.append(raw: passcodeKey)
@@ -121,20 +122,20 @@ struct KeyRecord: Sendable, Equatable {
 
     /// Parses and authenticates a record file.
     ///
-    /// - Throws: ``StoreError`` `.tampered` for anything no writer produces, a record of
+    /// - Throws: ``KeychainError`` `.tampered` for anything no writer produces, a record of
     ///   another store, or a MAC that does not match the bytes as read.
-    init(parsing bytes: [UInt8], storeID expectedStoreID: [UInt8], metadataKey: SymmetricKey, path: String) throws(StoreError) {
+    init(parsing bytes: [UInt8], storeID expectedStoreID: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) {
         do {
             var reader = WireReader(bytes)
             guard try reader.readBytes(4) == Self.magic, try reader.readUInt16() == Self.version, try reader.readUInt16() == 0 else {
-                throw StoreError(.tampered, "\(path) is not a version-1 key record")
+                throw KeychainError(.tampered, "\(path) is not a version-1 key record")
             }
             storeID = try reader.readBytes(16)
             recordID = try reader.readBytes(16)
-            let accessibility = AccessibilityClass(rawValue: try reader.readUInt8())
+            let accessibility = Accessibility(rawValue: try reader.readUInt8())
             flags = Flags(rawValue: try reader.readUInt8())
             let reserved = try reader.readUInt16()
-            accessFlags = AccessFlags(rawValue: try reader.readUInt32())
+            accessFlags = AccessControl.Flags(rawValue: UInt(try reader.readUInt32()))
             nvBase = try reader.readUInt32()
             enrollmentEpoch = try reader.readUInt64()
             passcodeKey = try reader.readBytes(32)
@@ -142,41 +143,41 @@ struct KeyRecord: Sendable, Equatable {
             let sealedLength = Int(try reader.readUInt16())
             guard let accessibility, reserved == 0, flags.rawValue & ~1 == 0, sealedLength <= Self.maximumSealedSize,
                   recordID != ItemFileV2.masterKeyRecord else {
-                throw StoreError(.tampered, "\(path) is a damaged key record")
+                throw KeychainError(.tampered, "\(path) is a damaged key record")
             }
             self.accessibility = accessibility
             let sealed = try reader.readBytes(sealedLength)
             let passcodeLength = Int(try reader.readUInt16())
             guard passcodeLength == 0 || passcodeLength == Self.passcodeProtectorSize else {
-                throw StoreError(.tampered, "\(path) is a damaged key record")
+                throw KeychainError(.tampered, "\(path) is a damaged key record")
             }
             let wrapped = try reader.readBytes(passcodeLength)
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
-            guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
+            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
             guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Self.macDomain + bytes[..<authenticatedCount],
                                                          using: metadataKey) else {
-                throw StoreError(.tampered, "\(path) failed authentication: the key record was modified or belongs to another store")
+                throw KeychainError(.tampered, "\(path) failed authentication: the key record was modified or belongs to another store")
             }
             guard storeID == expectedStoreID else {
-                throw StoreError(.tampered, "\(path) belongs to another keychain store")
+                throw KeychainError(.tampered, "\(path) belongs to another keychain store")
             }
             sealedProtector = sealedLength > 0 ? try SealedObject(serialized: sealed) : nil
             passcodeProtector = passcodeLength > 0 ? wrapped : nil
             // The protectors present must be the ones the protection calls for.
-            let protection = try Protection(accessibility: accessibility, flags: accessFlags)
+            let protection = Protection(try AccessControl(accessibility, flags: accessFlags))
             guard (sealedProtector != nil) == protection.hasSealedProtector, (passcodeProtector != nil) == protection.hasPasscodeProtector,
                   protection.biometry == .currentSet || enrollmentEpoch == 0 else {
-                throw StoreError(.tampered, "\(path) does not hold the protectors its protection needs")
+                throw KeychainError(.tampered, "\(path) does not hold the protectors its protection needs")
             }
-        } catch let error as StoreError {
-            throw error.code == .tampered ? error : StoreError(.tampered, "\(path) is a damaged key record: \(error.message)")
+        } catch let error as KeychainError {
+            throw error.code == .tampered ? error : KeychainError(.tampered, "\(path) is a damaged key record: \(error.message)")
         } catch {
-            throw StoreError(.tampered, "\(path) is a damaged key record", underlying: error)
+            throw KeychainError(.tampered, "\(path) is a damaged key record", underlying: error)
         }
     }
 
-    init(storeID: [UInt8], recordID: [UInt8], accessibility: AccessibilityClass, flags: Flags, accessFlags: AccessFlags,
+    init(storeID: [UInt8], recordID: [UInt8], accessibility: Accessibility, flags: Flags, accessFlags: AccessControl.Flags,
          nvBase: UInt32, enrollmentEpoch: UInt64, passcodeKey: [UInt8], publicKey: [UInt8], sealedProtector: SealedObject?,
          passcodeProtector: [UInt8]?) {
         self.storeID = storeID
@@ -201,16 +202,16 @@ struct KeyRecord: Sendable, Equatable {
 
     /// The record's private key from its secret S.
     ///
-    /// - Throws: ``StoreError`` `.tampered` if the derived bytes are not a key (X25519 takes any 32
+    /// - Throws: ``KeychainError`` `.tampered` if the derived bytes are not a key (X25519 takes any 32
     ///   bytes, clamping them, so this does not happen).
-    static func privateKey(secret: SecretBytes, recordID: [UInt8]) throws(StoreError) -> Curve25519.KeyAgreement.PrivateKey {
+    static func privateKey(secret: SecretBytes, recordID: [UInt8]) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
         let seed = secret.withUnsafeBytes {
             HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: recordKeyInfo, outputByteCount: 32)
         }
         do {
             return try seed.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
         } catch {
-            throw StoreError(.tampered, "The key record's secret does not give an X25519 key", underlying: error)
+            throw KeychainError(.tampered, "The key record's secret does not give an X25519 key", underlying: error)
         }
     }
 
@@ -242,10 +243,10 @@ struct KeyRecord: Sendable, Equatable {
     }
 
     /// Unwraps the passcode protector with the device's passcode private key.
-    func unwrapPasscodeProtector(_ passcodePrivateKey: Curve25519.KeyAgreement.PrivateKey, path: String) throws(StoreError) -> SecretBytes {
-        guard let wrapped = passcodeProtector else { throw StoreError(.tampered, "\(path) has no passcode protector") }
+    func unwrapPasscodeProtector(_ passcodePrivateKey: Curve25519.KeyAgreement.PrivateKey, path: String) throws(KeychainError) -> SecretBytes {
+        guard let wrapped = passcodeProtector else { throw KeychainError(.tampered, "\(path) has no passcode protector") }
         guard Array(passcodePrivateKey.publicKey.rawRepresentation) == passcodeKey else {
-            throw StoreError(.itemInvalidated, "\(path) was protected by a device passcode that has since been removed")
+            throw KeychainError(.itemInvalidated, "\(path) was protected by a device passcode that has since been removed")
         }
         do {
             let ephemeral = try Curve25519.KeyAgreement.PublicKey(rawRepresentation: wrapped[0..<32])
@@ -255,7 +256,7 @@ struct KeyRecord: Sendable, Equatable {
             let opened = try AES.GCM.open(box, using: key, authenticating: recordID)
             return opened.withUnsafeBytes { SecretBytes(copying: $0) }
         } catch {
-            throw StoreError(.tampered, "\(path): the passcode protector does not open", underlying: error)
+            throw KeychainError(.tampered, "\(path): the passcode protector does not open", underlying: error)
         }
     }
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import TPM
+import KeychainVocabulary
 
 /// The manifest of a rollback-protected store (docs/FORMAT.md, "Manifest"): which generation of
 /// which item file is current, and which epoch of the store's TPM counter the files belong to.
@@ -159,21 +160,21 @@ struct Manifest {
     /// Parses a whole manifest. Records after the first one that fails its MAC are not read: a
     /// writer that died mid-append leaves a torn record, which the next writer overwrites.
     ///
-    /// - Throws: ``StoreError`` `.tampered` when the header is missing, fails its MAC or names
+    /// - Throws: ``KeychainError`` `.tampered` when the header is missing, fails its MAC or names
     ///   another store or counter.
-    static func parse(_ bytes: [UInt8], key: SymmetricKey, storeID: [UInt8], counterIndex: UInt32, path: String) throws(StoreError) -> State {
+    static func parse(_ bytes: [UInt8], key: SymmetricKey, storeID: [UInt8], counterIndex: UInt32, path: String) throws(KeychainError) -> State {
         guard bytes.count >= recordSize else {
-            throw StoreError(.tampered, "\(path) is truncated: the store's manifest has no header")
+            throw KeychainError(.tampered, "\(path) is truncated: the store's manifest has no header")
         }
         let zero = [UInt8](repeating: 0, count: 16)
         let headerBody = Array(bytes[0..<48])
         guard constantTimeEqual(mac(headerBody, after: zero, key: key), bytes[48..<64]), headerBody[0] == Kind.header.rawValue,
               headerBody[1] == version, Array(headerBody[2..<6]) == magic else {
-            throw StoreError(.tampered, "\(path) failed authentication: the store's manifest was modified or belongs to another key")
+            throw KeychainError(.tampered, "\(path) failed authentication: the store's manifest was modified or belongs to another key")
         }
         let expected = Record.header(storeID: storeID, counterIndex: counterIndex, highWater: 0).name
         guard Array(headerBody[16..<48]) == expected else {
-            throw StoreError(.tampered, "\(path) belongs to another store or counter")
+            throw KeychainError(.tampered, "\(path) belongs to another store or counter")
         }
         var state = State(storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
                           lastMAC: Array(bytes[48..<64]), validSize: recordSize)
@@ -187,7 +188,7 @@ struct Manifest {
     /// in place: callers keep it uniquely referenced, so a large manifest is not copied per write.
     ///
     /// - Returns: an error for a second header (a spliced file); nil otherwise.
-    static func apply(_ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String) -> StoreError? {
+    static func apply(_ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String) -> KeychainError? {
         guard offset == state.validSize else { return nil }
         var position = bytes.startIndex
         while position + recordSize <= bytes.endIndex {
@@ -197,7 +198,7 @@ struct Manifest {
             let value = integer(body, at: 8)
             switch kind {
             case .header:
-                return StoreError(.tampered, "\(path) has a second header: the store's manifest was spliced")
+                return KeychainError(.tampered, "\(path) has a second header: the store's manifest was spliced")
             case .epoch:
                 state.epoch = value
             case .writing:

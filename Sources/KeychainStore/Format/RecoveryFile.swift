@@ -1,6 +1,7 @@
 import Crypto
 import SystemCalls
 import TPM
+import KeychainVocabulary
 
 /// `recovery.key`: the store's master key, encrypted to a recovery key the user keeps
 /// (docs/FORMAT.md, "Recovery key"). All integers big-endian.
@@ -48,20 +49,20 @@ struct RecoveryFile {
     }
 
     /// The public half of a recovery key.
-    static func publicKey(of recoveryKey: SecretBytes) throws(StoreError) -> [UInt8] {
+    static func publicKey(of recoveryKey: SecretBytes) throws(KeychainError) -> [UInt8] {
         do {
             return try recoveryKey.withUnsafeBytes { raw in
                 Array(try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw).publicKey.rawRepresentation)
             }
         } catch {
-            throw StoreError(.invalidParameter, "Not a recovery key", underlying: error)
+            throw KeychainError(.invalidParameter, "Not a recovery key", underlying: error)
         }
     }
 
     /// Encrypts `masterKey` to the recovery key whose public half is `recoveryPublicKey`, and
     /// authenticates the file with `metadataKey` (the metadata key of that same master key).
     static func seal(masterKey: SecretBytes, recoveryPublicKey: [UInt8], storeID: [UInt8], keyGeneration: [UInt8],
-                     metadataKey: SymmetricKey) throws(StoreError) -> [UInt8] {
+                     metadataKey: SymmetricKey) throws(KeychainError) -> [UInt8] {
         do {
             let ephemeral = Curve25519.KeyAgreement.PrivateKey()
             let shared = try ephemeral.sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
@@ -82,20 +83,20 @@ struct RecoveryFile {
             let body = bytes + Array(box.ciphertext) + Array(box.tag)
             return body + mac(body, metadataKey: metadataKey)
         } catch {
-            throw StoreError(.storageFailed, "Encrypting the recovery copy of the master key failed", underlying: error)
+            throw KeychainError(.storageFailed, "Encrypting the recovery copy of the master key failed", underlying: error)
         }
     }
 
     /// The fields of a recovery file, checked for shape.
     ///
-    /// - Throws: ``StoreError`` `.tampered` for a file no writer produces.
-    static func header(_ bytes: [UInt8], path: String) throws(StoreError) -> Header {
+    /// - Throws: ``KeychainError`` `.tampered` for a file no writer produces.
+    static func header(_ bytes: [UInt8], path: String) throws(KeychainError) -> Header {
         guard bytes.count >= unauthenticatedSize, Array(bytes[0..<4]) == magic, bytes[6] == 0, bytes[7] == 0 else {
-            throw StoreError(.tampered, "\(path) is not a recovery file")
+            throw KeychainError(.tampered, "\(path) is not a recovery file")
         }
         let version: UInt16 = BigEndian.integer(bytes[4..<6])
         guard (version == 1 && bytes.count == unauthenticatedSize) || (version == 2 && bytes.count == size) else {
-            throw StoreError(.tampered, "\(path) is not a version-1 or version-2 recovery file")
+            throw KeychainError(.tampered, "\(path) is not a version-1 or version-2 recovery file")
         }
         return Header(version: version, storeID: Array(bytes[8..<24]), keyGeneration: Array(bytes[24..<32]),
                       recoveryPublicKey: Array(bytes[32..<64]))
@@ -104,15 +105,15 @@ struct RecoveryFile {
     /// The header of a file this store wrote for the master key whose metadata key is
     /// `metadataKey`: version 2, its MAC valid.
     ///
-    /// - Throws: ``StoreError`` `.tampered` for a version-1 file (unauthenticated), a file of
+    /// - Throws: ``KeychainError`` `.tampered` for a version-1 file (unauthenticated), a file of
     ///   another store or key, or one whose MAC fails.
-    static func authenticatedHeader(_ bytes: [UInt8], metadataKey: SymmetricKey, path: String) throws(StoreError) -> Header {
+    static func authenticatedHeader(_ bytes: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) -> Header {
         let header = try header(bytes, path: path)
         guard header.version == 2 else {
-            throw StoreError(.tampered, "\(path) is a version-1 recovery file, which nothing authenticates: a new recovery key must be added before the master key is rotated")
+            throw KeychainError(.tampered, "\(path) is a version-1 recovery file, which nothing authenticates: a new recovery key must be added before the master key is rotated")
         }
         guard constantTimeEqual(mac(Array(bytes[0..<unauthenticatedSize]), metadataKey: metadataKey), bytes[unauthenticatedSize...]) else {
-            throw StoreError(.tampered, "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; a new recovery key must be added")
+            throw KeychainError(.tampered, "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; a new recovery key must be added")
         }
         return header
     }
@@ -123,13 +124,13 @@ struct RecoveryFile {
 
     /// The master key, if `recoveryKey` is the one this file was made for.
     ///
-    /// - Throws: ``StoreError`` `.authenticationFailed` for another recovery key, `.tampered` for a
+    /// - Throws: ``KeychainError`` `.authenticationFailed` for another recovery key, `.tampered` for a
     ///   file no writer produces, of another store, or that fails authentication.
-    static func open(_ bytes: [UInt8], recoveryKey: SecretBytes, storeID: [UInt8], path: String) throws(StoreError) -> SecretBytes {
+    static func open(_ bytes: [UInt8], recoveryKey: SecretBytes, storeID: [UInt8], path: String) throws(KeychainError) -> SecretBytes {
         let header = try header(bytes, path: path)
-        guard header.storeID == storeID else { throw StoreError(.tampered, "\(path) belongs to another store") }
+        guard header.storeID == storeID else { throw KeychainError(.tampered, "\(path) belongs to another store") }
         guard try publicKey(of: recoveryKey) == header.recoveryPublicKey else {
-            throw StoreError(.authenticationFailed, "That recovery key does not open this store: check it for typos (it is the one shown when the recovery key was added)")
+            throw KeychainError(.authenticationFailed, "That recovery key does not open this store: check it for typos (it is the one shown when the recovery key was added)")
         }
         do {
             let shared = try recoveryKey.withUnsafeBytes { raw in
@@ -143,7 +144,7 @@ struct RecoveryFile {
             defer { opened.resetBytes(in: 0..<opened.count) }
             return opened.withUnsafeBytes { SecretBytes(copying: $0) }
         } catch {
-            throw StoreError(.tampered, "\(path) is damaged: the recovery key is right but the file fails authentication", underlying: error)
+            throw KeychainError(.tampered, "\(path) is damaged: the recovery key is right but the file fails authentication", underlying: error)
         }
     }
 
@@ -172,14 +173,14 @@ struct RecoveryFile {
 
     /// The key a person typed: case, dashes and spaces do not matter.
     ///
-    /// - Throws: ``StoreError`` `.invalidParameter` unless it is 64 modhex characters.
-    static func key(fromText text: String) throws(StoreError) -> SecretBytes {
+    /// - Throws: ``KeychainError`` `.invalidParameter` unless it is 64 modhex characters.
+    static func key(fromText text: String) throws(KeychainError) -> SecretBytes {
         try key(fromTyped: Array(text.utf8))
     }
 
     /// As ``key(fromText:)``, from the bytes as read (a terminal or a descriptor), so that the
     /// key need not pass through a String.
-    static func key(fromTyped typed: [UInt8]) throws(StoreError) -> SecretBytes {
+    static func key(fromTyped typed: [UInt8]) throws(KeychainError) -> SecretBytes {
         var digits: [UInt8] = []
         digits.reserveCapacity(typed.count)
         defer { for index in digits.indices { digits[index] = 0 } }
@@ -187,10 +188,10 @@ struct RecoveryFile {
             digits.append(byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte)
         }
         guard digits.count == 64 else {
-            throw StoreError(.invalidParameter, "A recovery key is 64 letters (8 groups of 8, from cbdefghijklnrtuv); this has \(digits.count)")
+            throw KeychainError(.invalidParameter, "A recovery key is 64 letters (8 groups of 8, from cbdefghijklnrtuv); this has \(digits.count)")
         }
         guard digits.allSatisfy({ alphabet.contains($0) }) else {
-            throw StoreError(.invalidParameter, "A recovery key uses only the letters cbdefghijklnrtuv")
+            throw KeychainError(.invalidParameter, "A recovery key uses only the letters cbdefghijklnrtuv")
         }
         // Decoded straight into locked, zeroized memory.
         return SecretBytes(count: 32) { raw in

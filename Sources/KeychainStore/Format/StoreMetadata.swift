@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import TPM
+import KeychainVocabulary
 
 /// `store.meta`, format versions 1 to 6 (docs/FORMAT.md, "store.meta"). All integers big-endian.
 ///
@@ -136,19 +137,19 @@ struct StoreMetadata {
 
     /// Parses the file; the MAC is checked by ``verify(_:metadataKey:)`` once the key is unsealed.
     ///
-    /// - Throws: ``StoreError`` `.tampered` or `.unsupportedVersion`.
-    static func parse(_ bytes: [UInt8], path: String) throws(StoreError) -> Parsed {
+    /// - Throws: ``KeychainError`` `.tampered` or `.unsupportedVersion`.
+    static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> Parsed {
         do {
             var reader = WireReader(bytes)
             guard try reader.readBytes(4) == magic else {
-                throw StoreError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
+                throw KeychainError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
             }
             let storedVersion = try reader.readUInt16()
             guard supportedVersions.contains(storedVersion) else {
-                throw StoreError(.unsupportedVersion, "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain")
+                throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain")
             }
             guard try reader.readUInt16() == 0 else {
-                throw StoreError(.tampered, "\(path) is damaged: its reserved field is not zero")
+                throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
             }
             let storeID = try reader.readBytes(16)
             let created = Int64(bitPattern: try reader.readUInt64())
@@ -159,17 +160,17 @@ struct StoreMetadata {
             if storedVersion == factsVersion {
                 version = try reader.readUInt16()
                 guard version == currentVersion || version == rotatedVersion else {
-                    throw StoreError(.tampered, "\(path) is damaged: item layout \(version) is not 2 or 3")
+                    throw KeychainError(.tampered, "\(path) is damaged: item layout \(version) is not 2 or 3")
                 }
                 guard let tpm = TPMKind(rawValue: try reader.readUInt8()) else {
-                    throw StoreError(.tampered, "\(path) is damaged: it names no known kind of TPM")
+                    throw KeychainError(.tampered, "\(path) is damaged: it names no known kind of TPM")
                 }
                 let sharingKind = try reader.readUInt8()
                 let group = try reader.readUInt32()
                 switch (sharingKind, group) {
                 case (0, 0): facts = Facts(tpm: tpm, sharing: .owner)
                 case (1, _): facts = Facts(tpm: tpm, sharing: .group(group))
-                default: throw StoreError(.tampered, "\(path) is damaged: its sharing field is not valid")
+                default: throw KeychainError(.tampered, "\(path) is damaged: its sharing field is not valid")
                 }
                 let index = try reader.readUInt32()
                 counter = index == 0 ? nil : index
@@ -183,20 +184,20 @@ struct StoreMetadata {
             }
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
-            guard reader.remaining == 0 else { throw StoreError(.tampered, "\(path) has trailing bytes") }
+            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
             return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
                                                    rollbackCounter: counter, facts: facts),
                           authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
-        } catch let error as StoreError {
+        } catch let error as KeychainError {
             throw error
         } catch {
-            throw StoreError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
+            throw KeychainError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
         }
     }
 
     private static func readSealedKey(_ reader: inout WireReader, path: String) throws -> SealedObject {
         let sealedLength = Int(try reader.readUInt32())
-        guard sealedLength <= maximumSealedKeySize else { throw StoreError(.tampered, "\(path) is damaged") }
+        guard sealedLength <= maximumSealedKeySize else { throw KeychainError(.tampered, "\(path) is damaged") }
         return try SealedObject(serialized: try reader.readBytes(sealedLength))
     }
 
@@ -207,10 +208,10 @@ struct StoreMetadata {
         let mac: [UInt8]
         let path: String
 
-        /// - Throws: ``StoreError`` `.tampered` unless the MAC authenticates the bytes read.
-        func verify(metadataKey: SymmetricKey) throws(StoreError) {
+        /// - Throws: ``KeychainError`` `.tampered` unless the MAC authenticates the bytes read.
+        func verify(metadataKey: SymmetricKey) throws(KeychainError) {
             guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: authenticatedBytes, using: metadataKey) else {
-                throw StoreError(.tampered, "\(path) failed authentication: the store's metadata was modified")
+                throw KeychainError(.tampered, "\(path) failed authentication: the store's metadata was modified")
             }
         }
     }

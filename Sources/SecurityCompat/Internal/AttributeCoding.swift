@@ -1,4 +1,4 @@
-import KeychainStore
+import KeychainVocabulary
 import SystemCalls
 
 /// Attribute values between SecItem's types and the store's bytes, so that values come back with

@@ -1,7 +1,7 @@
-package import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 
-/// The four SecItem operations over the store engine, with iOS's semantics (docs/PORTING.md).
+/// The four SecItem operations over the item service, with iOS's semantics (docs/PORTING.md).
 enum SecItemOperations {
     // MARK: Add
 
@@ -23,86 +23,57 @@ enum SecItemOperations {
             control = try mapped { () throws(KeychainError) in try AccessControl(request.accessibility ?? .whenUnlocked) }
         }
         let value = ItemValue(kind: .data, bytes: Array(request.valueData ?? Data()))
-        let (store, location) = try storeAndLocation()
-        try write(itemClass, primary: primary, mode: .add, value: value, control: control, store: store, location: location,
-                  context: request.context)
+        let items = try itemService()
+        try write(itemClass, primary: primary, mode: .add, value: value, control: control, items: items, context: request.context)
         guard !request.returns.isEmpty else { return nil }
         var query = ItemQuery(itemClass: itemClass, matching: primaryKeyAttributes(itemClass, primary), synchronizable: .any, limit: .one)
         query.returnsData = false
-        let found = try engine { () throws(StoreError) in try store.query(query) }
-        return try shape(found, request, store: store, location: location, many: false)
+        let found = try mapped { () throws(KeychainError) in try items.query(query) }
+        return try shape(found, request, items: items, many: false)
     }
 
-    /// Writes an item under `control`: items that need a person, or a lock state while a
-    /// passcode is set, get a key record; others stay under the master key (no TPM command).
-    static func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemStore.WriteMode, value: ItemValue?, control: AccessControl?,
-                      store: ItemStore, location: KeychainLocation, context: AuthenticationContext?,
-                      recordKey: ItemStore.RecordKey? = nil) throws(SecStatus) {
-        let changes = AttributeChanges(accessibility: control?.accessibility.stored)
-        guard let control else {
-            // The item keeps its protection: a protected one needs its record key only when the
-            // value is kept (the engine re-encrypts it).
-            if recordKey == nil {
-                return try engine { () throws(StoreError) in try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes) }
-            }
-            return try mapped { () throws(KeychainError) in
-                try Devices.with(location) { (device) throws(KeychainError) in
-                    try TPMKeychain.engine { () throws(StoreError) in
-                        try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
-                                        access: ItemStore.AccessWrite(protection: nil, device: device, recordKey: recordKey))
-                    }
-                }
-            }
-        }
-        let protection = try mapped { () throws(KeychainError) in try control.protection }
-        let unconstrained = protection.biometry == nil && !protection.passcode && protection.accessibility != .whenPasscodeSetThisDeviceOnly
-        if unconstrained, try !mapped({ () throws(KeychainError) in try Devices.passcodeIsSet(location) }) || protection.accessibility.lockRequirement == .none {
-            // Nothing to bind to: as an iPhone without a passcode, the class is a label.
-            return try engine { () throws(StoreError) in try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes) }
-        }
+    /// Writes an item under `control` (nil: it keeps its protection; `key` opens a protected one
+    /// whose value is kept). The service decides whether it gets a key record.
+    static func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?, control: AccessControl?,
+                      items: ItemService, context: AuthenticationContext?, key: ItemService.OpenedKey? = nil) throws(SecStatus) {
         var enrollment: [UInt8]?
-        if protection.biometry == .currentSet, let authenticator = context?.authenticator ?? KeychainEnvironment.authenticator {
+        if let control, ItemService.bindsEnrollment(control) {
+            let authenticator = context?.authenticator ?? KeychainEnvironment.authenticator
             enrollment = try Blocking.run { () async throws(SecStatus) in
-                do { return try await authenticator.enrollment()?.identifier } catch { throw SecStatus(status(error)) }
+                do { return try await ItemService.enrollment(binding: control, authenticator: authenticator) } catch { throw SecStatus(status(error)) }
             }
         }
         try mapped { () throws(KeychainError) in
-            try Devices.with(location) { (device) throws(KeychainError) in
-                try TPMKeychain.engine { () throws(StoreError) in
-                    try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
-                                    access: ItemStore.AccessWrite(protection: protection, device: device, enrollmentIdentifier: enrollment,
-                                                                  recordKey: recordKey))
-                }
-            }
+            try items.write(itemClass, primary: primary, mode: mode, value: value, control: control, enrollment: enrollment, key: key)
         }
     }
 
     // MARK: Copy matching
 
     static func copyMatching(_ request: SecItemRequest) throws(SecStatus) -> AnyObject? {
-        let (store, location) = try storeAndLocation()
-        var found = try matches(request, store: store)
+        let items = try itemService()
+        var found = try matches(request, items: items)
         if request.authenticationUI == .skip {
             // Items that would ask a person are left out; lock-state-only ones are not.
             var kept: [ItemQueryResult] = []
-            for result in found where try !needsPerson(result, store: store) { kept.append(result) }
+            for result in found where try !mapped({ () throws(KeychainError) in try items.needsPerson(result) }) { kept.append(result) }
             found = kept
         }
         let limit = request.limit ?? 1
         if found.count > limit { found = Array(found.prefix(limit)) }
         guard !found.isEmpty else { throw SecStatus(errSecItemNotFound) }
-        return try shape(found, request, store: store, location: location, many: limit > 1)
+        return try shape(found, request, items: items, many: limit > 1)
     }
 
     /// Every item a query matches, in creation order: the class, its attributes (pdmn and agrp
     /// too; a query without agrp sees the process's groups and items of no group), and sync as
     /// iOS reads it (absent: not synchronizable only). A persistent reference needs no class.
-    static func matches(_ request: SecItemRequest, store: ItemStore) throws(SecStatus) -> [ItemQueryResult] {
+    static func matches(_ request: SecItemRequest, items: ItemService) throws(SecStatus) -> [ItemQueryResult] {
         let groups = KeychainEnvironment.accessGroups
         if let group = request.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
         var results: [ItemQueryResult]
         if let reference = request.persistentReference {
-            guard let found = try engine({ () throws(StoreError) in try? store.item(reference: Array(reference)) }) else { return [] }
+            guard let found = try mapped({ () throws(KeychainError) in try? items.item(reference: Array(reference)) }) else { return [] }
             results = [found]
             if request.classCode != nil, try request.itemClass() != found.itemClass { return [] }
         } else {
@@ -116,14 +87,14 @@ enum SecItemOperations {
             // The engine reads one group directory when the query names its service (or server)
             // and access group: one query per group the process may see, and items of no group.
             let searched = request.accessGroup.map { [$0] } ?? groups + [""]
-            if let direct = try lookUp(itemClass, matching, request, groups: searched, store: store) {
+            if let direct = try lookUp(itemClass, matching, request, groups: searched, items: items) {
                 return filtered(direct, request, groups: groups)
             }
             results = []
             for group in searched {
                 matching[AttributeTag.accessGroup] = group.isEmpty ? nil : Array(group.utf8)
-                let found = try engine { () throws(StoreError) in
-                    try store.query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: request.synchronizable ?? .no, limit: .all))
+                let found = try mapped { () throws(KeychainError) in
+                    try items.query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: request.synchronizable ?? .no, limit: .all))
                 }
                 results += found.filter { group.isEmpty ? ($0.attributes.string(AttributeTag.accessGroup) ?? "").isEmpty : true }
             }
@@ -142,7 +113,7 @@ enum SecItemOperations {
         results.filter { result in
             let group = result.attributes.string(AttributeTag.accessGroup) ?? ""
             return (group.isEmpty || groups.contains(group))
-                && (request.accessibility.map { $0.stored == result.accessibility } ?? true)
+                && (request.accessibility.map { $0 == result.accessibility } ?? true)
         }
     }
 
@@ -150,7 +121,7 @@ enum SecItemOperations {
     /// and sync variant searched, instead of scanning its group's directory: the common lookup.
     /// nil when the query does not name one item that way.
     private static func lookUp(_ itemClass: ItemClass, _ matching: AttributeList, _ request: SecItemRequest, groups: [String],
-                               store: ItemStore) throws(SecStatus) -> [ItemQueryResult]? {
+                               items: ItemService) throws(SecStatus) -> [ItemQueryResult]? {
         guard itemClass == .genericPassword, matching[AttributeTag.service] != nil, matching[AttributeTag.account] != nil else { return nil }
         let variants: [Bool] = switch request.synchronizable ?? .no {
         case .no: [false]
@@ -166,7 +137,7 @@ enum SecItemOperations {
                 if !group.isEmpty { primary.setString(group, for: AttributeTag.accessGroup) }
                 if synchronizable { primary.setBool(true, for: AttributeTag.synchronizable) }
                 let withSecret = request.returns.contains(.data)
-                guard let item = try engine({ () throws(StoreError) in try store.item(itemClass, primary: primary, withSecret: withSecret) }) else {
+                guard let item = try mapped({ () throws(KeychainError) in try items.item(itemClass, primary: primary, withSecret: withSecret) }) else {
                     continue
                 }
                 // Every other attribute the query names must match too.
@@ -184,8 +155,7 @@ enum SecItemOperations {
 
     /// What SecItemCopyMatching (and SecItemAdd) return: data or a persistent reference alone as
     /// CFData, else a dictionary; an array of those when more than one may match.
-    static func shape(_ found: [ItemQueryResult], _ request: SecItemRequest, store: ItemStore, location: KeychainLocation,
-                      many: Bool) throws(SecStatus) -> AnyObject? {
+    static func shape(_ found: [ItemQueryResult], _ request: SecItemRequest, items: ItemService, many: Bool) throws(SecStatus) -> AnyObject? {
         let returns = request.returns.subtracting([.ref])
         guard !returns.isEmpty || request.returns.contains(.ref) else {
             // No result asked for: the existence check. A protected item exists without a prompt.
@@ -196,7 +166,7 @@ enum SecItemOperations {
             var secret: [UInt8]?
             if returns.contains(.data) {
                 do {
-                    secret = try self.secret(of: result, request, store: store, location: location)
+                    secret = try self.secret(of: result, request, items: items)
                 } catch where error.status == errSecItemNotFound && many {
                     continue   // invalidated (and deleted) on the way, as iOS drops it
                 }
@@ -209,7 +179,7 @@ enum SecItemOperations {
             } else {
                 var dictionary: [String: Any] = [:]
                 if returns.contains(.attributes) || request.returns.contains(.ref) {
-                    dictionary = try attributes(of: result, store: store)
+                    dictionary = try attributes(of: result, items: items)
                 }
                 if let secret { dictionary["v_Data"] = NSData(bytes: secret, length: secret.count) }
                 if returns.contains(.persistentRef) {
@@ -224,50 +194,35 @@ enum SecItemOperations {
 
     /// The attributes dictionary of a result: class, every stored attribute with its type,
     /// pdmn, sync, and accc for an item with access-control flags.
-    static func attributes(of result: ItemQueryResult, store: ItemStore) throws(SecStatus) -> [String: Any] {
+    static func attributes(of result: ItemQueryResult, items: ItemService) throws(SecStatus) -> [String: Any] {
         var dictionary = AttributeCoding.dictionary(of: result.attributes)
         dictionary["class"] = result.itemClass.code.description
-        dictionary["pdmn"] = SecItemAccessibility.code(Accessibility(rawValue: result.accessibility.rawValue) ?? .whenUnlocked)
+        dictionary["pdmn"] = SecItemAccessibility.code(result.accessibility)
         dictionary["sync"] = NSNumber(value: result.attributes.bool(AttributeTag.synchronizable) ?? false)
-        if result.isProtected {
-            let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }
-            if !protection.protection.flags.isEmpty,
-               let control = try? AccessControl(Accessibility(rawValue: protection.protection.accessibility.rawValue) ?? .whenUnlocked,
-                                                flags: AccessControl.Flags(rawValue: UInt(protection.protection.flags.rawValue))) {
-                dictionary["accc"] = SecAccessControl(control)
-            }
+        if let control = try mapped({ () throws(KeychainError) in try items.accessControl(of: result) }), !control.flags.isEmpty {
+            dictionary["accc"] = SecAccessControl(control)
         }
         return dictionary
     }
 
-    static func needsPerson(_ result: ItemQueryResult, store: ItemStore) throws(SecStatus) -> Bool {
-        guard result.isProtected else { return false }
-        let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }.protection
-        return protection.biometry != nil || protection.passcode
-    }
-
     /// A result's secret, asking the person through the request's context (or one made for the
     /// call) when the item is protected.
-    static func secret(of result: ItemQueryResult, _ request: SecItemRequest, store: ItemStore,
-                       location: KeychainLocation) throws(SecStatus) -> [UInt8]? {
+    static func secret(of result: ItemQueryResult, _ request: SecItemRequest, items: ItemService) throws(SecStatus) -> [UInt8]? {
         if let value = result.value { return value }   // read with the attributes already
-        let key = try recordKey(for: result, request, store: store, location: location)
-        return try engine { () throws(StoreError) in try store.secret(of: result, recordKey: key) }
+        let key = try openedKey(for: result, request, items: items)
+        return try mapped { () throws(KeychainError) in try items.secret(of: result, key: key) }
     }
 
-    static func recordKey(for result: ItemQueryResult, _ request: SecItemRequest, store: ItemStore,
-                          location: KeychainLocation) throws(SecStatus) -> ItemStore.RecordKey? {
+    static func openedKey(for result: ItemQueryResult, _ request: SecItemRequest, items: ItemService) throws(SecStatus) -> ItemService.OpenedKey? {
         guard result.isProtected else { return nil }
-        let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }
         // "If no context is given, a new context will be created just for the purpose of the single call."
         let context = request.context ?? KeychainEnvironment.makeContext()
         if let prompt = request.prompt { context.localizedReason = prompt }
-        if let kept = context.keptKey(protection, location: location) { return kept }
-        let needsPerson = protection.protection.biometry != nil || protection.protection.passcode
-        if request.authenticationUI == .fail && needsPerson { throw SecStatus(errSecInteractionNotAllowed) }
+        if let kept = try mapped({ () throws(KeychainError) in try items.keptKey(for: result, context: context) }) { return kept }
+        let allowsInteraction = request.authenticationUI != .fail
         return try Blocking.run { () async throws(SecStatus) in
             do {
-                return try await context.recordKey(for: protection, store: store, location: location)
+                return try await items.openKey(for: result, context: context, allowsInteraction: allowsInteraction)
             } catch {
                 throw SecStatus(status(error))
             }
@@ -283,8 +238,8 @@ enum SecItemOperations {
         }
         let groups = KeychainEnvironment.accessGroups
         if let group = changes.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
-        let (store, location) = try storeAndLocation()
-        let found = try matches(request, store: store)
+        let items = try itemService()
+        let found = try matches(request, items: items)
         guard !found.isEmpty else { throw SecStatus(errSecItemNotFound) }
         var control = changes.accessControl
         if control == nil, let accessibility = changes.accessibility {
@@ -303,29 +258,27 @@ enum SecItemOperations {
             let samePrimary = result.itemClass.encodedPrimaryKey(of: updated) == result.itemClass.encodedPrimaryKey(of: result.attributes)
             // Keeping the secret of a protected item (or moving it to another primary key) opens it.
             let needsOldSecret = newValue == nil && (!samePrimary || control != nil)
-            let key = newValue == nil ? try recordKey(for: result, request, store: store, location: location) : nil
+            let key = newValue == nil ? try openedKey(for: result, request, items: items) : nil
             if samePrimary {
-                try write(result.itemClass, primary: updated, mode: .update, value: newValue, control: control, store: store, location: location,
-                          context: request.context, recordKey: key)
+                try write(result.itemClass, primary: updated, mode: .update, value: newValue, control: control, items: items,
+                          context: request.context, key: key)
             } else {
                 var value = newValue
                 if value == nil, needsOldSecret {
-                    value = try engine { () throws(StoreError) in try store.secret(of: result, recordKey: key) }.map { ItemValue(kind: result.kind, bytes: $0) }
+                    value = try mapped { () throws(KeychainError) in try items.secret(of: result, key: key) }.map { ItemValue(kind: result.kind, bytes: $0) }
                 }
                 var newControl = control
-                if newControl == nil { newControl = try existingControl(result, store: store) }
+                if newControl == nil { newControl = try existingControl(result, items: items) }
                 try write(result.itemClass, primary: updated, mode: .add, value: value, control: newControl,
-                          store: store, location: location, context: request.context)
-                _ = try engine { () throws(StoreError) in try store.delete(result.itemClass, primary: result.attributes) }
+                          items: items, context: request.context)
+                _ = try mapped { () throws(KeychainError) in try items.delete(result.itemClass, primary: result.attributes) }
             }
         }
     }
 
-    private static func existingControl(_ result: ItemQueryResult, store: ItemStore) throws(SecStatus) -> AccessControl? {
-        let accessibility = Accessibility(rawValue: result.accessibility.rawValue) ?? .whenUnlocked
-        guard result.isProtected else { return try? AccessControl(accessibility) }
-        let protection = try engine { () throws(StoreError) in try store.protection(ofRecord: result.keyRecord) }
-        return try? AccessControl(accessibility, flags: AccessControl.Flags(rawValue: UInt(protection.protection.flags.rawValue)))
+    private static func existingControl(_ result: ItemQueryResult, items: ItemService) throws(SecStatus) -> AccessControl? {
+        if let control = try mapped({ () throws(KeychainError) in try items.accessControl(of: result) }) { return control }
+        return try? AccessControl(result.accessibility)
     }
 
     // MARK: Delete
@@ -335,10 +288,10 @@ enum SecItemOperations {
         // platform); every match is deleted whatever the limit.
         var all = request
         all.limit = nil
-        let (store, _) = try storeAndLocation()
-        let found = try matches(all, store: store)
+        let items = try itemService()
+        let found = try matches(all, items: items)
         var deleted = 0
-        for result in found where try engine({ () throws(StoreError) in try store.delete(result.itemClass, primary: result.attributes) }) {
+        for result in found where try mapped({ () throws(KeychainError) in try items.delete(result.itemClass, primary: result.attributes) }) {
             deleted += 1
         }
         guard deleted > 0 else { throw SecStatus(errSecItemNotFound) }
@@ -346,19 +299,15 @@ enum SecItemOperations {
 
     // MARK: Support
 
-    static func storeAndLocation() throws(SecStatus) -> (ItemStore, KeychainLocation) {
+    static func itemService() throws(SecStatus) -> ItemService {
         let location = KeychainEnvironment.location
-        return (try mapped { () throws(KeychainError) in try OpenStores.store(at: location) }, location)
+        return try mapped { () throws(KeychainError) in try ItemService(location: location) }
     }
 
     static func primaryKeyAttributes(_ itemClass: ItemClass, _ attributes: AttributeList) -> AttributeList {
         var primary = AttributeList()
         for tag in itemClass.primaryKey where tag != AttributeTag.synchronizable { primary[tag] = attributes[tag] ?? [] }
         return primary
-    }
-
-    static func engine<R>(_ body: () throws(StoreError) -> R) throws(SecStatus) -> R {
-        do { return try body() } catch { throw SecStatus(status(KeychainError.Code(named: error.code.name))) }
     }
 
     static func mapped<R>(_ body: () throws(KeychainError) -> R) throws(SecStatus) -> R {

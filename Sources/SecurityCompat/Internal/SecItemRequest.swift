@@ -1,4 +1,4 @@
-import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 
 /// A result code as an error, inside the layer; the public functions return it.

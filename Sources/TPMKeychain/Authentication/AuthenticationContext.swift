@@ -3,6 +3,7 @@ public import Foundation
 package import KeychainStore
 import SystemCalls
 public import TPM
+package import KeychainVocabulary
 
 /// What an authentication checks (LAPolicy).
 public enum AuthenticationPolicy: Sendable, Hashable {
@@ -194,7 +195,7 @@ public final class AuthenticationContext: Sendable {
         let passcode = try await obtainPasscode(reason: reason)
         do throws(KeychainError) {
             try Devices.with(location) { (device) throws(KeychainError) in
-                try engine { () throws(StoreError) in try device.unlock(passcode: passcode) }
+                try device.unlock(passcode: passcode)
             }
         } catch {
             throw AuthenticationError(error.code == .lockout ? .biometryLockout : .authenticationFailed, error.message)
@@ -226,7 +227,7 @@ public final class AuthenticationContext: Sendable {
         if protection.lockBound {
             // A locked device fails at once, as iOS does, without asking anyone.
             let unlocked = try Devices.with(location) { (device) throws(KeychainError) in
-                try engine { () throws(StoreError) in try device.lockSatisfies(needs.accessibility.lockRequirement) }
+                try device.lockSatisfies(needs.accessibility.lockRequirement)
             }
             guard unlocked else {
                 throw KeychainError(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode")
@@ -264,7 +265,7 @@ public final class AuthenticationContext: Sendable {
         let recordID = protection.recordID
         do throws(KeychainError) {
             return remember(try open(recordID, store: store, location: location, proof: proof, passcode: passcode))
-        } catch let error where error.code == KeychainError.Code(named: StoreError.Code.biometryInvalidated.name) {
+        } catch let error where error.code == .biometryInvalidated {
             // The enrollment changed, and the passcode still opens this item.
             passcode = try await mapAuthentication { () async throws(AuthenticationError) in try await obtainPasscode(reason: reason) }
             return remember(try open(recordID, store: store, location: location, proof: nil, passcode: passcode))
@@ -275,9 +276,7 @@ public final class AuthenticationContext: Sendable {
                       passcode: SecretBytes?) throws(KeychainError) -> KeptKey {
         try Devices.with(location) { (device) throws(KeychainError) in
             let keeps = state.withLock { $0.reuse > .zero }
-            let key = try engine { () throws(StoreError) in
-                try store.openRecord(recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps)
-            }
+            let key = try store.openRecord(recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps)
             return KeptKey(key: key, at: .now, epoch: key.startupEpoch ?? 0, lockStamp: device.lockStamp(), device: device)
         }
     }
@@ -330,7 +329,7 @@ public final class AuthenticationContext: Sendable {
             defer { connection.close() }
             return try connection.startupEpoch()
         } catch {
-            throw KeychainError(engineTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
     }
 
@@ -379,7 +378,7 @@ public final class AuthenticationContext: Sendable {
     private func passcodeIsSet() throws(AuthenticationError) -> Bool {
         do {
             return try Devices.with(location) { (device) throws(KeychainError) in
-                try engine { () throws(StoreError) in try device.passcodeIsSet() }
+                try device.passcodeIsSet()
             }
         } catch {
             throw AuthenticationError(.biometryNotAvailable, error.message)

@@ -1,3 +1,5 @@
+package import KeychainVocabulary
+
 /// The kind of biometry an authenticator offers (LABiometryType).
 public enum BiometryType: Sendable, Hashable, Codable {
     /// No biometry: the device has no authenticator, or one that offers none.

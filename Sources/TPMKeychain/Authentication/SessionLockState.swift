@@ -1,3 +1,6 @@
+import KeychainStore
+import KeychainVocabulary
+
 /// Where a desktop reports whether the person's session is locked (the screen locker), so that
 /// whenUnlocked items are refused while it is, as iOS refuses them while the device is locked.
 ///
@@ -13,12 +16,10 @@ public protocol SessionLockState: Sendable {
     func isLocked() throws -> Bool
 }
 
-import KeychainStore
-
 extension KeychainLocation {
     /// Whether the login session's lock refuses an item of `accessibility` now (a state that
     /// cannot be known counts as locked).
-    func sessionIsLocked(for accessibility: AccessibilityClass) -> Bool {
+    func sessionIsLocked(for accessibility: Accessibility) -> Bool {
         guard let sessionLock, accessibility.lockRequirement == .unlocked else { return false }
         return (try? sessionLock.isLocked()) ?? true
     }

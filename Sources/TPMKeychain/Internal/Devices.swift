@@ -3,6 +3,7 @@ import Foundation
 package import KeychainStore
 import SystemCalls
 import TPM
+package import KeychainVocabulary
 
 /// The device of a location: its TPM chosen as for the store, its directory resolved
 /// (``KeychainLocation/deviceDirectory``).
@@ -22,9 +23,9 @@ package enum Devices {
     /// TPM when the device directory is known without one.
     package static func passcodeIsSet(_ location: KeychainLocation) throws(KeychainError) -> Bool {
         if let directory = knownDirectory(location) {
-            return try engine { () throws(StoreError) in try Device(directory: directory, tpm: TPMConfiguration(tcti: "none")).passcodeIsSet() }
+            return try Device(directory: directory, tpm: TPMConfiguration(tcti: "none")).passcodeIsSet()
         }
-        return try with(location) { (device) throws(KeychainError) in try engine { () throws(StoreError) in try device.passcodeIsSet() } }
+        return try with(location) { (device) throws(KeychainError) in try device.passcodeIsSet() }
     }
 
     /// The device directory, when it is known without choosing (or starting) a TPM.
@@ -51,7 +52,7 @@ package enum Devices {
             defer { connection.close() }
             name = try connection.storageKey().name
         } catch {
-            throw KeychainError(engineTPM: error)
+            throw KeychainError(deviceTPM: error)
         }
         let digest = SHA256.hash(data: name).prefix(8).map { String(format: "%02x", $0) }.joined()
         let resolved = stateDirectory + "/device-" + digest
@@ -65,11 +66,5 @@ package enum Devices {
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/tpm-keychain" }
         let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
         return home + "/.local/state/tpm-keychain"
-    }
-}
-
-extension KeychainError {
-    init(engineTPM error: any Error) {
-        self.init(StoreError(deviceTPM: error))
     }
 }

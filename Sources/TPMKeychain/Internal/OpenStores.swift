@@ -1,6 +1,7 @@
 package import KeychainStore
 import SystemCalls
 import TPM
+package import KeychainVocabulary
 
 /// The stores this process has opened, one per location, so the master key is unsealed once per
 /// store and shared by every `Keychain` value and thread.
@@ -31,9 +32,7 @@ package enum OpenStores {
             let tpm = try StoreTPM.choose(for: location)
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
-            let newStore = try engine { () throws(StoreError) in
-                try ItemStore.open(at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location), tpmKind: tpm.kind)
-            }
+            let newStore = try ItemStore.open(at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location), tpmKind: tpm.kind)
             store = newStore
             opened.withLock { $0[location] = newStore }
             return newStore
@@ -43,12 +42,12 @@ package enum OpenStores {
     /// The TPM for a store's later work (a key rotation, or following one): chosen again each
     /// time, so that a simulated TPM runs only while it is used.
     private static func lender(for location: KeychainLocation) -> ItemStore.TPMLender {
-        { () throws(StoreError) -> ItemStore.TPMLease in
+        { () throws(KeychainError) -> ItemStore.TPMLease in
             do throws(KeychainError) {
                 let tpm = try StoreTPM.choose(for: location)
                 return ItemStore.TPMLease(configuration: tpm.configuration, release: { tpm.stop() })
             } catch {
-                throw StoreError(.tpmUnavailable, error.message, underlying: error)
+                throw KeychainError(.tpmUnavailable, error.message, underlying: error)
             }
         }
     }

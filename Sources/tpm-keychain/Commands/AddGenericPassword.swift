@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
 
@@ -47,7 +47,7 @@ struct AddGenericPassword: ParsableCommand {
         try reportingErrors {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             _ = try Keychain(service: service)
-            try PasswordItems.validate(account, "account")
+            try ItemIdentity.validate(account, "account")
             if try AccessControlArgument.parse(flags: accessControl, accessible: accessible) != nil, kind != nil || generic != nil {
                 // The protected write takes no such attributes; storing the item without them would drop them silently.
                 throw CommandFailure(ExitStatus.usage, "-D and -G cannot be combined with --access-control or --accessible")
@@ -81,7 +81,7 @@ struct AddGenericPassword: ParsableCommand {
         primary.setString(service, for: AttributeTag.service)
         primary.setString(account, for: AttributeTag.account)
         if let kind { primary.setString(kind, for: AttributeTag.description) }
-        try PasswordItems(location: session.location).write(
+        try ItemService(location: session.location).write(
             .genericPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
             changes: AttributeChanges(label: item.label, comment: item.comment, genericData: generic.map { Data($0.utf8) }))
     }

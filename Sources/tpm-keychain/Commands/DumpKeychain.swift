@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
 
@@ -32,7 +32,7 @@ struct DumpKeychain: ParsableCommand {
     }
 
     func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
-        let items = try PasswordItems(location: session.location)
+        let items = try ItemService(location: session.location)
         var objects: [[String: Any]] = []
         for itemClass in [ItemClass.genericPassword, .internetPassword] {
             for found in try items.query(itemClass, matching: AttributeList()) {
@@ -55,12 +55,12 @@ struct DumpKeychain: ParsableCommand {
     /// A secret for -d; nil when the item went away meanwhile. A protected generic password is
     /// read through the Keychain API, which opens items that need only an unlocked device; one
     /// that needs a person fails the dump, as it did.
-    private func secret(of found: ItemQueryResult, _ item: ShownItem, _ items: PasswordItems, _ session: StoreSession) throws -> Data? {
+    private func secret(of found: ItemQueryResult, _ item: ShownItem, _ items: ItemService, _ session: StoreSession) throws -> Data? {
         if found.isProtected, found.itemClass == .genericPassword, let service = item.text(AttributeTag.service),
            let account = item.text(AttributeTag.account) {
             let group = item.isUngrouped ? nil : item.text(AttributeTag.accessGroup)
             return try Keychain(service: service, accessGroup: group, location: session.location).data(forKey: account)
         }
-        return try items.secret(of: found).map { Data($0) }
+        return try items.secret(of: found, key: nil).map { Data($0) }
     }
 }

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
 
@@ -70,7 +70,7 @@ struct FindGenericPassword: ParsableCommand {
         matching.setString(account, for: AttributeTag.account)
         matching.setString(kind, for: AttributeTag.description)
         matching[AttributeTag.generic] = generic.map { Array($0.utf8) }
-        let found = try PasswordItems(location: session.location).query(.genericPassword, matching: matching)
+        let found = try ItemService(location: session.location).query(.genericPassword, matching: matching)
         guard let item = found.map(ShownItem.init).first(where: \.isUngrouped), let account = item.text(AttributeTag.account) else {
             throw notFound()
         }

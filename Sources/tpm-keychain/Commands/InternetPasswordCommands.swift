@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
 
@@ -47,8 +47,8 @@ struct AddInternetPassword: ParsableCommand {
     /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized server or
     ///   account; ``CommandFailure`` for a malformed four-character code.
     func primaryAttributes() throws -> AttributeList {
-        try PasswordItems.validate(attributes.server ?? "", "server")
-        try PasswordItems.validate(attributes.account ?? "", "account")
+        try ItemIdentity.validate(attributes.server ?? "", "server")
+        try ItemIdentity.validate(attributes.account ?? "", "account")
         var primary = try attributes.attributes(defaults: true)
         primary.setString(kind, for: AttributeTag.description)
         return primary
@@ -56,7 +56,7 @@ struct AddInternetPassword: ParsableCommand {
 
     /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
     func perform(in session: StoreSession, primary: AttributeList, value: PasswordValue) throws {
-        try PasswordItems(location: session.location).write(
+        try ItemService(location: session.location).write(
             .internetPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
             changes: AttributeChanges(label: item.label, comment: item.comment))
     }
@@ -91,12 +91,12 @@ struct FindInternetPassword: ParsableCommand {
 
     func perform(in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) },
                  errorOutput: OutputLine = { printError($0) }) throws {
-        let items = try PasswordItems(location: session.location)
+        let items = try ItemService(location: session.location)
         guard let found = try InternetPasswordMatch.first(matching, in: items) else { throw InternetPasswordMatch.notFound(matching) }
         let item = ShownItem(found)
         var secret: Data?
         if shown.showsSecret {
-            guard let bytes = try items.secret(of: found) else { throw InternetPasswordMatch.notFound(matching) }
+            guard let bytes = try items.secret(of: found, key: nil) else { throw InternetPasswordMatch.notFound(matching) }
             secret = Data(bytes)
         }
         try shown.show(item, keychain: session.path, secret: secret, output: output, errorOutput: errorOutput)
@@ -133,7 +133,7 @@ struct DeleteInternetPassword: ParsableCommand {
     }
 
     func perform(in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) }) throws {
-        let items = try PasswordItems(location: session.location)
+        let items = try ItemService(location: session.location)
         guard let found = try InternetPasswordMatch.first(matching, in: items),
               try items.delete(.internetPassword, primary: found.attributes) else {
             throw InternetPasswordMatch.notFound(matching)
@@ -146,7 +146,7 @@ struct DeleteInternetPassword: ParsableCommand {
 /// How `find-` and `delete-internet-password` choose their item.
 enum InternetPasswordMatch {
     /// The first item in creation order, without an access group, with every attribute of `matching`.
-    static func first(_ matching: AttributeList, in items: PasswordItems) throws(KeychainError) -> ItemQueryResult? {
+    static func first(_ matching: AttributeList, in items: ItemService) throws(KeychainError) -> ItemQueryResult? {
         try items.query(.internetPassword, matching: matching).first { ShownItem($0).isUngrouped }
     }
 

@@ -1,5 +1,5 @@
 import ArgumentParser
-import KeychainStore
+import KeychainVocabulary
 import ToolSupport
 
 /// The attributes that name an internet password, with `security`'s flags: what

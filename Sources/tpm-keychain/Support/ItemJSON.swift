@@ -1,5 +1,5 @@
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import ToolSupport
 
 /// `--json`: password items as JSON objects whose field names are a stable interface for scripts

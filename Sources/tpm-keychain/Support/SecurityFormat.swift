@@ -1,5 +1,5 @@
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import TPM
 
 /// Output in the shape of macOS `security`'s item listings, so people and scripts that know

@@ -1,5 +1,5 @@
 import Foundation
-import KeychainStore
+import KeychainVocabulary
 import ToolSupport
 
 /// A password item as the CLI shows it (``SecurityFormat``'s attribute block, ``ItemJSON``): its

@@ -1,5 +1,3 @@
-package import KeychainStore
-
 /// What reading an item takes, as Apple's `SecAccessControl` says it: an accessibility class and
 /// constraints (biometry, passcode) combined with `.or` or `.and`.
 ///
@@ -44,6 +42,10 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         public static let touchIDAny = biometryAny
         /// Apple's older name of ``biometryCurrentSet``.
         public static let touchIDCurrentSet = biometryCurrentSet
+
+        /// Every flag Apple defines; any other bit is refused.
+        static let known: Flags = [.userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode, .companion, .or, .and,
+                                   .privateKeyUsage, .applicationPassword]
     }
 
     /// When the item is readable (kSecAttrAccessible).
@@ -53,12 +55,22 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
 
     /// Validates the combination by the rules of Apple's `SecAccessControlCreateWithFlags`.
     ///
-    /// - Throws: ``KeychainError`` `.invalidParameter` for `.or` with `.and`, both biometry flags,
-    ///   `.userPresence` with other constraints, or flags with no equivalent here.
+    /// The store applies the same check to every key record it reads, so a combination refused
+    /// here cannot arrive from disk either.
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` naming the rule broken: `.or` with `.and`,
+    ///   both biometry flags, `.userPresence` with other constraints, a logical operation with
+    ///   nothing to combine, or flags with no equivalent here.
     public init(_ accessibility: Accessibility, flags: Flags = []) throws(KeychainError) {
-        _ = try engine { () throws(StoreError) in try Protection(accessibility: accessibility.stored, flags: Self.engineFlags(flags)) }
+        try Self.validate(flags)
         self.accessibility = accessibility
         self.flags = flags
+    }
+
+    /// A class with no constraint, which needs no validation.
+    package init(unconstrained accessibility: Accessibility) {
+        self.accessibility = accessibility
+        flags = []
     }
 
     /// The accessibility class and the names of the constraint flags, for logs.
@@ -68,18 +80,34 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         return "AccessControl(\(accessibility), [\(names.filter { flags.contains($0.0) }.map(\.1).joined(separator: ", "))])"
     }
 
-    /// The engine's protection; valid, since ``init(_:flags:)`` checked it.
-    package var protection: Protection {
-        get throws(KeychainError) {
-            try engine { () throws(StoreError) in try Protection(accessibility: accessibility.stored, flags: Self.engineFlags(flags)) }
+    private static func validate(_ flags: Flags) throws(KeychainError) {
+        guard flags.isSubset(of: .known) else {
+            throw KeychainError(.invalidParameter, "Unknown access-control flags 0x\(String(flags.subtracting(.known).rawValue, radix: 16))")
         }
-    }
-
-    /// Apple's flags fit in 32 bits; a bit above them is unknown, and is carried as bit 2 (which
-    /// Apple does not define either) so that validation refuses it rather than it being dropped.
-    private static func engineFlags(_ flags: Flags) -> AccessFlags {
-        let unknownHighBits: AccessFlags = flags.rawValue >> 32 != 0 ? AccessFlags(rawValue: 1 << 2) : []
-        return AccessFlags(rawValue: UInt32(truncatingIfNeeded: flags.rawValue)).union(unknownHighBits)
+        guard !flags.isSuperset(of: [.or, .and]) else {
+            throw KeychainError(.invalidParameter, "Only one logical operation can be set: .or or .and, not both")
+        }
+        guard !flags.isSuperset(of: [.biometryAny, .biometryCurrentSet]) else {
+            throw KeychainError(.invalidParameter, "Only one biometry constraint can be set: .biometryAny or .biometryCurrentSet")
+        }
+        if flags.contains(.userPresence) {
+            guard flags.subtracting([.userPresence, .applicationPassword, .privateKeyUsage]).isEmpty else {
+                throw KeychainError(.invalidParameter, ".userPresence already means biometry or passcode; it cannot be combined with other constraints or logical operations")
+            }
+        }
+        guard !flags.contains(.companion) else {
+            throw KeychainError(.invalidParameter, ".companion (a paired watch or Mac) has no equivalent on Linux")
+        }
+        guard !flags.contains(.privateKeyUsage) else {
+            throw KeychainError(.invalidParameter, ".privateKeyUsage applies to key items, which this store does not hold yet")
+        }
+        guard !flags.contains(.applicationPassword) else {
+            throw KeychainError(.invalidParameter, ".applicationPassword is not supported yet: protect the item with the device passcode, or use a password cipher")
+        }
+        let constrains = !flags.isDisjoint(with: [.userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode])
+        guard constrains || flags.isDisjoint(with: [.or, .and]) else {
+            throw KeychainError(.invalidParameter, "A logical operation (.or, .and) needs constraints to combine")
+        }
     }
 
     /// Decodes an access control and validates it again, as ``init(_:flags:)`` does, so a

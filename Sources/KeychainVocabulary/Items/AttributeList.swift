@@ -1,0 +1,80 @@
+import SystemCalls
+
+/// The attributes section of a format-2 item, as tagged values: (tag UINT32, length UINT32,
+/// value) repeated, tags strictly ascending, so that every writer produces the same bytes and no
+/// tag appears twice (docs/FORMAT.md, "Attributes, format 2").
+///
+/// A tag this build does not know is kept as bytes and written back unchanged, so adding an
+/// attribute never changes the format and an older build never drops a newer one's data.
+/// Clearing an attribute removes its entry; an absent attribute and an empty one differ.
+package struct AttributeList: Sendable, Hashable {
+    /// Every value's ceiling; the whole section is bounded by the item file's limits too.
+    package static let maximumValueSize = 64 << 10
+
+    private(set) var values: [FourCharacterCode: [UInt8]] = [:]
+
+    package init() {}
+
+    package var tags: [FourCharacterCode] { values.keys.sorted() }
+
+    package subscript(tag: FourCharacterCode) -> [UInt8]? {
+        get { values[tag] }
+        set { values[tag] = newValue }
+    }
+
+    // MARK: Typed values
+
+    /// UTF-8 text.
+    package func string(_ tag: FourCharacterCode) -> String? {
+        values[tag].flatMap { String(validating: $0, as: UTF8.self) }
+    }
+
+    package mutating func setString(_ text: String?, for tag: FourCharacterCode) {
+        values[tag] = text.map { Array($0.utf8) }
+    }
+
+    /// A big-endian UINT32: a port, or a four-character code (protocol, authentication type).
+    package func uint32(_ tag: FourCharacterCode) -> UInt32? {
+        guard let bytes = values[tag], bytes.count == 4 else { return nil }
+        return BigEndian.integer(bytes)
+    }
+
+    package mutating func setUInt32(_ value: UInt32?, for tag: FourCharacterCode) {
+        values[tag] = value.map { BigEndian.bytes($0) }
+    }
+
+    /// One byte, 0 or 1.
+    package func bool(_ tag: FourCharacterCode) -> Bool? {
+        guard let bytes = values[tag], bytes.count == 1, bytes[0] <= 1 else { return nil }
+        return bytes[0] == 1
+    }
+
+    package mutating func setBool(_ value: Bool?, for tag: FourCharacterCode) {
+        values[tag] = value.map { [$0 ? 1 : 0] }
+    }
+
+    /// A big-endian INT64 of nanoseconds since 1970-01-01T00:00:00Z: fine enough that items
+    /// created in a burst still list in creation order.
+    package func nanoseconds(_ tag: FourCharacterCode) -> Int64? {
+        guard let bytes = values[tag], bytes.count == 8 else { return nil }
+        return BigEndian.integer(bytes)
+    }
+
+    package mutating func setNanoseconds(_ value: Int64?, for tag: FourCharacterCode) {
+        values[tag] = value.map { BigEndian.bytes($0) }
+    }
+
+    // MARK: Bytes
+
+    /// The section's plaintext: entries in ascending tag order.
+    package func encoded() -> [UInt8] {
+        var bytes: [UInt8] = []
+        for tag in tags {
+            let value = values[tag] ?? []
+            BigEndian.append(tag.rawValue, to: &bytes)
+            BigEndian.append(UInt32(value.count), to: &bytes)
+            bytes.append(contentsOf: value)
+        }
+        return bytes
+    }
+}

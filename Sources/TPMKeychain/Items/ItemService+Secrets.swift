@@ -1,0 +1,65 @@
+import KeychainStore
+package import KeychainVocabulary
+
+// Protected items: what protects them, and opening their key records through an
+// AuthenticationContext (a person, the device's lock state, the TPM).
+extension ItemService {
+    /// A protected item's opened key record: what decrypts its secret, or keeps it when the item
+    /// is rewritten without a new value. Opaque to the faces; it holds key material.
+    package struct OpenedKey: Sendable {
+        let recordKey: ItemStore.RecordKey
+    }
+
+    /// The access control the item's key record carries (a class alone, for items bound only
+    /// to the lock state); nil for an item under the store's master key.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` for a damaged record, `.itemInvalidated` for one gone.
+    package func accessControl(of result: ItemQueryResult) throws(KeychainError) -> AccessControl? {
+        guard result.isProtected else { return nil }
+        return try store.protection(ofRecord: result.keyRecord).protection.control
+    }
+
+    /// Whether reading the item's secret asks a person (biometry or the passcode), beyond an
+    /// unlocked device.
+    package func needsPerson(_ result: ItemQueryResult) throws(KeychainError) -> Bool {
+        guard let control = try accessControl(of: result) else { return false }
+        let protection = Protection(control)
+        return protection.biometry != nil || protection.passcode
+    }
+
+    /// The key `context` kept for the item from an earlier read in its reuse window, without
+    /// asking anyone; nil when there is none, or the item is under the master key.
+    package func keptKey(for result: ItemQueryResult, context: AuthenticationContext) throws(KeychainError) -> OpenedKey? {
+        guard result.isProtected else { return nil }
+        let protection = try store.protection(ofRecord: result.keyRecord)
+        return context.keptKey(protection, location: location).map(OpenedKey.init)
+    }
+
+    /// Opens the item's key record: from `context`'s reuse window, or by asking the person
+    /// (biometry, then the passcode where the protection allows it) and the TPM. nil for an item
+    /// under the master key.
+    ///
+    /// - Parameter allowsInteraction: false refuses an item that would ask a person
+    ///   (`.interactionNotAllowed`) instead of prompting; lock-state items still open.
+    /// - Throws: ``KeychainError`` `.userCanceled`, `.interactionNotAllowed`, `.authenticationFailed`,
+    ///   `.lockout`, `.itemInvalidated`, `.biometryNotEnrolled`.
+    package func openKey(for result: ItemQueryResult, context: AuthenticationContext,
+                         allowsInteraction: Bool = true) async throws(KeychainError) -> OpenedKey? {
+        guard result.isProtected else { return nil }
+        let protection = try store.protection(ofRecord: result.keyRecord)
+        if !allowsInteraction, context.keptKey(protection, location: location) == nil,
+           protection.protection.biometry != nil || protection.protection.passcode {
+            throw KeychainError(.interactionNotAllowed, "The item needs biometry or the device passcode, and interaction is not allowed")
+        }
+        return OpenedKey(recordKey: try await context.recordKey(for: protection, store: store, location: location))
+    }
+
+    /// The item's secret: the one read with it, else decrypted (with `key` for a protected item).
+    /// nil when the item went away since it was found.
+    ///
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` for a protected item without its key, `.tampered`.
+    package func secret(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> [UInt8]? {
+        if let value = result.value { return value }
+        return try store.secret(of: result, recordKey: key?.recordKey)
+    }
+}

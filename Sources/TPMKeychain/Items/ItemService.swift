@@ -1,0 +1,126 @@
+import KeychainStore
+package import KeychainVocabulary
+
+/// The one way above the store engine to a store's items, for every face: `Keychain`, SecItem
+/// (SecurityCompat), the command-line tools, and what comes next (a Secret Service daemon, key
+/// APIs). Faces speak the vocabulary (``ItemClass``, ``AttributeList``, ``AccessControl``,
+/// ``KeychainError``); the engine's types stay behind this service.
+///
+/// Protection is decided here and nowhere else: whether an item gets a key record or stays under
+/// the master key, which device holds the passcode and enrollment, and which enrollment a
+/// `biometryCurrentSet` item binds to (``enrollment(binding:authenticator:)``).
+///
+/// A service is a handle on the store the location names, opened once per process (one TPM
+/// unseal, shared with every other user of the location); it is cheap to make.
+package struct ItemService: Sendable {
+    package let location: KeychainLocation
+    let store: ItemStore
+
+    /// The store at `location`, opened (unsealed) on first use in this process.
+    ///
+    /// - Throws: ``KeychainError`` from opening the store: `.tpmUnavailable`, `.wrongTPM`,
+    ///   `.tampered`, `.unsafeFileSystem`, `.storeNotFound` and the rest of ``KeychainLocation``'s.
+    package init(location: KeychainLocation) throws(KeychainError) {
+        self.location = location
+        store = try OpenStores.store(at: location)
+    }
+
+    // MARK: Finding
+
+    /// The items `query` matches, in creation order (Apple's match-limit-all order).
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` for a damaged or misplaced file met on the way.
+    package func query(_ query: ItemQuery) throws(KeychainError) -> [ItemQueryResult] {
+        try store.query(query)
+    }
+
+    /// The items of `itemClass` that have every attribute `matching` gives, with those values
+    /// (the rest match anything), in creation order; protected ones included
+    /// (``ItemQueryResult/isProtected``).
+    ///
+    /// - Parameter synchronizable: Apple's rule for `sync` (``ItemQuery/Synchronizable``); any by default.
+    package func query(_ itemClass: ItemClass, matching: AttributeList,
+                       synchronizable: ItemQuery.Synchronizable = .any) throws(KeychainError) -> [ItemQueryResult] {
+        try store.query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: synchronizable, limit: .all))
+    }
+
+    /// The item a persistent reference names, or nil when it is gone.
+    package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
+        try store.item(reference: reference)
+    }
+
+    /// The item of `itemClass` that `primary` names, read by its file name (no directory scan);
+    /// with its secret when `withSecret` and the item is under the master key.
+    package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool) throws(KeychainError) -> ItemQueryResult? {
+        try store.item(itemClass, primary: primary, withSecret: withSecret)
+    }
+
+    // MARK: Writing
+
+    /// Writes the item `primary` names (absent primary-key attributes count as empty; what else
+    /// `primary` holds is set too, and attributes the item has and the write does not name are
+    /// kept).
+    ///
+    /// - `control` nil: the item keeps the protection it has (a new one: the master key). A
+    ///   protected item whose value is kept needs `key`, its opened record key.
+    /// - `control` given: the item is protected by it. Items that need a person, and items whose
+    ///   class depends on the lock state while a device passcode is set, get a key record; the
+    ///   others stay under the master key, as on an iPhone without a passcode, and the write sends
+    ///   no TPM command. `enrollment` is what ``enrollment(binding:authenticator:)`` gave.
+    ///
+    /// - Throws: ``KeychainError`` `.duplicateItem` (mode `.add`), `.itemNotFound` (mode
+    ///   `.update`), `.passcodeNotSet`, `.biometryNotEnrolled`, `.invalidParameter` (sizes),
+    ///   `.tampered`, `.timedOut`, `.storageFailed`.
+    package func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?,
+                       changes: AttributeChanges = AttributeChanges(), control: AccessControl? = nil, enrollment: [UInt8]? = nil,
+                       key: OpenedKey? = nil) throws(KeychainError) {
+        var changes = changes
+        guard let control else {
+            guard let key else {
+                return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
+            }
+            return try Devices.with(location) { (device) throws(KeychainError) in
+                try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
+                                access: ItemStore.AccessWrite(protection: nil, device: device, recordKey: key.recordKey))
+            }
+        }
+        changes.accessibility = control.accessibility
+        let protection = Protection(control)
+        if try !protection.needsKeyRecord(passcodeSet: Devices.passcodeIsSet(location)) {
+            // Nothing to bind to: the class is an authenticated label, as on an iPhone without a passcode.
+            return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
+        }
+        try Devices.with(location) { (device) throws(KeychainError) in
+            try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
+                            access: ItemStore.AccessWrite(protection: protection, device: device, enrollmentIdentifier: enrollment,
+                                                          recordKey: key?.recordKey))
+        }
+    }
+
+    /// The enrollment a write under `control` binds the item to: what `authenticator` reports
+    /// enrolled now, for `biometryCurrentSet`; nil for every other control (no authenticator asked).
+    ///
+    /// - Throws: ``KeychainError`` from the authenticator (`.notAvailable`, `.biometryNotEnrolled`).
+    package static func enrollment(binding control: AccessControl, authenticator: (any Authenticator)?) async throws(KeychainError) -> [UInt8]? {
+        guard bindsEnrollment(control), let authenticator else { return nil }
+        do {
+            return try await authenticator.enrollment()?.identifier
+        } catch {
+            throw KeychainError(error)
+        }
+    }
+
+    /// Whether a write under `control` binds to the enrollment (so needs ``enrollment(binding:authenticator:)``).
+    package static func bindsEnrollment(_ control: AccessControl) -> Bool {
+        Protection(control).biometry == .currentSet
+    }
+
+    /// Deletes the item of `itemClass` whose primary key `attributes` hold (a query result's
+    /// attributes name their item).
+    ///
+    /// - Returns: false when it was gone already.
+    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
+    package func delete(_ itemClass: ItemClass, primary attributes: AttributeList) throws(KeychainError) -> Bool {
+        try store.delete(itemClass, primary: attributes)
+    }
+}
