@@ -42,14 +42,17 @@ let package = Package(
         .target(name: "CESAPICryptoContext", linkerSettings: [.linkedLibrary("dl"), .linkedLibrary("crypto")]),
         // The words every layer speaks, defined once: KeychainError, Accessibility, AccessControl
         // and ItemAttributes. Public through TPMKeychain, which re-exports it.
-        .target(name: "KeychainVocabulary", dependencies: ["SystemCalls"], swiftSettings: strictness),
+        .target(name: "KeychainVocabulary", dependencies: ["WireFormat"], swiftSettings: strictness),
+        // Byte coding, a leaf with its own error: the big-endian codec, the TPM's canonical
+        // encoding that every format uses (WireReader/WireWriter), and the one hex printer and parser.
+        .target(name: "WireFormat", swiftSettings: strictness),
         // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
-        .target(name: "SystemCalls", swiftSettings: strictness),
+        .target(name: "SystemCalls", dependencies: ["WireFormat"], swiftSettings: strictness),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
         .target(
             name: "TPM",
             dependencies: [
-                "CTSS2", "CESAPICryptoContext", "SystemCalls",
+                "CTSS2", "CESAPICryptoContext", "SystemCalls", "WireFormat",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -58,7 +61,7 @@ let package = Package(
         // Layer 2: the store engine. On-disk format, item sealing, atomic files, locking.
         .target(
             name: "KeychainStore",
-            dependencies: ["KeychainVocabulary", "TPM", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["KeychainVocabulary", "TPM", "SystemCalls", "WireFormat", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         // Layer 3: the public Swift API.
@@ -71,7 +74,7 @@ let package = Package(
         // iOS keychain code on Linux with only its imports changed: SecItem* over the engine, and
         // the Core Foundation surface Linux lacks. Never named "Security" (that would flip
         // canImport(Security) for every package in a build).
-        .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls"], swiftSettings: strictness),
+        .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat"], swiftSettings: strictness),
         // LAContext, LAPolicy, LABiometryType and LAError over TPMKeychain's AuthenticationContext.
         .target(name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain", "SystemCalls"], swiftSettings: strictness),
         // SAP's KeychainStorage API (named stores, password ciphers) over TPMKeychain.
@@ -80,9 +83,9 @@ let package = Package(
                                .product(name: "CryptoExtras", package: "swift-crypto")],
                 swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
-        .target(name: "TPMSimulator", dependencies: ["SystemCalls"], swiftSettings: strictness),
+        .target(name: "TPMSimulator", dependencies: ["SystemCalls", "WireFormat"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
-        .target(name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls"], swiftSettings: strictness),
+        .target(name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls", "WireFormat"], swiftSettings: strictness),
         // libsystemd's sd-bus, for the fprintd authenticator only.
         .systemLibrary(
             name: "CSystemdBus",
@@ -104,7 +107,7 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "TPMKeychainFprintd", "ToolSupport",
+                "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat", "TPMKeychainFprintd", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -132,7 +135,7 @@ let package = Package(
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
-            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "SecurityCompat", "KeychainStorageCompat",
+            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "WireFormat", "SecurityCompat", "KeychainStorageCompat",
                            .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/Benchmarks/TPMBenchmarks",
             swiftSettings: strictness
@@ -146,12 +149,20 @@ let package = Package(
             name: "TPMTests",
             // CTSS2 only for ESAPICryptoCallbacksTests, which calls the C callbacks as ESAPI would.
             dependencies: ["TPM", "TPMKeychainTesting", "CTSS2", .product(name: "Crypto", package: "swift-crypto"),
-                           .product(name: "Logging", package: "swift-log"), "SystemCalls"],
+                           .product(name: "Logging", package: "swift-log"), "SystemCalls", "WireFormat"],
+            swiftSettings: strictness
+        ),
+        // The store engine alone: formats against their vectors, key records, queries, and every
+        // parser's fuzz corpus replayed through the harness.
+        .testTarget(
+            name: "KeychainStoreTests",
+            dependencies: ["KeychainStore", "KeychainVocabulary", "TPM", "TPMKeychainTesting", "tpm-keychain-fuzz",
+                           .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         .testTarget(
             name: "TPMKeychainTests",
-            dependencies: ["TPMKeychain", "KeychainVocabulary", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess", "tpm-keychain-fuzz",
+            dependencies: ["TPMKeychain", "KeychainVocabulary", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess",
                            .product(name: "Crypto", package: "swift-crypto"), "SystemCalls"],
             swiftSettings: strictness
         ),

@@ -3,6 +3,7 @@ import Foundation
 import SystemCalls
 package import TPM
 package import KeychainVocabulary
+import WireFormat
 
 // Access control: key records, and the secret keys of the items that name one. Attributes stay
 // under the master key (listing never needs a person); only a protected item's secret section

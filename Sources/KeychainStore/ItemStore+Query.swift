@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 package import KeychainVocabulary
+import WireFormat
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -3,6 +3,7 @@ import Foundation
 import SystemCalls
 import TPM
 package import KeychainVocabulary
+import WireFormat
 #if canImport(Glibc)
 import Glibc
 #endif

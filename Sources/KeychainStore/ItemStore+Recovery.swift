@@ -3,6 +3,7 @@ import Foundation
 import SystemCalls
 package import TPM
 package import KeychainVocabulary
+import WireFormat
 
 // The recovery key: an opt-in second way to the master key, for when the TPM that sealed it is
 // gone (cleared, replaced, a VM moved). `recovery.key` holds the master key encrypted to the

@@ -1,3 +1,4 @@
+import WireFormat
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

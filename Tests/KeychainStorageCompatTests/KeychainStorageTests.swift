@@ -125,7 +125,7 @@ func uniqueName(_ prefix: String) -> String {
         try KeychainStorage.removeStore(name: name)
     }
 
-    @Test("8 threads doing 1,000 mixed operations on one store lose nothing")
+    @Test("8 threads doing 1,000 mixed operations on one store lose nothing", .tags(.concurrency))
     func threads() throws {
         let name = uniqueName("threads")
         let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("pw"))

@@ -8,7 +8,7 @@ import TPMKeychain
 import TPMKeychainTesting
 
 /// SecItem and LAContext on swtpm. Serialized: SecItem's configuration is process-wide.
-@Suite(.serialized) struct SecItemTests {
+@Suite(.serialized, .tags(.concurrency)) struct SecItemTests {
     // MARK: Code in the seeds' style
 
     @Test("session storage: add, update on duplicate, load into AnyObject?, exists without data, delete")

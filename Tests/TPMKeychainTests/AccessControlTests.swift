@@ -7,7 +7,7 @@ import TPMKeychain
 import TPMKeychainTesting
 
 /// Access control on a real swtpm: passcode, biometryCurrentSet, lock states, reuse, errors.
-@Suite struct AccessControlTests {
+@Suite(.tags(.concurrency)) struct AccessControlTests {
     static let passcode = SecretBytes(copying: Array("correct horse 4711".utf8))
     static let wrong = SecretBytes(copying: Array("wrong horse 0000".utf8))
 

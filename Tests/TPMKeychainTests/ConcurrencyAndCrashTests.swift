@@ -57,7 +57,7 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
 }
 
 @Suite struct ConcurrencyAndCrashTests {
-    @Test("8 tasks doing 1,000 mixed operations each on one service: nothing lost, nothing corrupt")
+    @Test("8 tasks doing 1,000 mixed operations each on one service: nothing lost, nothing corrupt", .tags(.concurrency))
     func concurrentTasks() async throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.concurrent")
@@ -98,7 +98,7 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         #expect(Set(keys) == Set(finals.keys).union(["shared"]))
     }
 
-    @Test("Two processes writing the same service at once lose nothing")
+    @Test("Two processes writing the same service at once lose nothing", .tags(.concurrency))
     func twoProcesses() throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.shared")
@@ -167,7 +167,7 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         #expect(try store.files().filter { $0.hasSuffix(".tmp") }.isEmpty)
     }
 
-    @Test("kill -9 of writers that write and delete, 100 times, with a reader open all along: no read, listing or new handle ever reports a rollback, and every item holds a value some writer wrote")
+    @Test("kill -9 of writers that write and delete, 100 times, with a reader open all along: no read, listing or new handle ever reports a rollback, and every item holds a value some writer wrote", .tags(.concurrency))
     func killedWritersNeverLookRolledBack() throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.rollback")

@@ -78,7 +78,7 @@ import Glibc
         #expect(try store.keychain().string(forKey: "alpha") == "alpha value")
     }
 
-    @Test("a store open in this process follows a rotation made by another process: reads, writes and listings use the new key")
+    @Test("a store open in this process follows a rotation made by another process: reads, writes and listings use the new key", .tags(.concurrency))
     func otherProcessRotation() throws {
         let store = try TestStore()
         let keychain = try store.keychain()

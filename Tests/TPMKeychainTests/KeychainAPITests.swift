@@ -124,7 +124,7 @@ struct Session: Codable, Equatable {
         #expect(try keychain.data(forKey: "maximum")?.count == 16 << 20)
     }
 
-    @Test("Recipes: tokens cleared on logout, a Codable session saved and restored, reads from any thread")
+    @Test("Recipes: tokens cleared on logout, a Codable session saved and restored, reads from any thread", .tags(.concurrency))
     func recipes() async throws {
         let store = try TestStore()
         let auth = try store.keychain("com.example.auth")

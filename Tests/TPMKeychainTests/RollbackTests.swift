@@ -7,7 +7,7 @@ import TPMKeychainTesting
 
 /// Rollback and deletion detection: the manifest, its chain of MACs and the TPM counter its
 /// epochs are bound to (docs/SECURITY.md, "Rollback and deletion").
-@Suite struct RollbackTests {
+@Suite(.tags(.concurrency)) struct RollbackTests {
     /// A copy of the store directory as it is now.
     private func backup(_ store: TestStore, as name: String) throws -> String {
         let copy = store.directory + "/" + name

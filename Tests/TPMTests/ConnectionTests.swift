@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import TPM
 import TPMKeychainTesting
+import WireFormat
 
 @Suite struct ConnectionTests {
     @Test func unreachableTPMsAreReportedWithTheTCTITried() throws {
@@ -160,7 +161,7 @@ import TPMKeychainTesting
         }
     }
 
-    @Test("One connection is safe to share between concurrent tasks")
+    @Test("One connection is safe to share between concurrent tasks", .tags(.concurrency))
     func concurrentTasksShareAConnection() async throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
@@ -186,7 +187,7 @@ import TPMKeychainTesting
         }
     }
 
-    @Test("Connections from several threads to one swtpm take turns through the access lock")
+    @Test("Connections from several threads to one swtpm take turns through the access lock", .tags(.concurrency))
     func concurrentConnectionsAreSerialised() async throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }

@@ -4,7 +4,7 @@ import TPMKeychainTesting
 
 /// ESAPI's OpenSSL backend asks for a new library context for every hash and HMAC; libtss2-esys
 /// is pointed at one shared private context instead (CESAPICryptoContext).
-@Suite struct ESAPICryptoContextTests {
+@Suite(.tags(.concurrency)) struct ESAPICryptoContextTests {
     @Test("ESAPI's hashes and HMACs in sealing, salted sessions and NV access share one OpenSSL context")
     func esapiGetsOneContext() throws {
         #expect(ESAPICryptoContext.install())

@@ -1,6 +1,7 @@
 import Testing
 @testable import TPM
 import TPMKeychainTesting
+import WireFormat
 
 /// Policy digests computed in Swift against tpm2-tools' vectors and against the TPM itself.
 @Suite struct PolicyDigestTests {

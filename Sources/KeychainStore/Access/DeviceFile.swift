@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import TPM
 import KeychainVocabulary
+import WireFormat
 
 /// `device.meta`, the device's state beside its TPM counters (docs/FORMAT.md, "Device state").
 /// All integers big-endian.

@@ -1,5 +1,6 @@
 import TPM
 package import KeychainVocabulary
+import WireFormat
 
 extension AttributeList {
     /// - Throws: ``KeychainError`` `.tampered` for truncated entries, oversized values, or tags

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import TPM
 import KeychainVocabulary
+import WireFormat
 
 /// The item file, format version 1 (docs/FORMAT.md, "Item file"). All integers big-endian.
 ///

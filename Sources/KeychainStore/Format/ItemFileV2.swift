@@ -3,10 +3,10 @@ import Foundation
 import SystemCalls
 import TPM
 import KeychainVocabulary
+import WireFormat
 
-/// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"). All integers
-/// big-endian. Defined and tested here; the store still writes version 1 until the upgrade path
-/// lands (issue 7), so nothing on disk uses it yet.
+/// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"), which every store
+/// writes; a format-1 store moves to it on its first write. All integers big-endian.
 ///
 ///     offset size  field
 ///     0      4     magic "TKIT"

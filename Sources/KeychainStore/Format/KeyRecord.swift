@@ -1,6 +1,7 @@
 import Crypto
 import TPM
 import KeychainVocabulary
+import WireFormat
 
 /// A key record, `records/<record ID as 32 hex digits>.key` (docs/FORMAT.md, "Key records"): the
 /// key of every item with one protection (accessibility class and access-control flags), held by

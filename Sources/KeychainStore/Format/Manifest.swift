@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import TPM
 import KeychainVocabulary
+import WireFormat
 
 /// The manifest of a rollback-protected store (docs/FORMAT.md, "Manifest"): which generation of
 /// which item file is current, and which epoch of the store's TPM counter the files belong to.

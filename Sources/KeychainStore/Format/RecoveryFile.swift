@@ -2,6 +2,7 @@ import Crypto
 import SystemCalls
 import TPM
 import KeychainVocabulary
+import WireFormat
 
 /// `recovery.key`: the store's master key, encrypted to a recovery key the user keeps
 /// (docs/FORMAT.md, "Recovery key"). All integers big-endian.

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import TPM
 import KeychainVocabulary
+import WireFormat
 
 /// `store.meta`, format versions 1 to 6 (docs/FORMAT.md, "store.meta"). All integers big-endian.
 ///

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import SystemCalls
 import TPM
+import WireFormat
 
 /// Keys derived from the store's master key with HKDF-SHA256, one per purpose (domain separation).
 ///

@@ -1,4 +1,4 @@
-import SystemCalls
+import WireFormat
 
 /// The attributes section of a format-2 item, as tagged values: (tag UINT32, length UINT32,
 /// value) repeated, tags strictly ascending, so that every writer produces the same bytes and no

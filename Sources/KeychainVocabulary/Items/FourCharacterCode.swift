@@ -1,4 +1,4 @@
-import SystemCalls
+import WireFormat
 
 /// A four-character code, as Apple's keychain names attributes (`kSecAttrAccount` is "acct") and
 /// item classes ("genp"): four ASCII bytes, stored as a big-endian UINT32.

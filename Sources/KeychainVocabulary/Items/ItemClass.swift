@@ -1,4 +1,4 @@
-import SystemCalls
+import WireFormat
 
 /// An item's class, with Apple's codes and primary keys: the attributes that make an item unique
 /// (SecItem's errSecDuplicateItem), which also name its file.

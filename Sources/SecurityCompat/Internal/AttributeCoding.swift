@@ -1,5 +1,6 @@
 import KeychainVocabulary
 import SystemCalls
+import WireFormat
 
 /// Attribute values between SecItem's types and the store's bytes, so that values come back with
 /// the types stored: an account stored as Data reads back as Data, a port as a number.

@@ -1,4 +1,5 @@
 internal import CTSS2
+import WireFormat
 
 /// TPM 2.0 Part 3 §22 Integrity Collection (PCR): TPM2_PCR_Extend (§22.2) and TPM2_PCR_Read (§22.4).
 extension Engine {

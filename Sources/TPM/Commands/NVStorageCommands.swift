@@ -1,4 +1,5 @@
 internal import CTSS2
+import WireFormat
 
 /// What an NV index holds.
 public enum NVIndexKind: Sendable, Hashable {

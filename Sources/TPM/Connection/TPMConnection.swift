@@ -1,6 +1,7 @@
 internal import CTSS2
 import Crypto
 import SystemCalls
+import WireFormat
 
 /// A connection to one TPM through tpm2-tss's ESAPI.
 ///

@@ -1,3 +1,4 @@
+import WireFormat
 /// A secret sealed by a TPM: safe to store anywhere, usable only on the TPM that sealed it.
 ///
 /// ``serialized()`` produces the "sealed object" format of docs/FORMAT.md (all integers big-endian):
@@ -48,28 +49,39 @@ public struct SealedObject: Sendable, Hashable {
     /// - Throws: ``TPMError`` `.malformedData` for a wrong magic or version, oversized or
     ///   truncated fields, trailing bytes, or a public area that is not a policy-only sealed object.
     public init(serialized bytes: [UInt8]) throws(TPMError) {
+        let fields: (name: [UInt8], publicArea: [UInt8], privateArea: [UInt8], algorithm: StorageKeyAlgorithm)
+        do {
+            fields = try Self.fields(of: bytes)
+        } catch {
+            throw TPMError(.malformedData, error.message)
+        }
+        try self.init(publicArea: fields.publicArea, privateArea: fields.privateArea, storageKeyAlgorithm: fields.algorithm,
+                      storageKeyName: fields.name)
+    }
+
+    private static func fields(of bytes: [UInt8]) throws(WireFormatError)
+        -> (name: [UInt8], publicArea: [UInt8], privateArea: [UInt8], algorithm: StorageKeyAlgorithm) {
         var reader = WireReader(bytes)
         guard try reader.readBytes(4) == Self.magic else {
-            throw TPMError(.malformedData, "Not a TPMKeychain sealed object (bad magic)")
+            throw WireFormatError("Not a TPMKeychain sealed object (bad magic)")
         }
         let version = try reader.readUInt16()
         guard version == Self.version else {
-            throw TPMError(.malformedData, "Sealed object version \(version) is not supported (this build reads version \(Self.version))")
+            throw WireFormatError("Sealed object version \(version) is not supported (this build reads version \(Self.version))")
         }
         let algorithm: StorageKeyAlgorithm
         switch try reader.readUInt16() {
         case AlgorithmID.ecc: algorithm = .eccP256
         case AlgorithmID.rsa: algorithm = .rsa2048
-        case let other: throw TPMError(.malformedData, "Unknown storage key algorithm 0x\(String(other, radix: 16))")
+        case let other: throw WireFormatError("Unknown storage key algorithm 0x\(String(other, radix: 16))")
         }
         let name = try reader.readSized(maximum: Self.maximumNameSize)
         let publicArea = try reader.readSized(maximum: Self.maximumPublicSize)
         let privateArea = try reader.readSized(maximum: Self.maximumPrivateSize)
         guard reader.remaining == 0 else {
-            throw TPMError(.malformedData, "The sealed object has \(reader.remaining) trailing bytes")
+            throw WireFormatError("The sealed object has \(reader.remaining) trailing bytes")
         }
-        try self.init(publicArea: publicArea, privateArea: privateArea, storageKeyAlgorithm: algorithm,
-                      storageKeyName: name)
+        return (name, publicArea, privateArea, algorithm)
     }
 
     /// The bytes to store; see the type's documentation for the layout.
@@ -86,20 +98,23 @@ public struct SealedObject: Sendable, Hashable {
 
     private static func validatedPolicy(ofPublicArea publicArea: [UInt8]) throws(TPMError)
         -> (policy: PolicyDigest, dictionaryAttackProtected: Bool) {
-        var reader = WireReader(publicArea)
-        let size = Int(try reader.readUInt16())
-        guard size == reader.remaining else {
-            throw TPMError(.malformedData, "The sealed object's public area is \(reader.remaining) bytes but claims \(size)")
+        let fields: (type: UInt16, nameAlgorithm: UInt16, attributes: ObjectAttributes, policy: [UInt8])
+        do throws(WireFormatError) {
+            var reader = WireReader(publicArea)
+            let size = Int(try reader.readUInt16())
+            guard size == reader.remaining else {
+                throw WireFormatError("The sealed object's public area is \(reader.remaining) bytes but claims \(size)")
+            }
+            fields = (try reader.readUInt16(), try reader.readUInt16(), ObjectAttributes(rawValue: try reader.readUInt32()),
+                      try reader.readSized(maximum: 64))
+        } catch {
+            throw TPMError(.malformedData, error.message)
         }
-        let type = try reader.readUInt16()
-        let nameAlgorithm = try reader.readUInt16()
-        let attributes = ObjectAttributes(rawValue: try reader.readUInt32())
-        let policy = try reader.readSized(maximum: 64)
-        guard type == AlgorithmID.keyedHash, nameAlgorithm == AlgorithmID.sha256,
-              attributes.isSuperset(of: [.fixedTPM, .fixedParent]), !attributes.contains(.userWithAuth),
-              policy.count == 32 else {
+        guard fields.type == AlgorithmID.keyedHash, fields.nameAlgorithm == AlgorithmID.sha256,
+              fields.attributes.isSuperset(of: [.fixedTPM, .fixedParent]), !fields.attributes.contains(.userWithAuth),
+              fields.policy.count == 32 else {
             throw TPMError(.malformedData, "The public area is not a policy-only sealed object bound to this TPM")
         }
-        return (try PolicyDigest(policy), !attributes.contains(.noDA))
+        return (try PolicyDigest(fields.policy), !fields.attributes.contains(.noDA))
     }
 }

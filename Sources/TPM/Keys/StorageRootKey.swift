@@ -1,5 +1,6 @@
 internal import CTSS2
 import Logging
+import WireFormat
 
 /// The owner-hierarchy storage key that parents every sealed object and salts every session.
 struct StorageRootKey {

@@ -1,4 +1,5 @@
 import Crypto
+import WireFormat
 
 /// The key type of the storage root key.
 public enum StorageKeyAlgorithm: String, Sendable, Hashable, Codable {

@@ -1,4 +1,5 @@
 import Crypto
+import WireFormat
 
 /// A SHA-256 policy digest (TPM 2.0 Part 1 §19.7), computed in Swift the way the TPM extends
 /// `policySession→policyDigest`, so a sealed object's authPolicy is known without a TPM round trip.

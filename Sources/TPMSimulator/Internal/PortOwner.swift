@@ -1,5 +1,6 @@
 import Foundation
 import SystemCalls
+import WireFormat
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -8,6 +8,7 @@
 // holding a connection open would lock out every TSS context the user creates.
 
 import SystemCalls
+import WireFormat
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

@@ -4,6 +4,7 @@ import TPM
 import TPMKeychain
 import SystemCalls
 import ToolSupport
+import WireFormat
 
 /// Which TPM the keychain would use, what it is, and its dictionary-attack state.
 struct TPMStatus: ParsableCommand {

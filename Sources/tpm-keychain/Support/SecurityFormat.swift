@@ -1,6 +1,7 @@
 import Foundation
 import KeychainVocabulary
 import TPM
+import WireFormat
 
 /// Output in the shape of macOS `security`'s item listings, so people and scripts that know
 /// `security find-generic-password` read it without a manual.

@@ -3,7 +3,7 @@ import TPM
 import TPMKeychain
 import TPMKeychainTesting
 
-/// Benchmarks of access control (issue 8): a protected get inside a reuse window against an
+/// Benchmarks of access control: a protected get inside a reuse window against an
 /// unprotected get; a first protected get (one key-record unseal in a fresh connection) against
 /// the C floor doing the same unseal; and the TPM commands (NV, DA-counted) each operation sends.
 struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one task at a time
@@ -15,7 +15,7 @@ struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one
         defer { simulator.stop() }
         let directory = try makeTemporaryDirectory("tpm-keychain-access-bench")
         defer { removeTree(directory) }
-        print("\n== Access control (issue 8); swtpm \(simulator.tcti)")
+        print("\n== Access control; swtpm \(simulator.tcti)")
         try blocking { try await reuseWindow(simulator, directory) }
         try blocking { try await firstProtectedGet(simulator, directory) }
         try blocking { try await commandCounts(simulator, directory) }

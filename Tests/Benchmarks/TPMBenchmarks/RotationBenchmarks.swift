@@ -2,7 +2,7 @@ import Foundation
 import TPMKeychain
 import TPMKeychainTesting
 
-/// Key rotation (issue 10): rotating the master key of a store of 1,000 and 10,000 items, next to
+/// Key rotation: rotating the master key of a store of 1,000 and 10,000 items, next to
 /// the floor of reading every item and writing it durably again (the same reads, decryptions,
 /// encryptions and durable writes, with nothing around them: no new sealed key, no second
 /// directory tree, no commit, no removal of the old tree).
@@ -14,7 +14,7 @@ struct RotationBenchmarks {
         defer { simulator.stop() }
         let root = try makeTemporaryDirectory("tpm-keychain-rotation-bench")
         defer { removeTree(root) }
-        print("\n== Key rotation (issue 10); swtpm \(simulator.tcti)")
+        print("\n== Key rotation; swtpm \(simulator.tcti)")
         let clock = ContinuousClock()
         let value = Data(repeating: 0x42, count: 32)
         for items in [1000, 10_000] {

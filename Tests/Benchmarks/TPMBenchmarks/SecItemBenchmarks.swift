@@ -3,7 +3,7 @@ import SecurityCompat
 import TPMKeychain
 import TPMKeychainTesting
 
-/// The SecItem layer's cost next to the `Keychain` API over the same store (issue 9): one get,
+/// The SecItem layer's cost next to the `Keychain` API over the same store: one get,
 /// one durable add + delete, and calls per second of 8 queues doing mixed calls, each pair timed
 /// in alternating batches.
 struct SecItemBenchmarks: @unchecked Sendable {  // Summary is used from one thread at a time
@@ -23,7 +23,7 @@ struct SecItemBenchmarks: @unchecked Sendable {  // Summary is used from one thr
         KeychainEnvironment.location = location
         KeychainEnvironment.accessGroups = ["bench.group"]
         defer { KeychainEnvironment.reset() }
-        print("\n== SecItem layer (issue 9) against the Keychain API, same store; swtpm \(simulator.tcti)")
+        print("\n== SecItem layer against the Keychain API, same store; swtpm \(simulator.tcti)")
 
         let keychain = try Keychain(service: "bench.secitem", accessGroup: "bench.group", location: location)
         let value = Data(repeating: 0x42, count: 32)

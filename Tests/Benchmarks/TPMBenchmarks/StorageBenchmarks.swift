@@ -3,7 +3,7 @@ import KeychainStorageCompat
 import TPMKeychain
 import TPMKeychainTesting
 
-/// KeychainStorageCompat (issue 10): gets and durable puts on a password-cipher store next to a
+/// KeychainStorageCompat: gets and durable puts on a password-cipher store next to a
 /// plain one (the scrypt key is derived once per Cipher, not per item), and changeCipher on 1,000
 /// and 10,000 items next to the floor of the same reads, decryptions, encryptions and writes.
 struct StorageBenchmarks {
@@ -18,7 +18,7 @@ struct StorageBenchmarks {
         let root = try makeTemporaryDirectory("tpm-keychain-storage-bench")
         defer { removeTree(root) }
         KeychainStorage.rootDirectory = root
-        print("\n== KeychainStorage (issue 10); swtpm \(simulator.tcti)")
+        print("\n== KeychainStorage; swtpm \(simulator.tcti)")
 
         let clock = ContinuousClock()
         var derivations: [Duration] = []

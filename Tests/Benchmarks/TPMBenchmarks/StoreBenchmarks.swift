@@ -4,11 +4,12 @@ import KeychainStore
 import SystemCalls
 import TPM
 import TPMKeychain
+import WireFormat
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Benchmarks of the item store (issue 3): gets, durable sets and gets in a large service, each
+/// Benchmarks of the item store: gets, durable sets and gets in a large service, each
 /// next to a floor made of the same system calls and crypto with nothing of the store around them.
 ///
 /// The TPM is used once per store, when its master key is unsealed; every timed operation here is
@@ -26,7 +27,7 @@ struct StoreBenchmarks {
     func run() throws {
         let directory = try makeTemporaryDirectory("tpm-keychain-store-bench")
         defer { removeTree(directory) }
-        print("\n== Item store (issue 3); files in \(directory) (\(fileSystemType(directory)))")
+        print("\n== Item store; files in \(directory) (\(fileSystemType(directory)))")
         if listingOnly { return try listing(in: directory) }
         try gets(in: directory)
         if getsOnly { return }

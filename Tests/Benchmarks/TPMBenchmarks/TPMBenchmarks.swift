@@ -7,8 +7,10 @@ import Glibc
 
 /// Benchmarks, each figure next to a floor measured the same way in the same run:
 ///
-///     swift build -c release --product ESAPIFloor --product tpm-keychain   (the floors and the CLI)
-///     swift run -c release TPMBenchmarks [tpm|store|cli|all] [iterations]
+///     Scripts/benchmarks.sh [SUITE] [iterations]
+///
+/// builds the C floor, this program and the CLI as it ships, then runs it. Suites: tpm, store
+/// (store-get, store-list), storage, rotate, secitem (secitem-get), access, cli; all by default.
 ///
 /// - tpm: the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor (ESAPIFloor,
 ///   the same round trips without this layer) run against the same TPM.

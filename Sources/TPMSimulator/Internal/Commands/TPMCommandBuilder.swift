@@ -2,6 +2,7 @@
 // (TPM 2.0 Part 1 §18.2 command layout, Part 2 for the constants). Everything is big-endian.
 
 import SystemCalls
+import WireFormat
 
 /// TPM 2.0 Part 2 constants used by the simulator's own commands.
 enum TPMConstant {

@@ -1,16 +1,10 @@
 import Foundation
 import Testing
 @testable import KeychainStore
-import TPM
-import TPMKeychain
-import TPMKeychainTesting
+import KeychainVocabulary
 
 @Suite("queries over the store")
 struct QueryTests {
-    static func open(_ store: TestStore) throws -> ItemStore {
-        try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti))
-    }
-
     static func internet(_ server: String, account: String, port: UInt32 = 443, sync: Bool? = nil) -> AttributeList {
         var attributes = AttributeList()
         attributes.setString(server, for: AttributeTag.server)
@@ -25,8 +19,8 @@ struct QueryTests {
 
     @Test("class, equality on any attribute, sync yes/no/any, limit one, data on request, creation order")
     func matching() throws {
-        let store = try TestStore()
-        let opened = try Self.open(store)
+        let store = try EngineStore()
+        let opened = try store.open()
         defer { opened.close() }
         try opened.write(.internetPassword, primary: Self.internet("git.example.com", account: "bob"), mode: .add,
                          value: Self.value("b"), changes: AttributeChanges(label: "work"))
@@ -64,8 +58,8 @@ struct QueryTests {
 
     @Test("a persistent reference is stable across updates and gone with the item")
     func persistentReferences() throws {
-        let store = try TestStore()
-        let opened = try Self.open(store)
+        let store = try EngineStore()
+        let opened = try store.open()
         defer { opened.close() }
         let primary = Self.internet("git.example.com", account: "bob")
         try opened.write(.internetPassword, primary: primary, mode: .add, value: Self.value("first"), changes: AttributeChanges())
@@ -80,8 +74,8 @@ struct QueryTests {
 
     @Test("keys and certificates are reserved; an absent primary-key attribute counts as empty, as Apple's does")
     func reservedAndIncomplete() throws {
-        let store = try TestStore()
-        let opened = try Self.open(store)
+        let store = try EngineStore()
+        let opened = try store.open()
         defer { opened.close() }
         expectKeychainError(.invalidParameter) {
             try opened.write(.key, primary: AttributeList(), mode: .add, value: Self.value("k"), changes: AttributeChanges())
@@ -99,8 +93,8 @@ struct QueryTests {
 
     @Test("a file moved into another group is tampering for a query, never skipped")
     func misplacedFilesAreReported() throws {
-        let store = try TestStore()
-        let opened = try Self.open(store)
+        let store = try EngineStore()
+        let opened = try store.open()
         defer { opened.close() }
         try opened.write(.internetPassword, primary: Self.internet("a.example.com", account: "x"), mode: .add, value: Self.value("1"),
                          changes: AttributeChanges())

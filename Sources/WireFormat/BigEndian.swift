@@ -44,12 +44,3 @@ package enum BigEndian {
         return value
     }
 }
-
-extension BinaryInteger {
-    /// Lower-case hexadecimal, zero-padded on the left to at least `width` digits (`0x01a00000`
-    /// handles, `08` device numbers): the one fixed-width hex printer of every target.
-    package func hexString(width: Int) -> String {
-        let digits = String(self, radix: 16)
-        return String(repeating: "0", count: max(0, width - digits.count)) + digits
-    }
-}

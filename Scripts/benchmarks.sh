@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds what the benchmarks need and runs them: every table of docs/PERFORMANCE.md from one command.
+#
+#     Scripts/benchmarks.sh [SUITE] [iterations]      (no SUITE: every suite)
+#
+# Builds the C floor (ESAPIFloor) and TPMBenchmarks in release mode, and the CLI as it ships
+# (--static-swift-stdlib, in .build-static), then runs TPMBenchmarks with TPM_KEYCHAIN_CLI set to
+# that CLI. Fails, rather than skipping a suite, when tpm2-tools or systemd-creds is missing.
+# SwiftPM builds one --product per invocation, hence three builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in swtpm tpm2_unseal systemd-creds; do
+    command -v "$tool" >/dev/null || { echo "benchmarks.sh: $tool is required (.ci/install-dependencies installs it)" >&2; exit 1; }
+done
+swift build -c release --product ESAPIFloor >&2
+swift build -c release --product TPMBenchmarks >&2
+swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain >&2
+echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)'), $(date -u +%Y-%m-%d)"
+TPM_KEYCHAIN_CLI="$PWD/.build-static/release/tpm-keychain" exec .build/release/TPMBenchmarks "$@"

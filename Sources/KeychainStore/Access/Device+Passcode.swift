@@ -1,0 +1,196 @@
+import Crypto
+import Foundation
+import SystemCalls
+package import TPM
+package import KeychainVocabulary
+
+// The device passcode: set, change and remove it, the passcode key sealed under it, and
+// unlocking and locking with it.
+extension Device {
+    /// Sets the first passcode.
+    ///
+    /// - Throws: ``KeychainError`` `.duplicateItem` when one is set (change it instead), `.invalidParameter`.
+    package func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
+        try Self.validate(passcode)
+        try withDevice { (state, directory, connection) throws(KeychainError) in
+            guard state.file.passcode == nil else {
+                throw KeychainError(.duplicateItem, "A device passcode is already set; change it with the current one")
+            }
+            let epoch = try ensureCounter(state.indices.passcodeCounter, state, connection)
+            let seed = try randomSeed(connection)
+            state.file.passcode = try sealPasscodeKey(seed: seed, passcode: passcode, epoch: epoch, state, connection)
+            try write(&state, as: DeviceFile.fileName, in: directory, connection)
+            try writeLockState(unlocked: true, state, connection)
+        }
+    }
+
+    /// 32 bytes from the operating system and the TPM together: a weak TPM generator alone does
+    /// not decide the passcode key (as the master key is made).
+    private func randomSeed(_ connection: TPMConnection) throws(KeychainError) -> SecretBytes {
+        let fromTPM = try tpmCall { try connection.randomBytes(count: 32) }
+        let fromSystem: SecretBytes
+        do {
+            fromSystem = try SecretBytes.random(count: 32)
+        } catch {
+            throw KeychainError(.storageFailed, "No randomness from the operating system", underlying: error)
+        }
+        let key = fromSystem.withUnsafeBytes { system in
+            fromTPM.withUnsafeBytes { tpm in
+                HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(system) + Array(tpm)),
+                                       info: Array("TPMKeychain passcode key seed".utf8), outputByteCount: 32)
+            }
+        }
+        return key.withUnsafeBytes { SecretBytes(copying: $0) }
+    }
+
+    /// Changes the passcode: one sealed object is replaced, no item or key record is rewritten,
+    /// and the passcode counter moves so that an old copy of the sealed key no longer opens.
+    ///
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`, `.authenticationFailed` (wrong passcode, counted
+    ///   by the TPM's dictionary-attack protection), `.lockout`.
+    package func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(KeychainError) {
+        try Self.validate(new)
+        try replacePasscode(old) { (state, seed, epoch, connection) throws(KeychainError) in
+            state.file.passcode = try sealPasscodeKey(seed: seed, passcode: new, epoch: epoch, state, connection)
+        }
+    }
+
+    /// Removes the passcode. Items that require it (devicePasscode without another way in, and
+    /// whenPasscodeSetThisDeviceOnly) become unreadable for good.
+    ///
+    /// - Throws: as ``changePasscode(from:to:)``.
+    package func removePasscode(_ old: SecretBytes) throws(KeychainError) {
+        try replacePasscode(old) { (state, _, _, _) throws(KeychainError) in state.file.passcode = nil }
+    }
+
+    /// Verifies `old`, writes the next state (``DeviceFile/nextFileName``), moves the passcode
+    /// counter, then renames the next state into place. A crash at any point leaves either the
+    /// old passcode working (the counter did not move) or the new state ready for ``state(_:)``.
+    private func replacePasscode(_ old: SecretBytes,
+                                 _ change: (inout State, SecretBytes, UInt64, TPMConnection) throws(KeychainError) -> Void) throws(KeychainError) {
+        try withDevice { (state, directory, connection) throws(KeychainError) in
+            guard let current = state.file.passcode else {
+                throw KeychainError(.passcodeNotSet, "No device passcode is set")
+            }
+            let seed = try openPasscodeKey(current, passcode: old, state, connection)
+            try change(&state, seed, current.epoch + 1, connection)
+            // A change keeps the key (the same seed, sealed again); a removal retires it.
+            if state.file.passcode?.publicKey != current.publicKey { state.file.retire(current) }
+            try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
+            try tpmCall { try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization) }
+            try write(&state, as: DeviceFile.fileName, in: directory, connection)
+            _ = try directory.remove(DeviceFile.nextFileName, durable: true)
+            try writeLockState(unlocked: true, state, connection)
+        }
+    }
+
+    /// What this device's state says of a passcode key a key record was wrapped to.
+    package enum PasscodeKeyStanding: Sendable, Equatable {
+        /// The device's passcode key now.
+        case current
+        /// A key this device removed; the TPM's passcode counter moved past `epoch` when it did.
+        case retired(epoch: UInt64)
+        /// Not a key of this device state: another member's device, another state directory.
+        case unknown
+    }
+
+    /// - Throws: ``KeychainError`` `.tampered` when `device.meta` fails authentication.
+    package func standing(ofPasscodeKey publicKey: [UInt8], _ connection: TPMConnection? = nil) throws(KeychainError) -> PasscodeKeyStanding {
+        guard let file = try state(connection)?.file else { return .unknown }
+        if let current = file.passcode, current.publicKey == publicKey { return .current }
+        if let retired = file.retiredPasscodeKeys.last(where: { $0.publicKey == publicKey }) { return .retired(epoch: retired.epoch) }
+        return .unknown
+    }
+
+    /// The passcode key's public half, which key records wrap their keys to (nil without a passcode).
+    func passcodePublicKey(_ state: State?) throws(KeychainError) -> Curve25519.KeyAgreement.PublicKey? {
+        guard let bytes = state?.file.passcode?.publicKey else { return nil }
+        do {
+            return try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes)
+        } catch {
+            throw KeychainError(.tampered, "\(directoryPath)/\(DeviceFile.fileName) holds an invalid passcode key")
+        }
+    }
+
+    /// The passcode key's private half: the TPM checks the passcode (one try counted toward its
+    /// dictionary-attack lockout when wrong) and the passcode counter.
+    ///
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`, `.authenticationFailed`, `.lockout`, `.itemInvalidated`
+    ///   (the sealed key's epoch is gone: a file put back from before a change).
+    func passcodePrivateKey(_ passcode: SecretBytes) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
+        try withConnection { (connection) throws(KeychainError) in try passcodePrivateKey(passcode, connection) }
+    }
+
+    func passcodePrivateKey(_ passcode: SecretBytes, _ connection: TPMConnection) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
+        guard let state = try state(connection), let current = state.file.passcode else {
+            throw KeychainError(.passcodeNotSet, "No device passcode is set")
+        }
+        return try Self.agreementKey(seed: try openPasscodeKey(current, passcode: passcode, state, connection))
+    }
+
+    /// Verifies the passcode and unlocks the device (the lock-state index reads unlocked).
+    package func unlock(passcode: SecretBytes) throws(KeychainError) {
+        try withConnection { (connection) throws(KeychainError) in
+            _ = try passcodePrivateKey(passcode, connection)
+            guard let state = try state(connection) else { throw KeychainError(.passcodeNotSet, "No device passcode is set") }
+            try writeLockState(unlocked: true, state, connection)
+        }
+    }
+
+    /// Locks the device: whenUnlocked items are refused by the TPM until the next unlock.
+    ///
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`: a device without a passcode cannot be locked.
+    package func lock() throws(KeychainError) {
+        try withConnection { (connection) throws(KeychainError) in
+            guard let state = try state(connection), state.file.passcode != nil else {
+                throw KeychainError(.passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
+            }
+            try writeLockState(unlocked: false, state, connection)
+        }
+    }
+
+    static func agreementKey(seed: SecretBytes) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
+        do {
+            return try seed.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
+        } catch {
+            throw KeychainError(.tampered, "The device passcode key is damaged", underlying: error)
+        }
+    }
+
+    private func sealPasscodeKey(seed: SecretBytes, passcode: SecretBytes, epoch: UInt64, _ state: State,
+                                 _ connection: TPMConnection) throws(KeychainError) -> DeviceFile.PasscodeKey {
+        let salt = randomBytes(32)
+        let policy = Policy([.authValue, try counterAssertion(state.indices.passcodeCounter, equals: epoch, connection), .unsealOnly])
+        let sealed = try tpmCall {
+            try connection.seal(seed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: salt))
+        }
+        let publicKey = try Self.agreementKey(seed: seed).publicKey.rawRepresentation
+        return DeviceFile.PasscodeKey(salt: salt, epoch: epoch, publicKey: Array(publicKey), sealedSeed: sealed)
+    }
+
+    private func openPasscodeKey(_ key: DeviceFile.PasscodeKey, passcode: SecretBytes, _ state: State,
+                                 _ connection: TPMConnection) throws(KeychainError) -> SecretBytes {
+        let policy = Policy([.authValue, try counterAssertion(state.indices.passcodeCounter, equals: key.epoch, connection), .unsealOnly])
+        do {
+            return try connection.unseal(key.sealedSeed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: key.salt),
+                                         nvAuthorizations: nvAuthorizations(state))
+        } catch let error as TPMError {
+            switch error.code {
+            case .authorizationFailed:
+                throw KeychainError(.authenticationFailed, "Wrong device passcode (the TPM counted this try toward its dictionary-attack lockout)", underlying: error)
+            case .policyCheckFailed:
+                throw KeychainError(.itemInvalidated, "The device passcode key in \(directoryPath) belongs to an older passcode (the passcode counter moved on): it was restored from a backup or replaced", underlying: error)
+            default:
+                throw KeychainError(deviceTPM: error)
+            }
+        } catch {
+            throw KeychainError(deviceTPM: error)
+        }
+    }
+
+    private static func validate(_ passcode: SecretBytes) throws(KeychainError) {
+        guard passcode.count >= 4, passcode.count <= 1024 else {
+            throw KeychainError(.invalidParameter, "A device passcode has 4 to 1024 bytes, not \(passcode.count)")
+        }
+    }
+}
