@@ -61,31 +61,46 @@ let package = Package(
         // Layer 2: the store engine. On-disk format, item sealing, atomic files, locking.
         .target(
             name: "KeychainStore",
-            dependencies: ["KeychainVocabulary", "TPM", "SystemCalls", "WireFormat", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         // Layer 3: the public Swift API.
         .target(
             name: "TPMKeychain",
-            dependencies: ["KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", .product(name: "Logging", package: "swift-log"),
-                           .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         // iOS keychain code on Linux with only its imports changed: SecItem* over the engine, and
         // the Core Foundation surface Linux lacks. Never named "Security" (that would flip
         // canImport(Security) for every package in a build).
-        .target(name: "SecurityCompat", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat"], swiftSettings: strictness),
+        .target(
+            name: "SecurityCompat",
+            dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat"],
+            swiftSettings: strictness),
         // LAContext, LAPolicy, LABiometryType and LAError over TPMKeychain's AuthenticationContext.
-        .target(name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain", "SystemCalls"], swiftSettings: strictness),
+        .target(
+            name: "LocalAuthenticationCompat", dependencies: ["TPMKeychain", "SystemCalls"], swiftSettings: strictness),
         // SAP's KeychainStorage API (named stores, password ciphers) over TPMKeychain.
-        .target(name: "KeychainStorageCompat",
-                dependencies: ["TPMKeychain", "KeychainVocabulary", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
-                               .product(name: "CryptoExtras", package: "swift-crypto")],
-                swiftSettings: strictness),
+        .target(
+            name: "KeychainStorageCompat",
+            dependencies: [
+                "TPMKeychain", "KeychainVocabulary", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
         .target(name: "TPMSimulator", dependencies: ["SystemCalls", "WireFormat"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
-        .target(name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls", "WireFormat"], swiftSettings: strictness),
+        .target(
+            name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls", "WireFormat"],
+            swiftSettings: strictness),
         // libsystemd's sd-bus, for the fprintd authenticator only.
         .systemLibrary(
             name: "CSystemdBus",
@@ -96,18 +111,22 @@ let package = Package(
         // A fingerprint authenticator over fprintd (system D-Bus). The only target that imports CSystemdBus.
         .target(
             name: "TPMKeychainFprintd",
-            dependencies: ["TPMKeychain", "CSystemdBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "TPMKeychain", "CSystemdBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         // What the command-line tools share: the store session (store directory plus the TPM
         // chosen for it), the process guard (no core dumps, crash and interruption handling), exit
         // statuses, and password items of both classes on the store engine (internet passwords and
         // attributes the Keychain API does not offer).
-        .target(name: "ToolSupport", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM"], swiftSettings: strictness),
+        .target(
+            name: "ToolSupport", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM"], swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
-                "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat", "TPMKeychainFprintd", "ToolSupport",
+                "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
+                "TPMKeychainFprintd", "ToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -128,42 +147,55 @@ let package = Package(
             linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr")]
         ),
         // Writes to a store from its own process; the crash and multi-process tests kill it mid-write.
-        .executableTarget(name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat", "SystemCalls"], path: "Tests/Support/tpm-keychain-stress",
-                          swiftSettings: strictness),
+        .executableTarget(
+            name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat", "SystemCalls"],
+            path: "Tests/Support/tpm-keychain-stress",
+            swiftSettings: strictness),
         // The crash tests' handle on tpm-keychain-stress: its process and where to kill it.
         .target(name: "StressProcess", path: "Tests/Support/StressProcess", swiftSettings: strictness),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
-            dependencies: ["TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "WireFormat", "SecurityCompat", "KeychainStorageCompat",
-                           .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "WireFormat",
+                "SecurityCompat", "KeychainStorageCompat",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Tests/Benchmarks/TPMBenchmarks",
             swiftSettings: strictness
         ),
         // libFuzzer harness over every parser of untrusted bytes (Scripts/fuzz.sh builds it with
         // -sanitize=fuzzer); built normally, it replays corpus files (Fixtures/fuzz/).
         .target(name: "CFuzzing", path: "Tests/Fuzz/CFuzzing"),
-        .executableTarget(name: "tpm-keychain-fuzz", dependencies: ["CFuzzing", "KeychainStore", "ToolSupport"],
-                          path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
+        .executableTarget(
+            name: "tpm-keychain-fuzz", dependencies: ["CFuzzing", "KeychainStore", "ToolSupport"],
+            path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",
             // CTSS2 only for ESAPICryptoCallbacksTests, which calls the C callbacks as ESAPI would.
-            dependencies: ["TPM", "TPMKeychainTesting", "CTSS2", .product(name: "Crypto", package: "swift-crypto"),
-                           .product(name: "Logging", package: "swift-log"), "SystemCalls", "WireFormat"],
+            dependencies: [
+                "TPM", "TPMKeychainTesting", "CTSS2", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"), "SystemCalls", "WireFormat",
+            ],
             swiftSettings: strictness
         ),
         // The store engine alone: formats against their vectors, key records, queries, and every
         // parser's fuzz corpus replayed through the harness.
         .testTarget(
             name: "KeychainStoreTests",
-            dependencies: ["KeychainStore", "KeychainVocabulary", "TPM", "TPMKeychainTesting", "tpm-keychain-fuzz",
-                           .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "KeychainStore", "KeychainVocabulary", "TPM", "TPMKeychainTesting", "tpm-keychain-fuzz",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         .testTarget(
             name: "TPMKeychainTests",
-            dependencies: ["TPMKeychain", "KeychainVocabulary", "KeychainStore", "TPM", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess",
-                           .product(name: "Crypto", package: "swift-crypto"), "SystemCalls"],
+            dependencies: [
+                "TPMKeychain", "KeychainVocabulary", "KeychainStore", "TPM", "TPMKeychainTesting",
+                "tpm-keychain-stress", "StressProcess",
+                .product(name: "Crypto", package: "swift-crypto"), "SystemCalls",
+            ],
             swiftSettings: strictness
         ),
         // Runs the built tpm-keychain binary as a user would.
@@ -190,21 +222,29 @@ let package = Package(
         // LogindSessionLock against a python-dbusmock logind (Fixtures/logind/), with a keychain on swtpm.
         .testTarget(
             name: "FprintdTests",
-            dependencies: ["TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls",
-                           .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         // iOS keychain code in the seeds' style, compiled against SecurityCompat and
         // LocalAuthenticationCompat and run on swtpm.
         .testTarget(
             name: "SecurityCompatTests",
-            dependencies: ["SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting", "SystemCalls"],
+            dependencies: [
+                "SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting",
+                "SystemCalls",
+            ],
             swiftSettings: strictness
         ),
         // SAP's documented KeychainStorage usage, and a cipher change killed 100 times.
         .testTarget(
             name: "KeychainStorageCompatTests",
-            dependencies: ["KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess", "SystemCalls"],
+            dependencies: [
+                "KeychainStorageCompat", "TPMKeychain", "TPMKeychainTesting", "tpm-keychain-stress", "StressProcess",
+                "SystemCalls",
+            ],
             swiftSettings: strictness
         ),
         .testTarget(

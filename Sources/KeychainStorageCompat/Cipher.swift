@@ -51,8 +51,9 @@ public final class Cipher: Ciphering {
             throw KeychainStorageError.invalidCipher("A cipher needs a non-empty password and salt")
         }
         do {
-            key = try KDF.Scrypt.deriveKey(from: Data(password.utf8), salt: salt, outputByteCount: 32, rounds: parameters.rounds,
-                                           blockSize: parameters.blockSize, parallelism: parameters.parallelism)
+            key = try KDF.Scrypt.deriveKey(
+                from: Data(password.utf8), salt: salt, outputByteCount: 32, rounds: parameters.rounds,
+                blockSize: parameters.blockSize, parallelism: parameters.parallelism)
             self.parameters = parameters
         } catch {
             throw KeychainStorageError.invalidCipher("scrypt refused the parameters: \(error)")

@@ -1,6 +1,6 @@
 import Foundation
-import SystemCalls
 import KeychainVocabulary
+import SystemCalls
 import TPMKeychain
 
 /// Why a KeychainStorage call failed, a case for each failure SAP's documentation names.
@@ -26,8 +26,9 @@ public enum KeychainStorageError: Error, Sendable, Equatable, CustomStringConver
         switch self {
         case .storeAlreadyExists(let name): "A store named \"\(name)\" already exists"
         case .storeNotFound(let name): "No store named \"\(name)\""
-        case .invalidName(let message), .wrongCipher(let message), .invalidCipher(let message), .encryptionFailed(let message),
-             .decryptionFailed(let message), .storeRemoved(let message):
+        case .invalidName(let message), .wrongCipher(let message), .invalidCipher(let message),
+            .encryptionFailed(let message),
+            .decryptionFailed(let message), .storeRemoved(let message):
             message
         case .keychain(let code, let message): "\(message) (\(code))"
         }
@@ -71,13 +72,13 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     /// The store's cipher; change it with ``changeCipher(to:)``.
     public var cipher: any Ciphering { state.withLock { $0.cipher } }
 
-    private struct State {
+    struct State {
         var cipher: any Ciphering
         var generation: Int
         var removed = false
     }
 
-    private let state: Locked<State>
+    let state: Locked<State>
     private let location: KeychainLocation
     /// Serialises this instance's cipher changes against its own writes (other processes: the
     /// store's `keychainstorage.lock`).
@@ -87,7 +88,8 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     static let metaAccount = ".meta"
     static let verifierText = Data("TPMKeychain KeychainStorage verifier v1".utf8)
 
-    private init(name: String, accessGroup: String, location: KeychainLocation, cipher: any Ciphering, generation: Int) {
+    private init(name: String, accessGroup: String, location: KeychainLocation, cipher: any Ciphering, generation: Int)
+    {
         self.name = name
         self.accessGroup = accessGroup
         self.location = location
@@ -98,7 +100,10 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
 
     /// Where stores are kept: `TPM_KEYCHAIN_STORAGE_ROOT`, else `<data directory>/stores`.
     public static var rootDirectory: String {
-        get { root.withLock { $0 } ?? ProcessInfo.processInfo.environment["TPM_KEYCHAIN_STORAGE_ROOT"] ?? KeychainLocation.dataDirectory + "/stores" }
+        get {
+            root.withLock { $0 } ?? ProcessInfo.processInfo.environment["TPM_KEYCHAIN_STORAGE_ROOT"] ?? KeychainLocation
+                .dataDirectory + "/stores"
+        }
         set { root.withLock { $0 = newValue } }
     }
 
@@ -123,10 +128,13 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     /// Creates a store and opens it.
     ///
     /// - Throws: ``KeychainStorageError/storeAlreadyExists(_:)``, ``KeychainStorageError/invalidName(_:)``, `.keychain`.
-    public class func createStore(name: String, cipher: (any Ciphering)? = nil, accessGroup: String = "") throws -> KeychainStorage {
+    public class func createStore(
+        name: String, cipher: (any Ciphering)? = nil, accessGroup: String = ""
+    ) throws -> KeychainStorage {
         let location = try location(name: name, accessGroup: accessGroup)
         guard !location.storeExists else { throw KeychainStorageError.storeAlreadyExists(name) }
-        let storage = KeychainStorage(name: name, accessGroup: accessGroup, location: location, cipher: cipher ?? PlainCipher(), generation: 1)
+        let storage = KeychainStorage(
+            name: name, accessGroup: accessGroup, location: location, cipher: cipher ?? PlainCipher(), generation: 1)
         let verifier = try cipher.map { try $0.encrypt(verifierText) }
         try storage.writeMeta(generation: 1, verifier: verifier, kdf: (cipher as? Cipher)?.parameters, mode: .add)
         return storage
@@ -136,13 +144,18 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     ///
     /// - Throws: ``KeychainStorageError/storeNotFound(_:)``, ``KeychainStorageError/wrongCipher(_:)``,
     ///   ``KeychainStorageError/invalidName(_:)``, `.keychain`.
-    public class func openStore(name: String, cipher: (any Ciphering)? = nil, accessGroup: String = "") throws -> KeychainStorage {
+    public class func openStore(
+        name: String, cipher: (any Ciphering)? = nil, accessGroup: String = ""
+    ) throws -> KeychainStorage {
         let location = try location(name: name, accessGroup: accessGroup)
         guard location.storeExists else { throw KeychainStorageError.storeNotFound(name) }
-        let storage = KeychainStorage(name: name, accessGroup: accessGroup, location: location, cipher: cipher ?? PlainCipher(), generation: 0)
+        let storage = KeychainStorage(
+            name: name, accessGroup: accessGroup, location: location, cipher: cipher ?? PlainCipher(), generation: 0)
         let meta = try storage.readMeta()
         if let recorded = meta.kdf, let given = (cipher as? Cipher)?.parameters, recorded != given {
-            throw KeychainStorageError.wrongCipher("The store \"\(name)\" was encrypted with scrypt N = \(recorded.rounds), r = \(recorded.blockSize), p = \(recorded.parallelism), and this Cipher uses N = \(given.rounds), r = \(given.blockSize), p = \(given.parallelism): make it with Cipher(password:salt:parameters:) and the store's parameters")
+            throw KeychainStorageError.wrongCipher(
+                "The store \"\(name)\" was encrypted with scrypt N = \(recorded.rounds), r = \(recorded.blockSize), p = \(recorded.parallelism), and this Cipher uses N = \(given.rounds), r = \(given.blockSize), p = \(given.parallelism): make it with Cipher(password:salt:parameters:) and the store's parameters"
+            )
         }
         try verify(cipher, against: meta.verifier, name: name)
         storage.state.withLock { $0.generation = meta.generation }
@@ -177,7 +190,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         return KeychainLocation.storeNames(in: directory)
     }
 
-    private static func groupDirectory(_ accessGroup: String) throws -> String {
+    static func groupDirectory(_ accessGroup: String) throws -> String {
         if accessGroup.isEmpty { return rootDirectory + "/private" }
         try validate(accessGroup, what: "access group")
         return rootDirectory + "/groups/" + accessGroup
@@ -187,21 +200,25 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         try validate(name, what: "store name")
         do {
             // The hardware TPM; a simulated one kept with the store only when allowed.
-            return try KeychainLocation(path: try groupDirectory(accessGroup) + "/" + name,
-                                        tpm: allowsSimulatedTPM ? .automaticOrSimulated : .automatic)
+            return try KeychainLocation(
+                path: try groupDirectory(accessGroup) + "/" + name,
+                tpm: allowsSimulatedTPM ? .automaticOrSimulated : .automatic)
         } catch let error as KeychainError {
             throw KeychainStorageError.invalidName(error.message)
         }
     }
 
-    private static func validate(_ text: String, what: String) throws {
-        guard !text.isEmpty, text != ".", text != "..", !text.hasPrefix("."), !text.contains("/"), !text.utf8.contains(0),
-              text.utf8.count <= 255 else {
-            throw KeychainStorageError.invalidName("A \(what) is 1 to 255 bytes of UTF-8 without \"/\" or NUL, not starting with \".\": \"\(text)\"")
+    static func validate(_ text: String, what: String) throws {
+        guard !text.isEmpty, text != ".", text != "..", !text.hasPrefix("."), !text.contains("/"),
+            !text.utf8.contains(0),
+            text.utf8.count <= 255
+        else {
+            throw KeychainStorageError.invalidName(
+                "A \(what) is 1 to 255 bytes of UTF-8 without \"/\" or NUL, not starting with \".\": \"\(text)\"")
         }
     }
 
-    private static func verify(_ cipher: (any Ciphering)?, against verifier: Data?, name: String) throws {
+    static func verify(_ cipher: (any Ciphering)?, against verifier: Data?, name: String) throws {
         switch (cipher, verifier) {
         case (nil, nil):
             return
@@ -209,93 +226,17 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
             throw KeychainStorageError.wrongCipher("The store \"\(name)\" is encrypted with a cipher; open it with one")
         case (.some, nil):
             throw KeychainStorageError.wrongCipher("The store \"\(name)\" has no cipher; open it without one")
-        case let (.some(cipher), .some(verifier)):
+        case (.some(let cipher), .some(let verifier)):
             guard (try? cipher.decrypt(verifier)) == verifierText else {
-                throw KeychainStorageError.wrongCipher("The cipher does not open the store \"\(name)\" (wrong password or salt)")
+                throw KeychainStorageError.wrongCipher(
+                    "The cipher does not open the store \"\(name)\" (wrong password or salt)")
             }
-        }
-    }
-
-    // MARK: Data
-
-    public func put(data: Data, for key: String) throws {
-        try withStoreLock(exclusive: false) {
-            let (cipher, keychain) = try current()
-            try keychainCall { try keychain.set(try cipher.encrypt(data), forKey: key) }
-        }
-    }
-
-    public func data(for key: String) throws -> Data? {
-        let (cipher, keychain) = try current()
-        guard let stored = try keychainCall({ try keychain.data(forKey: key) }) else {
-            // Another process may have moved the store to a new generation meanwhile.
-            guard try refreshGeneration() else { return nil }
-            return try data(for: key)
-        }
-        do {
-            return try cipher.decrypt(stored)
-        } catch {
-            if try refreshGeneration() { return try data(for: key) }
-            throw KeychainStorageError.decryptionFailed("The value for \"\(key)\" does not open with this store's cipher (the cipher was changed by another instance)")
-        }
-    }
-
-    public func removeData(for key: String) throws {
-        try withStoreLock(exclusive: false) {
-            let (_, keychain) = try current()
-            _ = try keychainCall { try keychain.remove(key) }
-        }
-    }
-
-    public func removeAllData() throws {
-        try withStoreLock(exclusive: false) {
-            let (_, keychain) = try current()
-            _ = try keychainCall { try keychain.removeAll() }
-        }
-    }
-
-    public func keys() throws -> Set<String> {
-        let (_, keychain) = try current()
-        return Set(try keychainCall { try keychain.allKeys() })
-    }
-
-    /// Re-encrypts every value with `newCipher`, as one crash-safe transaction under the store's
-    /// exclusive lock: generation G+1 is written in full, then `.meta` switches (the commit), then
-    /// generation G is removed. Killed at any point, the store opens with exactly one of the two
-    /// ciphers and every value reads with it; once this returns, nothing reads with the old one.
-    ///
-    /// - Throws: ``KeychainStorageError``; the store keeps its old cipher.
-    public func changeCipher(to newCipher: any Ciphering) throws {
-        try withStoreLock(exclusive: true) {
-            let meta = try readMeta()
-            let (cipher, generation) = state.withLock { ($0.cipher, $0.generation) }
-            guard meta.generation == generation else {
-                throw KeychainStorageError.wrongCipher("Another instance changed the cipher of \"\(name)\" meanwhile; open the store again")
-            }
-            let old = try keychain(generation)
-            let next = try keychain(generation + 1)
-            _ = try keychainCall { try next.removeAll() }   // a change that died before its commit
-            var rewritten = 0
-            for key in try keychainCall({ try old.allKeys() }) {
-                guard let stored = try keychainCall({ try old.data(forKey: key) }) else { continue }
-                try keychainCall { try next.set(try newCipher.encrypt(try cipher.decrypt(stored)), forKey: key) }
-                rewritten += 1
-                OperationProgress.report(.rewrote(rewritten))
-            }
-            try writeMeta(generation: generation + 1, verifier: try newCipher.encrypt(Self.verifierText),
-                          kdf: (newCipher as? Cipher)?.parameters, mode: .update)
-            OperationProgress.report(.committed)
-            state.withLock { state in
-                state.cipher = newCipher
-                state.generation = generation + 1
-            }
-            _ = try keychainCall { try old.removeAll() }
         }
     }
 
     // MARK: Support
 
-    private func current() throws -> (any Ciphering, Keychain) {
+    func current() throws -> (any Ciphering, Keychain) {
         let (cipher, generation, removed) = state.withLock { ($0.cipher, $0.generation, $0.removed) }
         guard !removed, location.storeExists else {
             state.withLock { $0.removed = true }
@@ -304,12 +245,12 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         return (cipher, try keychain(generation))
     }
 
-    private func keychain(_ generation: Int) throws -> Keychain {
+    func keychain(_ generation: Int) throws -> Keychain {
         try keychainCall { try Keychain(service: Self.metaService + ".g\(generation)", location: location) }
     }
 
     /// Re-reads the generation; true when it changed (and the cipher still opens it).
-    private func refreshGeneration() throws -> Bool {
+    func refreshGeneration() throws -> Bool {
         let meta = try readMeta()
         let (cipher, generation) = state.withLock { ($0.cipher, $0.generation) }
         guard meta.generation != generation else { return false }
@@ -318,14 +259,14 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         return true
     }
 
-    private struct Meta: Codable {
+    struct Meta: Codable {
         var generation: Int
         var verifier: Data?
         /// The scrypt parameters of the store's `Cipher` (absent for another `Ciphering`, or none).
         var kdf: Cipher.Parameters?
     }
 
-    private func readMeta() throws -> Meta {
+    func readMeta() throws -> Meta {
         let keychain = try keychainCall { try Keychain(service: Self.metaService, location: location) }
         guard let meta = try keychainCall({ try keychain.get(Self.metaAccount, as: Meta.self) }) else {
             throw KeychainStorageError.storeNotFound(name)
@@ -333,9 +274,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         return meta
     }
 
-    private enum MetaWrite { case add, update }
+    enum MetaWrite { case add, update }
 
-    private func writeMeta(generation: Int, verifier: Data?, kdf: Cipher.Parameters?, mode: MetaWrite) throws {
+    func writeMeta(generation: Int, verifier: Data?, kdf: Cipher.Parameters?, mode: MetaWrite) throws {
         let keychain = try keychainCall { try Keychain(service: Self.metaService, location: location) }
         let meta = Meta(generation: generation, verifier: verifier, kdf: kdf)
         try keychainCall {
@@ -347,7 +288,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     }
 
     /// Generations other than the current one: what a change killed before or after its commit left.
-    private func removeStaleGenerations(keeping generation: Int) throws {
+    func removeStaleGenerations(keeping generation: Int) throws {
         for stale in [generation - 1, generation + 1] where stale > 0 {
             _ = try keychainCall { try keychain(stale).removeAll() }
         }
@@ -355,7 +296,7 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
 
     /// Writers hold the store's `keychainstorage.lock` shared, a cipher change exclusively, across
     /// processes; within this process `changing` orders them too.
-    private func withStoreLock<R>(exclusive: Bool, _ body: () throws -> R) throws -> R {
+    func withStoreLock<R>(exclusive: Bool, _ body: () throws -> R) throws -> R {
         guard location.storeExists else {
             state.withLock { $0.removed = true }
             throw KeychainStorageError.storeRemoved("The store \"\(name)\" was removed")
@@ -366,18 +307,20 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
         do {
             lock = try LockFile(location.path + "/keychainstorage.lock")
             guard try lock.lock(timeout: .seconds(60), shared: !exclusive) else {
-                throw KeychainStorageError.keychain(code: KeychainError.Code.timedOut.name,
-                                                    message: "Another process held the store \"\(name)\" for more than 60 s")
+                throw KeychainStorageError.keychain(
+                    code: KeychainError.Code.timedOut.name,
+                    message: "Another process held the store \"\(name)\" for more than 60 s")
             }
         } catch let error as KeychainStorageError {
             throw error
         } catch {
-            throw KeychainStorageError.keychain(code: KeychainError.Code.storageFailed.name, message: "Cannot lock the store \"\(name)\": \(error)")
+            throw KeychainStorageError.keychain(
+                code: KeychainError.Code.storageFailed.name, message: "Cannot lock the store \"\(name)\": \(error)")
         }
         return try withExtendedLifetime(lock) { try body() }
     }
 
-    private func keychainCall<R>(_ body: () throws -> R) throws -> R {
+    func keychainCall<R>(_ body: () throws -> R) throws -> R {
         do {
             return try body()
         } catch let error as KeychainError {

@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
-import SystemCalls
 import KeychainVocabulary
+import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,7 +29,9 @@ extension ItemStore {
     /// Runs a write: upgrades a format-1 store first, then holds the store lock shared while `body` runs.
     /// A rollback-protected store starts an epoch first (``startEpochIfNeeded()``), unless
     /// `startingEpoch` is false: the caller holds a TPM connection, and a second would wait for it.
-    func withWriteAccess<R>(startingEpoch: Bool = true, _ body: (OpenState) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    func withWriteAccess<R>(
+        startingEpoch: Bool = true, _ body: (OpenState) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         try upgradeIfNeeded()
         let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
         defer { withExtendedLifetime(lock) {} }
@@ -49,7 +52,9 @@ extension ItemStore {
     }
 
     /// The version store.meta names, after checking its MAC.
-    static func readVersion(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]) throws(KeychainError) -> UInt16 {
+    static func readVersion(
+        of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]
+    ) throws(KeychainError) -> UInt16 {
         try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID).version
     }
 
@@ -57,9 +62,12 @@ extension ItemStore {
     /// (when given): what every rewrite of it (upgrade, rotation, recovery key) starts from.
     ///
     /// - Throws: ``KeychainError`` `.tampered` when it is missing, damaged, of another key or of another store.
-    static func authenticatedMetadata(of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]? = nil) throws(KeychainError) -> StoreMetadata {
+    static func authenticatedMetadata(
+        of rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8]? = nil
+    ) throws(KeychainError) -> StoreMetadata {
         let path = rootDirectory.path + "/" + StoreMetadata.fileName
-        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize else {
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize
+        else {
             throw KeychainError(.tampered, "\(path) is missing or damaged")
         }
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: path)
@@ -80,7 +88,7 @@ extension ItemStore {
         defer { withExtendedLifetime(lock) {} }
         let state = try current()
         if try Self.readVersion(of: rootDirectory, keys: state.keys, storeID: storeID) >= 2 {
-            return try reloadLayout(state.keys)   // another process did it while we waited
+            return try reloadLayout(state.keys) // another process did it while we waited
         }
         // Leftovers of an upgrade that died before its switch: format 1 is still the truth.
         try rootDirectory.removeTree(Self.stagingDirectory)
@@ -88,7 +96,8 @@ extension ItemStore {
         guard let staging = try Directory.open(Self.stagingDirectory, in: rootDirectory, create: true) else {
             throw KeychainError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
         }
-        let target = OpenState(keys: state.keys, layout: Layout(version: 2, items: staging), metadataInode: state.metadataInode)
+        let target = OpenState(
+            keys: state.keys, layout: Layout(version: 2, items: staging), metadataInode: state.metadataInode)
         var groups: [String: Directory] = [:]
         var rewritten = 0
         for groupName in try state.layout.items.entries() {
@@ -98,14 +107,15 @@ extension ItemStore {
                 let contents = try v1Contents(of: file, named: name, inGroup: groupName, state)
                 let identity = try ItemIdentity(checkedAttributes: contents.attributes, path: file.path)
                 let names = names(identity, target)
-                if groups[names.service] == nil {
-                    groups[names.service] = try Directory.open(names.service, in: staging, create: true)
+                if groups[names.group] == nil {
+                    groups[names.group] = try Directory.open(names.group, in: staging, create: true)
                 }
-                guard let directory = groups[names.service] else {
-                    throw KeychainError(.storageFailed, "Cannot create \(staging.path)/\(names.service)")
+                guard let directory = groups[names.group] else {
+                    throw KeychainError(.storageFailed, "Cannot create \(staging.path)/\(names.group)")
                 }
                 // Each file is made durable; each directory once, below.
-                try directory.replace(names.file, with: try encode(contents, target), durable: true, syncDirectory: false)
+                try directory.replace(
+                    names.file, with: try encode(contents, target), durable: true, syncDirectory: false)
                 rewritten += 1
                 OperationProgress.report(.rewrote(rewritten))
             }
@@ -113,9 +123,13 @@ extension ItemStore {
         for directory in groups.values { try directory.sync() }
         try staging.sync()
         do {
-            try retryingInterrupts { renameat(rootDirectory.descriptor, Self.stagingDirectory, rootDirectory.descriptor, Self.itemsV2Directory) }
+            try retryingInterrupts {
+                renameat(
+                    rootDirectory.descriptor, Self.stagingDirectory, rootDirectory.descriptor, Self.itemsV2Directory)
+            }
         } catch {
-            throw KeychainError(.storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
+            throw KeychainError(
+                .storageFailed, "Cannot rename \(staging.path) to \(Self.itemsV2Directory)", underlying: error)
         }
         try rootDirectory.sync()
         try Self.rewriteMetadata(of: rootDirectory, version: 2, keys: state.keys)
@@ -128,30 +142,37 @@ extension ItemStore {
 
     /// A format-1 item as format-2 contents (same ID, generation, dates, class and value),
     /// checked to be the item its name and group say.
-    private func v1Contents(of file: OpenFile, named name: String, inGroup groupName: String,
-                            _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
+    private func v1Contents(
+        of file: OpenFile, named name: String, inGroup groupName: String,
+        _ state: OpenState
+    ) throws(KeychainError) -> ItemFileV2.Contents {
         let bytes = try readWhole(file, version: 1)
-        let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+        let header = try ItemFileV1.decodeHeader(
+            bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
         let key = v1ItemKey(header, state.keys)
-        let attributes = try ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: key, expected: nil,
-                                                        path: file.path)
+        let attributes = try ItemFileV1.decryptAttributes(
+            bytes[header.attributesRange], header: header, key: key, expected: nil,
+            path: file.path)
         let identity = ItemIdentity(checked: attributes)
         let names = names(identity, state)
-        guard names.file == name, names.service == groupName else {
+        guard names.file == name, names.group == groupName else {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
-        let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
+        let value = try ItemFileV1.decryptSecret(
+            of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
         let list = AttributeList(formatOne: attributes)
-        return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: .genericPassword,
-                                   keyRecord: ItemFileV2.masterKeyRecord, accessibility: header.accessibility, kind: value.kind,
-                                   attributes: list, value: value.bytes)
+        return ItemFileV2.Contents(
+            itemID: header.itemID, generation: header.generation, itemClass: .genericPassword,
+            keyRecord: ItemFileV2.masterKeyRecord, accessibility: header.accessibility, kind: value.kind,
+            attributes: list, value: value.bytes)
     }
 
     /// Replaces store.meta with the same store at another version (a new MAC over the new bytes).
     static func rewriteMetadata(of rootDirectory: Directory, version: UInt16, keys: StoreKeys) throws(KeychainError) {
         var metadata = try authenticatedMetadata(of: rootDirectory, keys: keys)
         metadata.version = version
-        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        try rootDirectory.replace(
+            StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
     }
 
     /// Where the items and records are for store.meta `version`, under `keys`: version 1 in
@@ -167,14 +188,23 @@ extension ItemStore {
             }
             return Layout(version: 1, items: items)
         }
-        let replaced = KeychainError(.tampered, "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before or after a key rotation. Put back the one that belongs with the items (from the same backup)")
+        let replaced = KeychainError(
+            .tampered,
+            "The keychain store at \(rootDirectory.path) holds items under another master key than its \(StoreMetadata.fileName) seals: that file was replaced by a copy from before or after a key rotation. Put back the one that belongs with the items (from the same backup)"
+        )
         if version >= StoreMetadata.rotatedVersion {
             let tag = keyGenerationTag(keys)
-            guard let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) else { throw replaced }
-            return Layout(version: 2, items: items, records: KeyRecord.directoryName + "-" + tag, manifest: Manifest.fileName + "-" + tag)
+            guard let items = try Directory.open(itemsV2Directory + "-" + tag, in: rootDirectory, create: false) else {
+                throw replaced
+            }
+            return Layout(
+                version: 2, items: items, records: KeyRecord.directoryName + "-" + tag,
+                manifest: Manifest.fileName + "-" + tag)
         }
         let entries = try rootDirectory.entries()
-        if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) { throw replaced }
+        if !entries.contains(itemsV2Directory), entries.contains(where: { $0.hasPrefix(itemsV2Directory + "-") }) {
+            throw replaced
+        }
         guard let items = try Directory.open(itemsV2Directory, in: rootDirectory, create: true) else {
             throw KeychainError(.storageFailed, "Cannot create \(rootDirectory.path)/\(itemsV2Directory)")
         }
@@ -192,8 +222,10 @@ extension ItemIdentity {
     /// current limits must still name a valid item to be moved).
     init(checkedAttributes attributes: AttributeList, path: String) throws(KeychainError) {
         do {
-            try self.init(accessGroup: attributes.string(AttributeTag.accessGroup) ?? "",
-                          service: attributes.string(AttributeTag.service) ?? "", account: attributes.string(AttributeTag.account) ?? "")
+            try self.init(
+                accessGroup: attributes.string(AttributeTag.accessGroup) ?? "",
+                service: attributes.string(AttributeTag.service) ?? "",
+                account: attributes.string(AttributeTag.account) ?? "")
         } catch {
             throw KeychainError(.tampered, "\(path) names no valid item", underlying: error)
         }
@@ -208,7 +240,10 @@ extension AttributeList {
         setString(attributes.label, for: AttributeTag.label)
         setString(attributes.comment, for: AttributeTag.comment)
         self[AttributeTag.generic] = attributes.genericData.map { Array($0) }
-        for (tag, date) in [(AttributeTag.creationDate, attributes.creationDate), (AttributeTag.modificationDate, attributes.modificationDate)] {
+        for (tag, date) in [
+            (AttributeTag.creationDate, attributes.creationDate),
+            (AttributeTag.modificationDate, attributes.modificationDate),
+        ] {
             setNanoseconds(Int64((date.timeIntervalSince1970 * 1000).rounded()) * 1_000_000, for: tag)
         }
     }

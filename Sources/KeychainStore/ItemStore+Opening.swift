@@ -1,8 +1,9 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 package import TPM
-package import KeychainVocabulary
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,10 +46,11 @@ extension ItemStore {
     /// cannot be read (opening reports why).
     package static func recordedTPMKind(at root: String) -> TPMKind? {
         guard root.hasPrefix("/"),
-              let directory = try? Directory.open(root, in: nil, create: false, storeRoot: true),
-              let file = try? directory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize,
-              let bytes = try? file.read(count: file.size, at: 0),
-              let parsed = try? StoreMetadata.parse(bytes, path: file.path) else { return nil }
+            let directory = try? Directory.open(root, in: nil, create: false, storeRoot: true),
+            let file = try? directory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize,
+            let bytes = try? file.read(count: file.size, at: 0),
+            let parsed = try? StoreMetadata.parse(bytes, path: file.path)
+        else { return nil }
         return parsed.metadata.facts?.tpm
     }
 
@@ -75,28 +77,40 @@ extension ItemStore {
     /// - Parameter tpmKind: what `tpm` is, when the caller knows better than its TCTI tells (the
     ///   store's own simulator); recorded in a new store's metadata, and checked against what an
     ///   existing store recorded: a store made on a TPM device never opens on a simulator.
-    package static func open(at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
-                             newStoreVersion: UInt16 = StoreMetadata.currentVersion,
-                             lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil, tpmKind: TPMKind? = nil) throws(KeychainError) -> ItemStore {
+    package static func open(
+        at root: String, tpm: TPMConfiguration, durable: Bool = true, create: Bool = true,
+        newStoreVersion: UInt16 = StoreMetadata.currentVersion,
+        lendTPM: TPMLender? = nil, sharedGroup: UInt32? = nil, tpmKind: TPMKind? = nil
+    ) throws(KeychainError) -> ItemStore {
         try validate(root)
         let lender = lendTPM ?? { TPMLease(configuration: tpm) }
         let kind = tpmKind ?? TPMKind(tpm)
         if let directory = try Directory.open(root, in: nil, create: false, storeRoot: true) {
-            return try open(directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: nil,
-                            lendTPM: lender, sharedGroup: sharedGroup)
+            return try open(
+                directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion,
+                sealedKey: nil,
+                lendTPM: lender, sharedGroup: sharedGroup)
         }
         guard create else { throw storeNotFound(root) }
         let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
         if sharedGroup == nil {
             try createParents(of: root)
-        } else if !FileManager.default.fileExists(atPath: String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]) + "/") {
-            throw KeychainError(.invalidParameter, "A shared store is created only in an existing directory that the group's members can reach: create the parent of \(root) first")
+        } else if !FileManager.default.fileExists(
+            atPath: String(root[..<(root.lastIndex(of: "/") ?? root.startIndex)]) + "/")
+        {
+            throw KeychainError(
+                .invalidParameter,
+                "A shared store is created only in an existing directory that the group's members can reach: create the parent of \(root) first"
+            )
         }
-        guard let directory = try Directory.open(root, in: nil, create: true, storeRoot: true, shareWith: sharedGroup) else {
+        guard let directory = try Directory.open(root, in: nil, create: true, storeRoot: true, shareWith: sharedGroup)
+        else {
             throw KeychainError(.storageFailed, "Cannot create \(root)")
         }
-        return try open(directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion, sealedKey: sealedKey,
-                        lendTPM: lender, sharedGroup: sharedGroup)
+        return try open(
+            directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion,
+            sealedKey: sealedKey,
+            lendTPM: lender, sharedGroup: sharedGroup)
     }
 
     /// A store is created only in a directory whose sharing is the one asked for: a directory
@@ -104,30 +118,46 @@ extension ItemStore {
     /// private directory hold a "shared" store its group cannot reach).
     /// A shared directory must also be this user's: one another member made (and could have put
     /// something in first) is not where this user's store is created.
-    private static func checkSharingForCreation(_ rootDirectory: Directory, asked sharedGroup: UInt32?) throws(KeychainError) {
+    private static func checkSharingForCreation(
+        _ rootDirectory: Directory, asked sharedGroup: UInt32?
+    ) throws(KeychainError) {
         switch (rootDirectory.sharing, sharedGroup) {
         case (.owner, nil):
             return
         case (.group(let group), let asked?) where group == asked:
             let owner = try rootDirectory.owner()
             guard owner == Ownership.effectiveUser else {
-                throw KeychainError(.unsafeFileSystem, "\(rootDirectory.path) was made by user \(owner), not by this user (\(Ownership.effectiveUser)): a store is created only in a directory this user made. Create the store in a new directory")
+                throw KeychainError(
+                    .unsafeFileSystem,
+                    "\(rootDirectory.path) was made by user \(owner), not by this user (\(Ownership.effectiveUser)): a store is created only in a directory this user made. Create the store in a new directory"
+                )
             }
             return
         case (.group(let group), nil):
-            throw KeychainError(.unsafeFileSystem, "\(rootDirectory.path) is a directory shared with group \(group) (mode 2770) that holds no store: a private store is not created there, where the group could read it. Create it elsewhere, or ask for a store shared with that group")
+            throw KeychainError(
+                .unsafeFileSystem,
+                "\(rootDirectory.path) is a directory shared with group \(group) (mode 2770) that holds no store: a private store is not created there, where the group could read it. Create it elsewhere, or ask for a store shared with that group"
+            )
         case (.group(let group), let asked?):
-            throw KeychainError(.unsafeFileSystem, "\(rootDirectory.path) is shared with group \(group), not with group \(asked) as asked")
+            throw KeychainError(
+                .unsafeFileSystem,
+                "\(rootDirectory.path) is shared with group \(group), not with group \(asked) as asked")
         case (.owner, let asked?):
-            throw KeychainError(.invalidParameter, "\(rootDirectory.path) exists as a private directory: a store shared with group \(asked) is created only in a new directory")
+            throw KeychainError(
+                .invalidParameter,
+                "\(rootDirectory.path) exists as a private directory: a store shared with group \(asked) is created only in a new directory"
+            )
         }
     }
 
     /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
     ///   unused when another process created the store meanwhile.
-    private static func open(_ rootDirectory: Directory, tpm: TPMConfiguration, kind: TPMKind, durable: Bool, create: Bool, newStoreVersion: UInt16,
-                             sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender,
-                             sharedGroup: UInt32?) throws(KeychainError) -> ItemStore {
+    private static func open(
+        _ rootDirectory: Directory, tpm: TPMConfiguration, kind: TPMKind, durable: Bool, create: Bool,
+        newStoreVersion: UInt16,
+        sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender,
+        sharedGroup: UInt32?
+    ) throws(KeychainError) -> ItemStore {
         let root = rootDirectory.path
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: "opening or creating the store")
         defer { withExtendedLifetime(lock) {} }
@@ -140,7 +170,8 @@ extension ItemStore {
         case .absent:
             guard create else { throw storeNotFound(root) }
             try checkSharingForCreation(rootDirectory, asked: sharedGroup)
-            opened = try createStore(in: rootDirectory, version: newStoreVersion, sealedKey: sealedKey, tpm: tpm, kind: kind, cache: cache)
+            opened = try createStore(
+                in: rootDirectory, version: newStoreVersion, sealedKey: sealedKey, tpm: tpm, kind: kind, cache: cache)
         }
         let (storeID, keys, version) = (opened.storeID, opened.keys, opened.version)
         if version >= 2 {
@@ -158,7 +189,9 @@ extension ItemStore {
         // Temp files of the store's own files that a killed writer left (the item files' are
         // removed by the next write of their group): with the store lock held exclusively, no
         // live writer owns them.
-        for name in [StoreMetadata.fileName, RecoveryFile.fileName, RecoveryFile.nextFileName, StorageKeyContextFile.name] {
+        for name in [
+            StoreMetadata.fileName, RecoveryFile.fileName, RecoveryFile.nextFileName, StorageKeyContextFile.name,
+        ] {
             _ = try rootDirectory.remove(name + Directory.temporarySuffix, durable: false)
         }
         if opened.counterIndex == nil {
@@ -170,26 +203,31 @@ extension ItemStore {
             // it, is recorded once and holds from then on. A store this open cannot write (a
             // read-only mount) is read as before, and recorded by the next open that can write.
             do {
-                try recordFacts(.init(tpm: kind, sharing: rootDirectory.sharing), in: &opened, rootDirectory: rootDirectory)
-            } catch where error.code == .permissionDenied || error.code == .storageFailed {
+                try recordFacts(
+                    .init(tpm: kind, sharing: rootDirectory.sharing), in: &opened, rootDirectory: rootDirectory)
+            } catch  where error.code == .permissionDenied || error.code == .storageFailed {
                 // Renamed but not made durable: the file is the new one, and this open follows it.
                 if let inode = try? rootDirectory.inode(of: StoreMetadata.fileName) { opened.metadataInode = inode }
             }
         }
         var rollback: RollbackState?
         if let counterIndex = opened.counterIndex, let counterValue = try opened.counterValue {
-            rollback = try loadManifest(rootDirectory, name: layout.manifest, keys: keys, storeID: storeID, counterIndex: counterIndex,
-                                        counter: counterValue)
+            rollback = try loadManifest(
+                rootDirectory, name: layout.manifest, keys: keys, storeID: storeID, counterIndex: counterIndex,
+                counter: counterValue)
         }
-        return ItemStore(root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: opened.metadataInode,
-                         durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM, rollback: rollback)
+        return ItemStore(
+            root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: opened.metadataInode,
+            durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM, rollback: rollback)
     }
 
     /// A new store in `rootDirectory` (held locked): its master key sealed (or `sealedKey`), its
     /// rollback counter and empty manifest where the TPM can hold one, then store.meta, created
     /// exclusively, as the commit.
-    private static func createStore(in rootDirectory: Directory, version: UInt16, sealedKey: (key: SecretBytes, sealed: SealedObject)?,
-                                    tpm: TPMConfiguration, kind: TPMKind, cache: StorageKeyContextFile) throws(KeychainError) -> Unlocked {
+    private static func createStore(
+        in rootDirectory: Directory, version: UInt16, sealedKey: (key: SecretBytes, sealed: SealedObject)?,
+        tpm: TPMConfiguration, kind: TPMKind, cache: StorageKeyContextFile
+    ) throws(KeychainError) -> Unlocked {
         let root = rootDirectory.path
         let generated: (key: SecretBytes, sealed: SealedObject)
         if let sealedKey {
@@ -202,16 +240,22 @@ extension ItemStore {
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         let counter = version >= 2 ? try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) : nil
         if let counter {
-            try writeManifest(Manifest.fileName, listing: nil, in: rootDirectory, keys: keys, storeID: storeID,
-                              counterIndex: counter.index, epoch: counter.value)
+            try writeManifest(
+                Manifest.fileName, listing: nil, in: rootDirectory, keys: keys, storeID: storeID,
+                counterIndex: counter.index, epoch: counter.value)
         }
         // Layout 1 exists only for tests of the upgrade from it, and has no version with facts.
         let facts = version >= 2 ? StoreMetadata.Facts(tpm: kind, sharing: rootDirectory.sharing) : nil
-        let metadata = StoreMetadata(version: version, storeID: storeID, createdMilliseconds: StoreMetadata.now,
-                                     sealedMasterKey: sealed, rollbackCounter: counter?.index, facts: facts)
-        guard try rootDirectory.createExclusively(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata)) else {
+        let metadata = StoreMetadata(
+            version: version, storeID: storeID, createdMilliseconds: StoreMetadata.now,
+            sealedMasterKey: sealed, rollbackCounter: counter?.index, facts: facts)
+        guard
+            try rootDirectory.createExclusively(
+                StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata))
+        else {
             if let counter { _ = try? withTPM(tpm, root: root, cache: cache) { try $0.undefineNVIndex(counter.index) } }
-            throw KeychainError(.storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
+            throw KeychainError(
+                .storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
         }
         let inode = try metadataInode(in: rootDirectory, "while the store was locked")
         if version == 1 {
@@ -219,69 +263,9 @@ extension ItemStore {
                 throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
             }
         }
-        return Unlocked(storeID: storeID, keys: keys, version: version, metadataInode: inode, counterIndex: counter?.index,
-                        counter: counter.map { .success($0.value) }, facts: facts)
-    }
-
-    /// Gives a store from before rollback protection its counter and manifest, once, when this
-    /// TPM can hold a counter: store.meta naming the counter is the commit (before it, the store
-    /// is as it was).
-    private static func addCounter(to opened: inout Unlocked, layout: Layout, in rootDirectory: Directory, tpm: TPMConfiguration,
-                                   cache: StorageKeyContextFile) throws(KeychainError) {
-        let root = rootDirectory.path
-        guard let counter = try defineCounterIfPossible(keys: opened.keys, tpm: tpm, root: root, cache: cache) else { return }
-        try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: opened.keys, storeID: opened.storeID, counterIndex: counter.index,
-                          epoch: counter.value)
-        var protected = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
-        protected.rollbackCounter = counter.index
-        try rootDirectory.replace(StoreMetadata.fileName, with: protected.serialized(metadataKey: opened.keys.metadata), durable: true)
-        let inode = try metadataInode(in: rootDirectory, "while the store was locked")
-        (opened.counterIndex, opened.counter, opened.metadataInode) = (counter.index, .success(counter.value), inode)
-    }
-
-    /// Rewrites store.meta (held locked, authenticated by this open) as version 6 with `facts`.
-    private static func recordFacts(_ facts: StoreMetadata.Facts, in opened: inout Unlocked, rootDirectory: Directory) throws(KeychainError) {
-        var metadata = try authenticatedMetadata(of: rootDirectory, keys: opened.keys, storeID: opened.storeID)
-        metadata.facts = facts
-        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: opened.keys.metadata), durable: true)
-        opened.metadataInode = try metadataInode(in: rootDirectory, "while the store was locked")
-        opened.facts = facts
-    }
-
-    /// What store.meta says the store was made for, against what it is opened with: a store made
-    /// on a TPM device is never used through a simulator, and its directory must still be shared
-    /// (or not) as it was created. Nil facts (a store from before version 6) check nothing.
-    ///
-    /// - Throws: ``KeychainError`` `.wrongTPM`, `.unsafeFileSystem`.
-    static func checkFacts(_ facts: StoreMetadata.Facts?, of rootDirectory: Directory, openedWith kind: TPMKind) throws(KeychainError) {
-        guard let facts else { return }
-        let root = rootDirectory.path
-        if facts.tpm == .device && kind.isSimulated {
-            throw KeychainError(.wrongTPM, "The keychain at \(root) was created on a TPM device, and is being opened with \(kind.description): a store bound to hardware is never used through a simulator. Unset \(TPMConfiguration.environmentVariable) if it names a simulator")
-        }
-        switch (facts.sharing, rootDirectory.sharing) {
-        case let (recorded, found) where recorded == found:
-            return
-        case (.owner, .group(let group)):
-            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) was created for this user alone, but its directory is now shared with group \(group) (mode 2770): refusing to use it. If that was not your doing, check who else can write there; chmod 700 \(root) makes it private again")
-        case (.group(let group), .owner):
-            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(group), but its directory is no longer shared (mode 2770 in that group): refusing to use it. chgrp \(group) \(root) && chmod 2770 \(root) restores it")
-        case (.group(let recorded), .group(let found)):
-            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) was created shared with group \(recorded), but its directory now belongs to group \(found): refusing to use it. chgrp \(recorded) \(root) restores it")
-        default:
-            throw KeychainError(.unsafeFileSystem, "The keychain at \(root) is not shared as it was created")
-        }
-    }
-
-    /// A store whose metadata names no counter, but whose counter exists in the TPM (its handle
-    /// derives from the store's keys, and it answers their authorization), is a copy from before
-    /// the store was protected: refused as rolled back.
-    private static func refuseIfOnceProtected(_ keys: StoreKeys, in rootDirectory: Directory, tpm: TPMConfiguration,
-                                              cache: StorageKeyContextFile) throws(KeychainError) {
-        let root = rootDirectory.path
-        if let existing = try withTPM(tpm, root: root, cache: cache, { counterOnceDefined(keys: keys, tpm: $0) }) {
-            throw KeychainError(.rolledBack, "The keychain store at \(root) names no rollback counter, but the counter it was given (TPM NV index 0x\(String(existing, radix: 16))) exists: these files are a copy from before the store was protected. Restore the newest backup, or recover the store with its recovery key (or accept the rollback risk) to accept these files as they are")
-        }
+        return Unlocked(
+            storeID: storeID, keys: keys, version: version, metadataInode: inode, counterIndex: counter?.index,
+            counter: counter.map { .success($0.value) }, facts: facts)
     }
 
     /// The inode of the store.meta this process has just written (the way it later notices that
@@ -295,91 +279,26 @@ extension ItemStore {
         return inode
     }
 
-    /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
-    /// when an older version sealed it with dictionary-attack protection).
-    static func unlock(_ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile)
-        throws(KeychainError) -> Unlocked {
-        let root = rootDirectory.path
-        let metadataPath = root + "/" + StoreMetadata.fileName
-        guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
-            throw KeychainError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
-        }
-        guard file.size <= StoreMetadata.maximumFileSize else {
-            throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata")
-        }
-        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
-        let sealed = parsed.metadata.sealedMasterKey
-        let counterIndex = parsed.metadata.rollbackCounter
-        let (keys, resealed, counterValue) = try withTPM(tpm, root: root, cache: cache) { tpm in
-            let key = try tpm.unseal(sealed)
-            let keys = key.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
-            // Authenticated before the counter is read with a key derived from it.
-            try parsed.verify(metadataKey: keys.metadata)
-            let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root) }
-            return (keys, sealed.isDictionaryAttackProtected ? try tpm.seal(key) : nil, counter)
-        }
-        if let resealed {
-            // Authenticated first, so a forged file is never rewritten as genuine. The old file
-            // keeps working until the rename; the new one differs only in the sealed object.
-            var migrated = parsed.metadata
-            migrated.sealedMasterKey = resealed
-            try rootDirectory.replace(StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
-            let inode = try metadataInode(in: rootDirectory, "while it was resealed")
-            return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: inode,
-                            counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
-        }
-        return Unlocked(storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: file.inode,
-                        counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
-    }
-
-    /// What opening learned from store.meta and the TPM.
-    struct Unlocked {
-        let storeID: [UInt8]
-        let keys: StoreKeys
-        let version: UInt16
-        var metadataInode: UInt64
-        var counterIndex: UInt32?
-        /// The counter's value, or why it could not be read: reported after the layout is checked,
-        /// since a store.meta put back from before a rotation names a counter the rotation deleted.
-        var counter: Result<UInt64, KeychainError>?
-        /// What store.meta records the store was made for; nil before version 6.
-        var facts: StoreMetadata.Facts?
-
-        var counterValue: UInt64? {
-            get throws(KeychainError) { try counter?.get() }
-        }
-    }
-
-    static func counterResult(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) -> Result<UInt64, KeychainError> {
-        do {
-            return .success(try readCounter(index, keys: keys, tpm: tpm, store: store))
-        } catch {
-            return .failure(error)
-        }
-    }
-
-    /// A new rollback counter, or nil when this TPM cannot hold one (no room, no usable owner
-    /// hierarchy): the store then works without rollback detection, as ``ItemStore/isRollbackProtected`` reports.
-    private static func defineCounterIfPossible(keys: StoreKeys, tpm: TPMConfiguration, root: String,
-                                                cache: StorageKeyContextFile) throws(KeychainError) -> (index: UInt32, value: UInt64)? {
-        do {
-            return try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
-        } catch where error.code == .notAvailable {
-            return nil
-        }
-    }
-
     /// - Throws: as ``presence(at:)``.
     private static func presence(in directory: Directory) throws(KeychainError) -> Presence {
         if try directory.openFile(StoreMetadata.fileName) != nil { return .present }
         let entries = try directory.entries()
-        if entries.contains(where: { $0 == itemsDirectory || $0 == itemsV2Directory || $0.hasPrefix(itemsV2Directory + "-") }) {
-            throw KeychainError(.tampered, "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good")
+        if entries.contains(where: {
+            $0 == itemsDirectory || $0 == itemsV2Directory || $0.hasPrefix(itemsV2Directory + "-")
+        }) {
+            throw KeychainError(
+                .tampered,
+                "The keychain store at \(directory.path) is damaged: it holds items but its metadata (\(StoreMetadata.fileName)) is missing. Restore that file from a backup; a new store will not be created over these items, which would make them unreadable for good"
+            )
         }
         let foreign = entries.filter { !entriesBeforeCreation.contains($0) }.sorted()
         guard foreign.isEmpty else {
-            let shown = foreign.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ") + (foreign.count > 3 ? ", ..." : "")
-            throw KeychainError(.invalidParameter, "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory")
+            let shown =
+                foreign.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ") + (foreign.count > 3 ? ", ..." : "")
+            throw KeychainError(
+                .invalidParameter,
+                "\(directory.path) is not a keychain store and is not empty (it holds \(shown)); a store is created only in a new or empty directory"
+            )
         }
         return .absent
     }
@@ -394,8 +313,10 @@ extension ItemStore {
         }
     }
 
-    static func withTPM<R: Sendable>(_ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
-                                             _ body: (TPMConnection) throws -> R) throws(KeychainError) -> R {
+    static func withTPM<R: Sendable>(
+        _ configuration: TPMConfiguration, root: String, cache: StorageKeyContextFile?,
+        _ body: (TPMConnection) throws -> R
+    ) throws(KeychainError) -> R {
         do {
             let tpm = try TPMConnection(configuration, storageKeyContextCache: cache)
             defer { tpm.close() }
@@ -420,19 +341,30 @@ extension KeychainError {
     init(tpmError error: TPMError, store: String) {
         switch error.code {
         case .wrongStorageKey:
-            self.init(.wrongTPM, "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared or replaced); it cannot be opened here. If it has a recovery key, recovering with it seals it to this TPM", underlying: error)
+            self.init(
+                .wrongTPM,
+                "The keychain at \(store) was sealed by another TPM (it was copied from another machine, or this TPM was cleared or replaced); it cannot be opened here. If it has a recovery key, recovering with it seals it to this TPM",
+                underlying: error)
         case .tpmUnavailable:
-            self.init(.tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
+            self.init(
+                .tpmUnavailable, "The keychain at \(store) needs the TPM, which cannot be reached", underlying: error)
         case .busy, .timedOut:
-            self.init(.timedOut, "The keychain at \(store) could not get an answer from the TPM in time", underlying: error)
+            self.init(
+                .timedOut, "The keychain at \(store) could not get an answer from the TPM in time", underlying: error)
         case .lockout:
             self.init(.lockout, "The TPM is in dictionary-attack lockout", underlying: error)
         case .ownerAuthorizationFailed:
-            self.init(.authenticationFailed, "The keychain at \(store) needs the TPM's owner hierarchy, which has a password: set TPM_KEYCHAIN_OWNER_AUTH to it, or TPM_KEYCHAIN_OWNER_AUTH_FILE to a file that holds it (it was missing or wrong)", underlying: error)
+            self.init(
+                .authenticationFailed,
+                "The keychain at \(store) needs the TPM's owner hierarchy, which has a password: set TPM_KEYCHAIN_OWNER_AUTH to it, or TPM_KEYCHAIN_OWNER_AUTH_FILE to a file that holds it (it was missing or wrong)",
+                underlying: error)
         // The master key has no PIN and one fixed policy: the TPM refusing it, or failing to
         // parse or load it, means the stored bytes changed, not that the TPM is unwell.
         case .malformedData, .policyCheckFailed, .authorizationFailed, .invalidArgument:
-            self.init(.tampered, "The keychain's sealed master key in \(store)/\(StoreMetadata.fileName) is damaged or was modified", underlying: error)
+            self.init(
+                .tampered,
+                "The keychain's sealed master key in \(store)/\(StoreMetadata.fileName) is damaged or was modified",
+                underlying: error)
         default:
             self.init(.tpmUnavailable, "The TPM failed while opening the keychain at \(store)", underlying: error)
         }

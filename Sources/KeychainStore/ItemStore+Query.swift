@@ -1,8 +1,9 @@
 import Crypto
 import Foundation
-import SystemCalls
 package import KeychainVocabulary
+import SystemCalls
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,15 +26,18 @@ extension ItemStore {
             found.append((entry, entry.attributes.nanoseconds(AttributeTag.creationDate) ?? 0))
         }
         found.sort { lhs, rhs in
-            lhs.created != rhs.created ? lhs.created < rhs.created : lhs.entry.itemID.lexicographicallyPrecedes(rhs.entry.itemID)
+            lhs.created != rhs.created
+                ? lhs.created < rhs.created : lhs.entry.itemID.lexicographicallyPrecedes(rhs.entry.itemID)
         }
         if query.limit == .one { found = Array(found.prefix(1)) }
         var results: [ItemQueryResult] = []
         for (entry, _) in found {
             let value = query.returnsData ? try secret(of: entry, state) : nil
-            results.append(ItemQueryResult(reference: Self.reference(entry.itemClass, entry.itemID), itemClass: entry.itemClass,
-                                           attributes: entry.attributes, accessibility: entry.accessibility, kind: entry.kind, value: value,
-                                           keyRecord: entry.keyRecord))
+            results.append(
+                ItemQueryResult(
+                    reference: Self.reference(entry.itemClass, entry.itemID), itemClass: entry.itemClass,
+                    attributes: entry.attributes, accessibility: entry.accessibility, kind: entry.kind, value: value,
+                    keyRecord: entry.keyRecord))
         }
         return results
     }
@@ -48,11 +52,13 @@ extension ItemStore {
         let itemID = Array(reference.suffix(16))
         _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
-        for entry in try scan(ItemQuery(itemClass: itemClass, synchronizable: .any), state) where entry.itemID == itemID {
-            return ItemQueryResult(reference: reference, itemClass: itemClass, attributes: entry.attributes,
-                                   accessibility: entry.accessibility, kind: entry.kind,
-                                   value: entry.keyRecord == ItemFileV2.masterKeyRecord ? try secret(of: entry, state) : nil,
-                                   keyRecord: entry.keyRecord)
+        for entry in try scan(ItemQuery(itemClass: itemClass, synchronizable: .any), state) where entry.itemID == itemID
+        {
+            return ItemQueryResult(
+                reference: reference, itemClass: itemClass, attributes: entry.attributes,
+                accessibility: entry.accessibility, kind: entry.kind,
+                value: entry.keyRecord == ItemFileV2.masterKeyRecord ? try secret(of: entry, state) : nil,
+                keyRecord: entry.keyRecord)
         }
         return nil
     }
@@ -93,7 +99,9 @@ extension ItemStore {
         if query.matching[groupTag] != nil, state.layout.version == 2 {
             groups = [ItemFileV2.groupName(of: query.itemClass, query.matching, keys: state.keys)]
         } else if let service = query.matching.string(AttributeTag.service), query.itemClass == .genericPassword {
-            groups = [groupName(service: service, accessGroup: query.matching.string(AttributeTag.accessGroup) ?? "", state)]
+            groups = [
+                groupName(service: service, accessGroup: query.matching.string(AttributeTag.accessGroup) ?? "", state)
+            ]
         } else {
             groups = try state.layout.items.entries()
         }
@@ -109,12 +117,14 @@ extension ItemStore {
         var groupCheck = GroupCheck()
         var seen: Set<String> = []
         for group in groups {
-            guard let directory = try serviceDirectory(group, create: false, state) else { continue }
+            guard let directory = try groupDirectory(group, create: false, state) else { continue }
             let stamp = try directory.stamp()
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
                 seen.insert(name)
-                if let item = try scannedItem(file, named: name, in: directory, group: group, &groupCheck, state, groupLocked: groupLocked) {
+                if let item = try scannedItem(
+                    file, named: name, in: directory, group: group, &groupCheck, state, groupLocked: groupLocked)
+                {
                     scanned.append(item)
                 }
             }
@@ -125,7 +135,9 @@ extension ItemStore {
                 }
             }
         }
-        if state.layout.version == 2 { try checkListed(groups: Set(groups), seen: seen, in: state.layout.items, groupLocked: groupLocked) }
+        if state.layout.version == 2 {
+            try checkListed(groups: Set(groups), seen: seen, in: state.layout.items, groupLocked: groupLocked)
+        }
         return scanned
     }
 
@@ -137,8 +149,10 @@ extension ItemStore {
 
         mutating func name(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
             let groupTag = itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
-            let current: [[UInt8]?] = [[UInt8(truncatingIfNeeded: itemClass.rawValue)], attributes[AttributeTag.accessGroup],
-                                       attributes[groupTag]]
+            let current: [[UInt8]?] = [
+                [UInt8(truncatingIfNeeded: itemClass.rawValue)], attributes[AttributeTag.accessGroup],
+                attributes[groupTag],
+            ]
             if current != fields {
                 fields = current
                 name = ItemFileV2.groupName(of: itemClass, attributes, keys: keys)
@@ -147,40 +161,57 @@ extension ItemStore {
         }
     }
 
-    private func scannedItem(_ file: OpenFile, named name: String, in directory: Directory, group: String,
-                             _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool) throws(KeychainError) -> ScannedItem? {
+    private func scannedItem(
+        _ file: OpenFile, named name: String, in directory: Directory, group: String,
+        _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool
+    ) throws(KeychainError) -> ScannedItem? {
         if state.layout.version == 1 {
             let (header, attributes) = try formatOneHeaderAndAttributes(file, state)
             let names = names(ItemIdentity(checked: attributes), state)
-            try Self.checkPlacement(fileMatches: names.file == name, groupMatches: names.service == group, file.path, directory.path)
+            try Self.checkPlacement(
+                fileMatches: names.file == name, groupMatches: names.group == group, file.path, directory.path)
             let list = AttributeList(formatOne: attributes)
-            return ScannedItem(directory: directory, file: name, itemClass: .genericPassword, itemID: header.itemID,
-                               accessibility: header.accessibility, kind: header.kind, attributes: list)
+            return ScannedItem(
+                directory: directory, file: name, itemClass: .genericPassword, itemID: header.itemID,
+                accessibility: header.accessibility, kind: header.kind, attributes: list)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-                                                 storeID: storeID, path: file.path)
+        let header = try ItemFileV2.decodeHeader(
+            try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+            storeID: storeID, path: file.path)
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
         // Derived, not cached: a listing would only churn the get path's cache of item keys.
-        let key = ItemFileV2.itemKey(parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+        let key = ItemFileV2.itemKey(
+            parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
         let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: key, path: file.path)
-        try Self.checkPlacement(fileMatches: ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
-                                groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
-                                file.path, directory.path)
-        guard try checkGeneration(header.generation, file: name, group: group, path: file.path, in: state.layout.items, groupLocked: groupLocked) else {
+        try Self.checkPlacement(
+            fileMatches: ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
+            groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
+            file.path, directory.path)
+        guard
+            try checkGeneration(
+                header.generation, file: name, group: group, path: file.path, in: state.layout.items,
+                groupLocked: groupLocked)
+        else {
             return nil
         }
-        return ScannedItem(directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
-                           accessibility: header.accessibility, kind: header.kind, attributes: attributes, keyRecord: header.keyRecord)
+        return ScannedItem(
+            directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
+            accessibility: header.accessibility, kind: header.kind, attributes: attributes, keyRecord: header.keyRecord)
     }
 
     /// - Throws: ``KeychainError`` `.tampered` when a file is not where its decrypted primary key puts it.
-    private static func checkPlacement(fileMatches: Bool, groupMatches: Bool, _ path: String, _ directory: String) throws(KeychainError) {
-        guard fileMatches else { throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed") }
+    private static func checkPlacement(
+        fileMatches: Bool, groupMatches: Bool, _ path: String, _ directory: String
+    ) throws(KeychainError) {
+        guard fileMatches else {
+            throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
+        }
         guard groupMatches else {
-            throw KeychainError(.tampered, "\(directory) holds an item of another service: directories or files were swapped or moved")
+            throw KeychainError(
+                .tampered, "\(directory) holds an item of another service: directories or files were swapped or moved")
         }
     }
 
@@ -193,12 +224,16 @@ extension ItemStore {
         let state = try currentFollowingUpgrades()
         guard state.layout.version == 2 else { return try item(reference: result.reference)?.value }
         let group = ItemFileV2.groupName(of: result.itemClass, result.attributes, keys: state.keys)
-        guard let directory = try serviceDirectory(group, create: false, state),
-              let file = try directory.openFile(ItemFileV2.fileName(of: result.itemClass, result.attributes, keys: state.keys)) else {
+        guard let directory = try groupDirectory(group, create: false, state),
+            let file = try directory.openFile(
+                ItemFileV2.fileName(of: result.itemClass, result.attributes, keys: state.keys))
+        else {
             return nil
         }
-        return try readContents(try readWhole(file, version: 2), path: file.path,
-                                expectedPrimaryKey: result.itemClass.encodedPrimaryKey(of: result.attributes), recordKey: recordKey, state).value
+        return try readContents(
+            try readWhole(file, version: 2), path: file.path,
+            expectedPrimaryKey: result.itemClass.encodedPrimaryKey(of: result.attributes), recordKey: recordKey, state
+        ).value
     }
 
     /// The item of `itemClass` whose primary key `primary` gives (absent attributes count as
@@ -209,46 +244,65 @@ extension ItemStore {
     ///
     /// - Parameter withSecret: also decrypt the secret, from the same read, when the item is not
     ///   protected (a protected one's ``ItemQueryResult/value`` stays nil).
-    package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool = false) throws(KeychainError) -> ItemQueryResult? {
-        try readFollowingRotation { (state) throws(KeychainError) in try item(itemClass, primary: primary, withSecret: withSecret, state) }
+    package func item(
+        _ itemClass: ItemClass, primary: AttributeList, withSecret: Bool = false
+    ) throws(KeychainError) -> ItemQueryResult? {
+        try readFollowingRotation { (state) throws(KeychainError) in
+            try item(itemClass, primary: primary, withSecret: withSecret, state)
+        }
     }
 
-    private func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool, _ state: OpenState) throws(KeychainError) -> ItemQueryResult? {
+    private func item(
+        _ itemClass: ItemClass, primary: AttributeList, withSecret: Bool, _ state: OpenState
+    ) throws(KeychainError) -> ItemQueryResult? {
         guard state.layout.version == 2 else {
-            return try query(ItemQuery(itemClass: itemClass, matching: primary, synchronizable: .any, limit: .one)).first
+            return try query(ItemQuery(itemClass: itemClass, matching: primary, synchronizable: .any, limit: .one))
+                .first
         }
         let encoded = itemClass.encodedPrimaryKey(of: primary)
         let known = caches.withLock { $0.primaryNames[encoded] }
-        let (group, fileName) = known ?? (ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
-                                          ItemFileV2.fileName(of: itemClass, primary, keys: state.keys))
+        let (group, fileName) =
+            known ?? (
+                ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
+                ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
+            )
         if known == nil {
             caches.withLock { caches in
                 if caches.primaryNames.count >= Caches.limit { caches.primaryNames.removeAll(keepingCapacity: true) }
                 caches.primaryNames[encoded] = (group, fileName)
             }
         }
-        let names = ItemNames(version: 2, service: group, file: fileName, encodedIdentity: encoded)
+        let names = ItemNames(version: 2, group: group, file: fileName, encodedIdentity: encoded)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let whole = withSecret ? try file.read(count: file.size, at: 0) : try file.read(count: ItemFileV2.headerSize, at: 0)
+        let whole =
+            withSecret ? try file.read(count: file.size, at: 0) : try file.read(count: ItemFileV2.headerSize, at: 0)
         let header = try ItemFileV2.decodeHeader(whole[...], fileSize: file.size, storeID: storeID, path: file.path)
         let key = v2ItemKey(header, state.keys)
-        let sealed = withSecret ? whole[header.attributesRange]
+        let sealed =
+            withSecret
+            ? whole[header.attributesRange]
             : try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
         let attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
         guard header.itemClass == itemClass, itemClass.encodedPrimaryKey(of: attributes) == names.encodedIdentity else {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
-        guard try checkGeneration(header.generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) else {
+        guard
+            try checkGeneration(
+                header.generation, file: names.file, group: names.group, path: file.path, in: state.layout.items)
+        else {
             return nil
         }
         let protected = header.keyRecord != ItemFileV2.masterKeyRecord
-        let value = withSecret && !protected
-            ? try ItemFileV2.decryptSecret(of: whole, header: header, key: key, primaryKey: names.encodedIdentity, path: file.path) : nil
-        return ItemQueryResult(reference: Self.reference(itemClass, header.itemID), itemClass: itemClass, attributes: attributes,
-                               accessibility: header.accessibility, kind: header.kind, value: value, keyRecord: header.keyRecord)
+        let value =
+            withSecret && !protected
+            ? try ItemFileV2.decryptSecret(
+                of: whole, header: header, key: key, primaryKey: names.encodedIdentity, path: file.path) : nil
+        return ItemQueryResult(
+            reference: Self.reference(itemClass, header.itemID), itemClass: itemClass, attributes: attributes,
+            accessibility: header.accessibility, kind: header.kind, value: value, keyRecord: header.keyRecord)
     }
 
     /// The protection a key record serves (what opening it needs).
@@ -256,7 +310,8 @@ extension ItemStore {
     /// - Throws: ``KeychainError`` `.tampered` for a missing or damaged record.
     package func protection(ofRecord recordID: [UInt8]) throws(KeychainError) -> ItemProtection {
         let record = try keyRecord(recordID, try current())
-        return ItemProtection(recordID: recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
+        return ItemProtection(
+            recordID: recordID, protection: try record.protection(), lockBound: record.flags.contains(.lockBound))
     }
 
     /// The secret of a scanned item, authenticated with its primary key (the file may have been
@@ -267,14 +322,20 @@ extension ItemStore {
         }
         let bytes = try readWhole(file, version: state.layout.version)
         if state.layout.version == 1 {
-            let identity = ItemIdentity(unchecked: entry.attributes.string(AttributeTag.accessGroup) ?? "",
-                                        entry.attributes.string(AttributeTag.service) ?? "", entry.attributes.string(AttributeTag.account) ?? "")
-            let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
-            return try ItemFile.decryptSecret(of: bytes, header: header, key: v1ItemKey(header, state.keys),
-                                              encodedIdentity: ItemFile.encode(identity), path: file.path).bytes
+            let identity = ItemIdentity(
+                unchecked: entry.attributes.string(AttributeTag.accessGroup) ?? "",
+                entry.attributes.string(AttributeTag.service) ?? "", entry.attributes.string(AttributeTag.account) ?? ""
+            )
+            let header = try ItemFileV1.decodeHeader(
+                bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            return try ItemFileV1.decryptSecret(
+                of: bytes, header: header, key: v1ItemKey(header, state.keys),
+                encodedIdentity: ItemFileV1.encode(identity), path: file.path
+            ).bytes
         }
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
-        return try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: nil),
-                                            primaryKey: entry.itemClass.encodedPrimaryKey(of: entry.attributes), path: file.path)
+        return try ItemFileV2.decryptSecret(
+            of: bytes, header: header, key: v2SecretKey(header, state, recordKey: nil),
+            primaryKey: entry.itemClass.encodedPrimaryKey(of: entry.attributes), path: file.path)
     }
 }

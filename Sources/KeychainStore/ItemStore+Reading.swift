@@ -1,9 +1,10 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,26 +20,38 @@ extension ItemStore {
         try readFollowingRotation { (state) throws(KeychainError) in try item(identity, recordKey: recordKey, state) }
     }
 
-    private func item(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(KeychainError) -> ItemRecord? {
+    private func item(
+        _ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState
+    ) throws(KeychainError) -> ItemRecord? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let bytes = try readWhole(file, version: names.version)
         if names.version == 1 {
-            let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            let header = try ItemFileV1.decodeHeader(
+                bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
             let key = v1ItemKey(header, state.keys)
-            let attributes = try ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: key,
-                                                            expected: identity, path: file.path)
-            let value = try ItemFile.decryptSecret(of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity,
-                                                   path: file.path)
-            return ItemRecord(itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
+            let attributes = try ItemFileV1.decryptAttributes(
+                bytes[header.attributesRange], header: header, key: key,
+                expected: identity, path: file.path)
+            let value = try ItemFileV1.decryptSecret(
+                of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity,
+                path: file.path)
+            return ItemRecord(
+                itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
         }
-        let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, recordKey: recordKey, state)
-        guard try checkGeneration(contents.generation, file: names.file, key: names.manifestKey, group: names.service, path: file.path, in: state.layout.items) else {
+        let contents = try readContents(
+            bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, recordKey: recordKey, state)
+        guard
+            try checkGeneration(
+                contents.generation, file: names.file, key: names.manifestKey, group: names.group, path: file.path,
+                in: state.layout.items)
+        else {
             return nil
         }
-        return ItemRecord(itemID: contents.itemID, generation: contents.generation,
-                          attributes: try ItemAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
-                          value: ItemValue(kind: contents.kind, bytes: contents.value))
+        return ItemRecord(
+            itemID: contents.itemID, generation: contents.generation,
+            attributes: try ItemAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
+            value: ItemValue(kind: contents.kind, bytes: contents.value))
     }
 
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
@@ -48,23 +61,32 @@ extension ItemStore {
         try readFollowingRotation { (state) throws(KeychainError) in try value(identity, recordKey: recordKey, state) }
     }
 
-    private func value(_ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState) throws(KeychainError) -> ItemValue? {
+    private func value(
+        _ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState
+    ) throws(KeychainError) -> ItemValue? {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let bytes = try readWhole(file, version: names.version)
         if names.version == 1 {
-            let header = try ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
-            return try ItemFile.decryptSecret(of: bytes, header: header, key: v1ItemKey(header, state.keys),
-                                              encodedIdentity: names.encodedIdentity, path: file.path)
+            let header = try ItemFileV1.decodeHeader(
+                bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            return try ItemFileV1.decryptSecret(
+                of: bytes, header: header, key: v1ItemKey(header, state.keys),
+                encodedIdentity: names.encodedIdentity, path: file.path)
         }
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
         guard header.itemClass == .genericPassword else {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
-        let secret = try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
-                                                  primaryKey: names.encodedIdentity, path: file.path)
+        let secret = try ItemFileV2.decryptSecret(
+            of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
+            primaryKey: names.encodedIdentity, path: file.path)
         // After authentication: the generation checked is the one the header really has.
-        guard try checkGeneration(header.generation, file: names.file, key: names.manifestKey, group: names.service, path: file.path, in: state.layout.items) else {
+        guard
+            try checkGeneration(
+                header.generation, file: names.file, key: names.manifestKey, group: names.group, path: file.path,
+                in: state.layout.items)
+        else {
             return nil
         }
         return ItemValue(kind: header.kind, bytes: secret)
@@ -79,7 +101,10 @@ extension ItemStore {
         let names = names(identity, state)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         let (attributes, primaryKey, generation) = try readAttributes(file, state)
-        if let generation, try !checkGeneration(generation, file: names.file, group: names.service, path: file.path, in: state.layout.items) {
+        if let generation,
+            try !checkGeneration(
+                generation, file: names.file, group: names.group, path: file.path, in: state.layout.items)
+        {
             return nil
         }
         if let primaryKey, primaryKey != names.encodedIdentity {
@@ -124,36 +149,50 @@ extension ItemStore {
     ///
     /// In a rollback-protected store, an item the manifest lists is not absent: its file was
     /// deleted behind the keychain's back (``KeychainError/Code/rolledBack``).
-    func confirmAbsence<T>(_ names: ItemNames, _ state: OpenState, groupLocked: Bool = false) throws(KeychainError) -> T? {
-        if let directory = try serviceDirectory(names.service, create: false, state),
-           try caches.withLock({ $0.consistent[names.service] }) != directory.stamp() {
-            _ = try scan(groups: [names.service], state, groupLocked: groupLocked)
+    func confirmAbsence<T>(
+        _ names: ItemNames, _ state: OpenState, groupLocked: Bool = false
+    ) throws(KeychainError) -> T? {
+        if let directory = try groupDirectory(names.group, create: false, state),
+            try caches.withLock({ $0.consistent[names.group] }) != directory.stamp()
+        {
+            _ = try scan(groups: [names.group], state, groupLocked: groupLocked)
         }
-        if names.version == 2 { try checkAbsence(file: names.file, group: names.service, in: state.layout.items, groupLocked: groupLocked) }
+        if names.version == 2 {
+            try checkAbsence(file: names.file, group: names.group, in: state.layout.items, groupLocked: groupLocked)
+        }
         return nil
     }
 
     /// The decrypted contents of a format-2 file that must be the item `expectedPrimaryKey` names;
     /// without `withSecret` the value is left empty (the secret section is not decrypted).
-    func readContents(_ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
-                      recordKey: RecordKey? = nil, _ state: OpenState) throws(KeychainError) -> ItemFileV2.Contents {
+    func readContents(
+        _ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
+        recordKey: RecordKey? = nil, _ state: OpenState
+    ) throws(KeychainError) -> ItemFileV2.Contents {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
         let key = v2ItemKey(header, state.keys)
-        let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: path)
+        let attributes = try ItemFileV2.decryptAttributes(
+            bytes[header.attributesRange], header: header, key: key, path: path)
         let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
         guard primaryKey == expectedPrimaryKey else {
             throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
-        let value = withSecret ? try ItemFileV2.decryptSecret(of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
-                                                              primaryKey: primaryKey, path: path) : []
-        return ItemFileV2.Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
-                                   keyRecord: header.keyRecord, accessibility: header.accessibility, kind: header.kind,
-                                   attributes: attributes, value: value)
+        let value =
+            withSecret
+            ? try ItemFileV2.decryptSecret(
+                of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
+                primaryKey: primaryKey, path: path) : []
+        return ItemFileV2.Contents(
+            itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
+            keyRecord: header.keyRecord, accessibility: header.accessibility, kind: header.kind,
+            attributes: attributes, value: value)
     }
 
     func readWhole(_ file: OpenFile, version: UInt16) throws(KeychainError) -> [UInt8] {
-        let (minimum, maximum) = version == 1 ? (ItemFile.headerSize, ItemFile.maximumFileSize)
-                                              : (ItemFileV2.headerSize, ItemFileV2.maximumFileSize)
+        let (minimum, maximum) =
+            version == 1
+            ? (ItemFileV1.headerSize, ItemFileV1.maximumFileSize)
+            : (ItemFileV2.headerSize, ItemFileV2.maximumFileSize)
         guard file.size >= minimum, file.size <= maximum else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
@@ -162,45 +201,61 @@ extension ItemStore {
 
     /// The header and attributes of an item, authenticated, without touching the secret section;
     /// for format 2 also the primary key its attributes give (a generic password's, or an error).
-    func readAttributes(_ file: OpenFile, _ state: OpenState) throws(KeychainError) -> (ItemAttributes, [UInt8]?, UInt64?) {
+    func readAttributes(
+        _ file: OpenFile, _ state: OpenState
+    ) throws(KeychainError) -> (ItemAttributes, [UInt8]?, UInt64?) {
         if state.layout.version == 1 {
             return (try formatOneHeaderAndAttributes(file, state).attributes, nil, nil)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-                                                 storeID: storeID, path: file.path)
+        let header = try ItemFileV2.decodeHeader(
+            try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+            storeID: storeID, path: file.path)
         guard header.itemClass == .genericPassword else {
-            throw KeychainError(.tampered, "\(file.path) holds an item of another class where a generic password belongs")
+            throw KeychainError(
+                .tampered, "\(file.path) holds an item of another class where a generic password belongs")
         }
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        let list = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
-        return (try ItemAttributes(list, accessibility: header.accessibility, path: file.path),
-                header.itemClass.encodedPrimaryKey(of: list), header.generation)
+        let list = try ItemFileV2.decryptAttributes(
+            sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
+        return (
+            try ItemAttributes(list, accessibility: header.accessibility, path: file.path),
+            header.itemClass.encodedPrimaryKey(of: list), header.generation
+        )
     }
 
     /// A format-1 file's header and authenticated attributes, without its secret.
-    func formatOneHeaderAndAttributes(_ file: OpenFile, _ state: OpenState) throws(KeychainError)
-        -> (header: ItemFile.Header, attributes: ItemAttributes) {
-        guard file.size >= ItemFile.headerSize, file.size <= ItemFile.maximumFileSize else {
+    func formatOneHeaderAndAttributes(
+        _ file: OpenFile, _ state: OpenState
+    ) throws(KeychainError)
+        -> (header: ItemFileV1.Header, attributes: ItemAttributes)
+    {
+        guard file.size >= ItemFileV1.headerSize, file.size <= ItemFileV1.maximumFileSize else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
-                                               storeID: storeID, path: file.path)
+        let header = try ItemFileV1.decodeHeader(
+            try file.read(count: ItemFileV1.headerSize, at: 0)[...], fileSize: file.size,
+            storeID: storeID, path: file.path)
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        return (header, try ItemFile.decryptAttributes(sealed[...], header: header, key: v1ItemKey(header, state.keys), expected: nil,
-                                                       path: file.path))
+        return (
+            header,
+            try ItemFileV1.decryptAttributes(
+                sealed[...], header: header, key: v1ItemKey(header, state.keys), expected: nil,
+                path: file.path)
+        )
     }
 
-    func v1ItemKey(_ header: ItemFile.Header, _ keys: StoreKeys) -> SymmetricKey {
+    func v1ItemKey(_ header: ItemFileV1.Header, _ keys: StoreKeys) -> SymmetricKey {
         itemKey(salt: header.salt[...]) { keys.itemKey(salt: header.salt, storeID: header.storeID) }
     }
 
     func v2ItemKey(_ header: ItemFileV2.Header, _ keys: StoreKeys) -> SymmetricKey {
         // Only the master key record exists yet; the key records of access control come with it.
         itemKey(salt: header.salt) {
-            ItemFileV2.itemKey(parent: keys.items, salt: header.salt, storeID: header.storeID, keyRecord: header.keyRecord)
+            ItemFileV2.itemKey(
+                parent: keys.items, salt: header.salt, storeID: header.storeID, keyRecord: header.keyRecord)
         }
     }
 }
@@ -225,13 +280,16 @@ extension ItemAttributes {
         func date(_ tag: FourCharacterCode) -> Date {
             let nanoseconds = list.nanoseconds(tag) ?? 0
             // Whole milliseconds (items moved from format 1) convert as format 1 did, to the same Date.
-            if nanoseconds % 1_000_000 == 0 { return Date(timeIntervalSince1970: Double(nanoseconds / 1_000_000) / 1000) }
+            if nanoseconds % 1_000_000 == 0 {
+                return Date(timeIntervalSince1970: Double(nanoseconds / 1_000_000) / 1000)
+            }
             return Date(timeIntervalSince1970: Double(nanoseconds) / 1_000_000_000)
         }
-        self.init(service: service, account: account, accessGroupName: list.string(AttributeTag.accessGroup) ?? "",
-                  label: list.string(AttributeTag.label), comment: list.string(AttributeTag.comment),
-                  genericData: list[AttributeTag.generic].map { Data($0) },
-                  creationDate: date(AttributeTag.creationDate), modificationDate: date(AttributeTag.modificationDate),
-                  accessibility: accessibility)
+        self.init(
+            service: service, account: account, accessGroupName: list.string(AttributeTag.accessGroup) ?? "",
+            label: list.string(AttributeTag.label), comment: list.string(AttributeTag.comment),
+            genericData: list[AttributeTag.generic].map { Data($0) },
+            creationDate: date(AttributeTag.creationDate), modificationDate: date(AttributeTag.modificationDate),
+            accessibility: accessibility)
     }
 }

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 package import TPM
-package import KeychainVocabulary
 import WireFormat
 
 // The recovery key: an opt-in second way to the master key, for when the TPM that sealed it is
@@ -39,8 +39,9 @@ extension ItemStore {
         } catch {
             throw KeychainError(.storageFailed, "No randomness for a recovery key", underlying: error)
         }
-        let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: try RecoveryFile.publicKey(of: recoveryKey), storeID: storeID,
-                                           keyGeneration: Self.keyGeneration(state.keys), metadataKey: state.keys.metadata)
+        let sealed = try RecoveryFile.seal(
+            masterKey: masterKey, recoveryPublicKey: try RecoveryFile.publicKey(of: recoveryKey), storeID: storeID,
+            keyGeneration: Self.keyGeneration(state.keys), metadataKey: state.keys.metadata)
         _ = try rootDirectory.remove(RecoveryFile.nextFileName, durable: false)
         try rootDirectory.replace(RecoveryFile.fileName, with: sealed, durable: true)
         return recoveryKey
@@ -57,19 +58,28 @@ extension ItemStore {
     ///
     /// The recovery public key is taken only from a file this store authenticated under the old
     /// master key (`oldKeys`): a planted one stops the rotation before anything is encrypted to it.
-    static func prepareRecoveryKeyRotation(in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys, oldKeys: StoreKeys,
-                                           storeID: [UInt8]) throws(KeychainError) {
+    static func prepareRecoveryKeyRotation(
+        in rootDirectory: Directory, masterKey: SecretBytes, keys: StoreKeys, oldKeys: StoreKeys,
+        storeID: [UInt8]
+    ) throws(KeychainError) {
         guard let file = try rootDirectory.openFile(RecoveryFile.fileName) else { return }
         guard file.size == RecoveryFile.size || file.size == RecoveryFile.unauthenticatedSize else {
             // Rotating past it would leave a recovery key that silently opens nothing: stop first.
-            throw KeychainError(.tampered, "\(file.path) is damaged: add a new recovery key (add-recovery-key) before rotating the master key")
+            throw KeychainError(
+                .tampered,
+                "\(file.path) is damaged: add a new recovery key (add-recovery-key) before rotating the master key")
         }
-        let header = try RecoveryFile.authenticatedHeader(try file.read(count: file.size, at: 0), metadataKey: oldKeys.metadata, path: file.path)
+        let header = try RecoveryFile.authenticatedHeader(
+            try file.read(count: file.size, at: 0), metadataKey: oldKeys.metadata, path: file.path)
         guard header.storeID == storeID, header.keyGeneration == keyGeneration(oldKeys) else {
-            throw KeychainError(.tampered, "\(file.path) belongs to another store or master key: add a new recovery key before rotating the master key")
+            throw KeychainError(
+                .tampered,
+                "\(file.path) belongs to another store or master key: add a new recovery key before rotating the master key"
+            )
         }
-        let sealed = try RecoveryFile.seal(masterKey: masterKey, recoveryPublicKey: header.recoveryPublicKey, storeID: storeID,
-                                           keyGeneration: keyGeneration(keys), metadataKey: keys.metadata)
+        let sealed = try RecoveryFile.seal(
+            masterKey: masterKey, recoveryPublicKey: header.recoveryPublicKey, storeID: storeID,
+            keyGeneration: keyGeneration(keys), metadataKey: keys.metadata)
         try rootDirectory.replace(RecoveryFile.nextFileName, with: sealed, durable: true)
     }
 
@@ -79,12 +89,19 @@ extension ItemStore {
     /// commit and when a store is opened.
     static func finishRecoveryKeyRotation(in rootDirectory: Directory, keys: StoreKeys) throws(KeychainError) {
         guard let file = try rootDirectory.openFile(RecoveryFile.nextFileName) else { return }
-        let current = file.size == RecoveryFile.size
-            ? (try? RecoveryFile.authenticatedHeader(try file.read(count: file.size, at: 0), metadataKey: keys.metadata, path: file.path)
-                .keyGeneration) == keyGeneration(keys) : false
+        let current =
+            file.size == RecoveryFile.size
+            ? (try? RecoveryFile.authenticatedHeader(
+                try file.read(count: file.size, at: 0), metadataKey: keys.metadata, path: file.path
+            )
+            .keyGeneration) == keyGeneration(keys) : false
         if current {
             do {
-                try retryingInterrupts { renameat(rootDirectory.descriptor, RecoveryFile.nextFileName, rootDirectory.descriptor, RecoveryFile.fileName) }
+                try retryingInterrupts {
+                    renameat(
+                        rootDirectory.descriptor, RecoveryFile.nextFileName, rootDirectory.descriptor,
+                        RecoveryFile.fileName)
+                }
             } catch {
                 throw Directory.writeFailed("rename", rootDirectory.path + "/" + RecoveryFile.nextFileName, error)
             }
@@ -123,13 +140,18 @@ extension ItemStore {
     ///   simulator), `.unsafeFileSystem` (its directory not shared as it was created),
     ///   `.tpmUnavailable`, `.storageFailed`.
     /// - Parameter tpmKind: what `tpm` is (``open(at:tpm:durable:create:newStoreVersion:lendTPM:sharedGroup:tpmKind:)``).
-    package static func recover(at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration,
-                                tpmKind: TPMKind? = nil) throws(KeychainError) -> Recovery {
+    package static func recover(
+        at root: String, recoveryKey: SecretBytes, tpm: TPMConfiguration,
+        tpmKind: TPMKind? = nil
+    ) throws(KeychainError) -> Recovery {
         let kind = tpmKind ?? TPMKind(tpm)
         let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "recovering it")
         defer { withExtendedLifetime(lock) {} }
         guard try rootDirectory.openFile(RecoveryFile.fileName) != nil else {
-            throw KeychainError(.notAvailable, "The keychain at \(root) has no recovery key (one is added before the TPM changes); its items cannot be recovered")
+            throw KeychainError(
+                .notAvailable,
+                "The keychain at \(root) has no recovery key (one is added before the TPM changes); its items cannot be recovered"
+            )
         }
         // recovery.key, or a rotation's recovery.key.next when that rotation committed but was
         // killed before renaming it: the one whose key authenticates store.meta.
@@ -142,9 +164,14 @@ extension ItemStore {
                     throw KeychainError(.tampered, "\(file.path) is damaged")
                 }
                 let bytes = try file.read(count: file.size, at: 0)
-                let masterKey = try RecoveryFile.open(bytes, recoveryKey: recoveryKey, storeID: parsed.metadata.storeID, path: file.path)
-                let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID) }
-                if file.size == RecoveryFile.size { _ = try RecoveryFile.authenticatedHeader(bytes, metadataKey: keys.metadata, path: file.path) }
+                let masterKey = try RecoveryFile.open(
+                    bytes, recoveryKey: recoveryKey, storeID: parsed.metadata.storeID, path: file.path)
+                let keys = masterKey.withUnsafeBytes {
+                    StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID)
+                }
+                if file.size == RecoveryFile.size {
+                    _ = try RecoveryFile.authenticatedHeader(bytes, metadataKey: keys.metadata, path: file.path)
+                }
                 // The recovery file and store.meta must belong together: the key it holds authenticates store.meta.
                 try parsed.verify(metadataKey: keys.metadata)
                 opened = (masterKey, keys)
@@ -163,7 +190,8 @@ extension ItemStore {
         // What belonged to the old TPM goes first: killed before the new store.meta is written, the
         // store still opens on no TPM, and running recover again finishes the job.
         let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
-        let counts = try removeItemsBoundToTheOldTPM(layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID)
+        let counts = try removeItemsBoundToTheOldTPM(
+            layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID)
         let cache = StorageKeyContextFile(directory: rootDirectory)
         let sealed = try withTPM(tpm, root: root, cache: cache) { try $0.seal(masterKey) }
         // The files are accepted as they are now: a new counter (the old one belongs to the old
@@ -171,19 +199,24 @@ extension ItemStore {
         var counter: (index: UInt32, value: UInt64)?
         if parsed.metadata.version >= 2 {
             do {
-                counter = try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
-            } catch where error.code == .notAvailable {
+                counter = try withTPM(tpm, root: root, cache: cache) {
+                    try defineCounter(keys: keys, tpm: $0, store: root)
+                }
+            } catch  where error.code == .notAvailable {
                 counter = nil
             }
         }
         if let counter {
-            try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID, counterIndex: counter.index,
-                              epoch: counter.value)
+            try writeManifest(
+                layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID,
+                counterIndex: counter.index,
+                epoch: counter.value)
         }
         var metadata = parsed.metadata
         (metadata.sealedMasterKey, metadata.rollbackCounter) = (sealed, counter?.index)
         if parsed.metadata.version >= 2 { metadata.facts = .init(tpm: kind, sharing: rootDirectory.sharing) }
-        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        try rootDirectory.replace(
+            StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return counts
     }
 
@@ -197,11 +230,15 @@ extension ItemStore {
     /// - Throws: ``KeychainError`` `.invalidParameter` when the store is not protected or its counter is
     ///   there (nothing to accept), `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter),
     ///   `.storeNotFound`, `.tpmUnavailable`, `.storageFailed`.
-    package static func acceptFilesAsTheyAre(at root: String, tpm: TPMConfiguration, tpmKind: TPMKind? = nil) throws(KeychainError) -> Int {
-        let (rootDirectory, lock, parsed) = try lockedForRepair(root, tpm: tpm, purpose: "accepting its files as they are")
+    package static func acceptFilesAsTheyAre(
+        at root: String, tpm: TPMConfiguration, tpmKind: TPMKind? = nil
+    ) throws(KeychainError) -> Int {
+        let (rootDirectory, lock, parsed) = try lockedForRepair(
+            root, tpm: tpm, purpose: "accepting its files as they are")
         defer { withExtendedLifetime(lock) {} }
         guard let oldCounter = parsed.metadata.rollbackCounter else {
-            throw KeychainError(.invalidParameter, "The keychain at \(root) has no rollback counter: there is nothing to accept")
+            throw KeychainError(
+                .invalidParameter, "The keychain at \(root) has no rollback counter: there is nothing to accept")
         }
         let cache = StorageKeyContextFile(directory: rootDirectory)
         let storeID = parsed.metadata.storeID
@@ -211,17 +248,23 @@ extension ItemStore {
         try checkFacts(parsed.metadata.facts, of: rootDirectory, openedWith: tpmKind ?? TPMKind(tpm))
         let counter = try withTPM(tpm, root: root, cache: cache) { (connection) -> (index: UInt32, value: UInt64) in
             guard case .failure(let error) = counterResult(oldCounter, keys: keys, tpm: connection, store: root),
-                  error.code == .rollbackCounterMissing else {
-                throw KeychainError(.invalidParameter, "The rollback counter of the keychain at \(root) is there: its files are checked against it, and there is nothing to accept")
+                error.code == .rollbackCounterMissing
+            else {
+                throw KeychainError(
+                    .invalidParameter,
+                    "The rollback counter of the keychain at \(root) is there: its files are checked against it, and there is nothing to accept"
+                )
             }
             return try defineCounter(keys: keys, tpm: connection, store: root)
         }
         let layout = try layout(of: rootDirectory, version: parsed.metadata.version, keys: keys)
-        let listed = try writeManifest(layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: storeID,
-                                       counterIndex: counter.index, epoch: counter.value)
+        let listed = try writeManifest(
+            layout.manifest, listing: layout, in: rootDirectory, keys: keys, storeID: storeID,
+            counterIndex: counter.index, epoch: counter.value)
         var metadata = parsed.metadata
         metadata.rollbackCounter = counter.index
-        try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+        try rootDirectory.replace(
+            StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return listed
     }
 
@@ -229,15 +272,21 @@ extension ItemStore {
     /// (`purpose` names why for whoever waits), and store.meta parsed without the TPM.
     ///
     /// - Throws: ``KeychainError`` `.storeNotFound`, `.tampered`, `.timedOut`, `.unsafeFileSystem`.
-    private static func lockedForRepair(_ root: String, tpm: TPMConfiguration,
-                                        purpose: String) throws(KeychainError) -> (Directory, LockFile, StoreMetadata.Parsed) {
-        guard root.hasPrefix("/"), let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
-              let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName) else {
+    private static func lockedForRepair(
+        _ root: String, tpm: TPMConfiguration,
+        purpose: String
+    ) throws(KeychainError) -> (Directory, LockFile, StoreMetadata.Parsed) {
+        guard root.hasPrefix("/"),
+            let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
+            let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName)
+        else {
             throw KeychainError(.storeNotFound, "No keychain store at \(root)")
         }
         let lock = try rootDirectory.lockItself(timeout: tpm.timeout, purpose: purpose)
         let metadataPath = root + "/" + StoreMetadata.fileName
-        guard metadataFile.size <= StoreMetadata.maximumFileSize else { throw KeychainError(.tampered, "\(metadataPath) is damaged") }
+        guard metadataFile.size <= StoreMetadata.maximumFileSize else {
+            throw KeychainError(.tampered, "\(metadataPath) is damaged")
+        }
         let parsed = try StoreMetadata.parse(try metadataFile.read(count: metadataFile.size, at: 0), path: metadataPath)
         return (rootDirectory, lock, parsed)
     }
@@ -246,9 +295,12 @@ extension ItemStore {
     /// record, and every key record: after a TPM change none of them can be opened (records are
     /// sealed to the old TPM's NV state and passcode key), and this-device-only items must not
     /// follow a store to another TPM. The caller holds the store lock exclusively.
-    private static func removeItemsBoundToTheOldTPM(_ layout: Layout, in rootDirectory: Directory, keys: StoreKeys,
-                                                    storeID: [UInt8]) throws(KeychainError) -> Recovery {
-        var kept = 0, removed = 0
+    private static func removeItemsBoundToTheOldTPM(
+        _ layout: Layout, in rootDirectory: Directory, keys: StoreKeys,
+        storeID: [UInt8]
+    ) throws(KeychainError) -> Recovery {
+        var kept = 0
+        var removed = 0
         var doomed: [(Directory, String)] = []
         for group in try layout.items.entries() where !group.hasPrefix(".") {
             guard let directory = try Directory.open(group, in: layout.items, create: false) else { continue }
@@ -256,20 +308,29 @@ extension ItemStore {
                 guard let file = try directory.openFile(name) else { continue }
                 let boundToTheTPM: Bool
                 if layout.version == 1 {
-                    guard file.size >= ItemFile.headerSize else { throw KeychainError(.tampered, "\(file.path) is truncated") }
-                    let header = try ItemFile.decodeHeader(try file.read(count: ItemFile.headerSize, at: 0)[...], fileSize: file.size,
-                                                           storeID: storeID, path: file.path)
+                    guard file.size >= ItemFileV1.headerSize else {
+                        throw KeychainError(.tampered, "\(file.path) is truncated")
+                    }
+                    let header = try ItemFileV1.decodeHeader(
+                        try file.read(count: ItemFileV1.headerSize, at: 0)[...], fileSize: file.size,
+                        storeID: storeID, path: file.path)
                     boundToTheTPM = header.accessibility.isThisDeviceOnly
                 } else {
-                    guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.headerSize + ItemFileV2.maximumAttributesSize
-                            + ItemValue.maximumSize + 2 * ItemFileV2.tagSize else { throw KeychainError(.tampered, "\(file.path) has an impossible size") }
+                    guard file.size >= ItemFileV2.headerSize,
+                        file.size <= ItemFileV2.headerSize + ItemFileV2.maximumAttributesSize
+                            + ItemValue.maximumSize + 2 * ItemFileV2.tagSize
+                    else { throw KeychainError(.tampered, "\(file.path) has an impossible size") }
                     let bytes = try file.read(count: file.size, at: 0)
-                    let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: file.size, storeID: storeID, path: file.path)
+                    let header = try ItemFileV2.decodeHeader(
+                        bytes[...], fileSize: file.size, storeID: storeID, path: file.path)
                     // The header is authenticated (it is the attributes section's AAD) before it decides
                     // what is deleted: an edited class or record ID fails here, as `tampered`.
-                    let key = ItemFileV2.itemKey(parent: keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
-                    _ = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: key, path: file.path)
-                    boundToTheTPM = header.keyRecord != ItemFileV2.masterKeyRecord || header.accessibility.isThisDeviceOnly
+                    let key = ItemFileV2.itemKey(
+                        parent: keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+                    _ = try ItemFileV2.decryptAttributes(
+                        bytes[header.attributesRange], header: header, key: key, path: file.path)
+                    boundToTheTPM =
+                        header.keyRecord != ItemFileV2.masterKeyRecord || header.accessibility.isThisDeviceOnly
                 }
                 if boundToTheTPM {
                     doomed.append((directory, name))
@@ -292,8 +353,10 @@ extension ItemStore {
     }
 
     /// The master key, unsealed from store.meta and checked against the store's current keys.
-    private static func unsealMasterKey(_ rootDirectory: Directory, tpm: TPMConfiguration, storeID: [UInt8],
-                                        keys: StoreKeys) throws(KeychainError) -> SecretBytes {
+    private static func unsealMasterKey(
+        _ rootDirectory: Directory, tpm: TPMConfiguration, storeID: [UInt8],
+        keys: StoreKeys
+    ) throws(KeychainError) -> SecretBytes {
         let metadata = try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID)
         return try withTPM(tpm, root: rootDirectory.path, cache: StorageKeyContextFile(directory: rootDirectory)) {
             try $0.unseal(metadata.sealedMasterKey)

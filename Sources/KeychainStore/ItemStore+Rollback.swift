@@ -1,8 +1,9 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -58,156 +59,10 @@ extension ItemStore {
         guard let index = rollbackCounterIndex else { return nil }
         let keys = try current().keys
         return try withLentTPM { (configuration) throws(KeychainError) in
-            try Self.withTPM(configuration, root: root, cache: nil) { try Self.readCounter(index, keys: keys, tpm: $0, store: root) }
-        }
-    }
-
-    // MARK: Opening
-
-    /// The whole manifest, refused unread when it is larger than any writer makes.
-    static func readManifest(_ file: OpenFile, path: String) throws(KeychainError) -> [UInt8] {
-        guard file.size <= Manifest.maximumSize else { throw oversizedManifest(path, size: file.size) }
-        return try file.read(count: file.size, at: 0)
-    }
-
-    static func oversizedManifest(_ path: String, size: Int) -> KeychainError {
-        KeychainError(.tampered, "\(path) is \(size) bytes, more than a manifest ever grows to (\(Manifest.maximumSize)): it was not written by TPMKeychain")
-    }
-
-    /// Reads the manifest and checks it against the TPM counter's value `counter`.
-    ///
-    /// - Throws: ``KeychainError`` `.rolledBack` when the manifest is older than the counter (the
-    ///   store, or its manifest, was put back from a copy), `.tampered` when it is missing,
-    ///   damaged or ahead of the counter.
-    static func loadManifest(_ rootDirectory: Directory, name: String, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
-                             counter: UInt64) throws(KeychainError) -> RollbackState {
-        let path = rootDirectory.path + "/" + name
-        guard let file = try rootDirectory.openFile(name) else {
-            throw KeychainError(.rolledBack, "The keychain store at \(rootDirectory.path) is rollback-protected but its manifest \(path) is missing: the store was put back from an incomplete copy, or the file was deleted. Restore the store from its newest backup, or recover it with its recovery key to accept the files as they are")
-        }
-        let state = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
-                                       counterIndex: counterIndex, path: path)
-        // The epoch record is written (durably) before the counter moves: one ahead is a writer
-        // that died between the two, which the next epoch completes.
-        if state.epoch < counter {
-            throw KeychainError(.rolledBack, "The keychain store at \(rootDirectory.path) is older than its TPM counter says (its manifest is from epoch \(state.epoch), the counter is at \(counter)): it was put back from an older copy. Its items may have been changed or deleted since; restore the newest backup, or recover the store with its recovery key to accept these files as they are")
-        }
-        if state.epoch > counter + 1 {
-            throw KeychainError(.tampered, "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Recovering the store with its recovery key accepts its files as they are")
-        }
-        return RollbackState(manifest: state, inode: file.inode, fileName: name)
-    }
-
-    /// The counter's value, read with its authorization (the TPM authenticates the answer).
-    ///
-    /// - Throws: ``KeychainError`` `.rollbackCounterMissing` when the index is gone.
-    static func readCounter(_ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String) throws(KeychainError) -> UInt64 {
-        do {
-            return try tpm.readNVCounter(index, authValue: counterAuthorization(keys))
-        } catch let error as TPMError where error.code == .handleNotFound || error.code == .nvIndexUninitialized {
-            throw counterMissing(index, store: store, underlying: error)
-        } catch let error as TPMError {
-            throw KeychainError(tpmError: error, store: store)
-        } catch {
-            throw KeychainError(.tpmUnavailable, "The TPM failed while reading the keychain's rollback counter", underlying: error)
-        }
-    }
-
-    static func counterMissing(_ index: UInt32, store: String, underlying: (any Error)? = nil) -> KeychainError {
-        KeychainError(.rollbackCounterMissing, "The rollback counter of the keychain at \(store) (TPM NV index 0x\(String(index, radix: 16))) is gone: the TPM was cleared or the index was deleted, so the store's files can no longer be proven current. If the store has a recovery key, recovering with it accepts the files as they are and creates a new counter; without one, accepting the rollback risk does the same (older copies put back before that are then accepted too)", underlying: underlying)
-    }
-
-    static func counterAuthorization(_ keys: StoreKeys) -> SecretBytes {
-        keys.counterAuthorization.withUnsafeBytes { SecretBytes(copying: $0) }
-    }
-
-    /// Defines a new counter for the store (NO_DA: its authorization is a 256-bit key) and moves
-    /// it once so it can be read. - Returns: its index and value.
-    ///
-    /// - Throws: ``KeychainError`` `.notAvailable` when the TPM has no room or no usable owner
-    ///   hierarchy, or a TPM error.
-    static func defineCounter(keys: StoreKeys, tpm: TPMConnection, store: String) throws(KeychainError) -> (index: UInt32, value: UInt64) {
-        let authorization = counterAuthorization(keys)
-        for index in counterCandidates(keys) {
-            do {
-                try tpm.defineNVIndex(index, kind: .counter, authValue: authorization, options: .noDictionaryAttack)
-            } catch let error as TPMError where error.code == .nvIndexAlreadyDefined {
-                continue
-            } catch let error as TPMError where error.code == .outOfResources {
-                throw KeychainError(.notAvailable, "The TPM has no room for the keychain's rollback counter", underlying: error)
-            } catch let error as TPMError {
-                throw KeychainError(tpmError: error, store: store)
-            } catch {
-                throw KeychainError(.tpmUnavailable, "The TPM failed while defining the keychain's rollback counter", underlying: error)
-            }
-            do {
-                try tpm.incrementNVCounter(index, authValue: authorization)
-                return (index, try tpm.readNVCounter(index, authValue: authorization))
-            } catch {
-                try? tpm.undefineNVIndex(index)
-                throw KeychainError(.tpmUnavailable, "The TPM failed while starting the keychain's rollback counter", underlying: error)
+            try Self.withTPM(configuration, root: root, cache: nil) {
+                try Self.readCounter(index, keys: keys, tpm: $0, store: root)
             }
         }
-        throw KeychainError(.notAvailable, "No free NV index for the keychain's rollback counter in 0x\(String(counterRange.lowerBound, radix: 16))-0x\(String(counterRange.upperBound - 1, radix: 16))")
-    }
-
-    /// The handles a store's counter may have, in the order they are tried: derived from the
-    /// store's keys (HMAC-SHA256 under the counter's authorization), so that a store found without
-    /// a counter can ask whether it had one (``counterOnceDefined(keys:tpm:)``).
-    static func counterCandidates(_ keys: StoreKeys, in range: Range<UInt32> = counterRange) -> [UInt32] {
-        (0..<UInt8(16)).map { attempt in
-            let mac = Array(HMAC<SHA256>.authenticationCode(for: Array("TPMKeychain rollback counter index".utf8) + [attempt],
-                                                            using: keys.counterAuthorization))
-            let value = UInt32(mac[0]) << 24 | UInt32(mac[1]) << 16 | UInt32(mac[2]) << 8 | UInt32(mac[3])
-            return range.lowerBound + value % UInt32(range.count)
-        }
-    }
-
-    /// A counter this store made, found at one of its candidate handles in either range (it
-    /// answers the store's authorization, which no one else has): nil when there is none. A store
-    /// whose metadata names no counter but that has one is a copy from before its counter existed.
-    /// One listing per range says which candidates are defined at all, so a TPM without them
-    /// answers in two commands rather than thirty-two reads.
-    static func counterOnceDefined(keys: StoreKeys, tpm: TPMConnection) -> UInt32? {
-        let authorization = counterAuthorization(keys)
-        for range in [counterRange, legacyCounterRange] {
-            // When the listing fails, every candidate is asked: a missed counter would let a
-            // pre-counter copy in.
-            let defined = try? tpm.definedNVIndices(in: range)
-            let found = counterCandidates(keys, in: range).first { candidate in
-                (defined?.contains(candidate) ?? true) && (try? tpm.readNVCounter(candidate, authValue: authorization)) != nil
-            }
-            if let found { return found }
-        }
-        return nil
-    }
-
-    /// A new manifest `name` in epoch `epoch`, listing every item of `layout` as it is now (none
-    /// for a new store): for a new store, for one that gets its counter, after a rotation and after
-    /// a recovery.
-    /// - Returns: how many items it lists.
-    @discardableResult
-    static func writeManifest(_ name: String, listing layout: Layout?, in rootDirectory: Directory, keys: StoreKeys, storeID: [UInt8],
-                              counterIndex: UInt32, epoch: UInt64) throws(KeychainError) -> Int {
-        var entries: [Manifest.ItemKey: Manifest.Entry] = [:]
-        var highWater: UInt64 = 0
-        if let layout, layout.version == 2 {
-            for group in try layout.items.entries() where !group.hasPrefix(".") {
-                guard let directory = try Directory.open(group, in: layout.items, create: false) else { continue }
-                for name in try directory.entries() {
-                    guard let key = Manifest.ItemKey(fileName: name), let file = try directory.openFile(name),
-                          file.size >= ItemFileV2.headerSize else { continue }
-                    let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-                                                             storeID: storeID, path: file.path)
-                    entries[key] = Manifest.Entry(generation: header.generation, live: true, group: group)
-                    highWater = max(highWater, header.generation)
-                }
-            }
-        }
-        let state = Manifest.State(storeID: storeID, counterIndex: counterIndex, highWater: highWater, epoch: epoch, entries: entries,
-                                   lastMAC: [], validSize: 0)
-        try rootDirectory.replace(name, with: Manifest.compacted(state, key: keys.manifest), durable: true)
-        return entries.count
     }
 
     // MARK: Reading
@@ -222,9 +77,14 @@ extension ItemStore {
     /// - Returns: false when the file is what an interrupted delete left: the item is gone.
     /// - Throws: ``KeychainError`` `.rolledBack` for an older generation than recorded, or a
     ///   deleted item put back.
-    func checkGeneration(_ generation: UInt64, file: String, key: Manifest.ItemKey? = nil, group: String, path: String, in items: Directory,
-                         groupLocked: Bool = false) throws(KeychainError) -> Bool {
-        guard let file = key ?? Manifest.ItemKey(fileName: file), let verdict = verdict(generation, file: file) else { return true }
+    func checkGeneration(
+        _ generation: UInt64, file: String, key: Manifest.ItemKey? = nil, group: String, path: String,
+        in items: Directory,
+        groupLocked: Bool = false
+    ) throws(KeychainError) -> Bool {
+        guard let file = key ?? Manifest.ItemKey(fileName: file), let verdict = verdict(generation, file: file) else {
+            return true
+        }
         if verdict == .current { return true }
         try refreshManifest()
         var settled = self.verdict(generation, file: file) ?? .current
@@ -244,9 +104,15 @@ extension ItemStore {
         case .current: return true
         case .deleted: return false
         case .older(let expected):
-            throw KeychainError(.rolledBack, "\(path) is generation \(generation) of its item, but the store's manifest records generation \(expected): the file was put back from an older copy (alone or with its directory). Nothing was read. Delete the item and store it again, or restore the store from its newest backup")
+            throw KeychainError(
+                .rolledBack,
+                "\(path) is generation \(generation) of its item, but the store's manifest records generation \(expected): the file was put back from an older copy (alone or with its directory). Nothing was read. Delete the item and store it again, or restore the store from its newest backup"
+            )
         case .restoredDeleted:
-            throw KeychainError(.rolledBack, "\(path) is an item the store deleted (generation \(generation)), put back from an older copy. Nothing was read. Delete it again, or restore the store from its newest backup")
+            throw KeychainError(
+                .rolledBack,
+                "\(path) is an item the store deleted (generation \(generation)), put back from an older copy. Nothing was read. Delete it again, or restore the store from its newest backup"
+            )
         }
     }
 
@@ -255,7 +121,9 @@ extension ItemStore {
     ///
     /// - Throws: ``KeychainError`` `.rolledBack` when the manifest lists it: its file was deleted
     ///   behind the keychain's back (or its directory put back from a copy without it).
-    func checkAbsence(file name: String, group: String, in items: Directory, groupLocked: Bool = false) throws(KeychainError) {
+    func checkAbsence(
+        file name: String, group: String, in items: Directory, groupLocked: Bool = false
+    ) throws(KeychainError) {
         guard let file = Manifest.ItemKey(fileName: name), isListed(file) else { return }
         try refreshManifest()
         guard isListed(file) else { return }
@@ -267,15 +135,22 @@ extension ItemStore {
             if try currentGeneration(name, group: group, in: items) != nil { return }
         }
         let generation = rollback.withLock { $0?.manifest.entries[file]?.generation } ?? 0
-        throw KeychainError(.rolledBack, "The item file \(items.path)/\(group)/\(name) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup")
+        throw KeychainError(
+            .rolledBack,
+            "The item file \(items.path)/\(group)/\(name) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup"
+        )
     }
 
     /// Checks that every item the manifest lists in `groups` was seen by a listing.
-    func checkListed(groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false) throws(KeychainError) {
+    func checkListed(
+        groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false
+    ) throws(KeychainError) {
         func missing() -> [(String, String)] {
             rollback.withLock { state in
-                (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) }.map { ($0.key.fileName, $0.value.group) }
-                    .filter { !seen.contains($0.0) }
+                (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) }.map {
+                    ($0.key.fileName, $0.value.group)
+                }
+                .filter { !seen.contains($0.0) }
             }
         }
         for (file, group) in missing() {
@@ -297,11 +172,16 @@ extension ItemStore {
     }
 
     /// The generation of the item file there now, or nil when there is none.
-    private func currentGeneration(_ file: String, group: String, in items: Directory) throws(KeychainError) -> UInt64? {
-        guard let directory = try Directory.open(group, in: items, create: false), let opened = try directory.openFile(file),
-              opened.size >= ItemFileV2.headerSize else { return nil }
-        return try ItemFileV2.decodeHeader(try opened.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: opened.size,
-                                           storeID: storeID, path: opened.path).generation
+    private func currentGeneration(_ file: String, group: String, in items: Directory) throws(KeychainError) -> UInt64?
+    {
+        guard let directory = try Directory.open(group, in: items, create: false),
+            let opened = try directory.openFile(file),
+            opened.size >= ItemFileV2.headerSize
+        else { return nil }
+        return try ItemFileV2.decodeHeader(
+            try opened.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: opened.size,
+            storeID: storeID, path: opened.path
+        ).generation
     }
 
     enum Verdict: Equatable {
@@ -327,21 +207,32 @@ extension ItemStore {
 
     /// Reads what other processes appended (or the whole file, when it was compacted or replaced).
     func refreshManifest() throws(KeychainError) {
-        guard let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
-            state.map { ($0.fileName, $0.inode, $0.manifest.validSize, $0.manifest.counterIndex, $0.manifest.epoch) }
-        }) else { return }
+        guard
+            let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
+                state.map {
+                    ($0.fileName, $0.inode, $0.manifest.validSize, $0.manifest.counterIndex, $0.manifest.epoch)
+                }
+            })
+        else { return }
         let path = root + "/" + fileName
         guard let file = try rootDirectory.openFile(fileName) else {
             // Another process rotated the master key: its manifest has the new key's name.
             if try refreshIfRotated(try current()) { return }
-            throw KeychainError(.rolledBack, "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted")
+            throw KeychainError(
+                .rolledBack,
+                "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted"
+            )
         }
         let keys = try current().keys
         if file.inode != inode || file.size < validSize {
-            let reloaded = try Manifest.parse(try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
-                                              counterIndex: counterIndex, path: path)
+            let reloaded = try Manifest.parse(
+                try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
+                counterIndex: counterIndex, path: path)
             guard reloaded.epoch >= epoch else {
-                throw KeychainError(.rolledBack, "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))")
+                throw KeychainError(
+                    .rolledBack,
+                    "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))"
+                )
             }
             let newInode = file.inode
             rollback.withLock { state in
@@ -363,14 +254,17 @@ extension ItemStore {
     /// Writes `records` at the end of what this handle has read (the caller holds the manifest's
     /// lock and has just refreshed) and applies them.
     private func appendLocked(_ records: [Manifest.Record], durable: Bool, keys: StoreKeys) throws(KeychainError) {
-        guard let (fileName, validSize, lastMAC) = rollback.withLock({ state in
-            state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC) }
-        }) else { return }
+        guard
+            let (fileName, validSize, lastMAC) = rollback.withLock({ state in
+                state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC) }
+            })
+        else { return }
         let bytes = Manifest.encode(records, after: lastMAC, key: keys.manifest)
         try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
         let error = rollback.withLock { state -> KeychainError? in
             guard state != nil else { return nil }
-            return Manifest.apply(bytes[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: root + "/" + fileName)
+            return Manifest.apply(
+                bytes[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: root + "/" + fileName)
         }
         if let error { throw error }
     }
@@ -400,7 +294,9 @@ extension ItemStore {
 
     /// Records writes about to happen (`.writing`, before the rename), writes done (`.set`),
     /// deletes about to happen (`.deleting`, durable before the files go) and deletes done (`.deleted`).
-    func recordInManifest(_ kind: Manifest.Kind, _ items: [(path: Manifest.ItemPath, generation: UInt64)]) throws(KeychainError) {
+    func recordInManifest(
+        _ kind: Manifest.Kind, _ items: [(path: Manifest.ItemPath, generation: UInt64)]
+    ) throws(KeychainError) {
         guard isRollbackProtected, !items.isEmpty else { return }
         var records: [Manifest.Record] = []
         for item in items {
@@ -423,7 +319,8 @@ extension ItemStore {
         try appendLocked(records, durable: durable, keys: keys)
         let compact = rollback.withLock { state -> [UInt8]? in
             guard let manifest = state?.manifest, manifest.validSize > Manifest.compactionThreshold,
-                  manifest.validSize > 4 * (manifest.liveCount + 2) * Manifest.recordSize else { return nil }
+                manifest.validSize > 4 * (manifest.liveCount + 2) * Manifest.recordSize
+            else { return nil }
             return Manifest.compacted(manifest, key: keys.manifest)
         }
         if let compact {
@@ -437,9 +334,11 @@ extension ItemStore {
     /// epoch record is made durable, then the TPM counter moves to it. A manifest put back from an
     /// older copy since this handle opened is caught here too.
     func startEpochIfNeeded() throws(KeychainError) {
-        guard let (fileName, started, index) = rollback.withLock({ state in
-            state.map { ($0.fileName, $0.epochStarted, $0.manifest.counterIndex) }
-        }) else { return }
+        guard
+            let (fileName, started, index) = rollback.withLock({ state in
+                state.map { ($0.fileName, $0.epochStarted, $0.manifest.counterIndex) }
+            })
+        else { return }
         if let started, ContinuousClock.now - started < Self.epochLifetime { return }
         let lock = try rootDirectory.lock(fileName + ".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
@@ -450,7 +349,10 @@ extension ItemStore {
                 let counter = try Self.readCounter(index, keys: keys, tpm: tpm, store: root)
                 guard let epoch = rollback.withLock({ $0?.manifest.epoch }) else { return }
                 if epoch < counter {
-                    throw KeychainError(.rolledBack, "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(epoch), counter \(counter)): it was put back from an older copy while the store was open")
+                    throw KeychainError(
+                        .rolledBack,
+                        "The manifest of the keychain at \(root) is older than its TPM counter (epoch \(epoch), counter \(counter)): it was put back from an older copy while the store was open"
+                    )
                 }
                 if epoch == counter {
                     try appendLocked([Manifest.Record(kind: .epoch, value: counter + 1)], durable: true, keys: keys)

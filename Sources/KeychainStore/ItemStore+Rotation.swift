@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
 
 // Rotating the master key. Every key of a store derives from its master key, and so do the names
 // of its files, so a new master key means a new copy of every item and key record. The copy is
@@ -40,13 +40,20 @@ extension ItemStore {
             guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                guard file.size >= ItemFileV2.headerSize else { throw KeychainError(.tampered, "\(file.path) is truncated") }
-                let header = try ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-                                                         storeID: storeID, path: file.path)
-                guard header.keyRecord != ItemFileV2.masterKeyRecord, seen.insert(header.keyRecord).inserted else { continue }
+                guard file.size >= ItemFileV2.headerSize else {
+                    throw KeychainError(.tampered, "\(file.path) is truncated")
+                }
+                let header = try ItemFileV2.decodeHeader(
+                    try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                    storeID: storeID, path: file.path)
+                guard header.keyRecord != ItemFileV2.masterKeyRecord, seen.insert(header.keyRecord).inserted else {
+                    continue
+                }
                 let record = try keyRecord(header.keyRecord, state)
-                protections.append(ItemProtection(recordID: record.recordID, protection: try record.protection(),
-                                                  lockBound: record.flags.contains(.lockBound)))
+                protections.append(
+                    ItemProtection(
+                        recordID: record.recordID, protection: try record.protection(),
+                        lockBound: record.flags.contains(.lockBound)))
             }
         }
         return protections
@@ -90,21 +97,29 @@ extension ItemStore {
         guard let items = try Directory.open(itemsName, in: rootDirectory, create: true) else {
             throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsName)")
         }
-        let target = OpenState(keys: keys, layout: Layout(version: 2, items: items, records: recordsName, manifest: Manifest.fileName + "-" + tag),
-                               metadataInode: 0)
+        let target = OpenState(
+            keys: keys,
+            layout: Layout(version: 2, items: items, records: recordsName, manifest: Manifest.fileName + "-" + tag),
+            metadataInode: 0)
         let copied: (items: Int, records: Int)
         do {
             copied = try copy(state, to: target, opened: opened)
             // The recovery key (if any) follows: the new master key encrypted to its public half.
-            try Self.prepareRecoveryKeyRotation(in: rootDirectory, masterKey: masterKey, keys: keys, oldKeys: state.keys, storeID: storeID)
+            try Self.prepareRecoveryKeyRotation(
+                in: rootDirectory, masterKey: masterKey, keys: keys, oldKeys: state.keys, storeID: storeID)
             if let counter {
-                try Self.writeManifest(target.layout.manifest, listing: target.layout, in: rootDirectory, keys: keys, storeID: storeID, counterIndex: counter.index,
-                                       epoch: counter.value)
+                try Self.writeManifest(
+                    target.layout.manifest, listing: target.layout, in: rootDirectory, keys: keys, storeID: storeID,
+                    counterIndex: counter.index,
+                    epoch: counter.value)
             }
             // The commit: store.meta now seals the new key.
             var metadata = try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys)
-            (metadata.version, metadata.sealedMasterKey, metadata.rollbackCounter) = (StoreMetadata.rotatedVersion, sealed, counter?.index)
-            try rootDirectory.replace(StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
+            (metadata.version, metadata.sealedMasterKey, metadata.rollbackCounter) = (
+                StoreMetadata.rotatedVersion, sealed, counter?.index
+            )
+            try rootDirectory.replace(
+                StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
             OperationProgress.report(.committed)
         } catch {
             // Not committed (store.meta is still the file the old key came from): the old key and
@@ -124,8 +139,9 @@ extension ItemStore {
         let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
         adopt(rotated)
         if let counter {
-            let reloaded = try Self.loadManifest(rootDirectory, name: target.layout.manifest, keys: keys, storeID: storeID,
-                                                 counterIndex: counter.index, counter: counter.value)
+            let reloaded = try Self.loadManifest(
+                rootDirectory, name: target.layout.manifest, keys: keys, storeID: storeID,
+                counterIndex: counter.index, counter: counter.value)
             rollback.withLock { $0 = reloaded }
             if let oldCounter { undefineCounter(oldCounter) }
         }
@@ -136,14 +152,17 @@ extension ItemStore {
 
     /// Writes every key record and item of `state` under `target`'s key and directories, each
     /// file durable and each directory synced once. - Returns: how many items and records.
-    private func copy(_ state: OpenState, to target: OpenState, opened: [[UInt8]: RecordKey]) throws(KeychainError) -> (items: Int, records: Int) {
+    private func copy(
+        _ state: OpenState, to target: OpenState, opened: [[UInt8]: RecordKey]
+    ) throws(KeychainError) -> (items: Int, records: Int) {
         guard let records = try Directory.open(target.layout.records, in: rootDirectory, create: true) else {
             throw KeychainError(.storageFailed, "Cannot create \(root)/\(target.layout.records)")
         }
         let carried = try allRecords(state)
         for record in carried {
-            try records.replace(KeyRecord.fileName(record.recordID), with: record.serialized(metadataKey: target.keys.metadata),
-                                durable: durable, syncDirectory: false)
+            try records.replace(
+                KeyRecord.fileName(record.recordID), with: record.serialized(metadataKey: target.keys.metadata),
+                durable: durable, syncDirectory: false)
         }
         var groups: [String: Directory] = [:]
         var count = 0
@@ -151,14 +170,18 @@ extension ItemStore {
             guard let directory = try Directory.open(group, in: state.layout.items, create: false) else { continue }
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                let (contents, record) = try rotatedContents(of: file, named: name, inGroup: group, opened: opened, state)
+                let (contents, record) = try rotatedContents(
+                    of: file, named: name, inGroup: group, opened: opened, state)
                 let groupName = ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: target.keys)
-                if groups[groupName] == nil { groups[groupName] = try Directory.open(groupName, in: target.layout.items, create: true) }
+                if groups[groupName] == nil {
+                    groups[groupName] = try Directory.open(groupName, in: target.layout.items, create: true)
+                }
                 guard let destination = groups[groupName] else {
                     throw KeychainError(.storageFailed, "Cannot create \(target.layout.items.path)/\(groupName)")
                 }
-                try destination.replace(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: target.keys),
-                                        with: try encode(contents, record: record, target), durable: durable, syncDirectory: false)
+                try destination.replace(
+                    ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: target.keys),
+                    with: try encode(contents, record: record, target), durable: durable, syncDirectory: false)
                 count += 1
                 OperationProgress.report(.rewrote(count))
             }
@@ -174,27 +197,35 @@ extension ItemStore {
 
     /// One item, decrypted under the current key and checked to be where its name says, with the
     /// record its secret is bound to (nil: the master key).
-    private func rotatedContents(of file: OpenFile, named name: String, inGroup group: String, opened: [[UInt8]: RecordKey],
-                                 _ state: OpenState) throws(KeychainError) -> (ItemFileV2.Contents, KeyRecord?) {
+    private func rotatedContents(
+        of file: OpenFile, named name: String, inGroup group: String, opened: [[UInt8]: RecordKey],
+        _ state: OpenState
+    ) throws(KeychainError) -> (ItemFileV2.Contents, KeyRecord?) {
         let bytes = try readWhole(file, version: 2)
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
-        let attributes = try ItemFileV2.decryptAttributes(bytes[header.attributesRange], header: header, key: v2ItemKey(header, state.keys),
-                                                          path: file.path)
+        let attributes = try ItemFileV2.decryptAttributes(
+            bytes[header.attributesRange], header: header, key: v2ItemKey(header, state.keys),
+            path: file.path)
         guard ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
-              ItemFileV2.groupName(of: header.itemClass, attributes, keys: state.keys) == group else {
+            ItemFileV2.groupName(of: header.itemClass, attributes, keys: state.keys) == group
+        else {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
         var record: KeyRecord?
         var recordKey: RecordKey?
         if header.keyRecord != ItemFileV2.masterKeyRecord {
             guard let key = opened[header.keyRecord] else {
-                throw KeychainError(.interactionNotAllowed, "\(file.path) is a protected item: rotating the master key needs its key record opened (an authentication context that may ask for biometry or the passcode)")
+                throw KeychainError(
+                    .interactionNotAllowed,
+                    "\(file.path) is a protected item: rotating the master key needs its key record opened (an authentication context that may ask for biometry or the passcode)"
+                )
             }
             record = try keyRecord(header.keyRecord, state)
             recordKey = key
         }
-        let contents = try readContents(bytes, path: file.path, expectedPrimaryKey: header.itemClass.encodedPrimaryKey(of: attributes),
-                                        recordKey: recordKey, state)
+        let contents = try readContents(
+            bytes, path: file.path, expectedPrimaryKey: header.itemClass.encodedPrimaryKey(of: attributes),
+            recordKey: recordKey, state)
         return (contents, record)
     }
 
@@ -208,7 +239,8 @@ extension ItemStore {
     /// - Throws: ``KeychainError`` as opening does (`.tampered`, `.wrongTPM`, `.tpmUnavailable`, ...).
     func refreshIfRotated(_ state: OpenState) throws(KeychainError) -> Bool {
         guard state.layout.version == 2, let inode = try rootDirectory.inode(of: StoreMetadata.fileName),
-              inode != state.metadataInode else { return false }
+            inode != state.metadataInode
+        else { return false }
         let unlocked = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.unlock(rootDirectory, tpm: tpm, cache: StorageKeyContextFile(directory: rootDirectory))
         }
@@ -218,8 +250,9 @@ extension ItemStore {
         let layout = try Self.layout(of: rootDirectory, version: unlocked.version, keys: unlocked.keys)
         var rollbackState: RollbackState?
         if let index = unlocked.counterIndex, let value = try unlocked.counterValue {
-            rollbackState = try Self.loadManifest(rootDirectory, name: layout.manifest, keys: unlocked.keys, storeID: storeID,
-                                                  counterIndex: index, counter: value)
+            rollbackState = try Self.loadManifest(
+                rootDirectory, name: layout.manifest, keys: unlocked.keys, storeID: storeID,
+                counterIndex: index, counter: value)
         }
         adopt(OpenState(keys: unlocked.keys, layout: layout, metadataInode: unlocked.metadataInode))
         rollback.withLock { $0 = rollbackState }
@@ -246,7 +279,8 @@ extension ItemStore {
             let isRecords = entry == KeyRecord.directoryName || entry.hasPrefix(KeyRecord.directoryName + "-")
             let isManifest = entry.hasPrefix(Manifest.fileName)
             guard isItems || isRecords || isManifest, entry != keptItems, entry != layout.records,
-                  entry != layout.manifest, entry != layout.manifest + ".lock" else { continue }
+                entry != layout.manifest, entry != layout.manifest + ".lock"
+            else { continue }
             if isManifest {
                 _ = try rootDirectory.remove(entry, durable: false)
             } else {

@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
-import SystemCalls
 package import KeychainVocabulary
+import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,9 +17,13 @@ extension ItemStore {
     ///
     /// - Throws: ``KeychainError`` `.duplicateItem`, `.itemNotFound`, `.invalidParameter` (sizes),
     ///   `.tampered` (the existing file is damaged: remove it first), `.timedOut`, `.storageFailed`.
-    package func write(_ identity: ItemIdentity, mode: ItemWriteMode, value: ItemValue?, changes: AttributeChanges,
-                       access: AccessWrite? = nil) throws(KeychainError) {
-        try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes, access: access)
+    package func write(
+        _ identity: ItemIdentity, mode: ItemWriteMode, value: ItemValue?, changes: AttributeChanges,
+        access: AccessWrite? = nil
+    ) throws(KeychainError) {
+        try write(
+            .genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes,
+            access: access)
     }
 
     /// How a write protects the item: the protection of a new key record (or none), the device
@@ -30,7 +35,9 @@ extension ItemStore {
         package var enrollmentIdentifier: [UInt8]?
         package var recordKey: RecordKey?
 
-        package init(protection: Protection?, device: Device, enrollmentIdentifier: [UInt8]? = nil, recordKey: RecordKey? = nil) {
+        package init(
+            protection: Protection?, device: Device, enrollmentIdentifier: [UInt8]? = nil, recordKey: RecordKey? = nil
+        ) {
             self.protection = protection
             self.device = device
             self.enrollmentIdentifier = enrollmentIdentifier
@@ -43,8 +50,10 @@ extension ItemStore {
     ///
     /// - Throws: as ``write(_:mode:value:changes:)``; `.invalidParameter` for a reserved class or
     ///   a primary key without its service and account (generic) or server (internet).
-    package func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?,
-                       changes: AttributeChanges, access: AccessWrite? = nil) throws(KeychainError) {
+    package func write(
+        _ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?,
+        changes: AttributeChanges, access: AccessWrite? = nil
+    ) throws(KeychainError) {
         try Self.validate(value: value, changes: changes)
         try Self.validate(itemClass, primary)
         let description = Self.describe(itemClass, primary)
@@ -52,7 +61,7 @@ extension ItemStore {
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let primaryKey = itemClass.encodedPrimaryKey(of: primary)
-            guard let directory = try serviceDirectory(group, create: true, state) else {
+            guard let directory = try groupDirectory(group, create: true, state) else {
                 throw KeychainError(.storageFailed, "Cannot create the directory for \(description)")
             }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
@@ -63,10 +72,13 @@ extension ItemStore {
             // one an interrupted delete left counts as absent.
             var existing: ItemFileV2.Contents?
             if let file = try directory.openFile(fileName) {
-                let contents = try readContents(try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
-                                                withSecret: value == nil, recordKey: access?.recordKey, state)
-                existing = try checkGeneration(contents.generation, file: fileName, group: group, path: file.path, in: state.layout.items,
-                                               groupLocked: true) ? contents : nil
+                let contents = try readContents(
+                    try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
+                    withSecret: value == nil, recordKey: access?.recordKey, state)
+                existing =
+                    try checkGeneration(
+                        contents.generation, file: fileName, group: group, path: file.path, in: state.layout.items,
+                        groupLocked: true) ? contents : nil
             } else {
                 try checkAbsence(file: fileName, group: group, in: state.layout.items, groupLocked: true)
             }
@@ -85,23 +97,30 @@ extension ItemStore {
             for tag in primary.tags { attributes[tag] = primary[tag] }
             changes.apply(to: &attributes)
             let now = Self.nanosecondsNow()
-            if attributes.nanoseconds(AttributeTag.creationDate) == nil { attributes.setNanoseconds(now, for: AttributeTag.creationDate) }
+            if attributes.nanoseconds(AttributeTag.creationDate) == nil {
+                attributes.setNanoseconds(now, for: AttributeTag.creationDate)
+            }
             attributes.setNanoseconds(now, for: AttributeTag.modificationDate)
             // A new protection chooses the record; otherwise the item keeps the one it has.
             let record: KeyRecord?
             if let access, let protection = access.protection {
-                record = protection.needsKeyRecord(passcodeSet: try access.device.passcodeIsSet())
-                    ? try self.record(for: protection, device: access.device, enrollmentIdentifier: access.enrollmentIdentifier, state) : nil
+                record =
+                    protection.needsKeyRecord(passcodeSet: try access.device.passcodeIsSet())
+                    ? try self.record(
+                        for: protection, device: access.device, enrollmentIdentifier: access.enrollmentIdentifier, state
+                    ) : nil
             } else if let recordID = existing?.keyRecord, recordID != ItemFileV2.masterKeyRecord {
                 record = try keyRecord(recordID, state)
             } else {
                 record = nil
             }
             let contents = ItemFileV2.Contents(
-                itemID: existing?.itemID ?? randomBytes(16), generation: nextGeneration(file: fileName, existing: existing?.generation),
+                itemID: existing?.itemID ?? randomBytes(16),
+                generation: nextGeneration(file: fileName, existing: existing?.generation),
                 itemClass: itemClass,
                 keyRecord: record?.recordID ?? ItemFileV2.masterKeyRecord,
-                accessibility: access?.protection?.accessibility ?? changes.accessibility ?? existing?.accessibility ?? .whenUnlocked,
+                accessibility: access?.protection?.accessibility ?? changes.accessibility ?? existing?.accessibility
+                    ?? .whenUnlocked,
                 kind: newValue.kind, attributes: attributes, value: newValue.bytes)
             let bytes = try encode(contents, record: record, state)
             // Announced before the rename: a writer killed between the rename and its "S" record
@@ -125,7 +144,7 @@ extension ItemStore {
         try Self.validate(itemClass, primary)
         return try withWriteAccess { (state) throws(KeychainError) -> Bool in
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
-            guard let directory = try serviceDirectory(group, create: false, state) else { return false }
+            guard let directory = try groupDirectory(group, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
@@ -142,12 +161,16 @@ extension ItemStore {
         // As on Apple's platforms, an absent primary-key attribute counts as empty: SecItem code
         // stores generic passwords without a service. The Keychain API requires names itself.
         guard itemClass == .genericPassword || itemClass == .internetPassword else {
-            throw KeychainError(.invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
+            throw KeychainError(
+                .invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
         }
         for tag in primary.tags {
-            let limit = tag == AttributeTag.generic ? ItemFile.maximumGenericDataBytes
-                : [AttributeTag.label, AttributeTag.comment, AttributeTag.description].contains(tag) ? ItemFile.maximumLabelBytes
-                : ItemIdentity.maximumNameBytes
+            let limit =
+                tag == AttributeTag.generic
+                ? ItemFileV1.maximumGenericDataBytes
+                : [AttributeTag.label, AttributeTag.comment, AttributeTag.description].contains(tag)
+                    ? ItemFileV1.maximumLabelBytes
+                    : ItemIdentity.maximumNameBytes
             guard (primary[tag]?.count ?? 0) <= limit else {
                 throw KeychainError(.invalidParameter, "The \(tag) attribute is over \(limit) bytes")
             }
@@ -163,15 +186,19 @@ extension ItemStore {
     }
 
     /// Format-2 bytes of `contents` with a fresh salt and nonce.
-    func encode(_ contents: ItemFileV2.Contents, record: KeyRecord? = nil, _ state: OpenState) throws(KeychainError) -> [UInt8] {
+    func encode(
+        _ contents: ItemFileV2.Contents, record: KeyRecord? = nil, _ state: OpenState
+    ) throws(KeychainError) -> [UInt8] {
         var salt = randomBytes(32)
         var secretKey: ((SymmetricKey) -> SymmetricKey)?
         if let record {
-            (salt, secretKey) = try Self.protectedWriteKeys(record: record, storeID: storeID, itemsKey: state.keys.items)
+            (salt, secretKey) = try Self.protectedWriteKeys(
+                record: record, storeID: storeID, itemsKey: state.keys.items)
         }
         do {
-            return try ItemFileV2.encode(contents, itemKeyParent: state.keys.items, storeID: storeID, salt: salt,
-                                         nonce: randomBytes(12), secretKey: secretKey)
+            return try ItemFileV2.encode(
+                contents, itemKeyParent: state.keys.items, storeID: storeID, salt: salt,
+                nonce: randomBytes(12), secretKey: secretKey)
         } catch {
             throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }
@@ -188,14 +215,15 @@ extension ItemStore {
     package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
         try withWriteAccess { (state) throws(KeychainError) -> Bool in
             let names = names(identity, state)
-            guard let directory = try serviceDirectory(names.service, create: false, state) else { return false }
+            guard let directory = try groupDirectory(names.group, create: false, state) else { return false }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
-            let generation = names.version == 2 ? try recordDeletion(of: names.file, in: directory, group: names.service) : nil
-            let removed = try changing(directory, named: names.service) { () throws(KeychainError) in
+            let generation =
+                names.version == 2 ? try recordDeletion(of: names.file, in: directory, group: names.group) : nil
+            let removed = try changing(directory, named: names.group) { () throws(KeychainError) in
                 try directory.remove(names.file, durable: durable)
             }
-            try recordDeletionDone(of: names.file, group: names.service, generation: generation)
+            try recordDeletionDone(of: names.file, group: names.group, generation: generation)
             if !removed { _ = try confirmAbsence(names, state, groupLocked: true) as Bool? }
             return removed
         }
@@ -209,7 +237,10 @@ extension ItemStore {
     }
 
     private func deleteAll(service: String, accessGroup: String, _ state: OpenState) throws(KeychainError) -> Int {
-        guard let directory = try serviceDirectory(groupName(service: service, accessGroup: accessGroup, state), create: false, state) else {
+        guard
+            let directory = try groupDirectory(
+                groupName(service: service, accessGroup: accessGroup, state), create: false, state)
+        else {
             return 0
         }
         let lock = try directory.lock(".lock", timeout: lockTimeout)
@@ -222,7 +253,8 @@ extension ItemStore {
         if state.layout.version == 2 && isRollbackProtected {
             let group = groupName(service: service, accessGroup: accessGroup, state)
             for name in names where name.hasSuffix(Manifest.itemSuffix) {
-                deletions.append((Manifest.ItemPath(group: group, file: name), try generationToDelete(name, in: directory)))
+                deletions.append(
+                    (Manifest.ItemPath(group: group, file: name), try generationToDelete(name, in: directory)))
             }
             try recordInManifest(.deleting, deletions)
         }
@@ -261,8 +293,9 @@ extension ItemStore {
         let key = Manifest.ItemKey(fileName: fileName)
         var generation = rollback.withLock { state in key.flatMap { state?.manifest.entries[$0]?.generation } } ?? 0
         if let file = try directory.openFile(fileName), file.size >= ItemFileV2.headerSize {
-            let header = try? ItemFileV2.decodeHeader(try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-                                                      storeID: storeID, path: file.path)
+            let header = try? ItemFileV2.decodeHeader(
+                try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
+                storeID: storeID, path: file.path)
             generation = max(generation, header?.generation ?? 0)
         }
         return generation
@@ -270,19 +303,27 @@ extension ItemStore {
 
     private static func validate(value: ItemValue?, changes: AttributeChanges) throws(KeychainError) {
         if let value, value.bytes.count > ItemValue.maximumSize {
-            throw KeychainError(.invalidParameter, "The value is \(value.bytes.count) bytes; the limit is \(ItemValue.maximumSize) (16 MiB)")
+            throw KeychainError(
+                .invalidParameter,
+                "The value is \(value.bytes.count) bytes; the limit is \(ItemValue.maximumSize) (16 MiB)")
         }
         for (text, what) in [(changes.label, "label"), (changes.comment, "comment")] {
-            if let text, text.utf8.count > ItemFile.maximumLabelBytes {
-                throw KeychainError(.invalidParameter, "The \(what) is \(text.utf8.count) bytes; the limit is \(ItemFile.maximumLabelBytes)")
+            if let text, text.utf8.count > ItemFileV1.maximumLabelBytes {
+                throw KeychainError(
+                    .invalidParameter,
+                    "The \(what) is \(text.utf8.count) bytes; the limit is \(ItemFileV1.maximumLabelBytes)")
             }
         }
-        if let generic = changes.genericData, generic.count > ItemFile.maximumGenericDataBytes {
-            throw KeychainError(.invalidParameter, "The generic data is \(generic.count) bytes; the limit is \(ItemFile.maximumGenericDataBytes)")
+        if let generic = changes.genericData, generic.count > ItemFileV1.maximumGenericDataBytes {
+            throw KeychainError(
+                .invalidParameter,
+                "The generic data is \(generic.count) bytes; the limit is \(ItemFileV1.maximumGenericDataBytes)")
         }
     }
 
-    private func changing<R>(_ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R) throws(KeychainError) -> R {
+    private func changing<R>(
+        _ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         // Nothing to carry forward for a directory never checked: spare the write path two fstats.
         guard let known = caches.withLock({ $0.consistent[serviceName] }) else { return try body() }
         let unchangedBefore = try directory.stamp() == known

@@ -1,8 +1,9 @@
 import Crypto
 import Foundation
+import KeychainVocabulary
 import SystemCalls
 package import TPM
-import KeychainVocabulary
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -64,7 +65,7 @@ package final class ItemStore: Sendable {
         static let limit = 4096
         var names: [ItemIdentity: ItemNames] = [:]
         var itemKeys: [ArraySlice<UInt8>: SymmetricKey] = [:]
-        var services: [String: Directory] = [:]
+        var groups: [String: Directory] = [:]
         /// Group directories whose every item file was read and found where it belongs, with
         /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
         var consistent: [String: Directory.Stamp] = [:]
@@ -79,7 +80,7 @@ package final class ItemStore: Sendable {
     /// for one format version.
     struct ItemNames {
         let version: UInt16
-        let service: String
+        let group: String
         let file: String
         let encodedIdentity: [UInt8]
         /// The file's key in a manifest (format 2), computed once with the names.
@@ -103,8 +104,10 @@ package final class ItemStore: Sendable {
         }
     }
 
-    init(root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataInode: UInt64, durable: Bool,
-         lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackState? = nil) {
+    init(
+        root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataInode: UInt64, durable: Bool,
+        lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackState? = nil
+    ) {
         self.rollback = Locked(rollback)
         self.root = root.path
         self.rootDirectory = root
@@ -156,19 +159,23 @@ package final class ItemStore: Sendable {
     // MARK: Names and directories
 
     func names(_ identity: ItemIdentity, _ state: OpenState) -> ItemNames {
-        if let cached = caches.withLock({ $0.names[identity] }), cached.version == state.layout.version { return cached }
+        if let cached = caches.withLock({ $0.names[identity] }), cached.version == state.layout.version {
+            return cached
+        }
         let keys = state.keys
         let names: ItemNames
         if state.layout.version == 1 {
-            names = ItemNames(version: 1, service: keys.name("service", [identity.accessGroup, identity.service]),
-                              file: keys.name("item", [identity.accessGroup, identity.service, identity.account]) + ".item",
-                              encodedIdentity: ItemFile.encode(identity))
+            names = ItemNames(
+                version: 1, group: keys.name("service", [identity.accessGroup, identity.service]),
+                file: keys.name("item", [identity.accessGroup, identity.service, identity.account]) + ".item",
+                encodedIdentity: ItemFileV1.encode(identity))
         } else {
             let attributes = AttributeList(identity)
             let file = ItemFileV2.fileName(of: .genericPassword, attributes, keys: keys)
-            names = ItemNames(version: 2, service: ItemFileV2.groupName(of: .genericPassword, attributes, keys: keys),
-                              file: file, encodedIdentity: ItemClass.genericPassword.encodedPrimaryKey(of: attributes),
-                              manifestKey: Manifest.ItemKey(fileName: file))
+            names = ItemNames(
+                version: 2, group: ItemFileV2.groupName(of: .genericPassword, attributes, keys: keys),
+                file: file, encodedIdentity: ItemClass.genericPassword.encodedPrimaryKey(of: attributes),
+                manifestKey: Manifest.ItemKey(fileName: file))
         }
         caches.withLock { caches in
             if caches.names.count >= Caches.limit { caches.names.removeAll(keepingCapacity: true) }
@@ -188,26 +195,26 @@ package final class ItemStore: Sendable {
 
     /// The group's directory: opened once, re-checked (fstat) on every use, and opened (or
     /// created) again if it was removed from the file system meanwhile.
-    func serviceDirectory(_ name: String, create: Bool, _ state: OpenState) throws(KeychainError) -> Directory? {
-        if let cached = caches.withLock({ $0.services[name] }) {
+    func groupDirectory(_ name: String, create: Bool, _ state: OpenState) throws(KeychainError) -> Directory? {
+        if let cached = caches.withLock({ $0.groups[name] }) {
             if try cached.revalidate() { return cached }
-            forgetServiceDirectory(name)
+            forgetGroupDirectory(name)
         }
         guard let opened = try Directory.open(name, in: state.layout.items, create: create) else { return nil }
         caches.withLock { caches in
-            if caches.services.count >= Caches.limit { caches.services.removeAll(keepingCapacity: true) }
-            caches.services[name] = opened
+            if caches.groups.count >= Caches.limit { caches.groups.removeAll(keepingCapacity: true) }
+            caches.groups[name] = opened
         }
         return opened
     }
 
-    private func forgetServiceDirectory(_ name: String) {
-        caches.withLock { _ = $0.services.removeValue(forKey: name) }
+    private func forgetGroupDirectory(_ name: String) {
+        caches.withLock { _ = $0.groups.removeValue(forKey: name) }
     }
 
     /// The item's file, or nil.
     func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
-        try serviceDirectory(names.service, create: false, state)?.openFile(names.file)
+        try groupDirectory(names.group, create: false, state)?.openFile(names.file)
     }
 
     /// The item key of the write with `salt`, derived by `derive` on a cache miss.

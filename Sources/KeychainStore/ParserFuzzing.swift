@@ -1,6 +1,6 @@
 import Crypto
-import TPM
 import KeychainVocabulary
+import TPM
 
 /// Every parser of bytes an attacker can write (the store's files), run on arbitrary input for
 /// the fuzzing harness (`Tests/Fuzz`, `Scripts/fuzz.sh`) and its corpus replay test. Each target
@@ -38,12 +38,16 @@ package enum ParserFuzzing {
                 _ = parsed.metadata.serialized(metadataKey: key)
             }
         case "item-v2":
-            _ = try? ItemFileV2.decode(bytes, itemKeyParent: key, storeID: storeID, expectedPrimaryKey: nil, path: "fuzz")
+            _ = try? ItemFileV2.decode(
+                bytes, itemKeyParent: key, storeID: storeID, expectedPrimaryKey: nil, path: "fuzz")
         case "item-v1":
-            if bytes.count >= ItemFile.headerSize,
-               let header = try? ItemFile.decodeHeader(bytes[0..<ItemFile.headerSize], fileSize: bytes.count, storeID: storeID, path: "fuzz") {
+            if bytes.count >= ItemFileV1.headerSize,
+                let header = try? ItemFileV1.decodeHeader(
+                    bytes[0..<ItemFileV1.headerSize], fileSize: bytes.count, storeID: storeID, path: "fuzz")
+            {
                 let itemKey = StoreKeys(masterKey: key, storeID: storeID).itemKey(salt: header.salt, storeID: storeID)
-                _ = try? ItemFile.decryptAttributes(bytes[header.attributesRange], header: header, key: itemKey, expected: nil, path: "fuzz")
+                _ = try? ItemFileV1.decryptAttributes(
+                    bytes[header.attributesRange], header: header, key: itemKey, expected: nil, path: "fuzz")
             }
         case "key-record":
             if let record = try? KeyRecord(parsing: bytes, storeID: storeID, metadataKey: key, path: "fuzz") {
@@ -54,12 +58,18 @@ package enum ParserFuzzing {
         case "attribute-list":
             if let list = try? AttributeList(decoding: bytes, path: "fuzz") {
                 // The encoding is canonical (ascending tags, each once): what decodes re-encodes to itself.
-                guard list.encoded() == bytes else { return .violated("an attribute list does not re-encode to the bytes it was decoded from") }
-                for itemClass in [ItemClass.genericPassword, .internetPassword] { _ = itemClass.encodedPrimaryKey(of: list) }
+                guard list.encoded() == bytes else {
+                    return .violated("an attribute list does not re-encode to the bytes it was decoded from")
+                }
+                for itemClass in [ItemClass.genericPassword, .internetPassword] {
+                    _ = itemClass.encodedPrimaryKey(of: list)
+                }
                 _ = try? ItemAttributes(list, accessibility: .whenUnlocked, path: "fuzz")
             }
         case "sealed-object":
-            if let sealed = try? SealedObject(serialized: bytes), (try? SealedObject(serialized: sealed.serialized())) == nil {
+            if let sealed = try? SealedObject(serialized: bytes),
+                (try? SealedObject(serialized: sealed.serialized())) == nil
+            {
                 return .violated("a sealed object does not parse after it was serialized again")
             }
         case "manifest":
@@ -86,11 +96,16 @@ package enum ParserFuzzing {
         }
         let storeID = bytes.count >= 32 ? Array(bytes[16..<32]) : [UInt8](repeating: 0, count: 16)
         let index = bytes.count >= 36 ? bytes[32..<36].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } : 0
-        guard let state = try? Manifest.parse(bytes, key: key, storeID: storeID, counterIndex: index, path: "fuzz") else { return .handled }
-        guard let again = try? Manifest.parse(Manifest.compacted(state, key: key), key: key, storeID: storeID, counterIndex: index, path: "fuzz"),
-              again.epoch == state.epoch, again.highWater == state.highWater, again.liveCount == state.liveCount,
-              again.entries.filter({ $0.value.live }) == state.entries.filter({ $0.value.live }) else {
-            return .violated("a compacted manifest does not parse to the items, epoch and high-water mark it was made from")
+        guard let state = try? Manifest.parse(bytes, key: key, storeID: storeID, counterIndex: index, path: "fuzz")
+        else { return .handled }
+        guard
+            let again = try? Manifest.parse(
+                Manifest.compacted(state, key: key), key: key, storeID: storeID, counterIndex: index, path: "fuzz"),
+            again.epoch == state.epoch, again.highWater == state.highWater, again.liveCount == state.liveCount,
+            again.entries.filter({ $0.value.live }) == state.entries.filter({ $0.value.live })
+        else {
+            return .violated(
+                "a compacted manifest does not parse to the items, epoch and high-water mark it was made from")
         }
         return .handled
     }

@@ -44,8 +44,10 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         public static let touchIDCurrentSet = biometryCurrentSet
 
         /// Every flag Apple defines; any other bit is refused.
-        static let known: Flags = [.userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode, .companion, .or, .and,
-                                   .privateKeyUsage, .applicationPassword]
+        static let known: Flags = [
+            .userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode, .companion, .or, .and,
+            .privateKeyUsage, .applicationPassword,
+        ]
     }
 
     /// When the item is readable (kSecAttrAccessible).
@@ -75,34 +77,47 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
 
     /// The accessibility class and the names of the constraint flags, for logs.
     public var description: String {
-        let names: [(Flags, String)] = [(.userPresence, "userPresence"), (.biometryAny, "biometryAny"), (.biometryCurrentSet, "biometryCurrentSet"),
-                                        (.devicePasscode, "devicePasscode"), (.or, "or"), (.and, "and")]
-        return "AccessControl(\(accessibility), [\(names.filter { flags.contains($0.0) }.map(\.1).joined(separator: ", "))])"
+        let names: [(Flags, String)] = [
+            (.userPresence, "userPresence"), (.biometryAny, "biometryAny"), (.biometryCurrentSet, "biometryCurrentSet"),
+            (.devicePasscode, "devicePasscode"), (.or, "or"), (.and, "and"),
+        ]
+        return
+            "AccessControl(\(accessibility), [\(names.filter { flags.contains($0.0) }.map(\.1).joined(separator: ", "))])"
     }
 
     private static func validate(_ flags: Flags) throws(KeychainError) {
         guard flags.isSubset(of: .known) else {
-            throw KeychainError(.invalidParameter, "Unknown access-control flags 0x\(String(flags.subtracting(.known).rawValue, radix: 16))")
+            throw KeychainError(
+                .invalidParameter,
+                "Unknown access-control flags 0x\(String(flags.subtracting(.known).rawValue, radix: 16))")
         }
         guard !flags.isSuperset(of: [.or, .and]) else {
             throw KeychainError(.invalidParameter, "Only one logical operation can be set: .or or .and, not both")
         }
         guard !flags.isSuperset(of: [.biometryAny, .biometryCurrentSet]) else {
-            throw KeychainError(.invalidParameter, "Only one biometry constraint can be set: .biometryAny or .biometryCurrentSet")
+            throw KeychainError(
+                .invalidParameter, "Only one biometry constraint can be set: .biometryAny or .biometryCurrentSet")
         }
         if flags.contains(.userPresence) {
             guard flags.subtracting([.userPresence, .applicationPassword, .privateKeyUsage]).isEmpty else {
-                throw KeychainError(.invalidParameter, ".userPresence already means biometry or passcode; it cannot be combined with other constraints or logical operations")
+                throw KeychainError(
+                    .invalidParameter,
+                    ".userPresence already means biometry or passcode; it cannot be combined with other constraints or logical operations"
+                )
             }
         }
         guard !flags.contains(.companion) else {
             throw KeychainError(.invalidParameter, ".companion (a paired watch or Mac) has no equivalent on Linux")
         }
         guard !flags.contains(.privateKeyUsage) else {
-            throw KeychainError(.invalidParameter, ".privateKeyUsage applies to key items, which this store does not hold yet")
+            throw KeychainError(
+                .invalidParameter, ".privateKeyUsage applies to key items, which this store does not hold yet")
         }
         guard !flags.contains(.applicationPassword) else {
-            throw KeychainError(.invalidParameter, ".applicationPassword is not supported yet: protect the item with the device passcode, or use a password cipher")
+            throw KeychainError(
+                .invalidParameter,
+                ".applicationPassword is not supported yet: protect the item with the device passcode, or use a password cipher"
+            )
         }
         let constrains = !flags.isDisjoint(with: [.userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode])
         guard constrains || flags.isDisjoint(with: [.or, .and]) else {
@@ -116,7 +131,9 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
     /// - Throws: the decoder's errors, or ``KeychainError`` `.invalidParameter`.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        try self.init(try container.decode(Accessibility.self, forKey: .accessibility), flags: try container.decode(Flags.self, forKey: .flags))
+        try self.init(
+            try container.decode(Accessibility.self, forKey: .accessibility),
+            flags: try container.decode(Flags.self, forKey: .flags))
     }
 
     private enum CodingKeys: String, CodingKey { case accessibility, flags }

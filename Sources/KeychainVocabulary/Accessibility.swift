@@ -27,7 +27,9 @@ public enum Accessibility: UInt8, Sendable, Hashable, Codable, CaseIterable {
     /// Whether items of this class stay on this device: never exported, never recovered.
     public var isThisDeviceOnly: Bool {
         switch self {
-        case .whenPasscodeSetThisDeviceOnly, .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly, .alwaysThisDeviceOnly: true
+        case .whenPasscodeSetThisDeviceOnly, .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly,
+            .alwaysThisDeviceOnly:
+            true
         case .whenUnlocked, .afterFirstUnlock, .always: false
         }
     }

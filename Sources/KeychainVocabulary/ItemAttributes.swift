@@ -28,8 +28,10 @@ public struct ItemAttributes: Sendable, Hashable, CustomStringConvertible {
     public let accessibility: Accessibility
 
     /// Attributes as the store holds them.
-    package init(service: String, account: String, accessGroupName: String, label: String?, comment: String?, genericData: Data?,
-                 creationDate: Date, modificationDate: Date, accessibility: Accessibility) {
+    package init(
+        service: String, account: String, accessGroupName: String, label: String?, comment: String?, genericData: Data?,
+        creationDate: Date, modificationDate: Date, accessibility: Accessibility
+    ) {
         self.service = service
         self.account = account
         self.accessGroupName = accessGroupName

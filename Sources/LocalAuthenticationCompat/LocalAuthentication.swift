@@ -1,11 +1,14 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
+// Apple's names, kept as Apple spells them so that ported code compiles unchanged.
+
 // LocalAuthentication's surface over TPMKeychain's AuthenticationContext, so that iOS code using
 // LAContext compiles and runs with `import LocalAuthentication` rewritten to
 // `import LocalAuthenticationCompat`. The authenticator, passcode source and application
 // identifier come from TPMKeychain's KeychainEnvironment.
 
 @_exported import Foundation
-public import TPMKeychain
 import SystemCalls
+public import TPMKeychain
 
 /// LAPolicy, with Apple's raw values.
 public enum LAPolicy: Int, Sendable {
@@ -167,13 +170,17 @@ open class LAContext: NSObject, AuthenticationContextProviding, @unchecked Senda
     }
 
     open var domainState: LADomainState {
-        LADomainState(biometry: LADomainState.Biometry(stateHash: Self.waiting { await self.authenticationContext.domainState() }))
+        LADomainState(
+            biometry: LADomainState.Biometry(stateHash: Self.waiting { await self.authenticationContext.domainState() })
+        )
     }
 
     open func canEvaluatePolicy(_ policy: LAPolicy, error errorPointer: UnsafeMutablePointer<NSError?>?) -> Bool {
         do throws(LAError) {
             let mapped = try Self.policy(policy)
-            try Self.waiting { () async throws(AuthenticationError) in try await self.authenticationContext.canEvaluate(mapped) }
+            try Self.waiting { () async throws(AuthenticationError) in
+                try await self.authenticationContext.canEvaluate(mapped)
+            }
             recordDomainState()
             return true
         } catch {
@@ -182,7 +189,9 @@ open class LAContext: NSObject, AuthenticationContextProviding, @unchecked Senda
         }
     }
 
-    open func evaluatePolicy(_ policy: LAPolicy, localizedReason: String, reply: @escaping @Sendable (Bool, (any Error)?) -> Void) {
+    open func evaluatePolicy(
+        _ policy: LAPolicy, localizedReason: String, reply: @escaping @Sendable (Bool, (any Error)?) -> Void
+    ) {
         Task {
             do {
                 _ = try await evaluatePolicy(policy, localizedReason: localizedReason)
@@ -226,7 +235,9 @@ open class LAContext: NSObject, AuthenticationContextProviding, @unchecked Senda
         SynchronousWait.run(body)
     }
 
-    private static func waiting(_ body: @escaping @Sendable () async throws(AuthenticationError) -> Void) throws(LAError) {
+    private static func waiting(
+        _ body: @escaping @Sendable () async throws(AuthenticationError) -> Void
+    ) throws(LAError) {
         let failure: AuthenticationError? = waiting { () async -> AuthenticationError? in
             do throws(AuthenticationError) {
                 try await body()

@@ -1,3 +1,6 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
+// Apple's names, kept as Apple spells them so that ported code compiles unchanged.
+
 public import TPMKeychain
 
 /// SecAccessControlCreateFlags, with Apple's raw values.
@@ -30,21 +33,27 @@ public final class SecAccessControl: Hashable, @unchecked Sendable {
         self.accessControl = accessControl
     }
 
-    public static func == (lhs: SecAccessControl, rhs: SecAccessControl) -> Bool { lhs.accessControl == rhs.accessControl }
+    public static func == (lhs: SecAccessControl, rhs: SecAccessControl) -> Bool {
+        lhs.accessControl == rhs.accessControl
+    }
     public func hash(into hasher: inout Hasher) { hasher.combine(accessControl) }
 }
 
 /// As Apple's: validates the combination, and returns nil with an error (errSecParam in the
 /// NSOSStatusErrorDomain) for what Apple refuses and for what has no equivalent here.
-public func SecAccessControlCreateWithFlags(_ allocator: CFAllocator?, _ protection: CFTypeRef, _ flags: SecAccessControlCreateFlags,
-                                           _ error: UnsafeMutablePointer<Unmanaged<CFError>?>?) -> SecAccessControl? {
+public func SecAccessControlCreateWithFlags(
+    _ allocator: CFAllocator?, _ protection: CFTypeRef, _ flags: SecAccessControlCreateFlags,
+    _ error: UnsafeMutablePointer<Unmanaged<CFError>?>?
+) -> SecAccessControl? {
     func fail(_ message: String) -> SecAccessControl? {
-        let nsError = NSError(domain: NSOSStatusErrorDomain, code: Int(errSecParam), userInfo: [NSLocalizedDescriptionKey: message])
+        let nsError = NSError(
+            domain: NSOSStatusErrorDomain, code: Int(errSecParam), userInfo: [NSLocalizedDescriptionKey: message])
         error?.pointee = Unmanaged.passRetained(nsError)
         return nil
     }
     guard let code = (protection as? String) ?? (protection as? NSString).map({ $0 as String }),
-          let accessibility = SecItemAccessibility.accessibility(code: code) else {
+        let accessibility = SecItemAccessibility.accessibility(code: code)
+    else {
         return fail("The protection is not a kSecAttrAccessible value")
     }
     do {
@@ -58,7 +67,8 @@ public func SecAccessControlCreateWithFlags(_ allocator: CFAllocator?, _ protect
 enum SecItemAccessibility {
     static let codes: [(String, Accessibility)] = [
         ("ak", .whenUnlocked), ("ck", .afterFirstUnlock), ("dk", .always), ("aku", .whenUnlockedThisDeviceOnly),
-        ("cku", .afterFirstUnlockThisDeviceOnly), ("dku", .alwaysThisDeviceOnly), ("akpu", .whenPasscodeSetThisDeviceOnly),
+        ("cku", .afterFirstUnlockThisDeviceOnly), ("dku", .alwaysThisDeviceOnly),
+        ("akpu", .whenPasscodeSetThisDeviceOnly),
     ]
 
     static func accessibility(code: String) -> Accessibility? {

@@ -1,3 +1,6 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
+// Apple's names, kept as Apple spells them so that ported code compiles unchanged.
+
 // The Core Foundation surface that iOS keychain code uses and Linux's Foundation lacks, declared
 // so that such code type-checks unchanged: the CF types are Foundation's classes (so
 // `[String: Any] as CFDictionary`, `"x" as CFString` and `AnyObject?` out-parameters work as on

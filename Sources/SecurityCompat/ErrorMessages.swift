@@ -1,3 +1,6 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
+// Apple's names, kept as Apple spells them so that ported code compiles unchanged.
+
 /// The message for a result code, as Apple's SecCopyErrorMessageString gives it (the texts of
 /// SecBase.h, from which Apple generates SecErrorMessages.strings), else "OSStatus <n>".
 public func SecCopyErrorMessageString(_ status: OSStatus, _ reserved: UnsafeMutableRawPointer?) -> CFString? {

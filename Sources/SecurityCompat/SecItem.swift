@@ -1,3 +1,6 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
+// Apple's names, kept as Apple spells them so that ported code compiles unchanged.
+
 /// Adds an item, as Apple's SecItemAdd: errSecDuplicateItem when one with the same primary key
 /// exists, errSecMissingEntitlement for an access group not in
 /// `KeychainEnvironment.accessGroups`, errSecUnimplemented for keys, certificates and identities.
@@ -37,7 +40,8 @@ public func SecItemDelete(_ query: CFDictionary) -> OSStatus {
 }
 
 enum SecItemCall {
-    static func run(_ result: UnsafeMutablePointer<CFTypeRef?>?, _ body: () throws(SecStatus) -> AnyObject?) -> OSStatus {
+    static func run(_ result: UnsafeMutablePointer<CFTypeRef?>?, _ body: () throws(SecStatus) -> AnyObject?) -> OSStatus
+    {
         result?.pointee = nil
         do {
             let value = try body()

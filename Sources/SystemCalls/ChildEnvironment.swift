@@ -17,7 +17,9 @@ package enum ChildEnvironment {
         var cursor = environ
         while let entry = cursor.pointee {
             let text = String(cString: entry)
-            let name = text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? text
+            let name =
+                text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)
+                ?? text
             if !withheld.contains(name) { entries.append(text) }
             cursor += 1
         }

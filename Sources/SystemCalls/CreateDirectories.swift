@@ -14,7 +14,7 @@ package func createDirectories(_ path: String, mode: UInt32 = 0o700) throws(Errn
         current += "/" + component
         do {
             try retryingInterrupts { mkdir(current, mode_t(mode)) }
-        } catch where error.rawValue == EEXIST {
+        } catch  where error.rawValue == EEXIST {
             continue
         }
     }

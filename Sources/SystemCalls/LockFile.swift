@@ -1,4 +1,5 @@
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -19,7 +20,9 @@ package final class LockFile {
     /// - Throws: `Errno` (ELOOP for a symlink).
     package init(_ name: String, in directory: Int32? = nil, mode: UInt32 = 0o600) throws(Errno) {
         let base = directory ?? AT_FDCWD
-        descriptor = try retryingInterrupts { openat(base, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode_t(mode)) }
+        descriptor = try retryingInterrupts {
+            openat(base, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode_t(mode))
+        }
         // The umask may have taken group bits a shared store needs; a file that existed keeps its mode.
         if mode != 0o600 { _ = fchmod(descriptor, mode_t(mode)) }
     }
@@ -41,7 +44,7 @@ package final class LockFile {
         do {
             try retryingInterrupts { flock(descriptor, wait ? kind : kind | LOCK_NB) }
             return true
-        } catch where !wait && error.rawValue == EWOULDBLOCK {
+        } catch  where !wait && error.rawValue == EWOULDBLOCK {
             return false
         }
     }

@@ -11,13 +11,16 @@ extension Keychain {
     ///
     /// - Throws: ``KeychainError`` `.passcodeNotSet` (the protection needs a device passcode),
     ///   `.biometryNotEnrolled`, `.invalidParameter`, and what ``set(_:forKey:label:comment:genericData:accessibility:)`` throws.
-    public func set<Value: Encodable>(_ value: Value, forKey key: String, accessControl: AccessControl,
-                                      context: AuthenticationContext? = nil, label: String? = nil) async throws(KeychainError) {
+    public func set<Value: Encodable>(
+        _ value: Value, forKey key: String, accessControl: AccessControl,
+        context: AuthenticationContext? = nil, label: String? = nil
+    ) async throws(KeychainError) {
         let enrollment = try await ItemService.enrollment(binding: accessControl, authenticator: context?.authenticator)
         let encoded = try ValueCoding.encode(value)
         let (service, identity) = (try ItemService(location: location), try identity(key))
-        try service.write(identity, mode: .upsert, value: encoded, changes: AttributeChanges(label: label), control: accessControl,
-                          enrollment: enrollment)
+        try service.write(
+            identity, mode: .upsert, value: encoded, changes: AttributeChanges(label: label), control: accessControl,
+            enrollment: enrollment)
     }
 
     /// The value for `key`, asking the person through `context` when the item is protected
@@ -28,8 +31,10 @@ extension Keychain {
     ///   `.itemInvalidated` (the item was bound to an enrollment or passcode that changed; it has
     ///   been deleted, and iOS reports errSecItemNotFound), `.biometryNotEnrolled`, and what
     ///   ``get(_:as:)`` throws.
-    public func get<Value: Decodable>(_ key: String, as type: Value.Type = Value.self,
-                                      context: AuthenticationContext) async throws(KeychainError) -> Value? {
+    public func get<Value: Decodable>(
+        _ key: String, as type: Value.Type = Value.self,
+        context: AuthenticationContext
+    ) async throws(KeychainError) -> Value? {
         let (service, identity) = (try ItemService(location: location), try identity(key))
         let found = try await service.value(identity, context: context)
         guard let value = found else { return nil }

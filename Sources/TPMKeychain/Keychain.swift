@@ -40,7 +40,9 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   - accessGroup: a namespace inside the store (kSecAttrAccessGroup).
     ///   - location: the store; ``KeychainLocation/default`` unless told otherwise.
     /// - Throws: ``KeychainError`` `.invalidParameter` for an empty or oversized service or access group.
-    public init(service: String, accessGroup: String? = nil, location: KeychainLocation = .default) throws(KeychainError) {
+    public init(
+        service: String, accessGroup: String? = nil, location: KeychainLocation = .default
+    ) throws(KeychainError) {
         try ItemIdentity.validate(service, "service", allowEmpty: false)
         if let accessGroup { try ItemIdentity.validate(accessGroup, "access group", allowEmpty: false) }
         self.service = service
@@ -59,8 +61,9 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///   `StaticString` format would; names that come from input go through ``init(service:accessGroup:location:)``.
     public init(literalService service: StaticString, location: KeychainLocation = .default) {
         let text = service.withUTF8Buffer { String(decoding: $0, as: UTF8.self) }
-        precondition(!text.isEmpty && text.utf8.count <= ItemIdentity.maximumNameBytes,
-                     "Keychain(literalService:) needs a service of 1 to \(ItemIdentity.maximumNameBytes) bytes")
+        precondition(
+            !text.isEmpty && text.utf8.count <= ItemIdentity.maximumNameBytes,
+            "Keychain(literalService:) needs a service of 1 to \(ItemIdentity.maximumNameBytes) bytes")
         self.service = text
         self.accessGroup = nil
         self.location = location
@@ -76,25 +79,33 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.invalidParameter` (empty or oversized key, value over 16 MiB),
     ///   `.tampered` (the stored item is damaged; remove it first), `.tpmUnavailable`, `.wrongTPM`.
-    public func set<Value: Encodable>(_ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
-                                      genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+    public func set<Value: Encodable>(
+        _ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
+        genericData: Data? = nil, accessibility: Accessibility? = nil
+    ) throws(KeychainError) {
         if isNilOptional(value) {
             try remove(key)
             return
         }
-        try write(value, key, .upsert, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+        try write(
+            value, key, .upsert,
+            AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
     /// Stores `value` for `key` only if there is no item yet.
     ///
     /// - Throws: ``KeychainError`` `.duplicateItem` if the key exists, and what ``set(_:forKey:label:comment:genericData:accessibility:)`` throws.
     ///   A nil optional is refused with `.invalidParameter`: there is nothing to add.
-    public func add<Value: Encodable>(_ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
-                                      genericData: Data? = nil, accessibility: Accessibility? = nil) throws(KeychainError) {
+    public func add<Value: Encodable>(
+        _ value: Value, forKey key: String, label: String? = nil, comment: String? = nil,
+        genericData: Data? = nil, accessibility: Accessibility? = nil
+    ) throws(KeychainError) {
         if isNilOptional(value) {
             throw KeychainError(.invalidParameter, "Cannot add nil for \"\(key)\": there is no value to store")
         }
-        try write(value, key, .add, AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
+        try write(
+            value, key, .add,
+            AttributeChanges(label: label, comment: comment, genericData: genericData, accessibility: accessibility))
     }
 
     /// Changes an existing item's attributes without touching its value. Attributes left nil keep
@@ -105,17 +116,23 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     /// ```
     ///
     /// - Throws: ``KeychainError`` `.itemNotFound`.
-    public func updateAttributes(forKey key: String, label: String? = nil, comment: String? = nil,
-                                 genericData: Data? = nil, accessibility: Accessibility? = nil,
-                                 removing: Set<RemovableAttribute> = []) throws(KeychainError) {
+    public func updateAttributes(
+        forKey key: String, label: String? = nil, comment: String? = nil,
+        genericData: Data? = nil, accessibility: Accessibility? = nil,
+        removing: Set<RemovableAttribute> = []
+    ) throws(KeychainError) {
         let (service, identity) = (try itemService(), try identity(key))
-        try service.write(identity, mode: .update, value: nil,
-                          changes: AttributeChanges(label: label, comment: comment, genericData: genericData,
-                                                    accessibility: accessibility, clearing: Set(removing.map(\.tag))))
+        try service.write(
+            identity, mode: .update, value: nil,
+            changes: AttributeChanges(
+                label: label, comment: comment, genericData: genericData,
+                accessibility: accessibility, clearing: Set(removing.map(\.tag))))
     }
 
-    private func write<Value: Encodable>(_ value: Value, _ key: String, _ mode: ItemWriteMode,
-                                         _ changes: AttributeChanges) throws(KeychainError) {
+    private func write<Value: Encodable>(
+        _ value: Value, _ key: String, _ mode: ItemWriteMode,
+        _ changes: AttributeChanges
+    ) throws(KeychainError) {
         let identity = try identity(key)
         let encoded = try ValueCoding.encode(value)
         try itemService().write(identity, mode: mode, value: encoded, changes: changes)

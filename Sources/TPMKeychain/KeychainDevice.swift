@@ -1,6 +1,6 @@
 import KeychainStore
-public import TPM
 public import KeychainVocabulary
+public import TPM
 
 /// The device a store belongs to: its passcode, lock state and biometric enrollment epoch, shared
 /// by the user's stores on one TPM (as an iPhone's passcode is shared by its apps).
@@ -54,11 +54,12 @@ public struct KeychainDevice: Sendable {
     public func status() throws(KeychainError) -> Status {
         try withDevice { (device) throws(KeychainError) in
             let status = try device.status()
-            return Status(passcodeIsSet: status.passcodeSet, enrollmentCounter: status.enrollmentCounter,
-                          passcodeCounter: status.passcodeCounter, unlockedSinceBoot: status.lockState?.sinceBoot,
-                          unlocked: status.lockState?.now, dictionaryAttack: status.dictionaryAttack,
-                          nvIndices: status.indices?.all ?? [], nvIndicesOpenToOtherUsers: status.legacyIndices,
-                          directory: device.directoryPath)
+            return Status(
+                passcodeIsSet: status.passcodeSet, enrollmentCounter: status.enrollmentCounter,
+                passcodeCounter: status.passcodeCounter, unlockedSinceBoot: status.lockState?.sinceBoot,
+                unlocked: status.lockState?.now, dictionaryAttack: status.dictionaryAttack,
+                nvIndices: status.indices?.all ?? [], nvIndicesOpenToOtherUsers: status.legacyIndices,
+                directory: device.directoryPath)
         }
     }
 

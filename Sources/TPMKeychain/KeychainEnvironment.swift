@@ -47,7 +47,8 @@ public enum KeychainEnvironment {
         get {
             if let location = values.withLock({ $0.location }) { return location }
             if let path = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_SECITEM_STORE"],
-               let location = try? KeychainLocation(path: path) {
+                let location = try? KeychainLocation(path: path)
+            {
                 return location
             }
             return .default
@@ -71,7 +72,9 @@ public enum KeychainEnvironment {
     /// A context as `LAContext()` makes one: this environment's authenticator, passcode source,
     /// application identifier and store.
     public static func makeContext() -> AuthenticationContext {
-        AuthenticationContext(authenticator: authenticator, passcode: passcode, applicationIdentifier: applicationIdentifier, location: location)
+        AuthenticationContext(
+            authenticator: authenticator, passcode: passcode, applicationIdentifier: applicationIdentifier,
+            location: location)
     }
 
     /// Back to the defaults (tests).

@@ -1,6 +1,6 @@
 import KeychainStore
-public import TPM
 public import KeychainVocabulary
+public import TPM
 
 /// A store's recovery key: 256 random bits, written as 8 groups of 8 letters (systemd-cryptenroll's
 /// alphabet), shown once when it is added and kept by the person, never on the machine. With it,
@@ -73,7 +73,8 @@ extension KeychainLocation {
         Keychain.closeStore(self)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
-        let recovery = try ItemStore.recover(at: path, recoveryKey: key.secret, tpm: tpm.configuration, tpmKind: tpm.kind)
+        let recovery = try ItemStore.recover(
+            at: path, recoveryKey: key.secret, tpm: tpm.configuration, tpmKind: tpm.kind)
         return RecoveryReport(itemsKept: recovery.kept, itemsRemoved: recovery.removed)
     }
 

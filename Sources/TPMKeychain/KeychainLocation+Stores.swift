@@ -1,6 +1,7 @@
 import Foundation
 import KeychainStore
 public import KeychainVocabulary
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -68,7 +69,10 @@ extension KeychainLocation {
         var groups = [gid_t](repeating: 0, count: Int(max(getgroups(0, nil), 0)) + 1)
         let count = getgroups(Int32(groups.count), &groups)
         guard getegid() == gid || (count > 0 && groups.prefix(Int(count)).contains(gid)) else {
-            throw KeychainError(.permissionDenied, "This user is not a member of group \(name): a shared store can only be created for a group one belongs to")
+            throw KeychainError(
+                .permissionDenied,
+                "This user is not a member of group \(name): a shared store can only be created for a group one belongs to"
+            )
         }
         return gid
     }
@@ -87,7 +91,9 @@ extension KeychainLocation {
             store.undefineCounter(index)
         }
         Keychain.closeStore(self)
-        let doomed = (path as NSString).deletingLastPathComponent + "/." + (path as NSString).lastPathComponent + ".removed-" + UUID().uuidString
+        let doomed =
+            (path as NSString).deletingLastPathComponent + "/." + (path as NSString).lastPathComponent + ".removed-"
+            + UUID().uuidString
         do {
             try FileManager.default.moveItem(atPath: path, toPath: doomed)
             try FileManager.default.removeItem(atPath: doomed)
@@ -119,7 +125,10 @@ extension KeychainLocation {
         var recordKeys: [ItemStore.RecordKey] = []
         for protection in try store.protectionsInUse() {
             guard let context else {
-                throw KeychainError(.interactionNotAllowed, "The keychain at \(path) holds protected items: rotating its master key re-encrypts them, which needs an authentication context")
+                throw KeychainError(
+                    .interactionNotAllowed,
+                    "The keychain at \(path) holds protected items: rotating its master key re-encrypts them, which needs an authentication context"
+                )
             }
             switch await Self.openForRotation(protection, context: context, store: store, location: self) {
             case .success(let key?): recordKeys.append(key)
@@ -132,12 +141,18 @@ extension KeychainLocation {
     }
 
     /// A record opened for a rotation (nil when it needs no opening).
-    private static func openForRotation(_ protection: ItemStore.ItemProtection, context: AuthenticationContext, store: ItemStore,
-                                        location: KeychainLocation) async -> Result<ItemStore.RecordKey?, KeychainError> {
+    private static func openForRotation(
+        _ protection: ItemStore.ItemProtection, context: AuthenticationContext, store: ItemStore,
+        location: KeychainLocation
+    ) async -> Result<ItemStore.RecordKey?, KeychainError> {
         do throws(KeychainError) {
             return .success(try await context.recordKey(for: protection, store: store, location: location))
-        } catch where error.code == .itemInvalidated {
-            return .failure(KeychainError(.itemInvalidated, "The keychain at \(location.path) holds items that can never open again, which a rotation cannot re-encrypt: remove them first (purgeInvalidatedItems())", underlying: error))
+        } catch  where error.code == .itemInvalidated {
+            return .failure(
+                KeychainError(
+                    .itemInvalidated,
+                    "The keychain at \(location.path) holds items that can never open again, which a rotation cannot re-encrypt: remove them first (purgeInvalidatedItems())",
+                    underlying: error))
         } catch {
             return .failure(error)
         }

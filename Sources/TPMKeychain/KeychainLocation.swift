@@ -1,7 +1,7 @@
-public import Logging
 import Foundation
 import KeychainStore
 public import KeychainVocabulary
+public import Logging
 
 /// Where a keychain store lives and which TPM seals its master key.
 ///

@@ -1,9 +1,10 @@
-public import TPM
-import Logging
 import KeychainStore
-import SystemCalls
-import TPMSimulator
 public import KeychainVocabulary
+import Logging
+import SystemCalls
+public import TPM
+import TPMSimulator
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -58,8 +59,10 @@ public final class StoreTPM: Sendable {
         let lock: LockFile
     }
 
-    private init(configuration: TPMConfiguration, source: Source, simulatorStartup: Duration? = nil,
-                 running: sending Running? = nil) {
+    private init(
+        configuration: TPMConfiguration, source: Source, simulatorStartup: Duration? = nil,
+        running: sending Running? = nil
+    ) {
         self.configuration = configuration
         self.source = source
         self.simulatorStartup = simulatorStartup
@@ -131,11 +134,13 @@ public final class StoreTPM: Sendable {
         switch location.tpm {
         case .tcti(let tcti):
             // Started by the tool that gave its TCTI, which also stops it.
-            let source: Source = location.tctiIsTheStoresOwnSimulator ? .simulatedInStore(stateDirectory: stateDirectory) : .explicit
+            let source: Source =
+                location.tctiIsTheStoresOwnSimulator ? .simulatedInStore(stateDirectory: stateDirectory) : .explicit
             return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: source)
         case .automatic, .automaticOrSimulated:
             if let tcti = TPMConfiguration.environmentTCTI {
-                return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .environment)
+                return StoreTPM(
+                    configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .environment)
             }
             var hasOwnSimulator = try simulatorStateIsOurs(stateDirectory, store: location.path)
             // The store's own simulator only for a store whose (authenticated, once opened)
@@ -143,21 +148,29 @@ public final class StoreTPM: Sendable {
             // device is never used in its place. Stores from before that record keep the old rule.
             let recorded = hasOwnSimulator ? ItemStore.recordedTPMKind(at: location.path) : nil
             if hasOwnSimulator, let recorded, recorded != .simulatorInStore {
-                location.logger.warning("Not using \(stateDirectory): the keychain at \(location.path) was created on \(recorded.description), not on that simulator")
+                location.logger.warning(
+                    "Not using \(stateDirectory): the keychain at \(location.path) was created on \(recorded.description), not on that simulator"
+                )
                 hasOwnSimulator = false
             }
             if !hasOwnSimulator && TPMConfiguration.hardwareTPMIsUsable {
-                return StoreTPM(configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI, logger: location.logger), source: .hardware)
+                return StoreTPM(
+                    configuration: TPMConfiguration(tcti: TPMConfiguration.defaultTCTI, logger: location.logger),
+                    source: .hardware)
             }
             if let recorded, recorded != .simulatorInStore {
-                throw KeychainError(.tpmUnavailable, """
+                throw KeychainError(
+                    .tpmUnavailable,
+                    """
                     The keychain at \(location.path) was created on \(recorded.description), which is not usable by this user \
                     (is /dev/tpmrm0 there? is the user in group tss?), and \(TPMConfiguration.environmentVariable) is not set. \
                     The swtpm/ directory inside it is not that TPM and is not used (it is not part of this store: remove it)
                     """)
             }
             guard hasOwnSimulator || location.tpm == .automaticOrSimulated else {
-                throw KeychainError(.tpmUnavailable, """
+                throw KeychainError(
+                    .tpmUnavailable,
+                    """
                     No TPM for the keychain at \(location.path): /dev/tpmrm0 is not usable by this user (is it there? \
                     is the user in group tss? sudo usermod -aG tss $USER, then log in again) and \
                     \(TPMConfiguration.environmentVariable) is not set. To keep this store with a simulated TPM instead \
@@ -180,13 +193,19 @@ public final class StoreTPM: Sendable {
         var root = stat()
         let rootOwner = stat(store, &root) == 0 ? root.st_uid : geteuid()
         let sharedRoot = root.st_mode & 0o7777 == 0o2770
-        guard state.st_mode & S_IFMT == S_IFDIR, state.st_uid == geteuid() || (sharedRoot && state.st_uid == rootOwner) else {
-            throw KeychainError(.unsafeFileSystem, "\(stateDirectory) is not a simulated TPM's state this user made (a symbolic link, a file, or owned by user \(state.st_uid)): someone else may keep a copy of its seeds, so it is not used. Remove it")
+        guard state.st_mode & S_IFMT == S_IFDIR, state.st_uid == geteuid() || (sharedRoot && state.st_uid == rootOwner)
+        else {
+            throw KeychainError(
+                .unsafeFileSystem,
+                "\(stateDirectory) is not a simulated TPM's state this user made (a symbolic link, a file, or owned by user \(state.st_uid)): someone else may keep a copy of its seeds, so it is not used. Remove it"
+            )
         }
         return true
     }
 
-    private static func startSimulator(for store: String, stateDirectory: String, logger: Logger) throws(KeychainError) -> StoreTPM {
+    private static func startSimulator(
+        for store: String, stateDirectory: String, logger: Logger
+    ) throws(KeychainError) -> StoreTPM {
         let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
         try Directory.createPath(store)
         // One swtpm per state directory, across processes: the others wait their turn.
@@ -196,7 +215,10 @@ public final class StoreTPM: Sendable {
             lock = try LockFile(lockPath)
             guard try lock.lock(timeout: timeout) else {
                 let holder = lock.holderProcessID.map { "process \($0)" } ?? "another process"
-                throw KeychainError(.timedOut, "Waited \(timeout) for the simulated TPM of \(store); \(holder) still holds \(lockPath). If it is stuck, stop it and try again (\(TPMConfiguration.timeoutVariable) sets the wait in seconds)")
+                throw KeychainError(
+                    .timedOut,
+                    "Waited \(timeout) for the simulated TPM of \(store); \(holder) still holds \(lockPath). If it is stuck, stop it and try again (\(TPMConfiguration.timeoutVariable) sets the wait in seconds)"
+                )
             }
         } catch let error as KeychainError {
             throw error
@@ -213,9 +235,12 @@ public final class StoreTPM: Sendable {
             // user send this TPM commands (exhaust its lockout counter, unseal with a copied store).
             simulator = try SoftwareTPM.start(.init(stateDirectory: stateDirectory, listensOnUnixSocket: true))
         } catch {
-            throw KeychainError(.tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
+            throw KeychainError(
+                .tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
         }
-        return StoreTPM(configuration: TPMConfiguration(tcti: simulator.tcti, logger: logger), source: .simulatedInStore(stateDirectory: stateDirectory),
-                        simulatorStartup: clock.now - start, running: Running(simulator: simulator, lock: lock))
+        return StoreTPM(
+            configuration: TPMConfiguration(tcti: simulator.tcti, logger: logger),
+            source: .simulatedInStore(stateDirectory: stateDirectory),
+            simulatorStartup: clock.now - start, running: Running(simulator: simulator, lock: lock))
     }
 }

@@ -1,5 +1,6 @@
 import SystemCalls
 public import TPMKeychain
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -88,23 +89,29 @@ public final class LogindSessionLock: SessionLockState {
     ///     session.
     ///   - `.unexpectedReply`: logind answered with something its interface does not describe.
     ///   - `.systemCallFailed`: no eventfd or no thread could be made.
-    public convenience init(busAddress: String? = nil, session: String? = nil, timeout: Duration = .seconds(5)) throws(LogindSessionLockError) {
+    public convenience init(
+        busAddress: String? = nil, session: String? = nil, timeout: Duration = .seconds(5)
+    ) throws(LogindSessionLockError) {
         let variable = getenv("XDG_SESSION_ID").map { String(cString: $0) }
         try self.init(busAddress: busAddress, session: session, timeout: timeout, environmentSessionID: variable)
     }
 
     /// The public initialiser with `$XDG_SESSION_ID` given rather than read, so tests need not
     /// change the process's environment.
-    init(busAddress: String?, session: String?, timeout: Duration, environmentSessionID: String?) throws(LogindSessionLockError) {
+    init(
+        busAddress: String?, session: String?, timeout: Duration, environmentSessionID: String?
+    ) throws(LogindSessionLockError) {
         self.busAddress = busAddress
         cache = LockStateCache()
         do {
             wakeup = try Wakeup()
         } catch {
-            throw LogindSessionLockError(.systemCallFailed, "No eventfd for the session lock's thread: \(error)", underlying: error)
+            throw LogindSessionLockError(
+                .systemCallFailed, "No eventfd for the session lock's thread: \(error)", underlying: error)
         }
         let follower = LogindFollower(
-            busAddress: busAddress, session: session, environmentSessionID: environmentSessionID, timeout: timeout, cache: cache, wakeup: wakeup
+            busAddress: busAddress, session: session, environmentSessionID: environmentSessionID, timeout: timeout,
+            cache: cache, wakeup: wakeup
         )
         let startup = FollowerStartup()
         let thread: JoinableThread

@@ -29,7 +29,10 @@ package enum NVMemory {
                 }
             }
         }
-        guard full else { throw SystemTool.Failure(description: "the TPM at \(tcti) took \(defined.count) NV indices and still had room") }
+        guard full else {
+            throw SystemTool.Failure(
+                description: "the TPM at \(tcti) took \(defined.count) NV indices and still had room")
+        }
         return defined
     }
 

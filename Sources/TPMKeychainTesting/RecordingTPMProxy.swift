@@ -1,4 +1,5 @@
 import SystemCalls
+
 /// Why a ``RecordingTPMProxy`` could not start.
 public struct RecordingTPMProxyError: Error, CustomStringConvertible, Sendable, Equatable {
     /// The failures a caller may want to tell apart.
@@ -67,7 +68,9 @@ public final class RecordingTPMProxy: Sendable {
     ///   - port: the TPM command port, e.g. `SoftwareTPM.port`.
     ///   - host: where the TPM listens (IPv4 literal).
     /// - Throws: ``RecordingTPMProxyError`` if the ports cannot be bound or threads not started.
-    public static func start(forwardingTo port: Int, host: String = "127.0.0.1") throws(RecordingTPMProxyError) -> RecordingTPMProxy {
+    public static func start(
+        forwardingTo port: Int, host: String = "127.0.0.1"
+    ) throws(RecordingTPMProxyError) -> RecordingTPMProxy {
         RecordingTPMProxy(forwarder: try ProxyForwarder.start(upstreamHost: host, upstreamPort: port))
     }
 

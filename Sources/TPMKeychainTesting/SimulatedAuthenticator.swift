@@ -1,5 +1,5 @@
-public import TPMKeychain
 import SystemCalls
+public import TPMKeychain
 
 /// A biometric authenticator for tests, as the iOS Simulator's Face ID / Touch ID menu: enroll,
 /// unenroll, enroll again, and say what the next attempt does. Deterministic and in-process.
@@ -122,7 +122,9 @@ public final class SimulatedAuthenticator: Authenticator {
     public func verify(reason: String) async throws(AuthenticationError) {
         let outcome = try state.withLock { (state) throws(AuthenticationError) -> Outcome in
             state.attempts += 1
-            guard !state.enrolled.isEmpty else { throw AuthenticationError(.biometryNotEnrolled, "Nothing is enrolled") }
+            guard !state.enrolled.isEmpty else {
+                throw AuthenticationError(.biometryNotEnrolled, "Nothing is enrolled")
+            }
             guard state.consecutiveFailures < maximumFailures else {
                 throw AuthenticationError(.biometryLockout, "Too many failed attempts: biometry is locked out")
             }

@@ -18,7 +18,9 @@ package enum SystemTool {
         try process.run()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw Failure(description: "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
+            throw Failure(
+                description:
+                    "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
         }
     }
 }

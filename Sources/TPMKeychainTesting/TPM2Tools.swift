@@ -19,8 +19,10 @@ public enum TPM2Tools {
     /// tpm2-tools exit by themselves, so Foundation.Process is fine here (unlike for swtpm,
     /// which must be stopped by signal).
     /// - Throws: if the process cannot be started (tpm2-tools missing: `apt-get install tpm2-tools`).
-    public static func run(_ arguments: [String], tcti: String, workingDirectory: String? = nil,
-                           input: [UInt8] = []) throws -> Result {
+    public static func run(
+        _ arguments: [String], tcti: String, workingDirectory: String? = nil,
+        input: [UInt8] = []
+    ) throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = arguments
@@ -42,8 +44,9 @@ public enum TPM2Tools {
         let outputData = output.fileHandleForReading.readDataToEndOfFile()
         let errorData = errorOutput.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return Result(status: process.terminationStatus,
-                      output: String(decoding: outputData, as: UTF8.self),
-                      errorOutput: String(decoding: errorData, as: UTF8.self))
+        return Result(
+            status: process.terminationStatus,
+            output: String(decoding: outputData, as: UTF8.self),
+            errorOutput: String(decoding: errorData, as: UTF8.self))
     }
 }

@@ -1,10 +1,11 @@
+import Foundation
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Foundation
 
 /// A software TPM 2.0 (swtpm) running as a child process, for tests and for trying TPMKeychain on
 /// machines without a TPM. It listens on two loopback TCP ports, or with
@@ -44,8 +45,10 @@ public final class SoftwareTPM: Sendable {
         ///   - executable: the swtpm binary; Debian/Ubuntu ship it in the package "swtpm".
         ///   - startupTimeout: generous by default because loaded CI machines start slowly.
         ///   - listensOnUnixSocket: Unix sockets in a private directory instead of TCP ports.
-        public init(stateDirectory: String? = nil, executable: String = "swtpm", startupTimeout: Duration = .seconds(10),
-                    listensOnUnixSocket: Bool = false) {
+        public init(
+            stateDirectory: String? = nil, executable: String = "swtpm", startupTimeout: Duration = .seconds(10),
+            listensOnUnixSocket: Bool = false
+        ) {
             self.stateDirectory = stateDirectory
             self.executable = executable
             self.startupTimeout = startupTimeout
@@ -104,7 +107,8 @@ public final class SoftwareTPM: Sendable {
             let path = getenv("PATH").map { String(cString: $0) } ?? "(unset)"
             throw SoftwareTPMError(
                 .executableNotFound,
-                "swtpm executable '\(configuration.executable)' not found (PATH=\(path)). Install the package \"swtpm\" (apt-get install swtpm) or set SoftwareTPM.Configuration.executable.")
+                "swtpm executable '\(configuration.executable)' not found (PATH=\(path)). Install the package \"swtpm\" (apt-get install swtpm) or set SoftwareTPM.Configuration.executable."
+            )
         }
         let directory: String
         let owned: Bool
@@ -121,7 +125,8 @@ public final class SoftwareTPM: Sendable {
                 do {
                     socketDirectory = try SimulatorEndpoint.makeSocketDirectory()
                 } catch {
-                    throw SoftwareTPMError(.stateDirectoryUnusable, "cannot create a private directory for swtpm's sockets", cause: error)
+                    throw SoftwareTPMError(
+                        .stateDirectoryUnusable, "cannot create a private directory for swtpm's sockets", cause: error)
                 }
             }
             let process = try SimulatorProcess.launch(
@@ -157,10 +162,13 @@ public final class SoftwareTPM: Sendable {
     ///   command connection), or ``SoftwareTPMError/Code/notRunning``.
     public func powerCycle() throws(SoftwareTPMError) {
         try requireRunning()
-        try TPMTransport.execute(StartupCommands.shutdownClear(), name: "TPM2_Shutdown(SU_CLEAR)", endpoint: endpoint, timeout: commandTimeout)
+        try TPMTransport.execute(
+            StartupCommands.shutdownClear(), name: "TPM2_Shutdown(SU_CLEAR)", endpoint: endpoint,
+            timeout: commandTimeout)
         // Init flags 0: keep no volatile state file; a real reboot loses volatile state too.
         try TPMTransport.control(.initialize, payload: [0, 0, 0, 0], endpoint: endpoint, timeout: commandTimeout)
-        try TPMTransport.execute(StartupCommands.startupClear(), name: "TPM2_Startup(SU_CLEAR)", endpoint: endpoint, timeout: commandTimeout)
+        try TPMTransport.execute(
+            StartupCommands.startupClear(), name: "TPM2_Startup(SU_CLEAR)", endpoint: endpoint, timeout: commandTimeout)
     }
 
     /// Clears the dictionary-attack failure counter and lockout (TPM2_DictionaryAttackLockReset),
@@ -173,7 +181,8 @@ public final class SoftwareTPM: Sendable {
     public func resetDictionaryAttackLockout() throws(SoftwareTPMError) {
         try requireRunning()
         try TPMTransport.execute(
-            DictionaryAttackCommands.lockReset(), name: "TPM2_DictionaryAttackLockReset", endpoint: endpoint, timeout: commandTimeout)
+            DictionaryAttackCommands.lockReset(), name: "TPM2_DictionaryAttackLockReset", endpoint: endpoint,
+            timeout: commandTimeout)
     }
 
     /// Sets the dictionary-attack policy (TPM2_DictionaryAttackParameters), e.g. a low
@@ -184,10 +193,13 @@ public final class SoftwareTPM: Sendable {
     ///   - recoveryTime: seconds after which one failure is forgotten; 0 disables DA protection.
     ///   - lockoutRecovery: seconds before the lockout password may be retried after a failure.
     /// - Throws: as ``resetDictionaryAttackLockout()``.
-    public func setDictionaryAttackParameters(maxTries: UInt32, recoveryTime: UInt32, lockoutRecovery: UInt32) throws(SoftwareTPMError) {
+    public func setDictionaryAttackParameters(
+        maxTries: UInt32, recoveryTime: UInt32, lockoutRecovery: UInt32
+    ) throws(SoftwareTPMError) {
         try requireRunning()
         try TPMTransport.execute(
-            DictionaryAttackCommands.parameters(maxTries: maxTries, recoveryTime: recoveryTime, lockoutRecovery: lockoutRecovery),
+            DictionaryAttackCommands.parameters(
+                maxTries: maxTries, recoveryTime: recoveryTime, lockoutRecovery: lockoutRecovery),
             name: "TPM2_DictionaryAttackParameters", endpoint: endpoint, timeout: commandTimeout)
     }
 
@@ -218,7 +230,9 @@ public final class SoftwareTPM: Sendable {
 
     private func requireRunning() throws(SoftwareTPMError) {
         guard isRunning else {
-            throw SoftwareTPMError(.notRunning, "the simulator (pid \(processID), \(endpoint.description)) is not running; start a new one")
+            throw SoftwareTPMError(
+                .notRunning, "the simulator (pid \(processID), \(endpoint.description)) is not running; start a new one"
+            )
         }
     }
 
@@ -249,7 +263,8 @@ public final class SoftwareTPM: Sendable {
         var template = Array((base + "/tpm-simulator.XXXXXX").utf8CString)
         let created = template.withUnsafeMutableBufferPointer { $0.baseAddress.flatMap(mkdtemp) }
         guard created != nil else {
-            throw SoftwareTPMError(.stateDirectoryUnusable, "cannot create a private state directory in \(base)", cause: .current)
+            throw SoftwareTPMError(
+                .stateDirectoryUnusable, "cannot create a private state directory in \(base)", cause: .current)
         }
         // mkdtemp already uses mode 0700: swtpm's state is the TPM's secrets.
         return String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -258,7 +273,7 @@ public final class SoftwareTPM: Sendable {
     private static func prepareStateDirectory(_ path: String) throws(SoftwareTPMError) -> String {
         do {
             try retryingInterrupts { mkdir(path, 0o700) }
-        } catch where error.rawValue == EEXIST {
+        } catch  where error.rawValue == EEXIST {
             // Existing directory: keep its mode; it may already hold a persistent TPM.
         } catch {
             throw SoftwareTPMError(.stateDirectoryUnusable, "cannot create state directory \(path)", cause: error)

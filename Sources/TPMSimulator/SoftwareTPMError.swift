@@ -1,4 +1,5 @@
 import SystemCalls
+
 /// Why a ``SoftwareTPM`` could not be started or could not carry out a request.
 ///
 /// The ``code`` is stable and meant for `switch`; the ``message`` is for people and says what to

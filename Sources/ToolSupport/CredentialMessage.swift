@@ -24,7 +24,8 @@ package struct CredentialMessage {
             let line = rawLine.last == UInt8(ascii: "\r") ? rawLine.dropLast() : rawLine
             if line.isEmpty { break }
             guard let equals = line.firstIndex(of: UInt8(ascii: "=")) else {
-                throw HelperFailure(ExitStatus.usage, "line \(lineNumber) of the credential description is not key=value")
+                throw HelperFailure(
+                    ExitStatus.usage, "line \(lineNumber) of the credential description is not key=value")
             }
             attributes.append((String(decoding: line[..<equals], as: UTF8.self), Array(line[(equals + 1)...])))
         }

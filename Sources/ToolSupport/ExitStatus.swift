@@ -37,7 +37,9 @@ package enum ExitStatus {
         case .decodingFailed, .tampered, .unsupportedVersion, .wrongTPM, .rolledBack, .rollbackCounterMissing: dataError
         case .storeNotFound: noInput
         case .tpmUnavailable, .notAvailable, .biometryNotEnrolled: unavailable
-        case .authenticationFailed, .unsafeFileSystem, .permissionDenied, .interactionNotAllowed, .userCanceled, .passcodeNotSet: permissionDenied
+        case .authenticationFailed, .unsafeFileSystem, .permissionDenied, .interactionNotAllowed, .userCanceled,
+            .passcodeNotSet:
+            permissionDenied
         case .lockout, .timedOut: temporaryFailure
         case .storageFailed: ioError
         default: software

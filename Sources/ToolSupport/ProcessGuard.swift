@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import SystemCalls
 import TPM
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,7 +48,8 @@ package enum ProcessGuard {
     private static func silenceTSSLogging() {
         guard getenv(debugVariable).map({ String(cString: $0) }) != "1" else { return }
         if let requested = getenv("TSS2_LOG").map({ String(cString: $0) }), requested.lowercased() != "all+none" {
-            let note = "\(programName): note: TSS2_LOG=\(requested) ignored (tpm2-tss's log can show key material); set \(debugVariable)=1 to keep it\n"
+            let note =
+                "\(programName): note: TSS2_LOG=\(requested) ignored (tpm2-tss's log can show key material); set \(debugVariable)=1 to keep it\n"
             FileHandle.standardError.write(Data(note.utf8))
         }
         setenv("TSS2_LOG", "all+NONE", 1)
@@ -58,11 +60,14 @@ package enum ProcessGuard {
     /// for want of a password (exit 77).
     private static func refuseUnusableOwnerPasswordFile() {
         guard getenv(TPMConfiguration.ownerAuthorizationVariable) == nil,
-              let path = getenv(TPMConfiguration.ownerAuthorizationFileVariable).map({ String(cString: $0) }), !path.isEmpty else { return }
+            let path = getenv(TPMConfiguration.ownerAuthorizationFileVariable).map({ String(cString: $0) }),
+            !path.isEmpty
+        else { return }
         do {
             _ = try TPMConfiguration.ownerAuthorization(fromFile: path)
         } catch {
-            FileHandle.standardError.write(Data("\(programName): \(TPMConfiguration.ownerAuthorizationFileVariable): \(error.message)\n".utf8))
+            FileHandle.standardError.write(
+                Data("\(programName): \(TPMConfiguration.ownerAuthorizationFileVariable): \(error.message)\n".utf8))
             exit(ExitStatus.permissionDenied)
         }
     }
@@ -81,7 +86,9 @@ package enum ProcessGuard {
         for signalNumber in crashes {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { received in
-                if let message = ProcessGuard.crashMessage { _ = write(STDERR_FILENO, message.baseAddress, message.count) }
+                if let message = ProcessGuard.crashMessage {
+                    _ = write(STDERR_FILENO, message.baseAddress, message.count)
+                }
                 raise(received)
             }
             // RESETHAND: the default action is back on entry; NODEFER: raise() delivers at once.
@@ -144,7 +151,11 @@ package enum ProcessGuard {
             // Respect an ignored signal (nohup, background jobs): the user asked for no interruption.
             var previous = sigaction()
             sigaction(signalNumber, nil, &previous)
-            if unsafeBitCast(previous.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) { continue }
+            if unsafeBitCast(previous.__sigaction_handler.sa_handler, to: Int.self)
+                == unsafeBitCast(SIG_IGN, to: Int.self)
+            {
+                continue
+            }
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { received in
                 var number = received

@@ -42,7 +42,9 @@ package final class StoreSession {
         // A store is made without rollback protection only when the TPM has no room for its
         // counter (anyone who can use the TPM can fill NV): said once, at creation.
         if !existedBefore, location.storeExists, Self.lacksRollbackCounter(location) {
-            printError("\(ProcessGuard.programName): warning: the TPM had no room for this store's rollback counter, so older copies of its files and deleted items will not be detected; free NV space (tpm2_getcap handles-nv-index) and see docs/SECURITY.md, \"Rollback and deletion\"")
+            printError(
+                "\(ProcessGuard.programName): warning: the TPM had no room for this store's rollback counter, so older copies of its files and deleted items will not be detected; free NV space (tpm2_getcap handles-nv-index) and see docs/SECURITY.md, \"Rollback and deletion\""
+            )
         }
         Keychain.closeStore(location)
         tpm.stop()

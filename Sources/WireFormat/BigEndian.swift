@@ -22,7 +22,9 @@ package enum BigEndian {
 
     /// The integer the bytes encode, most significant first; the caller checked there are exactly
     /// `T.bitWidth / 8` of them (fewer read as a smaller number, more overflow into the high bits).
-    @inlinable package static func integer<T: FixedWidthInteger>(_ bytes: some Sequence<UInt8>, as type: T.Type = T.self) -> T {
+    @inlinable package static func integer<T: FixedWidthInteger>(
+        _ bytes: some Sequence<UInt8>, as type: T.Type = T.self
+    ) -> T {
         bytes.reduce(T.zero) { $0 << 8 | T($1) }
     }
 
@@ -30,7 +32,9 @@ package enum BigEndian {
     /// 8 bytes): a loop over the bytes that needs no specialisation. The optimizer did not
     /// specialise the generic one at these call sites (`perf` found it running through witness
     /// tables and metadata lookups in every get, about a third of a get's own time).
-    @inlinable package static func integer<T: FixedWidthInteger>(_ bytes: ArraySlice<UInt8>, as type: T.Type = T.self) -> T {
+    @inlinable package static func integer<T: FixedWidthInteger>(
+        _ bytes: ArraySlice<UInt8>, as type: T.Type = T.self
+    ) -> T {
         T(truncatingIfNeeded: bits(bytes))
     }
 

@@ -22,7 +22,9 @@ extension Array where Element == UInt8 {
         result.reserveCapacity(characters.count / 2)
         var index = 0
         while index < characters.count {
-            guard let high = Self.nibble(characters[index]), let low = Self.nibble(characters[index + 1]) else { return nil }
+            guard let high = Self.nibble(characters[index]), let low = Self.nibble(characters[index + 1]) else {
+                return nil
+            }
             result.append(high << 4 | low)
             index += 2
         }

@@ -55,7 +55,8 @@ struct CredentialStore {
                 let (left, right) = (lhs.attributes[AttributeTag.path] == nil, rhs.attributes[AttributeTag.path] == nil)
                 if left != right { return left }
             }
-            return (lhs.attributes.nanoseconds(AttributeTag.modificationDate) ?? 0) > (rhs.attributes.nanoseconds(AttributeTag.modificationDate) ?? 0)
+            return (lhs.attributes.nanoseconds(AttributeTag.modificationDate) ?? 0)
+                > (rhs.attributes.nanoseconds(AttributeTag.modificationDate) ?? 0)
         }
         for candidate in candidates {
             guard let secret = try secret(of: candidate), !GitCredential.isPast(secret.passwordExpiry) else { continue }
@@ -76,7 +77,8 @@ struct CredentialStore {
     /// "can store empty username" asks), or a password that has expired already.
     static func isStorable(_ credential: GitCredential) -> Bool {
         credential.protocolName != nil && (credential.server != nil || credential.path != nil)
-            && credential.username != nil && credential.password != nil && !GitCredential.isPast(credential.passwordExpiry)
+            && credential.username != nil && credential.password != nil
+            && !GitCredential.isPast(credential.passwordExpiry)
     }
 
     /// Stores `credential` (one that ``isStorable(_:)``), replacing the item with the same
@@ -112,7 +114,9 @@ struct CredentialStore {
         var deleted = 0
         for item in try matches(pattern) {
             if let password = pattern.password {
-                guard let secret = try secret(of: item), Self.equal(Array(secret.password.utf8), password) else { continue }
+                guard let secret = try secret(of: item), Self.equal(Array(secret.password.utf8), password) else {
+                    continue
+                }
             }
             if try items.delete(.internetPassword, primary: item.attributes) { deleted += 1 }
         }
@@ -148,7 +152,9 @@ struct CredentialStore {
         do {
             return try StoredSecret(decoding: bytes)
         } catch {
-            printError("\(ProcessGuard.programName): note: skipped an item of server \"\(String(decoding: item.attributes[AttributeTag.server] ?? [], as: UTF8.self))\" whose value is not a stored git credential")
+            printError(
+                "\(ProcessGuard.programName): note: skipped an item of server \"\(String(decoding: item.attributes[AttributeTag.server] ?? [], as: UTF8.self))\" whose value is not a stored git credential"
+            )
             return nil
         }
     }

@@ -48,8 +48,10 @@ struct GitCredential {
         let digits = host[(colon + 1)...]
         // A bare IPv6 address has colons of its own; git brackets one that has a port.
         guard !name.contains(UInt8(ascii: ":")) || name.last == UInt8(ascii: "]") else { return (host, nil) }
-        guard (1...5).contains(digits.count), digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-              let port = UInt16(String(decoding: digits, as: UTF8.self)), port != 0, !name.isEmpty else {
+        guard (1...5).contains(digits.count),
+            digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+            let port = UInt16(String(decoding: digits, as: UTF8.self)), port != 0, !name.isEmpty
+        else {
             return (host, nil)
         }
         return (Array(name), port)
@@ -59,7 +61,8 @@ struct GitCredential {
     /// that does not parse, means no expiry.
     static func timestamp(_ bytes: [UInt8]) -> Int64? {
         guard !bytes.isEmpty, bytes.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-              let value = Int64(String(decoding: bytes, as: UTF8.self)), value > 0 else { return nil }
+            let value = Int64(String(decoding: bytes, as: UTF8.self)), value > 0
+        else { return nil }
         return value
     }
 }
@@ -81,9 +84,15 @@ struct StoredSecret: Codable, Equatable {
     /// - Throws: ``HelperFailure`` (data error) when a value is not UTF-8 text, which JSON
     ///   cannot carry; nothing is stored then.
     init(_ credential: GitCredential) throws(HelperFailure) {
-        for (name, value) in [("username", credential.username), ("password", credential.password), ("oauth_refresh_token", credential.oauthRefreshToken)] {
+        for (name, value) in [
+            ("username", credential.username), ("password", credential.password),
+            ("oauth_refresh_token", credential.oauthRefreshToken),
+        ] {
             if let value, !CredentialMessage.isSafeValue(value) {
-                throw HelperFailure(ExitStatus.dataError, "the \(name) contains a carriage return or NUL, which git would misread when it is given back; it was not stored")
+                throw HelperFailure(
+                    ExitStatus.dataError,
+                    "the \(name) contains a carriage return or NUL, which git would misread when it is given back; it was not stored"
+                )
             }
         }
         guard let password = credential.password.flatMap({ String(validating: $0, as: UTF8.self) }) else {
@@ -93,7 +102,8 @@ struct StoredSecret: Codable, Equatable {
         passwordExpiry = credential.passwordExpiry
         if let token = credential.oauthRefreshToken {
             guard let text = String(validating: token, as: UTF8.self) else {
-                throw HelperFailure(ExitStatus.dataError, "the oauth_refresh_token is not UTF-8 text; the credential was not stored")
+                throw HelperFailure(
+                    ExitStatus.dataError, "the oauth_refresh_token is not UTF-8 text; the credential was not stored")
             }
             oauthRefreshToken = text
         }

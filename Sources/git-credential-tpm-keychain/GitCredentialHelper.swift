@@ -4,6 +4,7 @@ import TPM
 import TPMKeychain
 import TPMSimulator
 import ToolSupport
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -90,17 +91,21 @@ enum GitCredentialHelper {
             if let answer = try CredentialStore(location: session.location).get(credential) {
                 // A stored value with a line break would hand git attributes of someone's choosing.
                 if let key = answer.unsafeKey {
-                    throw HelperFailure(ExitStatus.dataError, "the stored \(key) for this credential contains a line break or NUL, which git would read as further attributes: not answering (delete it with tpm-keychain delete-internet-password)")
+                    throw HelperFailure(
+                        ExitStatus.dataError,
+                        "the stored \(key) for this credential contains a line break or NUL, which git would read as further attributes: not answering (delete it with tpm-keychain delete-internet-password)"
+                    )
                 }
                 try writeStandardOutput(answer.encoded)
             }
         case "store":
             guard CredentialStore.isStorable(credential) else { return }
-            _ = try StoredSecret(credential)   // refuse what cannot be stored before a TPM is started
+            _ = try StoredSecret(credential) // refuse what cannot be stored before a TPM is started
             // The moment a secret is handed over, a simulated TPM is reported.
-            let session = try StoreSession(path: invocation.storePath,
-                                           choice: StoreTPM.simulationAllowedByEnvironment ? .automaticOrSimulated : .automatic,
-                                           announceSimulation: true)
+            let session = try StoreSession(
+                path: invocation.storePath,
+                choice: StoreTPM.simulationAllowedByEnvironment ? .automaticOrSimulated : .automatic,
+                announceSimulation: true)
             defer { session.close() }
             try CredentialStore(location: session.location).store(credential)
         case "erase":
@@ -120,7 +125,7 @@ enum GitCredentialHelper {
         do {
             try KeychainLocation(path: path).checkStore()
             return true
-        } catch where error.code == .storeNotFound {
+        } catch  where error.code == .storeNotFound {
             return false
         }
     }
@@ -145,14 +150,18 @@ enum GitCredentialHelper {
         while !Self.hasBlankLine(input) {
             let count: Int
             do {
-                count = try retryingInterrupts { buffer.withUnsafeMutableBytes { Glibc.read(STDIN_FILENO, $0.baseAddress, $0.count) } }
+                count = try retryingInterrupts {
+                    buffer.withUnsafeMutableBytes { Glibc.read(STDIN_FILENO, $0.baseAddress, $0.count) }
+                }
             } catch {
-                throw HelperFailure(ExitStatus.ioError, "cannot read the credential description from standard input: \(error)")
+                throw HelperFailure(
+                    ExitStatus.ioError, "cannot read the credential description from standard input: \(error)")
             }
             if count == 0 { break }
             input += buffer[0..<count]
             guard input.count <= CredentialMessage.maximumSize else {
-                throw HelperFailure(ExitStatus.usage, "the credential description is over \(CredentialMessage.maximumSize) bytes")
+                throw HelperFailure(
+                    ExitStatus.usage, "the credential description is over \(CredentialMessage.maximumSize) bytes")
             }
         }
         return input
@@ -197,7 +206,9 @@ struct Invocation {
     /// nil for `--help`.
     ///
     /// - Throws: ``HelperFailure`` (usage) for an unknown option, a missing action or value.
-    init?(arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment) throws(HelperFailure) {
+    init?(
+        arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(HelperFailure) {
         var keychain: String?
         var positional: [String] = []
         var remaining = arguments[...]
@@ -206,7 +217,9 @@ struct Invocation {
             case "-h", "--help":
                 return nil
             case "--keychain":
-                guard let value = remaining.popFirst() else { throw HelperFailure(ExitStatus.usage, "--keychain needs a directory") }
+                guard let value = remaining.popFirst() else {
+                    throw HelperFailure(ExitStatus.usage, "--keychain needs a directory")
+                }
                 keychain = value
             case _ where argument.hasPrefix("--keychain="):
                 keychain = String(argument.dropFirst("--keychain=".count))
@@ -220,10 +233,14 @@ struct Invocation {
             }
         }
         guard positional.count == 1, let action = positional.first else {
-            throw HelperFailure(ExitStatus.usage, positional.isEmpty ? "no action given (get, store or erase)\n\(GitCredentialHelper.usage)"
-                                                                   : "one action expected, got \(positional.count)")
+            throw HelperFailure(
+                ExitStatus.usage,
+                positional.isEmpty
+                    ? "no action given (get, store or erase)\n\(GitCredentialHelper.usage)"
+                    : "one action expected, got \(positional.count)")
         }
-        let path = keychain ?? environment[GitCredentialHelper.storeVariable].flatMap { $0.isEmpty ? nil : $0 }
+        let path =
+            keychain ?? environment[GitCredentialHelper.storeVariable].flatMap { $0.isEmpty ? nil : $0 }
             ?? KeychainLocation.default.path
         guard !path.isEmpty else { throw HelperFailure(ExitStatus.usage, "--keychain needs a directory") }
         self.action = action

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import ToolSupport
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,7 +10,8 @@ import Glibc
 struct TPMKeychainCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tpm-keychain",
-        abstract: "A keychain for Linux whose master key is sealed to the TPM, with the verbs of macOS's security tool.",
+        abstract:
+            "A keychain for Linux whose master key is sealed to the TPM, with the verbs of macOS's security tool.",
         discussion: """
             The TPM is chosen as follows: \(TPMConfigurationHelp.text)
 
@@ -18,7 +20,8 @@ struct TPMKeychainCommand: ParsableCommand {
         subcommands: [
             AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self, DumpKeychain.self,
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
-            CreateKeychain.self, DeleteKeychain.self, ListKeychains.self, RotateKeys.self, PurgeInvalidated.self, AddRecoveryKey.self, Recover.self, AcceptRollbackRisk.self,
+            CreateKeychain.self, DeleteKeychain.self, ListKeychains.self, RotateKeys.self, PurgeInvalidated.self,
+            AddRecoveryKey.self, Recover.self, AcceptRollbackRisk.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, LockKeychain.self, UnlockKeychain.self,
             TPMStatus.self, ResetLockout.self, Demo.self,
         ])
@@ -34,7 +37,8 @@ struct TPMKeychainCommand: ParsableCommand {
         }
         PasswordArgument.hide()
         if let lookup = ScriptedLookup.parse(Array(CommandLine.arguments.dropFirst())),
-           let status = ScriptedLookup.run(lookup) {
+            let status = ScriptedLookup.run(lookup)
+        {
             Glibc.exit(status)
         }
         main(nil)

@@ -34,11 +34,14 @@ import Testing
         return blocks
     }
 
-    @Test("every Swift block of README.md and the guides is compiled, verbatim, in Snippets.swift",
-          arguments: ["README.md", "docs/RECIPES.md", "docs/PORTING.md"])
+    @Test(
+        "every Swift block of README.md and the guides is compiled, verbatim, in Snippets.swift",
+        arguments: ["README.md", "docs/RECIPES.md", "docs/PORTING.md"])
     func blocksAreMirrored(_ document: String) throws {
-        let mirror = Self.normalised(try String(contentsOf: Self.root.appendingPathComponent("Tests/DocumentationTests/Snippets.swift"),
-                                                encoding: .utf8))
+        let mirror = Self.normalised(
+            try String(
+                contentsOf: Self.root.appendingPathComponent("Tests/DocumentationTests/Snippets.swift"),
+                encoding: .utf8))
         let blocks = try Self.swiftBlocks(of: document)
         #expect(!blocks.isEmpty, "found no Swift blocks in \(document)")
         for block in blocks {

@@ -1,3 +1,5 @@
+// swift-format-ignore-file
+// (Formatted as the docs are: each block is the docs' text, verbatim.)
 // Every ```swift block of README.md, docs/RECIPES.md and docs/PORTING.md, verbatim, in code the compiler checks
 // (and, for the test recipes, runs). SnippetTests fails when a block in the docs is not here, so
 // the two cannot drift apart. Blocks that need context are wrapped in functions; nothing calls

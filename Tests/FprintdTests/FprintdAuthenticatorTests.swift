@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
-import Testing
 import TPMKeychain
 import TPMKeychainFprintd
+import Testing
 
 /// FprintdAuthenticator against python-dbusmock's fprintd (Fixtures/fprintd/fprintd_template.py)
 /// on a private dbus-daemon that each test starts and kills. Serialized: two cores, and the
@@ -64,7 +64,9 @@ struct FprintdAuthenticatorTests {
             #expect(try await authenticator.enrollment()?.identifier == first)
 
             try await mock.setEnrolledFingers(device, ["left-index-finger", "right-index-finger"])
-            #expect(try await authenticator.enrollment()?.identifier == first, "the order fprintd lists fingers in must not matter")
+            #expect(
+                try await authenticator.enrollment()?.identifier == first,
+                "the order fprintd lists fingers in must not matter")
             // A second authenticator (another process, a restart) derives the same identifier.
             #expect(try await FprintdAuthenticator(busAddress: mock.address).enrollment()?.identifier == first)
         }
@@ -92,7 +94,9 @@ struct FprintdAuthenticatorTests {
                 try await authenticator.verify(reason: "unlock")
             }
             for error in [listing, verifying] {
-                #expect(error?.message.contains("net.reactivated.Fprint.Error.NoSuchDevice") == true, "\(String(describing: error))")
+                #expect(
+                    error?.message.contains("net.reactivated.Fprint.Error.NoSuchDevice") == true,
+                    "\(String(describing: error))")
             }
         }
     }
@@ -122,7 +126,8 @@ struct FprintdAuthenticatorTests {
         try await withMock { mock, authenticator in
             let device = try await mock.addDevice()
             try await mock.setEnrolledFingers(device, ["right-index-finger"])
-            try await mock.setMethodError(device, method: "ListEnrolledFingers", name: "net.reactivated.Fprint.Error.PermissionDenied")
+            try await mock.setMethodError(
+                device, method: "ListEnrolledFingers", name: "net.reactivated.Fprint.Error.PermissionDenied")
             let error = await expectAuthenticationError(.biometryNotAvailable) { () throws(AuthenticationError) in
                 _ = try await authenticator.enrollment()
             }
@@ -136,12 +141,13 @@ struct FprintdAuthenticatorTests {
         try await withMock { mock, authenticator in
             let device = try await enrolledDevice(mock, script: [("verify-match", true, 10)])
             try await authenticator.verify(reason: "unlock")
-            #expect(try await mock.calls(device) == [
-                .init(method: "Claim", arguments: [""]),
-                .init(method: "VerifyStart", arguments: ["any"]),
-                .init(method: "VerifyStop", arguments: []),
-                .init(method: "Release", arguments: []),
-            ])
+            #expect(
+                try await mock.calls(device) == [
+                    .init(method: "Claim", arguments: [""]),
+                    .init(method: "VerifyStart", arguments: ["any"]),
+                    .init(method: "VerifyStop", arguments: []),
+                    .init(method: "Release", arguments: []),
+                ])
             // Released, so the reader can be claimed again.
             try await authenticator.verify(reason: "again")
         }
@@ -159,10 +165,12 @@ struct FprintdAuthenticatorTests {
 
     @Test func retryScanKeepsWaitingForTheMatch() async throws {
         try await withMock { mock, authenticator in
-            let device = try await enrolledDevice(mock, script: [
-                ("verify-retry-scan", false, 10), ("verify-swipe-too-short", false, 50),
-                ("verify-retry-scan", false, 50), ("verify-match", true, 50),
-            ])
+            let device = try await enrolledDevice(
+                mock,
+                script: [
+                    ("verify-retry-scan", false, 10), ("verify-swipe-too-short", false, 50),
+                    ("verify-retry-scan", false, 50), ("verify-match", true, 50),
+                ])
             try await authenticator.verify(reason: "unlock")
             #expect(try await mock.calls(device).map(\.method) == ["Claim", "VerifyStart", "VerifyStop", "Release"])
         }
@@ -170,7 +178,8 @@ struct FprintdAuthenticatorTests {
 
     @Test func retryScanThenNoMatchFails() async throws {
         try await withMock { mock, authenticator in
-            _ = try await enrolledDevice(mock, script: [("verify-retry-scan", false, 10), ("verify-no-match", true, 50)])
+            _ = try await enrolledDevice(
+                mock, script: [("verify-retry-scan", false, 10), ("verify-no-match", true, 50)])
             await expectAuthenticationError(.authenticationFailed) { () throws(AuthenticationError) in
                 try await authenticator.verify(reason: "unlock")
             }
@@ -239,7 +248,8 @@ struct FprintdAuthenticatorTests {
     @Test func claimPermissionDeniedNamesPolkitAndClaimsNothing() async throws {
         try await withMock { mock, authenticator in
             let device = try await enrolledDevice(mock, script: [("verify-match", true, 10)])
-            try await mock.setMethodError(device, method: "Claim", name: "net.reactivated.Fprint.Error.PermissionDenied")
+            try await mock.setMethodError(
+                device, method: "Claim", name: "net.reactivated.Fprint.Error.PermissionDenied")
             let error = await expectAuthenticationError(.biometryNotAvailable) { () throws(AuthenticationError) in
                 try await authenticator.verify(reason: "unlock")
             }
@@ -274,14 +284,16 @@ struct FprintdAuthenticatorTests {
             let device = try await enrolledDevice(mock, script: [])
             let verification = startVerification(authenticator)
             try await mock.waitForCall("VerifyStart", on: device)
-            mock.stop()   // the bus and fprintd die together
+            mock.stop() // the bus and fprintd die together
             #expect(await verification.value?.code == .biometryNotAvailable)
         }
     }
 
     // MARK: Signals from anyone but fprintd
 
-    @Test("a forged match, sent unicast by another connection while a verification waits, is ignored: fprintd's own no-match decides")
+    @Test(
+        "a forged match, sent unicast by another connection while a verification waits, is ignored: fprintd's own no-match decides"
+    )
     func forgedMatchIsIgnored() async throws {
         try await withMock { mock, authenticator in
             let device = try await enrolledDevice(mock, script: [])
@@ -306,7 +318,9 @@ struct FprintdAuthenticatorTests {
         }
     }
 
-    @Test("fprintd's name changing owner during a verification fails it: a new owner's statuses are not the claimed reader's")
+    @Test(
+        "fprintd's name changing owner during a verification fails it: a new owner's statuses are not the claimed reader's"
+    )
     func ownerChangeFailsTheVerification() async throws {
         try await withMock { mock, authenticator in
             let device = try await enrolledDevice(mock, script: [])

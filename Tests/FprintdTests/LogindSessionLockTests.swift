@@ -1,8 +1,10 @@
 import Foundation
-import Testing
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
 @testable import TPMKeychainFprintd
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -128,7 +130,8 @@ struct LogindSessionLockTests {
             try await mock.addSession("fromenv")
             try await mock.addSession("display")
             try await mock.setDisplay("display")
-            let lock = try LogindSessionLock(busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: "fromenv")
+            let lock = try LogindSessionLock(
+                busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: "fromenv")
             defer { lock.stop() }
             #expect(lock.sessionPath == Self.sessionPrefix + "fromenv")
         }
@@ -140,7 +143,8 @@ struct LogindSessionLockTests {
             try await mock.addSession("tty")
             try await mock.setDisplay("display")
             for variable: String? in [nil, "", "stale"] {
-                let lock = try LogindSessionLock(busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: variable)
+                let lock = try LogindSessionLock(
+                    busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: variable)
                 #expect(lock.sessionPath == Self.sessionPrefix + "display", "XDG_SESSION_ID \(variable ?? "unset")")
                 lock.stop()
             }
@@ -151,12 +155,14 @@ struct LogindSessionLockTests {
         try await withMock { mock in
             // Not logged in at all: GetUser fails.
             expectLockError(.noSession) {
-                _ = try LogindSessionLock(busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: nil)
+                _ = try LogindSessionLock(
+                    busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: nil)
             }
             // Logged in, but without a display session.
             try await mock.addSession("tty")
             expectLockError(.noSession) {
-                _ = try LogindSessionLock(busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: "stale")
+                _ = try LogindSessionLock(
+                    busAddress: mock.address, session: nil, timeout: .seconds(5), environmentSessionID: "stale")
             }
             expectLockError(.noSession) { _ = try LogindSessionLock(busAddress: mock.address, session: "nonexistent") }
         }
@@ -173,7 +179,9 @@ struct LogindSessionLockTests {
 
     @Test func noBus() throws {
         let directory = NSTemporaryDirectory() + "logind-no-bus-" + UUID().uuidString
-        expectLockError(.busUnavailable) { _ = try LogindSessionLock(busAddress: "unix:path=\(directory)/bus", session: "c1") }
+        expectLockError(.busUnavailable) {
+            _ = try LogindSessionLock(busAddress: "unix:path=\(directory)/bus", session: "c1")
+        }
     }
 
     @Test func busDyingMakesTheStateUnknown() async throws {
@@ -316,8 +324,10 @@ private func lockError(of lock: LogindSessionLock) -> LogindSessionLockError.Cod
     }
 }
 
-private func expectLockError(_ code: LogindSessionLockError.Code, sourceLocation: SourceLocation = #_sourceLocation,
-                             _ body: () throws -> Void) {
+private func expectLockError(
+    _ code: LogindSessionLockError.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> Void
+) {
     do {
         try body()
         Issue.record("expected LogindSessionLockError.\(code), but nothing was thrown", sourceLocation: sourceLocation)
@@ -329,8 +339,10 @@ private func expectLockError(_ code: LogindSessionLockError.Code, sourceLocation
 }
 
 /// Polls ``LogindSessionLock/isLocked()`` every 20 ms until it throws `code`, for at most `limit`.
-private func expectLockErrorEventually(_ code: LogindSessionLockError.Code, _ lock: LogindSessionLock, within limit: Duration = .seconds(2),
-                                       sourceLocation: SourceLocation = #_sourceLocation) async throws {
+private func expectLockErrorEventually(
+    _ code: LogindSessionLockError.Code, _ lock: LogindSessionLock, within limit: Duration = .seconds(2),
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
     let clock = ContinuousClock()
     let deadline = clock.now + limit
     var last = "was not called"
@@ -348,13 +360,17 @@ private func expectLockErrorEventually(_ code: LogindSessionLockError.Code, _ lo
 
 /// Polls `condition` every 20 ms until it holds, for at most `limit` (notifications cross two
 /// processes and a bus; the wait is bounded, so a notification that never arrives fails).
-private func expectEventually(_ what: String, within limit: Duration = .seconds(2), sourceLocation: SourceLocation = #_sourceLocation,
-                              _ condition: () throws -> Bool) async throws {
+private func expectEventually(
+    _ what: String, within limit: Duration = .seconds(2), sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () throws -> Bool
+) async throws {
     try await expectEventuallyAsync(what, within: limit, sourceLocation: sourceLocation) { try condition() }
 }
 
-private func expectEventuallyAsync(_ what: String, within limit: Duration = .seconds(2), sourceLocation: SourceLocation = #_sourceLocation,
-                                   _ condition: () async throws -> Bool) async throws {
+private func expectEventuallyAsync(
+    _ what: String, within limit: Duration = .seconds(2), sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async throws {
     let clock = ContinuousClock()
     let deadline = clock.now + limit
     var last: (any Error)?
@@ -367,5 +383,6 @@ private func expectEventuallyAsync(_ what: String, within limit: Duration = .sec
         }
         try await Task.sleep(for: .milliseconds(20))
     }
-    Issue.record("not within \(limit): \(what)\(last.map { " (last error: \($0))" } ?? "")", sourceLocation: sourceLocation)
+    Issue.record(
+        "not within \(limit): \(what)\(last.map { " (last error: \($0))" } ?? "")", sourceLocation: sourceLocation)
 }

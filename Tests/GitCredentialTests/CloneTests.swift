@@ -47,7 +47,9 @@ import Glibc
         try run(fixture, ["init", "-q", "-b", "main", fixture.directory + "/work"])
         try "hello\n".write(toFile: fixture.directory + "/work/README", atomically: true, encoding: .utf8)
         try run(fixture, ["-C", "work", "add", "README"])
-        try run(fixture, ["-C", "work", "-c", "user.name=Test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "first"])
+        try run(
+            fixture,
+            ["-C", "work", "-c", "user.name=Test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "first"])
         try run(fixture, ["-C", "work", "push", "-q", served + "/repo.git", "main"])
         try run(fixture, ["--git-dir", served + "/repo.git", "update-server-info"])
 
@@ -70,15 +72,19 @@ import Glibc
             if chunk.isEmpty { throw TestFailure("the HTTP server ended before printing its port") }
             portLine.append(chunk)
         }
-        let port = try #require(Int(String(decoding: portLine, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let port = try #require(
+            Int(String(decoding: portLine, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
         let url = "http://127.0.0.1:\(port)/repo.git"
         let host = ["protocol=http", "host=127.0.0.1:\(port)"]
 
         // Nothing stored: askpass answers, the clone works, git stores the credential.
         let first = try fixture.git(["clone", "-q", url, "first"])
         #expect(first.status == 0, "\(first)")
-        #expect(try fixture.takePrompts() == ["Username for 'http://127.0.0.1:\(port)': ",
-                                              "Password for 'http://askpass-username@127.0.0.1:\(port)': "])
+        #expect(
+            try fixture.takePrompts() == [
+                "Username for 'http://127.0.0.1:\(port)': ",
+                "Password for 'http://askpass-username@127.0.0.1:\(port)': ",
+            ])
         #expect(FileManager.default.fileExists(atPath: fixture.directory + "/first/README"))
         #expect(try fixture.helper("get", host).lines == ["username=askpass-username", "password=askpass-password"])
 
@@ -95,8 +101,11 @@ import Glibc
         #expect(after.status == 0 && after.stdout.isEmpty, "\(after)")
     }
 
-    private func run(_ fixture: GitFixture, _ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let result = try runProcess(fixture.git, arguments, environment: fixture.environment, directory: fixture.directory)
+    private func run(
+        _ fixture: GitFixture, _ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let result = try runProcess(
+            fixture.git, arguments, environment: fixture.environment, directory: fixture.directory)
         guard result.status == 0 else { throw TestFailure("\(result)") }
     }
 }

@@ -1,8 +1,8 @@
 import Foundation
 import SecurityCompat
 import TPMKeychain
-import Testing
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -17,7 +17,8 @@ struct ProcessResult: Sendable, CustomStringConvertible {
 
     /// Standard output's lines, without the final newline's empty one.
     var lines: [String] {
-        stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast(stdout.hasSuffix("\n") ? 1 : 0).map(String.init)
+        stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast(stdout.hasSuffix("\n") ? 1 : 0).map(
+            String.init)
     }
 
     var description: String {
@@ -32,8 +33,10 @@ struct TestFailure: Error, CustomStringConvertible {
 
 /// Runs a program to its end (killing it after `timeout`), output collected from files so a full
 /// pipe cannot block it.
-func runProcess(_ executable: String, _ arguments: [String], environment: [String: String], stdin: String? = nil,
-                directory: String, timeout: Duration = .seconds(60)) throws -> ProcessResult {
+func runProcess(
+    _ executable: String, _ arguments: [String], environment: [String: String], stdin: String? = nil,
+    directory: String, timeout: Duration = .seconds(60)
+) throws -> ProcessResult {
     let output = try makeScratchDirectory("output")
     defer { try? FileManager.default.removeItem(atPath: output) }
     for name in ["stdout", "stderr"] where !FileManager.default.createFile(atPath: output + "/" + name, contents: nil) {
@@ -64,15 +67,17 @@ func runProcess(_ executable: String, _ arguments: [String], environment: [Strin
         usleep(2_000)
     }
     process.waitUntilExit()
-    return ProcessResult(command: command, status: process.terminationStatus,
-                         stdout: try String(contentsOfFile: output + "/stdout", encoding: .utf8),
-                         stderr: try String(contentsOfFile: output + "/stderr", encoding: .utf8))
+    return ProcessResult(
+        command: command, status: process.terminationStatus,
+        stdout: try String(contentsOfFile: output + "/stdout", encoding: .utf8),
+        stderr: try String(contentsOfFile: output + "/stderr", encoding: .utf8))
 }
 
 /// A fresh directory (mode 0700) under the temporary directory.
 func makeScratchDirectory(_ name: String) throws -> String {
     let path = NSTemporaryDirectory() + "git-credential-tests-\(name)-\(UUID().uuidString)"
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    try FileManager.default.createDirectory(
+        atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     return path
 }
 
@@ -98,8 +103,11 @@ final class GitFixture: @unchecked Sendable {
     /// `git-credential-tpm-keychain`, built next to the test bundle (`.build/<triple>/debug/`)
     /// since this test target depends on the executable target.
     static let helper: String = {
-        let bundle = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent("git-credential-tpm-keychain").path
+        let bundle =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent(
+            "git-credential-tpm-keychain"
+        ).path
     }()
 
     let simulator: SoftwareTPM
@@ -111,9 +119,12 @@ final class GitFixture: @unchecked Sendable {
 
     init() throws {
         // A missing git is a failure of the run, as a missing swtpm is.
-        guard let git = executableOnPath("git") else { throw TestFailure("git is not installed (Debian: apt-get install git)") }
+        guard let git = executableOnPath("git") else {
+            throw TestFailure("git is not installed (Debian: apt-get install git)")
+        }
         guard FileManager.default.isExecutableFile(atPath: Self.helper) else {
-            throw TestFailure("git-credential-tpm-keychain is not built at \(Self.helper): run swift build --build-tests")
+            throw TestFailure(
+                "git-credential-tpm-keychain is not built at \(Self.helper): run swift build --build-tests")
         }
         self.git = git
         simulator = try SoftwareTPM.start()
@@ -122,13 +133,17 @@ final class GitFixture: @unchecked Sendable {
         home = directory + "/home"
         askpassLog = directory + "/askpass.log"
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
-        try writeScript("askpass", """
+        try writeScript(
+            "askpass",
+            """
             #!/bin/sh
             echo "$1" >> '\(askpassLog)'
             what=$(echo $1 | cut -d" " -f1 | tr A-Z a-z | tr -cd a-z)
             echo "askpass-$what"
             """)
-        guard FileManager.default.createFile(atPath: askpassLog, contents: nil) else { throw TestFailure("cannot create \(askpassLog)") }
+        guard FileManager.default.createFile(atPath: askpassLog, contents: nil) else {
+            throw TestFailure("cannot create \(askpassLog)")
+        }
     }
 
     deinit {
@@ -150,7 +165,10 @@ final class GitFixture: @unchecked Sendable {
     /// askpass program instead of a terminal.
     var environment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
-        for name in environment.keys where name.hasPrefix("GIT_") || (name.hasPrefix("TPM_KEYCHAIN_") && name != "TPM_KEYCHAIN_TIMEOUT") || name.hasPrefix("XDG_") {
+        for name in environment.keys
+        where name.hasPrefix("GIT_") || (name.hasPrefix("TPM_KEYCHAIN_") && name != "TPM_KEYCHAIN_TIMEOUT")
+            || name.hasPrefix("XDG_")
+        {
             environment.removeValue(forKey: name)
         }
         environment.removeValue(forKey: "SSH_ASKPASS")
@@ -174,30 +192,43 @@ final class GitFixture: @unchecked Sendable {
     }
 
     /// `git -c credential.helper=... <arguments>`, in the fixture's directory.
-    func git(_ arguments: [String], stdin: String? = nil, configuration: [String] = [],
-             environment extra: [String: String] = [:]) throws -> ProcessResult {
+    func git(
+        _ arguments: [String], stdin: String? = nil, configuration: [String] = [],
+        environment extra: [String: String] = [:]
+    ) throws -> ProcessResult {
         let options = (["credential.helper=" + helperConfiguration] + configuration).flatMap { ["-c", $0] }
-        return try runProcess(git, options + arguments, environment: environment.merging(extra) { $1 }, stdin: stdin, directory: directory)
+        return try runProcess(
+            git, options + arguments, environment: environment.merging(extra) { $1 }, stdin: stdin, directory: directory
+        )
     }
 
     /// `git credential <action>` with `lines` as its input, recording an issue unless it exits 0.
     @discardableResult
-    func credential(_ action: String, _ lines: [String], configuration: [String] = [],
-                    sourceLocation: SourceLocation = #_sourceLocation) throws -> ProcessResult {
-        let result = try git(["credential", action], stdin: lines.map { $0 + "\n" }.joined(), configuration: configuration)
+    func credential(
+        _ action: String, _ lines: [String], configuration: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> ProcessResult {
+        let result = try git(
+            ["credential", action], stdin: lines.map { $0 + "\n" }.joined(), configuration: configuration)
         #expect(result.status == 0, "\(result)", sourceLocation: sourceLocation)
         return result
     }
 
     /// The helper itself, as git runs it, with `lines` on standard input.
-    func helper(_ arguments: [String], _ lines: [String], environment extra: [String: String] = [:]) throws -> ProcessResult {
-        try runProcess(Self.helper, arguments, environment: environment.merging(extra) { $1 }, stdin: lines.map { $0 + "\n" }.joined(),
-                       directory: directory)
+    func helper(
+        _ arguments: [String], _ lines: [String], environment extra: [String: String] = [:]
+    ) throws -> ProcessResult {
+        try runProcess(
+            Self.helper, arguments, environment: environment.merging(extra) { $1 },
+            stdin: lines.map { $0 + "\n" }.joined(),
+            directory: directory)
     }
 
     /// `helper --keychain <store> <action>`, recording an issue unless it exits 0.
     @discardableResult
-    func helper(_ action: String, _ lines: [String], sourceLocation: SourceLocation = #_sourceLocation) throws -> ProcessResult {
+    func helper(
+        _ action: String, _ lines: [String], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> ProcessResult {
         let result = try helper(["--keychain", store, action], lines)
         #expect(result.status == 0, "\(result)", sourceLocation: sourceLocation)
         return result

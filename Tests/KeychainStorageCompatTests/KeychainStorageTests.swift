@@ -1,9 +1,9 @@
 import Foundation
-import SystemCalls
 import KeychainStorageCompat
 import StressProcess
-import Testing
+import SystemCalls
 import TPMKeychain
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -32,7 +32,9 @@ func uniqueName(_ prefix: String) -> String {
 }
 
 @Suite struct KeychainStorageTests {
-    @Test("SAP's documented usage: create, put, read, keys, remove data, remove all, change cipher, open, remove the store")
+    @Test(
+        "SAP's documented usage: create, put, read, keys, remove data, remove all, change cipher, open, remove the store"
+    )
     func documentedUsage() throws {
         let name = uniqueName("usage")
         let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("first"), accessGroup: "")
@@ -45,13 +47,15 @@ func uniqueName(_ prefix: String) -> String {
         #expect(try storage.data(for: "missing") == nil)
         #expect(try storage.keys() == ["a", "b"])
         try storage.removeData(for: "a")
-        try storage.removeData(for: "a")          // removing what is not there is no error
+        try storage.removeData(for: "a") // removing what is not there is no error
         #expect(try storage.keys() == ["b"])
 
         try storage.changeCipher(to: try cipher("second"))
         #expect(try storage.data(for: "b") == Data("beta 2".utf8))
         Keychain.closeStore(try KeychainLocation(path: storageRoot + "/private/" + name))
-        #expect(throws: KeychainStorageError.self) { _ = try KeychainStorage.openStore(name: name, cipher: try cipher("first")) }
+        #expect(throws: KeychainStorageError.self) {
+            _ = try KeychainStorage.openStore(name: name, cipher: try cipher("first"))
+        }
         let reopened = try KeychainStorage.openStore(name: name, cipher: try cipher("second"))
         #expect(try reopened.data(for: "b") == Data("beta 2".utf8))
         try reopened.removeAllData()
@@ -60,17 +64,25 @@ func uniqueName(_ prefix: String) -> String {
         #expect(try KeychainStorage.storeExists(name: name))
         try KeychainStorage.removeStore(name: name)
         #expect(try !KeychainStorage.storeExists(name: name))
-        #expect(throws: KeychainStorageError.storeRemoved("The store \"\(name)\" was removed")) { try reopened.put(data: Data(), for: "x") }
-        #expect(throws: KeychainStorageError.storeNotFound(name)) { _ = try KeychainStorage.openStore(name: name, cipher: try cipher("second")) }
+        #expect(throws: KeychainStorageError.storeRemoved("The store \"\(name)\" was removed")) {
+            try reopened.put(data: Data(), for: "x")
+        }
+        #expect(throws: KeychainStorageError.storeNotFound(name)) {
+            _ = try KeychainStorage.openStore(name: name, cipher: try cipher("second"))
+        }
     }
 
     @Test("each documented failure has its error: an existing store, a missing one, invalid names, a wrong cipher")
     func failures() throws {
         let name = uniqueName("failures")
         _ = try KeychainStorage.createStore(name: name, cipher: try cipher("right"))
-        #expect(throws: KeychainStorageError.storeAlreadyExists(name)) { _ = try KeychainStorage.createStore(name: name) }
+        #expect(throws: KeychainStorageError.storeAlreadyExists(name)) {
+            _ = try KeychainStorage.createStore(name: name)
+        }
         let missing = uniqueName("missing")
-        #expect(throws: KeychainStorageError.storeNotFound(missing)) { _ = try KeychainStorage.openStore(name: missing) }
+        #expect(throws: KeychainStorageError.storeNotFound(missing)) {
+            _ = try KeychainStorage.openStore(name: missing)
+        }
         #expect(throws: KeychainStorageError.storeNotFound(missing)) { try KeychainStorage.removeStore(name: missing) }
         for bad in ["", ".", "..", "a/b", "nul\0byte", "../escape"] {
             #expect(throws: KeychainStorageError.self, "\(bad)") { _ = try KeychainStorage.createStore(name: bad) }
@@ -81,15 +93,23 @@ func uniqueName(_ prefix: String) -> String {
             _ = try KeychainStorage.openStore(name: name, cipher: try cipher("wrong"))
             Issue.record("a wrong cipher opened the store")
         } catch let error as KeychainStorageError {
-            guard case .wrongCipher = error else { Issue.record("got \(error)"); return }
+            guard case .wrongCipher = error else {
+                Issue.record("got \(error)")
+                return
+            }
         }
         // The right password with other scrypt parameters: the store recorded its own, and says which.
         do {
-            let other = try Cipher(password: "right", salt: Data("salt".utf8), parameters: .init(rounds: 1 << 11, blockSize: 8, parallelism: 1))
+            let other = try Cipher(
+                password: "right", salt: Data("salt".utf8),
+                parameters: .init(rounds: 1 << 11, blockSize: 8, parallelism: 1))
             _ = try KeychainStorage.openStore(name: name, cipher: other)
             Issue.record("a cipher with other parameters opened the store")
         } catch let error as KeychainStorageError {
-            guard case .wrongCipher(let message) = error else { Issue.record("got \(error)"); return }
+            guard case .wrongCipher(let message) = error else {
+                Issue.record("got \(error)")
+                return
+            }
             #expect(message.contains("N = \(light.rounds)") && message.contains("N = \(1 << 11)"), "\(message)")
         }
         #expect(throws: KeychainStorageError.self) { _ = try KeychainStorage.openStore(name: name) }
@@ -101,7 +121,8 @@ func uniqueName(_ prefix: String) -> String {
     func accessGroupsAndRemoval() throws {
         let name = uniqueName("shared")
         let own = try KeychainStorage.createStore(name: name)
-        let shared = try KeychainStorage.createStore(name: name, accessGroup: KeychainStorage.accessGroup(from: "group.com.example"))
+        let shared = try KeychainStorage.createStore(
+            name: name, accessGroup: KeychainStorage.accessGroup(from: "group.com.example"))
         try own.put(data: Data("own".utf8), for: "k")
         try shared.put(data: Data("shared".utf8), for: "k")
         #expect(try own.data(for: "k") == Data("own".utf8) && shared.data(for: "k") == Data("shared".utf8))
@@ -118,8 +139,9 @@ func uniqueName(_ prefix: String) -> String {
         let storage = try KeychainStorage.createStore(name: name, cipher: try cipher("pw"))
         try storage.put(data: Data("the clear value".utf8), for: "k")
         // The TPM store's own view holds the cipher's output, not the value.
-        let keychain = try Keychain(service: "KeychainStorage.g1",
-                                    location: try KeychainLocation(path: storageRoot + "/private/" + name, tpm: .automaticOrSimulated))
+        let keychain = try Keychain(
+            service: "KeychainStorage.g1",
+            location: try KeychainLocation(path: storageRoot + "/private/" + name, tpm: .automaticOrSimulated))
         let raw = try #require(try keychain.data(forKey: "k"))
         #expect(raw != Data("the clear value".utf8) && raw.count == "the clear value".utf8.count + 28)
         try KeychainStorage.removeStore(name: name)
@@ -141,7 +163,9 @@ func uniqueName(_ prefix: String) -> String {
                         try storage.put(data: value, for: key)
                         expected[key] = value
                     case 2, 3:
-                        if try storage.data(for: key) != expected[key] { problems.withLock { $0.append("\(key) at \(step)") } }
+                        if try storage.data(for: key) != expected[key] {
+                            problems.withLock { $0.append("\(key) at \(step)") }
+                        }
                     default:
                         try storage.removeData(for: key)
                         expected[key] = nil
@@ -158,9 +182,12 @@ func uniqueName(_ prefix: String) -> String {
         try KeychainStorage.removeStore(name: name)
     }
 
-    @Test("without a usable TPM a store is created under a simulated one only when TPM_KEYCHAIN_ALLOW_SIMULATED=1 says so; otherwise the error says what to do and nothing is created",
-          .enabled(if: access("/dev/tpmrm0", R_OK | W_OK) != 0 && ProcessInfo.processInfo.environment["TPM_KEYCHAIN_TCTI"] == nil,
-                   "a TPM is usable here"))
+    @Test(
+        "without a usable TPM a store is created under a simulated one only when TPM_KEYCHAIN_ALLOW_SIMULATED=1 says so; otherwise the error says what to do and nothing is created",
+        .enabled(
+            if: access("/dev/tpmrm0", R_OK | W_OK) != 0
+                && ProcessInfo.processInfo.environment["TPM_KEYCHAIN_TCTI"] == nil,
+            "a TPM is usable here"))
     func simulatedOnlyWhenAllowed() throws {
         let name = uniqueName("simulated")
         var environment = ProcessInfo.processInfo.environment
@@ -179,7 +206,9 @@ func uniqueName(_ prefix: String) -> String {
             return (process.terminationStatus, text)
         }
         let refused = try create(environment)
-        #expect(refused.status != 0 && refused.error.contains("TPM_KEYCHAIN_ALLOW_SIMULATED=1") && refused.error.contains("group tss"), "\(refused)")
+        #expect(
+            refused.status != 0 && refused.error.contains("TPM_KEYCHAIN_ALLOW_SIMULATED=1")
+                && refused.error.contains("group tss"), "\(refused)")
         #expect(try !KeychainStorage.storeExists(name: name))
         environment["TPM_KEYCHAIN_ALLOW_SIMULATED"] = "1"
         let created = try create(environment)
@@ -188,19 +217,23 @@ func uniqueName(_ prefix: String) -> String {
         try KeychainStorage.removeStore(name: name)
     }
 
-    @Test("a cipher change of a 1,000-item store killed 100 times: every item reads with exactly one of the two ciphers")
+    @Test(
+        "a cipher change of a 1,000-item store killed 100 times: every item reads with exactly one of the two ciphers")
     func killedCipherChanges() throws {
         let name = uniqueName("killed")
         var password = "password-0"
         let storage = try KeychainStorage.createStore(name: name, cipher: try cipher(password))
         for index in 0..<1000 { try storage.put(data: Data("value-\(index)".utf8), for: "key-\(index)") }
-        var killedBeforeCommit = 0, killedAfterCommit = 0, finished = 0
+        var killedBeforeCommit = 0
+        var killedAfterCommit = 0
+        var finished = 0
         for round in 0...100 {
             let next = "password-\(round + 1)"
             // Round 0 runs to the end; the others are killed where KillPoint says, on both sides of the commit.
             let killPoint = round == 0 ? nil : KillPoint.forRound(round, items: 1000)
-            let stress = try StressProcess(["--storage-root", storageRoot, "--store", name, "--change-cipher", password, next]
-                                           + (killPoint?.arguments ?? []))
+            let stress = try StressProcess(
+                ["--storage-root", storageRoot, "--store", name, "--change-cipher", password, next]
+                    + (killPoint?.arguments ?? []))
             if let killPoint, stress.waitFor(killPoint.line) { stress.kill() }
             let output = stress.finish()
 
@@ -209,7 +242,9 @@ func uniqueName(_ prefix: String) -> String {
             Keychain.closeStore(location)
             let withOld = try? KeychainStorage.openStore(name: name, cipher: try cipher(password))
             let withNew = try? KeychainStorage.openStore(name: name, cipher: try cipher(next))
-            #expect((withOld == nil) != (withNew == nil), "round \(round) (\(killPoint?.line ?? "to the end")): old \(withOld != nil), new \(withNew != nil)")
+            #expect(
+                (withOld == nil) != (withNew == nil),
+                "round \(round) (\(killPoint?.line ?? "to the end")): old \(withOld != nil), new \(withNew != nil)")
             guard let opened = withNew ?? withOld else { break }
             if withNew != nil {
                 password = next
@@ -220,11 +255,14 @@ func uniqueName(_ prefix: String) -> String {
             let keys = try opened.keys()
             #expect(keys.count == 1000, "round \(round): \(keys.count) keys")
             for index in stride(from: round % 10, to: 1000, by: 10) {
-                #expect(try opened.data(for: "key-\(index)") == Data("value-\(index)".utf8), "round \(round), key-\(index)")
+                #expect(
+                    try opened.data(for: "key-\(index)") == Data("value-\(index)".utf8), "round \(round), key-\(index)")
             }
         }
         #expect(killedBeforeCommit + killedAfterCommit + finished == 101)
-        print("cipher changes: \(killedBeforeCommit) killed before the commit, \(killedAfterCommit) after it, \(finished) finished")
+        print(
+            "cipher changes: \(killedBeforeCommit) killed before the commit, \(killedAfterCommit) after it, \(finished) finished"
+        )
         #expect(killedBeforeCommit > 0 && killedAfterCommit + finished > 1)
         try KeychainStorage.removeStore(name: name)
     }

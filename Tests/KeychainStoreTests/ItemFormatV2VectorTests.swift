@@ -1,9 +1,10 @@
 import Crypto
 import Foundation
-import Testing
-@testable import KeychainStore
 import KeychainVocabulary
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 /// Fixtures/item-v2.json, written by Fixtures/make-item-vector-v2.py from docs/FORMAT.md alone.
 struct ItemV2Vector: Decodable {
@@ -29,28 +30,32 @@ struct ItemV2Vector: Decodable {
         }
         let code = try #require(FourCharacterCode(text: item.class))
         let itemClass = try #require(ItemClass(rawValue: code.rawValue))
-        return ItemFileV2.Contents(itemID: hex(item.itemID), generation: item.generation, itemClass: itemClass,
-                                   keyRecord: ItemFileV2.masterKeyRecord,
-                                   accessibility: try #require(Accessibility(rawValue: item.accessibility)),
-                                   kind: try #require(ValueKind(rawValue: item.valueKind)), attributes: attributes, value: hex(item.value))
+        return ItemFileV2.Contents(
+            itemID: hex(item.itemID), generation: item.generation, itemClass: itemClass,
+            keyRecord: ItemFileV2.masterKeyRecord,
+            accessibility: try #require(Accessibility(rawValue: item.accessibility)),
+            kind: try #require(ValueKind(rawValue: item.valueKind)), attributes: attributes, value: hex(item.value))
     }
 
     static func keys(_ vector: ItemV2Vector) -> StoreKeys {
         StoreKeys(masterKey: SymmetricKey(data: hex(vector.masterKey)), storeID: hex(vector.storeID))
     }
 
-    @Test("the codec writes exactly the bytes, names and directories an independent implementation of FORMAT.md computes")
+    @Test(
+        "the codec writes exactly the bytes, names and directories an independent implementation of FORMAT.md computes")
     func encodesTheKnownAnswers() throws {
         let vector = try #require(Self.vector)
         let keys = Self.keys(vector)
         #expect(vector.items.count == 2)
         for item in vector.items {
             let contents = try Self.contents(item)
-            let encoded = try ItemFileV2.encode(contents, itemKeyParent: keys.items, storeID: hex(vector.storeID),
-                                                salt: hex(item.salt), nonce: hex(item.nonce))
+            let encoded = try ItemFileV2.encode(
+                contents, itemKeyParent: keys.items, storeID: hex(vector.storeID),
+                salt: hex(item.salt), nonce: hex(item.nonce))
             #expect(encoded == hex(item.file), "\(item.class)")
             #expect(ItemFileV2.fileName(of: contents.itemClass, contents.attributes, keys: keys) == item.fileName)
-            #expect(ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: keys) == item.groupDirectory)
+            #expect(
+                ItemFileV2.groupName(of: contents.itemClass, contents.attributes, keys: keys) == item.groupDirectory)
         }
     }
 
@@ -61,20 +66,24 @@ struct ItemV2Vector: Decodable {
         for item in vector.items {
             let expected = try Self.contents(item)
             let primaryKey = expected.itemClass.encodedPrimaryKey(of: expected.attributes)
-            let decoded = try ItemFileV2.decode(hex(item.file), itemKeyParent: keys.items, storeID: hex(vector.storeID),
-                                                expectedPrimaryKey: primaryKey, path: "vector")
+            let decoded = try ItemFileV2.decode(
+                hex(item.file), itemKeyParent: keys.items, storeID: hex(vector.storeID),
+                expectedPrimaryKey: primaryKey, path: "vector")
             #expect(decoded == expected)
             var other = expected.attributes
             other.setString("mallory", for: AttributeTag.account)
             #expect(throws: KeychainError.self) {
-                _ = try ItemFileV2.decode(hex(item.file), itemKeyParent: keys.items, storeID: hex(vector.storeID),
-                                          expectedPrimaryKey: expected.itemClass.encodedPrimaryKey(of: other), path: "vector")
+                _ = try ItemFileV2.decode(
+                    hex(item.file), itemKeyParent: keys.items, storeID: hex(vector.storeID),
+                    expectedPrimaryKey: expected.itemClass.encodedPrimaryKey(of: other), path: "vector")
             }
         }
         let generic = try Self.contents(vector.items[0])
         #expect(generic.attributes.string(AttributeTag.label) == "API token")
         #expect(generic.attributes.nanoseconds(AttributeTag.creationDate) == 1_700_000_000_000_000_001)
-        #expect(generic.attributes[try #require(FourCharacterCode(text: "zzzz"))] == Array("a tag this version does not know".utf8))
+        #expect(
+            generic.attributes[try #require(FourCharacterCode(text: "zzzz"))]
+                == Array("a tag this version does not know".utf8))
         let internet = try Self.contents(vector.items[1])
         #expect(internet.attributes.uint32(AttributeTag.port) == 443)
         #expect(internet.attributes.uint32(AttributeTag.protocol) == FourCharacterCode("htps").rawValue)
@@ -93,14 +102,16 @@ struct ItemV2Vector: Decodable {
             var damaged = original
             damaged[position] ^= 0x01
             #expect(throws: KeychainError.self, "byte \(position)") {
-                _ = try ItemFileV2.decode(damaged, itemKeyParent: keys.items, storeID: hex(vector.storeID),
-                                          expectedPrimaryKey: primaryKey, path: "vector")
+                _ = try ItemFileV2.decode(
+                    damaged, itemKeyParent: keys.items, storeID: hex(vector.storeID),
+                    expectedPrimaryKey: primaryKey, path: "vector")
             }
         }
         for length in [0, 4, 123, 124, original.count - 1] {
             #expect(throws: KeychainError.self, "length \(length)") {
-                _ = try ItemFileV2.decode(Array(original.prefix(length)), itemKeyParent: keys.items, storeID: hex(vector.storeID),
-                                          expectedPrimaryKey: primaryKey, path: "vector")
+                _ = try ItemFileV2.decode(
+                    Array(original.prefix(length)), itemKeyParent: keys.items, storeID: hex(vector.storeID),
+                    expectedPrimaryKey: primaryKey, path: "vector")
             }
         }
     }
@@ -120,12 +131,17 @@ struct ItemV2Vector: Decodable {
         #expect(decoded.nanoseconds(AttributeTag.creationDate) == -5)
         attributes.setString(nil, for: AttributeTag.account)
         #expect(attributes.string(AttributeTag.account) == nil)
-        #expect(try AttributeList(decoding: attributes.encoded(), path: "test").tags.contains(AttributeTag.account) == false)
+        #expect(
+            try AttributeList(decoding: attributes.encoded(), path: "test").tags.contains(AttributeTag.account) == false
+        )
 
         // Out of order, repeated, truncated, oversized.
-        let acct: [UInt8] = [0x61, 0x63, 0x63, 0x74], svce: [UInt8] = [0x73, 0x76, 0x63, 0x65]
-        for bad in [svce + [0, 0, 0, 0] + acct + [0, 0, 0, 0], acct + [0, 0, 0, 0] + acct + [0, 0, 0, 0],
-                    acct + [0, 0, 0, 5, 1], acct + [0, 2, 0, 0]] {
+        let acct: [UInt8] = [0x61, 0x63, 0x63, 0x74]
+        let svce: [UInt8] = [0x73, 0x76, 0x63, 0x65]
+        for bad in [
+            svce + [0, 0, 0, 0] + acct + [0, 0, 0, 0], acct + [0, 0, 0, 0] + acct + [0, 0, 0, 0],
+            acct + [0, 0, 0, 5, 1], acct + [0, 2, 0, 0],
+        ] {
             #expect(throws: KeychainError.self) { _ = try AttributeList(decoding: bad, path: "test") }
         }
         // Absent sync and sync = false name the same generic password; an empty service does not equal an absent one's sibling.
@@ -133,9 +149,15 @@ struct ItemV2Vector: Decodable {
         explicit.setString("svc", for: AttributeTag.service)
         var implicit = explicit
         explicit.setBool(false, for: AttributeTag.synchronizable)
-        #expect(ItemClass.genericPassword.encodedPrimaryKey(of: explicit) == ItemClass.genericPassword.encodedPrimaryKey(of: implicit))
+        #expect(
+            ItemClass.genericPassword.encodedPrimaryKey(of: explicit)
+                == ItemClass.genericPassword.encodedPrimaryKey(of: implicit))
         implicit.setBool(true, for: AttributeTag.synchronizable)
-        #expect(ItemClass.genericPassword.encodedPrimaryKey(of: explicit) != ItemClass.genericPassword.encodedPrimaryKey(of: implicit))
-        #expect(ItemClass.genericPassword.encodedPrimaryKey(of: explicit) != ItemClass.internetPassword.encodedPrimaryKey(of: explicit))
+        #expect(
+            ItemClass.genericPassword.encodedPrimaryKey(of: explicit)
+                != ItemClass.genericPassword.encodedPrimaryKey(of: implicit))
+        #expect(
+            ItemClass.genericPassword.encodedPrimaryKey(of: explicit)
+                != ItemClass.internetPassword.encodedPrimaryKey(of: explicit))
     }
 }

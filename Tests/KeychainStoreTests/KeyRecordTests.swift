@@ -1,10 +1,11 @@
 import Crypto
 import Foundation
-import Testing
-@testable import KeychainStore
 import KeychainVocabulary
 import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 @Suite struct KeyRecordTests {
     static func sealedKey() throws -> SealedObject {
@@ -15,25 +16,32 @@ import TPMKeychainTesting
         return try tpm.generateSealedKey(policy: Policy([.unsealOnly])).sealed
     }
 
-    static func record(sealed: SealedObject?, flags: AccessControl.Flags, accessibility: Accessibility = .whenUnlocked,
-                       epoch: UInt64 = 0, lockBound: Bool = false) throws -> KeyRecord {
+    static func record(
+        sealed: SealedObject?, flags: AccessControl.Flags, accessibility: Accessibility = .whenUnlocked,
+        epoch: UInt64 = 0, lockBound: Bool = false
+    ) throws -> KeyRecord {
         let passcodeKey = Curve25519.KeyAgreement.PrivateKey().publicKey
         let protection = Protection(try AccessControl(accessibility, flags: flags))
-        let wrapped = protection.hasPasscodeProtector
-            ? try KeyRecord.wrapForPasscode(SecretBytes(copying: [UInt8](repeating: 9, count: 32)), passcodeKey: passcodeKey,
-                                            storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16))
+        let wrapped =
+            protection.hasPasscodeProtector
+            ? try KeyRecord.wrapForPasscode(
+                SecretBytes(copying: [UInt8](repeating: 9, count: 32)), passcodeKey: passcodeKey,
+                storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16))
             : nil
-        return KeyRecord(storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16), accessibility: accessibility,
-                         flags: lockBound ? .lockBound : [], accessFlags: flags, nvBase: 0x0154_4B00, enrollmentEpoch: epoch,
-                         passcodeKey: Array(passcodeKey.rawRepresentation), publicKey: [UInt8](repeating: 3, count: 32),
-                         sealedProtector: protection.hasSealedProtector ? sealed : nil, passcodeProtector: wrapped)
+        return KeyRecord(
+            storeID: [UInt8](repeating: 0xA5, count: 16), recordID: [UInt8](repeating: 7, count: 16),
+            accessibility: accessibility,
+            flags: lockBound ? .lockBound : [], accessFlags: flags, nvBase: 0x0154_4B00, enrollmentEpoch: epoch,
+            passcodeKey: Array(passcodeKey.rawRepresentation), publicKey: [UInt8](repeating: 3, count: 32),
+            sealedProtector: protection.hasSealedProtector ? sealed : nil, passcodeProtector: wrapped)
     }
 
     @Test("a key record round-trips and authenticates every byte; it cannot move to another store")
     func roundTripAndTamper() throws {
         let sealed = try Self.sealedKey()
         let metadataKey = SymmetricKey(size: .bits256)
-        let record = try Self.record(sealed: sealed, flags: [.biometryCurrentSet, .or, .devicePasscode], epoch: 41, lockBound: true)
+        let record = try Self.record(
+            sealed: sealed, flags: [.biometryCurrentSet, .or, .devicePasscode], epoch: 41, lockBound: true)
         let bytes = record.serialized(metadataKey: metadataKey)
         let parsed = try KeyRecord(parsing: bytes, storeID: record.storeID, metadataKey: metadataKey, path: "record")
         #expect(parsed == record)
@@ -46,27 +54,40 @@ import TPMKeychainTesting
             }
         }
         #expect(throws: KeychainError.self) {
-            _ = try KeyRecord(parsing: bytes, storeID: record.storeID, metadataKey: SymmetricKey(size: .bits256), path: "record")
+            _ = try KeyRecord(
+                parsing: bytes, storeID: record.storeID, metadataKey: SymmetricKey(size: .bits256), path: "record")
         }
         #expect(throws: KeychainError.self) {
-            _ = try KeyRecord(parsing: bytes, storeID: [UInt8](repeating: 0, count: 16), metadataKey: metadataKey, path: "record")
+            _ = try KeyRecord(
+                parsing: bytes, storeID: [UInt8](repeating: 0, count: 16), metadataKey: metadataKey, path: "record")
         }
     }
 
     @Test("the sealed protector's policy is rebuilt from the record: enrollment epoch, lock state, unseal only")
     func policyFromFields() throws {
-        let record = try Self.record(sealed: try Self.sealedKey(), flags: .biometryCurrentSet, accessibility: .afterFirstUnlock, epoch: 41,
-                                     lockBound: true)
-        let policy = try record.sealedPolicy { (index) throws(KeychainError) in [UInt8](repeating: UInt8(index & 0xFF), count: 34) }
-        #expect(policy.assertions == [
-            .nv(index: 0x0154_4B00, indexName: [UInt8](repeating: 0x00, count: 34), operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0, comparison: .equal),
-            .nv(index: 0x0154_4B02, indexName: [UInt8](repeating: 0x02, count: 34), operand: [1], offset: 0, comparison: .equal),
-            .unsealOnly,
-        ])
+        let record = try Self.record(
+            sealed: try Self.sealedKey(), flags: .biometryCurrentSet, accessibility: .afterFirstUnlock, epoch: 41,
+            lockBound: true)
+        let policy = try record.sealedPolicy { (index) throws(KeychainError) in
+            [UInt8](repeating: UInt8(index & 0xFF), count: 34)
+        }
+        #expect(
+            policy.assertions == [
+                .nv(
+                    index: 0x0154_4B00, indexName: [UInt8](repeating: 0x00, count: 34),
+                    operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0, comparison: .equal),
+                .nv(
+                    index: 0x0154_4B02, indexName: [UInt8](repeating: 0x02, count: 34), operand: [1], offset: 0,
+                    comparison: .equal),
+                .unsealOnly,
+            ])
         // A whenUnlocked record checks byte 1 (unlocked now), an afterFirstUnlock one byte 0.
-        let unlocked = try Self.record(sealed: try Self.sealedKey(), flags: [], accessibility: .whenUnlocked, lockBound: true)
+        let unlocked = try Self.record(
+            sealed: try Self.sealedKey(), flags: [], accessibility: .whenUnlocked, lockBound: true)
         let lockOnly = try unlocked.sealedPolicy { (_) throws(KeychainError) in [] }
-        #expect(lockOnly.assertions.first == .nv(index: 0x0154_4B02, indexName: [], operand: [1], offset: 1, comparison: .equal))
+        #expect(
+            lockOnly.assertions.first
+                == .nv(index: 0x0154_4B02, indexName: [], operand: [1], offset: 1, comparison: .equal))
     }
 
     @Test("a record must hold exactly the protectors its protection needs")
@@ -74,16 +95,21 @@ import TPMKeychainTesting
         let sealed = try Self.sealedKey()
         let key = SymmetricKey(size: .bits256)
         let biometry = try Self.record(sealed: sealed, flags: .biometryAny)
-        let withoutSealed = KeyRecord(storeID: biometry.storeID, recordID: biometry.recordID, accessibility: .whenUnlocked, flags: [],
-                                      accessFlags: .biometryAny, nvBase: 0, enrollmentEpoch: 0, passcodeKey: biometry.passcodeKey,
-                                      publicKey: biometry.publicKey, sealedProtector: nil, passcodeProtector: nil)
+        let withoutSealed = KeyRecord(
+            storeID: biometry.storeID, recordID: biometry.recordID, accessibility: .whenUnlocked, flags: [],
+            accessFlags: .biometryAny, nvBase: 0, enrollmentEpoch: 0, passcodeKey: biometry.passcodeKey,
+            publicKey: biometry.publicKey, sealedProtector: nil, passcodeProtector: nil)
         #expect(throws: KeychainError.self) {
-            _ = try KeyRecord(parsing: withoutSealed.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r")
+            _ = try KeyRecord(
+                parsing: withoutSealed.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key,
+                path: "r")
         }
         // An epoch on a record that is not biometryCurrentSet is refused.
         let strayEpoch = try Self.record(sealed: sealed, flags: .biometryAny, epoch: 5)
         #expect(throws: KeychainError.self) {
-            _ = try KeyRecord(parsing: strayEpoch.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r")
+            _ = try KeyRecord(
+                parsing: strayEpoch.serialized(metadataKey: key), storeID: biometry.storeID, metadataKey: key, path: "r"
+            )
         }
     }
 
@@ -91,12 +117,17 @@ import TPMKeychainTesting
     func passcodeProtector() throws {
         let passcodeKey = Curve25519.KeyAgreement.PrivateKey()
         let secret = SecretBytes(copying: [UInt8](repeating: 0x42, count: 32))
-        let storeID = [UInt8](repeating: 1, count: 16), recordID = [UInt8](repeating: 2, count: 16)
-        let wrapped = try KeyRecord.wrapForPasscode(secret, passcodeKey: passcodeKey.publicKey, storeID: storeID, recordID: recordID)
-        let record = KeyRecord(storeID: storeID, recordID: recordID, accessibility: .whenUnlocked, flags: [], accessFlags: .devicePasscode,
-                               nvBase: 0, enrollmentEpoch: 0, passcodeKey: Array(passcodeKey.publicKey.rawRepresentation),
-                               publicKey: [UInt8](repeating: 0, count: 32), sealedProtector: nil, passcodeProtector: wrapped)
+        let storeID = [UInt8](repeating: 1, count: 16)
+        let recordID = [UInt8](repeating: 2, count: 16)
+        let wrapped = try KeyRecord.wrapForPasscode(
+            secret, passcodeKey: passcodeKey.publicKey, storeID: storeID, recordID: recordID)
+        let record = KeyRecord(
+            storeID: storeID, recordID: recordID, accessibility: .whenUnlocked, flags: [], accessFlags: .devicePasscode,
+            nvBase: 0, enrollmentEpoch: 0, passcodeKey: Array(passcodeKey.publicKey.rawRepresentation),
+            publicKey: [UInt8](repeating: 0, count: 32), sealedProtector: nil, passcodeProtector: wrapped)
         #expect(try record.unwrapPasscodeProtector(passcodeKey, path: "r") == secret)
-        #expect(throws: KeychainError.self) { _ = try record.unwrapPasscodeProtector(Curve25519.KeyAgreement.PrivateKey(), path: "r") }
+        #expect(throws: KeychainError.self) {
+            _ = try record.unwrapPasscodeProtector(Curve25519.KeyAgreement.PrivateKey(), path: "r")
+        }
     }
 }

@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import KeychainStore
 import KeychainVocabulary
+import Testing
+
+@testable import KeychainStore
 
 @Suite("queries over the store")
 struct QueryTests {
@@ -22,16 +23,21 @@ struct QueryTests {
         let store = try EngineStore()
         let opened = try store.open()
         defer { opened.close() }
-        try opened.write(.internetPassword, primary: Self.internet("git.example.com", account: "bob"), mode: .add,
-                         value: Self.value("b"), changes: AttributeChanges(label: "work"))
-        try opened.write(.internetPassword, primary: Self.internet("git.example.com", account: "alice"), mode: .add,
-                         value: Self.value("a"), changes: AttributeChanges())
-        try opened.write(.internetPassword, primary: Self.internet("git.example.com", account: "carol", sync: true), mode: .add,
-                         value: Self.value("c"), changes: AttributeChanges(label: "work"))
-        try opened.write(.internetPassword, primary: Self.internet("mail.example.com", account: "bob", port: 993), mode: .add,
-                         value: Self.value("m"), changes: AttributeChanges())
-        try opened.write(try ItemIdentity(accessGroup: "", service: "git.example.com", account: "bob"), mode: .add,
-                         value: Self.value("generic"), changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: Self.internet("git.example.com", account: "bob"), mode: .add,
+            value: Self.value("b"), changes: AttributeChanges(label: "work"))
+        try opened.write(
+            .internetPassword, primary: Self.internet("git.example.com", account: "alice"), mode: .add,
+            value: Self.value("a"), changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: Self.internet("git.example.com", account: "carol", sync: true), mode: .add,
+            value: Self.value("c"), changes: AttributeChanges(label: "work"))
+        try opened.write(
+            .internetPassword, primary: Self.internet("mail.example.com", account: "bob", port: 993), mode: .add,
+            value: Self.value("m"), changes: AttributeChanges())
+        try opened.write(
+            try ItemIdentity(accessGroup: "", service: "git.example.com", account: "bob"), mode: .add,
+            value: Self.value("generic"), changes: AttributeChanges())
 
         func accounts(_ query: ItemQuery) throws -> [String] {
             try opened.query(query).map { $0.attributes.string(AttributeTag.account) ?? "?" }
@@ -41,11 +47,17 @@ struct QueryTests {
         // Creation order, not name order; the synchronizable item only when asked.
         #expect(try accounts(ItemQuery(itemClass: .internetPassword, matching: git)) == ["bob", "alice"])
         #expect(try accounts(ItemQuery(itemClass: .internetPassword, matching: git, synchronizable: .yes)) == ["carol"])
-        #expect(try accounts(ItemQuery(itemClass: .internetPassword, matching: git, synchronizable: .any)) == ["bob", "alice", "carol"])
+        #expect(
+            try accounts(ItemQuery(itemClass: .internetPassword, matching: git, synchronizable: .any)) == [
+                "bob", "alice", "carol",
+            ])
         #expect(try accounts(ItemQuery(itemClass: .internetPassword)) == ["bob", "alice", "bob"])
         var work = AttributeList()
         work.setString("work", for: AttributeTag.label)
-        #expect(try accounts(ItemQuery(itemClass: .internetPassword, matching: work, synchronizable: .any)) == ["bob", "carol"])
+        #expect(
+            try accounts(ItemQuery(itemClass: .internetPassword, matching: work, synchronizable: .any)) == [
+                "bob", "carol",
+            ])
         var imaps = AttributeList()
         imaps.setUInt32(993, for: AttributeTag.port)
         let mail = try opened.query(ItemQuery(itemClass: .internetPassword, matching: imaps, returnsData: true))
@@ -62,9 +74,12 @@ struct QueryTests {
         let opened = try store.open()
         defer { opened.close() }
         let primary = Self.internet("git.example.com", account: "bob")
-        try opened.write(.internetPassword, primary: primary, mode: .add, value: Self.value("first"), changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: primary, mode: .add, value: Self.value("first"), changes: AttributeChanges())
         let reference = try #require(try opened.query(ItemQuery(itemClass: .internetPassword)).first?.reference)
-        try opened.write(.internetPassword, primary: primary, mode: .upsert, value: Self.value("second"), changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: primary, mode: .upsert, value: Self.value("second"), changes: AttributeChanges()
+        )
         #expect(try opened.query(ItemQuery(itemClass: .internetPassword)).first?.reference == reference)
         #expect(try opened.item(reference: reference)?.value == Array("second".utf8))
         #expect(try opened.delete(.internetPassword, primary: primary))
@@ -78,17 +93,24 @@ struct QueryTests {
         let opened = try store.open()
         defer { opened.close() }
         expectKeychainError(.invalidParameter) {
-            try opened.write(.key, primary: AttributeList(), mode: .add, value: Self.value("k"), changes: AttributeChanges())
+            try opened.write(
+                .key, primary: AttributeList(), mode: .add, value: Self.value("k"), changes: AttributeChanges())
         }
         // SecItem code stores generic passwords without a service (keychain-swift keys by account
         // alone): absent names the same item as empty, and a second add is a duplicate.
-        try opened.write(.internetPassword, primary: AttributeList(), mode: .add, value: Self.value("x"), changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: AttributeList(), mode: .add, value: Self.value("x"), changes: AttributeChanges()
+        )
         var empty = AttributeList()
         empty.setString("", for: AttributeTag.server)
         expectKeychainError(.duplicateItem) {
-            try opened.write(.internetPassword, primary: empty, mode: .add, value: Self.value("y"), changes: AttributeChanges())
+            try opened.write(
+                .internetPassword, primary: empty, mode: .add, value: Self.value("y"), changes: AttributeChanges())
         }
-        #expect(try opened.query(ItemQuery(itemClass: .internetPassword, returnsData: true)).map(\.value) == [Array("x".utf8)])
+        #expect(
+            try opened.query(ItemQuery(itemClass: .internetPassword, returnsData: true)).map(\.value) == [
+                Array("x".utf8)
+            ])
     }
 
     @Test("a file moved into another group is tampering for a query, never skipped")
@@ -96,10 +118,14 @@ struct QueryTests {
         let store = try EngineStore()
         let opened = try store.open()
         defer { opened.close() }
-        try opened.write(.internetPassword, primary: Self.internet("a.example.com", account: "x"), mode: .add, value: Self.value("1"),
-                         changes: AttributeChanges())
-        try opened.write(.internetPassword, primary: Self.internet("b.example.com", account: "y"), mode: .add, value: Self.value("2"),
-                         changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: Self.internet("a.example.com", account: "x"), mode: .add,
+            value: Self.value("1"),
+            changes: AttributeChanges())
+        try opened.write(
+            .internetPassword, primary: Self.internet("b.example.com", account: "y"), mode: .add,
+            value: Self.value("2"),
+            changes: AttributeChanges())
         let files = try store.itemFiles()
         let target = (files[1] as NSString).deletingLastPathComponent + "/" + (files[0] as NSString).lastPathComponent
         try FileManager.default.moveItem(atPath: files[0], toPath: target)

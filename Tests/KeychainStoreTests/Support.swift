@@ -1,9 +1,10 @@
 import Foundation
-import Testing
-@testable import KeychainStore
 import KeychainVocabulary
 import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 /// A private swtpm and a fresh directory for one engine test, with the store opened on the engine
 /// directly (no `Keychain`, no `OpenStores`); both removed afterwards.
@@ -35,7 +36,9 @@ final class EngineStore: @unchecked Sendable {
 }
 
 /// Asserts that `body` throws a ``KeychainError`` with `code`.
-func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+func expectKeychainError(
+    _ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+) {
     let error = #expect(throws: KeychainError.self, sourceLocation: sourceLocation) { try body() }
     #expect(error?.code == code, "got \(String(describing: error))", sourceLocation: sourceLocation)
 }

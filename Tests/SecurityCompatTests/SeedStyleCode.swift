@@ -1,8 +1,8 @@
+import LocalAuthenticationCompat
 // Keychain code written the way iOS apps write it (the call patterns of the seed documents),
 // compiled here against SecurityCompat and LocalAuthenticationCompat: only the two import lines
 // differ from what an iOS target would have.
 import SecurityCompat
-import LocalAuthenticationCompat
 
 enum SessionStorageError: Error, Equatable {
     case unexpectedStatus(OSStatus)
@@ -61,7 +61,9 @@ struct SessionStorage {
             kSecAttrAccount as String: key,
         ]
         let status = SecItemDelete(query as CFDictionary)
-        guard status == errSecSuccess || status == errSecItemNotFound else { throw SessionStorageError.unexpectedStatus(status) }
+        guard status == errSecSuccess || status == errSecItemNotFound else {
+            throw SessionStorageError.unexpectedStatus(status)
+        }
     }
 
     func exists(_ key: String) -> Bool {
@@ -82,24 +84,26 @@ final class TokenHelper {
     @discardableResult
     func save(_ token: String, account: String) -> Bool {
         let data = Data(token.utf8)
-        let query = [
-            kSecClass: kSecClassGenericPassword,
-            kSecAttrService: Self.service,
-            kSecAttrAccount: account,
-            kSecValueData: data,
-        ] as [CFString: Any] as CFDictionary
+        let query =
+            [
+                kSecClass: kSecClassGenericPassword,
+                kSecAttrService: Self.service,
+                kSecAttrAccount: account,
+                kSecValueData: data,
+            ] as [CFString: Any] as CFDictionary
         SecItemDelete(query)
         return SecItemAdd(query, nil) == noErr
     }
 
     func read(account: String) -> String? {
-        let query = [
-            kSecClass: kSecClassGenericPassword,
-            kSecAttrService: Self.service,
-            kSecAttrAccount: account,
-            kSecReturnData: kCFBooleanTrue!,
-            kSecMatchLimit: kSecMatchLimitOne,
-        ] as [CFString: Any] as CFDictionary
+        let query =
+            [
+                kSecClass: kSecClassGenericPassword,
+                kSecAttrService: Self.service,
+                kSecAttrAccount: account,
+                kSecReturnData: kCFBooleanTrue!,
+                kSecMatchLimit: kSecMatchLimitOne,
+            ] as [CFString: Any] as CFDictionary
         var item: CFTypeRef?
         let status = SecItemCopyMatching(query, &item)
         guard status == errSecSuccess, let data = item as? Data else { return nil }
@@ -119,8 +123,10 @@ struct TypedKeychain {
     let accessGroup: String?
 
     private func baseQuery(_ key: String) -> [String: Any] {
-        var query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service,
-                                    kSecAttrAccount as String: key]
+        var query: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service,
+            kSecAttrAccount as String: key,
+        ]
         if let accessGroup { query[kSecAttrAccessGroup as String] = accessGroup }
         return query
     }
@@ -146,8 +152,12 @@ struct TypedKeychain {
         query[kSecReturnAttributes as String] = kCFBooleanTrue
         var queryResult: AnyObject?
         let status = SecItemCopyMatching(query as CFDictionary, &queryResult)
-        guard [errSecItemNotFound, errSecSuccess].contains(status) else { throw SessionStorageError.unexpectedStatus(status) }
-        guard let result = queryResult as? [String: Any], let data = result[kSecValueData as String] as? Data else { return nil }
+        guard [errSecItemNotFound, errSecSuccess].contains(status) else {
+            throw SessionStorageError.unexpectedStatus(status)
+        }
+        guard let result = queryResult as? [String: Any], let data = result[kSecValueData as String] as? Data else {
+            return nil
+        }
         return try JSONDecoder().decode(type, from: data)
     }
 }
@@ -157,12 +167,18 @@ struct TypedKeychain {
 struct BiometricSessionStorage {
     static let service = "com.example.privacyboost.biometric"
 
-    enum Failure: Error, Equatable { case accessControl, status(OSStatus) }
+    enum Failure: Error, Equatable {
+        case accessControl
+        case status(OSStatus)
+    }
 
     func save(_ data: Data, key: String) throws {
         var error: Unmanaged<CFError>?
-        guard let accessControl = SecAccessControlCreateWithFlags(kCFAllocatorDefault, kSecAttrAccessibleWhenUnlockedThisDeviceOnly,
-                                                                  .biometryCurrentSet, &error) else {
+        guard
+            let accessControl = SecAccessControlCreateWithFlags(
+                kCFAllocatorDefault, kSecAttrAccessibleWhenUnlockedThisDeviceOnly,
+                .biometryCurrentSet, &error)
+        else {
             throw Failure.accessControl
         }
         let query: [String: Any] = [

@@ -1,8 +1,8 @@
 import Foundation
-import Testing
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 /// A private swtpm, store and device for one test, installed as the process's keychain
 /// environment (SecItem calls are process-wide, hence the serialized suite).
@@ -12,7 +12,10 @@ final class CompatEnvironment: @unchecked Sendable {
     let location: KeychainLocation
     let face = SimulatedAuthenticator(biometryType: .faceID)
 
-    init(accessGroups: [String] = ["TEAMID.com.example.app", "TEAMID.com.example.shared"], passcode: String? = "4711 passcode") throws {
+    init(
+        accessGroups: [String] = ["TEAMID.com.example.app", "TEAMID.com.example.shared"],
+        passcode: String? = "4711 passcode"
+    ) throws {
         simulator = try SoftwareTPM.start()
         directory = NSTemporaryDirectory() + "tpm-keychain-compat-" + UUID().uuidString
         var location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)

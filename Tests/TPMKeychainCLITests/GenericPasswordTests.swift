@@ -11,7 +11,8 @@ struct GenericPasswordTests {
     @Test("add then find -w returns the password, newline-terminated")
     func addThenFind() throws {
         let fixture = try CLIFixture()
-        let added = try fixture.succeed("add-generic-password", "-s", "com.example.mail", "-a", "alice", "-w", "hunter2 with spaces")
+        let added = try fixture.succeed(
+            "add-generic-password", "-s", "com.example.mail", "-a", "alice", "-w", "hunter2 with spaces")
         #expect(added.stdout.isEmpty)
         let found = try fixture.succeed("find-generic-password", "-s", "com.example.mail", "-a", "alice", "-w")
         #expect(found.stdout == "hunter2 with spaces\n")
@@ -27,21 +28,24 @@ struct GenericPasswordTests {
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "piped", "-w").stdout == "from stdin\n")
         // Only one newline is dropped; a password may itself end in one.
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "two-newlines", stdin: Data("line\n\n".utf8))
-        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "two-newlines", "-w").stdout == "line\n\n")
+        #expect(
+            try fixture.succeed("find-generic-password", "-s", "svc", "-a", "two-newlines", "-w").stdout == "line\n\n")
     }
 
     @Test("a password read from stdin never appears in the process's argv")
     func stdinPasswordNotInArgv() throws {
         let fixture = try CLIFixture()
         let secret = "argv-must-not-show-\(UUID().uuidString)"
-        let running = try CLI.start(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "quiet"],
-                                    environment: fixture.environment, stdinPipe: true)
+        let running = try CLI.start(
+            ["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "quiet"],
+            environment: fixture.environment, stdinPipe: true)
         // The process waits for stdin: look at what every user of the machine can see, once it has
         // exec'd (until then /proc shows nothing, or the test runner's own command line).
         var commandLine = Data()
         let deadline = ContinuousClock.now + .seconds(10)
         while !commandLine.contains("add-generic-password") && ContinuousClock.now < deadline {
-            commandLine = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(running.processIdentifier)/cmdline"))) ?? Data()
+            commandLine =
+                (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(running.processIdentifier)/cmdline"))) ?? Data()
             usleep(1_000)
         }
         try running.write(Data(secret.utf8), closing: true)
@@ -64,7 +68,7 @@ struct GenericPasswordTests {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["script", "-qec", command, "/dev/null"]
         var environment = ProcessInfo.processInfo.environment
-        for case let (name, value?) in fixture.environment { environment[name] = value }
+        for case (let name, let value?) in fixture.environment { environment[name] = value }
         process.environment = environment
         let (input, output) = (Pipe(), Pipe())
         process.standardInput = input
@@ -101,7 +105,9 @@ struct GenericPasswordTests {
         let duplicate = try fixture.run("add-generic-password", "-s", "svc", "-a", "bob", "-w", "second")
         #expect(duplicate.status == 45, "\(duplicate)")
         // -w is public to every local user while the command runs: said first, then security's message.
-        #expect(duplicate.stderr.hasPrefix("tpm-keychain: warning: a password given with -w can be read by every local user"), "\(duplicate)")
+        #expect(
+            duplicate.stderr.hasPrefix(
+                "tpm-keychain: warning: a password given with -w can be read by every local user"), "\(duplicate)")
         #expect(duplicate.lastErrorLine == SecurityMessages.duplicateItem)
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "bob", "-w").stdout == "first\n")
 
@@ -124,18 +130,23 @@ struct GenericPasswordTests {
         #expect(!FileManager.default.fileExists(atPath: fixture.store))
 
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "present", "-w", "x")
-        for arguments in [["find-generic-password", "-s", "svc", "-a", "nobody"],
-                          ["find-generic-password", "-s", "svc", "-a", "nobody", "-w"],
-                          ["find-generic-password", "-s", "other-service"],
-                          ["delete-generic-password", "-s", "svc", "-a", "nobody"]] {
-            let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
+        for arguments in [
+            ["find-generic-password", "-s", "svc", "-a", "nobody"],
+            ["find-generic-password", "-s", "svc", "-a", "nobody", "-w"],
+            ["find-generic-password", "-s", "other-service"],
+            ["delete-generic-password", "-s", "svc", "-a", "nobody"],
+        ] {
+            let result = try CLI.run(
+                [arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
             #expect(result.status == 44, "\(result)")
             #expect(result.stderr == SecurityMessages.itemNotFound + "\n", "\(result)")
             #expect(result.stdout.isEmpty, "\(result)")
         }
     }
 
-    @Test("the scripted lookup (-s -a -w, taken before ArgumentParser) and the full command give the same output and status")
+    @Test(
+        "the scripted lookup (-s -a -w, taken before ArgumentParser) and the full command give the same output and status"
+    )
     func scriptedLookupMatchesFullCommand() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "s3cret value")
@@ -152,14 +163,17 @@ struct GenericPasswordTests {
         ]
         func same(_ arguments: [String], store: String? = nil) throws {
             let keychain = ["--keychain", store ?? fixture.store]
-            let scripted = try CLI.run(["find-generic-password"] + keychain + arguments, environment: fixture.environment)
-            let parsed = try CLI.run(["find-generic-password"] + keychain + arguments + viaParser, environment: fixture.environment)
+            let scripted = try CLI.run(
+                ["find-generic-password"] + keychain + arguments, environment: fixture.environment)
+            let parsed = try CLI.run(
+                ["find-generic-password"] + keychain + arguments + viaParser, environment: fixture.environment)
             #expect(scripted.status == parsed.status, "\(scripted)\n\(parsed)")
             #expect(scripted.stdout == parsed.stdout, "\(scripted)\n\(parsed)")
             #expect(scripted.stderr == parsed.stderr, "\(scripted)\n\(parsed)")
         }
         for shape in shapes { try same(shape) }
-        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout == "s3cret value\n")
+        #expect(
+            try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout == "s3cret value\n")
         // No store at that path: 66, the same message both ways.
         try same(["-s", "svc", "-a", "alice", "-w"], store: fixture.directory + "/absent")
 
@@ -173,8 +187,10 @@ struct GenericPasswordTests {
             bytes[bytes.count - 1] ^= 0x01
             // Damage only the item that is not alice's: her lookup must still work after this.
             try bytes.write(to: URL(fileURLWithPath: path))
-            if try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
-                           environment: fixture.environment).status == 0 {
+            if try CLI.run(
+                ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+                environment: fixture.environment
+            ).status == 0 {
                 damagedOne = true
                 break
             }
@@ -182,8 +198,9 @@ struct GenericPasswordTests {
             try bytes.write(to: URL(fileURLWithPath: path))
         }
         #expect(damagedOne)
-        let damaged = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "damaged", "-w"],
-                                  environment: fixture.environment)
+        let damaged = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "damaged", "-w"],
+            environment: fixture.environment)
         #expect(damaged.status == 65, "\(damaged)")
         try same(["-s", "svc", "-a", "damaged", "-w"])
     }
@@ -193,7 +210,9 @@ struct GenericPasswordTests {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "doomed", "-w", "x")
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "kept", "-w", "y")
-        #expect(try fixture.succeed("delete-generic-password", "-s", "svc", "-a", "doomed").stdout == "password has been deleted.\n")
+        #expect(
+            try fixture.succeed("delete-generic-password", "-s", "svc", "-a", "doomed").stdout
+                == "password has been deleted.\n")
         #expect(try fixture.run("find-generic-password", "-s", "svc", "-a", "doomed").status == 44)
         #expect(try fixture.run("delete-generic-password", "-s", "svc", "-a", "doomed").status == 44)
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "kept", "-w").stdout == "y\n")
@@ -202,8 +221,9 @@ struct GenericPasswordTests {
     @Test("find without -w prints security's attribute block: labels and comments, never the secret")
     func attributes() throws {
         let fixture = try CLIFixture()
-        try fixture.succeed("add-generic-password", "-s", "com.example.vpn", "-a", "dave", "-w", "s3cret-value",
-                            "-l", "VPN \"office\"", "-j", "rotated monthly")
+        try fixture.succeed(
+            "add-generic-password", "-s", "com.example.vpn", "-a", "dave", "-w", "s3cret-value",
+            "-l", "VPN \"office\"", "-j", "rotated monthly")
         try fixture.succeed("add-generic-password", "-s", "com.example.vpn", "-a", "erin", "-w", "other")
         let output = try fixture.succeed("find-generic-password", "-s", "com.example.vpn", "-a", "dave").stdout
         let lines = output.split(separator: "\n").map(String.init)
@@ -228,8 +248,10 @@ struct GenericPasswordTests {
     func dump() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "com.example.a", "-a", "first", "-w", "secret-one")
-        try fixture.succeed("add-generic-password", "-s", "com.example.b", "-a", "second", "-w", "secret-two", "-j", "note")
-        try fixture.succeed("add-generic-password", "-s", "com.example.b", "-a", "binary", stdin: Data([0xFF, 0x00, 0x41]))
+        try fixture.succeed(
+            "add-generic-password", "-s", "com.example.b", "-a", "second", "-w", "secret-two", "-j", "note")
+        try fixture.succeed(
+            "add-generic-password", "-s", "com.example.b", "-a", "binary", stdin: Data([0xFF, 0x00, 0x41]))
 
         let listing = try fixture.succeed("dump-keychain").stdout
         #expect(listing.components(separatedBy: "class: \"genp\"").count == 4, "\(listing)")
@@ -255,10 +277,16 @@ struct GenericPasswordTests {
     @Test("the store is 0700, item files 0600, and no file holds a service, account or password in clear")
     func filesOnDisk() throws {
         let fixture = try CLIFixture()
-        let names = ["service": "com.example.cleartext-probe", "account": "account-probe-7f3a", "password": "password-probe-91c2"]
-        try fixture.succeed("add-generic-password", "-s", names["service"]!, "-a", names["account"]!, "-w", names["password"]!,
-                            "-l", "label-probe", "-j", "comment-probe")
-        try fixture.succeed("add-generic-password", "-s", names["service"]!, "-a", "stdin-account", stdin: Data(names["password"]!.utf8))
+        let names = [
+            "service": "com.example.cleartext-probe", "account": "account-probe-7f3a",
+            "password": "password-probe-91c2",
+        ]
+        try fixture.succeed(
+            "add-generic-password", "-s", names["service"]!, "-a", names["account"]!, "-w", names["password"]!,
+            "-l", "label-probe", "-j", "comment-probe")
+        try fixture.succeed(
+            "add-generic-password", "-s", names["service"]!, "-a", "stdin-account", stdin: Data(names["password"]!.utf8)
+        )
 
         #expect(permissions(fixture.store) == 0o700)
         let files = regularFiles(under: fixture.store)
@@ -267,7 +295,9 @@ struct GenericPasswordTests {
         for file in files {
             #expect(permissions(file) == 0o600, "\(file) is \(String(permissions(file), radix: 8))")
             let bytes = try Data(contentsOf: URL(fileURLWithPath: file))
-            for (what, text) in names.merging(["label": "label-probe", "comment": "comment-probe"], uniquingKeysWith: { $1 }) {
+            for (what, text) in names.merging(
+                ["label": "label-probe", "comment": "comment-probe"], uniquingKeysWith: { $1 })
+            {
                 #expect(!bytes.contains(text), "\(file) holds the \(what) in clear")
             }
         }

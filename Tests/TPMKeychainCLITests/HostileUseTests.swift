@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import TPM
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -13,7 +13,9 @@ import Glibc
 struct HostileUseTests {
     // MARK: Data loss and integrity
 
-    @Test("a store whose store.meta was deleted is reported damaged (65) by every verb, and add never seals a new key over it")
+    @Test(
+        "a store whose store.meta was deleted is reported damaged (65) by every verb, and add never seals a new key over it"
+    )
     func deletedMetadata() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "precious")
@@ -22,10 +24,13 @@ struct HostileUseTests {
         let before = try items.map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
         try FileManager.default.removeItem(atPath: fixture.store + "/store.meta")
 
-        for arguments in [["find-generic-password", "-s", "svc", "-a", "alice", "-w"], ["dump-keychain", "-d"],
-                          ["delete-generic-password", "-s", "svc", "-a", "alice"],
-                          ["add-generic-password", "-s", "svc", "-a", "bob", "-w", "x"]] {
-            let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
+        for arguments in [
+            ["find-generic-password", "-s", "svc", "-a", "alice", "-w"], ["dump-keychain", "-d"],
+            ["delete-generic-password", "-s", "svc", "-a", "alice"],
+            ["add-generic-password", "-s", "svc", "-a", "bob", "-w", "x"],
+        ] {
+            let result = try CLI.run(
+                [arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
             #expect(result.status == 65, "\(result)")
             #expect(result.lastErrorLine.contains("is damaged"), "\(result)")
             #expect(result.lastErrorLine.contains("store.meta"), "\(result)")
@@ -34,7 +39,9 @@ struct HostileUseTests {
         #expect(try items.map { try Data(contentsOf: URL(fileURLWithPath: $0)) } == before)
     }
 
-    @Test("an item put back from an older copy, or deleted behind the tool's back, is a rollback (65) naming what happened; the whole store put back fails to open the same way; deleting the item accepts the loss")
+    @Test(
+        "an item put back from an older copy, or deleted behind the tool's back, is a rollback (65) naming what happened; the whole store put back fails to open the same way; deleting the item accepts the loss"
+    )
     func rolledBackFiles() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "old")
@@ -46,7 +53,9 @@ struct HostileUseTests {
         try fixture.succeed("add-generic-password", "-U", "-s", "svc", "-a", "alice", "-w", "new")
         try older.write(to: URL(fileURLWithPath: file))
 
-        let find = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        let find = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+            environment: fixture.environment)
         #expect(find.status == 65, "\(find)")
         #expect(find.stdout.isEmpty && !find.stdout.contains("old"), "\(find)")
         #expect(find.stderr.contains("older copy"), "\(find)")
@@ -54,18 +63,26 @@ struct HostileUseTests {
         #expect(dump.status == 65, "\(dump)")
 
         try FileManager.default.removeItem(atPath: file)
-        let missing = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        let missing = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+            environment: fixture.environment)
         #expect(missing.status == 65 && missing.stderr.contains("missing although"), "\(missing)")
         // The file was already gone: not found (44), as security says, and the loss is accepted.
-        let delete = try CLI.run(["delete-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice"], environment: fixture.environment)
+        let delete = try CLI.run(
+            ["delete-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice"],
+            environment: fixture.environment)
         #expect(delete.status == 44, "\(delete)")
-        let gone = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        let gone = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+            environment: fixture.environment)
         #expect(gone.status == 44, "\(gone)")
 
         // The whole store, from before the second process's write: older than the TPM counter.
         try FileManager.default.removeItem(atPath: fixture.store)
         try FileManager.default.copyItem(atPath: wholeStore, toPath: fixture.store)
-        let restored = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"], environment: fixture.environment)
+        let restored = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+            environment: fixture.environment)
         #expect(restored.status == 65 && restored.stderr.contains("older than its TPM counter"), "\(restored)")
     }
 
@@ -82,9 +99,13 @@ struct HostileUseTests {
         try FileManager.default.moveItem(atPath: directories[0], toPath: directories[0] + ".x")
         try FileManager.default.moveItem(atPath: directories[1], toPath: directories[0])
         try FileManager.default.moveItem(atPath: directories[0] + ".x", toPath: directories[1])
-        for arguments in [["find-generic-password", "-s", "svc.a", "-a", "alice"], ["delete-generic-password", "-s", "svc.b", "-a", "bob"],
-                          ["dump-keychain"]] {
-            let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
+        for arguments in [
+            ["find-generic-password", "-s", "svc.a", "-a", "alice"],
+            ["delete-generic-password", "-s", "svc.b", "-a", "bob"],
+            ["dump-keychain"],
+        ] {
+            let result = try CLI.run(
+                [arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
             #expect(result.status == 65, "\(result)")
         }
         // Swap back, then rename one file.
@@ -94,7 +115,8 @@ struct HostileUseTests {
         try fixture.succeed("find-generic-password", "-s", "svc.a", "-a", "alice", "-w")
         let renamed = directories[0] + "/00000000000000000000000000000000.item"
         try FileManager.default.moveItem(atPath: files[0], toPath: renamed)
-        let accountOfFirst = try fixture.run("find-generic-password", "-s", "svc.a", "-a", "alice").status == 65 ? "alice" : "bob"
+        let accountOfFirst =
+            try fixture.run("find-generic-password", "-s", "svc.a", "-a", "alice").status == 65 ? "alice" : "bob"
         let service = accountOfFirst == "alice" ? "svc.a" : "svc.b"
         for verb in ["find-generic-password", "delete-generic-password"] {
             let result = try fixture.run(verb, "-s", service, "-a", accountOfFirst)
@@ -104,16 +126,21 @@ struct HostileUseTests {
         #expect(try fixture.run("dump-keychain").status == 65)
     }
 
-    @Test("an item file opened to the group or others, or owned by another user, and a service directory opened to others, are refused (77) by every verb that reads or rewrites the item, as by dump",
-          .enabled(if: geteuid() == 0, "needs root: the test gives a file to another user"))
+    @Test(
+        "an item file opened to the group or others, or owned by another user, and a service directory opened to others, are refused (77) by every verb that reads or rewrites the item, as by dump",
+        .enabled(if: geteuid() == 0, "needs root: the test gives a file to another user"))
     func looseModesAndForeignOwnersRefusedEverywhere() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "acct", "-w", "secret")
         let file = try #require(regularFiles(under: fixture.store + "/items2").first { $0.hasSuffix(".item") })
         let directory = (file as NSString).deletingLastPathComponent
-        let verbs: [[String]] = [["find-generic-password", "-s", "svc", "-a", "acct", "-w"], ["find-generic-password", "-s", "svc", "-a", "acct"],
-                                 ["find-generic-password", "-s", "svc"], ["add-generic-password", "-s", "svc", "-a", "acct", "-w", "new", "-U"],
-                                 ["delete-generic-password", "-s", "svc", "-a", "acct"], ["dump-keychain"]]
+        let verbs: [[String]] = [
+            ["find-generic-password", "-s", "svc", "-a", "acct", "-w"],
+            ["find-generic-password", "-s", "svc", "-a", "acct"],
+            ["find-generic-password", "-s", "svc"],
+            ["add-generic-password", "-s", "svc", "-a", "acct", "-w", "new", "-U"],
+            ["delete-generic-password", "-s", "svc", "-a", "acct"], ["dump-keychain"],
+        ]
         let unsafe: [(String, () -> Int32, () -> Int32)] = [
             ("file 0644", { chmod(file, 0o644) }, { chmod(file, 0o600) }),
             ("file 0640", { chmod(file, 0o640) }, { chmod(file, 0o600) }),
@@ -124,7 +151,9 @@ struct HostileUseTests {
         for (what, make, undo) in unsafe {
             #expect(make() == 0)
             for arguments in verbs {
-                let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(), environment: fixture.environment)
+                let result = try CLI.run(
+                    [arguments[0], "--keychain", fixture.store] + arguments.dropFirst(),
+                    environment: fixture.environment)
                 #expect(result.status == 77, "\(what): \(result)")
             }
             #expect(undo() == 0)
@@ -132,7 +161,8 @@ struct HostileUseTests {
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "acct", "-w").stdout == "secret\n")
     }
 
-    @Test("damaged sealed-key bytes in store.meta are unusable data (65), not an unavailable TPM (69) or a refusal (77)")
+    @Test(
+        "damaged sealed-key bytes in store.meta are unusable data (65), not an unavailable TPM (69) or a refusal (77)")
     func damagedSealedKey() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "x")
@@ -157,16 +187,21 @@ struct HostileUseTests {
             // The shell builds the bytes; Foundation's Process would need them as Swift strings.
             try CLI.runRaw(shell: script, environment: fixture.environment.merging(["STORE": fixture.store]) { $1 })
         }
-        let add = try run(#"exec "$TPM_KEYCHAIN_CLI" add-generic-password --keychain "$STORE" -s "$(printf 'inv\377')" -a a -w one"#)
+        let add = try run(
+            #"exec "$TPM_KEYCHAIN_CLI" add-generic-password --keychain "$STORE" -s "$(printf 'inv\377')" -a a -w one"#)
         #expect(add.status == 64, "\(add)")
         #expect(add.stderr.contains("is not valid UTF-8"), "\(add)")
-        let find = try run(#"exec "$TPM_KEYCHAIN_CLI" find-generic-password --keychain "$STORE" -s "$(printf 'inv\376')" -a a -w"#)
+        let find = try run(
+            #"exec "$TPM_KEYCHAIN_CLI" find-generic-password --keychain "$STORE" -s "$(printf 'inv\376')" -a a -w"#)
         #expect(find.status == 64, "\(find)")
-        let path = try run(#"exec "$TPM_KEYCHAIN_CLI" add-generic-password --keychain "$STORE-$(printf '\377')" -s s -a a -w x"#)
+        let path = try run(
+            #"exec "$TPM_KEYCHAIN_CLI" add-generic-password --keychain "$STORE-$(printf '\377')" -s s -a a -w x"#)
         #expect(path.status == 64, "\(path)")
         let siblings = try FileManager.default.contentsOfDirectory(atPath: fixture.directory)
         #expect(!siblings.contains { $0.hasPrefix("keychain-") }, "\(siblings)")
-        #expect(try fixture.succeed("dump-keychain").stdout.components(separatedBy: "class: ").count == 2, "only alice's item")
+        #expect(
+            try fixture.succeed("dump-keychain").stdout.components(separatedBy: "class: ").count == 2,
+            "only alice's item")
     }
 
     // MARK: Errors that mislead
@@ -175,12 +210,18 @@ struct HostileUseTests {
     func permissionDenied() throws {
         let fixture = try CLIFixture()
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "alice", "-w", "x")
-        for arguments in [["find-generic-password", "-s", "svc", "-a", "alice"], ["delete-generic-password", "-s", "svc", "-a", "alice"],
-                          ["dump-keychain", "-d"]] {
-            let result = try CLI.runRaw(executable: "/usr/bin/setpriv",
-                                        arguments: ["--reuid=65534", "--regid=65534", "--clear-groups", CLI.executable, arguments[0],
-                                                    "--keychain", fixture.store] + arguments.dropFirst(),
-                                        environment: fixture.environment.merging(["HOME": "/nonexistent"]) { $1 })
+        for arguments in [
+            ["find-generic-password", "-s", "svc", "-a", "alice"],
+            ["delete-generic-password", "-s", "svc", "-a", "alice"],
+            ["dump-keychain", "-d"],
+        ] {
+            let result = try CLI.runRaw(
+                executable: "/usr/bin/setpriv",
+                arguments: [
+                    "--reuid=65534", "--regid=65534", "--clear-groups", CLI.executable, arguments[0],
+                    "--keychain", fixture.store,
+                ] + arguments.dropFirst(),
+                environment: fixture.environment.merging(["HOME": "/nonexistent"]) { $1 })
             #expect(result.status == 77, "\(result)")
             #expect(result.lastErrorLine.contains("Permission denied"), "\(result)")
             #expect(result.lastErrorLine.contains(fixture.store), "\(result)")
@@ -195,21 +236,28 @@ struct HostileUseTests {
     func coreDumpsAndCrashes() throws {
         let fixture = try CLIFixture()
         for crash in [SIGSEGV, SIGABRT] {
-            let running = try CLI.start(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "crash-\(crash)"],
-                                        environment: fixture.environment, stdinPipe: true)
+            let running = try CLI.start(
+                ["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "crash-\(crash)"],
+                environment: fixture.environment, stdinPipe: true)
             // Once the guard is in place (core limit 0, a handler caught for the signal), look.
             var limits = ""
             let deadline = ContinuousClock.now + .seconds(10)
             while ContinuousClock.now < deadline {
-                let status = (try? String(contentsOfFile: "/proc/\(running.processIdentifier)/status", encoding: .utf8)) ?? ""
-                let caught = status.split(separator: "\n").first { $0.hasPrefix("SigCgt:") }
-                    .flatMap { UInt64($0.dropFirst("SigCgt:".count).trimmingCharacters(in: .whitespaces), radix: 16) } ?? 0
-                limits = (try? String(contentsOfFile: "/proc/\(running.processIdentifier)/limits", encoding: .utf8)) ?? ""
+                let status =
+                    (try? String(contentsOfFile: "/proc/\(running.processIdentifier)/status", encoding: .utf8)) ?? ""
+                let caught =
+                    status.split(separator: "\n").first { $0.hasPrefix("SigCgt:") }
+                    .flatMap { UInt64($0.dropFirst("SigCgt:".count).trimmingCharacters(in: .whitespaces), radix: 16) }
+                    ?? 0
+                limits =
+                    (try? String(contentsOfFile: "/proc/\(running.processIdentifier)/limits", encoding: .utf8)) ?? ""
                 if caught & (1 << UInt64(crash - 1)) != 0 && caught & (1 << UInt64(SIGINT - 1)) != 0 { break }
                 usleep(20_000)
             }
             let core = limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") }.map(String.init) ?? ""
-            #expect(core.split(separator: " ", omittingEmptySubsequences: true).dropFirst(4).prefix(2) == ["0", "0"], "\(core)")
+            #expect(
+                core.split(separator: " ", omittingEmptySubsequences: true).dropFirst(4).prefix(2) == ["0", "0"],
+                "\(core)")
             #expect(kill(running.processIdentifier, crash) == 0)
             let result = try running.finish()
             #expect(result.killedBySignal && result.status == crash, "\(result)")
@@ -218,25 +266,30 @@ struct HostileUseTests {
         #expect(!FileManager.default.fileExists(atPath: fixture.store + "/store.meta"), "nothing was stored")
     }
 
-    @Test("a password given with -w is overwritten in the command's own argv as it starts: another user reading /proc/PID/cmdline while the command runs does not see it, and the item stores the password given",
-          .enabled(if: geteuid() == 0, "needs root: another user (nobody) reads the command line"))
+    @Test(
+        "a password given with -w is overwritten in the command's own argv as it starts: another user reading /proc/PID/cmdline while the command runs does not see it, and the item stores the password given",
+        .enabled(if: geteuid() == 0, "needs root: another user (nobody) reads the command line"))
     func passwordArgumentHiddenFromOtherUsers() throws {
         let fixture = try CLIFixture()
-        try fixture.succeed("add-generic-password", "-s", "warm", "-a", "up", "-w", "x")   // the store exists
+        try fixture.succeed("add-generic-password", "-s", "warm", "-a", "up", "-w", "x") // the store exists
         // The store's lock held: the next command waits, alive, once it has parsed its arguments.
         let root = open(fixture.store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         #expect(root >= 0 && flock(root, LOCK_EX) == 0)
         let secret = "hunter2-the-secret-on-argv"
-        let running = try CLI.start(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "argv", "-w", secret],
-                                    environment: fixture.environment, stdinPipe: false)
+        let running = try CLI.start(
+            ["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "argv", "-w", secret],
+            environment: fixture.environment, stdinPipe: false)
         let deadline = ContinuousClock.now + .seconds(30)
         while !running.standardErrorSoFar.contains("warning: a password given with -w") && running.process.isRunning
-                && ContinuousClock.now < deadline {
+            && ContinuousClock.now < deadline
+        {
             usleep(5_000)
         }
-        #expect(running.process.isRunning, "the command ended before the lock was released: \(running.standardErrorSoFar)")
-        let seen = try CLI.run(["-u", "nobody", "--", "/usr/bin/cat", "/proc/\(running.processIdentifier)/cmdline"], environment: [:],
-                               executable: "/usr/sbin/runuser")
+        #expect(
+            running.process.isRunning, "the command ended before the lock was released: \(running.standardErrorSoFar)")
+        let seen = try CLI.run(
+            ["-u", "nobody", "--", "/usr/bin/cat", "/proc/\(running.processIdentifier)/cmdline"], environment: [:],
+            executable: "/usr/sbin/runuser")
         let commandLine = seen.stdout.replacingOccurrences(of: "\0", with: " ")
         #expect(commandLine.contains("add-generic-password") && commandLine.contains("-w"), "\(seen)")
         #expect(!commandLine.contains(secret), "another user read the password: \(commandLine)")
@@ -246,23 +299,32 @@ struct HostileUseTests {
         #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "argv", "-w").stdout == secret + "\n")
     }
 
-    @Test("an inherited TSS2_LOG trace level is overridden (tpm2-tss's trace shows HMAC keys and decrypted responses) with a note; TPM_KEYCHAIN_DEBUG=1 lets it through")
+    @Test(
+        "an inherited TSS2_LOG trace level is overridden (tpm2-tss's trace shows HMAC keys and decrypted responses) with a note; TPM_KEYCHAIN_DEBUG=1 lets it through"
+    )
     func inheritedTSSTraceIsSilenced() throws {
         let fixture = try CLIFixture()
         let traced = fixture.environment.merging(["TSS2_LOG": "all+trace"]) { $1 }
-        let added = try CLI.run(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct"], environment: traced,
-                                stdin: Data("secret-value\n".utf8))
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct"], environment: traced,
+            stdin: Data("secret-value\n".utf8))
         #expect(added.status == 0, "\(added)")
-        let found = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct", "-w"], environment: traced)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct", "-w"], environment: traced
+        )
         #expect(found.stdout == "secret-value\n", "\(found)")
         for result in [added, found] {
-            #expect(!result.stderr.contains("trace:") && !result.stderr.contains("debug:"), "tpm2-tss traced: \(result.stderr.prefix(400))")
+            #expect(
+                !result.stderr.contains("trace:") && !result.stderr.contains("debug:"),
+                "tpm2-tss traced: \(result.stderr.prefix(400))")
             #expect(result.stderr.contains("TSS2_LOG=all+trace ignored"), "\(result)")
         }
         // The switch works: with it, tpm2-tss's trace reaches standard error (which is how the
         // overriding is known to matter).
         let debugging = traced.merging(["TPM_KEYCHAIN_DEBUG": "1"]) { $1 }
-        let debugged = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct", "-w"], environment: debugging)
+        let debugged = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "acct", "-w"],
+            environment: debugging)
         #expect(debugged.status == 0 && debugged.stderr.contains("trace:esys:"), "\(debugged.stderr.prefix(400))")
     }
 
@@ -271,11 +333,14 @@ struct HostileUseTests {
         let fixture = try CLIFixture()
         let script = fixture.directory + "/askpass"
         let dump = fixture.directory + "/askpass-environment"
-        try "#!/bin/sh\nenv > '\(dump)'\necho 'passcode 4711'\n".write(toFile: script, atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nenv > '\(dump)'\necho 'passcode 4711'\n".write(
+            toFile: script, atomically: true, encoding: .utf8)
         #expect(chmod(script, 0o700) == 0)
         // An empty owner password is the TPM's; the variable's value only has to reach this process.
-        let environment = fixture.environment.merging(["TPM_KEYCHAIN_ASKPASS": script, "TPM_KEYCHAIN_OWNER_AUTH": "owner-secret-4711",
-                                                       "MARKER_FOR_TEST": "seen"]) { $1 }
+        let environment = fixture.environment.merging([
+            "TPM_KEYCHAIN_ASKPASS": script, "TPM_KEYCHAIN_OWNER_AUTH": "owner-secret-4711",
+            "MARKER_FOR_TEST": "seen",
+        ]) { $1 }
         _ = try CLI.run(["set-passcode", "--keychain", fixture.store], environment: environment)
         let seen = try String(contentsOfFile: dump, encoding: .utf8)
         #expect(seen.contains("MARKER_FOR_TEST=seen"), "\(seen)")
@@ -286,7 +351,8 @@ struct HostileUseTests {
     func passwordOnTheCommandLine() throws {
         let fixture = try CLIFixture()
         let warned = try fixture.succeed("add-generic-password", "-s", "svc", "-a", "argv", "-w", "x")
-        #expect(warned.stderr.contains("warning: a password given with -w can be read by every local user"), "\(warned)")
+        #expect(
+            warned.stderr.contains("warning: a password given with -w can be read by every local user"), "\(warned)")
         let quiet = try fixture.succeed("add-generic-password", "-s", "svc", "-a", "stdin", stdin: Data("y\n".utf8))
         #expect(quiet.stderr.isEmpty, "\(quiet)")
 
@@ -309,14 +375,16 @@ struct HostileUseTests {
         let environment = fixture.environment.merging(["TPM_KEYCHAIN_TIMEOUT": "2"]) { $1 }
         let started = ContinuousClock.now
         let commands = try (0..<2).map { _ in
-            try CLI.start(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
-                          environment: environment, stdinPipe: false)
+            try CLI.start(
+                ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "alice", "-w"],
+                environment: environment, stdinPipe: false)
         }
         for result in try commands.map({ try $0.finish() }) {
             #expect(result.status == 75, "\(result)")
             // The TPM's own deadline, the TPM access lock, or the store's open lock held by the
             // other command: each names what it waited for.
-            #expect(result.stderr.contains("did not answer within") || result.stderr.contains("for longer than")
+            #expect(
+                result.stderr.contains("did not answer within") || result.stderr.contains("for longer than")
                     || result.stderr.contains("Waited 2.0 seconds for the lock on"), "\(result)")
             #expect(result.stdout.isEmpty)
         }
@@ -337,11 +405,17 @@ struct HostileUseTests {
         }
         defer { if created { rmdir(squatted) } }
         let home = fixture.directory + "/home"
-        let environment = fixture.environment.merging(["XDG_RUNTIME_DIR": nil, "XDG_CACHE_HOME": nil, "HOME": home]) { $1 }
+        let environment = fixture.environment.merging(["XDG_RUNTIME_DIR": nil, "XDG_CACHE_HOME": nil, "HOME": home]) {
+            $1
+        }
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
-        let added = try CLI.run(["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "a", "-w", "x"], environment: environment)
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "a", "-w", "x"],
+            environment: environment)
         #expect(added.status == 0, "\(added)")
-        let found = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "a", "-w"], environment: environment)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "svc", "-a", "a", "-w"],
+            environment: environment)
         #expect(found.stdout == "x\n", "\(found)")
         if created { #expect(try FileManager.default.contentsOfDirectory(atPath: squatted).isEmpty) }
     }
@@ -351,8 +425,10 @@ extension CLI {
     /// Runs `executable` with `arguments`, or with `shell` that /bin/sh script (with
     /// TPM_KEYCHAIN_CLI set to the CLI), in this process's environment plus `environment`
     /// (without TPM_KEYCHAIN_TCTI unless given).
-    static func runRaw(executable: String = "/bin/sh", arguments: [String] = [], shell: String? = nil,
-                       environment: [String: String?]) throws -> CLIResult {
+    static func runRaw(
+        executable: String = "/bin/sh", arguments: [String] = [], shell: String? = nil,
+        environment: [String: String?]
+    ) throws -> CLIResult {
         var merged = ProcessInfo.processInfo.environment
         merged.removeValue(forKey: "TPM_KEYCHAIN_TCTI")
         for (name, value) in environment { merged[name] = value }
@@ -370,9 +446,10 @@ extension CLI {
         process.standardInput = FileHandle.nullDevice
         try process.run()
         process.waitUntilExit()
-        return CLIResult(arguments: process.arguments ?? [], status: process.terminationStatus,
-                         killedBySignal: process.terminationReason == .uncaughtSignal,
-                         stdout: try String(contentsOfFile: output + "/stdout", encoding: .utf8),
-                         stderr: try String(contentsOfFile: output + "/stderr", encoding: .utf8))
+        return CLIResult(
+            arguments: process.arguments ?? [], status: process.terminationStatus,
+            killedBySignal: process.terminationReason == .uncaughtSignal,
+            stdout: try String(contentsOfFile: output + "/stdout", encoding: .utf8),
+            stderr: try String(contentsOfFile: output + "/stderr", encoding: .utf8))
     }
 }

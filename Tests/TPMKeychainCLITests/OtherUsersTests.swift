@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -34,8 +34,9 @@ struct OtherUsersTests {
 
     /// tpm2-tools as `user`, against `tcti`.
     static func tpm2(_ user: String, tcti: String, _ arguments: [String], stdin: Data? = nil) throws -> CLIResult {
-        try CLI.run(["-u", user, "--", "/usr/bin/env", "TPM2TOOLS_TCTI=\(tcti)"] + arguments, environment: [:], stdin: stdin,
-                    executable: "/usr/sbin/runuser")
+        try CLI.run(
+            ["-u", user, "--", "/usr/bin/env", "TPM2TOOLS_TCTI=\(tcti)"] + arguments, environment: [:], stdin: stdin,
+            executable: "/usr/sbin/runuser")
     }
 
     /// The device's three NV handles as tpm-status prints them.
@@ -43,8 +44,9 @@ struct OtherUsersTests {
         status.matches(of: /\(NV (0x[0-9a-f]{8})/).map { String($0.output.1) }
     }
 
-    @Test("another user can neither move the counters nor write or read the lock state; a lock survives them; an index they define again in its place is reported as taken, and nothing of the owner's is deleted or unlocked",
-          .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
+    @Test(
+        "another user can neither move the counters nor write or read the lock state; a lock survives them; an index they define again in its place is reported as taken, and nothing of the owner's is deleted or unlocked",
+        .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
     func anotherUserCannotUseTheIndices() throws {
         let fixture = try CLIFixture()
         let users = try Users(count: 1)
@@ -52,14 +54,20 @@ struct OtherUsersTests {
         let mallory = users.names[0]
         let tcti = fixture.simulator.tcti
         try fixture.succeed("set-passcode", "--passcode-fd", "0", stdin: Data((Self.passcode + "\n").utf8))
-        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "unlocked", "--accessible", "whenUnlocked", "-w", "kept while locked")
-        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "pin", "--access-control", "devicePasscode",
-                            "--accessible", "whenUnlockedThisDeviceOnly", "-w", "behind the passcode")
+        try fixture.succeed(
+            "add-generic-password", "-s", "svc", "-a", "unlocked", "--accessible", "whenUnlocked", "-w",
+            "kept while locked")
+        try fixture.succeed(
+            "add-generic-password", "-s", "svc", "-a", "pin", "--access-control", "devicePasscode",
+            "--accessible", "whenUnlockedThisDeviceOnly", "-w", "behind the passcode")
         let status = try fixture.succeed("tpm-status").stdout
         let handles = Self.handles(status)
         #expect(handles.count == 3 && status.contains("the device's own"), "\(status)")
         // Not in the TPM manufacturers' range, nor derived from the user ID.
-        #expect(handles.allSatisfy { $0.hasPrefix("0x018") || $0.hasPrefix("0x019") || $0.hasPrefix("0x01a") || $0.hasPrefix("0x01b") }, "\(handles)")
+        #expect(
+            handles.allSatisfy {
+                $0.hasPrefix("0x018") || $0.hasPrefix("0x019") || $0.hasPrefix("0x01a") || $0.hasPrefix("0x01b")
+            }, "\(handles)")
         guard handles.count == 3 else { return }
         let (enrollment, passcodeCounter, lockState) = (handles[0], handles[1], handles[2])
 
@@ -73,34 +81,50 @@ struct OtherUsersTests {
             #expect(result.status != 0, "\(mallory) could \(what): \(result)")
         }
         try fixture.succeed("lock-keychain")
-        let unlockAttempt = try Self.tpm2(mallory, tcti: tcti, ["tpm2_nvwrite", lockState, "-i", "-"], stdin: Data([1, 1]))
+        let unlockAttempt = try Self.tpm2(
+            mallory, tcti: tcti, ["tpm2_nvwrite", lockState, "-i", "-"], stdin: Data([1, 1]))
         #expect(unlockAttempt.status != 0, "\(mallory) wrote the lock state: \(unlockAttempt)")
-        #expect(try fixture.run("find-generic-password", "-s", "svc", "-a", "unlocked", "-w").status == 77, "still locked")
+        #expect(
+            try fixture.run("find-generic-password", "-s", "svc", "-a", "unlocked", "-w").status == 77, "still locked")
         let after = try fixture.succeed("tpm-status").stdout
         #expect(after.contains("passcode counter:  1"), "\(after)")
         try fixture.succeed("unlock-keychain", "--passcode-fd", "0", stdin: Data((Self.passcode + "\n").utf8))
-        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "unlocked", "-w").stdout == "kept while locked\n")
-        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0",
-                                    stdin: Data((Self.passcode + "\n").utf8)).stdout == "behind the passcode\n")
+        #expect(
+            try fixture.succeed("find-generic-password", "-s", "svc", "-a", "unlocked", "-w").stdout
+                == "kept while locked\n")
+        #expect(
+            try fixture.succeed(
+                "find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0",
+                stdin: Data((Self.passcode + "\n").utf8)
+            ).stdout == "behind the passcode\n")
 
         // With the TPM owner's (empty) authorization they can undefine the lock state and define
         // their own in its place, unlocked: it is reported as taken, never read as unlocked.
         try fixture.succeed("lock-keychain")
         #expect(try Self.tpm2(mallory, tcti: tcti, ["tpm2_nvundefine", lockState, "-C", "o"]).status == 0)
-        let squatted = try Self.tpm2(mallory, tcti: tcti, ["tpm2_nvdefine", lockState, "-C", "o", "-s", "2", "-a",
-                                                           "authread|authwrite|no_da|clear_stclear", "-p", "mallory"])
+        let squatted = try Self.tpm2(
+            mallory, tcti: tcti,
+            [
+                "tpm2_nvdefine", lockState, "-C", "o", "-s", "2", "-a",
+                "authread|authwrite|no_da|clear_stclear", "-p", "mallory",
+            ])
         #expect(squatted.status == 0, "\(squatted)")
-        #expect(try Self.tpm2(mallory, tcti: tcti, ["tpm2_nvwrite", lockState, "-i", "-", "-P", "mallory"], stdin: Data([1, 1])).status == 0)
+        #expect(
+            try Self.tpm2(
+                mallory, tcti: tcti, ["tpm2_nvwrite", lockState, "-i", "-", "-P", "mallory"], stdin: Data([1, 1])
+            ).status == 0)
         let refused = try fixture.run("find-generic-password", "-s", "svc", "-a", "unlocked", "-w")
-        #expect(refused.status != 0 && refused.stdout.isEmpty, "read through a lock state someone else wrote: \(refused)")
+        #expect(
+            refused.status != 0 && refused.stdout.isEmpty, "read through a lock state someone else wrote: \(refused)")
         #expect(refused.stderr.contains("someone else"), "\(refused)")
         // Nothing was deleted: both items are still listed.
         let dump = try fixture.succeed("dump-keychain").stdout
         #expect(dump.contains("\"unlocked\"") && dump.contains("\"pin\""), "\(dump)")
     }
 
-    @Test("two users whose user IDs are equal modulo 4096 share no NV index: each has a passcode of their own, and one's change leaves the other's items readable",
-          .enabled(if: geteuid() == 0, "needs root: the test creates users with chosen user IDs"))
+    @Test(
+        "two users whose user IDs are equal modulo 4096 share no NV index: each has a passcode of their own, and one's change leaves the other's items readable",
+        .enabled(if: geteuid() == 0, "needs root: the test creates users with chosen user IDs"))
     func userIDsEqualModulo4096ShareNothing() throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
@@ -108,33 +132,49 @@ struct OtherUsersTests {
         let users = try Users(count: 2, userIDs: [base, base + 4096])
         defer { users.remove() }
         let directory = "/tmp/tpm-keychain-uids-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let tool = directory + "/tpm-keychain"
         try CLI.install(at: tool)
         for user in users.names {
             let home = directory + "/home-" + user
-            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: home, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
             #expect(chown(home, getpwnam(user)?.pointee.pw_uid ?? 0, gid_t.max) == 0)
         }
         func run(_ user: String, _ arguments: [String], stdin: String? = nil) throws -> CLIResult {
             let home = directory + "/home-" + user
-            return try CLI.run(["-u", user, "--", "/usr/bin/env", "HOME=\(home)", "TPM_KEYCHAIN_TCTI=\(simulator.tcti)", tool] + arguments
-                               + ["--keychain", home + "/store"],
-                               environment: [:], stdin: stdin.map { Data($0.utf8) }, executable: "/usr/sbin/runuser")
+            return try CLI.run(
+                ["-u", user, "--", "/usr/bin/env", "HOME=\(home)", "TPM_KEYCHAIN_TCTI=\(simulator.tcti)", tool]
+                    + arguments
+                    + ["--keychain", home + "/store"],
+                environment: [:], stdin: stdin.map { Data($0.utf8) }, executable: "/usr/sbin/runuser")
         }
         var handles: [[String]] = []
         for user in users.names {
             try run(user, ["set-passcode", "--passcode-fd", "0"], stdin: "\(user) passcode\n").expectSuccess()
-            try run(user, ["add-generic-password", "-s", "svc", "-a", "pin", "--access-control", "devicePasscode",
-                           "--accessible", "whenUnlockedThisDeviceOnly", "-w", "secret of \(user)"]).expectSuccess()
+            try run(
+                user,
+                [
+                    "add-generic-password", "-s", "svc", "-a", "pin", "--access-control", "devicePasscode",
+                    "--accessible", "whenUnlockedThisDeviceOnly", "-w", "secret of \(user)",
+                ]
+            ).expectSuccess()
             let status = try run(user, ["tpm-status"])
             handles.append(Self.handles(status.stdout))
         }
         #expect(Set(handles[0]).isDisjoint(with: Set(handles[1])) && handles[0].count == 3, "\(handles)")
-        try run(users.names[0], ["change-passcode", "--passcode-fd", "0"], stdin: "\(users.names[0]) passcode\nchanged passcode\n").expectSuccess()
+        try run(
+            users.names[0], ["change-passcode", "--passcode-fd", "0"],
+            stdin: "\(users.names[0]) passcode\nchanged passcode\n"
+        ).expectSuccess()
         let other = users.names[1]
-        #expect(try run(other, ["find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0"], stdin: "\(other) passcode\n")
+        #expect(
+            try run(
+                other, ["find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0"],
+                stdin: "\(other) passcode\n"
+            )
             .stdout == "secret of \(other)\n")
     }
 }

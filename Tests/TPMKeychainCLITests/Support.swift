@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -31,7 +31,8 @@ enum CLI {
     /// `tpm-keychain` is built next to the test bundle (`.build/<triple>/debug/`), since the test
     /// target depends on the executable target.
     static let executable: String = {
-        let bundle = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let bundle =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent("tpm-keychain").path
     }()
 
@@ -65,15 +66,19 @@ enum CLI {
     ///   - stdin: fed to standard input; nil connects /dev/null.
     ///   - executable: what to run instead of `tpm-keychain` (a wrapper such as runuser, which
     ///     is given the tool's path among its arguments).
-    static func run(_ arguments: [String], environment: [String: String?], stdin: Data? = nil,
-                    executable: String = CLI.executable) throws -> CLIResult {
+    static func run(
+        _ arguments: [String], environment: [String: String?], stdin: Data? = nil,
+        executable: String = CLI.executable
+    ) throws -> CLIResult {
         let running = try start(arguments, environment: environment, stdinPipe: stdin != nil, executable: executable)
         if let stdin { try running.write(stdin, closing: true) }
         return try running.finish()
     }
 
-    static func start(_ arguments: [String], environment: [String: String?], stdinPipe: Bool,
-                      executable: String = CLI.executable) throws -> RunningCLI {
+    static func start(
+        _ arguments: [String], environment: [String: String?], stdinPipe: Bool,
+        executable: String = CLI.executable
+    ) throws -> RunningCLI {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw CLIError("\(executable) is not there: run swift build --build-tests")
         }
@@ -99,7 +104,8 @@ final class RunningCLI: @unchecked Sendable {
     fileprivate init(executable: String, arguments: [String], environment: [String: String], stdinPipe: Bool) throws {
         self.arguments = arguments
         outputDirectory = try makeScratchDirectory("cli-output")
-        for name in ["stdout", "stderr"] where !FileManager.default.createFile(atPath: outputDirectory + "/" + name, contents: nil) {
+        for name in ["stdout", "stderr"]
+        where !FileManager.default.createFile(atPath: outputDirectory + "/" + name, contents: nil) {
             throw CLIError("cannot create \(outputDirectory)/\(name)")
         }
         process.executableURL = URL(fileURLWithPath: executable)
@@ -140,15 +146,17 @@ final class RunningCLI: @unchecked Sendable {
         defer { try? FileManager.default.removeItem(atPath: outputDirectory) }
         let stdout = try String(contentsOfFile: outputDirectory + "/stdout", encoding: .utf8)
         let stderr = try String(contentsOfFile: outputDirectory + "/stderr", encoding: .utf8)
-        return CLIResult(arguments: arguments, status: process.terminationStatus,
-                         killedBySignal: process.terminationReason == .uncaughtSignal, stdout: stdout, stderr: stderr)
+        return CLIResult(
+            arguments: arguments, status: process.terminationStatus,
+            killedBySignal: process.terminationReason == .uncaughtSignal, stdout: stdout, stderr: stderr)
     }
 }
 
 /// A fresh directory (mode 0700) under the temporary directory.
 func makeScratchDirectory(_ name: String) throws -> String {
     let path = NSTemporaryDirectory() + "tpm-keychain-cli-tests-\(name)-\(UUID().uuidString)"
-    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    try FileManager.default.createDirectory(
+        atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     return path
 }
 
@@ -169,7 +177,10 @@ final class CLIFixture: @unchecked Sendable {
     /// The environment of every run: this fixture's TPM, and a private XDG data directory so a
     /// bug that ignores --keychain cannot touch the user's real store.
     var environment: [String: String?] {
-        ["TPM_KEYCHAIN_TCTI": simulator.tcti, "XDG_DATA_HOME": directory + "/xdg-data", "XDG_STATE_HOME": directory + "/xdg-state"]
+        [
+            "TPM_KEYCHAIN_TCTI": simulator.tcti, "XDG_DATA_HOME": directory + "/xdg-data",
+            "XDG_STATE_HOME": directory + "/xdg-state",
+        ]
     }
 
     /// Runs `verb --keychain <store> arguments...` against this fixture's TPM.
@@ -181,8 +192,10 @@ final class CLIFixture: @unchecked Sendable {
 
     /// As ``run(_:_:stdin:tcti:)``, recording an issue unless the command exits 0.
     @discardableResult
-    func succeed(_ verb: String, _ arguments: String..., stdin: Data? = nil,
-                 sourceLocation: SourceLocation = #_sourceLocation) throws -> CLIResult {
+    func succeed(
+        _ verb: String, _ arguments: String..., stdin: Data? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> CLIResult {
         let result = try CLI.run([verb, "--keychain", store] + arguments, environment: environment, stdin: stdin)
         #expect(result.status == 0, "\(result)", sourceLocation: sourceLocation)
         return result
@@ -210,7 +223,9 @@ func runningSimulators() throws -> [String] {
     let data = output.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     // pgrep: 0 found, 1 none found; anything else means it did not work.
-    guard process.terminationStatus <= 1 else { throw CLIError("pgrep failed with status \(process.terminationStatus)") }
+    guard process.terminationStatus <= 1 else {
+        throw CLIError("pgrep failed with status \(process.terminationStatus)")
+    }
     return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
 }
 

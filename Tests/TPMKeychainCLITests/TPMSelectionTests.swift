@@ -1,9 +1,9 @@
 import Foundation
 import KeychainStore
-import Testing
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -17,8 +17,9 @@ struct TPMSelectionTests {
         let fixture = try CLIFixture()
         // Distinctive values, so the counters shown must come from this TPM.
         try fixture.simulator.setDictionaryAttackParameters(maxTries: 17, recoveryTime: 123, lockoutRecovery: 45)
-        let define = try TPM2Tools.run(["tpm2_nvdefine", "0x1500017", "-C", "o", "-s", "8", "-a", "ownerread|ownerwrite|nt=counter"],
-                                       tcti: fixture.simulator.tcti)
+        let define = try TPM2Tools.run(
+            ["tpm2_nvdefine", "0x1500017", "-C", "o", "-s", "8", "-a", "ownerread|ownerwrite|nt=counter"],
+            tcti: fixture.simulator.tcti)
         #expect(define.status == 0, "\(define.errorOutput)")
 
         let result = try fixture.succeed("tpm-status")
@@ -39,19 +40,30 @@ struct TPMSelectionTests {
         #expect(try fixture.succeed("tpm-status").stdout.contains("\"\(fixture.store)\" (exists)"))
     }
 
-    @Test("tpm-status says whether ESAPI shares one OpenSSL context, and TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 turns the sharing off while everything still works")
+    @Test(
+        "tpm-status says whether ESAPI shares one OpenSSL context, and TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 turns the sharing off while everything still works"
+    )
     func sharedCryptoContextSwitch() throws {
         let fixture = try CLIFixture()
         // tpm2-tss 3.x is patched; 4.x (Esys_SetCryptoCallbacks) gets callbacks instead.
         let shared = try fixture.succeed("tpm-status").stdout
-        #expect(shared.contains("esapi crypto: ESAPI shares one OpenSSL library context (libtss2-esys.so.0 (tpm2-tss 3.x")
-                || shared.contains("esapi crypto: ESAPI's crypto callbacks use one OpenSSL library context (tpm2-tss 4.x) (libtss2-esys.so.0 (tpm2-tss 4.x"),
-                "\(shared)")
+        #expect(
+            shared.contains("esapi crypto: ESAPI shares one OpenSSL library context (libtss2-esys.so.0 (tpm2-tss 3.x")
+                || shared.contains(
+                    "esapi crypto: ESAPI's crypto callbacks use one OpenSSL library context (tpm2-tss 4.x) (libtss2-esys.so.0 (tpm2-tss 4.x"
+                ),
+            "\(shared)")
         let off = fixture.environment.merging(["TPM_KEYCHAIN_ESYS_SHARED_CONTEXT": "0"]) { _, new in new }
         let status = try CLI.run(["tpm-status", "--keychain", fixture.store], environment: off)
-        #expect(status.status == 0 && status.stdout.contains("esapi crypto: disabled by TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0"), "\(status)")
-        #expect(try CLI.run(["add-generic-password", "--keychain", fixture.store, "-s", "s", "-a", "a", "-w", "v"], environment: off).status == 0)
-        let found = try CLI.run(["find-generic-password", "--keychain", fixture.store, "-s", "s", "-a", "a", "-w"], environment: off)
+        #expect(
+            status.status == 0
+                && status.stdout.contains("esapi crypto: disabled by TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0"), "\(status)")
+        #expect(
+            try CLI.run(
+                ["add-generic-password", "--keychain", fixture.store, "-s", "s", "-a", "a", "-w", "v"], environment: off
+            ).status == 0)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", fixture.store, "-s", "s", "-a", "a", "-w"], environment: off)
         #expect(found.status == 0 && found.stdout == "v\n", "\(found)")
     }
 
@@ -62,17 +74,22 @@ struct TPMSelectionTests {
         let other = try SoftwareTPM.start()
         defer { other.stop() }
         for arguments in [["find-generic-password", "-s", "svc", "-a", "alice", "-w"], ["dump-keychain", "-d"]] {
-            let result = try CLI.run([arguments[0], "--keychain", fixture.store] + arguments.dropFirst(),
-                                     environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": other.tcti]) { $1 })
+            let result = try CLI.run(
+                [arguments[0], "--keychain", fixture.store] + arguments.dropFirst(),
+                environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": other.tcti]) { $1 })
             #expect(result.status == 65, "\(result)")
             #expect(result.stderr.contains("another TPM"), "\(result)")
             #expect(!result.stdout.contains("bound-to-the-first-tpm"))
         }
         // The first TPM still opens it.
-        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout == "bound-to-the-first-tpm\n")
+        #expect(
+            try fixture.succeed("find-generic-password", "-s", "svc", "-a", "alice", "-w").stdout
+                == "bound-to-the-first-tpm\n")
     }
 
-    @Test("a store created on a TPM with no room for its rollback counter works, and the command that created it says so, once")
+    @Test(
+        "a store created on a TPM with no room for its rollback counter works, and the command that created it says so, once"
+    )
     func noRoomForARollbackCounter() throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
@@ -81,13 +98,18 @@ struct TPMSelectionTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = directory + "/keychain"
         let environment: [String: String?] = ["TPM_KEYCHAIN_TCTI": simulator.tcti]
-        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w", "kept"], environment: environment)
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w", "kept"],
+            environment: environment)
         #expect(added.status == 0 && added.stderr.contains("no room for this store's rollback counter"), "\(added)")
-        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: environment)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: environment)
         #expect(found.status == 0 && found.stdout == "kept\n" && !found.stderr.contains("rollback counter"), "\(found)")
     }
 
-    @Test("the owner password can come from a file no other user can read (TPM_KEYCHAIN_OWNER_AUTH_FILE); a file others can read, a link or a missing file stops the command with 77, saying why")
+    @Test(
+        "the owner password can come from a file no other user can read (TPM_KEYCHAIN_OWNER_AUTH_FILE); a file others can read, a link or a missing file stops the command with 77, saying why"
+    )
     func ownerPasswordFromAFile() throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
@@ -97,18 +119,26 @@ struct TPMSelectionTests {
         let directory = try makeScratchDirectory("owner-file")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let file = directory + "/owner-password"
-        #expect(FileManager.default.createFile(atPath: file, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600]))
+        #expect(
+            FileManager.default.createFile(
+                atPath: file, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600]))
         let store = directory + "/keychain"
         func add(_ account: String, passwordFile: String?) throws -> CLIResult {
-            try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", account], environment: [
-                "TPM_KEYCHAIN_TCTI": simulator.tcti, "TPM_KEYCHAIN_OWNER_AUTH": nil, "TPM_KEYCHAIN_OWNER_AUTH_FILE": passwordFile,
-            ], stdin: Data("value\n".utf8))
+            try CLI.run(
+                ["add-generic-password", "--keychain", store, "-s", "svc", "-a", account],
+                environment: [
+                    "TPM_KEYCHAIN_TCTI": simulator.tcti, "TPM_KEYCHAIN_OWNER_AUTH": nil,
+                    "TPM_KEYCHAIN_OWNER_AUTH_FILE": passwordFile,
+                ], stdin: Data("value\n".utf8))
         }
         let without = try add("a", passwordFile: nil)
         #expect(without.status == 77 && without.stderr.contains("TPM_KEYCHAIN_OWNER_AUTH_FILE"), "\(without)")
         try add("a", passwordFile: file).expectSuccess()
-        #expect(try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"],
-                            environment: ["TPM_KEYCHAIN_TCTI": simulator.tcti]).stdout == "value\n")
+        #expect(
+            try CLI.run(
+                ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"],
+                environment: ["TPM_KEYCHAIN_TCTI": simulator.tcti]
+            ).stdout == "value\n")
 
         #expect(chmod(file, 0o644) == 0)
         let readable = try add("b", passwordFile: file)
@@ -125,12 +155,15 @@ struct TPMSelectionTests {
         let fixture = try CLIFixture()
         let unreachable = "swtpm:host=127.0.0.1,port=1"
         for verb in [["add-generic-password", "-s", "svc", "-a", "a", "-w", "b"], ["tpm-status"]] {
-            let result = try CLI.run([verb[0], "--keychain", fixture.store] + verb.dropFirst(),
-                                     environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": unreachable]) { $1 })
+            let result = try CLI.run(
+                [verb[0], "--keychain", fixture.store] + verb.dropFirst(),
+                environment: fixture.environment.merging(["TPM_KEYCHAIN_TCTI": unreachable]) { $1 })
             #expect(result.status == 69, "\(result)")
             #expect(result.stderr.contains("No TPM answered at '\(unreachable)' (from TPM_KEYCHAIN_TCTI)"), "\(result)")
             #expect(result.stdout.isEmpty)
-            #expect(!FileManager.default.fileExists(atPath: fixture.store), "a failed first open left \(fixture.store) behind")
+            #expect(
+                !FileManager.default.fileExists(atPath: fixture.store),
+                "a failed first open left \(fixture.store) behind")
         }
     }
 }
@@ -153,15 +186,18 @@ struct EmbeddedSimulatorTests {
         let store = directory + "/nested/keychain"
         let environment = Self.environment(directory)
 
-        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "persisted"],
-                                environment: environment)
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "persisted"],
+            environment: environment)
         #expect(added.status == 0, "\(added)")
-        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
         #expect(found.status == 0, "\(found)")
         #expect(found.stdout == "persisted\n")
         // A failing command stops its simulator too.
-        let duplicate = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "again"],
-                                    environment: environment)
+        let duplicate = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "again"],
+            environment: environment)
         #expect(duplicate.status == 45, "\(duplicate)")
         #expect(duplicate.lastErrorLine == SecurityMessages.duplicateItem)
 
@@ -181,7 +217,9 @@ struct EmbeddedSimulatorTests {
         #expect(leftovers.isEmpty, "swtpm still running: \(leftovers)")
     }
 
-    @Test("a swtpm/ directory that appears in a store made on a TPM device is never started in its place: the command fails naming it, and the planted state stays untouched")
+    @Test(
+        "a swtpm/ directory that appears in a store made on a TPM device is never started in its place: the command fails naming it, and the planted state stays untouched"
+    )
     func plantedSimulatorInADeviceStore() throws {
         let directory = try makeScratchDirectory("planted-simulator")
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -195,16 +233,25 @@ struct EmbeddedSimulatorTests {
         try {
             let opened = try ItemStore.open(at: store, tpm: device, tpmKind: .device)
             defer { opened.close() }
-            try opened.write(identity, mode: .add, value: ItemValue(kind: .data, bytes: Array("made on the device".utf8)), changes: AttributeChanges())
+            try opened.write(
+                identity, mode: .add, value: ItemValue(kind: .data, bytes: Array("made on the device".utf8)),
+                changes: AttributeChanges())
         }()
         // Someone puts a simulator state of their making in it (as this user: it passes every ownership check).
-        try FileManager.default.createDirectory(atPath: store + "/swtpm", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: store + "/swtpm", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
 
-        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: Self.environment(directory))
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"],
+            environment: Self.environment(directory))
         #expect(found.status != 0 && !found.stdout.contains("made on the device"), "\(found)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: store + "/swtpm").isEmpty, "the planted simulator was started")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: store + "/swtpm").isEmpty,
+            "the planted simulator was started")
         if !Self.hardwareIsUsable {
-            #expect(found.status == 69 && found.stderr.contains("created on a TPM device") && found.stderr.contains("swtpm/"), "\(found)")
+            #expect(
+                found.status == 69 && found.stderr.contains("created on a TPM device")
+                    && found.stderr.contains("swtpm/"), "\(found)")
         }
         let reopened = try ItemStore.open(at: store, tpm: device, create: false, tpmKind: .device)
         defer { reopened.close() }
@@ -219,15 +266,17 @@ struct EmbeddedSimulatorTests {
         let environment = Self.environment(directory)
         let accounts = ["first", "second", "third"]
         let running = try accounts.map {
-            try CLI.start(["add-generic-password", "--keychain", store, "-s", "svc", "-a", $0, "-w", "password-\($0)"],
-                          environment: environment, stdinPipe: false)
+            try CLI.start(
+                ["add-generic-password", "--keychain", store, "-s", "svc", "-a", $0, "-w", "password-\($0)"],
+                environment: environment, stdinPipe: false)
         }
         for result in try running.map({ try $0.finish() }) {
             #expect(result.status == 0, "\(result)")
         }
         let readers = try accounts.map {
-            try CLI.start(["find-generic-password", "--keychain", store, "-s", "svc", "-a", $0, "-w"],
-                          environment: environment, stdinPipe: false)
+            try CLI.start(
+                ["find-generic-password", "--keychain", store, "-s", "svc", "-a", $0, "-w"],
+                environment: environment, stdinPipe: false)
         }
         for (account, result) in zip(accounts, try readers.map { try $0.finish() }) {
             #expect(result.status == 0, "\(result)")
@@ -257,7 +306,9 @@ struct EmbeddedSimulatorTests {
         #expect(dump.status == 0 && dump.stdout.isEmpty, "\(dump)")
     }
 
-    @Test("the shipped tool carries no test support: the demo's simulated face is its own, and no symbol of TPMKeychainTesting is in the binary")
+    @Test(
+        "the shipped tool carries no test support: the demo's simulated face is its own, and no symbol of TPMKeychainTesting is in the binary"
+    )
     func noTestSupportInTheTool() throws {
         let binary = try Data(contentsOf: URL(fileURLWithPath: CLI.executable))
         #expect(binary.range(of: Data("TPMKeychainTesting".utf8)) == nil)
@@ -272,8 +323,10 @@ struct EmbeddedSimulatorTests {
         let store = directory + "/keychain"
         let status = try CLI.run(["tpm-status", "--keychain", store], environment: Self.environment(directory))
         #expect(status.status == 0, "\(status)")
-        let tcti = try #require(status.stdout.split(separator: "\n").first { $0.hasPrefix("tcti:") }).dropFirst("tcti:".count)
-            .trimmingCharacters(in: .whitespaces)
+        let tcti = try #require(status.stdout.split(separator: "\n").first { $0.hasPrefix("tcti:") }).dropFirst(
+            "tcti:".count
+        )
+        .trimmingCharacters(in: .whitespaces)
         #expect(tcti.hasPrefix("swtpm:path=/"), "\(status)")
         let socketDirectory = ((tcti.dropFirst("swtpm:path=".count)) as NSString).deletingLastPathComponent
         #expect(!FileManager.default.fileExists(atPath: socketDirectory), "the socket directory outlived the command")
@@ -286,7 +339,9 @@ struct EmbeddedSimulatorTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = directory + "/keychain"
         let environment = Self.environment(directory)
-        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "old"], environment: environment)
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "old"],
+            environment: environment)
         #expect(added.status == 0, "\(added)")
         // Hold the service's lock, so the next writer waits with its simulator running.
         let lockPath = try #require(regularFiles(under: store + "/items2").first { $0.hasSuffix("/.lock") })
@@ -295,19 +350,24 @@ struct EmbeddedSimulatorTests {
         #expect(flock(holder, LOCK_EX) == 0)
 
         for interruption in [SIGINT, SIGTERM] {
-            let running = try CLI.start(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "new", "-U"],
-                                        environment: environment, stdinPipe: false)
+            let running = try CLI.start(
+                ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "new", "-U"],
+                environment: environment, stdinPipe: false)
             let deadline = ContinuousClock.now + .seconds(15)
-            while try runningSimulators().filter({ $0.contains(store) }).isEmpty && ContinuousClock.now < deadline { usleep(20_000) }
+            while try runningSimulators().filter({ $0.contains(store) }).isEmpty && ContinuousClock.now < deadline {
+                usleep(20_000)
+            }
             #expect(try !runningSimulators().filter { $0.contains(store) }.isEmpty, "the simulator never started")
-            usleep(500_000)   // the store is open and the writer waits for the lock
+            usleep(500_000) // the store is open and the writer waits for the lock
             #expect(kill(running.processIdentifier, interruption) == 0)
             let result = try running.finish()
             #expect(result.killedBySignal && result.status == interruption, "\(result)")
-            #expect(try runningSimulators().filter { $0.contains(store) }.isEmpty, "swtpm outlived the interrupted command")
+            #expect(
+                try runningSimulators().filter { $0.contains(store) }.isEmpty, "swtpm outlived the interrupted command")
         }
         flock(holder, LOCK_UN)
-        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
         #expect(found.stdout == "old\n", "\(found)")
         let status = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
         #expect(status.stdout.contains("lockout counter:   0 failed authorizations (not in lockout)"), "\(status)")
@@ -320,7 +380,11 @@ struct EmbeddedSimulatorTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = directory + "/keychain"
         let environment = Self.environment(directory)
-        #expect(try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "x"], environment: environment).status == 0)
+        #expect(
+            try CLI.run(
+                ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "x"],
+                environment: environment
+            ).status == 0)
 
         // Lock the store's simulated TPM out with wrong PINs on an object of its own.
         do {
@@ -329,14 +393,16 @@ struct EmbeddedSimulatorTests {
             try simulator.setDictionaryAttackParameters(maxTries: 2, recoveryTime: 1000, lockoutRecovery: 1000)
             let tpm = try TPMConnection(TPMConfiguration(tcti: simulator.tcti))
             defer { tpm.close() }
-            let sealed = try tpm.seal(SecretBytes(copying: [1, 2, 3]), authValue: SecretBytes(copying: Array("right".utf8)))
+            let sealed = try tpm.seal(
+                SecretBytes(copying: [1, 2, 3]), authValue: SecretBytes(copying: Array("right".utf8)))
             for _ in 0..<3 { _ = try? tpm.unseal(sealed, authValue: SecretBytes(copying: Array("wrong".utf8))) }
             #expect(try tpm.dictionaryAttackStatus().inLockout)
         }
         let locked = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
         #expect(locked.stdout.contains("IN LOCKOUT"), "\(locked)")
         // The master key carries no secret, so it is noDA: the lockout does not touch the store.
-        let found = try CLI.run(["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"], environment: environment)
         #expect(found.stdout == "x\n", "\(found)")
 
         let reset = try CLI.run(["reset-lockout", "--keychain", store], environment: environment)
@@ -353,14 +419,17 @@ struct EmbeddedSimulatorTests {
         #expect(!FileManager.default.fileExists(atPath: directory + "/elsewhere"))
     }
 
-    @Test("a store the CLI created on its simulated TPM opens from Swift with the default policy, and says it is simulated")
+    @Test(
+        "a store the CLI created on its simulated TPM opens from Swift with the default policy, and says it is simulated"
+    )
     func libraryOpensTheCLIsSimulatedStore() throws {
         guard !Self.hardwareIsUsable, TPMConfiguration.environmentTCTI == nil else { return }
         let directory = try makeScratchDirectory("shared-policy")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = directory + "/keychain"
-        let added = try CLI.run(["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "from the CLI"],
-                                environment: Self.environment(directory))
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "from the CLI"],
+            environment: Self.environment(directory))
         #expect(added.status == 0, "\(added)")
 
         let location = try KeychainLocation(path: store)
@@ -370,9 +439,12 @@ struct EmbeddedSimulatorTests {
         defer { tpm.stop() }
         #expect(tpm.isSimulated)
         #expect(tpm.summary.hasPrefix("SIMULATED"))
-        #expect(try runningSimulators().filter { $0.contains(store) }.count == 1, "the store's simulator runs while chosen")
+        #expect(
+            try runningSimulators().filter { $0.contains(store) }.count == 1, "the store's simulator runs while chosen")
         tpm.stop()
-        #expect(try runningSimulators().filter { $0.contains(store) }.isEmpty, "the library stops the simulator after the open")
+        #expect(
+            try runningSimulators().filter { $0.contains(store) }.isEmpty,
+            "the library stops the simulator after the open")
     }
 
     @Test("without any TPM the library refuses to create a store unless asked for a simulated one, and creates nothing")

@@ -1,10 +1,11 @@
 import Foundation
 import SystemCalls
-import Testing
-@testable import KeychainStore
-@testable import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
+@testable import TPM
 
 /// Access control on a real swtpm: passcode, biometryCurrentSet, lock states, reuse, errors.
 @Suite(.tags(.concurrency)) struct AccessControlTests {
@@ -25,9 +26,13 @@ import TPMKeychainTesting
             if passcode { try device.setPasscode(AccessControlTests.passcode) }
         }
 
-        func context(reuse: Duration = .zero, passcode: SecretBytes = AccessControlTests.passcode, applicationIdentifier: String = "tests") -> AuthenticationContext {
-            let context = AuthenticationContext(authenticator: face, passcode: .fixed(passcode), applicationIdentifier: applicationIdentifier,
-                                                location: store.location)
+        func context(
+            reuse: Duration = .zero, passcode: SecretBytes = AccessControlTests.passcode,
+            applicationIdentifier: String = "tests"
+        ) -> AuthenticationContext {
+            let context = AuthenticationContext(
+                authenticator: face, passcode: .fixed(passcode), applicationIdentifier: applicationIdentifier,
+                location: store.location)
             context.allowableReuseDuration = reuse
             return context
         }
@@ -41,18 +46,23 @@ import TPMKeychainTesting
 
     @Test("flags are validated by Apple's SecAccessControlCreateWithFlags rules")
     func flagValidation() throws {
-        for invalid: AccessControl.Flags in [[.or, .and, .biometryAny, .devicePasscode], [.biometryAny, .biometryCurrentSet],
-                                             [.userPresence, .devicePasscode], [.userPresence, .or], [.companion], [.privateKeyUsage],
-                                             [.or], AccessControl.Flags(rawValue: 1 << 7)] {
+        for invalid: AccessControl.Flags in [
+            [.or, .and, .biometryAny, .devicePasscode], [.biometryAny, .biometryCurrentSet],
+            [.userPresence, .devicePasscode], [.userPresence, .or], [.companion], [.privateKeyUsage],
+            [.or], AccessControl.Flags(rawValue: 1 << 7),
+        ] {
             expectKeychainError(.invalidParameter) { _ = try AccessControl(.whenUnlocked, flags: invalid) }
         }
-        for valid: AccessControl.Flags in [[], [.userPresence], [.biometryAny], [.biometryCurrentSet], [.devicePasscode],
-                                           [.biometryCurrentSet, .or, .devicePasscode], [.biometryAny, .and, .devicePasscode],
-                                           [.biometryAny, .devicePasscode]] {
+        for valid: AccessControl.Flags in [
+            [], [.userPresence], [.biometryAny], [.biometryCurrentSet], [.devicePasscode],
+            [.biometryCurrentSet, .or, .devicePasscode], [.biometryAny, .and, .devicePasscode],
+            [.biometryAny, .devicePasscode],
+        ] {
             #expect(throws: Never.self) { _ = try AccessControl(.whenUnlockedThisDeviceOnly, flags: valid) }
         }
         // Apple's raw values.
-        #expect(AccessControl.Flags.biometryCurrentSet.rawValue == 8 && AccessControl.Flags.or.rawValue == 16384
+        #expect(
+            AccessControl.Flags.biometryCurrentSet.rawValue == 8 && AccessControl.Flags.or.rawValue == 16384
                 && AccessControl.Flags.and.rawValue == 32768 && AccessControl.Flags.devicePasscode.rawValue == 16)
         // Several constraints without .or mean all of them, as on iOS.
         let implicitAnd = Protection(try AccessControl(.whenUnlocked, flags: [.biometryAny, .devicePasscode]))
@@ -64,13 +74,15 @@ import TPMKeychainTesting
     @Test("a devicePasscode item opens with the passcode only, and a wrong one is counted by the TPM")
     func passcodeItem() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("s3cret", forKey: "pin-item", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "s3cret", forKey: "pin-item", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         #expect(try await fixture.keychain.get("pin-item", as: String.self, context: fixture.context()) == "s3cret")
         // Without a context there is nobody to ask.
         expectKeychainError(.interactionNotAllowed) { _ = try fixture.keychain.get("pin-item", as: String.self) }
         let before = try fixture.failedAuthorizations()
         await expectAsyncKeychainError(.authenticationFailed) {
-            _ = try await fixture.keychain.get("pin-item", as: String.self, context: fixture.context(passcode: Self.wrong))
+            _ = try await fixture.keychain.get(
+                "pin-item", as: String.self, context: fixture.context(passcode: Self.wrong))
         }
         #expect(try fixture.failedAuthorizations() == before + 1)
         // Attributes never need the passcode.
@@ -81,30 +93,42 @@ import TPMKeychainTesting
     @Test("adding a passcode-bound item without a passcode set is refused, as iOS refuses it")
     func passcodeNotSet() async throws {
         let fixture = try Fixture(passcode: false)
-        for control in [try AccessControl(.whenPasscodeSetThisDeviceOnly), try AccessControl(.whenUnlocked, flags: .devicePasscode)] {
-            await expectAsyncKeychainError(.passcodeNotSet) { try await fixture.keychain.set("x", forKey: "k", accessControl: control) }
+        for control in [
+            try AccessControl(.whenPasscodeSetThisDeviceOnly), try AccessControl(.whenUnlocked, flags: .devicePasscode),
+        ] {
+            await expectAsyncKeychainError(.passcodeNotSet) {
+                try await fixture.keychain.set("x", forKey: "k", accessControl: control)
+            }
         }
         expectKeychainError(.passcodeNotSet) { try fixture.device.lock() }
         #expect(try fixture.keychain.allKeys().isEmpty)
     }
 
-    @Test("brute force stops at the TPM's lockout, the right passcode is then refused, and biometry-only items stay readable")
+    @Test(
+        "brute force stops at the TPM's lockout, the right passcode is then refused, and biometry-only items stay readable"
+    )
     func bruteForceLockout() async throws {
         let fixture = try Fixture()
-        try fixture.store.simulator.setDictionaryAttackParameters(maxTries: 3, recoveryTime: 1000, lockoutRecovery: 1000)
-        try await fixture.keychain.set("pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
-        try await fixture.keychain.set("face", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
-                                       context: fixture.context())
+        try fixture.store.simulator.setDictionaryAttackParameters(
+            maxTries: 3, recoveryTime: 1000, lockoutRecovery: 1000)
+        try await fixture.keychain.set(
+            "pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "face", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+            context: fixture.context())
         var codes: [KeychainError.Code] = []
         for _ in 0..<5 {
             do {
-                _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context(passcode: Self.wrong))
+                _ = try await fixture.keychain.get(
+                    "pin", as: String.self, context: fixture.context(passcode: Self.wrong))
             } catch {
                 codes.append(error.code)
             }
         }
         #expect(codes == [.authenticationFailed, .authenticationFailed, .authenticationFailed, .lockout, .lockout])
-        await expectAsyncKeychainError(.lockout) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.lockout) {
+            _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context())
+        }
         #expect(try fixture.device.status().dictionaryAttack.inLockout)
         // The enrollment counter, the lock state and the biometric record are all noDA.
         #expect(try await fixture.keychain.get("face", as: String.self, context: fixture.context()) == "face")
@@ -115,7 +139,8 @@ import TPMKeychainTesting
     @Test("changing the passcode rewrites no item, and the old sealed key put back does not open with the old passcode")
     func passcodeChangeAndReplay() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("v", forKey: "k", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "v", forKey: "k", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         let itemsBefore = try fixture.store.itemFiles().map { try bytes(of: $0) }
         let deviceFile = fixture.store.directory + "/device/device.meta"
         let oldDevice = try bytes(of: deviceFile)
@@ -134,24 +159,37 @@ import TPMKeychainTesting
         try fixture.store.simulator.resetDictionaryAttackLockout()
     }
 
-    @Test("removing the passcode makes passcode-only and whenPasscodeSet items unreadable; reads keep them, a purge deletes them")
+    @Test(
+        "removing the passcode makes passcode-only and whenPasscodeSet items unreadable; reads keep them, a purge deletes them"
+    )
     func passcodeRemoval() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
-        try await fixture.keychain.set("b", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
-        try await fixture.keychain.set("c", forKey: "either", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence),
-                                       context: fixture.context())
+        try await fixture.keychain.set(
+            "a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
+        try await fixture.keychain.set(
+            "b", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "c", forKey: "either", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence),
+            context: fixture.context())
         #expect(try fixture.keychain.get("akpu", as: String.self) == "a")
         try fixture.device.removePasscode(Self.passcode)
         let files = try fixture.store.itemFiles().count
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) }
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context())
+        }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context())
+        }
         // A read reports; it deletes nothing.
         #expect(try fixture.store.itemFiles().count == files)
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("akpu", as: String.self, context: fixture.context())
+        }
         // A new passcode is a new key: what the old one protected stays unreadable.
         try fixture.device.setPasscode(Self.passcode)
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context())
+        }
         // userPresence still opens with biometry.
         #expect(try await fixture.keychain.get("either", as: String.self, context: fixture.context()) == "c")
         // The purge proves it with the passcode counter and deletes exactly those two.
@@ -163,20 +201,27 @@ import TPMKeychainTesting
 
     // MARK: A read never deletes
 
-    @Test("a reader whose device state is another (another XDG_STATE_HOME, a Flatpak, another member) is refused a devicePasscode item; nothing is deleted and the owner still reads it")
+    @Test(
+        "a reader whose device state is another (another XDG_STATE_HOME, a Flatpak, another member) is refused a devicePasscode item; nothing is deleted and the owner still reads it"
+    )
     func anotherDeviceStateDeletesNothing() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
-        try await fixture.keychain.set("a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
+        try await fixture.keychain.set(
+            "p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "a", forKey: "akpu", accessControl: try AccessControl(.whenPasscodeSetThisDeviceOnly))
         let files = try fixture.store.files()
         for otherPasscode in [false, true] {
             var other = fixture.store.location
             other.deviceDirectory = fixture.store.directory + "/other-device-\(otherPasscode)"
             if otherPasscode { try KeychainDevice(location: other).setPasscode(Self.passcode) }
             let stranger = try Keychain(service: "com.example.tests", location: other)
-            let context = AuthenticationContext(authenticator: fixture.face, passcode: .fixed(Self.passcode), location: other)
+            let context = AuthenticationContext(
+                authenticator: fixture.face, passcode: .fixed(Self.passcode), location: other)
             for key in ["pin", "akpu"] {
-                let error = await expectAsyncKeychainError(.interactionNotAllowed, "\(key), other passcode: \(otherPasscode)") {
+                let error = await expectAsyncKeychainError(
+                    .interactionNotAllowed, "\(key), other passcode: \(otherPasscode)"
+                ) {
                     _ = try await stranger.get(key, as: String.self, context: context)
                 }
                 #expect("\(String(describing: error))".contains("another device"), "\(String(describing: error))")
@@ -189,13 +234,18 @@ import TPMKeychainTesting
         #expect(try await fixture.keychain.get("akpu", as: String.self, context: fixture.context()) == "a")
     }
 
-    @Test("device state removed and put back (a restored ~/.local/state): reads in between are refused, nothing is deleted, the items open again")
+    @Test(
+        "device state removed and put back (a restored ~/.local/state): reads in between are refused, nothing is deleted, the items open again"
+    )
     func removedDeviceStateDeletesNothing() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         let device = fixture.store.directory + "/device"
         try FileManager.default.moveItem(atPath: device, toPath: device + ".saved")
-        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.interactionNotAllowed) {
+            _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context())
+        }
         #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
         #expect(try fixture.keychain.allKeys() == ["pin"])
         try? FileManager.default.removeItem(atPath: device)
@@ -203,25 +253,39 @@ import TPMKeychainTesting
         #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
     }
 
-    @Test("the enrollment counter undefined by the TPM's owner is 'cannot check now'; defined again by someone else (their authorization), it is reported as taken; neither read nor purge deletes anything")
+    @Test(
+        "the enrollment counter undefined by the TPM's owner is 'cannot check now'; defined again by someone else (their authorization), it is reported as taken; neither read nor purge deletes anything"
+    )
     func undefinedOrReplacedCounterDeletesNothing() async throws {
         let fixture = try Fixture()
         let context = fixture.context()
-        try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        try await fixture.keychain.set(
+            "bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+            context: context)
         let counter = try fixture.device.status().nvIndices[0]
         let handle = "0x" + String(counter, radix: 16)
         Keychain.closeStore(fixture.store.location)
         let undefined = try TPM2Tools.run(["tpm2_nvundefine", handle, "-C", "o"], tcti: fixture.store.simulator.tcti)
         #expect(undefined.status == 0, "\(undefined.errorOutput)")
-        await expectAsyncKeychainError(.notAvailable) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        await expectAsyncKeychainError(.notAvailable) {
+            _ = try await fixture.keychain.get("bound", as: String.self, context: context)
+        }
         #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
         #expect(try fixture.keychain.allKeys() == ["bound"])
         // Defined again by someone else, with the same attributes and an authorization of their own, and moved.
-        let defined = try TPM2Tools.run(["tpm2_nvdefine", handle, "-C", "o", "-s", "8", "-a", "authread|authwrite|no_da|nt=counter", "-p", "theirs"],
-                                        tcti: fixture.store.simulator.tcti)
+        let defined = try TPM2Tools.run(
+            [
+                "tpm2_nvdefine", handle, "-C", "o", "-s", "8", "-a", "authread|authwrite|no_da|nt=counter", "-p",
+                "theirs",
+            ],
+            tcti: fixture.store.simulator.tcti)
         #expect(defined.status == 0, "\(defined.errorOutput)")
-        #expect(try TPM2Tools.run(["tpm2_nvincrement", handle, "-P", "theirs"], tcti: fixture.store.simulator.tcti).status == 0)
-        let error = await expectAsyncKeychainError(.notAvailable) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        #expect(
+            try TPM2Tools.run(["tpm2_nvincrement", handle, "-P", "theirs"], tcti: fixture.store.simulator.tcti).status
+                == 0)
+        let error = await expectAsyncKeychainError(.notAvailable) {
+            _ = try await fixture.keychain.get("bound", as: String.self, context: context)
+        }
         #expect("\(String(describing: error))".contains("someone else"), "\(String(describing: error))")
         #expect(try fixture.store.location.purgeInvalidatedItems().counts == [0, 0])
         #expect(try fixture.keychain.allKeys() == ["bound"])
@@ -229,10 +293,13 @@ import TPMKeychainTesting
 
     // MARK: Device state
 
-    @Test("device.meta is authenticated: an edited enrollment hash, salt or passcode key is tampered and not used (no dictionary-attack failure counted for the right passcode); put back, it works")
+    @Test(
+        "device.meta is authenticated: an edited enrollment hash, salt or passcode key is tampered and not used (no dictionary-attack failure counted for the right passcode); put back, it works"
+    )
     func deviceStateIsAuthenticated() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         let path = fixture.store.directory + "/device/device.meta"
         let original = try bytes(of: path)
         #expect(original[4] == 0 && original[5] == 2)
@@ -243,45 +310,67 @@ import TPMKeychainTesting
             let error = await expectAsyncKeychainError(.tampered, what) {
                 _ = try await fixture.keychain.get("pin", as: String.self, context: fixture.context())
             }
-            #expect("\(String(describing: error))".contains("fails authentication"), "\(what): \(String(describing: error))")
+            #expect(
+                "\(String(describing: error))".contains("fails authentication"), "\(what): \(String(describing: error))"
+            )
             try overwrite(path, with: original)
         }
         #expect(try fixture.failedAuthorizations() == 0)
         #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
     }
 
-    @Test("a version-1 device (handles from the user ID, empty authorization, no MAC) keeps working: read as it is, written back as version 2 with a MAC, reported as open to other users")
+    @Test(
+        "a version-1 device (handles from the user ID, empty authorization, no MAC) keeps working: read as it is, written back as version 2 with a MAC, reported as open to other users"
+    )
     func versionOneDeviceKeepsWorking() async throws {
         let fixture = try Fixture(passcode: false)
         let directory = fixture.store.directory + "/device"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let legacyBase = UInt32(0x0154_4B00) + (UInt32(getuid()) % 4096) * 4
         var versionOne = Array("TKDV".utf8) + [0, 1, 0, 0]
         versionOne += withUnsafeBytes(of: legacyBase.bigEndian) { Array($0) }
         versionOne += [UInt8](repeating: 0, count: 122 - versionOne.count)
-        #expect(FileManager.default.createFile(atPath: directory + "/device.meta", contents: Data(versionOne), attributes: [.posixPermissions: 0o600]))
+        #expect(
+            FileManager.default.createFile(
+                atPath: directory + "/device.meta", contents: Data(versionOne), attributes: [.posixPermissions: 0o600]))
         let before = try fixture.device.status()
         #expect(before.nvIndices == [legacyBase, legacyBase + 1, legacyBase + 2] && before.nvIndicesOpenToOtherUsers)
         try fixture.device.setPasscode(Self.passcode)
         let written = try bytes(of: directory + "/device.meta")
-        #expect(written[4] == 0 && written[5] == 2 && written[12] & 4 != 0, "written back as version 2 with the version-1 flag")
-        try await fixture.keychain.set("p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        #expect(
+            written[4] == 0 && written[5] == 2 && written[12] & 4 != 0,
+            "written back as version 2 with the version-1 flag")
+        try await fixture.keychain.set(
+            "p", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         #expect(try await fixture.keychain.get("pin", as: String.self, context: fixture.context()) == "p")
         #expect(try fixture.device.status().nvIndices.first == legacyBase)
     }
 
     // MARK: Biometry
 
-    @Test("biometryCurrentSet is invalidated by the TPM on add, remove and re-enroll; biometryAny and userPresence survive")
+    @Test(
+        "biometryCurrentSet is invalidated by the TPM on add, remove and re-enroll; biometryAny and userPresence survive"
+    )
     func enrollmentChanges() async throws {
         for change in ["add", "remove", "reenroll"] {
             let fixture = try Fixture()
             let touch = SimulatedAuthenticator(biometryType: .touchID, enrolled: ["thumb", "index"])
-            let context = AuthenticationContext(authenticator: touch, passcode: .fixed(Self.passcode), location: fixture.store.location)
-            try await fixture.keychain.set("current", forKey: "current", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
-            try await fixture.keychain.set("any", forKey: "any", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny), context: context)
-            try await fixture.keychain.set("presence", forKey: "presence", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence), context: context)
-            try await fixture.keychain.set("or", forKey: "or", accessControl: try AccessControl(.whenUnlocked, flags: [.biometryCurrentSet, .or, .devicePasscode]), context: context)
+            let context = AuthenticationContext(
+                authenticator: touch, passcode: .fixed(Self.passcode), location: fixture.store.location)
+            try await fixture.keychain.set(
+                "current", forKey: "current",
+                accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+            try await fixture.keychain.set(
+                "any", forKey: "any", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+                context: context)
+            try await fixture.keychain.set(
+                "presence", forKey: "presence", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence),
+                context: context)
+            try await fixture.keychain.set(
+                "or", forKey: "or",
+                accessControl: try AccessControl(.whenUnlocked, flags: [.biometryCurrentSet, .or, .devicePasscode]),
+                context: context)
             #expect(try await fixture.keychain.get("current", as: String.self, context: context) == "current")
             switch change {
             case "add": touch.enroll("ring")
@@ -311,13 +400,17 @@ import TPMKeychainTesting
     func invalidationIsPermanent() async throws {
         let fixture = try Fixture()
         let context = fixture.context()
-        try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        try await fixture.keychain.set(
+            "bound", forKey: "bound", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+            context: context)
         let backup = fixture.store.directory + "-backup"
         try FileManager.default.copyItem(atPath: fixture.store.directory, toPath: backup)
         defer { try? FileManager.default.removeItem(atPath: backup) }
         let originalEnrollment = try #require(try await fixture.face.enrollment())
         fixture.face.reenroll()
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("bound", as: String.self, context: context)
+        }
 
         // Restore every file from before the change; the authenticator is not restored, so the
         // library sees a different enrollment again and the counter only goes up.
@@ -326,7 +419,9 @@ import TPMKeychainTesting
         try FileManager.default.removeItem(atPath: fixture.store.directory + "/device")
         try FileManager.default.copyItem(atPath: backup + "/store", toPath: fixture.store.directory + "/store")
         try FileManager.default.copyItem(atPath: backup + "/device", toPath: fixture.store.directory + "/device")
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("bound", as: String.self, context: context)
+        }
 
         // Restore the files once more, then delete the counter and define it again: a new counter
         // starts above every value a counter had, so the old epoch never comes back.
@@ -344,7 +439,9 @@ import TPMKeychainTesting
         // next enrollment check.
         _ = originalEnrollment
         fixture.face.reenroll()
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("bound", as: String.self, context: context)
+        }
         #expect(try #require(try fixture.device.status().enrollmentCounter) > before)
     }
 
@@ -352,16 +449,22 @@ import TPMKeychainTesting
     func directUnsealIsRefusedByTheTPM() async throws {
         let fixture = try Fixture()
         let context = fixture.context()
-        try await fixture.keychain.set("bound", forKey: "bound", accessControl: try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryCurrentSet), context: context)
+        try await fixture.keychain.set(
+            "bound", forKey: "bound",
+            accessControl: try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryCurrentSet), context: context)
         let recordPath = try #require(try fixture.store.files().first { $0.hasSuffix(".key") })
         let recordBytes = try bytes(of: recordPath)
-        let store = try ItemStore.open(at: fixture.store.location.path, tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti), create: false)
+        let store = try ItemStore.open(
+            at: fixture.store.location.path, tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti), create: false)
         defer { store.close() }
-        let record = try KeyRecord(parsing: recordBytes, storeID: store.storeID, metadataKey: try store.current().keys.metadata, path: recordPath)
+        let record = try KeyRecord(
+            parsing: recordBytes, storeID: store.storeID, metadataKey: try store.current().keys.metadata,
+            path: recordPath)
         store.close()
         // The device's NV authorization, as the library holds it.
-        let device = Device(directory: fixture.store.directory + "/device",
-                            tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti))
+        let device = Device(
+            directory: fixture.store.directory + "/device",
+            tpm: TPMConfiguration(tcti: fixture.store.simulator.tcti))
         let authorizations = try device.withConnection { (connection) throws(KeychainError) in
             guard let state = try device.state(connection) else { throw KeychainError(.notAvailable, "no device") }
             return device.nvAuthorizations(state)
@@ -375,9 +478,11 @@ import TPMKeychainTesting
         // Without the device's authorization PolicyNV is refused: no one else can evaluate the policy.
         #expect(throws: TPMError.self) { _ = try tpm.unseal(sealed, policy: policy) }
         #expect(try tpm.unseal(sealed, policy: policy, nvAuthorizations: authorizations).count == 32)
-        tpm.close()   // the library takes the TPM next
+        tpm.close() // the library takes the TPM next
         fixture.face.reenroll()
-        await expectAsyncKeychainError(.itemInvalidated) { _ = try await fixture.keychain.get("bound", as: String.self, context: context) }
+        await expectAsyncKeychainError(.itemInvalidated) {
+            _ = try await fixture.keychain.get("bound", as: String.self, context: context)
+        }
         // The same sealed object, the same policy, straight to the TPM: TPM_RC_POLICY from PolicyNV.
         tpm = try TPMConnection(TPMConfiguration(tcti: fixture.store.simulator.tcti))
         defer { tpm.close() }
@@ -394,27 +499,39 @@ import TPMKeychainTesting
     @Test("interaction not allowed and cancel fail as iOS fails, without prompting and without touching the DA counter")
     func interactionAndCancel() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence), context: fixture.context())
+        try await fixture.keychain.set(
+            "x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .userPresence),
+            context: fixture.context())
         let before = try fixture.failedAuthorizations()
         let quiet = fixture.context()
         quiet.interactionNotAllowed = true
-        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: quiet) }
+        await expectAsyncKeychainError(.interactionNotAllowed) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: quiet)
+        }
         #expect(fixture.face.attempts == 0)
         fixture.face.nextOutcomes = [.cancel]
-        await expectAsyncKeychainError(.userCanceled) { _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.userCanceled) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context())
+        }
         #expect(fixture.face.attempts == 1)
         fixture.face.nextOutcomes = [.noMatch]
-        await expectAsyncKeychainError(.authenticationFailed) { _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.authenticationFailed) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context())
+        }
         #expect(try fixture.failedAuthorizations() == before)
         let invalidated = fixture.context()
         invalidated.invalidate()
-        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: invalidated) }
+        await expectAsyncKeychainError(.interactionNotAllowed) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: invalidated)
+        }
     }
 
     @Test("a reuse window gives one prompt for several reads, zero reuse one per read, and no reuse across a TPM reset")
     func reuseWindow() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny), context: fixture.context())
+        try await fixture.keychain.set(
+            "x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+            context: fixture.context())
         let reusing = fixture.context(reuse: .seconds(60))
         for _ in 0..<3 { #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x") }
         #expect(fixture.face.attempts == 1)
@@ -424,7 +541,9 @@ import TPMKeychainTesting
         #expect(reusing.promptCount == 1 && once.promptCount == 2)
         // Locking ends the window: the TPM refuses the record, and the kept key is not used.
         try fixture.device.lock()
-        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: reusing) }
+        await expectAsyncKeychainError(.interactionNotAllowed) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: reusing)
+        }
         try fixture.device.unlock(passcode: Self.passcode)
         #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x")
         #expect(reusing.promptCount == 2)
@@ -432,7 +551,9 @@ import TPMKeychainTesting
         // at most every second), and the TPM refuses the record until the first unlock.
         try fixture.store.simulator.powerCycle()
         try await Task.sleep(for: AuthenticationContext.resetCheckInterval + .milliseconds(100))
-        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await fixture.keychain.get("x", as: String.self, context: reusing) }
+        await expectAsyncKeychainError(.interactionNotAllowed) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: reusing)
+        }
         try fixture.device.unlock(passcode: Self.passcode)
         #expect(try await fixture.keychain.get("x", as: String.self, context: reusing) == "x")
         #expect(reusing.promptCount == 3)
@@ -457,12 +578,16 @@ import TPMKeychainTesting
 
     // MARK: Lock states
 
-    @Test("afterFirstUnlock items are refused after a TPM power cycle until the first unlock; whenUnlocked ones while locked")
+    @Test(
+        "afterFirstUnlock items are refused after a TPM power cycle until the first unlock; whenUnlocked ones while locked"
+    )
     func lockStates() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("afu", forKey: "afu", accessControl: try AccessControl(.afterFirstUnlockThisDeviceOnly))
+        try await fixture.keychain.set(
+            "afu", forKey: "afu", accessControl: try AccessControl(.afterFirstUnlockThisDeviceOnly))
         try await fixture.keychain.set("ak", forKey: "ak", accessControl: try AccessControl(.whenUnlocked))
-        try await fixture.keychain.set("always", forKey: "always", accessControl: try AccessControl(.alwaysThisDeviceOnly))
+        try await fixture.keychain.set(
+            "always", forKey: "always", accessControl: try AccessControl(.alwaysThisDeviceOnly))
         #expect(try fixture.keychain.get("afu", as: String.self) == "afu")
         #expect(try fixture.keychain.get("ak", as: String.self) == "ak")
         try fixture.device.lock()
@@ -481,22 +606,29 @@ import TPMKeychainTesting
         #expect(try fixture.keychain.get("ak", as: String.self) == "ak")
     }
 
-    @Test("a locked login session refuses whenUnlocked items and ends reuse windows; afterFirstUnlock items stay readable")
+    @Test(
+        "a locked login session refuses whenUnlocked items and ends reuse windows; afterFirstUnlock items stay readable"
+    )
     func sessionLock() async throws {
         let fixture = try Fixture()
         let screen = ScreenLock()
         var location = fixture.store.location
         location.sessionLock = screen
         let keychain = try Keychain(service: "com.example.tests", location: location)
-        let context = AuthenticationContext(authenticator: fixture.face, passcode: .fixed(Self.passcode), location: location)
+        let context = AuthenticationContext(
+            authenticator: fixture.face, passcode: .fixed(Self.passcode), location: location)
         context.allowableReuseDuration = .seconds(60)
         try await keychain.set("ak", forKey: "ak", accessControl: try AccessControl(.whenUnlocked))
         try await keychain.set("afu", forKey: "afu", accessControl: try AccessControl(.afterFirstUnlock))
-        try await keychain.set("bio", forKey: "bio", accessControl: try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryAny), context: context)
+        try await keychain.set(
+            "bio", forKey: "bio", accessControl: try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryAny),
+            context: context)
         #expect(try await keychain.get("bio", as: String.self, context: context) == "bio")
         screen.locked.withLock { $0 = true }
         expectKeychainError(.interactionNotAllowed) { _ = try keychain.get("ak", as: String.self) }
-        await expectAsyncKeychainError(.interactionNotAllowed) { _ = try await keychain.get("bio", as: String.self, context: context) }
+        await expectAsyncKeychainError(.interactionNotAllowed) {
+            _ = try await keychain.get("bio", as: String.self, context: context)
+        }
         #expect(try keychain.get("afu", as: String.self) == "afu")
         #expect(fixture.face.attempts == 1)
         screen.locked.withLock { $0 = false }
@@ -526,8 +658,12 @@ import TPMKeychainTesting
         let context = AuthenticationContext(authenticator: face, passcode: .fixed(Self.passcode), location: location)
         let keychain = try Keychain(service: "kill", location: location)
         try KeychainDevice(location: location).setPasscode(Self.passcode)
-        try await keychain.set("bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
-        try await keychain.set("pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode), context: context)
+        try await keychain.set(
+            "bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+            context: context)
+        try await keychain.set(
+            "pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode),
+            context: context)
         let status = try KeychainDevice(location: location).status()
         // The store's own rollback counter is the one other index (in its range).
         let storeCounters: Range<UInt32> = 0x01A0_0000..<0x01C0_0000
@@ -535,7 +671,9 @@ import TPMKeychainTesting
         #expect(added.filter { !storeCounters.contains($0) } == Set(status.nvIndices), "NV indices added: \(added)")
         #expect(added.count == 4 && added.filter { storeCounters.contains($0) }.count == 1)
         // All of them where no one has registered handles (TCG handle registry), outside systemd's.
-        #expect(added.allSatisfy { (0x0180_0000...0x01BF_FFFF).contains($0) && !(0x0180_0400...0x0180_05FF).contains($0) }, "\(added)")
+        #expect(
+            added.allSatisfy { (0x0180_0000...0x01BF_FFFF).contains($0) && !(0x0180_0400...0x0180_05FF).contains($0) },
+            "\(added)")
 
         kill(simulator.processID, SIGKILL)
         simulator.stop()
@@ -556,21 +694,26 @@ import TPMKeychainTesting
         Keychain.closeStore(restarted)
     }
 
-    @Test("a key record's fields are authenticated: dropping a constraint or moving an item to the master key is tampering")
+    @Test(
+        "a key record's fields are authenticated: dropping a constraint or moving an item to the master key is tampering"
+    )
     func downgradeIsTampering() async throws {
         let fixture = try Fixture()
-        try await fixture.keychain.set("x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await fixture.keychain.set(
+            "x", forKey: "x", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         let recordPath = try #require(try fixture.store.files().first { $0.hasSuffix(".key") })
         let original = try bytes(of: recordPath)
         var edited = original
-        edited[47] = 0   // access-control flags: devicePasscode cleared
+        edited[47] = 0 // access-control flags: devicePasscode cleared
         try overwrite(recordPath, with: edited)
         Keychain.closeStore(fixture.store.location)
-        await expectAsyncKeychainError(.tampered) { _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context()) }
+        await expectAsyncKeychainError(.tampered) {
+            _ = try await fixture.keychain.get("x", as: String.self, context: fixture.context())
+        }
         try overwrite(recordPath, with: original)
         let itemPath = try #require(try fixture.store.itemFiles().first)
         var item = try bytes(of: itemPath)
-        for offset in 52..<68 { item[offset] = 0 }   // the key record ID: the master key
+        for offset in 52..<68 { item[offset] = 0 } // the key record ID: the master key
         try overwrite(itemPath, with: item)
         Keychain.closeStore(fixture.store.location)
         expectKeychainError(.tampered) { _ = try fixture.keychain.get("x", as: String.self) }
@@ -588,8 +731,12 @@ import TPMKeychainTesting
         let context = AuthenticationContext(authenticator: face, passcode: .fixed(Self.passcode), location: location)
         let keychain = try Keychain(service: "bus", location: location)
         try KeychainDevice(location: location).setPasscode(Self.passcode)
-        try await keychain.set("secret-value-on-the-bus", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: [.devicePasscode]))
-        try await keychain.set("another-secret", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
+        try await keychain.set(
+            "secret-value-on-the-bus", forKey: "pin",
+            accessControl: try AccessControl(.whenUnlocked, flags: [.devicePasscode]))
+        try await keychain.set(
+            "another-secret", forKey: "face",
+            accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet), context: context)
         #expect(try await keychain.get("pin", as: String.self, context: context) == "secret-value-on-the-bus")
         #expect(try await keychain.get("face", as: String.self, context: context) == "another-secret")
         let captured = proxy.recordedBytes()
@@ -597,35 +744,44 @@ import TPMKeychainTesting
         let passcodeBytes = Self.passcode.withUnsafeBytes { Array($0) }
         #expect(!captured.containsSubsequence(passcodeBytes))
         #expect(!captured.containsSubsequence(Array("secret-value-on-the-bus".utf8)))
-        let deviceFile = try DeviceFile.parse(try bytes(of: location.deviceDirectory! + "/device.meta"), path: "device.meta").file
-        let authValue = DeviceFile.authValue(passcode: Self.passcode, salt: try #require(deviceFile.passcode).salt).withUnsafeBytes { Array($0) }
+        let deviceFile = try DeviceFile.parse(
+            try bytes(of: location.deviceDirectory! + "/device.meta"), path: "device.meta"
+        ).file
+        let authValue = DeviceFile.authValue(passcode: Self.passcode, salt: try #require(deviceFile.passcode).salt)
+            .withUnsafeBytes { Array($0) }
         #expect(!captured.containsSubsequence(authValue))
         // Control: the same authorization value, sealed over a connection without parameter
         // encryption, is visible to the same capture, so the check above can fail.
         let control = try RecordingTPMProxy.start(forwardingTo: store.simulator.port)
         defer { control.stop() }
-        let clear = try TPMConnection(TPMConfiguration(tcti: control.tcti), parameterEncryption: false, storageKeyContextCache: nil)
+        let clear = try TPMConnection(
+            TPMConfiguration(tcti: control.tcti), parameterEncryption: false, storageKeyContextCache: nil)
         defer { clear.close() }
-        _ = try clear.seal(SecretBytes(copying: [UInt8](repeating: 0x5A, count: 32)), authValue: SecretBytes(copying: authValue))
+        _ = try clear.seal(
+            SecretBytes(copying: [UInt8](repeating: 0x5A, count: 32)), authValue: SecretBytes(copying: authValue))
         #expect(control.recordedBytes().containsSubsequence(authValue))
     }
 
     private func nvIndices(_ simulator: SoftwareTPM) throws -> Set<UInt32> {
         let result = try TPM2Tools.run(["tpm2_getcap", "handles-nv-index"], tcti: simulator.tcti)
-        return Set(result.output.split(whereSeparator: \.isNewline).compactMap { line in
-            let text = line.trimmingCharacters(in: CharacterSet(charactersIn: "- "))
-            return text.hasPrefix("0x") ? UInt32(text.dropFirst(2), radix: 16) : nil
-        })
+        return Set(
+            result.output.split(whereSeparator: \.isNewline).compactMap { line in
+                let text = line.trimmingCharacters(in: CharacterSet(charactersIn: "- "))
+                return text.hasPrefix("0x") ? UInt32(text.dropFirst(2), radix: 16) : nil
+            })
     }
 }
 
 /// Asserts that an async `body` throws a ``KeychainError`` with `code`.
 @discardableResult
-func expectAsyncKeychainError(_ code: KeychainError.Code, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation,
-                              _ body: () async throws -> Void) async -> KeychainError? {
+func expectAsyncKeychainError(
+    _ code: KeychainError.Code, _ comment: String = "", sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
+) async -> KeychainError? {
     do {
         try await body()
-        Issue.record("expected KeychainError.\(code) \(comment), but nothing was thrown", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected KeychainError.\(code) \(comment), but nothing was thrown", sourceLocation: sourceLocation)
     } catch let error as KeychainError {
         #expect(error.code == code, "\(comment) got \(error)", sourceLocation: sourceLocation)
         return error

@@ -1,10 +1,11 @@
 import Foundation
 import SystemCalls
-import Testing
-@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 #if canImport(Glibc)
 import Glibc
@@ -49,7 +50,8 @@ struct AvailabilityTests {
     func uncleanStopsDoNotLockOut() throws {
         let directory = NSTemporaryDirectory() + "tpm-keychain-unclean-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let tpm = try KillableTPM(stateDirectory: directory + "/swtpm")
         let store = directory + "/store"
         let location = { () throws -> KeychainLocation in try KeychainLocation(path: store, tcti: tpm.simulator.tcti) }
@@ -60,7 +62,9 @@ struct AvailabilityTests {
             Keychain.closeStore(try location())
             try tpm.killAndRestart()
             // Each read unseals the master key again on a TPM that was not shut down in order.
-            #expect(try Keychain(service: "svc", location: try location()).string(forKey: "token") == "survives", "round \(round)")
+            #expect(
+                try Keychain(service: "svc", location: try location()).string(forKey: "token") == "survives",
+                "round \(round)")
         }
         Keychain.closeStore(try location())
         let status = try tpm.dictionaryAttackStatus()
@@ -68,7 +72,9 @@ struct AvailabilityTests {
         #expect(!status.inLockout)
     }
 
-    @Test("a store whose master key an older version sealed with DA protection is resealed noDA when it opens, and then survives unclean stops")
+    @Test(
+        "a store whose master key an older version sealed with DA protection is resealed noDA when it opens, and then survives unclean stops"
+    )
     func olderStoresAreResealed() throws {
         let copy = NSTemporaryDirectory() + "tpm-keychain-reseal-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: copy) }
@@ -79,7 +85,9 @@ struct AvailabilityTests {
         let tpm = try KillableTPM(stateDirectory: copy + "/swtpm")
         let location = { () throws -> KeychainLocation in try KeychainLocation(path: copy, tcti: tpm.simulator.tcti) }
         let expected = try ProjectFixtures.load("store-v1/expected.json", as: ExpectedStore.self).items[0]
-        #expect(try Keychain(service: expected.service, location: try location()).string(forKey: expected.account) == expected.password)
+        #expect(
+            try Keychain(service: expected.service, location: try location()).string(forKey: expected.account)
+                == expected.password)
         #expect(try sealedMasterKey(of: copy).isDictionaryAttackProtected == false)
         #expect(try Data(contentsOf: URL(fileURLWithPath: copy + "/store.meta")) != metadataBefore)
         #expect(try mode(of: copy + "/store.meta") == 0o600)
@@ -87,8 +95,10 @@ struct AvailabilityTests {
         for round in 1...10 {
             Keychain.closeStore(try location())
             try tpm.killAndRestart()
-            #expect(try Keychain(service: expected.service, location: try location()).string(forKey: expected.account) == expected.password,
-                    "round \(round)")
+            #expect(
+                try Keychain(service: expected.service, location: try location()).string(forKey: expected.account)
+                    == expected.password,
+                "round \(round)")
         }
         Keychain.closeStore(try location())
         // The one unseal of the old DA-protected key marks that TPM session, so the first unclean
@@ -128,19 +138,22 @@ struct AvailabilityTests {
     func stuckServiceLockTimesOut() throws {
         let store = try TestStore()
         try store.keychain().set("first", forKey: "key")
-        let serviceLock = try #require(try FileManager.default.subpathsOfDirectory(atPath: store.location.path + "/items2")
-            .first { $0.hasSuffix("/.lock") })
+        let serviceLock = try #require(
+            try FileManager.default.subpathsOfDirectory(atPath: store.location.path + "/items2")
+                .first { $0.hasSuffix("/.lock") })
         let holder = open(store.location.path + "/items2/" + serviceLock, O_RDWR | O_CLOEXEC)
         #expect(holder >= 0)
         defer { close(holder) }
         #expect(flock(holder, LOCK_EX) == 0)
 
-        let opened = try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti, timeout: .seconds(1)))
+        let opened = try ItemStore.open(
+            at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti, timeout: .seconds(1)))
         defer { opened.close() }
         let started = ContinuousClock.now
         do {
-            try opened.write(try ItemIdentity(accessGroup: "", service: "com.example.tests", account: "key"), mode: .upsert,
-                             value: ItemValue(kind: .string, bytes: Array("second".utf8)), changes: AttributeChanges())
+            try opened.write(
+                try ItemIdentity(accessGroup: "", service: "com.example.tests", account: "key"), mode: .upsert,
+                value: ItemValue(kind: .string, bytes: Array("second".utf8)), changes: AttributeChanges())
             Issue.record("wrote while another process held the service lock")
         } catch {
             #expect(error.code == .timedOut, "\(error)")
@@ -164,8 +177,9 @@ func copyFixtureStore(_ name: String, to copy: String) throws {
     for case let relative as String in FileManager.default.enumerator(atPath: copy)! {
         var isDirectory: ObjCBool = false
         _ = FileManager.default.fileExists(atPath: copy + "/" + relative, isDirectory: &isDirectory)
-        try FileManager.default.setAttributes([.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600],
-                                              ofItemAtPath: copy + "/" + relative)
+        try FileManager.default.setAttributes(
+            [.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600],
+            ofItemAtPath: copy + "/" + relative)
     }
     try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: copy)
 }
@@ -197,7 +211,7 @@ struct StoreIsolationTests {
             finished.signal()
         }
         opener.start()
-        usleep(300_000)   // the open is now waiting for the TPM
+        usleep(300_000) // the open is now waiting for the TPM
         let started = ContinuousClock.now
         for _ in 0..<100 {
             #expect(try healthy.keychain().string(forKey: "key") == "fine")

@@ -1,7 +1,7 @@
 import Foundation
 import StressProcess
-import Testing
 import TPMKeychain
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -15,10 +15,14 @@ final class WriterProcess {
     private let stress: StressProcess
     var process: Process { stress.process }
 
-    init(store: TestStore, service: String, accounts: [String], count: Int? = nil, size: Int = 64, start: Int = 0,
-         deleteEvery: Int? = nil, until stopFile: String? = nil, extraArguments: [String] = []) throws {
-        var arguments = ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--service", service,
-                         "--accounts", accounts.joined(separator: ","), "--size", String(size), "--start", String(start)]
+    init(
+        store: TestStore, service: String, accounts: [String], count: Int? = nil, size: Int = 64, start: Int = 0,
+        deleteEvery: Int? = nil, until stopFile: String? = nil, extraArguments: [String] = []
+    ) throws {
+        var arguments = [
+            "--keychain", store.location.path, "--tcti", store.simulator.tcti, "--service", service,
+            "--accounts", accounts.joined(separator: ","), "--size", String(size), "--start", String(start),
+        ]
         if let count { arguments += ["--count", String(count)] }
         if let deleteEvery { arguments += ["--delete-every", String(deleteEvery)] }
         if let stopFile { arguments += ["--until", stopFile] }
@@ -52,12 +56,15 @@ final class WriterProcess {
 func sequence(in value: Data, account: String, size: Int) -> Int? {
     let text = String(decoding: value, as: UTF8.self)
     let parts = text.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-    guard value.count == size, parts.count == 3, parts[0] == account, parts[2].allSatisfy({ $0 == "." }) else { return nil }
+    guard value.count == size, parts.count == 3, parts[0] == account, parts[2].allSatisfy({ $0 == "." }) else {
+        return nil
+    }
     return Int(parts[1])
 }
 
 @Suite struct ConcurrencyAndCrashTests {
-    @Test("8 tasks doing 1,000 mixed operations each on one service: nothing lost, nothing corrupt", .tags(.concurrency))
+    @Test(
+        "8 tasks doing 1,000 mixed operations each on one service: nothing lost, nothing corrupt", .tags(.concurrency))
     func concurrentTasks() async throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.concurrent")
@@ -102,10 +109,12 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
     func twoProcesses() throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.shared")
-        try keychain.set("seed", forKey: "seed")   // the store exists before both writers open it
+        try keychain.set("seed", forKey: "seed") // the store exists before both writers open it
         let count = 300
         let accounts = (0..<2).map { writer in (0..<10).map { "writer\(writer)-\($0)" } + ["shared"] }
-        let writers = try (0..<2).map { try WriterProcess(store: store, service: "com.example.shared", accounts: accounts[$0], count: count) }
+        let writers = try (0..<2).map {
+            try WriterProcess(store: store, service: "com.example.shared", accounts: accounts[$0], count: count)
+        }
         for writer in writers { writer.process.waitUntilExit() }
         for writer in writers { #expect(writer.process.terminationStatus == 0) }
         var lastShared: [Int] = []
@@ -123,7 +132,8 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         #expect(try keychain.allKeys().count == 22)
     }
 
-    @Test("kill -9 of a writer mid-write, 200 times: the item holds its old or its new value, and no temp files pile up")
+    @Test(
+        "kill -9 of a writer mid-write, 200 times: the item holds its old or its new value, and no temp files pile up")
     func killedWriters() throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.crash")
@@ -138,12 +148,13 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
             // middle of a write whatever the machine's speed. The others land anywhere in the loop.
             let itemFile = cycle % 4 == 1 ? try store.itemFiles().first.map { ($0 as NSString).lastPathComponent } : nil
             let pause = itemFile.map { ["--pause-at", "replacing \($0)", "--pause-count", "2"] } ?? []
-            let writer = try WriterProcess(store: store, service: "com.example.crash", accounts: ["item"], size: size,
-                                           start: cycle * 1_000_000, extraArguments: pause)
+            let writer = try WriterProcess(
+                store: store, service: "com.example.crash", accounts: ["item"], size: size,
+                start: cycle * 1_000_000, extraArguments: pause)
             if let itemFile {
                 writer.waitFor("paused replacing \(itemFile)")
             } else {
-                writer.waitFor("wrote ")   // the writer is in its loop: every kill lands while it writes
+                writer.waitFor("wrote ") // the writer is in its loop: every kill lands while it writes
                 usleep(UInt32.random(in: 0...3_000, using: &generator))
             }
             writer.kill()
@@ -163,25 +174,30 @@ func sequence(in value: Data, account: String, size: Int) -> Int? {
         // Every kill landed in the writing loop, and some in the middle of a write (a temp file left).
         #expect(killedWhileWriting == 200, "\(killedWhileWriting) of 200 writers were killed while writing")
         #expect(leftoversSeen > 0, "no kill landed mid-write")
-        try keychain.set(Data(count: 8), forKey: "item")   // the next writer of the item replaces what a dead one left
+        try keychain.set(Data(count: 8), forKey: "item") // the next writer of the item replaces what a dead one left
         #expect(try store.files().filter { $0.hasSuffix(".tmp") }.isEmpty)
     }
 
-    @Test("kill -9 of writers that write and delete, 100 times, with a reader open all along: no read, listing or new handle ever reports a rollback, and every item holds a value some writer wrote", .tags(.concurrency))
+    @Test(
+        "kill -9 of writers that write and delete, 100 times, with a reader open all along: no read, listing or new handle ever reports a rollback, and every item holds a value some writer wrote",
+        .tags(.concurrency))
     func killedWritersNeverLookRolledBack() throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.rollback")
         let accounts = (0..<6).map { "item\($0)" }
         var generator = SystemRandomNumberGenerator()
         for cycle in 0..<100 {
-            let writer = try WriterProcess(store: store, service: "com.example.rollback", accounts: accounts, size: 256,
-                                           start: cycle * 1_000_000, deleteEvery: 3)
+            let writer = try WriterProcess(
+                store: store, service: "com.example.rollback", accounts: accounts, size: 256,
+                start: cycle * 1_000_000, deleteEvery: 3)
             writer.waitFor("wrote ")
             usleep(UInt32.random(in: 0...4_000, using: &generator))
             writer.kill()
             for account in accounts {
                 if let value = try keychain.data(forKey: account) {
-                    #expect(sequence(in: value, account: account, size: 256) != nil, "cycle \(cycle): \(account) holds garbage")
+                    #expect(
+                        sequence(in: value, account: account, size: 256) != nil,
+                        "cycle \(cycle): \(account) holds garbage")
                 }
             }
             let listed = try keychain.allKeys()

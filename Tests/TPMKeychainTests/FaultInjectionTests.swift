@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import KeychainStore
 import TPMKeychain
+import Testing
+
+@testable import KeychainStore
 
 #if canImport(Glibc)
 import Glibc
@@ -14,8 +15,9 @@ import Glibc
 @Suite(.serialized) struct FaultInjectionTests {
     static let causes: [(errno: Int32, words: String)] = [(ENOSPC, "disk is full"), (EIO, "I/O error")]
 
-    @Test("ENOSPC and EIO at each write step: a clear error naming the cause, the old value readable, no temp file left, and the next write works",
-          arguments: FaultInjection.Step.allCases)
+    @Test(
+        "ENOSPC and EIO at each write step: a clear error naming the cause, the old value readable, no temp file left, and the next write works",
+        arguments: FaultInjection.Step.allCases)
     func writeStepFails(_ step: FaultInjection.Step) throws {
         let store = try TestStore()
         let keychain = try store.keychain()
@@ -47,8 +49,9 @@ import Glibc
         #expect(try store.keychain().allKeys().sorted() == ["key-0", "key-1"])
     }
 
-    @Test("a key rotation whose commit (store.meta) fails leaves the old key in charge and every item readable; the next rotation works",
-          arguments: [FaultInjection.Step.write, .rename])
+    @Test(
+        "a key rotation whose commit (store.meta) fails leaves the old key in charge and every item readable; the next rotation works",
+        arguments: [FaultInjection.Step.write, .rename])
     func rotationCommitFails(_ step: FaultInjection.Step) async throws {
         let store = try TestStore()
         let keychain = try store.keychain()
@@ -60,20 +63,26 @@ import Glibc
         FaultInjection.disarm()
         #expect(try bytes(of: store.location.path + "/store.meta") == metadata)
         // The copy was removed at once, not left for the next open.
-        let left = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter { $0.hasPrefix("items2") }
+        let left = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter {
+            $0.hasPrefix("items2")
+        }
         #expect(left == ["items2"], "\(left)")
         for index in 0..<20 { #expect(try keychain.string(forKey: "key-\(index)") == "value-\(index)") }
         Keychain.closeStore(store.location)
         let reopened = try store.keychain()
         for index in 0..<20 { #expect(try reopened.string(forKey: "key-\(index)") == "value-\(index)") }
         // The uncommitted copy was removed when the store was opened again.
-        let entries = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter { $0.hasPrefix("items2") }
+        let entries = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter {
+            $0.hasPrefix("items2")
+        }
         #expect(entries == ["items2"], "\(entries)")
         try await store.location.rotateKeys()
         #expect(try reopened.string(forKey: "key-7") == "value-7")
     }
 
-    @Test("a rotation whose store.meta was renamed but whose directory fsync failed is committed: the error is reported, nothing is removed, and every item reads under the new key")
+    @Test(
+        "a rotation whose store.meta was renamed but whose directory fsync failed is committed: the error is reported, nothing is removed, and every item reads under the new key"
+    )
     func rotationCommitNotDurable() async throws {
         let store = try TestStore()
         let keychain = try store.keychain()
@@ -93,7 +102,9 @@ import Glibc
         let reopened = try store.keychain()
         for index in 1..<20 { #expect(try reopened.string(forKey: "key-\(index)") == "value-\(index)") }
         #expect(try reopened.string(forKey: "key-0") == "after")
-        let left = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter { $0.hasPrefix("items2") }
+        let left = try FileManager.default.contentsOfDirectory(atPath: store.location.path).filter {
+            $0.hasPrefix("items2")
+        }
         #expect(left.count == 1 && left[0].hasPrefix("items2-"), "\(left)")
     }
 
@@ -104,7 +115,8 @@ import Glibc
         defer { FaultInjection.disarm() }
         for index in 0..<100 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
         // The 50th item file the rotation writes fails; the 49 before it succeed.
-        FaultInjection.arm(.syncFile, errno: ENOSPC, pathContaining: store.location.path + "/items2", times: 1, skipping: 49)
+        FaultInjection.arm(
+            .syncFile, errno: ENOSPC, pathContaining: store.location.path + "/items2", times: 1, skipping: 49)
         await expectAsyncKeychainError(.storageFailed) { try await store.location.rotateKeys() }
         FaultInjection.disarm()
         for index in 0..<100 { #expect(try keychain.string(forKey: "key-\(index)") == "value-\(index)") }

@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 /// What a new user ran into in their first hour with the library.
 @Suite("first hour with the API")
@@ -79,15 +79,19 @@ struct FirstHourTests {
         let keychain = try store.keychain("com.example.print", accessGroup: "group.example")
         try keychain.set("s3cret-value", forKey: "alice", label: "Mail", genericData: Data([1, 2, 3]))
         let attributes = try #require(try keychain.attributes(forKey: "alice"))
-        let texts = [String(describing: attributes), String(describing: keychain), String(describing: store.location),
-                     String(describing: KeychainError(.itemNotFound, "No item"))]
+        let texts = [
+            String(describing: attributes), String(describing: keychain), String(describing: store.location),
+            String(describing: KeychainError(.itemNotFound, "No item")),
+        ]
         for text in texts {
             #expect(!text.contains("KeychainStore."), "\(text)")
             #expect(!text.contains("accessGroupName"), "\(text)")
             #expect(!text.contains("s3cret-value"), "\(text)")
         }
         #expect(texts[0].contains("account: \"alice\"") && texts[0].contains("genericData: 3 bytes"), "\(texts[0])")
-        #expect(texts[1] == "Keychain(service: \"com.example.print\", accessGroup: \"group.example\", \(store.location.path))")
+        #expect(
+            texts[1]
+                == "Keychain(service: \"com.example.print\", accessGroup: \"group.example\", \(store.location.path))")
     }
 
     @Test("attributes can be removed, not only set, and the value is kept")

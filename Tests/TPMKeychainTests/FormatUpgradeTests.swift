@@ -1,11 +1,12 @@
 import Crypto
 import Foundation
 import StressProcess
-import Testing
-@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 #if canImport(Glibc)
 import Glibc
@@ -24,26 +25,32 @@ enum FormatOneWriter {
         let state = try store.current()
         #expect(state.layout.version == 1)
         let names = store.names(identity, state)
-        let directory = try #require(try Directory.open(names.service, in: state.layout.items, create: true))
+        let directory = try #require(try Directory.open(names.group, in: state.layout.items, create: true))
         let now = Date(timeIntervalSince1970: 1_700_000_000.123)
-        let record = ItemRecord(itemID: randomBytes(16), generation: 7,
-                                attributes: ItemAttributes(service: identity.service, account: identity.account,
-                                                           accessGroupName: identity.accessGroup, label: label, comment: nil,
-                                                           genericData: nil, creationDate: now, modificationDate: now,
-                                                           accessibility: .afterFirstUnlock),
-                                value: ItemValue(kind: .string, bytes: Array(value.utf8)))
-        let bytes = try ItemFile.encode(record, keys: state.keys, storeID: store.storeID, salt: randomBytes(32), nonce: randomBytes(12))
+        let record = ItemRecord(
+            itemID: randomBytes(16), generation: 7,
+            attributes: ItemAttributes(
+                service: identity.service, account: identity.account,
+                accessGroupName: identity.accessGroup, label: label, comment: nil,
+                genericData: nil, creationDate: now, modificationDate: now,
+                accessibility: .afterFirstUnlock),
+            value: ItemValue(kind: .string, bytes: Array(value.utf8)))
+        let bytes = try ItemFileV1.encode(
+            record, keys: state.keys, storeID: store.storeID, salt: randomBytes(32), nonce: randomBytes(12))
         try directory.replace(names.file, with: bytes, durable: false)
     }
 }
 
 @Suite("format 2 and the upgrade from format 1")
 struct FormatUpgradeTests {
-    @Test("new stores are format 2 with a rollback counter: items2/, a version-6 store.meta naming layout 2 and the counter, no items/")
+    @Test(
+        "new stores are format 2 with a rollback counter: items2/, a version-6 store.meta naming layout 2 and the counter, no items/"
+    )
     func newStoresAreFormatTwo() throws {
         let store = try TestStore()
         try store.keychain().set("v", forKey: "k")
-        let opened = try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
+        let opened = try ItemStore.open(
+            at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
         defer { opened.close() }
         #expect(opened.formatVersion == 2)
         #expect(FileManager.default.fileExists(atPath: store.location.path + "/items2"))
@@ -55,7 +62,9 @@ struct FormatUpgradeTests {
         #expect(try bytes(of: file)[4..<6] == [0, 2], "item format 2")
     }
 
-    @Test("the format-1 fixture is read as it is, and its first write moves it to format 2 with every item, date and ID kept")
+    @Test(
+        "the format-1 fixture is read as it is, and its first write moves it to format 2 with every item, date and ID kept"
+    )
     func fixtureUpgrade() throws {
         let copy = NSTemporaryDirectory() + "tpm-keychain-upgrade-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: copy) }
@@ -72,8 +81,9 @@ struct FormatUpgradeTests {
         let records = try before.map { try #require(try store.item(ItemIdentity(checked: $0))) }
         #expect(before.count == expected.items.count)
 
-        try store.write(try ItemIdentity(accessGroup: "", service: "com.example.new", account: "first"), mode: .add,
-                        value: ItemValue(kind: .string, bytes: Array("after".utf8)), changes: AttributeChanges())
+        try store.write(
+            try ItemIdentity(accessGroup: "", service: "com.example.new", account: "first"), mode: .add,
+            value: ItemValue(kind: .string, bytes: Array("after".utf8)), changes: AttributeChanges())
         #expect(store.formatVersion == 2)
         #expect(!FileManager.default.fileExists(atPath: copy + "/items"))
         #expect(!FileManager.default.fileExists(atPath: copy + "/items2.tmp"))
@@ -89,11 +99,14 @@ struct FormatUpgradeTests {
         let location = try KeychainLocation(path: copy, tcti: simulator.tcti)
         defer { Keychain.closeStore(location) }
         for item in expected.items {
-            #expect(try Keychain(service: item.service, location: location).string(forKey: item.account) == item.password)
+            #expect(
+                try Keychain(service: item.service, location: location).string(forKey: item.account) == item.password)
         }
     }
 
-    @Test("A store written by format version 2 (with the swtpm state it was sealed to) still opens and reads, in creation order")
+    @Test(
+        "A store written by format version 2 (with the swtpm state it was sealed to) still opens and reads, in creation order"
+    )
     func readsTheVersionTwoStore() throws {
         let expected = try ProjectFixtures.load("store-v2/expected.json", as: ExpectedStore.self)
         let copy = NSTemporaryDirectory() + "tpm-keychain-store-v2-" + UUID().uuidString
@@ -128,7 +141,9 @@ struct FormatUpgradeTests {
         let reader = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
         defer { reader.close() }
         let identities = try (0..<5).map { try ItemIdentity(accessGroup: "", service: "svc", account: "a\($0)") }
-        for identity in identities { try FormatOneWriter.write("value \(identity.account)", for: identity, label: nil, into: reader) }
+        for identity in identities {
+            try FormatOneWriter.write("value \(identity.account)", for: identity, label: nil, into: reader)
+        }
         #expect(try reader.value(identities[0])?.bytes == Array("value a0".utf8))
 
         let writer = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
@@ -150,11 +165,15 @@ struct FormatUpgradeTests {
         try FormatOneWriter.createStore(at: store.location.path, tcti: store.simulator.tcti)
         let configuration = TPMConfiguration(tcti: store.simulator.tcti)
         let count = 150
-        let identities = try (0..<count).map { try ItemIdentity(accessGroup: "", service: "svc.\($0 % 7)", account: "account-\($0)") }
+        let identities = try (0..<count).map {
+            try ItemIdentity(accessGroup: "", service: "svc.\($0 % 7)", account: "account-\($0)")
+        }
         do {
             let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
             defer { opened.close() }
-            for identity in identities { try FormatOneWriter.write("secret of \(identity.account)", for: identity, label: "L", into: opened) }
+            for identity in identities {
+                try FormatOneWriter.write("secret of \(identity.account)", for: identity, label: "L", into: opened)
+            }
         }
         let pristine = store.directory + "/pristine"
         try FileManager.default.copyItem(atPath: store.location.path, toPath: pristine)
@@ -165,7 +184,8 @@ struct FormatUpgradeTests {
             try FileManager.default.copyItem(atPath: pristine, toPath: store.location.path)
             // Killed where KillPoint says, on both sides of the switch to format 2.
             let killPoint = KillPoint.forRound(cycle, items: count)
-            let writer = try WriterProcess(store: store, service: "svc.0", accounts: ["trigger"], count: 1, extraArguments: killPoint.arguments)
+            let writer = try WriterProcess(
+                store: store, service: "svc.0", accounts: ["trigger"], count: 1, extraArguments: killPoint.arguments)
             writer.waitFor(killPoint.line)
             writer.kill()
 
@@ -174,13 +194,15 @@ struct FormatUpgradeTests {
             outcomes[opened.formatVersion ?? 0, default: 0] += 1
             for identity in identities {
                 let value = try opened.value(identity)
-                #expect(value?.bytes == Array("secret of \(identity.account)".utf8), "cycle \(cycle): \(identity.account)")
+                #expect(
+                    value?.bytes == Array("secret of \(identity.account)".utf8), "cycle \(cycle): \(identity.account)")
             }
             // The next cycle starts again from the pristine copy, from before the store had a
             // rollback counter: the counter this cycle gave it goes too, or the copy would (rightly)
             // read as put back from before its protection.
             if cycle < 99, let index = opened.rollbackCounterIndex {
-                let undefined = try TPM2Tools.run(["tpm2_nvundefine", "0x" + String(index, radix: 16), "-C", "o"], tcti: store.simulator.tcti)
+                let undefined = try TPM2Tools.run(
+                    ["tpm2_nvundefine", "0x" + String(index, radix: 16), "-C", "o"], tcti: store.simulator.tcti)
                 #expect(undefined.status == 0, "\(undefined.errorOutput)")
             }
         }
@@ -203,20 +225,24 @@ struct FormatUpgradeTests {
         let keychain = try store.keychain()
         try keychain.set("v1", forKey: "k", label: "Label", comment: "Comment")
         // Add a tag this version does not know, as a later version would.
-        let opened = try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
+        let opened = try ItemStore.open(
+            at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
         defer { opened.close() }
         let identity = try ItemIdentity(accessGroup: "", service: "com.example.tests", account: "k")
         let state = try opened.current()
         let names = opened.names(identity, state)
         let path = try #require(try store.itemFiles().first)
-        var contents = try opened.readContents(try bytes(of: path), path: path, expectedPrimaryKey: names.encodedIdentity, state)
+        var contents = try opened.readContents(
+            try bytes(of: path), path: path, expectedPrimaryKey: names.encodedIdentity, state)
         let future = try #require(FourCharacterCode(text: "futr"))
         contents.attributes[future] = [9, 9, 9]
         try overwrite(path, with: try opened.encode(contents, state))
 
         try keychain.set("v2", forKey: "k")
-        try opened.write(identity, mode: .update, value: nil, changes: AttributeChanges(clearing: [AttributeTag.comment]))
-        let after = try opened.readContents(try bytes(of: path), path: path, expectedPrimaryKey: names.encodedIdentity, try opened.current())
+        try opened.write(
+            identity, mode: .update, value: nil, changes: AttributeChanges(clearing: [AttributeTag.comment]))
+        let after = try opened.readContents(
+            try bytes(of: path), path: path, expectedPrimaryKey: names.encodedIdentity, try opened.current())
         #expect(after.attributes[future] == [9, 9, 9])
         #expect(String(decoding: after.value, as: UTF8.self) == "v2")
         #expect(after.attributes.string(AttributeTag.label) == "Label")

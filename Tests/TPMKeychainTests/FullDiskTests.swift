@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -9,8 +9,9 @@ import Glibc
 
 /// A store on a full file system (a small tmpfs, which needs root to mount).
 @Suite struct FullDiskTests {
-    @Test("on a full disk a write fails with the cause named, every stored item stays intact, and no temp file outlives the next write",
-          .enabled(if: getuid() == 0, "mounting a small tmpfs needs root"))
+    @Test(
+        "on a full disk a write fails with the cause named, every stored item stays intact, and no temp file outlives the next write",
+        .enabled(if: getuid() == 0, "mounting a small tmpfs needs root"))
     func fullDisk() throws {
         let store = try TestStore()
         let mountPoint = store.directory + "/small"
@@ -50,7 +51,10 @@ import Glibc
         for key in victims { #expect(try keychain.remove(key)) }
         try keychain.set(Data("fits now".utf8), forKey: firstKey)
         #expect(try keychain.string(forKey: firstKey) == "fits now")
-        let leftovers = FileManager.default.enumerator(atPath: mountPoint)?.compactMap { $0 as? String }.filter { $0.hasSuffix(".tmp") } ?? []
+        let leftovers =
+            FileManager.default.enumerator(atPath: mountPoint)?.compactMap { $0 as? String }.filter {
+                $0.hasSuffix(".tmp")
+            } ?? []
         #expect(leftovers.isEmpty, "temp files left: \(leftovers)")
     }
 

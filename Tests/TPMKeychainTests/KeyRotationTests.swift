@@ -1,10 +1,11 @@
 import Foundation
 import StressProcess
-import Testing
-@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 #if canImport(Glibc)
 import Glibc
@@ -20,7 +21,9 @@ import Glibc
             .filter { $0.hasPrefix("items2") || $0.hasPrefix("records") }.sorted()
     }
 
-    @Test("a rotation keeps every item (plain, in an access group, protected) and replaces the sealed key, every file and every name")
+    @Test(
+        "a rotation keeps every item (plain, in an access group, protected) and replaces the sealed key, every file and every name"
+    )
     func rotationKeepsItems() async throws {
         let store = try TestStore()
         try KeychainDevice(location: store.location).setPasscode(Self.passcode)
@@ -29,7 +32,9 @@ import Glibc
         try keychain.set("alpha value", forKey: "alpha", label: "Alpha")
         try keychain.set(Data([0, 1, 2, 255]), forKey: "binary")
         try grouped.set("in a group", forKey: "member")
-        try await keychain.set("behind the passcode", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await keychain.set(
+            "behind the passcode", forKey: "pin",
+            accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         let filesBefore = try store.itemFiles()
         let metadataPath = store.location.path + "/store.meta"
         let metadataBefore = try bytes(of: metadataPath)
@@ -46,7 +51,9 @@ import Glibc
         #expect(rotation.items == 4 && rotation.keyRecords == 1, "\(rotation)")
         let filesAfter = try store.itemFiles()
         #expect(filesAfter.count == 4)
-        #expect(Set(filesAfter.map { ($0 as NSString).lastPathComponent }).isDisjoint(with: filesBefore.map { ($0 as NSString).lastPathComponent }))
+        #expect(
+            Set(filesAfter.map { ($0 as NSString).lastPathComponent }).isDisjoint(
+                with: filesBefore.map { ($0 as NSString).lastPathComponent }))
         let metadataAfter = try bytes(of: metadataPath)
         #expect(metadataAfter != metadataBefore)
         #expect(Array(metadataAfter[8..<24]) == Array(metadataBefore[8..<24]), "the store ID is kept")
@@ -66,7 +73,8 @@ import Glibc
         // The rotating handle carries on; a fresh open unseals the new key.
         try await expectEverything(keychain, grouped)
         Keychain.closeStore(store.location)
-        try await expectEverything(try store.keychain(), try store.keychain("com.example.shared", accessGroup: "group.example"))
+        try await expectEverything(
+            try store.keychain(), try store.keychain("com.example.shared", accessGroup: "group.example"))
 
         // The old store.meta put back (a partial restore) names a key whose files are gone: an
         // error that says so, not an empty store.
@@ -78,12 +86,14 @@ import Glibc
         #expect(try store.keychain().string(forKey: "alpha") == "alpha value")
     }
 
-    @Test("a store open in this process follows a rotation made by another process: reads, writes and listings use the new key", .tags(.concurrency))
+    @Test(
+        "a store open in this process follows a rotation made by another process: reads, writes and listings use the new key",
+        .tags(.concurrency))
     func otherProcessRotation() throws {
         let store = try TestStore()
         let keychain = try store.keychain()
         for index in 0..<20 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
-        #expect(try keychain.string(forKey: "key-3") == "value-3")   // open, caches warm
+        #expect(try keychain.string(forKey: "key-3") == "value-3") // open, caches warm
         let rotator = try Self.runRotation(store)
         _ = rotator.finish()
         #expect(rotator.process.terminationStatus == 0)
@@ -100,11 +110,13 @@ import Glibc
         #expect(try Self.generations(store).count == 2)
     }
 
-    @Test("rotations while another process keeps writing: every acknowledged write is there afterwards, with its latest value")
+    @Test(
+        "rotations while another process keeps writing: every acknowledged write is there afterwards, with its latest value"
+    )
     func rotationsDuringWrites() async throws {
         let store = try TestStore()
         let keychain = try store.keychain("com.example.busy")
-        try keychain.set("seed", forKey: "seed")   // the store exists before the writer opens it
+        try keychain.set("seed", forKey: "seed") // the store exists before the writer opens it
         let accounts = (0..<8).map { "account-\($0)" }
         // The writer writes until told to stop, so that it is writing during all three rotations
         // however fast they are (a fixed number of writes could end first on a slow machine).
@@ -134,7 +146,9 @@ import Glibc
         #expect(try Self.generations(store).count == 2)
     }
 
-    @Test("killed at random points, a rotation leaves the old key and files or the new ones, never a mix: every item reads after each kill")
+    @Test(
+        "killed at random points, a rotation leaves the old key and files or the new ones, never a mix: every item reads after each kill"
+    )
     func killedRotations() throws {
         let store = try TestStore()
         let keychain = try store.keychain()
@@ -142,7 +156,8 @@ import Glibc
         for index in 0..<count { try keychain.set("value-\(index)", forKey: "key-\(index)") }
         let recoveryKey = try store.location.addRecoveryKey()
         Keychain.closeStore(store.location)
-        var unchanged = 0, rotated = 0
+        var unchanged = 0
+        var rotated = 0
         let metadataPath = store.location.path + "/store.meta"
         for round in 0...30 {
             let before = try bytes(of: metadataPath)
@@ -174,6 +189,7 @@ import Glibc
 
     /// Runs `tpm-keychain-stress --rotate-keys` on the store, with `arguments` added.
     static func runRotation(_ store: TestStore, arguments: [String] = []) throws -> StressProcess {
-        try StressProcess(["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--rotate-keys"] + arguments)
+        try StressProcess(
+            ["--keychain", store.location.path, "--tcti", store.simulator.tcti, "--rotate-keys"] + arguments)
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TPMKeychain
+import Testing
 
 /// A session object like the ones apps keep: keys, public-key coordinates, a JWT and a wallet.
 struct Session: Codable, Equatable {
@@ -17,9 +17,10 @@ struct Session: Codable, Equatable {
     @Test func everyValueTypeRoundTrips() throws {
         let store = try TestStore()
         let keychain = try store.keychain()
-        let session = Session(accessToken: "at-123", refreshToken: "rt-456", jwt: "eyJhbGciOiJFUzI1NiJ9.e30.sig",
-                              expiresAt: Date(timeIntervalSince1970: 1_900_000_000), publicKeyX: Data(repeating: 7, count: 32),
-                              publicKeyY: Data(repeating: 9, count: 32), walletAddress: "0x52908400098527886E0F7030069857D2E4169EE7")
+        let session = Session(
+            accessToken: "at-123", refreshToken: "rt-456", jwt: "eyJhbGciOiJFUzI1NiJ9.e30.sig",
+            expiresAt: Date(timeIntervalSince1970: 1_900_000_000), publicKeyX: Data(repeating: 7, count: 32),
+            publicKeyY: Data(repeating: 9, count: 32), walletAddress: "0x52908400098527886E0F7030069857D2E4169EE7")
         try keychain.set(Data([0, 1, 2, 255]), forKey: "data")
         try keychain.set("päss wörd ✓", forKey: "string")
         try keychain.set(true, forKey: "bool")
@@ -40,8 +41,9 @@ struct Session: Codable, Equatable {
         let store = try TestStore()
         let keychain = try store.keychain()
         let before = Date()
-        try keychain.set("v1", forKey: "account", label: "Label", comment: "A comment", genericData: Data([1, 2, 3]),
-                         accessibility: .afterFirstUnlockThisDeviceOnly)
+        try keychain.set(
+            "v1", forKey: "account", label: "Label", comment: "A comment", genericData: Data([1, 2, 3]),
+            accessibility: .afterFirstUnlockThisDeviceOnly)
         let first = try #require(try keychain.attributes(forKey: "account"))
         #expect(first.label == "Label")
         #expect(first.comment == "A comment")
@@ -89,21 +91,29 @@ struct Session: Codable, Equatable {
         #expect(try a.allKeys().isEmpty)
         #expect(try b.string(forKey: "key") == "b")
         #expect(try grouped.string(forKey: "key") == "g")
-        let everything = try Keychain.allItems(in: store.location).map { "\($0.accessGroup ?? "")/\($0.service)/\($0.account)" }
+        let everything = try Keychain.allItems(in: store.location).map {
+            "\($0.accessGroup ?? "")/\($0.service)/\($0.account)"
+        }
         #expect(everything == ["/service.b/key", "team.shared/service.a/key"])
     }
 
     @Test func badInputGetsTypedErrors() throws {
         let store = try TestStore()
         expectKeychainError(.invalidParameter) { _ = try Keychain(service: "", location: store.location) }
-        expectKeychainError(.invalidParameter) { _ = try Keychain(service: String(repeating: "s", count: 1025), location: store.location) }
-        expectKeychainError(.invalidParameter) { _ = try Keychain(service: "ok", accessGroup: "", location: store.location) }
+        expectKeychainError(.invalidParameter) {
+            _ = try Keychain(service: String(repeating: "s", count: 1025), location: store.location)
+        }
+        expectKeychainError(.invalidParameter) {
+            _ = try Keychain(service: "ok", accessGroup: "", location: store.location)
+        }
         let keychain = try store.keychain()
         expectKeychainError(.invalidParameter) { try keychain.set("v", forKey: "") }
         expectKeychainError(.invalidParameter) { try keychain.set("v", forKey: "a\u{0}b") }
         expectKeychainError(.invalidParameter) { try keychain.set("v", forKey: String(repeating: "k", count: 1025)) }
         expectKeychainError(.invalidParameter) { try keychain.set(Data(count: (16 << 20) + 1), forKey: "huge") }
-        expectKeychainError(.invalidParameter) { try keychain.set("v", forKey: "k", label: String(repeating: "l", count: 4097)) }
+        expectKeychainError(.invalidParameter) {
+            try keychain.set("v", forKey: "k", label: String(repeating: "l", count: 4097))
+        }
         #expect(try !keychain.contains("huge"), "a refused write stores nothing")
         try keychain.set(Data([0xFF, 0xFE, 0x00]), forKey: "binary")
         expectKeychainError(.decodingFailed) { _ = try keychain.string(forKey: "binary") }
@@ -124,7 +134,9 @@ struct Session: Codable, Equatable {
         #expect(try keychain.data(forKey: "maximum")?.count == 16 << 20)
     }
 
-    @Test("Recipes: tokens cleared on logout, a Codable session saved and restored, reads from any thread", .tags(.concurrency))
+    @Test(
+        "Recipes: tokens cleared on logout, a Codable session saved and restored, reads from any thread",
+        .tags(.concurrency))
     func recipes() async throws {
         let store = try TestStore()
         let auth = try store.keychain("com.example.auth")
@@ -133,8 +145,9 @@ struct Session: Codable, Equatable {
         #expect(try auth.removeAll() == 2)
         #expect(try auth.string(forKey: "accessToken") == nil && auth.string(forKey: "refreshToken") == nil)
 
-        let session = Session(accessToken: "a", refreshToken: "r", jwt: "j", expiresAt: Date(timeIntervalSince1970: 2e9),
-                              publicKeyX: Data([1]), publicKeyY: Data([2]), walletAddress: "0xabc")
+        let session = Session(
+            accessToken: "a", refreshToken: "r", jwt: "j", expiresAt: Date(timeIntervalSince1970: 2e9),
+            publicKeyX: Data([1]), publicKeyY: Data([2]), walletAddress: "0xabc")
         #expect(try !auth.contains("session"))
         try auth.set(session, forKey: "session")
         #expect(try auth.contains("session"))

@@ -1,11 +1,11 @@
 import Foundation
-import SystemCalls
-import Synchronization
-import Testing
 import KeychainStore
+import Synchronization
+import SystemCalls
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -24,7 +24,8 @@ import Glibc
         var simulator: SoftwareTPM
 
         init() throws {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             simulator = try SoftwareTPM.start(.init(stateDirectory: directory + "/tpm-state"))
         }
 
@@ -46,14 +47,17 @@ import Glibc
         }
     }
 
-    @Test("killed between operations: an open fails fast with tpmUnavailable, an open store keeps reading and writing plain items, protected ones and rotation fail cleanly, and a restart brings everything back")
+    @Test(
+        "killed between operations: an open fails fast with tpmUnavailable, an open store keeps reading and writing plain items, protected ones and rotation fail cleanly, and a restart brings everything back"
+    )
     func killedBetweenOperations() async throws {
         let fixture = try Fixture()
         let location = try fixture.location()
         try KeychainDevice(location: location).setPasscode(Self.passcode)
         let keychain = try Keychain(service: "svc", location: location)
         for index in 0..<10 { try keychain.set("value-\(index)", forKey: "key-\(index)") }
-        try await keychain.set("guarded", forKey: "pin", accessControl: try AccessControl(.afterFirstUnlock, flags: .devicePasscode))
+        try await keychain.set(
+            "guarded", forKey: "pin", accessControl: try AccessControl(.afterFirstUnlock, flags: .devicePasscode))
         let metadata = try bytes(of: location.path + "/store.meta")
 
         #expect(kill(fixture.simulator.processID, SIGKILL) == 0)
@@ -64,17 +68,24 @@ import Glibc
         // What needs the TPM fails at once, with the error that says so.
         var started = clock.now
         let context = AuthenticationContext(passcode: .fixed(Self.passcode), location: location)
-        await expectAsyncKeychainError(.tpmUnavailable) { _ = try await keychain.get("pin", as: String.self, context: context) }
+        await expectAsyncKeychainError(.tpmUnavailable) {
+            _ = try await keychain.get("pin", as: String.self, context: context)
+        }
         // Adding under a protection whose key record exists needs no TPM (only the record's
         // public key, as on iOS); a protection that needs a new sealed record does.
-        try await keychain.set("added while dead", forKey: "pin-2", accessControl: try AccessControl(.afterFirstUnlock, flags: .devicePasscode))
+        try await keychain.set(
+            "added while dead", forKey: "pin-2",
+            accessControl: try AccessControl(.afterFirstUnlock, flags: .devicePasscode))
         await expectAsyncKeychainError(.tpmUnavailable) {
-            try await keychain.set("x", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny))
+            try await keychain.set(
+                "x", forKey: "face", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny))
         }
         await expectAsyncKeychainError(.tpmUnavailable) { try await location.rotateKeys(context: context) }
         #expect(try bytes(of: location.path + "/store.meta") == metadata, "a failed rotation changed store.meta")
         Keychain.closeStore(location)
-        expectKeychainError(.tpmUnavailable) { _ = try Keychain(service: "svc", location: location).string(forKey: "key-3") }
+        expectKeychainError(.tpmUnavailable) {
+            _ = try Keychain(service: "svc", location: location).string(forKey: "key-3")
+        }
         #expect(clock.now - started < .seconds(10), "the failures took \(clock.now - started)")
 
         // The same TPM state, restarted (a new port): everything is there, the protected item too.
@@ -95,7 +106,9 @@ import Glibc
         Keychain.closeStore(restarted)
     }
 
-    @Test("killed at random moments while a process opens the store over and over: each open succeeds or fails with a TPM error within the bound, and after a restart every item reads")
+    @Test(
+        "killed at random moments while a process opens the store over and over: each open succeeds or fails with a TPM error within the bound, and after a restart every item reads"
+    )
     func killedDuringOpens() throws {
         let fixture = try Fixture()
         let location = try fixture.location()
@@ -112,7 +125,8 @@ import Glibc
                 killed.withLock { $0 = true }
             }
             killer.start()
-            var opened = 0, failed = 0
+            var opened = 0
+            var failed = 0
             // Opens go on until one has started after the kill (however late a loaded machine runs
             // the killer), and for at least 300 ms.
             let started = clock.now
@@ -121,7 +135,9 @@ import Glibc
                 if killed.withLock({ $0 }) { attemptsAfterKill += 1 }
                 let attempt = clock.now
                 do {
-                    #expect(try Keychain(service: "svc", location: current).string(forKey: "key-\(round)") == "value-\(round)")
+                    #expect(
+                        try Keychain(service: "svc", location: current).string(forKey: "key-\(round)")
+                            == "value-\(round)")
                     opened += 1
                 } catch {
                     #expect([.tpmUnavailable, .timedOut].contains(error.code), "round \(round): \(error)")

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TPMKeychain
+import Testing
 
 @Suite struct NamedStoreTests {
     @Test("stores are created, listed and removed by name; removing one leaves the others and erases its files")
@@ -9,7 +9,10 @@ import TPMKeychain
         let directory = store.directory + "/stores"
         let first = try KeychainLocation(path: directory + "/first", tcti: store.simulator.tcti)
         let second = try KeychainLocation(path: directory + "/second", tcti: store.simulator.tcti)
-        defer { Keychain.closeStore(first); Keychain.closeStore(second) }
+        defer {
+            Keychain.closeStore(first)
+            Keychain.closeStore(second)
+        }
         try first.createStore()
         expectKeychainError(.duplicateItem) { try first.createStore() }
         try Keychain(service: "svc", location: second).set("kept", forKey: "k")

@@ -1,14 +1,16 @@
 import Foundation
-import Testing
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 @Suite struct OnDiskTests {
     @Test("No secret, service, account, label or comment appears on disk, in contents or names")
     func nothingInClear() throws {
         let store = try TestStore()
-        let secrets = ["svc-PLAINTEXT-service", "acct-PLAINTEXT-account", "value-PLAINTEXT-password",
-                       "label-PLAINTEXT", "comment-PLAINTEXT", "group-PLAINTEXT"]
+        let secrets = [
+            "svc-PLAINTEXT-service", "acct-PLAINTEXT-account", "value-PLAINTEXT-password",
+            "label-PLAINTEXT", "comment-PLAINTEXT", "group-PLAINTEXT",
+        ]
         let keychain = try store.keychain(secrets[0], accessGroup: secrets[5])
         try keychain.set(secrets[2], forKey: secrets[1], label: secrets[3], comment: secrets[4])
         let files = try store.files()
@@ -18,7 +20,8 @@ import TPMKeychainTesting
             for secret in secrets {
                 #expect(!file.contains(secret), "\(file) names \(secret)")
                 #expect(!contents.containsSubsequence(Array(secret.utf8)), "\(file) contains \(secret)")
-                #expect(!contents.containsSubsequence(Array(secret.utf8.prefix(8))), "\(file) contains part of \(secret)")
+                #expect(
+                    !contents.containsSubsequence(Array(secret.utf8.prefix(8))), "\(file) contains part of \(secret)")
             }
         }
     }
@@ -115,7 +118,8 @@ import TPMKeychainTesting
     @Test func unreachableTPMIsATypedError() throws {
         let directory = NSTemporaryDirectory() + "tpm-keychain-unreachable-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let keychain = try Keychain(service: "s", location: KeychainLocation(path: directory, tcti: "swtpm:host=127.0.0.1,port=1"))
+        let keychain = try Keychain(
+            service: "s", location: KeychainLocation(path: directory, tcti: "swtpm:host=127.0.0.1,port=1"))
         expectKeychainError(.tpmUnavailable) { try keychain.set("v", forKey: "k") }
     }
 }

@@ -1,25 +1,32 @@
 import Foundation
-import Testing
-@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 /// A TPM whose owner hierarchy has a password (tpm2_changeauth -c owner).
 @Suite struct OwnerAuthorizationTests {
     static let ownerPassword = "owner password 0042"
 
-    @Test("without the owner password every open fails with its own clear error and the DA counter never moves; with it, stores and NV work")
+    @Test(
+        "without the owner password every open fails with its own clear error and the DA counter never moves; with it, stores and NV work"
+    )
     func ownerPassword() throws {
         let store = try TestStore()
-        let changed = try TPM2Tools.run(["tpm2_changeauth", "-c", "owner", Self.ownerPassword], tcti: store.simulator.tcti)
+        let changed = try TPM2Tools.run(
+            ["tpm2_changeauth", "-c", "owner", Self.ownerPassword], tcti: store.simulator.tcti)
         #expect(changed.status == 0, "\(changed.errorOutput)")
         let plain = TPMConfiguration(tcti: store.simulator.tcti, ownerAuthorization: nil)
-        #expect(plain.ownerAuthorization == nil || ProcessInfo.processInfo.environment["TPM_KEYCHAIN_OWNER_AUTH"] != nil)
+        #expect(
+            plain.ownerAuthorization == nil || ProcessInfo.processInfo.environment["TPM_KEYCHAIN_OWNER_AUTH"] != nil)
         let before = try Self.failedAuthorizations(store)
         for attempt in 0..<50 {
-            let configuration = TPMConfiguration(tcti: store.simulator.tcti,
-                                                 ownerAuthorization: attempt.isMultiple(of: 2) ? nil : SecretBytes(copying: Array("guess \(attempt)".utf8)))
+            let configuration = TPMConfiguration(
+                tcti: store.simulator.tcti,
+                ownerAuthorization: attempt.isMultiple(of: 2)
+                    ? nil : SecretBytes(copying: Array("guess \(attempt)".utf8)))
             do {
                 _ = try ItemStore.open(at: store.directory + "/attempt-\(attempt)", tpm: configuration)
                 Issue.record("a store was created without the owner password")
@@ -28,12 +35,17 @@ import TPMKeychainTesting
                 #expect(error.message.contains("TPM_KEYCHAIN_OWNER_AUTH"), "\(error.message)")
             }
         }
-        #expect(try Self.failedAuthorizations(store) == before, "owner authorization failures must not count toward the lockout")
+        #expect(
+            try Self.failedAuthorizations(store) == before,
+            "owner authorization failures must not count toward the lockout")
 
-        let right = TPMConfiguration(tcti: store.simulator.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
+        let right = TPMConfiguration(
+            tcti: store.simulator.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
         let opened = try ItemStore.open(at: store.directory + "/with-owner", tpm: right)
-        try opened.write(ItemIdentity(accessGroup: "", service: "svc", account: "a"), mode: .add, value: ItemValue(kind: .data, bytes: [1, 2, 3]),
-                         changes: AttributeChanges())
+        try opened.write(
+            ItemIdentity(accessGroup: "", service: "svc", account: "a"), mode: .add,
+            value: ItemValue(kind: .data, bytes: [1, 2, 3]),
+            changes: AttributeChanges())
         #expect(try opened.value(ItemIdentity(accessGroup: "", service: "svc", account: "a"))?.bytes == [1, 2, 3])
         opened.close()
         // NV indices are defined by the owner too (the device's counters).
@@ -45,13 +57,16 @@ import TPMKeychainTesting
         // The owner password never crosses the bus in clear: the proxy sees HMACs only.
         let proxy = try RecordingTPMProxy.start(forwardingTo: store.simulator.port)
         defer { proxy.stop() }
-        let recorded = TPMConfiguration(tcti: proxy.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
+        let recorded = TPMConfiguration(
+            tcti: proxy.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
         _ = try ItemStore.open(at: store.directory + "/recorded", tpm: recorded)
         #expect(proxy.commandCodes.contains(0x131), "CreatePrimary was not sent")
         #expect(!proxy.recordedBytes().containsSubsequence(Array(Self.ownerPassword.utf8)))
     }
 
-    @Test("a store that would get its rollback counter without the owner password fails to open, saying so, rather than open unprotected; with the password it gets its counter")
+    @Test(
+        "a store that would get its rollback counter without the owner password fails to open, saying so, rather than open unprotected; with the password it gets its counter"
+    )
     func counterWithoutTheOwnerPasswordFailsClosed() throws {
         let copy = NSTemporaryDirectory() + "tpm-keychain-owner-counter-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: copy) }
@@ -75,11 +90,13 @@ import TPMKeychainTesting
             try ItemStore.open(at: copy, tpm: plain, create: false).close()
             Issue.record("the store opened without its rollback counter although the TPM had room for one")
         } catch {
-            #expect(error.code == .authenticationFailed && error.message.contains("TPM_KEYCHAIN_OWNER_AUTH"), "\(error)")
+            #expect(
+                error.code == .authenticationFailed && error.message.contains("TPM_KEYCHAIN_OWNER_AUTH"), "\(error)")
         }
         #expect(try bytes(of: copy + "/store.meta") == unprotected)
 
-        let owner = TPMConfiguration(tcti: simulator.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
+        let owner = TPMConfiguration(
+            tcti: simulator.tcti, ownerAuthorization: SecretBytes(copying: Array(Self.ownerPassword.utf8)))
         let opened = try ItemStore.open(at: copy, tpm: owner, create: false)
         defer { opened.close() }
         #expect(opened.rollbackCounterIndex != nil)

@@ -1,16 +1,18 @@
 import Crypto
 import Foundation
-import Testing
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 /// The recovery key: a store whose TPM was cleared (a new owner seed) or replaced comes back on
 /// the current TPM, keeping what is not bound to the old one.
 @Suite struct RecoveryKeyTests {
     static let passcode = SecretBytes(copying: Array("recovery passcode 1".utf8))
 
-    @Test("a recovery.key planted by someone who can write the store's directory (their own public key) stops a rotation before anything is encrypted to it; a real one still follows the rotation")
+    @Test(
+        "a recovery.key planted by someone who can write the store's directory (their own public key) stops a rotation before anything is encrypted to it; a real one still follows the rotation"
+    )
     func plantedRecoveryKeyIsRefused() async throws {
         let store = try TestStore()
         let keychain = try store.keychain()
@@ -22,7 +24,8 @@ import TPMKeychainTesting
         for (version, size) in [(UInt8(1), 156), (UInt8(2), 188)] {
             var planted = Array("TKRC".utf8) + [0, version, 0, 0] + [UInt8](repeating: 7, count: size - 8)
             planted.replaceSubrange(32..<64, with: attackerKey.publicKey.rawRepresentation)
-            FileManager.default.createFile(atPath: path, contents: Data(planted), attributes: [.posixPermissions: 0o600])
+            FileManager.default.createFile(
+                atPath: path, contents: Data(planted), attributes: [.posixPermissions: 0o600])
             let metadata = try bytes(of: store.location.path + "/store.meta")
             await #expect(throws: KeychainError.self) { try await store.location.rotateKeys() }
             #expect(try bytes(of: path) == planted, "version \(version)")
@@ -42,7 +45,9 @@ import TPMKeychainTesting
         #expect(try store.location.recover(with: recoveryKey).itemsKept == 1)
     }
 
-    @Test("after a TPM change the store is wrongTPM naming recover; a wrong key is refused; the right one seals it to the new TPM, keeping plain items and removing this-device-only and protected ones")
+    @Test(
+        "after a TPM change the store is wrongTPM naming recover; a wrong key is refused; the right one seals it to the new TPM, keeping plain items and removing this-device-only and protected ones"
+    )
     func recoverOnAnotherTPM() async throws {
         let store = try TestStore()
         try KeychainDevice(location: store.location).setPasscode(Self.passcode)
@@ -50,12 +55,17 @@ import TPMKeychainTesting
         try keychain.set("plain value", forKey: "plain", label: "kept")
         try keychain.set("grouped", forKey: "plain-2", accessibility: .afterFirstUnlock)
         try keychain.set("stays here", forKey: "device-only", accessibility: .whenUnlockedThisDeviceOnly)
-        try await keychain.set("behind the passcode", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        try await keychain.set(
+            "behind the passcode", forKey: "pin",
+            accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         #expect(!store.location.hasRecoveryKey)
         let recoveryKey = try store.location.addRecoveryKey()
         #expect(store.location.hasRecoveryKey)
         let groups = recoveryKey.text.split(separator: "-")
-        #expect(groups.count == 8 && groups.allSatisfy { $0.count == 8 && $0.allSatisfy { "cbdefghijklnrtuv".contains($0) } }, "\(recoveryKey.text)")
+        #expect(
+            groups.count == 8
+                && groups.allSatisfy { $0.count == 8 && $0.allSatisfy { "cbdefghijklnrtuv".contains($0) } },
+            "\(recoveryKey.text)")
         #expect(!"\(recoveryKey)".contains(String(groups[0])), "the description shows the key")
         // The file holds nothing readable without the key.
         let recoveryFile = try bytes(of: store.location.path + "/recovery.key")
@@ -65,7 +75,7 @@ import TPMKeychainTesting
         try await store.location.rotateKeys(context: context)
         #expect(try bytes(of: store.location.path + "/recovery.key") != recoveryFile)
         #expect(!FileManager.default.fileExists(atPath: store.location.path + "/recovery.key.next"))
-        #expect(recoveryFile.count == 188)   // version 2: 156 bytes and their MAC
+        #expect(recoveryFile.count == 188) // version 2: 156 bytes and their MAC
 
         // Another TPM (a motherboard swap, a VM moved without its vTPM state).
         Keychain.closeStore(store.location)
@@ -100,13 +110,16 @@ import TPMKeychainTesting
         #expect(try recovered.string(forKey: "pin") == nil)
         try recovered.set("after the recovery", forKey: "new")
         Keychain.closeStore(moved)
-        #expect(try Keychain(service: "com.example.tests", location: moved).string(forKey: "new") == "after the recovery")
+        #expect(
+            try Keychain(service: "com.example.tests", location: moved).string(forKey: "new") == "after the recovery")
         // The recovery key still works (a second TPM change).
         let again = try moved.recover(with: typed)
         #expect(again.itemsKept == 3 && again.itemsRemoved == 0, "\(again)")
     }
 
-    @Test("a recovery decides what to remove from authenticated headers only: an item whose header was edited to name a key record stops it as tampered, with nothing removed")
+    @Test(
+        "a recovery decides what to remove from authenticated headers only: an item whose header was edited to name a key record stops it as tampered, with nothing removed"
+    )
     func recoveryAuthenticatesHeaders() throws {
         let store = try TestStore()
         let keychain = try store.keychain()

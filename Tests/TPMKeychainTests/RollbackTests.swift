@@ -1,9 +1,10 @@
 import Foundation
-import Testing
-@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
 
 /// Rollback and deletion detection: the manifest, its chain of MACs and the TPM counter its
 /// epochs are bound to (docs/SECURITY.md, "Rollback and deletion").
@@ -34,18 +35,22 @@ import TPMKeychainTesting
         try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
     }
 
-    @Test("an older copy of one item, of its service's directory or of the whole store is reported as rolledBack; nothing old is read, and putting the current files back heals it")
+    @Test(
+        "an older copy of one item, of its service's directory or of the whole store is reported as rolledBack; nothing old is read, and putting the current files back heals it"
+    )
     func olderCopiesAreReported() throws {
         let store = try TestStore()
         let keychain = try store.keychain()
         try keychain.set("old alice", forKey: "alice")
         try keychain.set("bob", forKey: "bob")
         try store.keychain("com.example.other").set("carol", forKey: "carol")
-        Keychain.closeStore(store.location)   // the next write is another handle: a new epoch
+        Keychain.closeStore(store.location) // the next write is another handle: a new epoch
         let old = try backup(store, as: "old")
         try keychain.set("new alice", forKey: "alice")
 
-        let changed = try store.itemFiles().filter { try bytes(of: $0) != bytes(of: old + $0.dropFirst(store.location.path.count)) }
+        let changed = try store.itemFiles().filter {
+            try bytes(of: $0) != bytes(of: old + $0.dropFirst(store.location.path.count))
+        }
         let alice = try #require(changed.first)
         #expect(changed.count == 1)
         let oldAlice = old + alice.dropFirst(store.location.path.count)
@@ -55,7 +60,9 @@ import TPMKeychainTesting
         expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "alice") }
         expectKeychainError(.rolledBack) { _ = try keychain.allItems() }
         expectKeychainError(.rolledBack) { _ = try keychain.attributes(forKey: "alice") }
-        expectKeychainError(.rolledBack) { try keychain.set("blind overwrite keeps no old attributes", forKey: "alice", label: "x") }
+        expectKeychainError(.rolledBack) {
+            try keychain.set("blind overwrite keeps no old attributes", forKey: "alice", label: "x")
+        }
         #expect(try keychain.string(forKey: "bob") == "bob", "other items read on")
         try putBack(alice)
         #expect(try keychain.string(forKey: "alice") == "new alice")
@@ -85,7 +92,9 @@ import TPMKeychainTesting
         #expect(try store.keychain("com.example.other").string(forKey: "carol") == "carol")
     }
 
-    @Test("an item file deleted outside the keychain is reported by lookups and listings; deleting the item through the keychain accepts the loss; a deleted item put back is reported")
+    @Test(
+        "an item file deleted outside the keychain is reported by lookups and listings; deleting the item through the keychain accepts the loss; a deleted item put back is reported"
+    )
     func deletionsAreReported() throws {
         let store = try TestStore()
         let keychain = try store.keychain()
@@ -125,7 +134,9 @@ import TPMKeychainTesting
         expectKeychainError(.rolledBack) { _ = try keychain.allKeys() }
     }
 
-    @Test("the counter moves once per epoch: a handle's first write, not every write; the manifest's epoch is the counter's value; a fresh store is protected by default")
+    @Test(
+        "the counter moves once per epoch: a handle's first write, not every write; the manifest's epoch is the counter's value; a fresh store is protected by default"
+    )
     func counterMovesOncePerEpoch() throws {
         let store = try TestStore()
         try store.keychain().set("first", forKey: "first")
@@ -137,8 +148,10 @@ import TPMKeychainTesting
         let start = try #require(try opened.rollbackCounterValue())
         #expect(opened.manifestEpoch == start)
         for number in 0..<100 {
-            try opened.write(try ItemIdentity(accessGroup: "", service: "s", account: "a\(number)"), mode: .upsert, value: value("v\(number)"),
-                             changes: AttributeChanges())
+            try opened.write(
+                try ItemIdentity(accessGroup: "", service: "s", account: "a\(number)"), mode: .upsert,
+                value: value("v\(number)"),
+                changes: AttributeChanges())
         }
         #expect(try opened.rollbackCounterValue() == start + 1, "100 writes, one epoch")
         #expect(opened.manifestEpoch == start + 1)
@@ -146,19 +159,25 @@ import TPMKeychainTesting
         #expect(try opened.rollbackCounterValue() == start + 1)
 
         // The index is the TPM's: a NO_DA counter nobody without the master key can move.
-        let attributes = try #require(try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti)).nvIndexAttributes(index))
+        let attributes = try #require(
+            try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti)).nvIndexAttributes(index))
         #expect(attributes & 0x0200_0000 != 0, "NO_DA")
         #expect(attributes & 0xF0 == 0x10, "a counter")
         expectThrows { try TPMConnection(TPMConfiguration(tcti: store.simulator.tcti)).incrementNVCounter(index) }
 
         let second = try openStore(store)
         defer { second.close() }
-        #expect(try second.value(try ItemIdentity(accessGroup: "", service: "s", account: "a99"))?.bytes == Array("v99".utf8))
+        #expect(
+            try second.value(try ItemIdentity(accessGroup: "", service: "s", account: "a99"))?.bytes
+                == Array("v99".utf8))
         #expect(try second.rollbackCounterValue() == start + 1, "reads start no epoch")
-        try second.write(try ItemIdentity(accessGroup: "", service: "s", account: "b"), mode: .add, value: value("b"), changes: AttributeChanges())
+        try second.write(
+            try ItemIdentity(accessGroup: "", service: "s", account: "b"), mode: .add, value: value("b"),
+            changes: AttributeChanges())
         #expect(try second.rollbackCounterValue() == start + 2)
         // The first handle follows the second's records and reads its write.
-        #expect(try opened.value(try ItemIdentity(accessGroup: "", service: "s", account: "b"))?.bytes == Array("b".utf8))
+        #expect(
+            try opened.value(try ItemIdentity(accessGroup: "", service: "s", account: "b"))?.bytes == Array("b".utf8))
     }
 
     @Test("the manifest modified is tampered; missing is rolledBack; both name the file")
@@ -171,7 +190,7 @@ import TPMKeychainTesting
         // Header, the creation's epoch, the first write's epoch, the item's "writing" and "written".
         #expect(original.count == 5 * 64)
         var flipped = original
-        flipped[4 * 64 + 20] ^= 0x01   // inside the item's "written" record
+        flipped[4 * 64 + 20] ^= 0x01 // inside the item's "written" record
         try overwrite(manifest, with: flipped)
         // A record that fails its MAC ends the chain: the item it recorded is then newer than the
         // manifest says, and accepted (it is genuine).
@@ -179,7 +198,7 @@ import TPMKeychainTesting
         Keychain.closeStore(store.location)
         // Cut before the latest epoch record: older than the counter.
         flipped = original
-        flipped[2 * 64 + 20] ^= 0x01   // inside the first write's epoch record
+        flipped[2 * 64 + 20] ^= 0x01 // inside the first write's epoch record
         try overwrite(manifest, with: flipped)
         expectKeychainError(.rolledBack) { _ = try store.keychain().string(forKey: "k") }
         Keychain.closeStore(store.location)
@@ -198,18 +217,21 @@ import TPMKeychainTesting
             #expect(error.code == .rolledBack && error.message.contains("manifest"), "\(error)")
         }
         Keychain.closeStore(store.location)
-        FileManager.default.createFile(atPath: manifest, contents: Data(original), attributes: [.posixPermissions: 0o600])
+        FileManager.default.createFile(
+            atPath: manifest, contents: Data(original), attributes: [.posixPermissions: 0o600])
         #expect(try store.keychain().string(forKey: "k") == "v")
     }
 
-    @Test("a manifest grown past any writer's size (a sparse file meant to exhaust memory) is refused unread as tampered; the file put back, the store opens")
+    @Test(
+        "a manifest grown past any writer's size (a sparse file meant to exhaust memory) is refused unread as tampered; the file put back, the store opens"
+    )
     func oversizedManifest() throws {
         let store = try TestStore()
         try store.keychain().set("v", forKey: "k")
         Keychain.closeStore(store.location)
         let manifest = store.location.path + "/manifest"
         let original = try bytes(of: manifest)
-        #expect(truncate(manifest, off_t(64 << 20) + 1) == 0)   // 64 MiB + 1, sparse: no disk used
+        #expect(truncate(manifest, off_t(64 << 20) + 1) == 0) // 64 MiB + 1, sparse: no disk used
         let error = expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
         #expect(error?.message.contains("more than a manifest ever grows to") == true, "\(String(describing: error))")
         Keychain.closeStore(store.location)
@@ -217,7 +239,9 @@ import TPMKeychainTesting
         #expect(try store.keychain().string(forKey: "k") == "v")
     }
 
-    @Test("a FIFO planted where a file is rewritten in place (the manifest) makes the write fail as an unsafe file system, never block")
+    @Test(
+        "a FIFO planted where a file is rewritten in place (the manifest) makes the write fail as an unsafe file system, never block"
+    )
     func fifoIsNeverOpenedForWriting() throws {
         let store = try TestStore()
         try store.keychain().set("v", forKey: "k")
@@ -233,7 +257,9 @@ import TPMKeychainTesting
         }
     }
 
-    @Test("a store without a recovery key whose counter someone undefined is not lost: acceptFilesAsTheyAre (for whoever the TPM unseals its key for) gives it a new counter; refused while the counter is there")
+    @Test(
+        "a store without a recovery key whose counter someone undefined is not lost: acceptFilesAsTheyAre (for whoever the TPM unseals its key for) gives it a new counter; refused while the counter is there"
+    )
     func missingCounterWithoutRecoveryKey() throws {
         let store = try TestStore()
         try store.keychain().set("kept", forKey: "k")
@@ -246,7 +272,10 @@ import TPMKeychainTesting
             index = try #require(opened.rollbackCounterIndex)
             opened.close()
         }
-        #expect(try TPM2Tools.run(["tpm2_nvundefine", "0x" + String(index, radix: 16), "-C", "o"], tcti: store.simulator.tcti).status == 0)
+        #expect(
+            try TPM2Tools.run(
+                ["tpm2_nvundefine", "0x" + String(index, radix: 16), "-C", "o"], tcti: store.simulator.tcti
+            ).status == 0)
         let error = expectKeychainError(.rollbackCounterMissing) { _ = try store.keychain().string(forKey: "k") }
         #expect(error?.message.contains("accepting the rollback risk") == true, "\(String(describing: error))")
         Keychain.closeStore(store.location)
@@ -259,7 +288,9 @@ import TPMKeychainTesting
         #expect(reopened.isRollbackProtected && reopened.rollbackCounterIndex != nil)
     }
 
-    @Test("a copy of a store from before it got its rollback counter is refused as rolled back once the counter exists (its handle derives from the store's keys)")
+    @Test(
+        "a copy of a store from before it got its rollback counter is refused as rolled back once the counter exists (its handle derives from the store's keys)"
+    )
     func preCounterSnapshotIsRolledBack() throws {
         let store = try TestStore()
         try FormatOneWriter.createStore(at: store.location.path, tcti: store.simulator.tcti)
@@ -276,7 +307,9 @@ import TPMKeychainTesting
         do {
             let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
             defer { opened.close() }
-            try opened.write(identity, mode: .update, value: ItemValue(kind: .string, bytes: Array("after".utf8)), changes: AttributeChanges())
+            try opened.write(
+                identity, mode: .update, value: ItemValue(kind: .string, bytes: Array("after".utf8)),
+                changes: AttributeChanges())
         }
         do {
             let opened = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
@@ -285,10 +318,14 @@ import TPMKeychainTesting
         }
         try FileManager.default.removeItem(atPath: store.location.path)
         try FileManager.default.copyItem(atPath: snapshot, toPath: store.location.path)
-        expectKeychainError(.rolledBack) { _ = try ItemStore.open(at: store.location.path, tpm: configuration, create: false) }
+        expectKeychainError(.rolledBack) {
+            _ = try ItemStore.open(at: store.location.path, tpm: configuration, create: false)
+        }
     }
 
-    @Test("the counter deleted from the TPM is rollbackCounterMissing naming recover; the recovery key accepts the files and makes a new counter")
+    @Test(
+        "the counter deleted from the TPM is rollbackCounterMissing naming recover; the recovery key accepts the files and makes a new counter"
+    )
     func missingCounterAndRecovery() throws {
         let store = try TestStore()
         try store.keychain().set("kept", forKey: "k")
@@ -311,7 +348,9 @@ import TPMKeychainTesting
             Issue.record("a store whose counter is gone opened")
         } catch {
             #expect(error.code == .rollbackCounterMissing, "\(error)")
-            #expect(error.message.contains("recovery key") && error.message.contains(String(index, radix: 16)), "\(error.message)")
+            #expect(
+                error.message.contains("recovery key") && error.message.contains(String(index, radix: 16)),
+                "\(error.message)")
         }
         Keychain.closeStore(store.location)
         _ = try store.location.recover(with: recoveryKey)

@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 /// Fixtures/store-v1/expected.json.
 struct ExpectedStore: Decodable {
@@ -24,8 +24,9 @@ struct ExpectedStore: Decodable {
         for case let relative as String in FileManager.default.enumerator(atPath: copy)! {
             var isDirectory: ObjCBool = false
             _ = FileManager.default.fileExists(atPath: copy + "/" + relative, isDirectory: &isDirectory)
-            try FileManager.default.setAttributes([.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600],
-                                                  ofItemAtPath: copy + "/" + relative)
+            try FileManager.default.setAttributes(
+                [.posixPermissions: isDirectory.boolValue ? 0o700 : 0o600],
+                ofItemAtPath: copy + "/" + relative)
         }
         try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: copy)
 

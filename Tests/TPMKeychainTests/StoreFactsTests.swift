@@ -1,10 +1,12 @@
 import Crypto
 import Foundation
-import Testing
-@testable import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
+
+@testable import KeychainStore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,12 +15,15 @@ import Glibc
 /// and whether it is shared), and what that record refuses afterwards.
 @Suite("what a store was created for")
 struct StoreFactsTests {
-    static func write(_ value: [UInt8], at root: String, tpm: TPMConfiguration, kind: TPMKind? = nil,
-                      sharedGroup: UInt32? = nil) throws(KeychainError) {
+    static func write(
+        _ value: [UInt8], at root: String, tpm: TPMConfiguration, kind: TPMKind? = nil,
+        sharedGroup: UInt32? = nil
+    ) throws(KeychainError) {
         let store = try ItemStore.open(at: root, tpm: tpm, sharedGroup: sharedGroup, tpmKind: kind)
         defer { store.close() }
-        try store.write(try ItemIdentity(accessGroup: "", service: "svc", account: "a"), mode: .add,
-                        value: ItemValue(kind: .data, bytes: value), changes: AttributeChanges())
+        try store.write(
+            try ItemIdentity(accessGroup: "", service: "svc", account: "a"), mode: .add,
+            value: ItemValue(kind: .data, bytes: value), changes: AttributeChanges())
     }
 
     static func read(at root: String, tpm: TPMConfiguration, kind: TPMKind? = nil) throws(KeychainError) -> [UInt8]? {
@@ -27,8 +32,10 @@ struct StoreFactsTests {
         return try store.value(try ItemIdentity(accessGroup: "", service: "svc", account: "a"))?.bytes
     }
 
-    static func expectError(_ code: KeychainError.Code, mentioning text: String, sourceLocation: SourceLocation = #_sourceLocation,
-                            _ body: () throws -> Void) {
+    static func expectError(
+        _ code: KeychainError.Code, mentioning text: String, sourceLocation: SourceLocation = #_sourceLocation,
+        _ body: () throws -> Void
+    ) {
         do {
             try body()
             Issue.record("expected \(code), but nothing was thrown", sourceLocation: sourceLocation)
@@ -55,7 +62,9 @@ struct StoreFactsTests {
         #expect(parsed.version == 2 && parsed.rollbackCounter != nil)
     }
 
-    @Test("a store from before version 6 is given the record at its next open; one that cannot be written then (read-only) still opens, and is recorded later")
+    @Test(
+        "a store from before version 6 is given the record at its next open; one that cannot be written then (read-only) still opens, and is recorded later"
+    )
     func olderStoresGetTheRecord() throws {
         let store = try TestStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
@@ -70,7 +79,8 @@ struct StoreFactsTests {
                 StoreKeys(masterKey: SymmetricKey(data: $0), storeID: metadata.storeID)
             }
             metadata.facts = nil
-            try Data(metadata.serialized(metadataKey: keys.metadata)).write(to: URL(fileURLWithPath: root + "/store.meta"))
+            try Data(metadata.serialized(metadataKey: keys.metadata)).write(
+                to: URL(fileURLWithPath: root + "/store.meta"))
         }()
         let versionFour = try bytes(of: root + "/store.meta")
         #expect(versionFour[4..<6] == [0, 4])
@@ -87,7 +97,9 @@ struct StoreFactsTests {
         #expect(recorded.storedVersion == 6 && recorded.rollbackCounter != nil)
     }
 
-    @Test("every byte of the record is authenticated: a store made on a TPM device edited to say 'simulator' is refused as tampered")
+    @Test(
+        "every byte of the record is authenticated: a store made on a TPM device edited to say 'simulator' is refused as tampered"
+    )
     func theRecordIsAuthenticated() throws {
         let store = try TestStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
@@ -105,7 +117,9 @@ struct StoreFactsTests {
         #expect(try Self.read(at: store.location.path, tpm: tpm, kind: .device) == [1])
     }
 
-    @Test("a store made on a TPM device never opens through a simulator, and a recovery never moves it to one; store.meta is left as it was")
+    @Test(
+        "a store made on a TPM device never opens through a simulator, and a recovery never moves it to one; store.meta is left as it was"
+    )
     func aDeviceStoreNeverMovesToASimulator() throws {
         let store = try TestStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
@@ -119,14 +133,18 @@ struct StoreFactsTests {
         }()
         let metadata = try Data(contentsOf: URL(fileURLWithPath: root + "/store.meta"))
         for kind in [TPMKind.simulator, .simulatorInStore] {
-            Self.expectError(.wrongTPM, mentioning: "created on a TPM device") { _ = try Self.read(at: root, tpm: tpm, kind: kind) }
+            Self.expectError(.wrongTPM, mentioning: "created on a TPM device") {
+                _ = try Self.read(at: root, tpm: tpm, kind: kind)
+            }
         }
         // A new machine: the recovery key opens the master key, but a simulator is not where it goes.
         let other = try SoftwareTPM.start()
         defer { other.stop() }
         let otherTPM = TPMConfiguration(tcti: other.tcti)
         expectKeychainError(.wrongTPM) { _ = try ItemStore.recover(at: root, recoveryKey: recoveryKey, tpm: otherTPM) }
-        #expect(try Data(contentsOf: URL(fileURLWithPath: root + "/store.meta")) == metadata, "a refused recovery rewrote store.meta")
+        #expect(
+            try Data(contentsOf: URL(fileURLWithPath: root + "/store.meta")) == metadata,
+            "a refused recovery rewrote store.meta")
         #expect(try Self.read(at: root, tpm: tpm, kind: .device) == [7])
         // Onto another TPM device it goes, and stays a device store.
         _ = try ItemStore.recover(at: root, recoveryKey: recoveryKey, tpm: otherTPM, tpmKind: .device)
@@ -134,21 +152,27 @@ struct StoreFactsTests {
         expectKeychainError(.wrongTPM) { _ = try Self.read(at: root, tpm: otherTPM) }
     }
 
-    @Test("a private store whose directory was made 2770 is refused, not used as a shared one, until it is private again; nothing is lost",
-          .enabled(if: geteuid() == 0, "needs root: a 2770 directory of a group this user is in, owned by a member (root and group 0)"))
+    @Test(
+        "a private store whose directory was made 2770 is refused, not used as a shared one, until it is private again; nothing is lost",
+        .enabled(
+            if: geteuid() == 0,
+            "needs root: a 2770 directory of a group this user is in, owned by a member (root and group 0)"))
     func aPrivateStoreStaysPrivate() throws {
         let store = try TestStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
         let root = store.location.path
         try Self.write([3], at: root, tpm: tpm)
         #expect(chown(root, 0, 0) == 0 && chmod(root, 0o2770) == 0)
-        Self.expectError(.unsafeFileSystem, mentioning: "created for this user alone") { _ = try Self.read(at: root, tpm: tpm) }
+        Self.expectError(.unsafeFileSystem, mentioning: "created for this user alone") {
+            _ = try Self.read(at: root, tpm: tpm)
+        }
         #expect(chmod(root, 0o700) == 0)
         #expect(try Self.read(at: root, tpm: tpm) == [3])
     }
 
-    @Test("a shared store whose directory was given to another group is refused until it is given back",
-          .enabled(if: geteuid() == 0, "needs root: groupadd, and a store shared with groups root is in"))
+    @Test(
+        "a shared store whose directory was given to another group is refused until it is given back",
+        .enabled(if: geteuid() == 0, "needs root: groupadd, and a store shared with groups root is in"))
     func aSharedStoreKeepsItsGroup() throws {
         let store = try TestStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
@@ -165,7 +189,9 @@ struct StoreFactsTests {
         // Every file goes with the directory, as a chgrp -R would: only the record tells.
         try SystemTool.run("/bin/chgrp", ["-R", String(other), root])
         try SystemTool.run("/bin/chmod", ["2770", root])
-        Self.expectError(.unsafeFileSystem, mentioning: "created shared with group 0") { _ = try Self.read(at: root, tpm: tpm) }
+        Self.expectError(.unsafeFileSystem, mentioning: "created shared with group 0") {
+            _ = try Self.read(at: root, tpm: tpm)
+        }
         try SystemTool.run("/bin/chgrp", ["-R", "0", root])
         try SystemTool.run("/bin/chmod", ["2770", root])
         #expect(try Self.read(at: root, tpm: tpm) == [5])

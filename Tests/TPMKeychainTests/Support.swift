@@ -1,8 +1,8 @@
 import Foundation
-import Testing
 import KeychainStore
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 /// A private swtpm and a fresh store directory for one test; both removed afterwards.
 final class TestStore: @unchecked Sendable {
@@ -31,7 +31,9 @@ final class TestStore: @unchecked Sendable {
 
 /// Asserts that `body` throws a ``KeychainError`` with `code`, and returns it.
 @discardableResult
-func expectKeychainError(_ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) -> KeychainError? {
+func expectKeychainError(
+    _ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+) -> KeychainError? {
     do {
         try body()
         Issue.record("expected KeychainError.\(code), but nothing was thrown", sourceLocation: sourceLocation)

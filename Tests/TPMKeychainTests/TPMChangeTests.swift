@@ -1,12 +1,14 @@
 import Foundation
-import Testing
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
+import Testing
 
 /// What a store reports when its TPM changed under it: each case its own error.
 @Suite struct TPMChangeTests {
-    @Test("a cleared TPM (new owner seed) is wrongTPM, with what happened and what to do; an unreachable one is tpmUnavailable")
+    @Test(
+        "a cleared TPM (new owner seed) is wrongTPM, with what happened and what to do; an unreachable one is tpmUnavailable"
+    )
     func clearedAndUnreachable() throws {
         let store = try TestStore()
         let keychain = try store.keychain()

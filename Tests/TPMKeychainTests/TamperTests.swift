@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TPMKeychain
+import Testing
 
 @Suite struct TamperTests {
     @Test("Every single-byte change to an item file is reported as tampered, never as other data")
@@ -124,7 +124,7 @@ import TPMKeychain
         Keychain.closeStore(store.location)
         let path = store.location.path + "/store.meta"
         var metadata = try bytes(of: path)
-        metadata[10] ^= 0x01   // inside the store ID, which the MAC covers
+        metadata[10] ^= 0x01 // inside the store ID, which the MAC covers
         try overwrite(path, with: metadata)
         expectKeychainError(.tampered) { _ = try store.keychain().string(forKey: "k") }
     }
@@ -223,15 +223,18 @@ import TPMKeychain
         #expect(try store.itemFiles().map { try bytes(of: $0) } == itemsBefore)
 
         // Restoring the file restores the store.
-        #expect(FileManager.default.createFile(atPath: path, contents: Data(metadata), attributes: [.posixPermissions: 0o600]))
+        #expect(
+            FileManager.default.createFile(
+                atPath: path, contents: Data(metadata), attributes: [.posixPermissions: 0o600]))
         #expect(try store.keychain().string(forKey: "k") == "precious")
     }
 
     @Test("A store is created only in a new or empty directory")
     func storesAreNotCreatedInForeignDirectories() throws {
         let store = try TestStore()
-        try FileManager.default.createDirectory(atPath: store.location.path, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: store.location.path, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         #expect(FileManager.default.createFile(atPath: store.location.path + "/notes.txt", contents: Data("mine".utf8)))
         expectKeychainError(.invalidParameter) { try store.keychain().set("v", forKey: "k") }
         #expect(!FileManager.default.fileExists(atPath: store.location.path + "/store.meta"))

@@ -1,6 +1,7 @@
-import SystemCalls
 import Foundation
+import SystemCalls
 import Testing
+
 @testable import TPMKeychainTesting
 @testable import TPMSimulator
 
@@ -55,7 +56,7 @@ struct RecordingTPMProxyTests {
         _ = try LoopbackSocket.receiveExactly(client, count: 6)
         #expect(proxy.commandCodes == [0x17B])
 
-        proxy.stop()  // must return although the client keeps its connection open
+        proxy.stop() // must return although the client keeps its connection open
         #expect(try LoopbackSocket.receive(client, maximum: 16).isEmpty)
     }
 

@@ -1,8 +1,9 @@
 import Foundation
+import SystemCalls
 import Testing
+
 @testable import TPMSimulator
 
-import SystemCalls
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,7 +25,7 @@ struct SoftwareTPMTests {
 
         let response = try getRandom(tpm)
         #expect(response.responseCode == 0)
-        #expect(response.bytes.count == 10 + 2 + 8)  // header, TPM2B size, 8 random bytes
+        #expect(response.bytes.count == 10 + 2 + 8) // header, TPM2B size, 8 random bytes
 
         tpm.stop()
         let after = processExists(pid)
@@ -32,7 +33,7 @@ struct SoftwareTPMTests {
         #expect(after.error == ESRCH)
         #expect(!tpm.isRunning)
         #expect(!FileManager.default.fileExists(atPath: directory))
-        tpm.stop()  // idempotent
+        tpm.stop() // idempotent
         #expect(throws: SoftwareTPMError.self) { try getRandom(tpm) }
         let error = #expect(throws: SoftwareTPMError.self) { try tpm.powerCycle() }
         #expect(error?.code == .notRunning)
@@ -53,9 +54,12 @@ struct SoftwareTPMTests {
         // None of swtpm's sockets is a TCP one: other local users cannot reach it.
         let tcpInodes = try ["/proc/net/tcp", "/proc/net/tcp6"].flatMap { path in
             try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").dropFirst()
-                .compactMap { $0.split(separator: " ", omittingEmptySubsequences: true).dropFirst(9).first.map(String.init) }
+                .compactMap {
+                    $0.split(separator: " ", omittingEmptySubsequences: true).dropFirst(9).first.map(String.init)
+                }
         }
-        let socketInodes = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(tpm.processID)/fd").compactMap { fd in
+        let socketInodes = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(tpm.processID)/fd").compactMap {
+            fd in
             (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(tpm.processID)/fd/\(fd)"))
                 .flatMap { $0.hasPrefix("socket:[") ? String($0.dropFirst(8).dropLast()) : nil }
         }
@@ -136,7 +140,7 @@ struct SoftwareTPMTests {
         let after = processExists(pid)
         #expect(!after.exists && after.error == ESRCH)
         #expect(!tpm.isRunning)
-        tpm.stop()  // still tidies up the watchdog and the state directory
+        tpm.stop() // still tidies up the watchdog and the state directory
         #expect(!FileManager.default.fileExists(atPath: tpm.stateDirectory))
     }
 
@@ -162,14 +166,17 @@ struct SoftwareTPMTests {
     /// Launches swtpm with `taken` handed out as its first pair, as if another process had won
     /// the race for it, and fresh pairs after that; runs `check` with the launched process and
     /// every port handed out, then stops it.
-    private func launchHandingOutFirst(_ taken: Int, _ name: String,
-                                       check: (SimulatorProcess, [Int]) throws -> Void) throws {
+    private func launchHandingOutFirst(
+        _ taken: Int, _ name: String,
+        check: (SimulatorProcess, [Int]) throws -> Void
+    ) throws {
         let directory = makeScratchPath(name)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         #expect(mkdir(directory, 0o700) == 0)
         var handedOut: [Int] = []
         let process = try SimulatorProcess.launch(
-            executablePath: try #require(ChildProcess.resolveExecutable("swtpm")), stateDirectory: directory, ownsStateDirectory: false,
+            executablePath: try #require(ChildProcess.resolveExecutable("swtpm")), stateDirectory: directory,
+            ownsStateDirectory: false,
             timeout: .seconds(10),
             choosePorts: { () throws(Errno) -> Int in
                 let port = handedOut.isEmpty ? taken : try LoopbackSocket.reserveConsecutivePorts()
@@ -195,12 +202,17 @@ struct SoftwareTPMTests {
             #expect(handedOut.count == 2)
             #expect(process.port == handedOut.last)
             #expect(process.port != taken.port)
-            #expect(try TPMTransport.transmit(RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: process.endpoint,
-                                              timeout: .seconds(5)).responseCode == 0)
+            #expect(
+                try TPMTransport.transmit(
+                    RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: process.endpoint,
+                    timeout: .seconds(5)
+                ).responseCode == 0)
         }
     }
 
-    @Test("ports another swtpm already serves are never taken for ours: launch retries rather than adopt the one that answers")
+    @Test(
+        "ports another swtpm already serves are never taken for ours: launch retries rather than adopt the one that answers"
+    )
     func anotherSimulatorIsNeverAdopted() throws {
         let other = try SoftwareTPM.start()
         defer { other.stop() }
@@ -254,7 +266,7 @@ struct SoftwareTPMTests {
             Issue.record("expected commandFailed, got \(String(describing: error))")
             return
         }
-        #expect(code == 0x98E)  // TPM_RC_AUTH_FAIL for session 1: the empty password no longer fits
+        #expect(code == 0x98E) // TPM_RC_AUTH_FAIL for session 1: the empty password no longer fits
     }
 }
 
@@ -264,12 +276,16 @@ struct CommandMarshallingTests {
     func knownBytes() {
         #expect(StartupCommands.startupClear() == [0x80, 0x01, 0, 0, 0, 0x0C, 0, 0, 0x01, 0x44, 0, 0])
         #expect(StartupCommands.shutdownClear() == [0x80, 0x01, 0, 0, 0, 0x0C, 0, 0, 0x01, 0x45, 0, 0])
-        #expect(RandomNumberGeneratorCommands.getRandom(byteCount: 8) == [0x80, 0x01, 0, 0, 0, 0x0C, 0, 0, 0x01, 0x7B, 0, 8])
-        #expect(DictionaryAttackCommands.lockReset() == [
-            0x80, 0x02, 0, 0, 0, 27, 0, 0, 0x01, 0x39,
-            0x40, 0, 0, 0x0A,
-            0, 0, 0, 9, 0x40, 0, 0, 0x09, 0, 0, 0, 0, 0,
-        ])
+        #expect(
+            RandomNumberGeneratorCommands.getRandom(byteCount: 8) == [
+                0x80, 0x01, 0, 0, 0, 0x0C, 0, 0, 0x01, 0x7B, 0, 8,
+            ])
+        #expect(
+            DictionaryAttackCommands.lockReset() == [
+                0x80, 0x02, 0, 0, 0, 27, 0, 0, 0x01, 0x39,
+                0x40, 0, 0, 0x0A,
+                0, 0, 0, 9, 0x40, 0, 0, 0x09, 0, 0, 0, 0, 0,
+            ])
         let parameters = DictionaryAttackCommands.parameters(maxTries: 1, recoveryTime: 2, lockoutRecovery: 3)
         #expect(parameters.count == 39)
         #expect(Array(parameters[2..<10]) == [0, 0, 0, 39, 0, 0, 0x01, 0x3A])

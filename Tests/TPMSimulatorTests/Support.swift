@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import TPMSimulator
 import TPMKeychainTesting
+import Testing
+
+@testable import TPMSimulator
 
 #if canImport(Glibc)
 import Glibc
@@ -15,9 +16,13 @@ func runTool(_ arguments: [String], tcti: String) throws -> ToolResult {
 
 /// Runs a tool and records a test issue (with its stderr) when it fails.
 @discardableResult
-func runToolExpectingSuccess(_ arguments: [String], tcti: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+func runToolExpectingSuccess(
+    _ arguments: [String], tcti: String, sourceLocation: SourceLocation = #_sourceLocation
+) throws -> String {
     let result = try runTool(arguments, tcti: tcti)
-    #expect(result.status == 0, "\(arguments.joined(separator: " ")) failed: \(result.errorOutput)", sourceLocation: sourceLocation)
+    #expect(
+        result.status == 0, "\(arguments.joined(separator: " ")) failed: \(result.errorOutput)",
+        sourceLocation: sourceLocation)
     return result.output
 }
 
@@ -36,7 +41,8 @@ func makeScratchPath(_ name: String) -> String {
 /// Sends TPM2_GetRandom(8) and returns the response; the TPM answered if this does not throw.
 func getRandom(_ tpm: SoftwareTPM) throws -> TPMResponse {
     try TPMTransport.execute(
-        RandomNumberGeneratorCommands.getRandom(byteCount: 8), name: "TPM2_GetRandom", endpoint: tpm.endpoint, timeout: .seconds(10))
+        RandomNumberGeneratorCommands.getRandom(byteCount: 8), name: "TPM2_GetRandom", endpoint: tpm.endpoint,
+        timeout: .seconds(10))
 }
 
 /// Parses `tpm2_getcap properties-variable` output into property name -> value.

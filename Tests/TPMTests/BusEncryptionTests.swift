@@ -1,6 +1,7 @@
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 /// Records every byte between the TSS and swtpm and looks for secrets in it.
 @Suite struct BusEncryptionTests {
@@ -29,25 +30,28 @@ import TPMKeychainTesting
                 #expect(try tpm.unseal(keySealed) == key)
                 generatedKey = key.bytes
                 try tpm.defineNVIndex(0x0150_0020, kind: .ordinary(size: 32), authValue: SecretBytes(copying: nvAuth))
-                try tpm.writeNV(0x0150_0020, data: SecretBytes(copying: nvData), authValue: SecretBytes(copying: nvAuth))
+                try tpm.writeNV(
+                    0x0150_0020, data: SecretBytes(copying: nvData), authValue: SecretBytes(copying: nvAuth))
                 #expect(try tpm.readNV(0x0150_0020, count: 32, authValue: SecretBytes(copying: nvAuth)).bytes == nvData)
             }
-            return Capture(traffic: proxy.recordedBytes(), secrets: [secret, pin, nvData, nvAuth, generatedKey],
-                           commandCodes: proxy.commandCodes)
+            return Capture(
+                traffic: proxy.recordedBytes(), secrets: [secret, pin, nvData, nvAuth, generatedKey],
+                commandCodes: proxy.commandCodes)
         }
     }
 
     @Test("No secret, PIN, NV value or generated key crosses the bus in clear")
     func secretsAreEncryptedOnTheBus() throws {
         let capture = try Self.captureSecretOperations(parameterEncryption: true)
-        #expect(capture.commandCodes.contains(0x153))   // TPM2_Create
-        #expect(capture.commandCodes.contains(0x15E))   // TPM2_Unseal
+        #expect(capture.commandCodes.contains(0x153)) // TPM2_Create
+        #expect(capture.commandCodes.contains(0x15E)) // TPM2_Unseal
         #expect(capture.traffic.count > 1000)
         for secret in capture.secrets {
             // Any 8-byte window of a secret would already be a leak.
             for start in stride(from: 0, through: secret.count - 8, by: 4) {
-                #expect(!capture.traffic.containsSubsequence(Array(secret[start..<start + 8])),
-                        "secret bytes \(start)..<\(start + 8) of \(secret.count) appeared on the bus")
+                #expect(
+                    !capture.traffic.containsSubsequence(Array(secret[start..<start + 8])),
+                    "secret bytes \(start)..<\(start + 8) of \(secret.count) appeared on the bus")
             }
         }
     }
@@ -58,9 +62,9 @@ import TPMKeychainTesting
         let (secret, pin, nvData, nvAuth, generatedKey) =
             (capture.secrets[0], capture.secrets[1], capture.secrets[2], capture.secrets[3], capture.secrets[4])
         #expect(capture.traffic.containsSubsequence(secret))
-        #expect(capture.traffic.containsSubsequence(pin))          // in TPM2_Create's sensitive area
+        #expect(capture.traffic.containsSubsequence(pin)) // in TPM2_Create's sensitive area
         #expect(capture.traffic.containsSubsequence(nvData))
-        #expect(capture.traffic.containsSubsequence(nvAuth))        // in TPM2_NV_DefineSpace
-        #expect(capture.traffic.containsSubsequence(generatedKey))  // in TPM2_Unseal's response
+        #expect(capture.traffic.containsSubsequence(nvAuth)) // in TPM2_NV_DefineSpace
+        #expect(capture.traffic.containsSubsequence(generatedKey)) // in TPM2_Unseal's response
     }
 }

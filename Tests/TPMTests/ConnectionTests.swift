@@ -1,8 +1,9 @@
 import Foundation
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
 import WireFormat
+
+@testable import TPM
 
 @Suite struct ConnectionTests {
     @Test func unreachableTPMsAreReportedWithTheTCTITried() throws {
@@ -75,7 +76,9 @@ import WireFormat
             defer { try? FileManager.default.removeItem(atPath: directory) }
             let arguments = tcgStorageKeyArguments.map { $0 == "ecc256:aes128cfb" ? "rsa2048:aes128cfb" : $0 }
             try tool(arguments + ["-c", "srk.ctx"], simulator, in: directory, input: [UInt8](repeating: 0, count: 256))
-            #expect(try tool(["tpm2_readpublic", "-c", "srk.ctx"], simulator, in: directory).contains("name: " + name.hexString))
+            #expect(
+                try tool(["tpm2_readpublic", "-c", "srk.ctx"], simulator, in: directory).contains(
+                    "name: " + name.hexString))
             try tool(["tpm2_flushcontext", "-t"], simulator)
         }
     }
@@ -153,7 +156,9 @@ import WireFormat
                 let sealed = try tpm.seal(SecretBytes(copying: [1]), authValue: pin)
                 // More failures than swtpm has object (3) or session slots.
                 for _ in 0..<10 {
-                    expectTPMError(.authorizationFailed) { _ = try tpm.unseal(sealed, authValue: SecretBytes(copying: [9])) }
+                    expectTPMError(.authorizationFailed) {
+                        _ = try tpm.unseal(sealed, authValue: SecretBytes(copying: [9]))
+                    }
                 }
                 #expect(try tpm.unseal(sealed, authValue: pin).bytes == [1])
             }

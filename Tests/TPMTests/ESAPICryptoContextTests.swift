@@ -1,6 +1,7 @@
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 /// ESAPI's OpenSSL backend asks for a new library context for every hash and HMAC; libtss2-esys
 /// is pointed at one shared private context instead (CESAPICryptoContext).
@@ -15,7 +16,8 @@ import TPMKeychainTesting
                 let sealed = try tpm.seal(SecretBytes(copying: distinctSecret(0x32)), authValue: pin)
                 #expect(try tpm.unseal(sealed, authValue: pin).bytes == distinctSecret(0x32))
                 try tpm.defineNVIndex(0x0150_0031, kind: .ordinary(size: 16), authValue: pin)
-                try tpm.writeNV(0x0150_0031, data: SecretBytes(copying: distinctSecret(0x33, count: 16)), authValue: pin)
+                try tpm.writeNV(
+                    0x0150_0031, data: SecretBytes(copying: distinctSecret(0x33, count: 16)), authValue: pin)
                 #expect(try tpm.readNV(0x0150_0031, count: 16, authValue: pin).bytes == distinctSecret(0x33, count: 16))
             }
         }

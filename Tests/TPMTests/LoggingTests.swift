@@ -1,8 +1,9 @@
 import Logging
 import SystemCalls
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 /// Collects what a logger is given.
 final class CollectingLogHandler: LogHandler, @unchecked Sendable {
@@ -15,8 +16,10 @@ final class CollectingLogHandler: LogHandler, @unchecked Sendable {
         set { metadata[key] = newValue }
     }
 
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-             function: String, line: UInt) {
+    func log(
+        level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
+        function: String, line: UInt
+    ) {
         records.withLock { $0.append("\(level) \(message) \(metadata ?? [:])") }
     }
 }

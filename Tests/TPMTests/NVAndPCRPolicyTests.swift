@@ -1,6 +1,7 @@
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 @Suite struct NVAndPCRPolicyTests {
     static let counter: UInt32 = 0x0150_0010
@@ -53,7 +54,9 @@ import TPMKeychainTesting
         }
     }
 
-    @Test("Sealed under PolicyNV(counter == g): readable at g, never again once the counter moves, not even after undefine and redefine")
+    @Test(
+        "Sealed under PolicyNV(counter == g): readable at g, never again once the counter moves, not even after undefine and redefine"
+    )
     func counterPolicyCannotBeRolledBack() throws {
         try withSimulator { _, configuration in
             try withConnection(configuration) { tpm in

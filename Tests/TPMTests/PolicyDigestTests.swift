@@ -1,7 +1,8 @@
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
 import WireFormat
+
+@testable import TPM
 
 /// Policy digests computed in Swift against tpm2-tools' vectors and against the TPM itself.
 @Suite struct PolicyDigestTests {
@@ -18,25 +19,29 @@ import WireFormat
 
     static func policy(for vector: PolicyDigestVectors.Vector) throws -> Policy {
         let names = Dictionary(uniqueKeysWithValues: vectors.nvIndices.map { ($0.index, $0.name) })
-        return Policy(try vector.steps.map { step -> PolicyAssertion in
-            switch step.command {
-            case "PolicyAuthValue":
-                return .authValue
-            case "PolicyPCR":
-                let values = try required(step.values).map { try required([UInt8](hexString: $0)) }
-                return .pcrs(try PCRSelection(try required(step.pcrs)), expectedDigest: PCRSelection.digest(ofValues: values))
-            case "PolicyNV":
-                let index = try required(step.index)
-                return .nv(index: try required(UInt32(index, radix: 16)),
-                           indexName: try required([UInt8](hexString: try required(names[index]))),
-                           operand: try required([UInt8](hexString: try required(step.operand))),
-                           offset: try required(step.offset),
-                           comparison: try required(comparisons[try required(step.comparison)]))
-            default:
-                Issue.record("unknown policy command \(step.command)")
-                return .authValue
-            }
-        })
+        return Policy(
+            try vector.steps.map { step -> PolicyAssertion in
+                switch step.command {
+                case "PolicyAuthValue":
+                    return .authValue
+                case "PolicyPCR":
+                    let values = try required(step.values).map { try required([UInt8](hexString: $0)) }
+                    return .pcrs(
+                        try PCRSelection(try required(step.pcrs)), expectedDigest: PCRSelection.digest(ofValues: values)
+                    )
+                case "PolicyNV":
+                    let index = try required(step.index)
+                    return .nv(
+                        index: try required(UInt32(index, radix: 16)),
+                        indexName: try required([UInt8](hexString: try required(names[index]))),
+                        operand: try required([UInt8](hexString: try required(step.operand))),
+                        offset: try required(step.offset),
+                        comparison: try required(comparisons[try required(step.comparison)]))
+                default:
+                    Issue.record("unknown policy command \(step.command)")
+                    return .authValue
+                }
+            })
     }
 
     @Test("Swift digests equal tpm2-tools' known answers", arguments: vectors.vectors.map(\.name))

@@ -1,6 +1,7 @@
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 @Suite struct SealingTests {
     @Test func generatedKeyRoundTripsThroughItsSerializedForm() throws {
@@ -42,13 +43,17 @@ import TPMKeychainTesting
         try withSimulator { _, configuration in
             try withConnection(configuration) { tpm in
                 expectTPMError(.invalidArgument) { _ = try tpm.seal(SecretBytes(copying: [UInt8]())) }
-                expectTPMError(.invalidArgument) { _ = try tpm.seal(SecretBytes(copying: distinctSecret(1, count: 129))) }
                 expectTPMError(.invalidArgument) {
-                    _ = try tpm.seal(SecretBytes(copying: [1]), authValue: SecretBytes(copying: distinctSecret(2, count: 33)))
+                    _ = try tpm.seal(SecretBytes(copying: distinctSecret(1, count: 129)))
+                }
+                expectTPMError(.invalidArgument) {
+                    _ = try tpm.seal(
+                        SecretBytes(copying: [1]), authValue: SecretBytes(copying: distinctSecret(2, count: 33)))
                 }
                 let counterless = Policy([])
                 expectTPMError(.invalidArgument) {
-                    _ = try tpm.seal(SecretBytes(copying: [1]), policy: counterless, authValue: SecretBytes(copying: [1, 2, 3]))
+                    _ = try tpm.seal(
+                        SecretBytes(copying: [1]), policy: counterless, authValue: SecretBytes(copying: [1, 2, 3]))
                 }
                 expectTPMError(.invalidArgument) { _ = try tpm.randomBytes(count: 33) }
             }
@@ -61,7 +66,9 @@ import TPMKeychainTesting
                 let pin = SecretBytes(copying: Array("1234".utf8))
                 let (key, sealed) = try tpm.generateSealedKey(authValue: pin)
                 #expect(try tpm.unseal(sealed, authValue: pin) == key)
-                expectTPMError(.authorizationFailed) { _ = try tpm.unseal(sealed, authValue: SecretBytes(copying: Array("1235".utf8))) }
+                expectTPMError(.authorizationFailed) {
+                    _ = try tpm.unseal(sealed, authValue: SecretBytes(copying: Array("1235".utf8)))
+                }
                 expectTPMError(.authorizationFailed) { _ = try tpm.unseal(sealed) }
             }
         }
@@ -148,7 +155,9 @@ import TPMKeychainTesting
 
     @Test func truncatedOrPaddedBlobsAreMalformed() throws {
         try withSimulator { _, configuration in
-            let stored = try withConnection(configuration) { try $0.seal(SecretBytes(copying: [1, 2, 3])).serialized() }
+            let stored = try withConnection(configuration) {
+                try $0.seal(SecretBytes(copying: [1, 2, 3])).serialized()
+            }
             for length in 0..<stored.count {
                 expectTPMError(.malformedData) { _ = try SealedObject(serialized: Array(stored.prefix(length))) }
             }

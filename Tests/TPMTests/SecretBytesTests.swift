@@ -1,5 +1,6 @@
 import SystemCalls
 import Testing
+
 @testable import TPM
 
 @Suite(.serialized) struct SecretBytesTests {

@@ -1,7 +1,8 @@
 import SystemCalls
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 /// A cache in memory, counting what the connection does with it.
 final class MemoryContextCache: StorageKeyContextCache {
@@ -73,8 +74,10 @@ final class MemoryContextCache: StorageKeyContextCache {
 }
 
 /// Opens a connection with `cache`, runs `body`, closes it.
-func withCachedConnection<R>(_ configuration: TPMConfiguration, _ cache: MemoryContextCache,
-                           _ body: (TPMConnection) throws -> R) throws -> R {
+func withCachedConnection<R>(
+    _ configuration: TPMConfiguration, _ cache: MemoryContextCache,
+    _ body: (TPMConnection) throws -> R
+) throws -> R {
     let connection = try TPMConnection(configuration, storageKeyContextCache: cache)
     defer { connection.close() }
     return try body(connection)

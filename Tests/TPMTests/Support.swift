@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import TPM
 import TPMKeychainTesting
+import Testing
+
+@testable import TPM
 
 /// A private swtpm for one test, stopped when the body returns or throws.
 func withSimulator<R>(_ body: (SoftwareTPM, TPMConfiguration) throws -> R) throws -> R {
@@ -11,8 +12,10 @@ func withSimulator<R>(_ body: (SoftwareTPM, TPMConfiguration) throws -> R) throw
 }
 
 /// Opens a connection, runs `body`, and closes it (swtpm serves one connection at a time).
-func withConnection<R>(_ configuration: TPMConfiguration, parameterEncryption: Bool = true,
-                       _ body: (TPMConnection) throws -> R) throws -> R {
+func withConnection<R>(
+    _ configuration: TPMConfiguration, parameterEncryption: Bool = true,
+    _ body: (TPMConnection) throws -> R
+) throws -> R {
     let connection = try TPMConnection(configuration, parameterEncryption: parameterEncryption)
     defer { connection.close() }
     return try body(connection)
@@ -39,7 +42,8 @@ extension Array where Element == UInt8 {
 }
 
 /// Asserts that `body` throws a ``TPMError`` with `code`.
-func expectTPMError(_ code: TPMError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+func expectTPMError(_ code: TPMError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void)
+{
     do {
         try body()
         Issue.record("expected TPMError.\(code), but nothing was thrown", sourceLocation: sourceLocation)
@@ -52,10 +56,14 @@ func expectTPMError(_ code: TPMError.Code, sourceLocation: SourceLocation = #_so
 
 /// Runs a tpm2-tools command and fails the test if it fails.
 @discardableResult
-func tool(_ arguments: [String], _ simulator: SoftwareTPM, in directory: String? = nil, input: [UInt8] = [],
-          sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+func tool(
+    _ arguments: [String], _ simulator: SoftwareTPM, in directory: String? = nil, input: [UInt8] = [],
+    sourceLocation: SourceLocation = #_sourceLocation
+) throws -> String {
     let result = try TPM2Tools.run(arguments, tcti: simulator.tcti, workingDirectory: directory, input: input)
-    #expect(result.status == 0, "\(arguments.joined(separator: " ")): \(result.errorOutput)", sourceLocation: sourceLocation)
+    #expect(
+        result.status == 0, "\(arguments.joined(separator: " ")): \(result.errorOutput)", sourceLocation: sourceLocation
+    )
     return result.output
 }
 
@@ -83,7 +91,9 @@ func required<T>(_ value: T?) throws -> T {
 
 /// tpm2-tools' arguments for the TCG SRK template (EK Credential Profile L-2 with the provisioning
 /// guidance's changes). tpm2-tools 5.4 takes the zero-filled unique field only from standard input.
-let tcgStorageKeyArguments = ["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:aes128cfb", "-a",
-                              "decrypt|restricted|fixedtpm|fixedparent|sensitivedataorigin|userwithauth|noda",
-                              "--unique-data", "-"]
+let tcgStorageKeyArguments = [
+    "tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:aes128cfb", "-a",
+    "decrypt|restricted|fixedtpm|fixedparent|sensitivedataorigin|userwithauth|noda",
+    "--unique-data", "-",
+]
 let tcgStorageKeyUnique = [UInt8](repeating: 0, count: 64)

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
 import WireFormat
 
 // The device's NV counters: reading, defining and asserting them, and the biometric enrollment
@@ -13,7 +13,8 @@ extension Device {
     /// reported as taken rather than read.
     func counter(_ index: UInt32, _ state: State, _ tpm: TPMConnection) throws(KeychainError) -> UInt64? {
         do {
-            return try tpm.readNVCounter(index, authValue: state.indices.all.contains(index) ? state.nvAuthorization : nil)
+            return try tpm.readNVCounter(
+                index, authValue: state.indices.all.contains(index) ? state.nvAuthorization : nil)
         } catch let error as TPMError where error.code == .handleNotFound {
             return nil
         } catch let error as TPMError where error.code == .nvIndexUninitialized {
@@ -26,14 +27,16 @@ extension Device {
     }
 
     static func taken(_ index: UInt32, _ error: TPMError) -> KeychainError {
-        KeychainError(.notAvailable, "The device's NV index 0x\(String(index, radix: 16)) was undefined and defined again by someone else (it no longer accepts the device's authorization): what it guards cannot be checked. Nothing was changed",
-                   underlying: error)
+        KeychainError(
+            .notAvailable,
+            "The device's NV index 0x\(String(index, radix: 16)) was undefined and defined again by someone else (it no longer accepts the device's authorization): what it guards cannot be checked. Nothing was changed",
+            underlying: error)
     }
 
     /// Whether the index at `index` is a counter (TPM_NT_COUNTER); false when it is not defined.
     func isCounter(_ index: UInt32, _ tpm: TPMConnection) throws(KeychainError) -> Bool {
         guard let attributes = try tpmCall({ try tpm.nvIndexAttributes(index) }) else { return false }
-        return (attributes >> 4) & 0xF == 1   // TPMA_NV_TPM_NT, bits 7:4 (Part 2 §13.4); TPM_NT_COUNTER = 1
+        return (attributes >> 4) & 0xF == 1 // TPMA_NV_TPM_NT, bits 7:4 (Part 2 §13.4); TPM_NT_COUNTER = 1
     }
 
     /// The counter's value, defining it again (as the device defines it) when it is gone: records
@@ -41,25 +44,34 @@ extension Device {
     /// another shape at the handle is someone else's, and refused.
     func ensureCounter(_ index: UInt32, _ state: State, _ tpm: TPMConnection) throws(KeychainError) -> UInt64 {
         if let value = try counter(index, state, tpm), value > 0 {
-            guard try tpmCall({ try tpm.nvIndexIsAsDefined(index, kind: .counter, options: .noDictionaryAttack) }) == true else {
-                throw KeychainError(.notAvailable, "NV index 0x\(String(index, radix: 16)), the device's counter, was replaced by an index of another kind: someone else defined it. Nothing was changed")
+            guard
+                try tpmCall({ try tpm.nvIndexIsAsDefined(index, kind: .counter, options: .noDictionaryAttack) }) == true
+            else {
+                throw KeychainError(
+                    .notAvailable,
+                    "NV index 0x\(String(index, radix: 16)), the device's counter, was replaced by an index of another kind: someone else defined it. Nothing was changed"
+                )
             }
             return value
         }
         try tpmCall {
             if try tpm.nvIndexAttributes(index) == nil {
-                try tpm.defineNVIndex(index, kind: .counter, authValue: state.nvAuthorization, options: .noDictionaryAttack)
+                try tpm.defineNVIndex(
+                    index, kind: .counter, authValue: state.nvAuthorization, options: .noDictionaryAttack)
             }
             try tpm.incrementNVCounter(index, authValue: state.nvAuthorization)
         }
         guard let value = try counter(index, state, tpm) else {
-            throw KeychainError(.tpmUnavailable, "The TPM lost NV counter 0x\(String(index, radix: 16)) just after defining it")
+            throw KeychainError(
+                .tpmUnavailable, "The TPM lost NV counter 0x\(String(index, radix: 16)) just after defining it")
         }
         return value
     }
 
     /// A PolicyNV assertion that the counter at `index` equals `value`.
-    func counterAssertion(_ index: UInt32, equals value: UInt64, _ tpm: TPMConnection) throws(KeychainError) -> PolicyAssertion {
+    func counterAssertion(
+        _ index: UInt32, equals value: UInt64, _ tpm: TPMConnection
+    ) throws(KeychainError) -> PolicyAssertion {
         var operand = WireWriter()
         operand.append(value)
         let name = try tpmCall { try tpm.nvIndexName(index) }
@@ -89,7 +101,9 @@ extension Device {
     /// the one last seen. The common case (unchanged) reads the state and sends nothing more.
     func checkEnrollment(identifier: [UInt8]?, _ connection: TPMConnection) throws(KeychainError) {
         let hash = Self.enrollmentHash(identifier)
-        if let state = try state(connection), state.file.enrollmentRecorded, state.file.enrollmentHash == hash { return }
+        if let state = try state(connection), state.file.enrollmentRecorded, state.file.enrollmentHash == hash {
+            return
+        }
         let directory = try directory()
         let lock = try directory.lock("device.lock", timeout: tpm.timeout)
         defer { withExtendedLifetime(lock) {} }
@@ -101,8 +115,10 @@ extension Device {
         identifier.map { Array(SHA256.hash(data: $0)) } ?? [UInt8](repeating: 0, count: 32)
     }
 
-    private func noteEnrollment(identifier: [UInt8]?, _ state: inout State, _ directory: Directory,
-                                _ connection: TPMConnection) throws(KeychainError) -> UInt64 {
+    private func noteEnrollment(
+        identifier: [UInt8]?, _ state: inout State, _ directory: Directory,
+        _ connection: TPMConnection
+    ) throws(KeychainError) -> UInt64 {
         let hash = Self.enrollmentHash(identifier)
         let counterIndex = state.indices.enrollmentCounter
         let value = try ensureCounter(counterIndex, state, connection)

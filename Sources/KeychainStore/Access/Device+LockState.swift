@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
 
 // The lock state, as an NV index the TPM asserts in key records' policies.
 extension Device {
@@ -29,15 +29,18 @@ extension Device {
         let index = state.indices.lockState
         do {
             if try connection.nvIndexAttributes(index) == nil {
-                try connection.defineNVIndex(index, kind: .ordinary(size: 2), authValue: state.nvAuthorization, options: Self.lockStateOptions)
+                try connection.defineNVIndex(
+                    index, kind: .ordinary(size: 2), authValue: state.nvAuthorization, options: Self.lockStateOptions)
             }
-            try connection.writeNV(index, data: SecretBytes(copying: [1, unlocked ? 1 : 0]), authValue: state.nvAuthorization)
+            try connection.writeNV(
+                index, data: SecretBytes(copying: [1, unlocked ? 1 : 0]), authValue: state.nvAuthorization)
         } catch let error as TPMError where error.code == .authorizationFailed {
             throw Self.taken(index, error)
         } catch {
             throw KeychainError(deviceTPM: error)
         }
-        try directory().replace(Self.lockStampName, with: Array(String(UInt64(Date().timeIntervalSince1970 * 1e9)).utf8), durable: false)
+        try directory().replace(
+            Self.lockStampName, with: Array(String(UInt64(Date().timeIntervalSince1970 * 1e9)).utf8), durable: false)
     }
 
     /// `lock.stamp`: rewritten at every lock and unlock. Its identity (inode, modification time) is
@@ -66,13 +69,17 @@ extension Device {
     /// A PolicyNV assertion on the lock state: byte 0 (`sinceBoot`) or 1 equal to 1. A missing
     /// index is defined again locked when a passcode is set (someone undefined it: nothing proves
     /// the person unlocked), unlocked otherwise.
-    func lockAssertion(_ requirement: LockRequirement, _ state: State, _ connection: TPMConnection) throws(KeychainError) -> PolicyAssertion? {
+    func lockAssertion(
+        _ requirement: LockRequirement, _ state: State, _ connection: TPMConnection
+    ) throws(KeychainError) -> PolicyAssertion? {
         guard requirement != .none else { return nil }
         if try lockState(state, connection) == nil {
             try writeLockState(unlocked: state.file.passcode == nil, state, connection)
         }
         let name = try tpmCall { try connection.nvIndexName(state.indices.lockState) }
-        return .nv(index: state.indices.lockState, indexName: name, operand: [1], offset: requirement == .unlocked ? 1 : 0, comparison: .equal)
+        return .nv(
+            index: state.indices.lockState, indexName: name, operand: [1], offset: requirement == .unlocked ? 1 : 0,
+            comparison: .equal)
     }
 
     func tpmCall<R>(_ body: () throws -> R) throws(KeychainError) -> R {
@@ -96,10 +103,19 @@ extension KeychainError {
         switch error.code {
         case .tpmUnavailable: self.init(.tpmUnavailable, "The TPM cannot be reached", underlying: error)
         case .busy, .timedOut: self.init(.timedOut, "The TPM did not answer in time", underlying: error)
-        case .lockout: self.init(.lockout, "The TPM is in dictionary-attack lockout: it recovers with time, or at once when reset with its lockout authorization", underlying: error)
-        case .authorizationFailed: self.init(.authenticationFailed, "The TPM refused the authorization", underlying: error)
+        case .lockout:
+            self.init(
+                .lockout,
+                "The TPM is in dictionary-attack lockout: it recovers with time, or at once when reset with its lockout authorization",
+                underlying: error)
+        case .authorizationFailed:
+            self.init(.authenticationFailed, "The TPM refused the authorization", underlying: error)
         case .ownerAuthorizationFailed: self.init(.authenticationFailed, error.message, underlying: error)
-        case .outOfResources: self.init(.notAvailable, "The TPM has no room for another NV index or object; free one (tpm2_nvundefine) or clear the TPM", underlying: error)
+        case .outOfResources:
+            self.init(
+                .notAvailable,
+                "The TPM has no room for another NV index or object; free one (tpm2_nvundefine) or clear the TPM",
+                underlying: error)
         default: self.init(.tpmUnavailable, "The TPM failed: \(error.message)", underlying: error)
         }
     }

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 package import TPM
-package import KeychainVocabulary
 
 // The device passcode: set, change and remove it, the passcode key sealed under it, and
 // unlocking and locking with it.
@@ -36,8 +36,9 @@ extension Device {
         }
         let key = fromSystem.withUnsafeBytes { system in
             fromTPM.withUnsafeBytes { tpm in
-                HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Array(system) + Array(tpm)),
-                                       info: Array("TPMKeychain passcode key seed".utf8), outputByteCount: 32)
+                HKDF<SHA256>.deriveKey(
+                    inputKeyMaterial: SymmetricKey(data: Array(system) + Array(tpm)),
+                    info: Array("TPMKeychain passcode key seed".utf8), outputByteCount: 32)
             }
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
@@ -66,8 +67,10 @@ extension Device {
     /// Verifies `old`, writes the next state (``DeviceFile/nextFileName``), moves the passcode
     /// counter, then renames the next state into place. A crash at any point leaves either the
     /// old passcode working (the counter did not move) or the new state ready for ``state(_:)``.
-    private func replacePasscode(_ old: SecretBytes,
-                                 _ change: (inout State, SecretBytes, UInt64, TPMConnection) throws(KeychainError) -> Void) throws(KeychainError) {
+    private func replacePasscode(
+        _ old: SecretBytes,
+        _ change: (inout State, SecretBytes, UInt64, TPMConnection) throws(KeychainError) -> Void
+    ) throws(KeychainError) {
         try withDevice { (state, directory, connection) throws(KeychainError) in
             guard let current = state.file.passcode else {
                 throw KeychainError(.passcodeNotSet, "No device passcode is set")
@@ -77,7 +80,9 @@ extension Device {
             // A change keeps the key (the same seed, sealed again); a removal retires it.
             if state.file.passcode?.publicKey != current.publicKey { state.file.retire(current) }
             try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
-            try tpmCall { try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization) }
+            try tpmCall {
+                try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization)
+            }
             try write(&state, as: DeviceFile.fileName, in: directory, connection)
             _ = try directory.remove(DeviceFile.nextFileName, durable: true)
             try writeLockState(unlocked: true, state, connection)
@@ -95,10 +100,14 @@ extension Device {
     }
 
     /// - Throws: ``KeychainError`` `.tampered` when `device.meta` fails authentication.
-    package func standing(ofPasscodeKey publicKey: [UInt8], _ connection: TPMConnection? = nil) throws(KeychainError) -> PasscodeKeyStanding {
+    package func standing(
+        ofPasscodeKey publicKey: [UInt8], _ connection: TPMConnection? = nil
+    ) throws(KeychainError) -> PasscodeKeyStanding {
         guard let file = try state(connection)?.file else { return .unknown }
         if let current = file.passcode, current.publicKey == publicKey { return .current }
-        if let retired = file.retiredPasscodeKeys.last(where: { $0.publicKey == publicKey }) { return .retired(epoch: retired.epoch) }
+        if let retired = file.retiredPasscodeKeys.last(where: { $0.publicKey == publicKey }) {
+            return .retired(epoch: retired.epoch)
+        }
         return .unknown
     }
 
@@ -121,7 +130,9 @@ extension Device {
         try withConnection { (connection) throws(KeychainError) in try passcodePrivateKey(passcode, connection) }
     }
 
-    func passcodePrivateKey(_ passcode: SecretBytes, _ connection: TPMConnection) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
+    func passcodePrivateKey(
+        _ passcode: SecretBytes, _ connection: TPMConnection
+    ) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
         guard let state = try state(connection), let current = state.file.passcode else {
             throw KeychainError(.passcodeNotSet, "No device passcode is set")
         }
@@ -132,7 +143,9 @@ extension Device {
     package func unlock(passcode: SecretBytes) throws(KeychainError) {
         try withConnection { (connection) throws(KeychainError) in
             _ = try passcodePrivateKey(passcode, connection)
-            guard let state = try state(connection) else { throw KeychainError(.passcodeNotSet, "No device passcode is set") }
+            guard let state = try state(connection) else {
+                throw KeychainError(.passcodeNotSet, "No device passcode is set")
+            }
             try writeLockState(unlocked: true, state, connection)
         }
     }
@@ -143,7 +156,8 @@ extension Device {
     package func lock() throws(KeychainError) {
         try withConnection { (connection) throws(KeychainError) in
             guard let state = try state(connection), state.file.passcode != nil else {
-                throw KeychainError(.passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
+                throw KeychainError(
+                    .passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
             }
             try writeLockState(unlocked: false, state, connection)
         }
@@ -157,10 +171,14 @@ extension Device {
         }
     }
 
-    private func sealPasscodeKey(seed: SecretBytes, passcode: SecretBytes, epoch: UInt64, _ state: State,
-                                 _ connection: TPMConnection) throws(KeychainError) -> DeviceFile.PasscodeKey {
+    private func sealPasscodeKey(
+        seed: SecretBytes, passcode: SecretBytes, epoch: UInt64, _ state: State,
+        _ connection: TPMConnection
+    ) throws(KeychainError) -> DeviceFile.PasscodeKey {
         let salt = randomBytes(32)
-        let policy = Policy([.authValue, try counterAssertion(state.indices.passcodeCounter, equals: epoch, connection), .unsealOnly])
+        let policy = Policy([
+            .authValue, try counterAssertion(state.indices.passcodeCounter, equals: epoch, connection), .unsealOnly,
+        ])
         let sealed = try tpmCall {
             try connection.seal(seed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: salt))
         }
@@ -168,18 +186,29 @@ extension Device {
         return DeviceFile.PasscodeKey(salt: salt, epoch: epoch, publicKey: Array(publicKey), sealedSeed: sealed)
     }
 
-    private func openPasscodeKey(_ key: DeviceFile.PasscodeKey, passcode: SecretBytes, _ state: State,
-                                 _ connection: TPMConnection) throws(KeychainError) -> SecretBytes {
-        let policy = Policy([.authValue, try counterAssertion(state.indices.passcodeCounter, equals: key.epoch, connection), .unsealOnly])
+    private func openPasscodeKey(
+        _ key: DeviceFile.PasscodeKey, passcode: SecretBytes, _ state: State,
+        _ connection: TPMConnection
+    ) throws(KeychainError) -> SecretBytes {
+        let policy = Policy([
+            .authValue, try counterAssertion(state.indices.passcodeCounter, equals: key.epoch, connection), .unsealOnly,
+        ])
         do {
-            return try connection.unseal(key.sealedSeed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: key.salt),
-                                         nvAuthorizations: nvAuthorizations(state))
+            return try connection.unseal(
+                key.sealedSeed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: key.salt),
+                nvAuthorizations: nvAuthorizations(state))
         } catch let error as TPMError {
             switch error.code {
             case .authorizationFailed:
-                throw KeychainError(.authenticationFailed, "Wrong device passcode (the TPM counted this try toward its dictionary-attack lockout)", underlying: error)
+                throw KeychainError(
+                    .authenticationFailed,
+                    "Wrong device passcode (the TPM counted this try toward its dictionary-attack lockout)",
+                    underlying: error)
             case .policyCheckFailed:
-                throw KeychainError(.itemInvalidated, "The device passcode key in \(directoryPath) belongs to an older passcode (the passcode counter moved on): it was restored from a backup or replaced", underlying: error)
+                throw KeychainError(
+                    .itemInvalidated,
+                    "The device passcode key in \(directoryPath) belongs to an older passcode (the passcode counter moved on): it was restored from a backup or replaced",
+                    underlying: error)
             default:
                 throw KeychainError(deviceTPM: error)
             }

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+package import KeychainVocabulary
 import SystemCalls
 package import TPM
-package import KeychainVocabulary
 
 /// The device: a user's passcode, biometric enrollment epoch and lock state on one TPM, shared by
 /// every store of that user on that TPM (as an iPhone's passcode is shared by its apps).
@@ -74,17 +74,22 @@ package final class Device: Sendable {
         guard let current = try read(DeviceFile.fileName, in: directory, connection) else {
             // A next file alone is a first passcode whose rename did not happen.
             if var next = try read(DeviceFile.nextFileName, in: directory, connection),
-               next.file.passcode?.epoch == (try? counter(next.indices.passcodeCounter, next, connection)) {
+                next.file.passcode?.epoch == (try? counter(next.indices.passcodeCounter, next, connection))
+            {
                 try adopt(&next, directory, connection)
                 return next
             }
             return nil
         }
-        if var next = try read(DeviceFile.nextFileName, in: directory, connection), next.file.nvBase == current.file.nvBase {
+        if var next = try read(DeviceFile.nextFileName, in: directory, connection),
+            next.file.nvBase == current.file.nvBase
+        {
             // A change wrote its next state, then may or may not have moved the counter: the
             // counter decides which file is the device's state.
             let value = try counter(current.indices.passcodeCounter, current, connection)
-            if value != current.file.passcode?.epoch, next.file.passcode?.epoch == value || (next.file.passcode == nil && value != nil) {
+            if value != current.file.passcode?.epoch,
+                next.file.passcode?.epoch == value || (next.file.passcode == nil && value != nil)
+            {
                 try adopt(&next, directory, connection)
                 return next
             }
@@ -99,14 +104,19 @@ package final class Device: Sendable {
     }
 
     /// The state in `name`, authenticated with the device secret (unsealed once per process).
-    private func read(_ name: String, in directory: Directory, _ connection: TPMConnection) throws(KeychainError) -> State? {
+    private func read(
+        _ name: String, in directory: Directory, _ connection: TPMConnection
+    ) throws(KeychainError) -> State? {
         guard let file = try directory.openFile(name) else { return nil }
         guard file.size <= 16384 else { throw KeychainError(.tampered, "\(file.path) is too large to be device state") }
         let parsed = try DeviceFile.parse(try file.read(count: file.size, at: 0), path: file.path)
         guard let sealed = parsed.file.sealedSecret else {
             // Version 1: nothing to authenticate with; its handles are the user's.
             guard parsed.file.nvBase == legacyIndices.base else {
-                throw KeychainError(.tampered, "\(file.path) names NV handles 0x\(String(parsed.file.nvBase, radix: 16)), not this user's 0x\(String(legacyIndices.base, radix: 16))")
+                throw KeychainError(
+                    .tampered,
+                    "\(file.path) names NV handles 0x\(String(parsed.file.nvBase, radix: 16)), not this user's 0x\(String(legacyIndices.base, radix: 16))"
+                )
             }
             return State(file: parsed.file, secret: nil)
         }
@@ -115,14 +125,21 @@ package final class Device: Sendable {
         return State(file: parsed.file, secret: secret)
     }
 
-    private func unsealSecret(_ sealed: SealedObject, _ connection: TPMConnection, path: String) throws(KeychainError) -> SecretBytes {
+    private func unsealSecret(
+        _ sealed: SealedObject, _ connection: TPMConnection, path: String
+    ) throws(KeychainError) -> SecretBytes {
         let bytes = sealed.serialized()
         if let cached = Self.secrets.withLock({ $0[directoryPath] }), cached.sealed == bytes { return cached.secret }
         let secret: SecretBytes
         do {
             secret = try connection.unseal(sealed)
-        } catch let error as TPMError where error.code == .malformedData || error.code == .wrongStorageKey || error.code == .policyCheckFailed {
-            throw KeychainError(.tampered, "\(path) holds a device secret this TPM does not unseal: it belongs to another TPM, or was damaged", underlying: error)
+        } catch let error as TPMError
+            where error.code == .malformedData || error.code == .wrongStorageKey || error.code == .policyCheckFailed
+        {
+            throw KeychainError(
+                .tampered,
+                "\(path) holds a device secret this TPM does not unseal: it belongs to another TPM, or was damaged",
+                underlying: error)
         } catch {
             throw KeychainError(deviceTPM: error)
         }
@@ -133,7 +150,9 @@ package final class Device: Sendable {
     /// Writes `state`. A version-1 state gets its secret at its first write (its indices stay as
     /// they are), made on the connection the caller holds: a second one would wait for the first
     /// on a TPM without resource manager.
-    func write(_ state: inout State, as name: String, in directory: Directory, _ connection: TPMConnection) throws(KeychainError) {
+    func write(
+        _ state: inout State, as name: String, in directory: Directory, _ connection: TPMConnection
+    ) throws(KeychainError) {
         if state.secret == nil {
             let made = try tpmCall { try connection.generateSealedKey() }
             state.file.sealedSecret = made.sealed
@@ -154,7 +173,9 @@ package final class Device: Sendable {
 
     /// Runs `body` holding the device's lock, with a TPM connection and the device's state,
     /// making the device first when there is none.
-    func withDevice<R>(_ body: (inout State, Directory, TPMConnection) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    func withDevice<R>(
+        _ body: (inout State, Directory, TPMConnection) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         let directory = try directory()
         let lock = try directory.lock("device.lock", timeout: tpm.timeout)
         defer { withExtendedLifetime(lock) {} }
@@ -174,7 +195,8 @@ package final class Device: Sendable {
     package func withConnection<R>(_ body: (TPMConnection) throws(KeychainError) -> R) throws(KeychainError) -> R {
         let connection: TPMConnection
         do {
-            let cache = (try? Directory.open(directoryPath, in: nil, create: false)).flatMap { $0 }.map(StorageKeyContextFile.init(directory:))
+            let cache = (try? Directory.open(directoryPath, in: nil, create: false)).flatMap { $0 }.map(
+                StorageKeyContextFile.init(directory:))
             connection = try TPMConnection(tpm, storageKeyContextCache: cache)
         } catch {
             throw KeychainError(deviceTPM: error)
@@ -209,24 +231,32 @@ package final class Device: Sendable {
         for _ in 0..<Self.handleAttempts {
             let indices = DeviceIndices.random()
             guard try defineIndices(indices, authorization, connection) else { continue }
-            var state = State(file: DeviceFile(nvBase: indices.base, legacyIndices: false, sealedSecret: sealed), secret: secret)
+            var state = State(
+                file: DeviceFile(nvBase: indices.base, legacyIndices: false, sealedSecret: sealed), secret: secret)
             try write(&state, as: DeviceFile.fileName, in: directory, connection)
             Self.secrets.withLock { $0[directoryPath] = (sealed.serialized(), secret) }
             return state
         }
-        throw KeychainError(.notAvailable, "No free NV handles for the device's indices in 0x01800000-0x01BFFFFF after \(Self.handleAttempts) tries: free some (tpm2_getcap handles-nv-index)")
+        throw KeychainError(
+            .notAvailable,
+            "No free NV handles for the device's indices in 0x01800000-0x01BFFFFF after \(Self.handleAttempts) tries: free some (tpm2_getcap handles-nv-index)"
+        )
     }
 
     /// Defines the three indices; false (and nothing left defined) when a handle is taken.
-    private func defineIndices(_ indices: DeviceIndices, _ authorization: SecretBytes, _ connection: TPMConnection) throws(KeychainError) -> Bool {
+    private func defineIndices(
+        _ indices: DeviceIndices, _ authorization: SecretBytes, _ connection: TPMConnection
+    ) throws(KeychainError) -> Bool {
         var defined: [UInt32] = []
         do {
             for counter in [indices.enrollmentCounter, indices.passcodeCounter] {
-                try connection.defineNVIndex(counter, kind: .counter, authValue: authorization, options: .noDictionaryAttack)
+                try connection.defineNVIndex(
+                    counter, kind: .counter, authValue: authorization, options: .noDictionaryAttack)
                 defined.append(counter)
                 try connection.incrementNVCounter(counter, authValue: authorization)
             }
-            try connection.defineNVIndex(indices.lockState, kind: .ordinary(size: 2), authValue: authorization, options: Self.lockStateOptions)
+            try connection.defineNVIndex(
+                indices.lockState, kind: .ordinary(size: 2), authValue: authorization, options: Self.lockStateOptions)
             return true
         } catch let error as TPMError where error.code == .nvIndexAlreadyDefined {
             for index in defined { try? connection.undefineNVIndex(index) }
@@ -245,12 +275,17 @@ package final class Device: Sendable {
     package func status() throws(KeychainError) -> Status {
         try withConnection { (connection) throws(KeychainError) in
             let state = try state(connection)
-            return Status(passcodeSet: state?.file.passcode != nil, enrollmentRecorded: state?.file.enrollmentRecorded ?? false,
-                          enrollmentCounter: try state.flatMap { (state) throws(KeychainError) in try counter(state.indices.enrollmentCounter, state, connection) },
-                          passcodeCounter: try state.flatMap { (state) throws(KeychainError) in try counter(state.indices.passcodeCounter, state, connection) },
-                          lockState: try state.flatMap { (state) throws(KeychainError) in try lockState(state, connection) },
-                          dictionaryAttack: try tpmCall { try connection.dictionaryAttackStatus() }, indices: state?.indices,
-                          legacyIndices: state?.file.legacyIndices ?? false)
+            return Status(
+                passcodeSet: state?.file.passcode != nil, enrollmentRecorded: state?.file.enrollmentRecorded ?? false,
+                enrollmentCounter: try state.flatMap { (state) throws(KeychainError) in
+                    try counter(state.indices.enrollmentCounter, state, connection)
+                },
+                passcodeCounter: try state.flatMap { (state) throws(KeychainError) in
+                    try counter(state.indices.passcodeCounter, state, connection)
+                },
+                lockState: try state.flatMap { (state) throws(KeychainError) in try lockState(state, connection) },
+                dictionaryAttack: try tpmCall { try connection.dictionaryAttackStatus() }, indices: state?.indices,
+                legacyIndices: state?.file.legacyIndices ?? false)
         }
     }
 
@@ -258,7 +293,8 @@ package final class Device: Sendable {
     /// for what only adds protection or only finds something authenticated elsewhere.
     func peek() throws(KeychainError) -> DeviceFile? {
         guard let directory = try Directory.open(directoryPath, in: nil, create: false),
-              let file = try directory.openFile(DeviceFile.fileName) else { return nil }
+            let file = try directory.openFile(DeviceFile.fileName)
+        else { return nil }
         guard file.size <= 16384 else { throw KeychainError(.tampered, "\(file.path) is too large to be device state") }
         return try DeviceFile.parse(try file.read(count: file.size, at: 0), path: file.path).file
     }

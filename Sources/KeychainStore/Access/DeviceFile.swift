@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import TPM
 import KeychainVocabulary
+import TPM
 import WireFormat
 
 /// `device.meta`, the device's state beside its TPM counters (docs/FORMAT.md, "Device state").
@@ -96,25 +96,32 @@ struct DeviceFile: Sendable, Equatable {
     /// Records that `key` is removed (keeping at most ``maximumRetiredKeys``).
     mutating func retire(_ key: PasscodeKey) {
         retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: key.publicKey, epoch: key.epoch))
-        if retiredPasscodeKeys.count > Self.maximumRetiredKeys { retiredPasscodeKeys.removeFirst(retiredPasscodeKeys.count - Self.maximumRetiredKeys) }
+        if retiredPasscodeKeys.count > Self.maximumRetiredKeys {
+            retiredPasscodeKeys.removeFirst(retiredPasscodeKeys.count - Self.maximumRetiredKeys)
+        }
     }
 
     /// The authorization value of the sealed passcode key: the passcode itself never reaches the TPM.
     static func authValue(passcode: SecretBytes, salt: [UInt8]) -> SecretBytes {
         let key = passcode.withUnsafeBytes { bytes in
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: bytes), salt: salt, info: passcodeInfo, outputByteCount: 32)
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: bytes), salt: salt, info: passcodeInfo, outputByteCount: 32)
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 
     /// The key of the file's MAC.
     static func macKey(secret: SecretBytes) -> SymmetricKey {
-        secret.withUnsafeBytes { HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: macInfo, outputByteCount: 32) }
+        secret.withUnsafeBytes {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: macInfo, outputByteCount: 32)
+        }
     }
 
     /// The authorization value of the device's NV indices.
     static func nvAuthorization(secret: SecretBytes) -> SecretBytes {
-        let key = secret.withUnsafeBytes { HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: nvInfo, outputByteCount: 32) }
+        let key = secret.withUnsafeBytes {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: nvInfo, outputByteCount: 32)
+        }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 
@@ -146,7 +153,8 @@ struct DeviceFile: Sendable, Equatable {
         writer.append(UInt16(sealedSecret.count))
         writer.append(raw: sealedSecret)
         let body = writer.bytes
-        return body + Array(HMAC<SHA256>.authenticationCode(for: Self.macDomain + body, using: Self.macKey(secret: secret)))
+        return body
+            + Array(HMAC<SHA256>.authenticationCode(for: Self.macDomain + body, using: Self.macKey(secret: secret)))
     }
 
     /// What parsing found: the state, and for version 2 the bytes its MAC covers and the MAC,
@@ -160,9 +168,15 @@ struct DeviceFile: Sendable, Equatable {
         /// - Throws: ``KeychainError`` `.tampered` when the MAC fails.
         func authenticate(secret: SecretBytes, path: String) throws(KeychainError) {
             guard version >= 2 else { return }
-            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: DeviceFile.macDomain + authenticated,
-                                                         using: DeviceFile.macKey(secret: secret)) else {
-                throw KeychainError(.tampered, "\(path) fails authentication: it was edited, or it is another device's state (its MAC is under a secret only this device's TPM unseals)")
+            guard
+                HMAC<SHA256>.isValidAuthenticationCode(
+                    mac, authenticating: DeviceFile.macDomain + authenticated,
+                    using: DeviceFile.macKey(secret: secret))
+            else {
+                throw KeychainError(
+                    .tampered,
+                    "\(path) fails authentication: it was edited, or it is another device's state (its MAC is under a secret only this device's TPM unseals)"
+                )
             }
         }
     }
@@ -185,7 +199,9 @@ struct DeviceFile: Sendable, Equatable {
             let publicKey = try reader.readBytes(32)
             let sealedLength = Int(try reader.readUInt16())
             let knownFlags: UInt8 = version == 1 ? 3 : 7
-            guard flags & ~knownFlags == 0, reserved == [0, 0, 0], sealedLength <= maximumSealedSize, (flags & 2 != 0) == (sealedLength > 0) else {
+            guard flags & ~knownFlags == 0, reserved == [0, 0, 0], sealedLength <= maximumSealedSize,
+                (flags & 2 != 0) == (sealedLength > 0)
+            else {
                 throw KeychainError(.tampered, "\(path) is damaged device state")
             }
             let sealed = try reader.readBytes(sealedLength)
@@ -193,17 +209,23 @@ struct DeviceFile: Sendable, Equatable {
             file.enrollmentRecorded = flags & 1 != 0
             file.enrollmentHash = enrollmentHash
             if sealedLength > 0 {
-                file.passcode = PasscodeKey(salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed))
+                file.passcode = PasscodeKey(
+                    salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed))
             }
             var parsed = Parsed(file: file, version: version)
             if version >= 2 {
                 let count = Int(try reader.readUInt16())
-                guard count <= maximumRetiredKeys else { throw KeychainError(.tampered, "\(path) lists too many retired passcode keys") }
+                guard count <= maximumRetiredKeys else {
+                    throw KeychainError(.tampered, "\(path) lists too many retired passcode keys")
+                }
                 for _ in 0..<count {
-                    parsed.file.retiredPasscodeKeys.append(RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
+                    parsed.file.retiredPasscodeKeys.append(
+                        RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
                 }
                 let secretLength = Int(try reader.readUInt16())
-                guard secretLength > 0, secretLength <= maximumSealedSize else { throw KeychainError(.tampered, "\(path) is damaged device state") }
+                guard secretLength > 0, secretLength <= maximumSealedSize else {
+                    throw KeychainError(.tampered, "\(path) is damaged device state")
+                }
                 parsed.file.sealedSecret = try SealedObject(serialized: try reader.readBytes(secretLength))
                 parsed.authenticated = Array(bytes[0..<(bytes.count - reader.remaining)])
                 parsed.mac = try reader.readBytes(32)

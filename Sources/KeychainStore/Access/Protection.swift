@@ -70,6 +70,7 @@ package struct Protection: Sendable, Hashable {
     /// Whether reading needs the passcode key the record was made for to be the device's current
     /// one: whenPasscodeSet items, and a passcode protector that is the only way in or half of it.
     package var needsPasscodeKey: Bool {
-        accessibility == .whenPasscodeSetThisDeviceOnly || (hasPasscodeProtector && (!hasSealedProtector || needsBothProtectors))
+        accessibility == .whenPasscodeSetThisDeviceOnly
+            || (hasPasscodeProtector && (!hasSealedProtector || needsBothProtectors))
     }
 }

@@ -40,8 +40,12 @@ package enum FaultInjection {
 
     /// Makes `step` fail with `errno` for files whose path contains `pathContaining`, after
     /// letting `skipping` of them through.
-    package static func arm(_ step: Step, errno: Int32, pathContaining: String? = nil, times: Int? = nil, skipping: Int = 0) {
-        fault.withLock { $0 = Fault(step: step, errno: errno, pathContaining: pathContaining, times: times, skipping: skipping) }
+    package static func arm(
+        _ step: Step, errno: Int32, pathContaining: String? = nil, times: Int? = nil, skipping: Int = 0
+    ) {
+        fault.withLock {
+            $0 = Fault(step: step, errno: errno, pathContaining: pathContaining, times: times, skipping: skipping)
+        }
         isArmed.store(true, ordering: .releasing)
     }
 
@@ -54,7 +58,8 @@ package enum FaultInjection {
     static func check(_ step: Step, path: @autoclosure () -> String) throws(Errno) {
         guard isArmed.load(ordering: .relaxed) else { return }
         let code = fault.withLock { (fault) -> Int32? in
-            guard var armed = fault, armed.step == step, armed.pathContaining.map({ path().contains($0) }) ?? true else { return nil }
+            guard var armed = fault, armed.step == step, armed.pathContaining.map({ path().contains($0) }) ?? true
+            else { return nil }
             if armed.skipping > 0 {
                 armed.skipping -= 1
                 fault = armed

@@ -1,5 +1,6 @@
-import SystemCalls
 import KeychainVocabulary
+import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -31,7 +32,9 @@ final class OpenFile {
             let read: Int
             do {
                 read = try retryingInterrupts {
-                    buffer.withUnsafeMutableBytes { raw in pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset + done)) }
+                    buffer.withUnsafeMutableBytes { raw in
+                        pread(descriptor, raw.baseAddress! + done, count - done, off_t(offset + done))
+                    }
                 }
             } catch {
                 throw KeychainError(.storageFailed, "Cannot read \(path)", underlying: error)

@@ -1,5 +1,6 @@
-import SystemCalls
 import KeychainVocabulary
+import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -50,10 +51,16 @@ enum Ownership {
     static func check(_ status: stat, path: String, sharing: Sharing) throws(KeychainError) {
         if case .group(let group) = sharing {
             guard status.st_gid == group else {
-                throw KeychainError(.unsafeFileSystem, "\(path) belongs to group \(status.st_gid), not to the store's group (\(group)); refusing to use it")
+                throw KeychainError(
+                    .unsafeFileSystem,
+                    "\(path) belongs to group \(status.st_gid), not to the store's group (\(group)); refusing to use it"
+                )
             }
             guard status.st_mode & 0o007 == 0 else {
-                throw KeychainError(.unsafeFileSystem, "\(path) has mode \(String(status.st_mode & 0o7777, radix: 8)); a shared store allows its group and no one else")
+                throw KeychainError(
+                    .unsafeFileSystem,
+                    "\(path) has mode \(String(status.st_mode & 0o7777, radix: 8)); a shared store allows its group and no one else"
+                )
             }
             return
         }
@@ -61,9 +68,13 @@ enum Ownership {
         case nil:
             return
         case .foreignOwner(let owner):
-            throw KeychainError(.unsafeFileSystem, "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
+            throw KeychainError(
+                .unsafeFileSystem,
+                "\(path) belongs to user \(owner), not to this user (\(effectiveUser)); refusing to use it")
         case .looseMode(let mode):
-            throw KeychainError(.unsafeFileSystem, "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
+            throw KeychainError(
+                .unsafeFileSystem,
+                "\(path) has mode \(String(mode, radix: 8)); the keychain requires 0700 directories and 0600 files")
         }
     }
 }

@@ -1,5 +1,5 @@
-import TPM
 package import KeychainVocabulary
+import TPM
 import WireFormat
 
 extension AttributeList {

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+import KeychainVocabulary
 import SystemCalls
 import TPM
-import KeychainVocabulary
 import WireFormat
 
 /// The item file, format version 2 (docs/FORMAT.md, "Item file, format 2"), which every store
@@ -68,8 +68,12 @@ enum ItemFileV2 {
         var salt: ArraySlice<UInt8> { bytes[72..<104] }
         var nonce: [UInt8] { Array(bytes[104..<116]) }
 
-        var attributesRange: Range<Int> { ItemFileV2.headerSize..<ItemFileV2.headerSize + attributesLength + ItemFileV2.tagSize }
-        var secretRange: Range<Int> { attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFileV2.tagSize }
+        var attributesRange: Range<Int> {
+            ItemFileV2.headerSize..<ItemFileV2.headerSize + attributesLength + ItemFileV2.tagSize
+        }
+        var secretRange: Range<Int> {
+            attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFileV2.tagSize
+        }
         var fileSize: Int { secretRange.upperBound }
     }
 
@@ -93,9 +97,12 @@ enum ItemFileV2 {
     }
 
     /// The AES-256-GCM key of one write, from the item-key parent of the item's key record.
-    static func itemKey(parent: SymmetricKey, salt: some DataProtocol, storeID: [UInt8], keyRecord: [UInt8]) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(inputKeyMaterial: parent, salt: salt, info: Array("TPMKeychain v2 item".utf8) + storeID + keyRecord,
-                               outputByteCount: 32)
+    static func itemKey(
+        parent: SymmetricKey, salt: some DataProtocol, storeID: [UInt8], keyRecord: [UInt8]
+    ) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: parent, salt: salt, info: Array("TPMKeychain v2 item".utf8) + storeID + keyRecord,
+            outputByteCount: 32)
     }
 
     /// Encrypts `contents` into file bytes. `salt` (32 bytes) and `nonce` (12) must be fresh
@@ -103,11 +110,13 @@ enum ItemFileV2 {
     /// `secretKey`, given the attributes key, gives a protected item's secret key (see
     /// ``KeyRecord/protectedSecretKey(attributesKey:shared:recordPublicKey:storeID:recordID:)``);
     /// without it both sections use the attributes key.
-    static func encode(_ contents: Contents, itemKeyParent: SymmetricKey, storeID: [UInt8], salt: [UInt8],
-                       nonce: [UInt8], secretKey: ((SymmetricKey) -> SymmetricKey)? = nil) throws -> [UInt8] {
+    static func encode(
+        _ contents: Contents, itemKeyParent: SymmetricKey, storeID: [UInt8], salt: [UInt8],
+        nonce: [UInt8], secretKey: ((SymmetricKey) -> SymmetricKey)? = nil
+    ) throws -> [UInt8] {
         let attributes = contents.attributes.encoded()
         var header = WireWriter()
-        header.append(raw: ItemFile.magic)
+        header.append(raw: ItemFileV1.magic)
         header.append(version)
         header.append(UInt16(headerSize))
         header.append(raw: storeID)
@@ -125,23 +134,27 @@ enum ItemFileV2 {
         precondition(header.bytes.count == headerSize, "the v2 header layout is fixed")
 
         let key = itemKey(parent: itemKeyParent, salt: salt, storeID: storeID, keyRecord: contents.keyRecord)
-        let sealedAttributes = try AES.GCM.seal(attributes, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: header.bytes)
+        let sealedAttributes = try AES.GCM.seal(
+            attributes, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: header.bytes)
         let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)
         let aad = header.bytes + contents.itemClass.encodedPrimaryKey(of: contents.attributes) + attributesSection
-        let sealedSecret = try AES.GCM.seal(contents.value, using: secretKey?(key) ?? key, nonce: AES.GCM.Nonce(data: ItemFile.secretNonce(nonce)),
-                                            authenticating: aad)
+        let sealedSecret = try AES.GCM.seal(
+            contents.value, using: secretKey?(key) ?? key, nonce: AES.GCM.Nonce(data: ItemFileV1.secretNonce(nonce)),
+            authenticating: aad)
         return header.bytes + attributesSection + Array(sealedSecret.ciphertext) + Array(sealedSecret.tag)
     }
 
     /// Parses and bounds-checks a version-2 header; nothing in it is trusted until a section decrypts.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (magic, version, sizes, store, class, reserved bytes).
-    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
+    static func decodeHeader(
+        _ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String
+    ) throws(KeychainError) -> Header {
         guard bytes.count >= headerSize else { throw KeychainError(.tampered, "\(path) is truncated") }
         // One copy (the AAD); every field is read in place: this runs on every get.
         let header = Array(bytes.prefix(headerSize))
         func integer(_ range: Range<Int>) -> UInt64 { BigEndian.integer(header[range]) }
-        guard header[0..<4].elementsEqual(ItemFile.magic) else {
+        guard header[0..<4].elementsEqual(ItemFileV1.magic) else {
             throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
         }
         guard integer(4..<6) == UInt64(version), integer(6..<8) == UInt64(headerSize) else {
@@ -149,18 +162,23 @@ enum ItemFileV2 {
         }
         let attributesLength = Int(integer(116..<120))
         let secretLength = Int(integer(120..<124))
-        guard let itemClass = ItemClass(rawValue: UInt32(integer(48..<52))), let accessibility = Accessibility(rawValue: header[68]),
-              let kind = ValueKind(rawValue: header[69]), integer(70..<72) == 0,
-              attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
+        guard let itemClass = ItemClass(rawValue: UInt32(integer(48..<52))),
+            let accessibility = Accessibility(rawValue: header[68]),
+            let kind = ValueKind(rawValue: header[69]), integer(70..<72) == 0,
+            attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize
+        else {
             throw KeychainError(.tampered, "\(path) has a damaged header")
         }
         guard header[8..<24].elementsEqual(storeID) else {
             throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
         }
-        let parsed = Header(bytes: header, generation: integer(40..<48), itemClass: itemClass, accessibility: accessibility, kind: kind,
-                            attributesLength: attributesLength, secretLength: secretLength)
+        let parsed = Header(
+            bytes: header, generation: integer(40..<48), itemClass: itemClass, accessibility: accessibility, kind: kind,
+            attributesLength: attributesLength, secretLength: secretLength)
         guard parsed.fileSize == fileSize else {
-            throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(parsed.fileSize): truncated or padded")
+            throw KeychainError(
+                .tampered,
+                "\(path) is \(fileSize) bytes but its header describes \(parsed.fileSize): truncated or padded")
         }
         return parsed
     }
@@ -169,8 +187,10 @@ enum ItemFileV2 {
     /// exactly that item; without it (a listing) the caller checks the name against the result.
     ///
     /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file holds another item.
-    static func decode(_ file: [UInt8], itemKeyParent: SymmetricKey, storeID: [UInt8], expectedPrimaryKey: [UInt8]?,
-                       path: String) throws(KeychainError) -> Contents {
+    static func decode(
+        _ file: [UInt8], itemKeyParent: SymmetricKey, storeID: [UInt8], expectedPrimaryKey: [UInt8]?,
+        path: String
+    ) throws(KeychainError) -> Contents {
         let header = try decodeHeader(file[...], fileSize: file.count, storeID: storeID, path: path)
         let key = itemKey(parent: itemKeyParent, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
         let attributes = try decryptAttributes(file[header.attributesRange], header: header, key: key, path: path)
@@ -179,37 +199,47 @@ enum ItemFileV2 {
             throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
         }
         let value = try decryptSecret(of: file, header: header, key: key, primaryKey: primaryKey, path: path)
-        return Contents(itemID: header.itemID, generation: header.generation, itemClass: header.itemClass, keyRecord: header.keyRecord,
-                        accessibility: header.accessibility, kind: header.kind, attributes: attributes, value: value)
+        return Contents(
+            itemID: header.itemID, generation: header.generation, itemClass: header.itemClass,
+            keyRecord: header.keyRecord,
+            accessibility: header.accessibility, kind: header.kind, attributes: attributes, value: value)
     }
 
     /// The attributes section alone (listings, `contains`): the secret is not decrypted.
     ///
     /// - Throws: ``KeychainError`` `.tampered`.
-    static func decryptAttributes(_ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey,
-                                  path: String) throws(KeychainError) -> AttributeList {
-        try AttributeList(decoding: open(sealed, key: key, nonce: header.nonce, aad: header.bytes, path: path), path: path)
+    static func decryptAttributes(
+        _ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey,
+        path: String
+    ) throws(KeychainError) -> AttributeList {
+        try AttributeList(
+            decoding: open(sealed, key: key, nonce: header.nonce, aad: header.bytes, path: path), path: path)
     }
 
     /// The secret section alone, for the item whose class primary key is `primaryKey`: the
     /// attributes section is authenticated with it, not decrypted.
     ///
     /// - Throws: ``KeychainError`` `.tampered`, also for a file of another item.
-    static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, primaryKey: [UInt8],
-                              path: String) throws(KeychainError) -> [UInt8] {
+    static func decryptSecret(
+        of file: [UInt8], header: Header, key: SymmetricKey, primaryKey: [UInt8],
+        path: String
+    ) throws(KeychainError) -> [UInt8] {
         var aad = header.bytes
         aad.reserveCapacity(header.bytes.count + primaryKey.count + header.attributesRange.count)
         aad.append(contentsOf: primaryKey)
         aad.append(contentsOf: file[header.attributesRange])
-        return try open(file[header.secretRange], key: key, nonce: ItemFile.secretNonce(header.nonce), aad: aad, path: path)
+        return try open(
+            file[header.secretRange], key: key, nonce: ItemFileV1.secretNonce(header.nonce), aad: aad, path: path)
     }
 
     /// Room for every known attribute at its limit and for tags a later version adds.
     static let maximumAttributesSize = 256 << 10
     static let maximumFileSize = headerSize + maximumAttributesSize + tagSize + ItemValue.maximumSize + tagSize
 
-    private static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
-                             path: String) throws(KeychainError) -> [UInt8] {
-        try ItemFile.open(sealed, key: key, nonce: nonce, authenticating: aad, path: path)
+    private static func open(
+        _ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
+        path: String
+    ) throws(KeychainError) -> [UInt8] {
+        try ItemFileV1.open(sealed, key: key, nonce: nonce, authenticating: aad, path: path)
     }
 }

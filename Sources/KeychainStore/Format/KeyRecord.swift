@@ -1,6 +1,6 @@
 import Crypto
-import TPM
 import KeychainVocabulary
+import TPM
 import WireFormat
 
 /// A key record, `records/<record ID as 32 hex digits>.key` (docs/FORMAT.md, "Key records"): the
@@ -85,13 +85,17 @@ struct KeyRecord: Sendable, Equatable {
         if protection.biometry == .currentSet {
             var operand = WireWriter()
             operand.append(enrollmentEpoch)
-            assertions.append(.nv(index: indices.enrollmentCounter, indexName: try nvName(indices.enrollmentCounter),
-                                  operand: operand.bytes, offset: 0, comparison: .equal))
+            assertions.append(
+                .nv(
+                    index: indices.enrollmentCounter, indexName: try nvName(indices.enrollmentCounter),
+                    operand: operand.bytes, offset: 0, comparison: .equal))
         }
         if flags.contains(.lockBound) {
             let offset: UInt16 = accessibility.lockRequirement == .unlocked ? 1 : 0
-            assertions.append(.nv(index: indices.lockState, indexName: try nvName(indices.lockState), operand: [1], offset: offset,
-                                  comparison: .equal))
+            assertions.append(
+                .nv(
+                    index: indices.lockState, indexName: try nvName(indices.lockState), operand: [1], offset: offset,
+                    comparison: .equal))
         }
         assertions.append(.unsealOnly)
         return Policy(assertions)
@@ -107,7 +111,7 @@ struct KeyRecord: Sendable, Equatable {
         writer.append(accessibility.rawValue)
         writer.append(flags.rawValue)
         writer.append(UInt16(0))
-        writer.append(UInt32(accessFlags.rawValue))  // validated flags fit Apple's 32 bits
+        writer.append(UInt32(accessFlags.rawValue)) // validated flags fit Apple's 32 bits
         writer.append(nvBase)
         writer.append(enrollmentEpoch)
         writer.append(raw: passcodeKey)
@@ -125,10 +129,14 @@ struct KeyRecord: Sendable, Equatable {
     ///
     /// - Throws: ``KeychainError`` `.tampered` for anything no writer produces, a record of
     ///   another store, or a MAC that does not match the bytes as read.
-    init(parsing bytes: [UInt8], storeID expectedStoreID: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) {
+    init(
+        parsing bytes: [UInt8], storeID expectedStoreID: [UInt8], metadataKey: SymmetricKey, path: String
+    ) throws(KeychainError) {
         do {
             var reader = WireReader(bytes)
-            guard try reader.readBytes(4) == Self.magic, try reader.readUInt16() == Self.version, try reader.readUInt16() == 0 else {
+            guard try reader.readBytes(4) == Self.magic, try reader.readUInt16() == Self.version,
+                try reader.readUInt16() == 0
+            else {
                 throw KeychainError(.tampered, "\(path) is not a version-1 key record")
             }
             storeID = try reader.readBytes(16)
@@ -143,7 +151,8 @@ struct KeyRecord: Sendable, Equatable {
             publicKey = try reader.readBytes(32)
             let sealedLength = Int(try reader.readUInt16())
             guard let accessibility, reserved == 0, flags.rawValue & ~1 == 0, sealedLength <= Self.maximumSealedSize,
-                  recordID != ItemFileV2.masterKeyRecord else {
+                recordID != ItemFileV2.masterKeyRecord
+            else {
                 throw KeychainError(.tampered, "\(path) is a damaged key record")
             }
             self.accessibility = accessibility
@@ -156,9 +165,13 @@ struct KeyRecord: Sendable, Equatable {
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
-            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Self.macDomain + bytes[..<authenticatedCount],
-                                                         using: metadataKey) else {
-                throw KeychainError(.tampered, "\(path) failed authentication: the key record was modified or belongs to another store")
+            guard
+                HMAC<SHA256>.isValidAuthenticationCode(
+                    mac, authenticating: Self.macDomain + bytes[..<authenticatedCount],
+                    using: metadataKey)
+            else {
+                throw KeychainError(
+                    .tampered, "\(path) failed authentication: the key record was modified or belongs to another store")
             }
             guard storeID == expectedStoreID else {
                 throw KeychainError(.tampered, "\(path) belongs to another keychain store")
@@ -167,20 +180,27 @@ struct KeyRecord: Sendable, Equatable {
             passcodeProtector = passcodeLength > 0 ? wrapped : nil
             // The protectors present must be the ones the protection calls for.
             let protection = Protection(try AccessControl(accessibility, flags: accessFlags))
-            guard (sealedProtector != nil) == protection.hasSealedProtector, (passcodeProtector != nil) == protection.hasPasscodeProtector,
-                  protection.biometry == .currentSet || enrollmentEpoch == 0 else {
+            guard (sealedProtector != nil) == protection.hasSealedProtector,
+                (passcodeProtector != nil) == protection.hasPasscodeProtector,
+                protection.biometry == .currentSet || enrollmentEpoch == 0
+            else {
                 throw KeychainError(.tampered, "\(path) does not hold the protectors its protection needs")
             }
         } catch let error as KeychainError {
-            throw error.code == .tampered ? error : KeychainError(.tampered, "\(path) is a damaged key record: \(error.message)")
+            throw error.code == .tampered
+                ? error : KeychainError(.tampered, "\(path) is a damaged key record: \(error.message)")
         } catch {
             throw KeychainError(.tampered, "\(path) is a damaged key record", underlying: error)
         }
     }
 
-    init(storeID: [UInt8], recordID: [UInt8], accessibility: Accessibility, flags: Flags, accessFlags: AccessControl.Flags,
-         nvBase: UInt32, enrollmentEpoch: UInt64, passcodeKey: [UInt8], publicKey: [UInt8], sealedProtector: SealedObject?,
-         passcodeProtector: [UInt8]?) {
+    init(
+        storeID: [UInt8], recordID: [UInt8], accessibility: Accessibility, flags: Flags,
+        accessFlags: AccessControl.Flags,
+        nvBase: UInt32, enrollmentEpoch: UInt64, passcodeKey: [UInt8], publicKey: [UInt8],
+        sealedProtector: SealedObject?,
+        passcodeProtector: [UInt8]?
+    ) {
         self.storeID = storeID
         self.recordID = recordID
         self.accessibility = accessibility
@@ -205,9 +225,12 @@ struct KeyRecord: Sendable, Equatable {
     ///
     /// - Throws: ``KeychainError`` `.tampered` if the derived bytes are not a key (X25519 takes any 32
     ///   bytes, clamping them, so this does not happen).
-    static func privateKey(secret: SecretBytes, recordID: [UInt8]) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
+    static func privateKey(
+        secret: SecretBytes, recordID: [UInt8]
+    ) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
         let seed = secret.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: recordKeyInfo, outputByteCount: 32)
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: recordKeyInfo, outputByteCount: 32)
         }
         do {
             return try seed.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
@@ -226,34 +249,49 @@ struct KeyRecord: Sendable, Equatable {
 
     /// S for `.and`: both halves are needed.
     static func combined(_ sealed: SecretBytes, _ wrapped: SecretBytes, recordID: [UInt8]) -> SecretBytes {
-        let material = sealed.withUnsafeBytes { first in wrapped.withUnsafeBytes { second in concatenated(first, second) } }
+        let material = sealed.withUnsafeBytes { first in
+            wrapped.withUnsafeBytes { second in concatenated(first, second) }
+        }
         let key = material.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: combinedInfo, outputByteCount: 32)
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: combinedInfo, outputByteCount: 32)
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 
     /// Wraps `secret` to the device's passcode key: anyone may wrap, only the passcode unwraps.
-    static func wrapForPasscode(_ secret: SecretBytes, passcodeKey: Curve25519.KeyAgreement.PublicKey, storeID: [UInt8],
-                                recordID: [UInt8]) throws -> [UInt8] {
+    static func wrapForPasscode(
+        _ secret: SecretBytes, passcodeKey: Curve25519.KeyAgreement.PublicKey, storeID: [UInt8],
+        recordID: [UInt8]
+    ) throws -> [UInt8] {
         let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-        let key = try wrappingKey(ephemeral.sharedSecretFromKeyAgreement(with: passcodeKey), ephemeral: Array(ephemeral.publicKey.rawRepresentation),
-                                  passcodeKey: Array(passcodeKey.rawRepresentation), storeID: storeID, recordID: recordID)
+        let key = try wrappingKey(
+            ephemeral.sharedSecretFromKeyAgreement(with: passcodeKey),
+            ephemeral: Array(ephemeral.publicKey.rawRepresentation),
+            passcodeKey: Array(passcodeKey.rawRepresentation), storeID: storeID, recordID: recordID)
         let sealed = try secret.withUnsafeBytes { try AES.GCM.seal($0, using: key, authenticating: recordID) }
-        return Array(ephemeral.publicKey.rawRepresentation) + Array(sealed.nonce) + Array(sealed.ciphertext) + Array(sealed.tag)
+        return Array(ephemeral.publicKey.rawRepresentation) + Array(sealed.nonce) + Array(sealed.ciphertext)
+            + Array(sealed.tag)
     }
 
     /// Unwraps the passcode protector with the device's passcode private key.
-    func unwrapPasscodeProtector(_ passcodePrivateKey: Curve25519.KeyAgreement.PrivateKey, path: String) throws(KeychainError) -> SecretBytes {
-        guard let wrapped = passcodeProtector else { throw KeychainError(.tampered, "\(path) has no passcode protector") }
+    func unwrapPasscodeProtector(
+        _ passcodePrivateKey: Curve25519.KeyAgreement.PrivateKey, path: String
+    ) throws(KeychainError) -> SecretBytes {
+        guard let wrapped = passcodeProtector else {
+            throw KeychainError(.tampered, "\(path) has no passcode protector")
+        }
         guard Array(passcodePrivateKey.publicKey.rawRepresentation) == passcodeKey else {
-            throw KeychainError(.itemInvalidated, "\(path) was protected by a device passcode that has since been removed")
+            throw KeychainError(
+                .itemInvalidated, "\(path) was protected by a device passcode that has since been removed")
         }
         do {
             let ephemeral = try Curve25519.KeyAgreement.PublicKey(rawRepresentation: wrapped[0..<32])
-            let key = try Self.wrappingKey(passcodePrivateKey.sharedSecretFromKeyAgreement(with: ephemeral), ephemeral: Array(wrapped[0..<32]),
-                                           passcodeKey: passcodeKey, storeID: storeID, recordID: recordID)
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: wrapped[32..<44]), ciphertext: wrapped[44..<76], tag: wrapped[76..<92])
+            let key = try Self.wrappingKey(
+                passcodePrivateKey.sharedSecretFromKeyAgreement(with: ephemeral), ephemeral: Array(wrapped[0..<32]),
+                passcodeKey: passcodeKey, storeID: storeID, recordID: recordID)
+            let box = try AES.GCM.SealedBox(
+                nonce: AES.GCM.Nonce(data: wrapped[32..<44]), ciphertext: wrapped[44..<76], tag: wrapped[76..<92])
             let opened = try AES.GCM.open(box, using: key, authenticating: recordID)
             return opened.withUnsafeBytes { SecretBytes(copying: $0) }
         } catch {
@@ -261,21 +299,29 @@ struct KeyRecord: Sendable, Equatable {
         }
     }
 
-    private static func wrappingKey(_ shared: SharedSecret, ephemeral: [UInt8], passcodeKey: [UInt8], storeID: [UInt8],
-                                    recordID: [UInt8]) -> SymmetricKey {
-        shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + passcodeKey,
-                                       sharedInfo: passcodeProtectorInfo + storeID + recordID, outputByteCount: 32)
+    private static func wrappingKey(
+        _ shared: SharedSecret, ephemeral: [UInt8], passcodeKey: [UInt8], storeID: [UInt8],
+        recordID: [UInt8]
+    ) -> SymmetricKey {
+        shared.hkdfDerivedSymmetricKey(
+            using: SHA256.self, salt: ephemeral + passcodeKey,
+            sharedInfo: passcodeProtectorInfo + storeID + recordID, outputByteCount: 32)
     }
 
     /// The key of a protected item's secret section: the attributes key (master-derived) and the
     /// X25519 agreement between the record and the item's ephemeral key (whose public half is the
     /// item header's salt field).
-    static func protectedSecretKey(attributesKey: SymmetricKey, shared: SharedSecret, recordPublicKey: [UInt8], storeID: [UInt8],
-                                   recordID: [UInt8]) -> SymmetricKey {
-        let material = attributesKey.withUnsafeBytes { attributes in shared.withUnsafeBytes { agreed in concatenated(attributes, agreed) } }
+    static func protectedSecretKey(
+        attributesKey: SymmetricKey, shared: SharedSecret, recordPublicKey: [UInt8], storeID: [UInt8],
+        recordID: [UInt8]
+    ) -> SymmetricKey {
+        let material = attributesKey.withUnsafeBytes { attributes in
+            shared.withUnsafeBytes { agreed in concatenated(attributes, agreed) }
+        }
         return material.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), salt: recordPublicKey,
-                                   info: protectedSecretInfo + storeID + recordID, outputByteCount: 32)
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: $0), salt: recordPublicKey,
+                info: protectedSecretInfo + storeID + recordID, outputByteCount: 32)
         }
     }
 }

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import TPM
 import KeychainVocabulary
+import TPM
 import WireFormat
 
 /// The manifest of a rollback-protected store (docs/FORMAT.md, "Manifest"): which generation of
@@ -58,7 +58,8 @@ struct Manifest {
         let low: UInt64
 
         init(_ bytes: ArraySlice<UInt8>) {
-            var high: UInt64 = 0, low: UInt64 = 0
+            var high: UInt64 = 0
+            var low: UInt64 = 0
             for (index, byte) in bytes.prefix(16).enumerated() {
                 if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
             }
@@ -69,11 +70,14 @@ struct Manifest {
         /// The key of `<32 hex digits>.item`, or nil for any other name.
         init?(fileName: String) {
             guard fileName.utf8.count == 32 + Manifest.itemSuffix.utf8.count, fileName.hasSuffix(Manifest.itemSuffix),
-                  let bytes = [UInt8](hexString: String(decoding: fileName.utf8.prefix(32), as: UTF8.self)) else { return nil }
+                let bytes = [UInt8](hexString: String(decoding: fileName.utf8.prefix(32), as: UTF8.self))
+            else { return nil }
             self.init(bytes[...])
         }
 
-        var bytes: [UInt8] { (0..<16).map { UInt8(truncatingIfNeeded: ($0 < 8 ? high : low) >> UInt64(8 * (7 - $0 % 8))) } }
+        var bytes: [UInt8] {
+            (0..<16).map { UInt8(truncatingIfNeeded: ($0 < 8 ? high : low) >> UInt64(8 * (7 - $0 % 8))) }
+        }
         var fileName: String { bytes.hexString + Manifest.itemSuffix }
     }
 
@@ -117,7 +121,9 @@ struct Manifest {
         func body() -> [UInt8] {
             var bytes = [kind.rawValue, Manifest.version]
             bytes += kind == .header ? Manifest.magic + [0, 0] : [UInt8](repeating: 0, count: 6)
-            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+            for shift in stride(from: 56, through: 0, by: -8) {
+                bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
+            }
             bytes += name
             return bytes
         }
@@ -129,7 +135,8 @@ struct Manifest {
         }
 
         static func item(_ kind: Kind, _ path: ItemPath, generation: UInt64) -> Record? {
-            guard let file = ItemKey(fileName: path.file), let group = [UInt8](hexString: path.group), group.count == 16 else { return nil }
+            guard let file = ItemKey(fileName: path.file), let group = [UInt8](hexString: path.group), group.count == 16
+            else { return nil }
             return Record(kind: kind, value: generation, name: group + file.bytes)
         }
     }
@@ -163,22 +170,28 @@ struct Manifest {
     ///
     /// - Throws: ``KeychainError`` `.tampered` when the header is missing, fails its MAC or names
     ///   another store or counter.
-    static func parse(_ bytes: [UInt8], key: SymmetricKey, storeID: [UInt8], counterIndex: UInt32, path: String) throws(KeychainError) -> State {
+    static func parse(
+        _ bytes: [UInt8], key: SymmetricKey, storeID: [UInt8], counterIndex: UInt32, path: String
+    ) throws(KeychainError) -> State {
         guard bytes.count >= recordSize else {
             throw KeychainError(.tampered, "\(path) is truncated: the store's manifest has no header")
         }
         let zero = [UInt8](repeating: 0, count: 16)
         let headerBody = Array(bytes[0..<48])
-        guard constantTimeEqual(mac(headerBody, after: zero, key: key), bytes[48..<64]), headerBody[0] == Kind.header.rawValue,
-              headerBody[1] == version, Array(headerBody[2..<6]) == magic else {
-            throw KeychainError(.tampered, "\(path) failed authentication: the store's manifest was modified or belongs to another key")
+        guard constantTimeEqual(mac(headerBody, after: zero, key: key), bytes[48..<64]),
+            headerBody[0] == Kind.header.rawValue,
+            headerBody[1] == version, Array(headerBody[2..<6]) == magic
+        else {
+            throw KeychainError(
+                .tampered, "\(path) failed authentication: the store's manifest was modified or belongs to another key")
         }
         let expected = Record.header(storeID: storeID, counterIndex: counterIndex, highWater: 0).name
         guard Array(headerBody[16..<48]) == expected else {
             throw KeychainError(.tampered, "\(path) belongs to another store or counter")
         }
-        var state = State(storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
-                          lastMAC: Array(bytes[48..<64]), validSize: recordSize)
+        var state = State(
+            storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
+            lastMAC: Array(bytes[48..<64]), validSize: recordSize)
         if let error = apply(bytes[recordSize...], at: recordSize, to: &state, key: key, path: path) { throw error }
         return state
     }
@@ -189,13 +202,17 @@ struct Manifest {
     /// in place: callers keep it uniquely referenced, so a large manifest is not copied per write.
     ///
     /// - Returns: an error for a second header (a spliced file); nil otherwise.
-    static func apply(_ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String) -> KeychainError? {
+    static func apply(
+        _ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String
+    ) -> KeychainError? {
         guard offset == state.validSize else { return nil }
         var position = bytes.startIndex
         while position + recordSize <= bytes.endIndex {
             let body = Array(bytes[position..<position + 48])
             let recordMAC = mac(body, after: state.lastMAC, key: key)
-            guard constantTimeEqual(recordMAC, bytes[position + 48..<position + 64]), body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
+            guard constantTimeEqual(recordMAC, bytes[position + 48..<position + 64]), body[1] == version,
+                let kind = Kind(rawValue: body[0])
+            else { break }
             let value = integer(body, at: 8)
             switch kind {
             case .header:
@@ -204,14 +221,18 @@ struct Manifest {
                 state.epoch = value
             case .writing:
                 let key = ItemKey(body[32..<48])
-                var entry = state.entries[key] ?? Entry(generation: 0, live: false, group: Array(body[16..<32]).hexString, finished: true)
+                var entry =
+                    state.entries[key]
+                    ?? Entry(generation: 0, live: false, group: Array(body[16..<32]).hexString, finished: true)
                 entry.pending = value
                 state.entries[key] = entry
                 state.highWater = max(state.highWater, value)
             case .set, .deleting, .deleted:
                 let group = Array(body[16..<32]).hexString
                 let entry = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
-                if let old = state.entries.updateValue(entry, forKey: ItemKey(body[32..<48])), old.live { state.liveCount -= 1 }
+                if let old = state.entries.updateValue(entry, forKey: ItemKey(body[32..<48])), old.live {
+                    state.liveCount -= 1
+                }
                 if entry.live { state.liveCount += 1 }
                 state.highWater = max(state.highWater, value)
             }
@@ -224,16 +245,22 @@ struct Manifest {
 
     /// A compacted manifest holding `state`'s live entries and its epoch.
     static func compacted(_ state: State, key: SymmetricKey) -> [UInt8] {
-        var records = [Record.header(storeID: state.storeID, counterIndex: state.counterIndex, highWater: state.highWater)]
+        var records = [
+            Record.header(storeID: state.storeID, counterIndex: state.counterIndex, highWater: state.highWater)
+        ]
         // Finished deletes go (the high-water mark covers them); one not known to be finished
         // stays, and so does a write not known to be finished.
         for (key, entry) in state.entries.sorted(by: { ($0.key.high, $0.key.low) < ($1.key.high, $1.key.low) })
         where entry.live || !entry.finished || entry.pending != nil {
             let path = ItemPath(group: entry.group, file: key.fileName)
-            if entry.live || !entry.finished, let record = Record.item(entry.live ? .set : .deleting, path, generation: entry.generation) {
+            if entry.live || !entry.finished,
+                let record = Record.item(entry.live ? .set : .deleting, path, generation: entry.generation)
+            {
                 records.append(record)
             }
-            if let pending = entry.pending, let record = Record.item(.writing, path, generation: pending) { records.append(record) }
+            if let pending = entry.pending, let record = Record.item(.writing, path, generation: pending) {
+                records.append(record)
+            }
         }
         records.append(Record(kind: .epoch, value: state.epoch))
         return encode(records, after: [UInt8](repeating: 0, count: 16), key: key)

@@ -1,7 +1,7 @@
 import Crypto
+import KeychainVocabulary
 import SystemCalls
 import TPM
-import KeychainVocabulary
 import WireFormat
 
 /// `recovery.key`: the store's master key, encrypted to a recovery key the user keeps
@@ -62,11 +62,14 @@ struct RecoveryFile {
 
     /// Encrypts `masterKey` to the recovery key whose public half is `recoveryPublicKey`, and
     /// authenticates the file with `metadataKey` (the metadata key of that same master key).
-    static func seal(masterKey: SecretBytes, recoveryPublicKey: [UInt8], storeID: [UInt8], keyGeneration: [UInt8],
-                     metadataKey: SymmetricKey) throws(KeychainError) -> [UInt8] {
+    static func seal(
+        masterKey: SecretBytes, recoveryPublicKey: [UInt8], storeID: [UInt8], keyGeneration: [UInt8],
+        metadataKey: SymmetricKey
+    ) throws(KeychainError) -> [UInt8] {
         do {
             let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-            let shared = try ephemeral.sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
+            let shared = try ephemeral.sharedSecretFromKeyAgreement(
+                with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
             var header = WireWriter()
             header.append(raw: magic)
             header.append(version)
@@ -79,12 +82,14 @@ struct RecoveryFile {
             let bytes = header.bytes
             let key = Self.key(shared, ephemeral: Array(bytes[64..<96]), recovery: recoveryPublicKey, storeID: storeID)
             let box = try masterKey.withUnsafeBytes { plaintext in
-                try AES.GCM.seal(plaintext, using: key, nonce: try AES.GCM.Nonce(data: bytes[96..<108]), authenticating: bytes)
+                try AES.GCM.seal(
+                    plaintext, using: key, nonce: try AES.GCM.Nonce(data: bytes[96..<108]), authenticating: bytes)
             }
             let body = bytes + Array(box.ciphertext) + Array(box.tag)
             return body + mac(body, metadataKey: metadataKey)
         } catch {
-            throw KeychainError(.storageFailed, "Encrypting the recovery copy of the master key failed", underlying: error)
+            throw KeychainError(
+                .storageFailed, "Encrypting the recovery copy of the master key failed", underlying: error)
         }
     }
 
@@ -99,8 +104,9 @@ struct RecoveryFile {
         guard (version == 1 && bytes.count == unauthenticatedSize) || (version == 2 && bytes.count == size) else {
             throw KeychainError(.tampered, "\(path) is not a version-1 or version-2 recovery file")
         }
-        return Header(version: version, storeID: Array(bytes[8..<24]), keyGeneration: Array(bytes[24..<32]),
-                      recoveryPublicKey: Array(bytes[32..<64]))
+        return Header(
+            version: version, storeID: Array(bytes[8..<24]), keyGeneration: Array(bytes[24..<32]),
+            recoveryPublicKey: Array(bytes[32..<64]))
     }
 
     /// The header of a file this store wrote for the master key whose metadata key is
@@ -108,13 +114,24 @@ struct RecoveryFile {
     ///
     /// - Throws: ``KeychainError`` `.tampered` for a version-1 file (unauthenticated), a file of
     ///   another store or key, or one whose MAC fails.
-    static func authenticatedHeader(_ bytes: [UInt8], metadataKey: SymmetricKey, path: String) throws(KeychainError) -> Header {
+    static func authenticatedHeader(
+        _ bytes: [UInt8], metadataKey: SymmetricKey, path: String
+    ) throws(KeychainError) -> Header {
         let header = try header(bytes, path: path)
         guard header.version == 2 else {
-            throw KeychainError(.tampered, "\(path) is a version-1 recovery file, which nothing authenticates: a new recovery key must be added before the master key is rotated")
+            throw KeychainError(
+                .tampered,
+                "\(path) is a version-1 recovery file, which nothing authenticates: a new recovery key must be added before the master key is rotated"
+            )
         }
-        guard constantTimeEqual(mac(Array(bytes[0..<unauthenticatedSize]), metadataKey: metadataKey), bytes[unauthenticatedSize...]) else {
-            throw KeychainError(.tampered, "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; a new recovery key must be added")
+        guard
+            constantTimeEqual(
+                mac(Array(bytes[0..<unauthenticatedSize]), metadataKey: metadataKey), bytes[unauthenticatedSize...])
+        else {
+            throw KeychainError(
+                .tampered,
+                "\(path) fails authentication: it was not written by this store (a recovery public key planted by someone who can write the store's directory?). Nothing was encrypted to it; a new recovery key must be added"
+            )
         }
         return header
     }
@@ -127,30 +144,43 @@ struct RecoveryFile {
     ///
     /// - Throws: ``KeychainError`` `.authenticationFailed` for another recovery key, `.tampered` for a
     ///   file no writer produces, of another store, or that fails authentication.
-    static func open(_ bytes: [UInt8], recoveryKey: SecretBytes, storeID: [UInt8], path: String) throws(KeychainError) -> SecretBytes {
+    static func open(
+        _ bytes: [UInt8], recoveryKey: SecretBytes, storeID: [UInt8], path: String
+    ) throws(KeychainError) -> SecretBytes {
         let header = try header(bytes, path: path)
         guard header.storeID == storeID else { throw KeychainError(.tampered, "\(path) belongs to another store") }
         guard try publicKey(of: recoveryKey) == header.recoveryPublicKey else {
-            throw KeychainError(.authenticationFailed, "That recovery key does not open this store: check it for typos (it is the one shown when the recovery key was added)")
+            throw KeychainError(
+                .authenticationFailed,
+                "That recovery key does not open this store: check it for typos (it is the one shown when the recovery key was added)"
+            )
         }
         do {
             let shared = try recoveryKey.withUnsafeBytes { raw in
                 try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw)
-                    .sharedSecretFromKeyAgreement(with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes[64..<96]))
+                    .sharedSecretFromKeyAgreement(
+                        with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes[64..<96]))
             }
-            let key = Self.key(shared, ephemeral: Array(bytes[64..<96]), recovery: header.recoveryPublicKey, storeID: storeID)
-            let box = try AES.GCM.SealedBox(nonce: try AES.GCM.Nonce(data: bytes[96..<108]), ciphertext: bytes[108..<140], tag: bytes[140..<156])
+            let key = Self.key(
+                shared, ephemeral: Array(bytes[64..<96]), recovery: header.recoveryPublicKey, storeID: storeID)
+            let box = try AES.GCM.SealedBox(
+                nonce: try AES.GCM.Nonce(data: bytes[96..<108]), ciphertext: bytes[108..<140], tag: bytes[140..<156])
             var opened = try AES.GCM.open(box, using: key, authenticating: bytes[0..<108])
             // Copied into locked memory, and the decrypted bytes in ordinary memory overwritten.
             defer { opened.resetBytes(in: 0..<opened.count) }
             return opened.withUnsafeBytes { SecretBytes(copying: $0) }
         } catch {
-            throw KeychainError(.tampered, "\(path) is damaged: the recovery key is right but the file fails authentication", underlying: error)
+            throw KeychainError(
+                .tampered, "\(path) is damaged: the recovery key is right but the file fails authentication",
+                underlying: error)
         }
     }
 
-    private static func key(_ shared: SharedSecret, ephemeral: [UInt8], recovery: [UInt8], storeID: [UInt8]) -> SymmetricKey {
-        shared.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + recovery, sharedInfo: info + storeID, outputByteCount: 32)
+    private static func key(
+        _ shared: SharedSecret, ephemeral: [UInt8], recovery: [UInt8], storeID: [UInt8]
+    ) -> SymmetricKey {
+        shared.hkdfDerivedSymmetricKey(
+            using: SHA256.self, salt: ephemeral + recovery, sharedInfo: info + storeID, outputByteCount: 32)
     }
 
     // MARK: The key as a person writes it down
@@ -185,11 +215,16 @@ struct RecoveryFile {
         var digits: [UInt8] = []
         digits.reserveCapacity(typed.count)
         defer { for index in digits.indices { digits[index] = 0 } }
-        for byte in typed where byte != UInt8(ascii: "-") && byte != UInt8(ascii: " ") && byte != UInt8(ascii: "\n") && byte != UInt8(ascii: "\r") {
+        for byte in typed
+        where byte != UInt8(ascii: "-") && byte != UInt8(ascii: " ") && byte != UInt8(ascii: "\n")
+            && byte != UInt8(ascii: "\r")
+        {
             digits.append(byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte)
         }
         guard digits.count == 64 else {
-            throw KeychainError(.invalidParameter, "A recovery key is 64 letters (8 groups of 8, from cbdefghijklnrtuv); this has \(digits.count)")
+            throw KeychainError(
+                .invalidParameter,
+                "A recovery key is 64 letters (8 groups of 8, from cbdefghijklnrtuv); this has \(digits.count)")
         }
         guard digits.allSatisfy({ alphabet.contains($0) }) else {
             throw KeychainError(.invalidParameter, "A recovery key uses only the letters cbdefghijklnrtuv")

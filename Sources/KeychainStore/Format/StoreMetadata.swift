@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import TPM
 import KeychainVocabulary
+import TPM
 import WireFormat
 
 /// `store.meta`, format versions 1 to 6 (docs/FORMAT.md, "store.meta"). All integers big-endian.
@@ -79,8 +79,11 @@ struct StoreMetadata {
     /// Nil for a file of versions 1 to 5, which did not record them.
     var facts: Facts?
 
-    init(version: UInt16, storeID: [UInt8], createdMilliseconds: Int64, sealedMasterKey: SealedObject, rollbackCounter: UInt32?,
-         facts: Facts?) {
+    init(
+        version: UInt16, storeID: [UInt8], createdMilliseconds: Int64, sealedMasterKey: SealedObject,
+        rollbackCounter: UInt32?,
+        facts: Facts?
+    ) {
         precondition(facts == nil || version >= 2, "layout 1 has no version that records the store's facts")
         self.version = version
         self.storeID = storeID
@@ -147,7 +150,10 @@ struct StoreMetadata {
             }
             let storedVersion = try reader.readUInt16()
             guard supportedVersions.contains(storedVersion) else {
-                throw KeychainError(.unsupportedVersion, "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain")
+                throw KeychainError(
+                    .unsupportedVersion,
+                    "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain"
+                )
             }
             guard try reader.readUInt16() == 0 else {
                 throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
@@ -186,9 +192,11 @@ struct StoreMetadata {
             let authenticatedCount = bytes.count - reader.remaining
             let mac = try reader.readBytes(32)
             guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
-            return Parsed(metadata: StoreMetadata(version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
-                                                   rollbackCounter: counter, facts: facts),
-                          authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
+            return Parsed(
+                metadata: StoreMetadata(
+                    version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
+                    rollbackCounter: counter, facts: facts),
+                authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
         } catch let error as KeychainError {
             throw error
         } catch {
@@ -211,7 +219,8 @@ struct StoreMetadata {
 
         /// - Throws: ``KeychainError`` `.tampered` unless the MAC authenticates the bytes read.
         func verify(metadataKey: SymmetricKey) throws(KeychainError) {
-            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: authenticatedBytes, using: metadataKey) else {
+            guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: authenticatedBytes, using: metadataKey)
+            else {
                 throw KeychainError(.tampered, "\(path) failed authentication: the store's metadata was modified")
             }
         }

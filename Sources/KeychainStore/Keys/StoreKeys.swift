@@ -33,18 +33,24 @@ struct StoreKeys: Sendable {
     static let counterInfo = Array("TPMKeychain rollback counter authorization".utf8)
 
     init(masterKey: SymmetricKey, storeID: [UInt8]) {
-        items = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo, outputByteCount: 32)
-        names = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo, outputByteCount: 32)
-        metadata = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: [UInt8](), info: Self.metadataInfo, outputByteCount: 32)
-        manifest = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.manifestInfo, outputByteCount: 32)
-        counterAuthorization = HKDF<SHA256>.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo, outputByteCount: 32)
+        items = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo, outputByteCount: 32)
+        names = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo, outputByteCount: 32)
+        metadata = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, salt: [UInt8](), info: Self.metadataInfo, outputByteCount: 32)
+        manifest = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, salt: storeID, info: Self.manifestInfo, outputByteCount: 32)
+        counterAuthorization = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo, outputByteCount: 32)
         namesMAC = HMAC<SHA256>(key: names)
     }
 
     /// The AES-256-GCM key of one write: a fresh 32-byte salt per write means no (key, nonce) pair
     /// can repeat in practice, however many items a store sees.
     func itemKey(salt: [UInt8], storeID: [UInt8]) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(inputKeyMaterial: items, salt: salt, info: Self.itemKeyInfo + storeID, outputByteCount: 32)
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: items, salt: salt, info: Self.itemKeyInfo + storeID, outputByteCount: 32)
     }
 
     /// 128 bits of HMAC-SHA256 over length-prefixed fields, as lower-case hex.

@@ -4,13 +4,13 @@ import WireFormat
 /// (SecItem's errSecDuplicateItem), which also name its file.
 package enum ItemClass: UInt32, Sendable, Hashable, CaseIterable {
     /// kSecClassGenericPassword.
-    case genericPassword = 0x6765_6E70  // "genp"
+    case genericPassword = 0x6765_6E70 // "genp"
     /// kSecClassInternetPassword.
-    case internetPassword = 0x696E_6574  // "inet"
+    case internetPassword = 0x696E_6574 // "inet"
     /// kSecClassKey: reserved in the format, not written yet.
-    case key = 0x6B65_7973  // "keys"
+    case key = 0x6B65_7973 // "keys"
     /// kSecClassCertificate: reserved in the format, not written yet.
-    case certificate = 0x6365_7274  // "cert"
+    case certificate = 0x6365_7274 // "cert"
 
     package var code: FourCharacterCode { FourCharacterCode(rawValue: rawValue) }
 
@@ -21,8 +21,12 @@ package enum ItemClass: UInt32, Sendable, Hashable, CaseIterable {
         case .genericPassword:
             [AttributeTag.accessGroup, AttributeTag.service, AttributeTag.account, AttributeTag.synchronizable]
         case .internetPassword:
-            [AttributeTag.accessGroup, AttributeTag.server, AttributeTag.protocol, AttributeTag.port, AttributeTag.path,
-             AttributeTag.account, AttributeTag.authenticationType, AttributeTag.securityDomain, AttributeTag.synchronizable]
+            [
+                AttributeTag.accessGroup, AttributeTag.server, AttributeTag.protocol, AttributeTag.port,
+                AttributeTag.path,
+                AttributeTag.account, AttributeTag.authenticationType, AttributeTag.securityDomain,
+                AttributeTag.synchronizable,
+            ]
         case .key, .certificate:
             []
         }

@@ -30,7 +30,8 @@ package struct ItemIdentity: Sendable, Hashable {
             throw KeychainError(.invalidParameter, "The \(what) name is empty")
         }
         guard size <= maximumNameBytes else {
-            throw KeychainError(.invalidParameter, "The \(what) name is \(size) bytes; the limit is \(maximumNameBytes)")
+            throw KeychainError(
+                .invalidParameter, "The \(what) name is \(size) bytes; the limit is \(maximumNameBytes)")
         }
         guard !name.utf8.contains(0) else {
             throw KeychainError(.invalidParameter, "The \(what) name contains a NUL character")

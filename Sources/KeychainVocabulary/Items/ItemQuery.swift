@@ -15,8 +15,10 @@ package struct ItemQuery: Sendable {
     /// Decrypt and return each result's secret.
     package var returnsData: Bool
 
-    package init(itemClass: ItemClass, matching: AttributeList = AttributeList(), synchronizable: Synchronizable = .no,
-                 limit: Limit = .all, returnsData: Bool = false) {
+    package init(
+        itemClass: ItemClass, matching: AttributeList = AttributeList(), synchronizable: Synchronizable = .no,
+        limit: Limit = .all, returnsData: Bool = false
+    ) {
         self.itemClass = itemClass
         self.matching = matching
         self.synchronizable = synchronizable
@@ -42,8 +44,11 @@ package struct ItemQueryResult: Sendable, Equatable {
     /// The key record ID that stands for the store's master key: all zero.
     package static let masterKeyRecord = [UInt8](repeating: 0, count: 16)
 
-    package init(reference: [UInt8], itemClass: ItemClass, attributes: AttributeList, accessibility: Accessibility, kind: ValueKind,
-                 value: [UInt8]?, keyRecord: [UInt8] = Self.masterKeyRecord) {
+    package init(
+        reference: [UInt8], itemClass: ItemClass, attributes: AttributeList, accessibility: Accessibility,
+        kind: ValueKind,
+        value: [UInt8]?, keyRecord: [UInt8] = Self.masterKeyRecord
+    ) {
         self.reference = reference
         self.itemClass = itemClass
         self.attributes = attributes

@@ -19,8 +19,10 @@ package struct AttributeChanges: Sendable {
     package var accessibility: Accessibility?
     package var clearing: Set<FourCharacterCode>
 
-    package init(label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil,
-                 clearing: Set<FourCharacterCode> = []) {
+    package init(
+        label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil,
+        clearing: Set<FourCharacterCode> = []
+    ) {
         self.label = label
         self.comment = comment
         self.genericData = genericData

@@ -10,32 +10,49 @@ import WireFormat
 /// item's `TKTY` attribute (tag UINT32, type UINT8, repeated; docs/FORMAT.md), which readers of
 /// the Keychain API never see.
 enum AttributeCoding {
-    enum Kind: UInt8 { case text = 1, data = 2, number = 3, bool = 4, date = 5 }
+    enum Kind: UInt8 {
+        case text = 1
+        case data = 2
+        case number = 3
+        case bool = 4
+        case date = 5
+    }
 
     static let typesTag = FourCharacterCode("TKTY")
-    static let booleanTags: Set<FourCharacterCode> = [AttributeTag.invisible, AttributeTag.negative, AttributeTag.synchronizable]
+    static let booleanTags: Set<FourCharacterCode> = [
+        AttributeTag.invisible, AttributeTag.negative, AttributeTag.synchronizable,
+    ]
     static let numberTags: Set<FourCharacterCode> = [AttributeTag.port, AttributeTag.creator, AttributeTag.type]
     static let dateTags: Set<FourCharacterCode> = [AttributeTag.creationDate, AttributeTag.modificationDate]
     static let dataTags: Set<FourCharacterCode> = [AttributeTag.generic]
 
     /// The attributes a class has (what SecItemAdd and SecItemUpdate accept).
     static func knownTags(_ itemClass: ItemClass) -> Set<FourCharacterCode> {
-        var tags: Set<FourCharacterCode> = [AttributeTag.account, AttributeTag.accessGroup, AttributeTag.label, AttributeTag.comment,
-                                            AttributeTag.description, AttributeTag.creator, AttributeTag.type, AttributeTag.invisible,
-                                            AttributeTag.negative, AttributeTag.synchronizable, AttributeTag.creationDate,
-                                            AttributeTag.modificationDate]
+        var tags: Set<FourCharacterCode> = [
+            AttributeTag.account, AttributeTag.accessGroup, AttributeTag.label, AttributeTag.comment,
+            AttributeTag.description, AttributeTag.creator, AttributeTag.type, AttributeTag.invisible,
+            AttributeTag.negative, AttributeTag.synchronizable, AttributeTag.creationDate,
+            AttributeTag.modificationDate,
+        ]
         if itemClass == .genericPassword {
             tags.formUnion([AttributeTag.service, AttributeTag.generic])
         } else {
-            tags.formUnion([AttributeTag.server, AttributeTag.protocol, AttributeTag.port, AttributeTag.path,
-                            AttributeTag.authenticationType, AttributeTag.securityDomain])
+            tags.formUnion([
+                AttributeTag.server, AttributeTag.protocol, AttributeTag.port, AttributeTag.path,
+                AttributeTag.authenticationType, AttributeTag.securityDomain,
+            ])
         }
         return tags
     }
 
     static func usualKind(_ tag: FourCharacterCode) -> Kind {
-        booleanTags.contains(tag) ? .bool : numberTags.contains(tag) ? .number : dateTags.contains(tag) ? .date
-            : dataTags.contains(tag) ? .data : .text
+        booleanTags.contains(tag)
+            ? .bool
+            : numberTags.contains(tag)
+                ? .number
+                : dateTags.contains(tag)
+                    ? .date
+                    : dataTags.contains(tag) ? .data : .text
     }
 
     /// A value's bytes and kind. A boolean tag takes any number; otherwise Swift's type decides.
@@ -46,7 +63,9 @@ enum AttributeCoding {
         if let text = SecItemRequest.optionalString(value) { return (Array(text.utf8), .text) }
         if let data = value as? Data { return (Array(data), .data) }
         if let data = value as? NSData { return (Array(Data(referencing: data)), .data) }
-        if let date = value as? Date { return (BigEndian.bytes(UInt64(bitPattern: Int64(date.timeIntervalSince1970 * 1e9))), .date) }
+        if let date = value as? Date {
+            return (BigEndian.bytes(UInt64(bitPattern: Int64(date.timeIntervalSince1970 * 1e9))), .date)
+        }
         if let flag = value as? Bool, !(value is NSNumber) || usualKind(tag) == .bool { return ([flag ? 1 : 0], .bool) }
         if let number = value as? NSNumber { return (BigEndian.bytes(UInt64(bitPattern: number.int64Value)), .number) }
         if let integer = value as? Int { return (BigEndian.bytes(UInt64(bitPattern: Int64(integer))), .number) }
@@ -88,11 +107,14 @@ enum AttributeCoding {
 
     static func setKinds(_ kinds: [FourCharacterCode: Kind], in list: inout AttributeList) {
         let unusual = kinds.filter { $0.value != usualKind($0.key) }.sorted { $0.key < $1.key }
-        list[typesTag] = unusual.isEmpty ? nil : unusual.flatMap { BigEndian.bytes($0.key.rawValue) + [$0.value.rawValue] }
+        list[typesTag] =
+            unusual.isEmpty ? nil : unusual.flatMap { BigEndian.bytes($0.key.rawValue) + [$0.value.rawValue] }
     }
 
     /// Adds `attributes` (parsed from a dictionary) to `list`, keeping the kinds.
-    static func apply(_ attributes: [FourCharacterCode: Any], to list: inout AttributeList, itemClass: ItemClass) throws(SecStatus) {
+    static func apply(
+        _ attributes: [FourCharacterCode: Any], to list: inout AttributeList, itemClass: ItemClass
+    ) throws(SecStatus) {
         var kinds = self.kinds(in: list)
         let known = knownTags(itemClass)
         for (tag, value) in attributes {

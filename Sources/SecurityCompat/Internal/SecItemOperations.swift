@@ -20,13 +20,17 @@ enum SecItemOperations {
         if let given = request.accessControl {
             control = given
         } else {
-            control = try mapped { () throws(KeychainError) in try AccessControl(request.accessibility ?? .whenUnlocked) }
+            control = try mapped { () throws(KeychainError) in try AccessControl(request.accessibility ?? .whenUnlocked)
+            }
         }
         let value = ItemValue(kind: .data, bytes: Array(request.valueData ?? Data()))
         let items = try itemService()
-        try write(itemClass, primary: primary, mode: .add, value: value, control: control, items: items, context: request.context)
+        try write(
+            itemClass, primary: primary, mode: .add, value: value, control: control, items: items,
+            context: request.context)
         guard !request.returns.isEmpty else { return nil }
-        var query = ItemQuery(itemClass: itemClass, matching: primaryKeyAttributes(itemClass, primary), synchronizable: .any, limit: .one)
+        var query = ItemQuery(
+            itemClass: itemClass, matching: primaryKeyAttributes(itemClass, primary), synchronizable: .any, limit: .one)
         query.returnsData = false
         let found = try mapped { () throws(KeychainError) in try items.query(query) }
         return try shape(found, request, items: items, many: false)
@@ -34,17 +38,23 @@ enum SecItemOperations {
 
     /// Writes an item under `control` (nil: it keeps its protection; `key` opens a protected one
     /// whose value is kept). The service decides whether it gets a key record.
-    static func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?, control: AccessControl?,
-                      items: ItemService, context: AuthenticationContext?, key: ItemService.OpenedKey? = nil) throws(SecStatus) {
+    static func write(
+        _ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?, control: AccessControl?,
+        items: ItemService, context: AuthenticationContext?, key: ItemService.OpenedKey? = nil
+    ) throws(SecStatus) {
         var enrollment: [UInt8]?
         if let control, ItemService.bindsEnrollment(control) {
             let authenticator = context?.authenticator ?? KeychainEnvironment.authenticator
             enrollment = try Blocking.run { () async throws(SecStatus) in
-                do { return try await ItemService.enrollment(binding: control, authenticator: authenticator) } catch { throw SecStatus(status(error)) }
+                do { return try await ItemService.enrollment(binding: control, authenticator: authenticator) } catch {
+                    throw SecStatus(status(error))
+                }
             }
         }
         try mapped { () throws(KeychainError) in
-            try items.write(itemClass, primary: primary, mode: mode, value: value, control: control, enrollment: enrollment, key: key)
+            try items.write(
+                itemClass, primary: primary, mode: mode, value: value, control: control, enrollment: enrollment,
+                key: key)
         }
     }
 
@@ -56,7 +66,9 @@ enum SecItemOperations {
         if request.authenticationUI == .skip {
             // Items that would ask a person are left out; lock-state-only ones are not.
             var kept: [ItemQueryResult] = []
-            for result in found where try !mapped({ () throws(KeychainError) in try items.needsPerson(result) }) { kept.append(result) }
+            for result in found where try !mapped({ () throws(KeychainError) in try items.needsPerson(result) }) {
+                kept.append(result)
+            }
             found = kept
         }
         let limit = request.limit ?? 1
@@ -73,7 +85,8 @@ enum SecItemOperations {
         if let group = request.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
         var results: [ItemQueryResult]
         if let reference = request.persistentReference {
-            guard let found = try mapped({ () throws(KeychainError) in try? items.item(reference: Array(reference)) }) else { return [] }
+            guard let found = try mapped({ () throws(KeychainError) in try? items.item(reference: Array(reference)) })
+            else { return [] }
             results = [found]
             if request.classCode != nil, try request.itemClass() != found.itemClass { return [] }
         } else {
@@ -94,14 +107,22 @@ enum SecItemOperations {
             for group in searched {
                 matching[AttributeTag.accessGroup] = group.isEmpty ? nil : Array(group.utf8)
                 let found = try mapped { () throws(KeychainError) in
-                    try items.query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: request.synchronizable ?? .no, limit: .all))
+                    try items.query(
+                        ItemQuery(
+                            itemClass: itemClass, matching: matching, synchronizable: request.synchronizable ?? .no,
+                            limit: .all))
                 }
-                results += found.filter { group.isEmpty ? ($0.attributes.string(AttributeTag.accessGroup) ?? "").isEmpty : true }
+                results += found.filter {
+                    group.isEmpty ? ($0.attributes.string(AttributeTag.accessGroup) ?? "").isEmpty : true
+                }
             }
             if searched.count > 1 {
                 // Creation order across groups, as one query gives it.
                 results.sort { lhs, rhs in
-                    let (left, right) = (lhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0, rhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0)
+                    let (left, right) = (
+                        lhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0,
+                        rhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0
+                    )
                     return left != right ? left < right : lhs.reference.lexicographicallyPrecedes(rhs.reference)
                 }
             }
@@ -109,7 +130,9 @@ enum SecItemOperations {
         return filtered(results, request, groups: groups)
     }
 
-    private static func filtered(_ results: [ItemQueryResult], _ request: SecItemRequest, groups: [String]) -> [ItemQueryResult] {
+    private static func filtered(
+        _ results: [ItemQueryResult], _ request: SecItemRequest, groups: [String]
+    ) -> [ItemQueryResult] {
         results.filter { result in
             let group = result.attributes.string(AttributeTag.accessGroup) ?? ""
             return (group.isEmpty || groups.contains(group))
@@ -120,14 +143,19 @@ enum SecItemOperations {
     /// A generic password named by service and account is read by its file name, one per group
     /// and sync variant searched, instead of scanning its group's directory: the common lookup.
     /// nil when the query does not name one item that way.
-    private static func lookUp(_ itemClass: ItemClass, _ matching: AttributeList, _ request: SecItemRequest, groups: [String],
-                               items: ItemService) throws(SecStatus) -> [ItemQueryResult]? {
-        guard itemClass == .genericPassword, matching[AttributeTag.service] != nil, matching[AttributeTag.account] != nil else { return nil }
-        let variants: [Bool] = switch request.synchronizable ?? .no {
-        case .no: [false]
-        case .yes: [true]
-        case .any: [false, true]
-        }
+    private static func lookUp(
+        _ itemClass: ItemClass, _ matching: AttributeList, _ request: SecItemRequest, groups: [String],
+        items: ItemService
+    ) throws(SecStatus) -> [ItemQueryResult]? {
+        guard itemClass == .genericPassword, matching[AttributeTag.service] != nil,
+            matching[AttributeTag.account] != nil
+        else { return nil }
+        let variants: [Bool] =
+            switch request.synchronizable ?? .no {
+            case .no: [false]
+            case .yes: [true]
+            case .any: [false, true]
+            }
         var found: [ItemQueryResult] = []
         for group in groups {
             for synchronizable in variants {
@@ -137,7 +165,11 @@ enum SecItemOperations {
                 if !group.isEmpty { primary.setString(group, for: AttributeTag.accessGroup) }
                 if synchronizable { primary.setBool(true, for: AttributeTag.synchronizable) }
                 let withSecret = request.returns.contains(.data)
-                guard let item = try mapped({ () throws(KeychainError) in try items.item(itemClass, primary: primary, withSecret: withSecret) }) else {
+                guard
+                    let item = try mapped({ () throws(KeychainError) in
+                        try items.item(itemClass, primary: primary, withSecret: withSecret)
+                    })
+                else {
                     continue
                 }
                 // Every other attribute the query names must match too.
@@ -148,14 +180,19 @@ enum SecItemOperations {
             }
         }
         return found.sorted { lhs, rhs in
-            let (left, right) = (lhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0, rhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0)
+            let (left, right) = (
+                lhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0,
+                rhs.attributes.nanoseconds(AttributeTag.creationDate) ?? 0
+            )
             return left != right ? left < right : lhs.reference.lexicographicallyPrecedes(rhs.reference)
         }
     }
 
     /// What SecItemCopyMatching (and SecItemAdd) return: data or a persistent reference alone as
     /// CFData, else a dictionary; an array of those when more than one may match.
-    static func shape(_ found: [ItemQueryResult], _ request: SecItemRequest, items: ItemService, many: Bool) throws(SecStatus) -> AnyObject? {
+    static func shape(
+        _ found: [ItemQueryResult], _ request: SecItemRequest, items: ItemService, many: Bool
+    ) throws(SecStatus) -> AnyObject? {
         let returns = request.returns.subtracting([.ref])
         guard !returns.isEmpty || request.returns.contains(.ref) else {
             // No result asked for: the existence check. A protected item exists without a prompt.
@@ -167,8 +204,8 @@ enum SecItemOperations {
             if returns.contains(.data) {
                 do {
                     secret = try self.secret(of: result, request, items: items)
-                } catch where error.status == errSecItemNotFound && many {
-                    continue   // invalidated (and deleted) on the way, as iOS drops it
+                } catch  where error.status == errSecItemNotFound && many {
+                    continue // invalidated (and deleted) on the way, as iOS drops it
                 }
                 guard secret != nil else { continue }
             }
@@ -199,7 +236,9 @@ enum SecItemOperations {
         dictionary["class"] = result.itemClass.code.description
         dictionary["pdmn"] = SecItemAccessibility.code(result.accessibility)
         dictionary["sync"] = NSNumber(value: result.attributes.bool(AttributeTag.synchronizable) ?? false)
-        if let control = try mapped({ () throws(KeychainError) in try items.accessControl(of: result) }), !control.flags.isEmpty {
+        if let control = try mapped({ () throws(KeychainError) in try items.accessControl(of: result) }),
+            !control.flags.isEmpty
+        {
             dictionary["accc"] = SecAccessControl(control)
         }
         return dictionary
@@ -207,18 +246,24 @@ enum SecItemOperations {
 
     /// A result's secret, asking the person through the request's context (or one made for the
     /// call) when the item is protected.
-    static func secret(of result: ItemQueryResult, _ request: SecItemRequest, items: ItemService) throws(SecStatus) -> [UInt8]? {
-        if let value = result.value { return value }   // read with the attributes already
+    static func secret(
+        of result: ItemQueryResult, _ request: SecItemRequest, items: ItemService
+    ) throws(SecStatus) -> [UInt8]? {
+        if let value = result.value { return value } // read with the attributes already
         let key = try openedKey(for: result, request, items: items)
         return try mapped { () throws(KeychainError) in try items.secret(of: result, key: key) }
     }
 
-    static func openedKey(for result: ItemQueryResult, _ request: SecItemRequest, items: ItemService) throws(SecStatus) -> ItemService.OpenedKey? {
+    static func openedKey(
+        for result: ItemQueryResult, _ request: SecItemRequest, items: ItemService
+    ) throws(SecStatus) -> ItemService.OpenedKey? {
         guard result.isProtected else { return nil }
         // "If no context is given, a new context will be created just for the purpose of the single call."
         let context = request.context ?? KeychainEnvironment.makeContext()
         if let prompt = request.prompt { context.localizedReason = prompt }
-        if let kept = try mapped({ () throws(KeychainError) in try items.keptKey(for: result, context: context) }) { return kept }
+        if let kept = try mapped({ () throws(KeychainError) in try items.keptKey(for: result, context: context) }) {
+            return kept
+        }
         let allowsInteraction = request.authenticationUI != .fail
         return try Blocking.run { () async throws(SecStatus) in
             do {
@@ -227,74 +272,6 @@ enum SecItemOperations {
                 throw SecStatus(status(error))
             }
         }
-    }
-
-    // MARK: Update
-
-    static func update(_ request: SecItemRequest, _ changes: SecItemRequest) throws(SecStatus) {
-        // "The query dictionary for update can't contain Item return result keys"; search keys neither.
-        guard !request.hasReturnKeys, !request.hasMatchKeys, !changes.hasReturnKeys, !changes.hasMatchKeys else {
-            throw SecStatus(errSecParam)
-        }
-        let groups = KeychainEnvironment.accessGroups
-        if let group = changes.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
-        let items = try itemService()
-        let found = try matches(request, items: items)
-        guard !found.isEmpty else { throw SecStatus(errSecItemNotFound) }
-        var control = changes.accessControl
-        if control == nil, let accessibility = changes.accessibility {
-            control = try mapped { () throws(KeychainError) in try AccessControl(accessibility) }
-        }
-        for result in found {
-            var updated = result.attributes
-            try AttributeCoding.apply(changes.attributes, to: &updated, itemClass: result.itemClass)
-            if let group = changes.accessGroup { updated.setString(group, for: AttributeTag.accessGroup) }
-            switch changes.synchronizable {
-            case .yes: updated.setBool(true, for: AttributeTag.synchronizable)
-            case .no: updated[AttributeTag.synchronizable] = nil
-            default: break
-            }
-            let newValue = changes.valueData.map { ItemValue(kind: .data, bytes: Array($0)) }
-            let samePrimary = result.itemClass.encodedPrimaryKey(of: updated) == result.itemClass.encodedPrimaryKey(of: result.attributes)
-            // Keeping the secret of a protected item (or moving it to another primary key) opens it.
-            let needsOldSecret = newValue == nil && (!samePrimary || control != nil)
-            let key = newValue == nil ? try openedKey(for: result, request, items: items) : nil
-            if samePrimary {
-                try write(result.itemClass, primary: updated, mode: .update, value: newValue, control: control, items: items,
-                          context: request.context, key: key)
-            } else {
-                var value = newValue
-                if value == nil, needsOldSecret {
-                    value = try mapped { () throws(KeychainError) in try items.secret(of: result, key: key) }.map { ItemValue(kind: result.kind, bytes: $0) }
-                }
-                var newControl = control
-                if newControl == nil { newControl = try existingControl(result, items: items) }
-                try write(result.itemClass, primary: updated, mode: .add, value: value, control: newControl,
-                          items: items, context: request.context)
-                _ = try mapped { () throws(KeychainError) in try items.delete(result.itemClass, primary: result.attributes) }
-            }
-        }
-    }
-
-    private static func existingControl(_ result: ItemQueryResult, items: ItemService) throws(SecStatus) -> AccessControl? {
-        if let control = try mapped({ () throws(KeychainError) in try items.accessControl(of: result) }) { return control }
-        return try? AccessControl(result.accessibility)
-    }
-
-    // MARK: Delete
-
-    static func delete(_ request: SecItemRequest) throws(SecStatus) {
-        // kSecMatchLimitAll is accepted (macOS accepts it; wrappers send it on every non-iOS
-        // platform); every match is deleted whatever the limit.
-        var all = request
-        all.limit = nil
-        let items = try itemService()
-        let found = try matches(all, items: items)
-        var deleted = 0
-        for result in found where try mapped({ () throws(KeychainError) in try items.delete(result.itemClass, primary: result.attributes) }) {
-            deleted += 1
-        }
-        guard deleted > 0 else { throw SecStatus(errSecItemNotFound) }
     }
 
     // MARK: Support
@@ -306,7 +283,9 @@ enum SecItemOperations {
 
     static func primaryKeyAttributes(_ itemClass: ItemClass, _ attributes: AttributeList) -> AttributeList {
         var primary = AttributeList()
-        for tag in itemClass.primaryKey where tag != AttributeTag.synchronizable { primary[tag] = attributes[tag] ?? [] }
+        for tag in itemClass.primaryKey where tag != AttributeTag.synchronizable {
+            primary[tag] = attributes[tag] ?? []
+        }
         return primary
     }
 
@@ -331,7 +310,9 @@ enum SecItemOperations {
         case .interactionNotAllowed: errSecInteractionNotAllowed
         case .userCanceled: errSecUserCanceled
         case .authenticationFailed, .lockout, .passcodeNotSet: errSecAuthFailed
-        case .tpmUnavailable, .wrongTPM, .rollbackCounterMissing, .notAvailable, .biometryNotEnrolled, .storeNotFound, .timedOut: errSecNotAvailable
+        case .tpmUnavailable, .wrongTPM, .rollbackCounterMissing, .notAvailable, .biometryNotEnrolled, .storeNotFound,
+            .timedOut:
+            errSecNotAvailable
         case .storageFailed, .permissionDenied, .unsafeFileSystem: errSecIO
         default: errSecInternalComponent
         }

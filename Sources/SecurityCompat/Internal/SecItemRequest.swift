@@ -36,7 +36,9 @@ struct SecItemRequest {
 
     init(_ dictionary: CFDictionary) throws(SecStatus) {
         for (rawKey, value) in dictionary {
-            guard let key = (rawKey as? String) ?? (rawKey as? NSString).map({ $0 as String }) else { throw SecStatus(errSecParam) }
+            guard let key = (rawKey as? String) ?? (rawKey as? NSString).map({ $0 as String }) else {
+                throw SecStatus(errSecParam)
+            }
             try parse(key, value)
         }
     }
@@ -46,7 +48,9 @@ struct SecItemRequest {
         case "class":
             classCode = try Self.string(value)
         case "pdmn":
-            guard let accessibility = SecItemAccessibility.accessibility(code: try Self.string(value)) else { throw SecStatus(errSecParam) }
+            guard let accessibility = SecItemAccessibility.accessibility(code: try Self.string(value)) else {
+                throw SecStatus(errSecParam)
+            }
             self.accessibility = accessibility
         case "accc":
             guard let control = value as? SecAccessControl else { throw SecStatus(errSecParam) }
@@ -77,7 +81,9 @@ struct SecItemRequest {
             // Apple: a return key's value must be a boolean; false means "not asked for".
             hasReturnKeys = true
             if try Self.bool(value) {
-                returns.insert(key == "r_Data" ? .data : key == "r_Attributes" ? .attributes : key == "r_Ref" ? .ref : .persistentRef)
+                returns.insert(
+                    key == "r_Data"
+                        ? .data : key == "r_Attributes" ? .attributes : key == "r_Ref" ? .ref : .persistentRef)
             }
         case "v_Data":
             valueData = try Self.data(value)
@@ -98,14 +104,14 @@ struct SecItemRequest {
         case "u_OpPrompt":
             prompt = try Self.string(value)
         case "nleg", "v_Ref":
-            break   // kSecUseDataProtectionKeychain is a no-op, as in securityd
+            break // kSecUseDataProtectionKeychain is a no-op, as in securityd
         default:
             if key.hasPrefix("m_") {
-                hasMatchKeys = true   // other search keys: accepted, not used
+                hasMatchKeys = true // other search keys: accepted, not used
             } else if let tag = FourCharacterCode(text: key) {
                 attributes[tag] = value
             }
-            // Other keys (u_, unknown): ignored, as securityd ignores keys it does not use.
+        // Other keys (u_, unknown): ignored, as securityd ignores keys it does not use.
         }
     }
 

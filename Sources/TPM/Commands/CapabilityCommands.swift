@@ -24,9 +24,11 @@ extension Engine {
     private func handlePage(from first: UInt32) throws -> (handles: [UInt32], more: Bool) {
         var capability: UnsafeMutablePointer<TPMS_CAPABILITY_DATA>?
         var more: TPMI_YES_NO = 0
-        try check(Esys_GetCapability(esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE,
-                                     TPM2_CAP(TPM2_CAP_HANDLES), first, HandleRange.maximumCapabilityHandles, &more, &capability),
-                  "Esys_GetCapability(handles)")
+        try check(
+            Esys_GetCapability(
+                esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE,
+                TPM2_CAP(TPM2_CAP_HANDLES), first, HandleRange.maximumCapabilityHandles, &more, &capability),
+            "Esys_GetCapability(handles)")
         let handles = try takeFromEsys(capability, "capability data") { data in
             let list = UnsafeMutableRawPointer(data) + MemoryLayout<TPMS_CAPABILITY_DATA>.offset(of: \.data)!
             let count = min(Int(list.load(as: UInt32.self)), Int(HandleRange.maximumCapabilityHandles))
@@ -49,9 +51,11 @@ extension Engine {
     func properties(from first: UInt32, count: UInt32) throws -> [UInt32: UInt32] {
         var capability: UnsafeMutablePointer<TPMS_CAPABILITY_DATA>?
         var more: TPMI_YES_NO = 0
-        try check(Esys_GetCapability(esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE,
-                                     TPM2_CAP(TPM2_CAP_TPM_PROPERTIES), first, count, &more, &capability),
-                  "Esys_GetCapability(properties)")
+        try check(
+            Esys_GetCapability(
+                esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE,
+                TPM2_CAP(TPM2_CAP_TPM_PROPERTIES), first, count, &more, &capability),
+            "Esys_GetCapability(properties)")
         return try takeFromEsys(capability, "capability data") { data in
             let list = UnsafeMutableRawPointer(data) + MemoryLayout<TPMS_CAPABILITY_DATA>.offset(of: \.data)!
             let found = min(Int(list.load(as: UInt32.self)), Int(HandleRange.maximumCapabilityProperties))

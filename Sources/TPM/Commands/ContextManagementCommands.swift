@@ -36,7 +36,8 @@ extension Engine {
         // clean TPM costs one command here. (Stale objects on a TPM with slots to spare stay
         // until they crowd it; they hold no secret and the next sweep that needs room flushes them.)
         let counts = try properties(from: TPMProperty.loadedSessions, count: 5)
-        let sessionsLeft = (counts[TPMProperty.loadedSessions] ?? 1) > 0 || (counts[TPMProperty.activeSessions] ?? 1) > 0
+        let sessionsLeft =
+            (counts[TPMProperty.loadedSessions] ?? 1) > 0 || (counts[TPMProperty.activeSessions] ?? 1) > 0
         let objectsInTheWay = (counts[TPMProperty.transientAvailable] ?? 0) < TPMProperty.transientObjectsNeeded
         var ranges: [UInt32] = objectsInTheWay ? [HandleRange.transientFirst] : []
         if sessionsLeft { ranges += [HandleRange.loadedSessionFirst, HandleRange.activeSessionFirst] }
@@ -48,8 +49,11 @@ extension Engine {
             }
         }
         if !flushed.isEmpty {
-            configuration.logger.debug("flushed handles a crashed process left", metadata: [
-                "tcti": "\(configuration.tcti)", "handles": "\(flushed.map { "0x" + String($0, radix: 16) })"])
+            configuration.logger.debug(
+                "flushed handles a crashed process left",
+                metadata: [
+                    "tcti": "\(configuration.tcti)", "handles": "\(flushed.map { "0x" + String($0, radix: 16) })",
+                ])
         }
     }
 }

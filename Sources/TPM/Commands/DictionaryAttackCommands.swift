@@ -8,9 +8,11 @@ extension Engine {
     /// - Throws: ``TPMError``; `.authorizationFailed` or `.lockout` when the lockout hierarchy
     ///   has a password or is itself locked out.
     func resetDictionaryAttackLockout() throws {
-        try check(Esys_DictionaryAttackLockReset(esys, ESYS_TR(ESYS_TR_RH_LOCKOUT), ESYS_TR(ESYS_TR_PASSWORD),
-                                                 ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE)),
-                  "Esys_DictionaryAttackLockReset")
+        try check(
+            Esys_DictionaryAttackLockReset(
+                esys, ESYS_TR(ESYS_TR_RH_LOCKOUT), ESYS_TR(ESYS_TR_PASSWORD),
+                ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE)),
+            "Esys_DictionaryAttackLockReset")
     }
 }
 
@@ -28,8 +30,10 @@ extension TPMConnection {
         try withEngine { engine in
             let permanent = try engine.properties(from: TPMProperty.permanent, count: 1)[TPMProperty.permanent] ?? 0
             guard permanent & TPMProperty.lockoutAuthSetBit == 0 else {
-                throw TPMError(.authorizationFailed,
-                               "The TPM's lockout hierarchy has a password, so TPMKeychain does not try to reset the lockout (a wrong guess would lock the lockout hierarchy too); whoever set it can run: tpm2_dictionarylockout --clear-lockout --auth <password>")
+                throw TPMError(
+                    .authorizationFailed,
+                    "The TPM's lockout hierarchy has a password, so TPMKeychain does not try to reset the lockout (a wrong guess would lock the lockout hierarchy too); whoever set it can run: tpm2_dictionarylockout --clear-lockout --auth <password>"
+                )
             }
             try engine.resetDictionaryAttackLockout()
         }

@@ -17,42 +17,54 @@ extension Engine {
         for assertion in policy.assertions {
             switch assertion {
             case .authValue:
-                try check(Esys_PolicyAuthValue(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                               ESYS_TR(ESYS_TR_NONE)),
-                          "Esys_PolicyAuthValue")
-            case let .nv(index, _, operand, offset, comparison):
+                try check(
+                    Esys_PolicyAuthValue(
+                        esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                        ESYS_TR(ESYS_TR_NONE)),
+                    "Esys_PolicyAuthValue")
+            case .nv(let index, _, let operand, let offset, let comparison):
                 try withNVIndex(index) { nvHandle in
                     try withZeroedStructure(TPM2B_OPERAND.self) { operandB in
                         try fillSized(operandB, with: operand, what: "The PolicyNV operand")
                         let what = "Esys_PolicyNV(0x\(String(index, radix: 16)))"
                         guard let authorization = nvAuthorizations[index] else {
-                            try check(Esys_PolicyNV(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_PASSWORD),
-                                                    ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), operandB, offset,
-                                                    TPM2_EO(comparison.rawValue)), what)
+                            try check(
+                                Esys_PolicyNV(
+                                    esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_PASSWORD),
+                                    ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), operandB, offset,
+                                    TPM2_EO(comparison.rawValue)), what)
                             return
                         }
                         try setAuthValue(authorization, of: nvHandle)
                         defer { try? setAuthValue(nil, of: nvHandle) }
                         try withSession(.hmac, saltedWith: nil) { hmac, ended in
                             try setAttributes(hmac, continueSession: false)
-                            try check(Esys_PolicyNV(esys, nvHandle, nvHandle, session, hmac, ESYS_TR(ESYS_TR_NONE),
-                                                    ESYS_TR(ESYS_TR_NONE), operandB, offset, TPM2_EO(comparison.rawValue)), what)
+                            try check(
+                                Esys_PolicyNV(
+                                    esys, nvHandle, nvHandle, session, hmac, ESYS_TR(ESYS_TR_NONE),
+                                    ESYS_TR(ESYS_TR_NONE), operandB, offset, TPM2_EO(comparison.rawValue)), what)
                             ended = true
                         }
                     }
                 }
-            case let .commandCode(code):
-                try check(Esys_PolicyCommandCode(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                                 ESYS_TR(ESYS_TR_NONE), TPM2_CC(code)),
-                          "Esys_PolicyCommandCode")
-            case let .pcrs(selection, expectedDigest):
+            case .commandCode(let code):
+                try check(
+                    Esys_PolicyCommandCode(
+                        esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                        ESYS_TR(ESYS_TR_NONE), TPM2_CC(code)),
+                    "Esys_PolicyCommandCode")
+            case .pcrs(let selection, let expectedDigest):
                 try withZeroedStructure(TPML_PCR_SELECTION.self) { pcrs in
-                    try unmarshal(selection.marshalled, into: pcrs, using: Tss2_MU_TPML_PCR_SELECTION_Unmarshal, "the PCR selection")
+                    try unmarshal(
+                        selection.marshalled, into: pcrs, using: Tss2_MU_TPML_PCR_SELECTION_Unmarshal,
+                        "the PCR selection")
                     try withZeroedStructure(TPM2B_DIGEST.self) { pcrDigest in
                         if trial { try fillSized(pcrDigest, with: expectedDigest, what: "The PCR digest") }
-                        try check(Esys_PolicyPCR(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                                 ESYS_TR(ESYS_TR_NONE), pcrDigest, pcrs),
-                                  "Esys_PolicyPCR")
+                        try check(
+                            Esys_PolicyPCR(
+                                esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                                ESYS_TR(ESYS_TR_NONE), pcrDigest, pcrs),
+                            "Esys_PolicyPCR")
                     }
                 }
             }
@@ -62,9 +74,11 @@ extension Engine {
     /// TPM2_PolicyGetDigest: the session's current policy digest.
     func policyDigest(of session: ESYS_TR) throws -> PolicyDigest {
         var digest: UnsafeMutablePointer<TPM2B_DIGEST>?
-        try check(Esys_PolicyGetDigest(esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                       ESYS_TR(ESYS_TR_NONE), &digest),
-                  "Esys_PolicyGetDigest")
+        try check(
+            Esys_PolicyGetDigest(
+                esys, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), &digest),
+            "Esys_PolicyGetDigest")
         return try PolicyDigest(try takeSizedFromEsys(digest, "policy digest"))
     }
 }

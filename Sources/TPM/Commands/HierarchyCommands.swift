@@ -23,10 +23,13 @@ extension Engine {
         }
     }
 
-    private func createPrimary(_ template: PublicTemplate, session: ESYS_TR) throws -> (handle: ESYS_TR, name: [UInt8]) {
+    private func createPrimary(_ template: PublicTemplate, session: ESYS_TR) throws -> (handle: ESYS_TR, name: [UInt8])
+    {
         try withZeroedStructure(TPM2B_SENSITIVE_CREATE.self) { sensitive in
             try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
-                try unmarshal(template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the storage key template")
+                try unmarshal(
+                    template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal,
+                    "the storage key template")
                 var outsideInfo = TPM2B_DATA()
                 var creationPCR = TPML_PCR_SELECTION()
                 var handle = ESYS_TR(ESYS_TR_NONE)
@@ -34,11 +37,13 @@ extension Engine {
                 var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
                 var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
                 var creationTicket: UnsafeMutablePointer<TPMT_TK_CREATION>?
-                try check(Esys_CreatePrimary(esys, ESYS_TR(ESYS_TR_RH_OWNER), session,
-                                             ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), sensitive, inPublic,
-                                             &outsideInfo, &creationPCR, &handle, &outPublic, &creationData,
-                                             &creationHash, &creationTicket),
-                          "Esys_CreatePrimary")
+                try check(
+                    Esys_CreatePrimary(
+                        esys, ESYS_TR(ESYS_TR_RH_OWNER), session,
+                        ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), sensitive, inPublic,
+                        &outsideInfo, &creationPCR, &handle, &outPublic, &creationData,
+                        &creationHash, &creationTicket),
+                    "Esys_CreatePrimary")
                 discardFromEsys(outPublic)
                 discardFromEsys(creationData)
                 discardFromEsys(creationHash)
@@ -65,7 +70,10 @@ extension Engine {
     /// The owner hierarchy refused its authorization: its own error, since it is the machine's
     /// configuration (an owner password), not a wrong PIN or damaged data.
     static func ownerAuthorizationFailed(_ error: TPMError) -> TPMError {
-        TPMError(.ownerAuthorizationFailed, "The TPM's owner hierarchy has a password, and it was not given or is wrong: set TPM_KEYCHAIN_OWNER_AUTH to it, or TPM_KEYCHAIN_OWNER_AUTH_FILE to a file that holds it",
-                 operation: error.operation, layer: error.layer, responseCode: error.responseCode, decodedResponse: error.decodedResponse)
+        TPMError(
+            .ownerAuthorizationFailed,
+            "The TPM's owner hierarchy has a password, and it was not given or is wrong: set TPM_KEYCHAIN_OWNER_AUTH to it, or TPM_KEYCHAIN_OWNER_AUTH_FILE to a file that holds it",
+            operation: error.operation, layer: error.layer, responseCode: error.responseCode,
+            decodedResponse: error.decodedResponse)
     }
 }

@@ -75,7 +75,8 @@ extension Engine {
     /// Owner indices live in 0x01000000-0x01FFFFFF (TPM 2.0 Part 2 §7.3, TPM_HT_NV_INDEX).
     static func checkOwnerIndex(_ index: UInt32) throws(TPMError) {
         guard index >> 24 == 0x01 else {
-            throw TPMError(.invalidArgument, "NV index 0x\(String(index, radix: 16)) is not an NV index handle (0x01xxxxxx)")
+            throw TPMError(
+                .invalidArgument, "NV index 0x\(String(index, radix: 16)) is not an NV index handle (0x01xxxxxx)")
         }
     }
 
@@ -83,9 +84,11 @@ extension Engine {
     func withNVIndex<R>(_ index: UInt32, _ body: (ESYS_TR) throws -> R) throws -> R {
         try Self.checkOwnerIndex(index)
         var handle = ESYS_TR(ESYS_TR_NONE)
-        try check(Esys_TR_FromTPMPublic(esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                        ESYS_TR(ESYS_TR_NONE), &handle),
-                  "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+        try check(
+            Esys_TR_FromTPMPublic(
+                esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), &handle),
+            "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
         defer { _ = Esys_TR_Close(esys, &handle) }
         return try body(handle)
     }
@@ -103,13 +106,15 @@ extension Engine {
             try withZeroedStructure(TPM2B_NV_PUBLIC.self) { publicInfo in
                 var writer = WireWriter()
                 writer.appendSized(definition.marshalled(written: false))
-                try unmarshal(writer.bytes, into: publicInfo, using: Tss2_MU_TPM2B_NV_PUBLIC_Unmarshal, "the NV public area")
+                try unmarshal(
+                    writer.bytes, into: publicInfo, using: Tss2_MU_TPM2B_NV_PUBLIC_Unmarshal, "the NV public area")
                 try setAttributes(session, decrypt: true)
                 try setAuthValue(configuration.ownerAuthorization, of: ESYS_TR(ESYS_TR_RH_OWNER))
                 defer { try? setAuthValue(nil, of: ESYS_TR(ESYS_TR_RH_OWNER)) }
                 var handle = ESYS_TR(ESYS_TR_NONE)
-                let rc = Esys_NV_DefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE),
-                                             ESYS_TR(ESYS_TR_NONE), auth, publicInfo, &handle)
+                let rc = Esys_NV_DefineSpace(
+                    esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE),
+                    ESYS_TR(ESYS_TR_NONE), auth, publicInfo, &handle)
                 try Self.checkOwner(rc, "Esys_NV_DefineSpace(0x\(String(definition.index, radix: 16)))")
                 _ = Esys_TR_Close(esys, &handle)
             }
@@ -120,20 +125,24 @@ extension Engine {
     func undefineNVIndex(_ index: UInt32) throws {
         try Self.checkOwnerIndex(index)
         var handle = ESYS_TR(ESYS_TR_NONE)
-        try check(Esys_TR_FromTPMPublic(esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                        ESYS_TR(ESYS_TR_NONE), &handle),
-                  "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+        try check(
+            Esys_TR_FromTPMPublic(
+                esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), &handle),
+            "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
         try setAuthValue(configuration.ownerAuthorization, of: ESYS_TR(ESYS_TR_RH_OWNER))
         defer { try? setAuthValue(nil, of: ESYS_TR(ESYS_TR_RH_OWNER)) }
         // With an owner password, an HMAC session: the password never crosses the bus.
         let target = handle
         let rc: TSS2_RC
         if configuration.ownerAuthorization == nil {
-            rc = Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), target, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
-                                       ESYS_TR(ESYS_TR_NONE))
+            rc = Esys_NV_UndefineSpace(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), target, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE))
         } else {
             let session = try startSession(.hmac, saltedWith: nil)
-            rc = Esys_NV_UndefineSpace(esys, ESYS_TR(ESYS_TR_RH_OWNER), target, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
+            rc = Esys_NV_UndefineSpace(
+                esys, ESYS_TR(ESYS_TR_RH_OWNER), target, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE))
             flush(session)
         }
         if rc != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
@@ -143,8 +152,9 @@ extension Engine {
     /// TPM2_NV_Increment, authorised by the index's value through `session`.
     func incrementNVCounter(_ nvHandle: ESYS_TR, session: ESYS_TR, continueSession: Bool = true) throws {
         try setAttributes(session, continueSession: continueSession)
-        try check(Esys_NV_Increment(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE)),
-                  "Esys_NV_Increment")
+        try check(
+            Esys_NV_Increment(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE)),
+            "Esys_NV_Increment")
     }
 
     /// TPM2_NV_Write of `data` at `offset`; the data is the first parameter and travels encrypted.
@@ -154,18 +164,23 @@ extension Engine {
                 try fillSized(buffer, with: bytes, what: "The NV data")
             }
             try setAttributes(session, decrypt: true)
-            try check(Esys_NV_Write(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                    buffer, offset),
-                      "Esys_NV_Write")
+            try check(
+                Esys_NV_Write(
+                    esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                    buffer, offset),
+                "Esys_NV_Write")
         }
     }
 
     /// TPM2_NV_Read of `count` bytes at `offset`; the data comes back encrypted.
-    func readNV(_ nvHandle: ESYS_TR, count: UInt16, offset: UInt16, session: ESYS_TR, continueSession: Bool = true) throws -> SecretBytes {
+    func readNV(
+        _ nvHandle: ESYS_TR, count: UInt16, offset: UInt16, session: ESYS_TR, continueSession: Bool = true
+    ) throws -> SecretBytes {
         try setAttributes(session, encrypt: true, continueSession: continueSession)
         var data: UnsafeMutablePointer<TPM2B_MAX_NV_BUFFER>?
-        let rc = Esys_NV_Read(esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                              count, offset, &data)
+        let rc = Esys_NV_Read(
+            esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+            count, offset, &data)
         defer { scrubResponseBuffer() }
         try check(rc, "Esys_NV_Read")
         return try takeSecretFromEsys(data, "NV data")
@@ -177,9 +192,11 @@ extension Engine {
     func nvAttributes(of nvHandle: ESYS_TR) throws -> UInt32 {
         var publicArea: UnsafeMutablePointer<TPM2B_NV_PUBLIC>?
         var name: UnsafeMutablePointer<TPM2B_NAME>?
-        try check(Esys_NV_ReadPublic(esys, nvHandle, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                     &publicArea, &name),
-                  "Esys_NV_ReadPublic")
+        try check(
+            Esys_NV_ReadPublic(
+                esys, nvHandle, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                &publicArea, &name),
+            "Esys_NV_ReadPublic")
         discardFromEsys(name)
         let attributes = publicArea?.pointee.nvPublic.attributes ?? 0
         discardFromEsys(publicArea)
@@ -193,7 +210,7 @@ extension Engine {
     static func checkOwner(_ rc: TSS2_RC, _ operation: String) throws(TPMError) {
         do {
             try check(rc, operation)
-        } catch where error.code == .authorizationFailed {
+        } catch  where error.code == .authorizationFailed {
             throw ownerAuthorizationFailed(error)
         }
     }

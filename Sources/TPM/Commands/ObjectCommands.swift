@@ -12,10 +12,13 @@ extension Engine {
     /// `data` and `authValue` travel in the sensitive area, the command's first parameter, which
     /// the salted `session` encrypts (decrypt attribute). Returns the marshalled TPM2B_PUBLIC and
     /// TPM2B_PRIVATE; the private part is encrypted by the parent and safe to store.
-    func create(under parent: StorageRootKey, template: PublicTemplate, data: SecretBytes,
-                authValue: SecretBytes?, session: ESYS_TR) throws -> (public: [UInt8], private: [UInt8]) {
+    func create(
+        under parent: StorageRootKey, template: PublicTemplate, data: SecretBytes,
+        authValue: SecretBytes?, session: ESYS_TR
+    ) throws -> (public: [UInt8], private: [UInt8]) {
         guard data.count > 0, data.count <= Self.maximumSealedDataSize else {
-            throw TPMError(.invalidArgument, "A sealed secret has 1 to \(Self.maximumSealedDataSize) bytes, not \(data.count)")
+            throw TPMError(
+                .invalidArgument, "A sealed secret has 1 to \(Self.maximumSealedDataSize) bytes, not \(data.count)")
         }
         guard (authValue?.count ?? 0) <= Self.maximumAuthValueSize else {
             throw TPMError(.invalidArgument, "An authorization value has at most \(Self.maximumAuthValueSize) bytes")
@@ -26,14 +29,20 @@ extension Engine {
             let dataOffset = MemoryLayout<TPM2B_SENSITIVE_CREATE>.offset(of: \.sensitive.data)!
             if let authValue {
                 try authValue.withUnsafeBytes { (bytes) throws(TPMError) in
-                    try fillSized(raw + authOffset, structureSize: MemoryLayout<TPM2B_AUTH>.size, with: bytes, what: "The authorization value")
+                    try fillSized(
+                        raw + authOffset, structureSize: MemoryLayout<TPM2B_AUTH>.size, with: bytes,
+                        what: "The authorization value")
                 }
             }
             try data.withUnsafeBytes { (bytes) throws(TPMError) in
-                try fillSized(raw + dataOffset, structureSize: MemoryLayout<TPM2B_SENSITIVE_DATA>.size, with: bytes, what: "The secret")
+                try fillSized(
+                    raw + dataOffset, structureSize: MemoryLayout<TPM2B_SENSITIVE_DATA>.size, with: bytes,
+                    what: "The secret")
             }
             return try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
-                try unmarshal(template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the sealed-object template")
+                try unmarshal(
+                    template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal,
+                    "the sealed-object template")
                 try setAttributes(session, decrypt: true)
                 var outsideInfo = TPM2B_DATA()
                 var creationPCR = TPML_PCR_SELECTION()
@@ -42,10 +51,12 @@ extension Engine {
                 var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
                 var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
                 var creationTicket: UnsafeMutablePointer<TPMT_TK_CREATION>?
-                try check(Esys_Create(esys, parent.handle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                      sensitive, inPublic, &outsideInfo, &creationPCR, &outPrivate, &outPublic,
-                                      &creationData, &creationHash, &creationTicket),
-                          "Esys_Create")
+                try check(
+                    Esys_Create(
+                        esys, parent.handle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                        sensitive, inPublic, &outsideInfo, &creationPCR, &outPrivate, &outPublic,
+                        &creationData, &creationHash, &creationTicket),
+                    "Esys_Create")
                 discardFromEsys(creationData)
                 discardFromEsys(creationHash)
                 discardFromEsys(creationTicket)
@@ -67,19 +78,29 @@ extension Engine {
     func load(under parent: StorageRootKey, publicArea: [UInt8], privateArea: [UInt8]) throws -> ESYS_TR {
         try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
             try withZeroedStructure(TPM2B_PRIVATE.self) { inPrivate in
-                try unmarshal(publicArea, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the sealed object's public area")
-                try unmarshal(privateArea, into: inPrivate, using: Tss2_MU_TPM2B_PRIVATE_Unmarshal, "the sealed object's private area")
+                try unmarshal(
+                    publicArea, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the sealed object's public area"
+                )
+                try unmarshal(
+                    privateArea, into: inPrivate, using: Tss2_MU_TPM2B_PRIVATE_Unmarshal,
+                    "the sealed object's private area")
                 var handle = ESYS_TR(ESYS_TR_NONE)
                 do {
-                    try check(Esys_Load(esys, parent.handle, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
-                                        ESYS_TR(ESYS_TR_NONE), inPrivate, inPublic, &handle),
-                              "Esys_Load")
-                } catch let error as TPMError where error.layer == .tpm && error.responseCode & ResponseCodes.format1 != 0 {
+                    try check(
+                        Esys_Load(
+                            esys, parent.handle, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                            ESYS_TR(ESYS_TR_NONE), inPrivate, inPublic, &handle),
+                        "Esys_Load")
+                } catch let error as TPMError
+                    where error.layer == .tpm && error.responseCode & ResponseCodes.format1 != 0
+                {
                     // A format-one code names a parameter of ours: the stored areas themselves
                     // (integrity check failed, wrong size, bad attributes), not the TPM's state.
-                    throw TPMError(.malformedData, "The TPM refused to load the sealed object: its stored bytes are damaged or were modified",
-                                   operation: error.operation, layer: error.layer, responseCode: error.responseCode,
-                                   decodedResponse: error.decodedResponse)
+                    throw TPMError(
+                        .malformedData,
+                        "The TPM refused to load the sealed object: its stored bytes are damaged or were modified",
+                        operation: error.operation, layer: error.layer, responseCode: error.responseCode,
+                        decodedResponse: error.decodedResponse)
                 }
                 return handle
             }
@@ -90,7 +111,9 @@ extension Engine {
     ///
     /// The secret comes back as the response's first parameter, encrypted under the salted session
     /// (encrypt attribute); ESAPI decrypts it into its buffer, which is scrubbed after the copy.
-    func unseal(_ object: ESYS_TR, authValue: SecretBytes?, session: ESYS_TR, sessionEnded: inout Bool) throws -> SecretBytes {
+    func unseal(
+        _ object: ESYS_TR, authValue: SecretBytes?, session: ESYS_TR, sessionEnded: inout Bool
+    ) throws -> SecretBytes {
         try setAuthValue(authValue, of: object)
         defer { try? setAuthValue(nil, of: object) }
         try setAttributes(session, encrypt: true, continueSession: false)

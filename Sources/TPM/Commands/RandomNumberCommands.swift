@@ -13,7 +13,8 @@ extension Engine {
         let encryptingSession = parameterEncryption ? session : ESYS_TR(ESYS_TR_NONE)
         try setAttributes(encryptingSession, encrypt: true)
         var random: UnsafeMutablePointer<TPM2B_DIGEST>?
-        let rc = Esys_GetRandom(esys, encryptingSession, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), UInt16(count), &random)
+        let rc = Esys_GetRandom(
+            esys, encryptingSession, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), UInt16(count), &random)
         defer { scrubResponseBuffer() }
         try check(rc, "Esys_GetRandom")
         let bytes = try takeSecretFromEsys(random, "random bytes")

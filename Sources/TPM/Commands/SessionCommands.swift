@@ -31,10 +31,12 @@ extension Engine {
         }
         let tpmKey = protected ? (key?.handle ?? ESYS_TR(ESYS_TR_NONE)) : ESYS_TR(ESYS_TR_NONE)
         var session = ESYS_TR(ESYS_TR_NONE)
-        try check(Esys_StartAuthSession(esys, tpmKey, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                                        ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), nil, kind.sessionType,
-                                        &symmetric, TPMI_ALG_HASH(TPM2_ALG_SHA256), &session),
-                  "Esys_StartAuthSession")
+        try check(
+            Esys_StartAuthSession(
+                esys, tpmKey, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), nil, kind.sessionType,
+                &symmetric, TPMI_ALG_HASH(TPM2_ALG_SHA256), &session),
+            "Esys_StartAuthSession")
         return session
     }
 
@@ -43,8 +45,10 @@ extension Engine {
     /// `decrypt` encrypts the command's first parameter, `encrypt` the response's first parameter;
     /// both only when parameter encryption is on. Without `continueSession` the TPM ends the session
     /// when the command succeeds, which saves the round trip of flushing it.
-    func setAttributes(_ session: ESYS_TR, decrypt: Bool = false, encrypt: Bool = false,
-                       continueSession: Bool = true) throws(TPMError) {
+    func setAttributes(
+        _ session: ESYS_TR, decrypt: Bool = false, encrypt: Bool = false,
+        continueSession: Bool = true
+    ) throws(TPMError) {
         // A password "session" has no attributes to set and never encrypts.
         guard session != ESYS_TR(ESYS_TR_PASSWORD), session != ESYS_TR(ESYS_TR_NONE) else { return }
         var flags = TPMA_SESSION(0)
@@ -56,8 +60,10 @@ extension Engine {
 
     /// Runs `body` with a session that is flushed afterwards unless `body` reports that its last
     /// command ended it (a command sent without continueSession that succeeded).
-    func withSession<R>(_ kind: SessionKind, saltedWith key: StorageRootKey?,
-                        _ body: (ESYS_TR, inout Bool) throws -> R) throws -> R {
+    func withSession<R>(
+        _ kind: SessionKind, saltedWith key: StorageRootKey?,
+        _ body: (ESYS_TR, inout Bool) throws -> R
+    ) throws -> R {
         let session = try startSession(kind, saltedWith: key)
         var ended = false
         defer { if !ended { flush(session) } }

@@ -1,5 +1,6 @@
 import Dispatch
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -43,7 +44,8 @@ struct CommandDeadline {
         let alarm = Alarm(tcti: tcti, timeout: timeout)
         let item = DispatchWorkItem { alarm.fire { endpoint.disconnectSockets() } }
         alarm.item = item
-        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(timeout / .nanoseconds(1))), execute: item)
+        DispatchQueue.global().asyncAfter(
+            deadline: .now() + .nanoseconds(Int(timeout / .nanoseconds(1))), execute: item)
         return alarm
     }
 
@@ -65,9 +67,10 @@ struct CommandDeadline {
         /// `error` as the caller should see it: `.timedOut` when the alarm cut the connection.
         func translate(_ error: any Error, while what: String) -> any Error {
             guard hasFired else { return error }
-            return TPMError(.timedOut,
-                            "The TPM at \(tcti) did not answer within \(timeout) while \(what); it may be stopped or hung. Set \(TPMConfiguration.timeoutVariable) (seconds) to wait longer",
-                            operation: what)
+            return TPMError(
+                .timedOut,
+                "The TPM at \(tcti) did not answer within \(timeout) while \(what); it may be stopped or hung. Set \(TPMConfiguration.timeoutVariable) (seconds) to wait longer",
+                operation: what)
         }
 
         fileprivate func fire(_ action: () -> Void) {
@@ -125,7 +128,9 @@ enum TCTIEndpoint: Sendable, Hashable {
             }
             guard let descriptor = Int32(name), descriptor != listing else { continue }
             var status = stat()
-            guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, isConnected(descriptor) else { continue }
+            guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK, isConnected(descriptor) else {
+                continue
+            }
             _ = shutdown(descriptor, Int32(SHUT_RDWR))
         }
     }

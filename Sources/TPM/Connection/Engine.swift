@@ -1,6 +1,7 @@
 internal import CTSS2
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +24,8 @@ final class Engine {
     let deadline: CommandDeadline
     var storageKeys: [StorageKeyAlgorithm: StorageRootKey] = [:]
 
-    init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws {
+    init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws
+    {
         self.configuration = configuration
         self.parameterEncryption = parameterEncryption
         self.contextCache = contextCache
@@ -58,8 +60,11 @@ final class Engine {
         // keeps the built-in backend: correct, only slower.
         let callbacksRC = ESAPICryptoContext.configure(UnsafeMutableRawPointer(context))
         if callbacksRC != TSS2_RC_SUCCESS {
-            configuration.logger.warning("ESAPI refused the crypto callbacks; using its own backend", metadata: [
-                "rc": "0x\(String(callbacksRC, radix: 16))"])
+            configuration.logger.warning(
+                "ESAPI refused the crypto callbacks; using its own backend",
+                metadata: [
+                    "rc": "0x\(String(callbacksRC, radix: 16))"
+                ])
         }
         if !configuration.hasResourceManager {
             do {
@@ -83,21 +88,24 @@ final class Engine {
         let origin = fromEnvironment ? " (from \(TPMConfiguration.environmentVariable))" : ""
         let base = rc & 0xFFFF
         if base == UInt32(TSS2_BASE_RC_BAD_VALUE) || base == UInt32(TSS2_BASE_RC_NOT_SUPPORTED) {
-            return TPMError(.invalidArgument,
-                            "The TCTI '\(tcti)'\(origin) is malformed or names no installed TCTI; examples: device:/dev/tpmrm0, swtpm:host=127.0.0.1,port=2321, swtpm:path=/run/user/1000/swtpm.sock",
-                            operation: "connecting to \(tcti)", layer: cause.layer, responseCode: cause.responseCode,
-                            decodedResponse: cause.decodedResponse)
+            return TPMError(
+                .invalidArgument,
+                "The TCTI '\(tcti)'\(origin) is malformed or names no installed TCTI; examples: device:/dev/tpmrm0, swtpm:host=127.0.0.1,port=2321, swtpm:path=/run/user/1000/swtpm.sock",
+                operation: "connecting to \(tcti)", layer: cause.layer, responseCode: cause.responseCode,
+                decodedResponse: cause.decodedResponse)
         }
         var advice: String
         if tcti.hasPrefix("device") {
-            advice = "check that the device exists and that this user may read and write it (usually: member of group tss)"
+            advice =
+                "check that the device exists and that this user may read and write it (usually: member of group tss)"
         } else {
             advice = "check that the simulator or TPM server is running there"
         }
         if fromEnvironment { advice += ", or change \(TPMConfiguration.environmentVariable)" }
-        return TPMError(.tpmUnavailable, "No TPM answered at '\(tcti)'\(origin): \(advice)",
-                        operation: "connecting to \(tcti)", layer: cause.layer, responseCode: cause.responseCode,
-                        decodedResponse: cause.decodedResponse)
+        return TPMError(
+            .tpmUnavailable, "No TPM answered at '\(tcti)'\(origin): \(advice)",
+            operation: "connecting to \(tcti)", layer: cause.layer, responseCode: cause.responseCode,
+            decodedResponse: cause.decodedResponse)
     }
 
     /// tpm2-tss prints every failed command to stderr; this layer reports typed errors instead, so
@@ -106,9 +114,11 @@ final class Engine {
     /// context (a process-wide change to libtss2-esys, which other ESAPI users in the process see too).
     private static func reportCryptoContext(_ logger: Logger) {
         guard !cryptoContextReported.exchange(true, ordering: .relaxed) else { return }
-        logger.debug("ESAPI crypto context: \(ESAPICryptoContext.status)", metadata: [
-            "library": "\(ESAPICryptoContext.library ?? "none")",
-        ])
+        logger.debug(
+            "ESAPI crypto context: \(ESAPICryptoContext.status)",
+            metadata: [
+                "library": "\(ESAPICryptoContext.library ?? "none")"
+            ])
     }
 
     private static let cryptoContextReported = Atomic<Bool>(false)

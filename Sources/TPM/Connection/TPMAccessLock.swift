@@ -1,6 +1,7 @@
 import Crypto
 import SystemCalls
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,7 +39,10 @@ final class TPMAccessLock {
         }
         guard locked else {
             let holder = file.holderProcessID.map { " (process \($0))" } ?? ""
-            throw TPMError(.busy, "Another process\(holder) has been using the TPM at \(configuration.tcti) for longer than \(timeout); it holds \(path)")
+            throw TPMError(
+                .busy,
+                "Another process\(holder) has been using the TPM at \(configuration.tcti) for longer than \(timeout); it holds \(path)"
+            )
         }
     }
 
@@ -47,11 +51,14 @@ final class TPMAccessLock {
         let parent = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
         if !parent.isEmpty { try? createDirectories(parent) }
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
-            throw TPMError(.invalidArgument, "Cannot create the TPM lock directory \(path): \(String(cString: strerror(errno)))")
+            throw TPMError(
+                .invalidArgument, "Cannot create the TPM lock directory \(path): \(String(cString: strerror(errno)))")
         }
         guard PrivateOwnership.isPrivateDirectory(path) else {
-            throw TPMError(.invalidArgument,
-                           "The TPM lock directory \(path) must be a directory owned by this user with mode 0700, and it is not (another user may have created it); remove it, or set XDG_RUNTIME_DIR to a private directory")
+            throw TPMError(
+                .invalidArgument,
+                "The TPM lock directory \(path) must be a directory owned by this user with mode 0700, and it is not (another user may have created it); remove it, or set XDG_RUNTIME_DIR to a private directory"
+            )
         }
     }
 }

@@ -1,5 +1,6 @@
 public import Logging
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -59,8 +60,10 @@ public struct TPMConfiguration: Sendable, Hashable {
     ///   - ownerAuthorization: nil for `TPM_KEYCHAIN_OWNER_AUTH` when set, else the file
     ///     `TPM_KEYCHAIN_OWNER_AUTH_FILE` names (a file that cannot be used is logged as an error
     ///     and gives none), else none.
-    public init(tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil,
-                logger: Logger = .disabled, ownerAuthorization: SecretBytes? = nil) {
+    public init(
+        tcti: String, hasResourceManager: Bool? = nil, lockDirectory: String? = nil, timeout: Duration? = nil,
+        logger: Logger = .disabled, ownerAuthorization: SecretBytes? = nil
+    ) {
         self.logger = logger
         self.ownerAuthorization = ownerAuthorization ?? Self.environmentOwnerAuthorization(logger: logger)
         self.tcti = tcti
@@ -76,7 +79,9 @@ public struct TPMConfiguration: Sendable, Hashable {
             let text = String(cString: value)
             return text.isEmpty ? nil : SecretBytes(copying: Array(text.utf8))
         }
-        guard let path = getenv(ownerAuthorizationFileVariable).map({ String(cString: $0) }), !path.isEmpty else { return nil }
+        guard let path = getenv(ownerAuthorizationFileVariable).map({ String(cString: $0) }), !path.isEmpty else {
+            return nil
+        }
         do {
             return try ownerAuthorization(fromFile: path)
         } catch {
@@ -103,42 +108,61 @@ public struct TPMConfiguration: Sendable, Hashable {
             throw TPMError(.invalidArgument, "The owner password file \(path) is not a regular file")
         }
         guard status.st_uid == PrivateOwnership.effectiveUser || status.st_uid == 0 else {
-            throw TPMError(.invalidArgument, "The owner password file \(path) belongs to user \(status.st_uid), not to this user or root: refusing to use it")
+            throw TPMError(
+                .invalidArgument,
+                "The owner password file \(path) belongs to user \(status.st_uid), not to this user or root: refusing to use it"
+            )
         }
         guard status.st_mode & 0o007 == 0 else {
-            throw TPMError(.invalidArgument, "The owner password file \(path) has mode \(String(status.st_mode & 0o777, radix: 8)): other users can read or change it; chmod 600 it (or 400)")
+            throw TPMError(
+                .invalidArgument,
+                "The owner password file \(path) has mode \(String(status.st_mode & 0o777, radix: 8)): other users can read or change it; chmod 600 it (or 400)"
+            )
         }
         guard Int(status.st_size) <= maximumOwnerAuthorizationFileSize else {
-            throw TPMError(.invalidArgument, "The owner password file \(path) is larger than \(maximumOwnerAuthorizationFileSize) bytes")
+            throw TPMError(
+                .invalidArgument,
+                "The owner password file \(path) is larger than \(maximumOwnerAuthorizationFileSize) bytes")
         }
         var buffer = [UInt8](repeating: 0, count: maximumOwnerAuthorizationFileSize + 1)
         defer { buffer.withUnsafeMutableBytes { secureZero($0) } }
         var count = 0
         while count < buffer.count {
-            let read = buffer.withUnsafeMutableBytes { raw in Glibc.read(descriptor, raw.baseAddress! + count, raw.count - count) }
+            let read = buffer.withUnsafeMutableBytes { raw in
+                Glibc.read(descriptor, raw.baseAddress! + count, raw.count - count)
+            }
             if read < 0 && errno == EINTR { continue }
-            guard read >= 0 else { throw TPMError(.invalidArgument, "Cannot read the owner password file \(path): \(String(cString: strerror(errno)))") }
+            guard read >= 0 else {
+                throw TPMError(
+                    .invalidArgument, "Cannot read the owner password file \(path): \(String(cString: strerror(errno)))"
+                )
+            }
             if read == 0 { break }
             count += read
         }
         guard count <= maximumOwnerAuthorizationFileSize else {
-            throw TPMError(.invalidArgument, "The owner password file \(path) is larger than \(maximumOwnerAuthorizationFileSize) bytes")
+            throw TPMError(
+                .invalidArgument,
+                "The owner password file \(path) is larger than \(maximumOwnerAuthorizationFileSize) bytes")
         }
         let line = buffer[..<count].firstIndex(of: UInt8(ascii: "\n")) ?? count
         let end = line > 0 && buffer[line - 1] == UInt8(ascii: "\r") ? line - 1 : line
-        return end == 0 ? nil : buffer.withUnsafeBytes { SecretBytes(copying: UnsafeRawBufferPointer(rebasing: $0[..<end])) }
+        return end == 0
+            ? nil : buffer.withUnsafeBytes { SecretBytes(copying: UnsafeRawBufferPointer(rebasing: $0[..<end])) }
     }
 
     /// `TPM_KEYCHAIN_TIMEOUT` as a duration, when it holds a positive number of seconds.
     public static var environmentTimeout: Duration? {
         guard let text = getenv(timeoutVariable).map({ String(cString: $0) }), let seconds = Double(text),
-              seconds > 0, seconds.isFinite else { return nil }
+            seconds > 0, seconds.isFinite
+        else { return nil }
         return .milliseconds(Int64(seconds * 1000))
     }
 
     /// Equal TPM, lock directory and timeout; the logger is not compared.
     public static func == (lhs: TPMConfiguration, rhs: TPMConfiguration) -> Bool {
-        lhs.tcti == rhs.tcti && lhs.hasResourceManager == rhs.hasResourceManager && lhs.lockDirectory == rhs.lockDirectory
+        lhs.tcti == rhs.tcti && lhs.hasResourceManager == rhs.hasResourceManager
+            && lhs.lockDirectory == rhs.lockDirectory
             && lhs.timeout == rhs.timeout
     }
 

@@ -21,8 +21,9 @@ extension TPMError {
         }
         let layer = Layer(responseCode: rc)
         let code = Self.classify(rc, layer: layer)
-        self.init(code, Self.message(for: code, operation: operation), operation: operation,
-                  layer: layer, responseCode: rc, decodedResponse: decoded)
+        self.init(
+            code, Self.message(for: code, operation: operation), operation: operation,
+            layer: layer, responseCode: rc, decodedResponse: decoded)
     }
 
     /// TPM 2.0 Part 2 §6.6: format-one codes carry a parameter/handle/session number in bits 8-11
@@ -44,7 +45,7 @@ extension TPMError {
                 return .policyCheckFailed
             case ResponseCodes.lockout: return .lockout
             case ResponseCodes.objectMemory, ResponseCodes.sessionMemory, ResponseCodes.memory,
-                 ResponseCodes.sessionHandles, ResponseCodes.objectHandles, ResponseCodes.nvSpace:
+                ResponseCodes.sessionHandles, ResponseCodes.objectHandles, ResponseCodes.nvSpace:
                 return .outOfResources
             case ResponseCodes.nvDefined: return .nvIndexAlreadyDefined
             case ResponseCodes.nvUninitialized: return .nvIndexUninitialized
@@ -57,11 +58,13 @@ extension TPMError {
         case .esapi, .sapi, .marshalling:
             let base = rc & 0xFFFF
             if base == UInt32(TSS2_BASE_RC_IO_ERROR) || base == UInt32(TSS2_BASE_RC_NO_CONNECTION)
-                || base == UInt32(TSS2_BASE_RC_NOT_PERMITTED) {
+                || base == UInt32(TSS2_BASE_RC_NOT_PERMITTED)
+            {
                 return .tpmUnavailable
             }
             if base == UInt32(TSS2_BASE_RC_BAD_VALUE) || base == UInt32(TSS2_BASE_RC_BAD_SIZE)
-                || base == UInt32(TSS2_BASE_RC_INSUFFICIENT_BUFFER) {
+                || base == UInt32(TSS2_BASE_RC_INSUFFICIENT_BUFFER)
+            {
                 return layer == .marshalling ? .malformedData : .invalidArgument
             }
             return .other
@@ -75,8 +78,10 @@ extension TPMError {
         case .tpmUnavailable: "The TPM could not be reached"
         case .policyCheckFailed: "The TPM refused access because a policy condition no longer holds"
         case .authorizationFailed: "The TPM rejected the authorization value (wrong PIN)"
-        case .ownerAuthorizationFailed: "The TPM's owner hierarchy has a password: give it in TPM_KEYCHAIN_OWNER_AUTH, or in a file TPM_KEYCHAIN_OWNER_AUTH_FILE names (it was missing or wrong)"
-        case .lockout: "The TPM is in dictionary-attack lockout; wait for it to recover or reset it with the lockout authorization"
+        case .ownerAuthorizationFailed:
+            "The TPM's owner hierarchy has a password: give it in TPM_KEYCHAIN_OWNER_AUTH, or in a file TPM_KEYCHAIN_OWNER_AUTH_FILE names (it was missing or wrong)"
+        case .lockout:
+            "The TPM is in dictionary-attack lockout; wait for it to recover or reset it with the lockout authorization"
         case .outOfResources: "The TPM is out of object or session memory; another program may be holding handles"
         case .nvIndexAlreadyDefined: "The NV index is already defined"
         case .nvIndexUninitialized: "The NV index has never been written"

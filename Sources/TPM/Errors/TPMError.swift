@@ -89,8 +89,10 @@ public struct TPMError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A sentence a person can act on.
     public let message: String
 
-    public init(_ code: Code, _ message: String, operation: String = "", layer: Layer = .library,
-                responseCode: UInt32 = 0, decodedResponse: String = "") {
+    public init(
+        _ code: Code, _ message: String, operation: String = "", layer: Layer = .library,
+        responseCode: UInt32 = 0, decodedResponse: String = ""
+    ) {
         self.code = code
         self.message = message
         self.operation = operation

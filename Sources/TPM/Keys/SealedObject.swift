@@ -1,4 +1,5 @@
 import WireFormat
+
 /// A secret sealed by a TPM: safe to store anywhere, usable only on the TPM that sealed it.
 ///
 /// ``serialized()`` produces the "sealed object" format of docs/FORMAT.md (all integers big-endian):
@@ -35,8 +36,10 @@ public struct SealedObject: Sendable, Hashable {
     /// are not, except those sealed by versions before 0.2, which a store reseals when it opens.
     public let isDictionaryAttackProtected: Bool
 
-    init(publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
-         storageKeyName: [UInt8]) throws(TPMError) {
+    init(
+        publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
+        storageKeyName: [UInt8]
+    ) throws(TPMError) {
         self.publicArea = publicArea
         self.privateArea = privateArea
         self.storageKeyAlgorithm = storageKeyAlgorithm
@@ -55,19 +58,24 @@ public struct SealedObject: Sendable, Hashable {
         } catch {
             throw TPMError(.malformedData, error.message)
         }
-        try self.init(publicArea: fields.publicArea, privateArea: fields.privateArea, storageKeyAlgorithm: fields.algorithm,
-                      storageKeyName: fields.name)
+        try self.init(
+            publicArea: fields.publicArea, privateArea: fields.privateArea, storageKeyAlgorithm: fields.algorithm,
+            storageKeyName: fields.name)
     }
 
-    private static func fields(of bytes: [UInt8]) throws(WireFormatError)
-        -> (name: [UInt8], publicArea: [UInt8], privateArea: [UInt8], algorithm: StorageKeyAlgorithm) {
+    private static func fields(
+        of bytes: [UInt8]
+    ) throws(WireFormatError)
+        -> (name: [UInt8], publicArea: [UInt8], privateArea: [UInt8], algorithm: StorageKeyAlgorithm)
+    {
         var reader = WireReader(bytes)
         guard try reader.readBytes(4) == Self.magic else {
             throw WireFormatError("Not a TPMKeychain sealed object (bad magic)")
         }
         let version = try reader.readUInt16()
         guard version == Self.version else {
-            throw WireFormatError("Sealed object version \(version) is not supported (this build reads version \(Self.version))")
+            throw WireFormatError(
+                "Sealed object version \(version) is not supported (this build reads version \(Self.version))")
         }
         let algorithm: StorageKeyAlgorithm
         switch try reader.readUInt16() {
@@ -96,8 +104,11 @@ public struct SealedObject: Sendable, Hashable {
         return writer.bytes
     }
 
-    private static func validatedPolicy(ofPublicArea publicArea: [UInt8]) throws(TPMError)
-        -> (policy: PolicyDigest, dictionaryAttackProtected: Bool) {
+    private static func validatedPolicy(
+        ofPublicArea publicArea: [UInt8]
+    ) throws(TPMError)
+        -> (policy: PolicyDigest, dictionaryAttackProtected: Bool)
+    {
         let fields: (type: UInt16, nameAlgorithm: UInt16, attributes: ObjectAttributes, policy: [UInt8])
         do throws(WireFormatError) {
             var reader = WireReader(publicArea)
@@ -105,14 +116,17 @@ public struct SealedObject: Sendable, Hashable {
             guard size == reader.remaining else {
                 throw WireFormatError("The sealed object's public area is \(reader.remaining) bytes but claims \(size)")
             }
-            fields = (try reader.readUInt16(), try reader.readUInt16(), ObjectAttributes(rawValue: try reader.readUInt32()),
-                      try reader.readSized(maximum: 64))
+            fields = (
+                try reader.readUInt16(), try reader.readUInt16(), ObjectAttributes(rawValue: try reader.readUInt32()),
+                try reader.readSized(maximum: 64)
+            )
         } catch {
             throw TPMError(.malformedData, error.message)
         }
         guard fields.type == AlgorithmID.keyedHash, fields.nameAlgorithm == AlgorithmID.sha256,
-              fields.attributes.isSuperset(of: [.fixedTPM, .fixedParent]), !fields.attributes.contains(.userWithAuth),
-              fields.policy.count == 32 else {
+            fields.attributes.isSuperset(of: [.fixedTPM, .fixedParent]), !fields.attributes.contains(.userWithAuth),
+            fields.policy.count == 32
+        else {
             throw TPMError(.malformedData, "The public area is not a policy-only sealed object bound to this TPM")
         }
         return (try PolicyDigest(fields.policy), !fields.attributes.contains(.noDA))

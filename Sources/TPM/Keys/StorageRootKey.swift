@@ -69,7 +69,9 @@ extension Engine {
     /// The storage key from the context cache, if the TPM accepts the saved context and the key
     /// has the pinned name; otherwise nil, with nothing left loaded.
     private func cachedStorageKey(named pinnedName: [UInt8], algorithm: StorageKeyAlgorithm) throws -> StorageRootKey? {
-        guard let context = contextCache?.loadStorageKeyContext(), let handle = try? loadContext(context) else { return nil }
+        guard let context = contextCache?.loadStorageKeyContext(), let handle = try? loadContext(context) else {
+            return nil
+        }
         guard let name = try? name(of: handle), name == pinnedName else {
             flush(handle)
             return nil
@@ -78,10 +80,13 @@ extension Engine {
         return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: false)
     }
 
-    private func persistentStorageKey(named pinnedName: [UInt8], algorithm: StorageKeyAlgorithm) throws -> StorageRootKey? {
+    private func persistentStorageKey(
+        named pinnedName: [UInt8], algorithm: StorageKeyAlgorithm
+    ) throws -> StorageRootKey? {
         var handle = ESYS_TR(ESYS_TR_NONE)
-        let rc = Esys_TR_FromTPMPublic(esys, Self.persistentStorageKeyHandle, ESYS_TR(ESYS_TR_NONE),
-                                       ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &handle)
+        let rc = Esys_TR_FromTPMPublic(
+            esys, Self.persistentStorageKeyHandle, ESYS_TR(ESYS_TR_NONE),
+            ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &handle)
         guard rc == TSS2_RC_SUCCESS else { return nil }
         if let name = try? name(of: handle), name == pinnedName {
             return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: true)
@@ -92,15 +97,19 @@ extension Engine {
 
     private static func verify(_ name: [UInt8], against pinnedName: [UInt8]?) throws(TPMError) {
         guard let pinnedName, pinnedName != name else { return }
-        throw TPMError(.wrongStorageKey,
-                       "This TPM's storage key is not the one the data was sealed to: the data belongs to another TPM, or this TPM's owner hierarchy was cleared (expected \(pinnedName.hexString), found \(name.hexString))")
+        throw TPMError(
+            .wrongStorageKey,
+            "This TPM's storage key is not the one the data was sealed to: the data belongs to another TPM, or this TPM's owner hierarchy was cleared (expected \(pinnedName.hexString), found \(name.hexString))"
+        )
     }
 
     /// TPM_RC_ASYMMETRIC, TPM_RC_CURVE, TPM_RC_KEY_SIZE, TPM_RC_TYPE: the TPM cannot make an ECC key.
     private static func signalsMissingAlgorithm(_ error: TPMError) -> Bool {
         guard error.layer == .tpm else { return false }
         let base = TPMError.tpmBaseCode(error.responseCode)
-        return [ResponseCodes.format1 + 0x01, ResponseCodes.format1 + 0x26, ResponseCodes.format1 + 0x07,
-                ResponseCodes.format1 + 0x0A, ResponseCodes.value].contains(base)
+        return [
+            ResponseCodes.format1 + 0x01, ResponseCodes.format1 + 0x26, ResponseCodes.format1 + 0x07,
+            ResponseCodes.format1 + 0x0A, ResponseCodes.value,
+        ].contains(base)
     }
 }

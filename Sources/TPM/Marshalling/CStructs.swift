@@ -6,8 +6,11 @@ internal import CTSS2
 
 /// Allocates a zero-filled C structure on the heap, hands it to `body`, then zeroizes and frees it,
 /// so sensitive inputs never linger on the Swift stack or in freed memory.
-func withZeroedStructure<T, R, E: Error>(_ type: T.Type, _ body: (UnsafeMutablePointer<T>) throws(E) -> R) throws(E) -> R {
-    let pointer = UnsafeMutableRawPointer.allocate(byteCount: MemoryLayout<T>.size, alignment: MemoryLayout<T>.alignment)
+func withZeroedStructure<T, R, E: Error>(
+    _ type: T.Type, _ body: (UnsafeMutablePointer<T>) throws(E) -> R
+) throws(E) -> R {
+    let pointer = UnsafeMutableRawPointer.allocate(
+        byteCount: MemoryLayout<T>.size, alignment: MemoryLayout<T>.alignment)
     pointer.initializeMemory(as: UInt8.self, repeating: 0, count: MemoryLayout<T>.size)
     let typed = pointer.bindMemory(to: T.self, capacity: 1)
     defer {
@@ -20,8 +23,10 @@ func withZeroedStructure<T, R, E: Error>(_ type: T.Type, _ body: (UnsafeMutableP
 /// Writes `bytes` into the TPM2B at `raw` whose whole structure is `structureSize` bytes.
 ///
 /// - Throws: ``TPMError`` `.invalidArgument` when the bytes do not fit.
-func fillSized(_ raw: UnsafeMutableRawPointer, structureSize: Int, with bytes: UnsafeRawBufferPointer,
-               what: String) throws(TPMError) {
+func fillSized(
+    _ raw: UnsafeMutableRawPointer, structureSize: Int, with bytes: UnsafeRawBufferPointer,
+    what: String
+) throws(TPMError) {
     let capacity = structureSize - 2
     guard bytes.count <= capacity else {
         throw TPMError(.invalidArgument, "\(what) is \(bytes.count) bytes; the TPM takes at most \(capacity)")
@@ -33,7 +38,8 @@ func fillSized(_ raw: UnsafeMutableRawPointer, structureSize: Int, with bytes: U
 }
 
 /// Fills a whole TPM2B structure of type `T` with `bytes`.
-func fillSized<T>(_ pointer: UnsafeMutablePointer<T>, with bytes: UnsafeRawBufferPointer, what: String) throws(TPMError) {
+func fillSized<T>(_ pointer: UnsafeMutablePointer<T>, with bytes: UnsafeRawBufferPointer, what: String) throws(TPMError)
+{
     try fillSized(UnsafeMutableRawPointer(pointer), structureSize: MemoryLayout<T>.size, with: bytes, what: what)
 }
 
@@ -55,8 +61,10 @@ func sizedBytes(_ raw: UnsafeRawPointer, structureSize: Int) throws(TPMError) ->
 /// zeroized and released with `Esys_Free`, on every path.
 ///
 /// - Throws: what `read` throws, or ``TPMError`` `.malformedData` when ESAPI returned no structure.
-func takeFromEsys<T, R, E: Error>(_ pointer: UnsafeMutablePointer<T>?, _ what: String,
-                                 _ read: (UnsafeMutablePointer<T>) throws(E) -> R) throws -> R {
+func takeFromEsys<T, R, E: Error>(
+    _ pointer: UnsafeMutablePointer<T>?, _ what: String,
+    _ read: (UnsafeMutablePointer<T>) throws(E) -> R
+) throws -> R {
     guard let pointer else { throw TPMError(.malformedData, "ESAPI returned no \(what)") }
     defer {
         ctss2_secure_zero(pointer, MemoryLayout<T>.size)
@@ -87,12 +95,15 @@ func takeSecretFromEsys<T>(_ pointer: UnsafeMutablePointer<T>?, _ what: String) 
 }
 
 /// Tss2_MU: canonical bytes into a C structure, requiring every byte to be consumed.
-typealias Unmarshaller<T> = (UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?, UnsafeMutablePointer<T>?) -> TSS2_RC
+typealias Unmarshaller<T> = (UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?, UnsafeMutablePointer<T>?) ->
+    TSS2_RC
 /// Tss2_MU: a C structure into canonical bytes.
 typealias Marshaller<T> = (UnsafePointer<T>?, UnsafeMutablePointer<UInt8>?, Int, UnsafeMutablePointer<Int>?) -> TSS2_RC
 
-func unmarshal<T>(_ bytes: [UInt8], into pointer: UnsafeMutablePointer<T>, using function: Unmarshaller<T>,
-                  _ what: String) throws(TPMError) {
+func unmarshal<T>(
+    _ bytes: [UInt8], into pointer: UnsafeMutablePointer<T>, using function: Unmarshaller<T>,
+    _ what: String
+) throws(TPMError) {
     var offset = 0
     let rc = bytes.withUnsafeBufferPointer { function($0.baseAddress, $0.count, &offset, pointer) }
     try check(rc, "unmarshalling \(what)")
@@ -101,7 +112,8 @@ func unmarshal<T>(_ bytes: [UInt8], into pointer: UnsafeMutablePointer<T>, using
     }
 }
 
-func marshal<T>(_ pointer: UnsafePointer<T>, using function: Marshaller<T>, _ what: String) throws(TPMError) -> [UInt8] {
+func marshal<T>(_ pointer: UnsafePointer<T>, using function: Marshaller<T>, _ what: String) throws(TPMError) -> [UInt8]
+{
     var buffer = [UInt8](repeating: 0, count: MemoryLayout<T>.size + 16)
     var offset = 0
     let rc = buffer.withUnsafeMutableBufferPointer { function(pointer, $0.baseAddress, $0.count, &offset) }

@@ -21,8 +21,10 @@ struct PublicTemplate: Equatable {
     /// owner-hierarchy storage key every TCG-conformant tool derives, so a persistent SRK made by
     /// other software is recognisable. `unique` is zero-filled to the key size, as the guidance says.
     static func storageRootKey(_ algorithm: StorageKeyAlgorithm) -> PublicTemplate {
-        let attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .sensitiveDataOrigin, .userWithAuth,
-                                            .noDA, .restricted, .decrypt]
+        let attributes: ObjectAttributes = [
+            .fixedTPM, .fixedParent, .sensitiveDataOrigin, .userWithAuth,
+            .noDA, .restricted, .decrypt,
+        ]
         var writer = WireWriter()
         var unique = WireWriter()
         switch algorithm {
@@ -30,11 +32,11 @@ struct PublicTemplate: Equatable {
             writer.append(AlgorithmID.ecc)
             writer.append(AlgorithmID.sha256)
             writer.append(attributes.rawValue)
-            writer.appendSized([])                     // authPolicy
-            appendAES128CFB(&writer)                   // symmetric
-            writer.append(AlgorithmID.null)            // scheme
-            writer.append(AlgorithmID.eccNistP256)     // curveID
-            writer.append(AlgorithmID.null)            // kdf
+            writer.appendSized([]) // authPolicy
+            appendAES128CFB(&writer) // symmetric
+            writer.append(AlgorithmID.null) // scheme
+            writer.append(AlgorithmID.eccNistP256) // curveID
+            writer.append(AlgorithmID.null) // kdf
             unique.appendSized([UInt8](repeating: 0, count: 32))
             unique.appendSized([UInt8](repeating: 0, count: 32))
         case .rsa2048:
@@ -43,9 +45,9 @@ struct PublicTemplate: Equatable {
             writer.append(attributes.rawValue)
             writer.appendSized([])
             appendAES128CFB(&writer)
-            writer.append(AlgorithmID.null)            // scheme
-            writer.append(UInt16(2048))                // keyBits
-            writer.append(UInt32(0))                   // exponent: default 65537
+            writer.append(AlgorithmID.null) // scheme
+            writer.append(UInt16(2048)) // keyBits
+            writer.append(UInt32(0)) // exponent: default 65537
             unique.appendSized([UInt8](repeating: 0, count: 256))
         }
         writer.append(raw: unique.bytes)
@@ -70,8 +72,8 @@ struct PublicTemplate: Equatable {
         writer.append(AlgorithmID.sha256)
         writer.append(attributes.rawValue)
         writer.appendSized(policy.bytes)
-        writer.append(AlgorithmID.null)                // keyed-hash scheme
-        writer.appendSized([])                         // unique: computed by the TPM
+        writer.append(AlgorithmID.null) // keyed-hash scheme
+        writer.appendSized([]) // unique: computed by the TPM
         return PublicTemplate(bytes: writer.bytes)
     }
 

@@ -70,16 +70,16 @@ public enum PolicyAssertion: Sendable, Hashable {
         switch self {
         case .authValue:
             return digest.extended(commandCode: CommandCode.policyAuthValue, [])
-        case let .nv(_, indexName, operand, offset, comparison):
+        case .nv(_, let indexName, let operand, let offset, let comparison):
             var arguments = WireWriter()
             arguments.append(raw: operand)
             arguments.append(offset)
             arguments.append(comparison.rawValue)
             let argumentHash = Array(SHA256.hash(data: arguments.bytes))
             return digest.extended(commandCode: CommandCode.policyNV, argumentHash + indexName)
-        case let .pcrs(selection, expectedDigest):
+        case .pcrs(let selection, let expectedDigest):
             return digest.extended(commandCode: CommandCode.policyPCR, selection.marshalled + expectedDigest)
-        case let .commandCode(code):
+        case .commandCode(let code):
             var argument = WireWriter()
             argument.append(code)
             return digest.extended(commandCode: CommandCode.policyCommandCode, argument.bytes)

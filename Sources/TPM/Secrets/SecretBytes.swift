@@ -1,5 +1,6 @@
 internal import CTSS2
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,7 +27,8 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
         self.count = count
         // Whole pages, so MADV_DONTDUMP covers the secret and nothing else shares them.
         let page = SecretMemory.pageSize
-        storage = UnsafeMutableRawBufferPointer.allocate(byteCount: (max(count, 1) + page - 1) / page * page, alignment: page)
+        storage = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: (max(count, 1) + page - 1) / page * page, alignment: page)
         storage.initializeMemory(as: UInt8.self, repeating: 0)
         // Best effort: RLIMIT_MEMLOCK may be small; an unlocked secret is still zeroized.
         locked = mlock(storage.baseAddress, storage.count) == 0

@@ -1,5 +1,6 @@
 internal import CTSS2
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif

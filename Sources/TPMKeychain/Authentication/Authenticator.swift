@@ -89,9 +89,11 @@ public struct AuthenticationError: Error, Sendable, Hashable, CustomStringConver
 
         /// The code's name (`userCancel`), or `LAError(<raw value>)` for a value without one.
         public var description: String {
-            let names: [Int: String] = [-1: "authenticationFailed", -2: "userCancel", -3: "userFallback", -4: "systemCancel",
-                                        -5: "passcodeNotSet", -6: "biometryNotAvailable", -7: "biometryNotEnrolled",
-                                        -8: "biometryLockout", -9: "appCancel", -10: "invalidContext", -1004: "notInteractive"]
+            let names: [Int: String] = [
+                -1: "authenticationFailed", -2: "userCancel", -3: "userFallback", -4: "systemCancel",
+                -5: "passcodeNotSet", -6: "biometryNotAvailable", -7: "biometryNotEnrolled",
+                -8: "biometryLockout", -9: "appCancel", -10: "invalidContext", -1004: "notInteractive",
+            ]
             return names[rawValue] ?? "LAError(\(rawValue))"
         }
     }

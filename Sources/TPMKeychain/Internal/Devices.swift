@@ -1,9 +1,9 @@
 import Crypto
 import Foundation
 package import KeychainStore
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
 
 /// The device of a location: its TPM chosen as for the store, its directory resolved
 /// (``KeychainLocation/deviceDirectory``).
@@ -12,7 +12,9 @@ package enum Devices {
     private static let directories = Locked<[String: String]>([:])
 
     /// Runs `body` with the device, the TPM started for it when simulated and stopped after.
-    package static func with<R>(_ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {
+    package static func with<R>(
+        _ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
         let tpm = try StoreTPM.choose(for: location)
         defer { tpm.stop() }
         let directory = try directory(for: location, tpm: tpm)
@@ -31,7 +33,10 @@ package enum Devices {
     /// The device directory, when it is known without choosing (or starting) a TPM.
     static func knownDirectory(_ location: KeychainLocation) -> String? {
         if let explicit = location.deviceDirectory { return explicit }
-        if let environment = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_DEVICE_DIR"], environment.hasPrefix("/") { return environment }
+        if let environment = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_DEVICE_DIR"], environment.hasPrefix("/")
+        {
+            return environment
+        }
         if let known = directories.withLock({ $0[location.path] }) { return known }
         if case .tcti = location.tpm { return nil }
         // StoreTPM's policy: the environment's TPM first, then the store's own simulator.

@@ -1,7 +1,7 @@
 package import KeychainStore
+package import KeychainVocabulary
 import SystemCalls
 import TPM
-package import KeychainVocabulary
 
 /// The stores this process has opened, one per location, so the master key is unsealed once per
 /// store and shared by every `Keychain` value and thread.
@@ -32,7 +32,8 @@ package enum OpenStores {
             let tpm = try StoreTPM.choose(for: location)
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
-            let newStore = try ItemStore.open(at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location), tpmKind: tpm.kind)
+            let newStore = try ItemStore.open(
+                at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location), tpmKind: tpm.kind)
             store = newStore
             opened.withLock { $0[location] = newStore }
             return newStore

@@ -26,7 +26,9 @@ enum ValueCoding {
         }
     }
 
-    static func decode<Value: Decodable>(_ value: ItemValue, as type: Value.Type, key: String) throws(KeychainError) -> Value {
+    static func decode<Value: Decodable>(
+        _ value: ItemValue, as type: Value.Type, key: String
+    ) throws(KeychainError) -> Value {
         let decoded: Any?
         if type == Data.self {
             decoded = Data(value.bytes)
@@ -42,7 +44,8 @@ enum ValueCoding {
             do {
                 decoded = try JSONDecoder().decode(Value.self, from: Data(value.bytes))
             } catch {
-                throw KeychainError(.decodingFailed, "The item \"\(key)\" is not a JSON-encoded \(Value.self)", underlying: error)
+                throw KeychainError(
+                    .decodingFailed, "The item \"\(key)\" is not a JSON-encoded \(Value.self)", underlying: error)
             }
         }
         guard let result = decoded as? Value else {

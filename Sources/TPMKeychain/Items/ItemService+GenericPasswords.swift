@@ -5,10 +5,14 @@ package import KeychainVocabulary
 // and written by file name without a directory scan.
 extension ItemService {
     /// Writes the generic password `identity` names; as ``write(_:primary:mode:value:changes:control:enrollment:key:)``.
-    package func write(_ identity: ItemIdentity, mode: ItemWriteMode, value: ItemValue?, changes: AttributeChanges,
-                       control: AccessControl? = nil, enrollment: [UInt8]? = nil) throws(KeychainError) {
-        try write(.genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes, control: control,
-                  enrollment: enrollment)
+    package func write(
+        _ identity: ItemIdentity, mode: ItemWriteMode, value: ItemValue?, changes: AttributeChanges,
+        control: AccessControl? = nil, enrollment: [UInt8]? = nil
+    ) throws(KeychainError) {
+        try write(
+            .genericPassword, primary: AttributeList(identity), mode: mode, value: value, changes: changes,
+            control: control,
+            enrollment: enrollment)
     }
 
     /// The value of the generic password `identity` names, or nil. An item bound only to the
@@ -20,7 +24,7 @@ extension ItemService {
     package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
         do {
             return try store.value(identity)
-        } catch where error.code == .interactionNotAllowed {
+        } catch  where error.code == .interactionNotAllowed {
             return try valueNeedingNoPerson(identity)
         }
     }
@@ -30,10 +34,15 @@ extension ItemService {
             return try store.value(identity)
         }
         if location.sessionIsLocked(for: protection.protection.accessibility) {
-            throw KeychainError(.interactionNotAllowed, "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
+            throw KeychainError(
+                .interactionNotAllowed,
+                "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
         }
         guard protection.protection.biometry == nil, !protection.protection.passcode else {
-            throw KeychainError(.interactionNotAllowed, "The item for \"\(identity.account)\" needs biometry or the device passcode: read it with get(_:as:context:) and an AuthenticationContext")
+            throw KeychainError(
+                .interactionNotAllowed,
+                "The item for \"\(identity.account)\" needs biometry or the device passcode: read it with get(_:as:context:) and an AuthenticationContext"
+            )
         }
         return try Devices.with(location) { (device) throws(KeychainError) in
             let key = try store.openRecord(protection.recordID, device: device, biometry: nil, passcode: nil)
@@ -43,7 +52,9 @@ extension ItemService {
 
     /// The value, asking the person through `context` when the item is protected (once per
     /// reuse window). One read of the file when the context kept the item's key.
-    package func value(_ identity: ItemIdentity, context: AuthenticationContext) async throws(KeychainError) -> ItemValue? {
+    package func value(
+        _ identity: ItemIdentity, context: AuthenticationContext
+    ) async throws(KeychainError) -> ItemValue? {
         let location = location
         switch try store.value(identity, keptKey: { (protection) in context.keptKey(protection, location: location) }) {
         case .value(let value):

@@ -29,7 +29,9 @@ extension ItemService {
 
     /// The key `context` kept for the item from an earlier read in its reuse window, without
     /// asking anyone; nil when there is none, or the item is under the master key.
-    package func keptKey(for result: ItemQueryResult, context: AuthenticationContext) throws(KeychainError) -> OpenedKey? {
+    package func keptKey(
+        for result: ItemQueryResult, context: AuthenticationContext
+    ) throws(KeychainError) -> OpenedKey? {
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)
         return context.keptKey(protection, location: location).map(OpenedKey.init)
@@ -43,13 +45,18 @@ extension ItemService {
     ///   (`.interactionNotAllowed`) instead of prompting; lock-state items still open.
     /// - Throws: ``KeychainError`` `.userCanceled`, `.interactionNotAllowed`, `.authenticationFailed`,
     ///   `.lockout`, `.itemInvalidated`, `.biometryNotEnrolled`.
-    package func openKey(for result: ItemQueryResult, context: AuthenticationContext,
-                         allowsInteraction: Bool = true) async throws(KeychainError) -> OpenedKey? {
+    package func openKey(
+        for result: ItemQueryResult, context: AuthenticationContext,
+        allowsInteraction: Bool = true
+    ) async throws(KeychainError) -> OpenedKey? {
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)
         if !allowsInteraction, context.keptKey(protection, location: location) == nil,
-           protection.protection.biometry != nil || protection.protection.passcode {
-            throw KeychainError(.interactionNotAllowed, "The item needs biometry or the device passcode, and interaction is not allowed")
+            protection.protection.biometry != nil || protection.protection.passcode
+        {
+            throw KeychainError(
+                .interactionNotAllowed, "The item needs biometry or the device passcode, and interaction is not allowed"
+            )
         }
         return OpenedKey(recordKey: try await context.recordKey(for: protection, store: store, location: location))
     }

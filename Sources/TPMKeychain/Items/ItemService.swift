@@ -39,9 +39,12 @@ package struct ItemService: Sendable {
     /// (``ItemQueryResult/isProtected``).
     ///
     /// - Parameter synchronizable: Apple's rule for `sync` (``ItemQuery/Synchronizable``); any by default.
-    package func query(_ itemClass: ItemClass, matching: AttributeList,
-                       synchronizable: ItemQuery.Synchronizable = .any) throws(KeychainError) -> [ItemQueryResult] {
-        try store.query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: synchronizable, limit: .all))
+    package func query(
+        _ itemClass: ItemClass, matching: AttributeList,
+        synchronizable: ItemQuery.Synchronizable = .any
+    ) throws(KeychainError) -> [ItemQueryResult] {
+        try store.query(
+            ItemQuery(itemClass: itemClass, matching: matching, synchronizable: synchronizable, limit: .all))
     }
 
     /// The item a persistent reference names, or nil when it is gone.
@@ -51,7 +54,9 @@ package struct ItemService: Sendable {
 
     /// The item of `itemClass` that `primary` names, read by its file name (no directory scan);
     /// with its secret when `withSecret` and the item is under the master key.
-    package func item(_ itemClass: ItemClass, primary: AttributeList, withSecret: Bool) throws(KeychainError) -> ItemQueryResult? {
+    package func item(
+        _ itemClass: ItemClass, primary: AttributeList, withSecret: Bool
+    ) throws(KeychainError) -> ItemQueryResult? {
         try store.item(itemClass, primary: primary, withSecret: withSecret)
     }
 
@@ -71,17 +76,20 @@ package struct ItemService: Sendable {
     /// - Throws: ``KeychainError`` `.duplicateItem` (mode `.add`), `.itemNotFound` (mode
     ///   `.update`), `.passcodeNotSet`, `.biometryNotEnrolled`, `.invalidParameter` (sizes),
     ///   `.tampered`, `.timedOut`, `.storageFailed`.
-    package func write(_ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?,
-                       changes: AttributeChanges = AttributeChanges(), control: AccessControl? = nil, enrollment: [UInt8]? = nil,
-                       key: OpenedKey? = nil) throws(KeychainError) {
+    package func write(
+        _ itemClass: ItemClass, primary: AttributeList, mode: ItemWriteMode, value: ItemValue?,
+        changes: AttributeChanges = AttributeChanges(), control: AccessControl? = nil, enrollment: [UInt8]? = nil,
+        key: OpenedKey? = nil
+    ) throws(KeychainError) {
         var changes = changes
         guard let control else {
             guard let key else {
                 return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
             }
             return try Devices.with(location) { (device) throws(KeychainError) in
-                try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
-                                access: ItemStore.AccessWrite(protection: nil, device: device, recordKey: key.recordKey))
+                try store.write(
+                    itemClass, primary: primary, mode: mode, value: value, changes: changes,
+                    access: ItemStore.AccessWrite(protection: nil, device: device, recordKey: key.recordKey))
             }
         }
         changes.accessibility = control.accessibility
@@ -91,9 +99,11 @@ package struct ItemService: Sendable {
             return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
         }
         try Devices.with(location) { (device) throws(KeychainError) in
-            try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes,
-                            access: ItemStore.AccessWrite(protection: protection, device: device, enrollmentIdentifier: enrollment,
-                                                          recordKey: key?.recordKey))
+            try store.write(
+                itemClass, primary: primary, mode: mode, value: value, changes: changes,
+                access: ItemStore.AccessWrite(
+                    protection: protection, device: device, enrollmentIdentifier: enrollment,
+                    recordKey: key?.recordKey))
         }
     }
 
@@ -101,7 +111,9 @@ package struct ItemService: Sendable {
     /// enrolled now, for `biometryCurrentSet`; nil for every other control (no authenticator asked).
     ///
     /// - Throws: ``KeychainError`` from the authenticator (`.notAvailable`, `.biometryNotEnrolled`).
-    package static func enrollment(binding control: AccessControl, authenticator: (any Authenticator)?) async throws(KeychainError) -> [UInt8]? {
+    package static func enrollment(
+        binding control: AccessControl, authenticator: (any Authenticator)?
+    ) async throws(KeychainError) -> [UInt8]? {
         guard bindsEnrollment(control), let authenticator else { return nil }
         do {
             return try await authenticator.enrollment()?.identifier

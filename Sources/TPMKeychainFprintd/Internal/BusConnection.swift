@@ -1,5 +1,5 @@
-// sd-bus, confined: the only file of TPMKeychainFprintd (and of the package) that touches
-// CSystemdBus's sd_bus and sd_bus_message pointers. Every sd-bus return code goes through
+// sd-bus, confined: with BusMessages.swift, the only files of TPMKeychainFprintd (and of the
+// package) that touch CSystemdBus's sd_bus and sd_bus_message pointers. Every sd-bus return code goes through
 // `check(_:_:)`, every error reply becomes a `BusError`, and nothing here outlives the thread that
 // opened it: sd-bus connections are not thread-safe, so one connection serves one operation on one
 // of FprintdAuthenticator's serial queues, or one LogindSessionLock on its own thread, and only the
@@ -7,113 +7,12 @@
 
 internal import CSystemdBus
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-
-/// A failure on the bus: an error reply (a D-Bus error name such as
-/// `net.reactivated.Fprint.Error.NoEnrolledPrints`) or a local failure of sd-bus (an errno).
-struct BusError: Error, Sendable, CustomStringConvertible {
-    /// What was being done: "connect", or the method called ("Claim").
-    let operation: String
-    /// The D-Bus error name of an error reply; nil for a local failure (no bus, connection reset).
-    let name: String?
-    /// The error reply's message, or strerror's text for a local failure.
-    let message: String
-    /// The errno sd-bus reported (positive); for an error reply, the one sd-bus maps its name to.
-    let errno: Int32
-
-    var description: String {
-        if let name { return "\(operation): \(name): \(message)" }
-        return "\(operation): \(message) (errno \(errno))"
-    }
-}
-
-/// What a wait on the connection ended with.
-enum BusWaitOutcome {
-    /// The connection has something to process (or sd-bus asked to be called again).
-    case ready
-    /// The wake-up descriptor became readable: someone cancelled.
-    case woken
-    /// The deadline passed.
-    case timedOut
-}
-
-/// One argument of a method call: a string ("s") or an unsigned 32-bit integer ("u", a PID or UID).
-/// A string literal is a string argument.
-enum BusArgument: ExpressibleByStringLiteral {
-    case string(String)
-    case uint32(UInt32)
-
-    init(stringLiteral value: String) { self = .string(value) }
-}
-
-/// A borrowed incoming message, read in order. Valid only inside the call that hands it out.
-struct BusMessageReader: ~Copyable {
-    fileprivate let message: OpaquePointer
-
-    /// Reads a string ("s") or an object path ("o").
-    mutating func readString(_ type: Character = "s") -> String? {
-        var value: UnsafePointer<CChar>? = nil
-        let result = withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, Self.typeCode(type), $0) }
-        guard result > 0, let value else { return nil }
-        return String(cString: value)
-    }
-
-    /// Reads a boolean ("b"), which sd-bus stores as a C int.
-    mutating func readBool() -> Bool? {
-        var value: Int32 = 0
-        guard sd_bus_message_read_basic(message, Self.typeCode("b"), &value) > 0 else { return nil }
-        return value != 0
-    }
-
-    /// Reads an array of strings ("as").
-    mutating func readStringArray() -> [String]? {
-        guard sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }
-        var strings: [String] = []
-        while true {
-            var value: UnsafePointer<CChar>? = nil
-            let result = withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, Self.typeCode("s"), $0) }
-            if result < 0 { return nil }
-            guard result > 0, let value else { break }
-            strings.append(String(cString: value))
-        }
-        guard sd_bus_message_exit_container(message) >= 0 else { return nil }
-        return strings
-    }
-
-    /// Enters a container: an array ("a") of `contents`, a variant ("v") holding `contents`, a
-    /// struct ("r") or dict entry ("e") made of `contents`.
-    ///
-    /// - Returns: false at the end of an array, or when the next value is not such a container.
-    mutating func enter(_ type: Character, _ contents: String) -> Bool {
-        sd_bus_message_enter_container(message, Self.typeCode(type), contents) > 0
-    }
-
-    /// Leaves the container entered last, which must have been read to its end.
-    mutating func exit() -> Bool {
-        sd_bus_message_exit_container(message) >= 0
-    }
-
-    /// Skips values of the complete types `types` ("v", "sv", ...), unread.
-    mutating func skip(_ types: String) -> Bool {
-        sd_bus_message_skip(message, types) >= 0
-    }
-
-    /// Reads a variant ("v") that holds a boolean; nil when it holds anything else.
-    mutating func readVariantBool() -> Bool? {
-        guard enter("v", "b") else { return nil }
-        let value = readBool()
-        guard exit() else { return nil }
-        return value
-    }
-
-    private static func typeCode(_ type: Character) -> CChar {
-        CChar(bitPattern: type.asciiValue ?? 0)
-    }
-}
 
 /// One client connection to a message bus, used from one thread. Closed (flushed, then unreferenced)
 /// on deinit, after its signal subscriptions: the peer sees the connection's unique name vanish,
@@ -131,7 +30,9 @@ final class BusConnection {
         var opened: OpaquePointer? = nil
         if let address {
             try Self.check("connect", sd_bus_new(&opened))
-            guard let created = opened else { throw BusError(operation: "connect", name: nil, message: "sd_bus_new returned no bus", errno: ENOMEM) }
+            guard let created = opened else {
+                throw BusError(operation: "connect", name: nil, message: "sd_bus_new returned no bus", errno: ENOMEM)
+            }
             do {
                 try Self.check("connect", sd_bus_set_address(created, address))
                 try Self.check("connect", sd_bus_set_bus_client(created, 1))
@@ -144,7 +45,9 @@ final class BusConnection {
         } else {
             try Self.check("connect", sd_bus_open_system_with_description(&opened, description))
         }
-        guard let opened else { throw BusError(operation: "connect", name: nil, message: "sd-bus returned no bus", errno: ENOMEM) }
+        guard let opened else {
+            throw BusError(operation: "connect", name: nil, message: "sd-bus returned no bus", errno: ENOMEM)
+        }
         bus = opened
         let microseconds = Self.microseconds(methodCallTimeout)
         if microseconds > 0 {
@@ -176,7 +79,9 @@ final class BusConnection {
             let result: Int32
             switch argument {
             case .string(let string):
-                result = string.withCString { sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0) }
+                result = string.withCString {
+                    sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0)
+                }
             case .uint32(var number):
                 result = sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "u")), &number)
             }
@@ -195,7 +100,9 @@ final class BusConnection {
                 errno: -result
             )
         }
-        guard let reply else { throw BusError(operation: member, name: nil, message: "no reply message", errno: EBADMSG) }
+        guard let reply else {
+            throw BusError(operation: member, name: nil, message: "no reply message", errno: EBADMSG)
+        }
         var reader = BusMessageReader(message: reply)
         return read(&reader)
     }
@@ -204,10 +111,12 @@ final class BusConnection {
     ///
     /// - Throws: `BusError` (`org.freedesktop.DBus.Error.NameHasNoOwner` when nobody owns it).
     func nameOwner(_ name: String) throws(BusError) -> String {
-        let owner = try call(destination: BusDriver.name, path: BusDriver.path, interface: BusDriver.interface, member: "GetNameOwner",
-                             arguments: [.string(name)], read: { $0.readString() })
+        let owner = try call(
+            destination: BusDriver.name, path: BusDriver.path, interface: BusDriver.interface, member: "GetNameOwner",
+            arguments: [.string(name)], read: { $0.readString() })
         guard let owner, owner.hasPrefix(":") else {
-            throw BusError(operation: "GetNameOwner", name: nil, message: "the reply has no unique name", errno: EBADMSG)
+            throw BusError(
+                operation: "GetNameOwner", name: nil, message: "the reply has no unique name", errno: EBADMSG)
         }
         return owner
     }
@@ -236,7 +145,9 @@ final class BusConnection {
     /// long as the connection lives, for signals `sender` sent.
     ///
     /// - Throws: `BusError` when the bus refuses the match rule.
-    func subscribe(rule: String, from sender: SignalSender, handler: @escaping (inout BusMessageReader) -> Void) throws(BusError) {
+    func subscribe(
+        rule: String, from sender: SignalSender, handler: @escaping (inout BusMessageReader) -> Void
+    ) throws(BusError) {
         let subscription = Subscription(sender: sender, handler: handler)
         let userdata = Unmanaged.passUnretained(subscription).toOpaque()
         var slot: OpaquePointer? = nil
@@ -286,7 +197,9 @@ final class BusConnection {
         let timeout = milliseconds
         let ready: Int32
         do {
-            ready = try retryingInterrupts { descriptors.withUnsafeMutableBufferPointer { poll($0.baseAddress, 2, timeout) } }
+            ready = try retryingInterrupts {
+                descriptors.withUnsafeMutableBufferPointer { poll($0.baseAddress, 2, timeout) }
+            }
         } catch {
             throw BusError(operation: "poll", name: nil, message: error.description, errno: error.rawValue)
         }
@@ -349,7 +262,8 @@ final class SignalSender {
 
     fileprivate func accepts(_ message: OpaquePointer) -> Bool {
         guard let uniqueName, sd_bus_message_get_destination(message) == nil,
-              let sender = sd_bus_message_get_sender(message) else { return false }
+            let sender = sd_bus_message_get_sender(message)
+        else { return false }
         return String(cString: sender) == uniqueName
     }
 }

@@ -56,10 +56,11 @@ struct FprintdClient {
         let device = try defaultDevice(on: bus)
         let fingers: [String]
         do {
-            fingers = try bus.call(
-                destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface,
-                member: "ListEnrolledFingers", arguments: [""], read: { $0.readStringArray() }
-            ) ?? []
+            fingers =
+                try bus.call(
+                    destination: Fprintd.service, path: device, interface: Fprintd.deviceInterface,
+                    member: "ListEnrolledFingers", arguments: [""], read: { $0.readStringArray() }
+                ) ?? []
         } catch {
             if error.name == Fprintd.ErrorName.noEnrolledPrints { return nil }
             throw AuthenticationError(error)
@@ -92,7 +93,9 @@ struct FprintdClient {
         do {
             // Watching the name before anything else: any owner change from here on is seen.
             try bus.subscribe(rule: BusDriver.ownerChangedRule(for: Fprintd.service), from: .busDriver) { message in
-                guard message.readString() == Fprintd.service, message.readString() != nil, let owner = message.readString() else { return }
+                guard message.readString() == Fprintd.service, message.readString() != nil,
+                    let owner = message.readString()
+                else { return }
                 statuses.lastOwner = owner
             }
         } catch {
@@ -108,15 +111,18 @@ struct FprintdClient {
         }
         statuses.fprintd = fprintd
         do {
-            try bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "Claim", arguments: [""])
+            try bus.call(
+                destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "Claim", arguments: [""]
+            )
         } catch {
             throw AuthenticationError(error)
         }
         let outcome: Result<Void, AuthenticationError>
         var started = false
         do throws(AuthenticationError) {
-            try runVerification(on: bus, fprintd: fprintd, device: device, statuses: statuses, cancellation: cancellation,
-                                timeout: timeout, started: &started)
+            try runVerification(
+                on: bus, fprintd: fprintd, device: device, statuses: statuses, cancellation: cancellation,
+                timeout: timeout, started: &started)
             outcome = .success(())
         } catch {
             outcome = .failure(error)
@@ -124,19 +130,23 @@ struct FprintdClient {
         // Cleanup failures do not change the outcome: a match stays a match, and when the bus or
         // fprintd is gone, fprintd drops the claim as our connection's name vanishes anyway.
         if started {
-            _ = try? bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "VerifyStop")
+            _ = try? bus.call(
+                destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "VerifyStop")
         }
         _ = try? bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "Release")
         try outcome.get()
     }
 
     private func runVerification(
-        on bus: BusConnection, fprintd: String, device: String, statuses: StatusQueue, cancellation: VerificationCancellation,
+        on bus: BusConnection, fprintd: String, device: String, statuses: StatusQueue,
+        cancellation: VerificationCancellation,
         timeout: Duration, started: inout Bool
     ) throws(AuthenticationError) {
         do {
-            try bus.subscribe(from: SignalSender(fprintd), name: Fprintd.service, path: device, interface: Fprintd.deviceInterface,
-                              member: "VerifyStatus") { message in
+            try bus.subscribe(
+                from: SignalSender(fprintd), name: Fprintd.service, path: device, interface: Fprintd.deviceInterface,
+                member: "VerifyStatus"
+            ) { message in
                 guard let result = message.readString(), let done = message.readBool() else { return }
                 statuses.received.append((result, done))
             }
@@ -145,7 +155,9 @@ struct FprintdClient {
         }
         guard !cancellation.isCancelled else { throw Self.cancelled }
         do {
-            try bus.call(destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "VerifyStart", arguments: ["any"])
+            try bus.call(
+                destination: fprintd, path: device, interface: Fprintd.deviceInterface, member: "VerifyStart",
+                arguments: ["any"])
         } catch {
             throw AuthenticationError(error)
         }
@@ -159,7 +171,8 @@ struct FprintdClient {
                     if statuses.received.contains(where: { $0.done }) || statuses.ownerChanged { break }
                 }
             } catch {
-                throw AuthenticationError(.biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
+                throw AuthenticationError(
+                    .biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
             }
             // Statuses with done == false (verify-retry-scan, verify-swipe-too-short, ...) ask for
             // another touch: keep waiting for the final one. A final status came from the reader
@@ -169,19 +182,22 @@ struct FprintdClient {
                 return
             }
             guard !statuses.ownerChanged else {
-                throw AuthenticationError(.biometryNotAvailable, "fprintd left the bus or was replaced during the verification")
+                throw AuthenticationError(
+                    .biometryNotAvailable, "fprintd left the bus or was replaced during the verification")
             }
             let waited: BusWaitOutcome
             do {
                 waited = try bus.wait(until: deadline, wakeup: cancellation.wakeup.descriptor)
             } catch {
-                throw AuthenticationError(.biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
+                throw AuthenticationError(
+                    .biometryNotAvailable, "The connection to fprintd failed during verification: \(error)")
             }
             switch waited {
             case .ready: continue
             case .woken: throw Self.cancelled
             case .timedOut:
-                throw AuthenticationError(.systemCancel, "No finger was recognised within \(timeout): the verification timed out")
+                throw AuthenticationError(
+                    .systemCancel, "No finger was recognised within \(timeout): the verification timed out")
             }
         }
     }
@@ -194,13 +210,15 @@ struct FprintdClient {
         case "verify-no-match":
             throw AuthenticationError(.authenticationFailed, "The fingerprint did not match")
         case "verify-disconnected":
-            throw AuthenticationError(.biometryNotAvailable, "The fingerprint reader was disconnected (verify-disconnected)")
+            throw AuthenticationError(
+                .biometryNotAvailable, "The fingerprint reader was disconnected (verify-disconnected)")
         case "verify-unknown-error":
             throw AuthenticationError(.biometryNotAvailable, "The fingerprint reader failed (verify-unknown-error)")
         default:
             // A retry result that fprintd ended the verification on, or a result this version does
             // not know: not a match, so it fails closed.
-            throw AuthenticationError(.authenticationFailed, "fprintd ended the verification without a match (\(result))")
+            throw AuthenticationError(
+                .authenticationFailed, "fprintd ended the verification without a match (\(result))")
         }
     }
 
@@ -208,7 +226,8 @@ struct FprintdClient {
 
     private func connect() throws(AuthenticationError) -> BusConnection {
         do {
-            return try BusConnection(address: busAddress, description: "tpm-keychain-fprintd", methodCallTimeout: methodCallTimeout)
+            return try BusConnection(
+                address: busAddress, description: "tpm-keychain-fprintd", methodCallTimeout: methodCallTimeout)
         } catch {
             throw AuthenticationError(.biometryNotAvailable, "The system bus cannot be reached: \(error)")
         }
@@ -224,7 +243,9 @@ struct FprintdClient {
         } catch {
             throw AuthenticationError(error)
         }
-        guard let device else { throw AuthenticationError(.biometryNotAvailable, "fprintd's GetDefaultDevice reply has no object path") }
+        guard let device else {
+            throw AuthenticationError(.biometryNotAvailable, "fprintd's GetDefaultDevice reply has no object path")
+        }
         return device
     }
 }
@@ -251,8 +272,9 @@ extension AuthenticationError {
         case Fprintd.ErrorName.noEnrolledPrints:
             self.init(.biometryNotEnrolled, "No fingerprint is enrolled for this user (\(error))")
         case Fprintd.ErrorName.permissionDenied:
-            self.init(.biometryNotAvailable,
-                      "polkit did not authorize \(Fprintd.verifyAction) for this user, so fprintd refused (\(error))")
+            self.init(
+                .biometryNotAvailable,
+                "polkit did not authorize \(Fprintd.verifyAction) for this user, so fprintd refused (\(error))")
         case Fprintd.ErrorName.alreadyInUse:
             self.init(.biometryNotAvailable, "The fingerprint reader is claimed by another client (\(error))")
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":

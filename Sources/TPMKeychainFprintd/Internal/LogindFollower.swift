@@ -4,6 +4,7 @@
 
 import Dispatch
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -53,7 +54,9 @@ final class LockStateCache: Sendable {
         }
     }
 
-    func set(lockedHint: Bool, lockRequested: Bool) { update(.known(lockedHint: lockedHint, lockRequested: lockRequested)) }
+    func set(lockedHint: Bool, lockRequested: Bool) {
+        update(.known(lockedHint: lockedHint, lockRequested: lockRequested))
+    }
 
     func fail(_ error: LogindSessionLockError) { update(.unknown(error)) }
 
@@ -81,12 +84,13 @@ final class FollowerStartup: Sendable {
 
     func wait() -> Result<String, LogindSessionLockError> {
         done.wait()
-        return result.withLock { $0 } ?? .failure(LogindSessionLockError(.logindUnavailable, "The session lock's thread reported nothing"))
+        return result.withLock { $0 }
+            ?? .failure(LogindSessionLockError(.logindUnavailable, "The session lock's thread reported nothing"))
     }
 }
 
 /// What the signals said so far; touched only by the follower's thread.
-private final class FollowedSession {
+final class FollowedSession {
     let path: String
     var lockedHint = false
     /// A Lock signal not yet followed by a LockedHint notification or an Unlock signal.
@@ -121,7 +125,9 @@ struct LogindFollower: Sendable {
             bus = try BusConnection(address: busAddress, description: "tpm-keychain-logind", methodCallTimeout: timeout)
         } catch {
             let place = busAddress ?? "the system bus"
-            startup.finish(.failure(LogindSessionLockError(.busUnavailable, "\(place) cannot be reached: \(error)", underlying: error)))
+            startup.finish(
+                .failure(
+                    LogindSessionLockError(.busUnavailable, "\(place) cannot be reached: \(error)", underlying: error)))
             return
         }
         let followed: FollowedSession
@@ -147,7 +153,7 @@ struct LogindFollower: Sendable {
         }
         do {
             return try managerCall("GetSessionByPID", [.uint32(UInt32(bitPattern: getpid()))], on: bus)
-        } catch where error.name == Logind.ErrorName.noSessionForPID {
+        } catch  where error.name == Logind.ErrorName.noSessionForPID {
             // Not in a session (a user service, a cron job): try what the environment says.
         } catch {
             throw Self.failure(error, asking: "GetSessionByPID")
@@ -155,7 +161,7 @@ struct LogindFollower: Sendable {
         if let id = environmentSessionID, !id.isEmpty {
             do {
                 return try managerCall("GetSession", [.string(id)], on: bus)
-            } catch where error.name == Logind.ErrorName.noSuchSession {
+            } catch  where error.name == Logind.ErrorName.noSuchSession {
                 // A stale variable (inherited from a session that has ended): the display session.
             } catch {
                 throw Self.failure(error, asking: "GetSession")
@@ -164,11 +170,13 @@ struct LogindFollower: Sendable {
         return try displaySession(on: bus)
     }
 
-    private func sessionPath(id: String, on bus: BusConnection, origin: String) throws(LogindSessionLockError) -> String {
+    private func sessionPath(id: String, on bus: BusConnection, origin: String) throws(LogindSessionLockError) -> String
+    {
         do {
             return try managerCall("GetSession", [.string(id)], on: bus)
-        } catch where error.name == Logind.ErrorName.noSuchSession {
-            throw LogindSessionLockError(.noSession, "\(origin) is not a session logind knows (\(error))", underlying: error)
+        } catch  where error.name == Logind.ErrorName.noSuchSession {
+            throw LogindSessionLockError(
+                .noSession, "\(origin) is not a session logind knows (\(error))", underlying: error)
         } catch {
             throw Self.failure(error, asking: "GetSession")
         }
@@ -180,9 +188,10 @@ struct LogindFollower: Sendable {
         let user: String
         do {
             user = try managerCall("GetUser", [.uint32(uid)], on: bus)
-        } catch where error.name == Logind.ErrorName.noSuchUser || error.name == Logind.ErrorName.noUserForPID {
+        } catch  where error.name == Logind.ErrorName.noSuchUser || error.name == Logind.ErrorName.noUserForPID {
             throw LogindSessionLockError(
-                .noSession, "This process belongs to no session, and user \(uid) is not logged in (\(error))", underlying: error)
+                .noSession, "This process belongs to no session, and user \(uid) is not logged in (\(error))",
+                underlying: error)
         } catch {
             throw Self.failure(error, asking: "GetUser")
         }
@@ -193,8 +202,9 @@ struct LogindFollower: Sendable {
                 arguments: [.string(Logind.userInterface), .string("Display")]
             ) { message -> (id: String, path: String)? in
                 guard message.enter("v", "(so)"), message.enter("r", "so"),
-                      let id = message.readString(), let path = message.readString("o"),
-                      message.exit(), message.exit() else { return nil }
+                    let id = message.readString(), let path = message.readString("o"),
+                    message.exit(), message.exit()
+                else { return nil }
                 return (id, path)
             }
         } catch {
@@ -211,186 +221,16 @@ struct LogindFollower: Sendable {
     }
 
     /// A Manager method that answers an object path.
-    private func managerCall(_ member: String, _ arguments: [BusArgument], on bus: BusConnection) throws(BusError) -> String {
+    private func managerCall(
+        _ member: String, _ arguments: [BusArgument], on bus: BusConnection
+    ) throws(BusError) -> String {
         let path = try bus.call(
             destination: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface, member: member,
             arguments: arguments, read: { $0.readString("o") }
         )
-        guard let path else { throw BusError(operation: member, name: nil, message: "the reply has no object path", errno: EBADMSG) }
+        guard let path else {
+            throw BusError(operation: member, name: nil, message: "the reply has no object path", errno: EBADMSG)
+        }
         return path
-    }
-
-    // MARK: Following it
-
-    private func subscribe(_ followed: FollowedSession, on bus: BusConnection) throws(LogindSessionLockError) {
-        do {
-            // logind's owner first, then who it is now: a restart after the answer is seen.
-            try bus.subscribe(rule: BusDriver.ownerChangedRule(for: Logind.service), from: .busDriver) { message in
-                guard message.readString() == Logind.service, message.readString() != nil, let owner = message.readString() else { return }
-                followed.logindOnBus = !owner.isEmpty
-                followed.logind.uniqueName = owner.isEmpty ? nil : owner
-                // Back on the bus (restarted): what it says now replaces what was cached.
-                if !owner.isEmpty { followed.needsRead = true }
-            }
-        } catch {
-            throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
-        }
-        do {
-            followed.logind.uniqueName = try bus.nameOwner(Logind.service)
-        } catch {
-            throw Self.failure(error, asking: "GetNameOwner")
-        }
-        do {
-            try bus.subscribe(
-                from: followed.logind, name: Logind.service, path: followed.path, interface: Logind.propertiesInterface,
-                member: "PropertiesChanged"
-            ) { message in
-                Self.propertiesChanged(&message, followed)
-            }
-            try bus.subscribe(from: followed.logind, name: Logind.service, path: followed.path, interface: Logind.sessionInterface,
-                              member: "Lock") { _ in
-                followed.lockRequested = true
-            }
-            try bus.subscribe(from: followed.logind, name: Logind.service, path: followed.path, interface: Logind.sessionInterface,
-                              member: "Unlock") { _ in
-                followed.lockRequested = false
-            }
-            try bus.subscribe(
-                from: followed.logind, name: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface,
-                member: "SessionRemoved"
-            ) { message in
-                _ = message.readString()
-                if message.readString("o") == followed.path { followed.ended = true }
-            }
-        } catch {
-            throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
-        }
-    }
-
-    /// PropertiesChanged(s interface, a{sv} changed, as invalidated). logind sends LockedHint's new
-    /// value; an invalidated one, or anything unreadable, is read again.
-    private static func propertiesChanged(_ message: inout BusMessageReader, _ followed: FollowedSession) {
-        guard let interface = message.readString() else {
-            followed.needsRead = true
-            return
-        }
-        guard interface == Logind.sessionInterface else { return }
-        guard message.enter("a", "{sv}") else {
-            followed.needsRead = true
-            return
-        }
-        while message.enter("e", "sv") {
-            guard let name = message.readString() else {
-                followed.needsRead = true
-                return
-            }
-            if name == Logind.lockedHint {
-                guard let value = message.readVariantBool() else {
-                    followed.needsRead = true
-                    return
-                }
-                followed.lockedHint = value
-                followed.lockRequested = false
-                followed.readFailure = nil
-            } else if !message.skip("v") {
-                followed.needsRead = true
-                return
-            }
-            guard message.exit() else {
-                followed.needsRead = true
-                return
-            }
-        }
-        guard message.exit(), let invalidated = message.readStringArray() else {
-            followed.needsRead = true
-            return
-        }
-        if invalidated.contains(Logind.lockedHint) {
-            followed.lockRequested = false
-            followed.needsRead = true
-        }
-    }
-
-    private func readLockedHint(_ path: String, on bus: BusConnection) throws(LogindSessionLockError) -> Bool {
-        let value: Bool?
-        do {
-            value = try bus.call(
-                destination: Logind.service, path: path, interface: Logind.propertiesInterface, member: "Get",
-                arguments: [.string(Logind.sessionInterface), .string(Logind.lockedHint)], read: { $0.readVariantBool() }
-            )
-        } catch where Self.sessionIsGone(error) {
-            throw LogindSessionLockError(.noSession, "The session \(path) no longer exists (\(error))", underlying: error)
-        } catch {
-            throw Self.failure(error, asking: "LockedHint")
-        }
-        guard let value else { throw LogindSessionLockError(.unexpectedReply, "logind's LockedHint of \(path) is not a boolean") }
-        return value
-    }
-
-    /// Processes notifications until the wakeup is signalled (return) or the connection fails
-    /// (the cache then holds `.connectionLost`).
-    private func follow(_ followed: FollowedSession, on bus: BusConnection) {
-        while true {
-            do {
-                while try bus.process() {}
-                if followed.needsRead, followed.logindOnBus, !followed.ended {
-                    followed.needsRead = false
-                    do {
-                        followed.lockedHint = try readLockedHint(followed.path, on: bus)
-                        followed.readFailure = nil
-                    } catch {
-                        followed.readFailure = error
-                    }
-                    // The call may have queued signals: process them before waiting.
-                    continue
-                }
-                publish(followed)
-                // No deadline of its own: the wakeup ends the wait.
-                if try bus.wait(until: .now + .seconds(3_600), wakeup: wakeup.descriptor) == .woken { return }
-            } catch {
-                cache.fail(LogindSessionLockError(.connectionLost, "The connection to the bus failed: \(error)", underlying: error))
-                return
-            }
-        }
-    }
-
-    private func publish(_ followed: FollowedSession) {
-        if followed.ended {
-            cache.fail(LogindSessionLockError(.noSession, "The session \(followed.path) has ended (logind's SessionRemoved)"))
-        } else if !followed.logindOnBus {
-            cache.fail(LogindSessionLockError(.logindUnavailable, "logind (\(Logind.service)) has left the bus"))
-        } else if let failure = followed.readFailure {
-            cache.fail(failure)
-        } else {
-            cache.set(lockedHint: followed.lockedHint, lockRequested: followed.lockRequested)
-        }
-    }
-
-    /// The answer to Properties.Get on a session object that does not exist: sd-bus services (logind)
-    /// answer UnknownObject, libdbus-based ones (a logind restarted without the session, or a mock)
-    /// UnknownMethod, since no object there implements Get.
-    private static func sessionIsGone(_ error: BusError) -> Bool {
-        switch error.name {
-        case Logind.ErrorName.noSuchSession, "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod": true
-        default: false
-        }
-    }
-
-    /// A failed call to logind, as a caller can act on it.
-    private static func failure(_ error: BusError, asking what: String) -> LogindSessionLockError {
-        switch error.name {
-        case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
-            return LogindSessionLockError(.logindUnavailable, "logind (\(Logind.service)) is not on the bus (\(error))", underlying: error)
-        case "org.freedesktop.DBus.Error.AccessDenied":
-            return LogindSessionLockError(.logindUnavailable, "The bus policy does not let this process ask logind (\(error))", underlying: error)
-        case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout":
-            return LogindSessionLockError(.logindUnavailable, "logind did not answer \(what) (\(error))", underlying: error)
-        case nil where error.errno == ETIMEDOUT:
-            return LogindSessionLockError(.logindUnavailable, "logind did not answer \(what) in time (\(error))", underlying: error)
-        case nil:
-            return LogindSessionLockError(.busUnavailable, "The bus failed while asking logind for \(what) (\(error))", underlying: error)
-        default:
-            return LogindSessionLockError(.unexpectedReply, "logind refused \(what) (\(error))", underlying: error)
-        }
     }
 }

@@ -1,5 +1,6 @@
 import SystemCalls
 import WireFormat
+
 // Splits the client-to-TPM byte stream into TPM commands (TPM 2.0 Part 1 §18.2 header: tag
 // UINT16, commandSize UINT32, commandCode UINT32, big-endian), however TCP chops it up.
 

@@ -3,12 +3,13 @@
 // then closes descriptors, so no thread ever touches a descriptor number that was reused.
 
 import SystemCalls
+import TPMSimulator
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import TPMSimulator
 
 final class ProxyForwarder: Sendable {
     struct Record: Sendable {
@@ -34,7 +35,9 @@ final class ProxyForwarder: Sendable {
     private let upstreamPort: Int
     private let state = Locked(State())
 
-    private init(listenPort: Int, commandListener: Int32, controlListener: Int32, upstreamHost: String, upstreamPort: Int) {
+    private init(
+        listenPort: Int, commandListener: Int32, controlListener: Int32, upstreamHost: String, upstreamPort: Int
+    ) {
         self.listenPort = listenPort
         self.commandListener = commandListener
         self.controlListener = controlListener
@@ -47,7 +50,8 @@ final class ProxyForwarder: Sendable {
         do {
             pair = try LoopbackSocket.listenOnConsecutivePorts()
         } catch {
-            throw RecordingTPMProxyError(.listenFailed, "cannot listen on two consecutive loopback ports: \(error)", systemErrno: error.rawValue)
+            throw RecordingTPMProxyError(
+                .listenFailed, "cannot listen on two consecutive loopback ports: \(error)", systemErrno: error.rawValue)
         }
         let forwarder = ProxyForwarder(
             listenPort: pair.port, commandListener: pair.first, controlListener: pair.second,
@@ -80,10 +84,10 @@ final class ProxyForwarder: Sendable {
         guard let acceptThreads else { return }
         LoopbackSocket.shutdownBoth(commandListener)
         LoopbackSocket.shutdownBoth(controlListener)
-        acceptThreads.forEach { $0.join() }
+        for thread in acceptThreads { thread.join() }
         // No accept loop runs any more, so no new pumps can appear.
         let pumps = state.withLock { $0.pumpThreads }
-        pumps.forEach { $0.join() }
+        for thread in pumps { thread.join() }
         closeDescriptor(commandListener)
         closeDescriptor(controlListener)
     }
@@ -107,7 +111,7 @@ final class ProxyForwarder: Sendable {
             do {
                 upstream = try LoopbackSocket.connectTCP(host: upstreamHost, port: target, timeout: nil)
             } catch {
-                closeDescriptor(client)  // The client sees EOF, as it would with the TPM down.
+                closeDescriptor(client) // The client sees EOF, as it would with the TPM down.
                 continue
             }
             let connection = Connection(client: client, upstream: upstream)
@@ -143,7 +147,9 @@ final class ProxyForwarder: Sendable {
     }
 
     /// Copies one direction until EOF or error, recording command-channel traffic.
-    private func pump(from source: Int32, to destination: Int32, channel: Channel, parsing: Bool, connection: Connection) {
+    private func pump(
+        from source: Int32, to destination: Int32, channel: Channel, parsing: Bool, connection: Connection
+    ) {
         var parser = CommandStreamParser()
         while true {
             let chunk: [UInt8]

@@ -3,6 +3,7 @@
 // would make the child ignore our orderly termination. We reset mask and dispositions explicitly.
 
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -67,10 +68,10 @@ enum ChildProcess {
         }
 
         let argv: [UnsafeMutablePointer<CChar>?] = ([executablePath] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
+        defer { for pointer in argv { free(pointer) } }
         // Not `environ` as it is: the owner password stays in this process.
         let envp: [UnsafeMutablePointer<CChar>?] = ChildEnvironment.current().map { strdup($0) } + [nil]
-        defer { envp.forEach { free($0) } }
+        defer { for pointer in envp { free(pointer) } }
         var pid = pid_t()
         try spawnResult { posix_spawn(&pid, executablePath, &actions, &attributes, argv, envp) }
         return pid
@@ -84,7 +85,7 @@ enum ChildProcess {
             let result = try retryingInterrupts { waitpid(pid, &status, WNOHANG) }
             return result == pid
         } catch {
-            return true  // ECHILD: not our child (any more); nothing left to reap.
+            return true // ECHILD: not our child (any more); nothing left to reap.
         }
     }
 

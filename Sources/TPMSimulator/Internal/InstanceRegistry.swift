@@ -3,6 +3,7 @@
 // watchdog's job. Entries are weak: the registry must not keep an instance from deinit-stopping.
 
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

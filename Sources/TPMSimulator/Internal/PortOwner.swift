@@ -1,6 +1,7 @@
 import Foundation
 import SystemCalls
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,9 +23,13 @@ enum PortOwner {
         defer { closedir(stream) }
         let target = "socket:[\(inode)]"
         while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
             if name == "." || name == ".." { continue }
-            if (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + name)) == target { return true }
+            if (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + name)) == target {
+                return true
+            }
         }
         return false
     }

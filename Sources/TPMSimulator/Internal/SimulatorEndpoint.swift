@@ -3,6 +3,7 @@
 // control path the TCTI derives from `path=`).
 
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -32,9 +33,15 @@ enum SimulatorEndpoint: Sendable, Hashable {
     var serverArguments: [String] {
         switch self {
         case .tcp(let port):
-            ["--server", "type=tcp,port=\(port),bindaddr=127.0.0.1", "--ctrl", "type=tcp,port=\(port + 1),bindaddr=127.0.0.1"]
+            [
+                "--server", "type=tcp,port=\(port),bindaddr=127.0.0.1", "--ctrl",
+                "type=tcp,port=\(port + 1),bindaddr=127.0.0.1",
+            ]
         case .unixSocket:
-            ["--server", "type=unixio,path=\(commandSocketPath ?? "")", "--ctrl", "type=unixio,path=\(commandSocketPath ?? "").ctrl"]
+            [
+                "--server", "type=unixio,path=\(commandSocketPath ?? "")", "--ctrl",
+                "type=unixio,path=\(commandSocketPath ?? "").ctrl",
+            ]
         }
     }
 
@@ -67,7 +74,8 @@ enum SimulatorEndpoint: Sendable, Hashable {
         var base = "/tmp"
         for variable in ["XDG_RUNTIME_DIR", "TMPDIR"] {
             if let value = getenv(variable).map({ String(cString: $0) }), value.hasPrefix("/"), value.utf8.count < 60,
-               access(value, W_OK | X_OK) == 0 {
+                access(value, W_OK | X_OK) == 0
+            {
                 base = value
                 break
             }

@@ -1,13 +1,14 @@
 // Starting and stopping one swtpm child: port selection with retry, readiness probing, and the
 // escalating stop sequence. SoftwareTPM.swift holds the public API over this.
 
+import Foundation
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Foundation
 
 /// A swtpm child that answered its first TPM command.
 struct SimulatorProcess: Sendable {
@@ -54,7 +55,8 @@ struct SimulatorProcess: Sendable {
                 do {
                     endpoint = .tcp(port: try choosePorts())
                 } catch {
-                    throw SoftwareTPMError(.launchFailed, "no two consecutive free loopback ports for swtpm", cause: error)
+                    throw SoftwareTPMError(
+                        .launchFailed, "no two consecutive free loopback ports for swtpm", cause: error)
                 }
             }
             let pid: pid_t
@@ -72,7 +74,8 @@ struct SimulatorProcess: Sendable {
                 watchdog = try Watchdog.guarding(pid, removing: removedWithSimulator)
             } catch {
                 ChildProcess.killAndReap(pid)
-                throw SoftwareTPMError(.launchFailed, "cannot spawn the /bin/sh watchdog that guards swtpm", cause: error)
+                throw SoftwareTPMError(
+                    .launchFailed, "cannot spawn the /bin/sh watchdog that guards swtpm", cause: error)
             }
 
             switch waitUntilReady(pid: pid, endpoint: endpoint, deadline: deadline) {
@@ -93,12 +96,14 @@ struct SimulatorProcess: Sendable {
                 terminate(pid: pid, endpoint: endpoint, orderly: false)
                 throw SoftwareTPMError(
                     .startupTimedOut,
-                    "swtpm (pid \(pid), \(endpoint.description)) did not answer TPM2_GetRandom within \(timeout); last problem: \(lastProblem). swtpm said:\n\(stderrTail(stderrPath))")
+                    "swtpm (pid \(pid), \(endpoint.description)) did not answer TPM2_GetRandom within \(timeout); last problem: \(lastProblem). swtpm said:\n\(stderrTail(stderrPath))"
+                )
             }
         }
         throw SoftwareTPMError(
             .launchFailed,
-            "swtpm lost its ports to other processes \(maximumPortAttempts) times (\(conflicts.joined(separator: ", "))); the machine is short of free loopback ports")
+            "swtpm lost its ports to other processes \(maximumPortAttempts) times (\(conflicts.joined(separator: ", "))); the machine is short of free loopback ports"
+        )
     }
 
     static func arguments(endpoint: SimulatorEndpoint, stateDirectory: String) -> [String] {
@@ -116,7 +121,9 @@ struct SimulatorProcess: Sendable {
         case timedOut(lastProblem: String)
     }
 
-    private static func waitUntilReady(pid: pid_t, endpoint: SimulatorEndpoint, deadline: ContinuousClock.Instant) -> Readiness {
+    private static func waitUntilReady(
+        pid: pid_t, endpoint: SimulatorEndpoint, deadline: ContinuousClock.Instant
+    ) -> Readiness {
         var lastProblem = "nothing tried yet"
         while true {
             if ChildProcess.reapIfExited(pid) { return .exited }
@@ -125,7 +132,9 @@ struct SimulatorProcess: Sendable {
                     RandomNumberGeneratorCommands.getRandom(byteCount: 8), endpoint: endpoint, timeout: .seconds(1))
                 // Another swtpm may serve the port we were handed (it bound it between our release and
                 // our child's bind): an answer counts only once the kernel says our child listens there.
-                if response.responseCode == 0, case .tcp(let port) = endpoint, PortOwner.isListening(pid: pid, port: port) == false {
+                if response.responseCode == 0, case .tcp(let port) = endpoint,
+                    PortOwner.isListening(pid: pid, port: port) == false
+                {
                     lastProblem = "port \(port) is served by another process"
                 } else if response.responseCode == 0 {
                     return .ready

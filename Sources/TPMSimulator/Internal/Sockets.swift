@@ -2,8 +2,9 @@
 // recording proxy in TPMKeychainTesting (hence `package` access). Every descriptor is created
 // with SOCK_CLOEXEC so that children spawned concurrently by other threads never inherit it.
 
-package import SystemCalls
 import Foundation
+package import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -161,7 +162,7 @@ package enum LoopbackSocket {
         let count: Int
         do throws(Errno) {
             count = try received.get()
-        } catch where error.rawValue == EAGAIN || error.rawValue == EWOULDBLOCK {
+        } catch  where error.rawValue == EAGAIN || error.rawValue == EWOULDBLOCK {
             // SO_RCVTIMEO expiry: report it as what it means.
             throw Errno(rawValue: ETIMEDOUT)
         }
@@ -197,7 +198,9 @@ package enum LoopbackSocket {
     private static func candidatePorts() -> ClosedRange<Int> {
         var low = 32768
         if let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8),
-           let first = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first, let value = Int(first) {
+            let first = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first,
+            let value = Int(first)
+        {
             low = value
         }
         return low > 12_000 ? 10_000...(low - 2) : 61_000...65_533
@@ -207,7 +210,9 @@ package enum LoopbackSocket {
     /// every TPM command through the tss2 swtpm TCTI is its own TCP connection, so a busy test run
     /// leaves thousands of loopback ports in TIME_WAIT, which would otherwise refuse the bind.
     private static func makeSocket() throws(Errno) -> Int32 {
-        let descriptor = try retryingInterrupts { socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0) }
+        let descriptor = try retryingInterrupts {
+            socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        }
         var enable: Int32 = 1
         do {
             try retryingInterrupts {
@@ -242,7 +247,7 @@ package enum LoopbackSocket {
     private static func setTimeouts(_ fd: Int32, _ timeout: Duration) throws(Errno) {
         let (seconds, attoseconds) = timeout.components
         var value = timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
-        if value.tv_sec == 0 && value.tv_usec == 0 { value.tv_usec = 1 }  // 0 would mean "forever"
+        if value.tv_sec == 0 && value.tv_usec == 0 { value.tv_usec = 1 } // 0 would mean "forever"
         let length = socklen_t(MemoryLayout<timeval>.size)
         try retryingInterrupts { setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, length) }
         try retryingInterrupts { setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &value, length) }

@@ -9,6 +9,7 @@
 
 import SystemCalls
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -41,13 +42,16 @@ enum TPMTransport {
     ///
     /// - Throws: ``SoftwareTPMError/Code/commandChannelFailed`` for I/O failures and malformed
     ///   responses. A non-zero response code is *not* an error here; see `execute`.
-    static func transmit(_ command: [UInt8], endpoint: SimulatorEndpoint, timeout: Duration) throws(SoftwareTPMError) -> TPMResponse {
+    static func transmit(
+        _ command: [UInt8], endpoint: SimulatorEndpoint, timeout: Duration
+    ) throws(SoftwareTPMError) -> TPMResponse {
         let port = endpoint.description
         let fd: Int32
         do {
             fd = try endpoint.connect(control: false, timeout: timeout)
         } catch {
-            throw SoftwareTPMError(.commandChannelFailed, "cannot connect to the TPM command channel (\(port))", cause: error)
+            throw SoftwareTPMError(
+                .commandChannelFailed, "cannot connect to the TPM command channel (\(port))", cause: error)
         }
         defer { closeDescriptor(fd) }
         do {
@@ -62,9 +66,11 @@ enum TPMTransport {
             let rest = try LoopbackSocket.receiveExactly(fd, count: size - 6)
             return TPMResponse(bytes: header + rest)
         } catch let error as Errno {
-            let hint = error.rawValue == ETIMEDOUT
+            let hint =
+                error.rawValue == ETIMEDOUT
                 ? " (swtpm serves one command connection at a time: is a TSS context still connected?)" : ""
-            throw SoftwareTPMError(.commandChannelFailed, "TPM command exchange with \(port) failed\(hint)", cause: error)
+            throw SoftwareTPMError(
+                .commandChannelFailed, "TPM command exchange with \(port) failed\(hint)", cause: error)
         } catch let error as SoftwareTPMError {
             throw error
         } catch {
@@ -77,13 +83,16 @@ enum TPMTransport {
     /// - Throws: ``SoftwareTPMError/Code/commandFailed(responseCode:)`` with the TPM's code, or a
     ///   channel failure from `transmit`.
     @discardableResult
-    static func execute(_ command: [UInt8], name: String, endpoint: SimulatorEndpoint, timeout: Duration) throws(SoftwareTPMError) -> TPMResponse {
+    static func execute(
+        _ command: [UInt8], name: String, endpoint: SimulatorEndpoint, timeout: Duration
+    ) throws(SoftwareTPMError) -> TPMResponse {
         let response = try transmit(command, endpoint: endpoint, timeout: timeout)
         let code = response.responseCode
         guard code == 0 else {
             throw SoftwareTPMError(
                 .commandFailed(responseCode: code),
-                "\(name) failed with TPM_RC 0x\(String(code, radix: 16, uppercase: true)); decode it with `tpm2_rc_decode 0x\(String(code, radix: 16))`")
+                "\(name) failed with TPM_RC 0x\(String(code, radix: 16, uppercase: true)); decode it with `tpm2_rc_decode 0x\(String(code, radix: 16))`"
+            )
         }
         return response
     }
@@ -91,13 +100,16 @@ enum TPMTransport {
     /// Sends one control command and checks its UINT32 result.
     ///
     /// - Throws: ``SoftwareTPMError/Code/controlChannelFailed`` on I/O failure or a non-zero result.
-    static func control(_ command: ControlCommand, payload: [UInt8] = [], endpoint: SimulatorEndpoint, timeout: Duration) throws(SoftwareTPMError) {
+    static func control(
+        _ command: ControlCommand, payload: [UInt8] = [], endpoint: SimulatorEndpoint, timeout: Duration
+    ) throws(SoftwareTPMError) {
         let port = endpoint.description
         let fd: Int32
         do {
             fd = try endpoint.connect(control: true, timeout: timeout)
         } catch {
-            throw SoftwareTPMError(.controlChannelFailed, "cannot connect to the swtpm control channel (\(port))", cause: error)
+            throw SoftwareTPMError(
+                .controlChannelFailed, "cannot connect to the swtpm control channel (\(port))", cause: error)
         }
         defer { closeDescriptor(fd) }
         let result: UInt32

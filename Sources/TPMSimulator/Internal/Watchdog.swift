@@ -5,6 +5,7 @@
 // which nobody else would clean up after an abrupt death.
 
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

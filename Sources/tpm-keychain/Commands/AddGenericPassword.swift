@@ -25,22 +25,28 @@ struct AddGenericPassword: ParsableCommand {
 
     @OptionGroup var item: NewItemOptions
 
-    @Option(name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
-            help: "Kind, as security calls kSecAttrDescription (\"application password\", ...).")
+    @Option(
+        name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
+        help: "Kind, as security calls kSecAttrDescription (\"application password\", ...).")
     var kind: String?
 
-    @Option(name: [.customShort("G"), .customLong("generic")], parsing: .unconditional,
-            help: "Generic attribute (kSecAttrGeneric), stored as the UTF-8 bytes of the text given.")
+    @Option(
+        name: [.customShort("G"), .customLong("generic")], parsing: .unconditional,
+        help: "Generic attribute (kSecAttrGeneric), stored as the UTF-8 bytes of the text given.")
     var generic: String?
 
-    @Option(name: .customLong("access-control"), help: ArgumentHelp(
-        "Who may read the item, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM.",
-        valueName: "flags"))
+    @Option(
+        name: .customLong("access-control"),
+        help: ArgumentHelp(
+            "Who may read the item, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM.",
+            valueName: "flags"))
     var accessControl: String?
 
-    @Option(name: .customLong("accessible"), help: ArgumentHelp(
-        "When the item is readable (kSecAttrAccessible): whenUnlocked (default), afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly.",
-        valueName: "class"))
+    @Option(
+        name: .customLong("accessible"),
+        help: ArgumentHelp(
+            "When the item is readable (kSecAttrAccessible): whenUnlocked (default), afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly.",
+            valueName: "class"))
     var accessible: String?
 
     func run() throws {
@@ -48,9 +54,12 @@ struct AddGenericPassword: ParsableCommand {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             _ = try Keychain(service: service)
             try ItemIdentity.validate(account, "account")
-            if try AccessControlArgument.parse(flags: accessControl, accessible: accessible) != nil, kind != nil || generic != nil {
+            if try AccessControlArgument.parse(flags: accessControl, accessible: accessible) != nil,
+                kind != nil || generic != nil
+            {
                 // The protected write takes no such attributes; storing the item without them would drop them silently.
-                throw CommandFailure(ExitStatus.usage, "-D and -G cannot be combined with --access-control or --accessible")
+                throw CommandFailure(
+                    ExitStatus.usage, "-D and -G cannot be combined with --access-control or --accessible")
             }
             let value = try PasswordInput.forNewItem(given: item.password, allowEmpty: item.allowEmpty)
             try StoreSession.with(store.path) { try perform(in: $0, value: value) }
@@ -69,9 +78,15 @@ struct AddGenericPassword: ParsableCommand {
             let (account, label) = (account, item.label)
             switch value {
             case .text(let text):
-                try waitFor { try await keychain.set(text, forKey: account, accessControl: control, context: context, label: label) }
+                try waitFor {
+                    try await keychain.set(
+                        text, forKey: account, accessControl: control, context: context, label: label)
+                }
             case .bytes(let bytes):
-                try waitFor { try await keychain.set(bytes, forKey: account, accessControl: control, context: context, label: label) }
+                try waitFor {
+                    try await keychain.set(
+                        bytes, forKey: account, accessControl: control, context: context, label: label)
+                }
             }
             return
         }
@@ -83,6 +98,7 @@ struct AddGenericPassword: ParsableCommand {
         if let kind { primary.setString(kind, for: AttributeTag.description) }
         try ItemService(location: session.location).write(
             .genericPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
-            changes: AttributeChanges(label: item.label, comment: item.comment, genericData: generic.map { Data($0.utf8) }))
+            changes: AttributeChanges(
+                label: item.label, comment: item.comment, genericData: generic.map { Data($0.utf8) }))
     }
 }

@@ -8,7 +8,8 @@ import ToolSupport
 /// of the `security`-style verbs on a demo store, each step timed.
 struct Demo: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the keychain verbs on a demo store and time each step, including the TPM unseal of the master key.")
+        abstract:
+            "Run the keychain verbs on a demo store and time each step, including the TPM unseal of the master key.")
 
     @Option(name: .long, help: ArgumentHelp("The demo store's directory.", valueName: "dir"), completion: .directory)
     var keychain: String = KeychainLocation.dataDirectory + "/demo"
@@ -30,7 +31,9 @@ struct Demo: ParsableCommand {
             let count = try measured(&elapsed) { try Keychain.allItems(in: session.location).count }
             print("store:        \(path)")
             if existed {
-                print("open store:   \(milliseconds(elapsed))  (the TPM unseals the master key; \(count) item\(count == 1 ? "" : "s") in the store)")
+                print(
+                    "open store:   \(milliseconds(elapsed))  (the TPM unseals the master key; \(count) item\(count == 1 ? "" : "s") in the store)"
+                )
             } else {
                 print("create store: \(milliseconds(elapsed))  (a new 32-byte master key, sealed to the TPM)")
             }
@@ -41,27 +44,41 @@ struct Demo: ParsableCommand {
 
             print("\n$ STORE=\(shellQuoted(path))")
             let store = ["--keychain", path]
-            try step(AddGenericPassword.self, ["add-generic-password"], store,
-                     ["-s", Self.service, "-a", Self.account, "-l", "Demo login", "-j", "added by tpm-keychain demo",
-                      "-w", Self.password]) { command, output in
+            try step(
+                AddGenericPassword.self, ["add-generic-password"], store,
+                [
+                    "-s", Self.service, "-a", Self.account, "-l", "Demo login", "-j", "added by tpm-keychain demo",
+                    "-w", Self.password,
+                ]
+            ) { command, output in
                 try command.perform(in: session, value: .text(Self.password))
                 output("(no output: added; the password above is a public demo value)")
             }
-            try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", Self.account, "-w"]) { command, output in
+            try step(
+                FindGenericPassword.self, ["find-generic-password"], store,
+                ["-s", Self.service, "-a", Self.account, "-w"]
+            ) { command, output in
                 try command.perform(in: session) { output($0 + "    (the public demo value, not a secret)") }
             }
-            try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", Self.account]) {
+            try step(
+                FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", Self.account]
+            ) {
                 try $0.perform(in: session, output: $1)
             }
             try step(DumpKeychain.self, ["dump-keychain"], store, []) { try $0.perform(in: session, output: $1) }
-            try step(DeleteGenericPassword.self, ["delete-generic-password"], store, ["-s", Self.service, "-a", Self.account]) {
+            try step(
+                DeleteGenericPassword.self, ["delete-generic-password"], store,
+                ["-s", Self.service, "-a", Self.account]
+            ) {
                 try $0.perform(in: session, output: $1)
             }
             try biometry(session, store: store)
 
             Keychain.closeStore(session.location)
             _ = try measured(&elapsed) { try Keychain.allItems(in: session.location) }
-            print("\nreopen store: \(milliseconds(elapsed))  (keys erased from memory, then the master key unsealed by the TPM again)")
+            print(
+                "\nreopen store: \(milliseconds(elapsed))  (keys erased from memory, then the master key unsealed by the TPM again)"
+            )
             if session.tpm.isSimulated {
                 print("note: this TPM is SIMULATED; on a machine with a TPM the store would be bound to its hardware")
             }
@@ -73,32 +90,44 @@ struct Demo: ParsableCommand {
     /// longer holds.
     private func biometry(_ session: StoreSession, store: [String]) throws {
         let face = DemoFace()
-        let context = AuthenticationContext(authenticator: face, passcode: nil, applicationIdentifier: "tpm-keychain demo",
-                                            location: session.location)
+        let context = AuthenticationContext(
+            authenticator: face, passcode: nil, applicationIdentifier: "tpm-keychain demo",
+            location: session.location)
         context.localizedReason = "show the demo item"
         let account = "face-id-protected"
         _ = try? Keychain(service: Self.service, location: session.location).remove(account)
         let device = KeychainDevice(location: session.location)
         print("\n# Access control: an item bound to the current (SIMULATED) Face ID enrollment")
-        try step(AddGenericPassword.self, ["add-generic-password"], store,
-                 ["-s", Self.service, "-a", account, "--access-control", "biometryCurrentSet", "--accessible", "whenUnlockedThisDeviceOnly",
-                  "-w", Self.password]) { command, output in
+        try step(
+            AddGenericPassword.self, ["add-generic-password"], store,
+            [
+                "-s", Self.service, "-a", account, "--access-control", "biometryCurrentSet", "--accessible",
+                "whenUnlockedThisDeviceOnly",
+                "-w", Self.password,
+            ]
+        ) { command, output in
             try command.perform(in: session, value: .text(Self.password), context: context)
-            output("(added; its key record is sealed under PolicyNV(enrollment counter = \(try device.status().enrollmentCounter ?? 0)))")
+            output(
+                "(added; its key record is sealed under PolicyNV(enrollment counter = \(try device.status().enrollmentCounter ?? 0)))"
+            )
         }
-        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"]) { command, output in
+        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"])
+        { command, output in
             try command.perform(in: session, context: context) { output($0 + "    (after a simulated Face ID match)") }
             output("(\(face.attempts) biometric prompt; the TPM released the record key)")
         }
         face.reenroll()
         print("# The Face ID enrollment changes (simulated re-enrollment)")
-        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"]) { command, output in
+        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"])
+        { command, output in
             do {
                 try command.perform(in: session, context: context) { output($0) }
                 throw CommandFailure(ExitStatus.software, "the item was still readable after the enrollment changed")
             } catch let error as KeychainError where error.code == .itemInvalidated {
                 output("refused: \(error.message)")
-                output("(enrollment counter now \(try device.status().enrollmentCounter ?? 0): the TPM's PolicyNV fails for good; a read keeps the item, which another device could still open)")
+                output(
+                    "(enrollment counter now \(try device.status().enrollmentCounter ?? 0): the TPM's PolicyNV fails for good; a read keeps the item, which another device could still open)"
+                )
             }
         }
         print("# Removing what can never open again on this device, proven by the TPM's counter")
@@ -116,13 +145,17 @@ struct Demo: ParsableCommand {
         let tpm = try TPMConnection(selection.configuration)
         defer { tpm.close() }
         let description = try tpm.describe()
-        print("              manufacturer \(description.manufacturer), vendor \(description.vendor), firmware \(description.firmwareVersion)")
+        print(
+            "              manufacturer \(description.manufacturer), vendor \(description.vendor), firmware \(description.firmwareVersion)"
+        )
     }
 
     /// Prints the command line as a user would type it, runs the verb parsed from exactly those
     /// arguments against the already open store, and prints its output indented with the time taken.
-    private func step<Command: ParsableCommand>(_: Command.Type, _ verb: [String], _ store: [String], _ arguments: [String],
-                                                _ body: (Command, OutputLine) throws -> Void) throws {
+    private func step<Command: ParsableCommand>(
+        _: Command.Type, _ verb: [String], _ store: [String], _ arguments: [String],
+        _ body: (Command, OutputLine) throws -> Void
+    ) throws {
         let shown = verb + ["--keychain", "\"$STORE\""] + arguments.map(shellQuoted)
         print("$ tpm-keychain " + shown.joined(separator: " "))
         let command = try Command.parse(Array(verb.dropFirst()) + store + arguments)
@@ -141,7 +174,9 @@ struct Demo: ParsableCommand {
     }
 
     private func shellQuoted(_ text: String) -> String {
-        let plain = text.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "-_./=:@,+".unicodeScalars.contains($0) }
+        let plain = text.unicodeScalars.allSatisfy {
+            CharacterSet.alphanumerics.contains($0) || "-_./=:@,+".unicodeScalars.contains($0)
+        }
         return plain && !text.isEmpty ? text : "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 }

@@ -41,7 +41,9 @@ struct ChangePasscode: ParsableCommand {
             let input = PasscodeInput(passcodeOptions)
             let old = try input.read(prompt: "current device passcode: ")
             let new = try input.read(prompt: "new device passcode: ")
-            try StoreSession.with(store.path) { try KeychainDevice(location: $0.location).changePasscode(from: old, to: new) }
+            try StoreSession.with(store.path) {
+                try KeychainDevice(location: $0.location).changePasscode(from: old, to: new)
+            }
         }
     }
 }
@@ -50,7 +52,9 @@ struct ChangePasscode: ParsableCommand {
 struct RemovePasscode: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "remove-passcode",
-        abstract: "Remove the device passcode. Items that require it (devicePasscode, whenPasscodeSetThisDeviceOnly) become unreadable for good.")
+        abstract:
+            "Remove the device passcode. Items that require it (devicePasscode, whenPasscodeSetThisDeviceOnly) become unreadable for good."
+    )
 
     @OptionGroup var store: KeychainOptions
     @OptionGroup var passcodeOptions: PasscodeOptions
@@ -67,7 +71,8 @@ struct RemovePasscode: ParsableCommand {
 struct LockKeychain: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "lock-keychain",
-        abstract: "Lock the keychain: items of the whenUnlocked classes are refused (by the TPM) until unlock-keychain.")
+        abstract: "Lock the keychain: items of the whenUnlocked classes are refused (by the TPM) until unlock-keychain."
+    )
 
     @OptionGroup var store: KeychainOptions
 
@@ -102,23 +107,31 @@ enum AccessControlArgument {
         "devicePasscode": .devicePasscode, "or": .or, "and": .and,
     ]
     static let classNames: [String: Accessibility] = [
-        "whenUnlocked": .whenUnlocked, "afterFirstUnlock": .afterFirstUnlock, "whenPasscodeSetThisDeviceOnly": .whenPasscodeSetThisDeviceOnly,
-        "whenUnlockedThisDeviceOnly": .whenUnlockedThisDeviceOnly, "afterFirstUnlockThisDeviceOnly": .afterFirstUnlockThisDeviceOnly,
+        "whenUnlocked": .whenUnlocked, "afterFirstUnlock": .afterFirstUnlock,
+        "whenPasscodeSetThisDeviceOnly": .whenPasscodeSetThisDeviceOnly,
+        "whenUnlockedThisDeviceOnly": .whenUnlockedThisDeviceOnly,
+        "afterFirstUnlockThisDeviceOnly": .afterFirstUnlockThisDeviceOnly,
         "always": .always, "alwaysThisDeviceOnly": .alwaysThisDeviceOnly,
     ]
 
     static func parse(flags: String?, accessible: String?) throws -> AccessControl? {
         guard flags != nil || accessible != nil else { return nil }
         var parsed: AccessControl.Flags = []
-        for name in (flags ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !name.isEmpty {
+        for name in (flags ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) })
+        where !name.isEmpty {
             guard let flag = flagNames[name] else {
-                throw CommandFailure(ExitStatus.usage, "unknown access-control flag \"\(name)\" (known: \(flagNames.keys.sorted().joined(separator: ", ")))")
+                throw CommandFailure(
+                    ExitStatus.usage,
+                    "unknown access-control flag \"\(name)\" (known: \(flagNames.keys.sorted().joined(separator: ", ")))"
+                )
             }
             parsed.insert(flag)
         }
         let className = accessible ?? "whenUnlocked"
         guard let accessibility = classNames[className] else {
-            throw CommandFailure(ExitStatus.usage, "unknown accessibility \"\(className)\" (known: \(classNames.keys.sorted().joined(separator: ", ")))")
+            throw CommandFailure(
+                ExitStatus.usage,
+                "unknown accessibility \"\(className)\" (known: \(classNames.keys.sorted().joined(separator: ", ")))")
         }
         return try AccessControl(accessibility, flags: parsed)
     }

@@ -55,9 +55,12 @@ struct DumpKeychain: ParsableCommand {
     /// A secret for -d; nil when the item went away meanwhile. A protected generic password is
     /// read through the Keychain API, which opens items that need only an unlocked device; one
     /// that needs a person fails the dump, as it did.
-    private func secret(of found: ItemQueryResult, _ item: ShownItem, _ items: ItemService, _ session: StoreSession) throws -> Data? {
+    private func secret(
+        of found: ItemQueryResult, _ item: ShownItem, _ items: ItemService, _ session: StoreSession
+    ) throws -> Data? {
         if found.isProtected, found.itemClass == .genericPassword, let service = item.text(AttributeTag.service),
-           let account = item.text(AttributeTag.account) {
+            let account = item.text(AttributeTag.account)
+        {
             let group = item.isUngrouped ? nil : item.text(AttributeTag.accessGroup)
             return try Keychain(service: service, accessGroup: group, location: session.location).data(forKey: account)
         }

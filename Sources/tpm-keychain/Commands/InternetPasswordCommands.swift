@@ -24,8 +24,9 @@ struct AddInternetPassword: ParsableCommand {
 
     @OptionGroup var item: NewItemOptions
 
-    @Option(name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
-            help: "Kind, as security calls kSecAttrDescription (\"Internet password\", ...).")
+    @Option(
+        name: [.customShort("D"), .customLong("kind")], parsing: .unconditional,
+        help: "Kind, as security calls kSecAttrDescription (\"Internet password\", ...).")
     var kind: String?
 
     func validate() throws {
@@ -89,14 +90,20 @@ struct FindInternetPassword: ParsableCommand {
         }
     }
 
-    func perform(in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) },
-                 errorOutput: OutputLine = { printError($0) }) throws {
+    func perform(
+        in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) },
+        errorOutput: OutputLine = { printError($0) }
+    ) throws {
         let items = try ItemService(location: session.location)
-        guard let found = try InternetPasswordMatch.first(matching, in: items) else { throw InternetPasswordMatch.notFound(matching) }
+        guard let found = try InternetPasswordMatch.first(matching, in: items) else {
+            throw InternetPasswordMatch.notFound(matching)
+        }
         let item = ShownItem(found)
         var secret: Data?
         if shown.showsSecret {
-            guard let bytes = try items.secret(of: found, key: nil) else { throw InternetPasswordMatch.notFound(matching) }
+            guard let bytes = try items.secret(of: found, key: nil) else {
+                throw InternetPasswordMatch.notFound(matching)
+            }
             secret = Data(bytes)
         }
         try shown.show(item, keychain: session.path, secret: secret, output: output, errorOutput: errorOutput)
@@ -121,7 +128,9 @@ struct DeleteInternetPassword: ParsableCommand {
     func validate() throws {
         // security would delete the keychain's first internet password; a script's empty variable
         // must not do that.
-        guard attributes.namesAnything else { throw ValidationError("Name the item to delete with at least one of -a, -s, -r, -P, -p, -t, -d") }
+        guard attributes.namesAnything else {
+            throw ValidationError("Name the item to delete with at least one of -a, -s, -r, -P, -p, -t, -d")
+        }
     }
 
     func run() throws {
@@ -135,7 +144,8 @@ struct DeleteInternetPassword: ParsableCommand {
     func perform(in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) }) throws {
         let items = try ItemService(location: session.location)
         guard let found = try InternetPasswordMatch.first(matching, in: items),
-              try items.delete(.internetPassword, primary: found.attributes) else {
+            try items.delete(.internetPassword, primary: found.attributes)
+        else {
             throw InternetPasswordMatch.notFound(matching)
         }
         SecurityFormat.attributeBlock(ShownItem(found), keychain: session.path).forEach(output)

@@ -17,17 +17,21 @@ enum KeychainArgument {
 struct CreateKeychain: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "create-keychain",
-        abstract: "Create a keychain store (a name in the data directory, or a path), its master key sealed to the TPM.")
+        abstract: "Create a keychain store (a name in the data directory, or a path), its master key sealed to the TPM."
+    )
 
-    @Argument(help: ArgumentHelp("A store name (kept in the data directory) or a directory path.", valueName: "keychain"))
+    @Argument(
+        help: ArgumentHelp("A store name (kept in the data directory) or a directory path.", valueName: "keychain"))
     var keychain: String
 
     @Flag(name: .customLong("recovery-key"), help: "Also add a recovery key, and print it once (see add-recovery-key).")
     var withRecoveryKey = false
 
-    @Option(name: .customLong("group"), help: ArgumentHelp(
-        "Share the store with the members of this Unix group (directories 2770, files 0660 in that group). The parent directory must exist; every member needs the same TPM (TPM_KEYCHAIN_TCTI or /dev/tpmrm0).",
-        valueName: "group"))
+    @Option(
+        name: .customLong("group"),
+        help: ArgumentHelp(
+            "Share the store with the members of this Unix group (directories 2770, files 0660 in that group). The parent directory must exist; every member needs the same TPM (TPM_KEYCHAIN_TCTI or /dev/tpmrm0).",
+            valueName: "group"))
     var group: String?
 
     func run() throws {
@@ -93,12 +97,15 @@ struct RotateKeys: ParsableCommand {
                     remembered.withLock { $0 = passcode }
                     return passcode
                 }
-                let context = AuthenticationContext(authenticator: CommandAuthentication.authenticator, passcode: source,
-                                                    applicationIdentifier: "tpm-keychain", location: session.location)
+                let context = AuthenticationContext(
+                    authenticator: CommandAuthentication.authenticator, passcode: source,
+                    applicationIdentifier: "tpm-keychain", location: session.location)
                 context.localizedReason = "rotate the keychain's master key"
                 let location = session.location
                 let rotation = try waitFor { try await location.rotateKeys(context: context) }
-                print("rotated the master key of \(path): \(rotation.items) items and \(rotation.keyRecords) key records re-encrypted")
+                print(
+                    "rotated the master key of \(path): \(rotation.items) items and \(rotation.keyRecords) key records re-encrypted"
+                )
             }
         }
     }
@@ -108,7 +115,8 @@ struct RotateKeys: ParsableCommand {
 struct PurgeInvalidated: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "purge-invalidated",
-        abstract: "Delete the items that can never be read again on this device (an enrollment changed, a passcode was removed).",
+        abstract:
+            "Delete the items that can never be read again on this device (an enrollment changed, a passcode was removed).",
         discussion: """
             Reading such an item reports it (exit 44) and keeps it: the reader may be another \
             device, another member of a shared store, or a process with another state directory. \
@@ -124,7 +132,9 @@ struct PurgeInvalidated: ParsableCommand {
             let path = store.path
             try StoreSession.withExisting(path) { session in
                 let purge = try session.location.purgeInvalidatedItems()
-                print("purged \(path): \(purge.items) items and \(purge.keyRecords) key records that can never open again on this device")
+                print(
+                    "purged \(path): \(purge.items) items and \(purge.keyRecords) key records that can never open again on this device"
+                )
             }
         }
     }
@@ -158,7 +168,8 @@ struct AddRecoveryKey: ParsableCommand {
 struct Recover: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recover",
-        abstract: "Seal a keychain store to this TPM with its recovery key, after the TPM that sealed it was cleared or replaced.",
+        abstract:
+            "Seal a keychain store to this TPM with its recovery key, after the TPM that sealed it was cleared or replaced.",
         discussion: """
             The recovery key is read from the terminal (no echo), from --recovery-key-fd, or from \
             standard input. Items are kept, except those bound to the old TPM by design: \
@@ -167,7 +178,9 @@ struct Recover: ParsableCommand {
 
     @OptionGroup var store: KeychainOptions
 
-    @Option(name: .customLong("recovery-key-fd"), help: ArgumentHelp("Read the recovery key from this file descriptor.", valueName: "fd"))
+    @Option(
+        name: .customLong("recovery-key-fd"),
+        help: ArgumentHelp("Read the recovery key from this file descriptor.", valueName: "fd"))
     var descriptor: Int32?
 
     func run() throws {
@@ -179,7 +192,9 @@ struct Recover: ParsableCommand {
             let session = try StoreSession(path: path)
             defer { session.close() }
             let report = try session.location.recover(with: key)
-            print("recovered \(path): \(report.itemsKept) items kept, \(report.itemsRemoved) items bound to the old TPM removed")
+            print(
+                "recovered \(path): \(report.itemsKept) items kept, \(report.itemsRemoved) items bound to the old TPM removed"
+            )
         }
     }
 }
@@ -188,7 +203,8 @@ struct Recover: ParsableCommand {
 struct AcceptRollbackRisk: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "accept-rollback-risk",
-        abstract: "Accept a keychain store's files as they are when its TPM rollback counter is gone and it has no recovery key.",
+        abstract:
+            "Accept a keychain store's files as they are when its TPM rollback counter is gone and it has no recovery key.",
         discussion: """
             Anyone with the TPM owner's authorization can undefine a store's counter; the store then \
             refuses to open (exit 65, rollbackCounterMissing). This gives it a new counter, for whoever \
@@ -206,7 +222,8 @@ struct AcceptRollbackRisk: ParsableCommand {
         try reportingErrors {
             let path = store.path
             guard confirm == path else {
-                throw CommandFailure(ExitStatus.usage, "--confirm must repeat the store's path (\(path)); nothing was changed")
+                throw CommandFailure(
+                    ExitStatus.usage, "--confirm must repeat the store's path (\(path)); nothing was changed")
             }
             try KeychainLocation(path: path).checkStore()
             let session = try StoreSession(path: path)
@@ -220,7 +237,9 @@ struct AcceptRollbackRisk: ParsableCommand {
 enum RecoveryKeyOutput {
     static func show(_ key: RecoveryKey, for path: String) {
         print(key.text)
-        printError("tpm-keychain: this is the recovery key of \(path); it is shown only now. Keep it away from this machine: with it, recover seals the store to another TPM")
+        printError(
+            "tpm-keychain: this is the recovery key of \(path); it is shown only now. Keep it away from this machine: with it, recover seals the store to another TPM"
+        )
     }
 }
 

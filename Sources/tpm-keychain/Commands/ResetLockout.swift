@@ -10,7 +10,8 @@ import ToolSupport
 struct ResetLockout: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reset-lockout",
-        abstract: "End the TPM's dictionary-attack lockout (TPM2_DictionaryAttackLockReset) when its lockout hierarchy has no password.",
+        abstract:
+            "End the TPM's dictionary-attack lockout (TPM2_DictionaryAttackLockReset) when its lockout hierarchy has no password.",
         discussion: """
             Meant for the simulated TPM the tool starts for a store on a machine without a hardware TPM. \
             On a TPM whose lockout hierarchy has a password nothing is tried (a wrong guess would lock \
@@ -30,8 +31,11 @@ struct ResetLockout: ParsableCommand {
             try tpm.resetDictionaryAttackLockout()
             let after = try tpm.dictionaryAttackStatus()
             print("tpm:     \(session.tpm.summary)")
-            print("before:  \(before.failedAuthorizations) failed authorizations\(before.inLockout ? ", IN LOCKOUT" : "")")
-            print("after:   \(after.failedAuthorizations) failed authorizations\(after.inLockout ? ", IN LOCKOUT" : "")")
+            print(
+                "before:  \(before.failedAuthorizations) failed authorizations\(before.inLockout ? ", IN LOCKOUT" : "")"
+            )
+            print(
+                "after:   \(after.failedAuthorizations) failed authorizations\(after.inLockout ? ", IN LOCKOUT" : "")")
         }
     }
 }

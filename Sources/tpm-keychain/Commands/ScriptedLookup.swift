@@ -35,7 +35,9 @@ enum ScriptedLookup {
             case "-s", "--service", "-a", "--account", "--keychain":
                 // A short option never takes an attached `=value` in ArgumentParser's grammar.
                 if attached != nil, !name.hasPrefix("--") { return nil }
-                guard let value = attached ?? remaining.popFirst(), !value.isEmpty, !value.hasPrefix("-") else { return nil }
+                guard let value = attached ?? remaining.popFirst(), !value.isEmpty, !value.hasPrefix("-") else {
+                    return nil
+                }
                 switch name {
                 case "-s", "--service":
                     guard service == nil else { return nil }

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
+import SystemCalls
 import TPM
 import TPMKeychain
-import SystemCalls
 import ToolSupport
 import WireFormat
 
@@ -32,13 +32,19 @@ struct TPMStatus: ParsableCommand {
             print("tpm:          \(selection.summary)")
             print("tcti:         \(selection.configuration.tcti)")
             print("simulated:    \(selection.isSimulated ? "yes" : "no")")
-            print("manufacturer: \(description.manufacturer) (\(description.vendor)), firmware \(description.firmwareVersion)")
+            print(
+                "manufacturer: \(description.manufacturer) (\(description.vendor)), firmware \(description.firmwareVersion)"
+            )
             print("storage key:  \(storageKey.algorithm.rawValue), name \(storageKey.name.hexString)")
-            print("esapi crypto: \(ESAPICryptoContext.status) (\(ESAPICryptoContext.library ?? "libtss2-esys not found"); TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 turns it off)")
+            print(
+                "esapi crypto: \(ESAPICryptoContext.status) (\(ESAPICryptoContext.library ?? "libtss2-esys not found"); TPM_KEYCHAIN_ESYS_SHARED_CONTEXT=0 turns it off)"
+            )
             print("counters:")
             print("    lockout counter:   \(status.failedAuthorizations) failed authorizations (\(lockout))")
             print("    max tries:         \(status.maxAuthorizationFailures)")
-            print("    recovery interval: \(status.recoveryInterval) s (one failure forgotten per interval\(status.recoveryInterval == 0 ? "; 0: protection off" : ""))")
+            print(
+                "    recovery interval: \(status.recoveryInterval) s (one failure forgotten per interval\(status.recoveryInterval == 0 ? "; 0: protection off" : ""))"
+            )
             print("    lockout recovery:  \(status.lockoutRecovery) s")
             print("    NV counters:       \(status.nvCounters) defined")
             let device = try KeychainDevice(location: session.location).status()
@@ -46,16 +52,23 @@ struct TPMStatus: ParsableCommand {
             func handle(_ value: UInt32) -> String { "0x" + value.hexString(width: 8) }
             print("device:       \(SecurityFormat.quoted(device.directory))")
             print("    passcode:          \(device.passcodeIsSet ? "set" : "not set")")
-            func index(_ position: Int) -> String { device.nvIndices.count == 3 ? "NV " + handle(device.nvIndices[position]) : "no NV index yet" }
+            func index(_ position: Int) -> String {
+                device.nvIndices.count == 3 ? "NV " + handle(device.nvIndices[position]) : "no NV index yet"
+            }
             if device.nvIndices.isEmpty {
                 print("    NV indices:        none yet (made with the first passcode, enrollment or protected item)")
             } else if device.nvIndicesOpenToOtherUsers {
-                print("    NV indices:        version 1's: any TPM user can move, write or undefine them (a device made anew has indices only it can write)")
+                print(
+                    "    NV indices:        version 1's: any TPM user can move, write or undefine them (a device made anew has indices only it can write)"
+                )
             } else {
                 print("    NV indices:        the device's own: written only with its secret, sealed to this TPM")
             }
-            print("    enrollment counter: \(counter(device.enrollmentCounter)) (\(index(0)); +1 per enrollment change)")
-            print("    passcode counter:  \(counter(device.passcodeCounter)) (\(index(1)); +1 per passcode change or removal)")
+            print(
+                "    enrollment counter: \(counter(device.enrollmentCounter)) (\(index(0)); +1 per enrollment change)")
+            print(
+                "    passcode counter:  \(counter(device.passcodeCounter)) (\(index(1)); +1 per passcode change or removal)"
+            )
             let lock: String
             switch (device.unlockedSinceBoot, device.unlocked) {
             case (nil, _), (_, nil): lock = "not defined yet"
@@ -67,9 +80,13 @@ struct TPMStatus: ParsableCommand {
             print("keychain:     \(SecurityFormat.quoted(path)) (\(storeExists ? "exists" : "does not exist yet"))")
             if storeExists {
                 if let protection = try session.location.rollbackProtection() {
-                    print("    rollback protection: on (counter NV \(handle(protection.counterIndex)), epoch \(protection.epoch); +1 per writing process, and per 10 minutes of writing)")
+                    print(
+                        "    rollback protection: on (counter NV \(handle(protection.counterIndex)), epoch \(protection.epoch); +1 per writing process, and per 10 minutes of writing)"
+                    )
                 } else {
-                    print("    rollback protection: OFF (this TPM could not hold the store's counter: older copies and deleted files are not detected)")
+                    print(
+                        "    rollback protection: OFF (this TPM could not hold the store's counter: older copies and deleted files are not detected)"
+                    )
                 }
             }
         }

@@ -16,8 +16,9 @@ enum CommandAuthentication {
         let source = passcode.map { input in
             PasscodeSource.secret { reason in try? input.read(prompt: "device passcode to \(reason): ") }
         }
-        let context = AuthenticationContext(authenticator: authenticator, passcode: source, applicationIdentifier: "tpm-keychain",
-                                            location: session.location)
+        let context = AuthenticationContext(
+            authenticator: authenticator, passcode: source, applicationIdentifier: "tpm-keychain",
+            location: session.location)
         context.localizedReason = "read a keychain item"
         return context
     }

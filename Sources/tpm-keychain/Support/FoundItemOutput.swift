@@ -7,8 +7,9 @@ struct FoundItemOutput: ParsableArguments {
     @Flag(name: [.customShort("w"), .customLong("password")], help: "Print only the password (to standard output).")
     var passwordOnly = false
 
-    @Flag(name: [.customShort("g"), .customLong("show-password")],
-          help: "Also print the password, on standard error as security does (password: \"...\").")
+    @Flag(
+        name: [.customShort("g"), .customLong("show-password")],
+        help: "Also print the password, on standard error as security does (password: \"...\").")
     var showPassword = false
 
     @Flag(name: .customLong("json"), help: "Print the item as a JSON object.")

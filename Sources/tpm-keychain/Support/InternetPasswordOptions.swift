@@ -12,24 +12,30 @@ struct InternetPasswordOptions: ParsableArguments {
     @Option(name: [.customShort("s"), .customLong("server")], help: "Server name (kSecAttrServer), without a port.")
     var server: String?
 
-    @Option(name: [.customShort("r"), .customLong("protocol")], help: ArgumentHelp(
-        "Protocol, as a four-character code (kSecAttrProtocol): \"htps\" for https, \"http\", \"ftp \" (with its space), \"imps\", \"ssh \", ...",
-        valueName: "code"))
+    @Option(
+        name: [.customShort("r"), .customLong("protocol")],
+        help: ArgumentHelp(
+            "Protocol, as a four-character code (kSecAttrProtocol): \"htps\" for https, \"http\", \"ftp \" (with its space), \"imps\", \"ssh \", ...",
+            valueName: "code"))
     var protocolCode: String?
 
-    @Option(name: [.customShort("P"), .customLong("port")], help: "Port number (kSecAttrPort); 0 is none, and matches any.")
+    @Option(
+        name: [.customShort("P"), .customLong("port")], help: "Port number (kSecAttrPort); 0 is none, and matches any.")
     var port: UInt16?
 
     @Option(name: [.customShort("p"), .customLong("path")], parsing: .unconditional, help: "Path (kSecAttrPath).")
     var path: String?
 
-    @Option(name: [.customShort("t"), .customLong("authentication-type")], help: ArgumentHelp(
-        "Authentication type, as a four-character code (kSecAttrAuthenticationType): \"dflt\", \"http\" (basic), \"httd\" (digest), \"form\", \"ntlm\", ...",
-        valueName: "code"))
+    @Option(
+        name: [.customShort("t"), .customLong("authentication-type")],
+        help: ArgumentHelp(
+            "Authentication type, as a four-character code (kSecAttrAuthenticationType): \"dflt\", \"http\" (basic), \"httd\" (digest), \"form\", \"ntlm\", ...",
+            valueName: "code"))
     var authenticationType: String?
 
-    @Option(name: [.customShort("d"), .customLong("security-domain")], parsing: .unconditional,
-            help: "Security domain (kSecAttrSecurityDomain), such as an HTTP realm.")
+    @Option(
+        name: [.customShort("d"), .customLong("security-domain")], parsing: .unconditional,
+        help: "Security domain (kSecAttrSecurityDomain), such as an HTTP realm.")
     var securityDomain: String?
 
     /// Whether any attribute was given: a delete must name something.
@@ -54,7 +60,8 @@ struct InternetPasswordOptions: ParsableArguments {
             list[AttributeTag.protocol] = try Self.code(protocolCode, flag: "-r", what: "protocol")
         }
         if let authenticationType, !authenticationType.isEmpty {
-            list[AttributeTag.authenticationType] = try Self.code(authenticationType, flag: "-t", what: "authentication type")
+            list[AttributeTag.authenticationType] = try Self.code(
+                authenticationType, flag: "-t", what: "authentication type")
         } else if defaults {
             list[AttributeTag.authenticationType] = Array("dflt".utf8)
         }

@@ -48,7 +48,8 @@ enum ItemJSON {
     ///   holds strings, integers and nulls.
     static func text(_ document: Any) throws(CommandFailure) -> String {
         do {
-            let data = try JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
+            let data = try JSONSerialization.data(
+                withJSONObject: document, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
             return String(decoding: data, as: UTF8.self)
         } catch {
             throw CommandFailure(ExitStatus.software, "cannot encode the item as JSON: \(error)")

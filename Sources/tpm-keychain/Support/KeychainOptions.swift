@@ -4,8 +4,9 @@ import ToolSupport
 
 /// `--keychain DIR`, shared by every verb that works on a store.
 struct KeychainOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The keychain store's directory.", valueName: "dir"),
-            completion: .directory)
+    @Option(
+        name: .long, help: ArgumentHelp("The keychain store's directory.", valueName: "dir"),
+        completion: .directory)
     var keychain: String = KeychainLocation.default.path
 
     /// The store directory, absolute.

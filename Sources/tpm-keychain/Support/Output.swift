@@ -54,7 +54,9 @@ enum CommandErrorReport {
             switch error.code {
             case .itemNotFound: printError(SecurityMessage.itemNotFound)
             case .duplicateItem: printError(SecurityMessage.duplicateItem)
-            default: printError("tpm-keychain: \(error)" + (Remedy.forKeychainError(error).map { "\ntpm-keychain: \($0)" } ?? ""))
+            default:
+                printError(
+                    "tpm-keychain: \(error)" + (Remedy.forKeychainError(error).map { "\ntpm-keychain: \($0)" } ?? ""))
             }
             return ExitStatus.forKeychainError(error.code)
         case let error as TPMError:

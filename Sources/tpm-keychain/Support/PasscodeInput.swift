@@ -4,15 +4,18 @@ import SystemCalls
 import TPM
 import TPMKeychain
 import ToolSupport
+
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `--passcode-fd N`: where a non-interactive caller gives the device passcode.
 struct PasscodeOptions: ParsableArguments {
-    @Option(name: .customLong("passcode-fd"), help: ArgumentHelp(
-        "Read passcodes from this file descriptor, one per line (for change-passcode: the old, then the new). Without it: TPM_KEYCHAIN_ASKPASS, else the terminal (no echo), else standard input.",
-        valueName: "fd"))
+    @Option(
+        name: .customLong("passcode-fd"),
+        help: ArgumentHelp(
+            "Read passcodes from this file descriptor, one per line (for change-passcode: the old, then the new). Without it: TPM_KEYCHAIN_ASKPASS, else the terminal (no echo), else standard input.",
+            valueName: "fd"))
     var passcodeDescriptor: Int32?
 }
 
@@ -42,7 +45,8 @@ final class PasscodeInput: @unchecked Sendable {
         if let descriptor {
             if lines == nil { lines = try Self.readLines(descriptor) }
             guard let first = lines?.first else {
-                throw CommandFailure(ExitStatus.usage, "file descriptor \(descriptor) has no more passcodes (one per line)")
+                throw CommandFailure(
+                    ExitStatus.usage, "file descriptor \(descriptor) has no more passcodes (one per line)")
             }
             lines?.removeFirst()
             return first
@@ -61,24 +65,31 @@ final class PasscodeInput: @unchecked Sendable {
     /// The non-empty lines of `bytes` as secrets; `bytes` is overwritten with zeros afterwards.
     private static func secretLines(_ bytes: inout [UInt8]) -> [SecretBytes] {
         defer { for index in bytes.indices { bytes[index] = 0 } }
-        return bytes.split(separator: UInt8(ascii: "\n")).map { line in line.withUnsafeBytes { SecretBytes(copying: $0) } }
+        return bytes.split(separator: UInt8(ascii: "\n")).map { line in
+            line.withUnsafeBytes { SecretBytes(copying: $0) }
+        }
     }
 
     private static func readLines(_ descriptor: Int32) throws(CommandFailure) -> [SecretBytes] {
         var data: [UInt8] = []
-        data.reserveCapacity(64 << 10 + 4096)   // one allocation: no copy of a passcode left behind by growth
+        data.reserveCapacity(64 << 10 + 4096) // one allocation: no copy of a passcode left behind by growth
         var buffer = [UInt8](repeating: 0, count: 4096)
         defer { for index in buffer.indices { buffer[index] = 0 } }
         while true {
             let count: Int
             do {
-                count = try retryingInterrupts { buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) } }
+                count = try retryingInterrupts {
+                    buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+                }
             } catch {
-                throw CommandFailure(ExitStatus.ioError, "cannot read passcodes from file descriptor \(descriptor): \(error)")
+                throw CommandFailure(
+                    ExitStatus.ioError, "cannot read passcodes from file descriptor \(descriptor): \(error)")
             }
             if count == 0 { break }
             data.append(contentsOf: buffer[0..<count])
-            guard data.count <= 64 << 10 else { throw CommandFailure(ExitStatus.usage, "too much input on file descriptor \(descriptor)") }
+            guard data.count <= 64 << 10 else {
+                throw CommandFailure(ExitStatus.usage, "too much input on file descriptor \(descriptor)")
+            }
         }
         return secretLines(&data)
     }
@@ -98,7 +109,9 @@ final class PasscodeInput: @unchecked Sendable {
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw CommandFailure(ExitStatus.permissionDenied, "\(askpassVariable) program \(program) exited with \(process.terminationStatus): cancelled")
+            throw CommandFailure(
+                ExitStatus.permissionDenied,
+                "\(askpassVariable) program \(program) exited with \(process.terminationStatus): cancelled")
         }
         return data.last == UInt8(ascii: "\n") ? data.dropLast() : data
     }

@@ -1,6 +1,7 @@
 import Foundation
 import SystemCalls
 import ToolSupport
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -36,12 +37,17 @@ enum PasswordInput {
     ///   ``read(prompt:)`` throws.
     static func forNewItem(given password: String?, allowEmpty: Bool) throws(CommandFailure) -> PasswordValue {
         if let password {
-            printError("tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) until the command overwrites it as it starts, and stays in the shell's history; give it on standard input instead")
+            printError(
+                "tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) until the command overwrites it as it starts, and stays in the shell's history; give it on standard input instead"
+            )
             return .text(password)
         }
         let value = try read(prompt: "password data for new item: ")
         if value.isEmpty && !allowEmpty {
-            throw CommandFailure(ExitStatus.usage, "the password read from standard input is empty; nothing was stored (use --allow-empty to store an empty password)")
+            throw CommandFailure(
+                ExitStatus.usage,
+                "the password read from standard input is empty; nothing was stored (use --allow-empty to store an empty password)"
+            )
         }
         return value
     }
@@ -65,14 +71,17 @@ enum PasswordInput {
         while true {
             let count: Int
             do {
-                count = try retryingInterrupts { buffer.withUnsafeMutableBytes { Glibc.read(STDIN_FILENO, $0.baseAddress, $0.count) } }
+                count = try retryingInterrupts {
+                    buffer.withUnsafeMutableBytes { Glibc.read(STDIN_FILENO, $0.baseAddress, $0.count) }
+                }
             } catch {
                 throw CommandFailure(ExitStatus.ioError, "cannot read the password from standard input: \(error)")
             }
             if count == 0 { return data }
             data.append(contentsOf: buffer[0..<count])
             guard data.count <= maximumSize + 1 else {
-                throw CommandFailure(ExitStatus.usage, "the password on standard input is larger than \(maximumSize) bytes")
+                throw CommandFailure(
+                    ExitStatus.usage, "the password on standard input is larger than \(maximumSize) bytes")
             }
         }
     }

@@ -32,7 +32,10 @@ enum SecurityFormat {
             attributes += [
                 ("atyp", blob("atyp", item)),
                 ("path", blob("path", item)),
-                ("port", "\"port\"<uint32>=" + (item.bytes(AttributeTag.port) == nil ? "<NULL>" : buffer(uint32(item.port)))),
+                (
+                    "port",
+                    "\"port\"<uint32>=" + (item.bytes(AttributeTag.port) == nil ? "<NULL>" : buffer(uint32(item.port)))
+                ),
                 ("ptcl", "\"ptcl\"<uint32>=" + (item.bytes(AttributeTag.protocol).map(buffer) ?? "<NULL>")),
                 ("sdmn", blob("sdmn", item)),
                 ("srvr", blob("srvr", item)),
@@ -40,7 +43,9 @@ enum SecurityFormat {
         } else {
             attributes += [("gena", blob("gena", item)), ("svce", blob("svce", item))]
         }
-        if item.bytes(AttributeTag.accessGroup).map({ !$0.isEmpty }) == true { attributes.append(("agrp", blob("agrp", item))) }
+        if item.bytes(AttributeTag.accessGroup).map({ !$0.isEmpty }) == true {
+            attributes.append(("agrp", blob("agrp", item)))
+        }
         let lines = attributes.sorted { $0.0 < $1.0 }.map { "    " + $0.1 }
         return ["keychain: \(quoted(keychain))", "class: \(quoted(item.classCode))", "attributes:"] + lines
     }
@@ -87,7 +92,8 @@ enum SecurityFormat {
         if ascii {
             result += "\""
             for byte in bytes {
-                result += printable(byte) ? String(UnicodeScalar(byte)) : "\\" + String(byte, radix: 8).leftPadded(to: 3)
+                result +=
+                    printable(byte) ? String(UnicodeScalar(byte)) : "\\" + String(byte, radix: 8).leftPadded(to: 3)
             }
             result += "\""
         }
@@ -99,8 +105,9 @@ enum SecurityFormat {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone
         let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        return String(format: "%04d%02d%02d%02d%02d%02dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0,
-                      parts.hour ?? 0, parts.minute ?? 0, parts.second ?? 0)
+        return String(
+            format: "%04d%02d%02d%02d%02d%02dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0,
+            parts.hour ?? 0, parts.minute ?? 0, parts.second ?? 0)
     }
 
     /// A text attribute: quoted when UTF-8, hex otherwise (SecItem code may store Data), `<NULL>` when absent.

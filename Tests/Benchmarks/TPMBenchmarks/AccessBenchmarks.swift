@@ -6,7 +6,7 @@ import TPMKeychainTesting
 /// Benchmarks of access control: a protected get inside a reuse window against an
 /// unprotected get; a first protected get (one key-record unseal in a fresh connection) against
 /// the C floor doing the same unseal; and the TPM commands (NV, DA-counted) each operation sends.
-struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one task at a time
+struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one task at a time
     let summary: Summary
     let iterations: Int?
 
@@ -37,18 +37,23 @@ struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one
         context.allowableReuseDuration = AuthenticationContext.maximumReuseDuration
         let keychain = try Keychain(service: "bench.access", location: location)
         try keychain.set("plain-value-32-bytes-long-......", forKey: "plain")
-        try await keychain.set("bio-value-32-bytes-long-........", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
-                               context: context)
+        try await keychain.set(
+            "bio-value-32-bytes-long-........", forKey: "bio",
+            accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+            context: context)
         _ = try await keychain.get("bio", as: String.self, context: context)
         let clock = ContinuousClock()
-        var plain: [Duration] = [], protected: [Duration] = []
-        let rounds = 20, batch = (iterations ?? 1000) / 20
+        var plain: [Duration] = []
+        var protected: [Duration] = []
+        let rounds = 20
+        let batch = (iterations ?? 1000) / 20
         for round in 0..<rounds {
             // Alternating batches: the machine's drift falls on both alike.
             for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
                 for _ in 0..<batch {
                     if side == 0 {
-                        plain.append(try clock.measure { sink &+= try keychain.get("plain", as: String.self)?.count ?? 0 })
+                        plain.append(
+                            try clock.measure { sink &+= try keychain.get("plain", as: String.self)?.count ?? 0 })
                     } else {
                         let start = clock.now
                         sink &+= try await keychain.get("bio", as: String.self, context: context)?.count ?? 0
@@ -58,8 +63,10 @@ struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one
             }
         }
         guard face.attempts == 1 else { throw BenchmarkError("the reuse window prompted \(face.attempts) times") }
-        summary.add(Figure(name: "protected get (biometryAny) inside the reuse window", ours: Samples(protected),
-                           floorName: "unprotected get", floor: Samples(plain), goal: 1.5))
+        summary.add(
+            Figure(
+                name: "protected get (biometryAny) inside the reuse window", ours: Samples(protected),
+                floorName: "unprotected get", floor: Samples(plain), goal: 1.5))
     }
 
     // MARK: 2. the first protected get
@@ -69,11 +76,14 @@ struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one
         defer { Keychain.closeStore(location) }
         let face = SimulatedAuthenticator()
         let keychain = try Keychain(service: "bench.access", location: location)
-        try await keychain.set("bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
-                               context: AuthenticationContext(authenticator: face, location: location))
+        try await keychain.set(
+            "bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+            context: AuthenticationContext(authenticator: face, location: location))
         let clock = ContinuousClock()
-        var ours: [Duration] = [], floor: [Double] = []
-        let rounds = 10, batch = max((iterations ?? 200) / 10, 2)
+        var ours: [Duration] = []
+        var floor: [Double] = []
+        let rounds = 10
+        let batch = max((iterations ?? 200) / 10, 2)
         for round in 0..<rounds {
             for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
                 if side == 0 {
@@ -89,13 +99,16 @@ struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one
                 }
             }
         }
-        summary.add(Figure(name: "first protected get (one key-record unseal, fresh TPM connection)", ours: Samples(ours),
-                           floorName: "C ESAPI: connect, ContextLoad, Load, salted PolicyCommandCode session, Unseal",
-                           floor: Samples(floor.map { Duration.nanoseconds(Int64($0 * 1e6)) }), goal: 1.2))
+        summary.add(
+            Figure(
+                name: "first protected get (one key-record unseal, fresh TPM connection)", ours: Samples(ours),
+                floorName: "C ESAPI: connect, ContextLoad, Load, salted PolicyCommandCode session, Unseal",
+                floor: Samples(floor.map { Duration.nanoseconds(Int64($0 * 1e6)) }), goal: 1.2))
     }
 
     private func floorSamples(_ tcti: String, _ count: Int) throws -> [Double] {
-        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ESAPIFloor")
+        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("ESAPIFloor")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
             throw BenchmarkError("build the floor first: swift build -c release --product ESAPIFloor")
         }
@@ -128,30 +141,39 @@ struct AccessBenchmarks: @unchecked Sendable {  // Summary is only used from one
             try await body()
             let codes = proxy.commandCodes
             let nv = codes.filter { [0x12A, 0x134, 0x137].contains($0) }.count
-            print("commands, \(what) (\(codes.count); NV writes \(nv)): \(codes.map(TPMBenchmarks.commandName).joined(separator: ", "))")
+            print(
+                "commands, \(what) (\(codes.count); NV writes \(nv)): \(codes.map(TPMBenchmarks.commandName).joined(separator: ", "))"
+            )
         }
         try keychain.set("x", forKey: "warm-up")
         try await counted("set-passcode") { try device.setPasscode(passcode) }
         try await counted("add biometryCurrentSet (new key record)") {
-            try await keychain.set("v", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
-                                   context: AuthenticationContext(authenticator: face, location: location))
+            try await keychain.set(
+                "v", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+                context: AuthenticationContext(authenticator: face, location: location))
         }
         try await counted("add devicePasscode (new key record)") {
-            try await keychain.set("v", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+            try await keychain.set(
+                "v", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
         }
         try await counted("first get, biometryCurrentSet (lock-bound)") {
-            _ = try await keychain.get("bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
+            _ = try await keychain.get(
+                "bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
         }
         try await counted("first get, devicePasscode (one DA-counted check)") {
-            _ = try await keychain.get("pin", as: String.self, context: AuthenticationContext(passcode: .fixed(passcode), location: location))
+            _ = try await keychain.get(
+                "pin", as: String.self, context: AuthenticationContext(passcode: .fixed(passcode), location: location))
         }
         try await counted("lock-keychain") { try device.lock() }
         try await counted("unlock-keychain (one DA-counted check)") { try device.unlock(passcode: passcode) }
         face.reenroll()
         try await counted("get after an enrollment change (counter moved, item invalidated)") {
-            _ = try? await keychain.get("bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
+            _ = try? await keychain.get(
+                "bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
         }
-        try await counted("change-passcode") { try device.changePasscode(from: passcode, to: SecretBytes(copying: Array("bench passcode 2".utf8))) }
+        try await counted("change-passcode") {
+            try device.changePasscode(from: passcode, to: SecretBytes(copying: Array("bench passcode 2".utf8)))
+        }
     }
 
     /// Runs async work from the synchronous benchmark driver and waits for it.

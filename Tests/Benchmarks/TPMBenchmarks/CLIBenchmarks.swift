@@ -1,5 +1,6 @@
 import Foundation
 import TPMKeychainTesting
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,7 +23,9 @@ struct CLIBenchmarks {
         // The shipped CLI is linked with --static-swift-stdlib (its own build directory); name it here.
         let executable = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_CLI"] ?? siblingExecutable("tpm-keychain")
         guard FileManager.default.isExecutableFile(atPath: executable) else {
-            print("\n== CLI: build it first with `swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain`")
+            print(
+                "\n== CLI: build it first with `swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain`"
+            )
             return
         }
         print("CLI under test: \(executable)")
@@ -43,25 +46,44 @@ struct CLIBenchmarks {
 
         // ours: one item in a store sealed to this swtpm.
         let store = directory + "/keychain"
-        try expect(run([executable, "add-generic-password", "-s", "bench.cli", "-a", "alice", "-w", password, "--keychain", store],
-                       environment: ourEnvironment), "tpm-keychain add-generic-password")
+        try expect(
+            run(
+                [
+                    executable, "add-generic-password", "-s", "bench.cli", "-a", "alice", "-w", password, "--keychain",
+                    store,
+                ],
+                environment: ourEnvironment), "tpm-keychain add-generic-password")
         let ours = [executable, "find-generic-password", "-s", "bench.cli", "-a", "alice", "-w", "--keychain", store]
         let ourOutput = try expect(run(ours, environment: ourEnvironment), "tpm-keychain find-generic-password")
-        guard ourOutput.trimmingCharacters(in: .newlines) == password else { throw BenchmarkError("tpm-keychain printed \(ourOutput)") }
+        guard ourOutput.trimmingCharacters(in: .newlines) == password else {
+            throw BenchmarkError("tpm-keychain printed \(ourOutput)")
+        }
 
         // tpm2-tools: an owner-hierarchy primary (saved as a context file) and a sealed object under it.
         let tools = directory + "/tpm2"
         mkdir(tools, 0o700)
         try Data(password.utf8).write(to: URL(fileURLWithPath: tools + "/secret"))
-        try expect(run(["/usr/bin/env", "tpm2_createprimary", "-Q", "-C", "o", "-c", tools + "/primary.ctx"], environment: toolsEnvironment), "tpm2_createprimary")
-        try expect(run(["/usr/bin/env", "tpm2_create", "-Q", "-C", tools + "/primary.ctx", "-i", tools + "/secret",
-                        "-u", tools + "/sealed.pub", "-r", tools + "/sealed.priv"], environment: toolsEnvironment), "tpm2_create")
+        try expect(
+            run(
+                ["/usr/bin/env", "tpm2_createprimary", "-Q", "-C", "o", "-c", tools + "/primary.ctx"],
+                environment: toolsEnvironment), "tpm2_createprimary")
+        try expect(
+            run(
+                [
+                    "/usr/bin/env", "tpm2_create", "-Q", "-C", tools + "/primary.ctx", "-i", tools + "/secret",
+                    "-u", tools + "/sealed.pub", "-r", tools + "/sealed.priv",
+                ], environment: toolsEnvironment), "tpm2_create")
         try flush(toolsEnvironment)
-        let load = ["/usr/bin/env", "tpm2_load", "-Q", "-C", tools + "/primary.ctx", "-u", tools + "/sealed.pub", "-r", tools + "/sealed.priv",
-                    "-c", tools + "/sealed.ctx"]
+        let load = [
+            "/usr/bin/env", "tpm2_load", "-Q", "-C", tools + "/primary.ctx", "-u", tools + "/sealed.pub", "-r",
+            tools + "/sealed.priv",
+            "-c", tools + "/sealed.ctx",
+        ]
         let unseal = ["/usr/bin/env", "tpm2_unseal", "-c", tools + "/sealed.ctx"]
         try expect(run(load, environment: toolsEnvironment), "tpm2_load")
-        guard try expect(run(unseal, environment: toolsEnvironment), "tpm2_unseal") == password else { throw BenchmarkError("tpm2_unseal printed other bytes") }
+        guard try expect(run(unseal, environment: toolsEnvironment), "tpm2_unseal") == password else {
+            throw BenchmarkError("tpm2_unseal printed other bytes")
+        }
         try flush(toolsEnvironment)
 
         // systemd-creds: a credential sealed to the swtpm. systemd 252 takes the TCTI as
@@ -70,8 +92,13 @@ struct CLIBenchmarks {
         mkdir(credentials, 0o700)
         try Data(password.utf8).write(to: URL(fileURLWithPath: credentials + "/plain"))
         let device = "--tpm2-device=swtpm:" + tcti.dropFirst("swtpm:".count)
-        try expect(run(["/usr/bin/env", "systemd-creds", "encrypt", "--with-key=tpm2", device, credentials + "/plain", credentials + "/bench"],
-                       environment: toolsEnvironment), "systemd-creds encrypt")
+        try expect(
+            run(
+                [
+                    "/usr/bin/env", "systemd-creds", "encrypt", "--with-key=tpm2", device, credentials + "/plain",
+                    credentials + "/bench",
+                ],
+                environment: toolsEnvironment), "systemd-creds encrypt")
         try flush(toolsEnvironment)
         let decrypt = ["/usr/bin/env", "systemd-creds", "decrypt", device, credentials + "/bench", "-"]
         guard try expect(run(decrypt, environment: toolsEnvironment), "systemd-creds decrypt") == password else {
@@ -87,10 +114,14 @@ struct CLIBenchmarks {
         let count = iterations ?? 100
         let warmup = 5
         let clock = ContinuousClock()
-        var ourTimes: [Duration] = [], toolTimes: [Duration] = [], credsTimes: [Duration] = []
+        var ourTimes: [Duration] = []
+        var toolTimes: [Duration] = []
+        var credsTimes: [Duration] = []
         var leftovers: [String] = []
         for index in 0..<(warmup + count) {
-            let our = try clock.measure { try spawnQuietly(ours, environment: ourEnvironment, expecting: "tpm-keychain") }
+            let our = try clock.measure {
+                try spawnQuietly(ours, environment: ourEnvironment, expecting: "tpm-keychain")
+            }
             if index < warmup || index == warmup + count - 1 {
                 let handles = try loadedHandles(toolsEnvironment)
                 if !handles.isEmpty { leftovers.append(handles) }
@@ -100,7 +131,9 @@ struct CLIBenchmarks {
                 try spawnQuietly(resolvedUnseal, environment: toolsEnvironment, expecting: "tpm2_unseal")
             }
             try flush(toolsEnvironment)
-            let creds = try clock.measure { try spawnQuietly(resolvedDecrypt, environment: toolsEnvironment, expecting: "systemd-creds") }
+            let creds = try clock.measure {
+                try spawnQuietly(resolvedDecrypt, environment: toolsEnvironment, expecting: "systemd-creds")
+            }
             try flush(toolsEnvironment)
             if index >= warmup {
                 ourTimes.append(our)
@@ -109,12 +142,18 @@ struct CLIBenchmarks {
             }
         }
         let oursSamples = Samples(ourTimes)
-        summary.add(Figure(name: "CLI lookup: tpm-keychain find-generic-password -w", ours: oursSamples,
-                           floorName: "systemd-creds decrypt", floor: Samples(credsTimes), goal: 0.75))
-        summary.add(Figure(name: "CLI lookup vs tpm2-tools", ours: oursSamples,
-                           floorName: "tpm2_load + tpm2_unseal", floor: Samples(toolTimes), goal: nil))
+        summary.add(
+            Figure(
+                name: "CLI lookup: tpm-keychain find-generic-password -w", ours: oursSamples,
+                floorName: "systemd-creds decrypt", floor: Samples(credsTimes), goal: 0.75))
+        summary.add(
+            Figure(
+                name: "CLI lookup vs tpm2-tools", ours: oursSamples,
+                floorName: "tpm2_load + tpm2_unseal", floor: Samples(toolTimes), goal: nil))
         if leftovers.isEmpty {
-            print("handles after our CLI (tpm2_getcap handles-transient, -loaded-session, -saved-session): none, checked \(warmup + 1) times")
+            print(
+                "handles after our CLI (tpm2_getcap handles-transient, -loaded-session, -saved-session): none, checked \(warmup + 1) times"
+            )
         } else {
             print("HANDLES LEFT BY OUR CLI: \(leftovers.joined(separator: "; "))")
         }
@@ -124,7 +163,8 @@ struct CLIBenchmarks {
     private func loadedHandles(_ environment: [String]) throws -> String {
         var found: [String] = []
         for capability in ["handles-transient", "handles-loaded-session", "handles-saved-session"] {
-            let output = try expect(run(["/usr/bin/env", "tpm2_getcap", capability], environment: environment), "tpm2_getcap")
+            let output = try expect(
+                run(["/usr/bin/env", "tpm2_getcap", capability], environment: environment), "tpm2_getcap")
             let trimmed = output.trimmingCharacters(in: .whitespacesAndNewlines)
             if !trimmed.isEmpty { found.append("\(capability): \(trimmed.replacingOccurrences(of: "\n", with: " "))") }
         }
@@ -134,7 +174,8 @@ struct CLIBenchmarks {
     /// Flushes what the peers leave behind (untimed): transient objects, loaded and saved sessions.
     private func flush(_ environment: [String]) throws {
         for flag in ["-t", "-l", "-s"] {
-            try expect(run(["/usr/bin/env", "tpm2_flushcontext", flag], environment: environment), "tpm2_flushcontext \(flag)")
+            try expect(
+                run(["/usr/bin/env", "tpm2_flushcontext", flag], environment: environment), "tpm2_flushcontext \(flag)")
         }
     }
 
@@ -157,11 +198,13 @@ struct CLIBenchmarks {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: arguments[0])
         process.arguments = Array(arguments.dropFirst())
-        process.environment = Dictionary(environment.map { entry in
-            let parts = entry.split(separator: "=", maxSplits: 1)
-            return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
-        }, uniquingKeysWith: { $1 })
-        let output = Pipe(), errorOutput = Pipe()
+        process.environment = Dictionary(
+            environment.map { entry in
+                let parts = entry.split(separator: "=", maxSplits: 1)
+                return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
+            }, uniquingKeysWith: { $1 })
+        let output = Pipe()
+        let errorOutput = Pipe()
         process.standardOutput = output
         process.standardError = errorOutput
         process.standardInput = FileHandle.nullDevice
@@ -169,13 +212,16 @@ struct CLIBenchmarks {
         let outputData = output.fileHandleForReading.readDataToEndOfFile()
         let errorData = errorOutput.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return Finished(status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
-                        errorOutput: String(decoding: errorData, as: UTF8.self))
+        return Finished(
+            status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
+            errorOutput: String(decoding: errorData, as: UTF8.self))
     }
 
     @discardableResult
     private func expect(_ finished: Finished, _ what: String) throws -> String {
-        guard finished.status == 0 else { throw BenchmarkError("\(what) failed (\(finished.status)): \(finished.errorOutput)") }
+        guard finished.status == 0 else {
+            throw BenchmarkError("\(what) failed (\(finished.status)): \(finished.errorOutput)")
+        }
         return finished.output
     }
 }
@@ -197,8 +243,8 @@ func spawnQuietly(_ arguments: [String], environment: [String], expecting what: 
     let argv = arguments.map { strdup($0) } + [nil]
     let envp = environment.map { strdup($0) } + [nil]
     defer {
-        argv.forEach { free($0) }
-        envp.forEach { free($0) }
+        for pointer in argv { free(pointer) }
+        for pointer in envp { free(pointer) }
     }
     var pid: pid_t = 0
     let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)

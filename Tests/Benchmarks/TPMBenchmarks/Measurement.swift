@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,10 +39,14 @@ final class Summary {
 
     func add(_ figure: Figure) {
         figures.append(figure)
-        var line = "\(figure.name): median \(format(figure.ours.median)), p90 \(format(figure.ours.p90)) (n=\(figure.ours.count))"
+        var line =
+            "\(figure.name): median \(format(figure.ours.median)), p90 \(format(figure.ours.p90)) (n=\(figure.ours.count))"
         if let floor = figure.floor, let floorName = figure.floorName, let ratio = figure.ratio {
-            line += "\n    floor (\(floorName)): median \(format(floor.median)), p90 \(format(floor.p90)); ratio \(String(format: "%.2f", ratio))x"
-            if let goal = figure.goal { line += ", goal <= \(String(format: "%.2f", goal))x: " + (ratio <= goal ? "met" : "MISSED") }
+            line +=
+                "\n    floor (\(floorName)): median \(format(floor.median)), p90 \(format(floor.p90)); ratio \(String(format: "%.2f", ratio))x"
+            if let goal = figure.goal {
+                line += ", goal <= \(String(format: "%.2f", goal))x: " + (ratio <= goal ? "met" : "MISSED")
+            }
         }
         print(line)
     }
@@ -53,8 +58,10 @@ final class Summary {
         for figure in figures {
             let floorCells: String
             if let floor = figure.floor, let ratio = figure.ratio {
-                let goal = figure.goal.map { String(format: "<= %.2fx ", $0) + (ratio <= $0 ? "met" : "**missed**") } ?? "-"
-                floorCells = "\(figure.floorName ?? "") | \(format(floor.median)) (\(format(floor.p90))) | \(String(format: "%.2f", ratio))x | \(goal)"
+                let goal =
+                    figure.goal.map { String(format: "<= %.2fx ", $0) + (ratio <= $0 ? "met" : "**missed**") } ?? "-"
+                floorCells =
+                    "\(figure.floorName ?? "") | \(format(floor.median)) (\(format(floor.p90))) | \(String(format: "%.2f", ratio))x | \(goal)"
             } else {
                 floorCells = "- | - | - | -"
             }
@@ -80,13 +87,16 @@ func measure(_ iterations: Int, warmup: Int = 1, _ body: () throws -> Void) reth
 
 /// Times two operations alternately (a b, b a, a b, ...), so drift in the machine's state (CPU
 /// frequency, page cache, other processes) falls on both alike.
-func measurePair(_ iterations: Int, warmup: Int, _ a: () throws -> Void, _ b: () throws -> Void) rethrows -> (Samples, Samples) {
+func measurePair(
+    _ iterations: Int, warmup: Int, _ a: () throws -> Void, _ b: () throws -> Void
+) rethrows -> (Samples, Samples) {
     let clock = ContinuousClock()
     for _ in 0..<warmup {
         try a()
         try b()
     }
-    var first: [Duration] = [], second: [Duration] = []
+    var first: [Duration] = []
+    var second: [Duration] = []
     first.reserveCapacity(iterations)
     second.reserveCapacity(iterations)
     for index in 0..<iterations {

@@ -32,12 +32,16 @@ struct RotationBenchmarks {
             _ = try target.removeAll()
             let ours = try clock.measure {
                 _ = try SynchronousWait.run { () async -> Result<KeyRotation, KeychainError> in
-                    do throws(KeychainError) { return .success(try await location.rotateKeys()) } catch { return .failure(error) }
+                    do throws(KeychainError) { return .success(try await location.rotateKeys()) } catch {
+                        return .failure(error)
+                    }
                 }.get()
             }
             guard try source.allKeys().count == items else { throw BenchmarkError("items lost in the rotation") }
-            summary.add(Figure(name: "rotateKeys, \(items) items", ours: Samples([ours]),
-                               floorName: "read and durably write the same items", floor: Samples([floor]), goal: nil))
+            summary.add(
+                Figure(
+                    name: "rotateKeys, \(items) items", ours: Samples([ours]),
+                    floorName: "read and durably write the same items", floor: Samples([floor]), goal: nil))
         }
     }
 }

@@ -22,9 +22,13 @@ struct StorageBenchmarks {
 
         let clock = ContinuousClock()
         var derivations: [Duration] = []
-        for _ in 0..<5 { derivations.append(clock.measure { _ = try? Cipher(password: "benchmark password", salt: "salt") }) }
-        summary.add(Figure(name: "Cipher(password:salt:), scrypt N=2^15 r=8 p=1 (once per open)", ours: Samples(derivations),
-                           floorName: nil, floor: nil, goal: nil))
+        for _ in 0..<5 {
+            derivations.append(clock.measure { _ = try? Cipher(password: "benchmark password", salt: "salt") })
+        }
+        summary.add(
+            Figure(
+                name: "Cipher(password:salt:), scrypt N=2^15 r=8 p=1 (once per open)", ours: Samples(derivations),
+                floorName: nil, floor: nil, goal: nil))
 
         let cipher = try Cipher(password: "benchmark password", salt: "salt")
         let ciphered = try KeychainStorage.createStore(name: "ciphered", cipher: cipher)
@@ -33,18 +37,30 @@ struct StorageBenchmarks {
         try ciphered.put(data: value, for: "get")
         try plain.put(data: value, for: "get")
         let count = iterations ?? 2000
-        let (cipheredGet, plainGet) = try measurePair(count, warmup: 20, {
-            guard try ciphered.data(for: "get") == value else { throw BenchmarkError("ciphered get failed") }
-        }, {
-            guard try plain.data(for: "get") == value else { throw BenchmarkError("plain get failed") }
-        })
-        summary.add(Figure(name: "KeychainStorage get, 32 B, with a Cipher", ours: cipheredGet, floorName: "the same store without one", floor: plainGet, goal: nil))
-        let (cipheredPut, plainPut) = try measurePair(max(count / 10, 50), warmup: 5, {
-            try ciphered.put(data: value, for: "put")
-        }, {
-            try plain.put(data: value, for: "put")
-        })
-        summary.add(Figure(name: "KeychainStorage durable put, 32 B, with a Cipher", ours: cipheredPut, floorName: "without one", floor: plainPut, goal: nil))
+        let (cipheredGet, plainGet) = try measurePair(
+            count, warmup: 20,
+            {
+                guard try ciphered.data(for: "get") == value else { throw BenchmarkError("ciphered get failed") }
+            },
+            {
+                guard try plain.data(for: "get") == value else { throw BenchmarkError("plain get failed") }
+            })
+        summary.add(
+            Figure(
+                name: "KeychainStorage get, 32 B, with a Cipher", ours: cipheredGet,
+                floorName: "the same store without one", floor: plainGet, goal: nil))
+        let (cipheredPut, plainPut) = try measurePair(
+            max(count / 10, 50), warmup: 5,
+            {
+                try ciphered.put(data: value, for: "put")
+            },
+            {
+                try plain.put(data: value, for: "put")
+            })
+        summary.add(
+            Figure(
+                name: "KeychainStorage durable put, 32 B, with a Cipher", ours: cipheredPut, floorName: "without one",
+                floor: plainPut, goal: nil))
 
         for items in [1000, 10_000] {
             let store = try KeychainStorage.createStore(name: "change-\(items)", cipher: cipher)
@@ -63,8 +79,11 @@ struct StorageBenchmarks {
             }
             _ = try target.removeAll()
             let ours = try clock.measure { try store.changeCipher(to: next) }
-            summary.add(Figure(name: "changeCipher, \(items) items", ours: Samples([ours]), floorName: "read, decrypt, encrypt, write the same items",
-                               floor: Samples([floor]), goal: nil))
+            summary.add(
+                Figure(
+                    name: "changeCipher, \(items) items", ours: Samples([ours]),
+                    floorName: "read, decrypt, encrypt, write the same items",
+                    floor: Samples([floor]), goal: nil))
         }
     }
 }

@@ -5,6 +5,7 @@ import SystemCalls
 import TPM
 import TPMKeychain
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,8 +46,9 @@ struct StoreBenchmarks {
         let filler = try ItemStore.open(at: path, tpm: tpm, durable: false)
         defer { filler.close() }
         for index in 0..<count {
-            try filler.write(ItemIdentity(accessGroup: "", service: service, account: Self.account(index)), mode: .upsert,
-                             value: ItemValue(kind: .data, bytes: randomBytes(32)), changes: AttributeChanges())
+            try filler.write(
+                ItemIdentity(accessGroup: "", service: service, account: Self.account(index)), mode: .upsert,
+                value: ItemValue(kind: .data, bytes: randomBytes(32)), changes: AttributeChanges())
         }
         let keychain = try Keychain(service: service, location: try KeychainLocation(path: path, tcti: tpm.tcti))
         guard try keychain.allItems().count == count else { throw BenchmarkError("the listing misses items") }
@@ -56,7 +58,8 @@ struct StoreBenchmarks {
 
         // The floor: list the same directory, then open, read and close every item file and
         // AES-GCM-open one attributes-sized ciphertext per file (the key derived beforehand).
-        let sample = try FileManager.default.contentsOfDirectory(atPath: groupPath).first { $0.hasSuffix(".item") } ?? ""
+        let sample =
+            try FileManager.default.contentsOfDirectory(atPath: groupPath).first { $0.hasSuffix(".item") } ?? ""
         let attributesSize = try attributesLength(of: groupPath + "/" + sample)
         let key = SymmetricKey(size: .bits256)
         let box = try AES.GCM.seal(randomBytes(attributesSize), using: key)
@@ -67,10 +70,13 @@ struct StoreBenchmarks {
                 sink &+= try AES.GCM.open(box, using: key).count
             }
         }
-        let (ours, floorSamples) = try measurePair(iterations ?? 20, warmup: 2, { sink &+= try keychain.allItems().count }, floor)
-        summary.add(Figure(name: "list \(count) items of one service, attributes only (Keychain.allItems)", ours: ours,
-                           floorName: "readdir + open+read+close each file + AES-GCM open of its attributes size",
-                           floor: floorSamples, goal: nil))
+        let (ours, floorSamples) = try measurePair(
+            iterations ?? 20, warmup: 2, { sink &+= try keychain.allItems().count }, floor)
+        summary.add(
+            Figure(
+                name: "list \(count) items of one service, attributes only (Keychain.allItems)", ours: ours,
+                floorName: "readdir + open+read+close each file + AES-GCM open of its attributes size",
+                floor: floorSamples, goal: nil))
     }
 
     // MARK: 1. get of a 32-byte and a 4 KiB item
@@ -83,7 +89,9 @@ struct StoreBenchmarks {
             let value = Data(randomBytes(size))
             let before = serviceDirectories(location.path)
             try keychain.set(value, forKey: "item")
-            guard try keychain.data(forKey: "item") == value else { throw BenchmarkError("the store returned other bytes") }
+            guard try keychain.data(forKey: "item") == value else {
+                throw BenchmarkError("the store returned other bytes")
+            }
             let itemFile = try onlyItemFile(newSince: before, store: location.path)
             let fileSize = try fileSizeOf(itemFile)
 
@@ -99,17 +107,24 @@ struct StoreBenchmarks {
                 sink &+= try AES.GCM.open(box, using: key).count
             }
 
-            let (ours, floorSamples) = try measurePair(count, warmup: 200, { sink &+= try keychain.data(forKey: "item")?.count ?? 0 }, floor)
-            summary.add(Figure(name: "get \(size) B (Keychain.data, file \(fileSize) B)", ours: ours,
-                               floorName: "open+read+close \(fileSize) B + AES-GCM open \(size) B", floor: floorSamples, goal: 2.0))
+            let (ours, floorSamples) = try measurePair(
+                count, warmup: 200, { sink &+= try keychain.data(forKey: "item")?.count ?? 0 }, floor)
+            summary.add(
+                Figure(
+                    name: "get \(size) B (Keychain.data, file \(fileSize) B)", ours: ours,
+                    floorName: "open+read+close \(fileSize) B + AES-GCM open \(size) B", floor: floorSamples, goal: 2.0)
+            )
 
             // The engine without the public API's value decoding.
             let store = try ItemStore.open(at: location.path, tpm: tpm)
             defer { store.close() }
             let identity = try ItemIdentity(accessGroup: "", service: "bench.get.\(size)", account: "item")
-            let (engine, floorAgain) = try measurePair(count, warmup: 200, { sink &+= try store.item(identity)?.value.bytes.count ?? 0 }, floor)
-            summary.add(Figure(name: "get \(size) B (ItemStore.item)", ours: engine,
-                               floorName: "same floor", floor: floorAgain, goal: 2.0))
+            let (engine, floorAgain) = try measurePair(
+                count, warmup: 200, { sink &+= try store.item(identity)?.value.bytes.count ?? 0 }, floor)
+            summary.add(
+                Figure(
+                    name: "get \(size) B (ItemStore.item)", ours: engine,
+                    floorName: "same floor", floor: floorAgain, goal: 2.0))
         }
     }
 
@@ -130,9 +145,12 @@ struct StoreBenchmarks {
         let floor = { try durableReplace(floorDirectory + "/item", with: bytes) }
 
         let count = iterations ?? 300
-        let (ours, floorSamples) = try measurePair(count, warmup: 20, { try keychain.set(Data(randomBytes(32)), forKey: "item") }, floor)
-        summary.add(Figure(name: "durable set 32 B (Keychain.set, upsert)", ours: ours,
-                           floorName: "write \(fileSize) B tmp + fsync + rename + fsync dir", floor: floorSamples, goal: 1.2))
+        let (ours, floorSamples) = try measurePair(
+            count, warmup: 20, { try keychain.set(Data(randomBytes(32)), forKey: "item") }, floor)
+        summary.add(
+            Figure(
+                name: "durable set 32 B (Keychain.set, upsert)", ours: ours,
+                floorName: "write \(fileSize) B tmp + fsync + rename + fsync dir", floor: floorSamples, goal: 1.2))
     }
 
     // MARK: 4. gets with 100, 10,000 and 100,000 items in one service
@@ -145,7 +163,7 @@ struct StoreBenchmarks {
         let filler = try ItemStore.open(at: path, tpm: tpm, durable: false)
         defer { filler.close() }
         let reader = try Keychain(service: service, location: try KeychainLocation(path: path, tcti: tpm.tcti))
-        _ = try reader.data(forKey: "warm-up")  // opens the store (one TPM unseal) before RSS is read
+        _ = try reader.data(forKey: "warm-up") // opens the store (one TPM unseal) before RSS is read
         let baseline = residentBytes()
         print("scale: RSS after opening the stores: \(mebibytes(baseline))")
 
@@ -157,8 +175,10 @@ struct StoreBenchmarks {
             let added = target - filled
             let fillTime = try clock.measure {
                 while filled < target {
-                    try filler.write(ItemIdentity(accessGroup: "", service: service, account: Self.account(filled)),
-                                     mode: .upsert, value: ItemValue(kind: .data, bytes: randomBytes(32)), changes: AttributeChanges())
+                    try filler.write(
+                        ItemIdentity(accessGroup: "", service: service, account: Self.account(filled)),
+                        mode: .upsert, value: ItemValue(kind: .data, bytes: randomBytes(32)),
+                        changes: AttributeChanges())
                     filled += 1
                 }
             }
@@ -171,21 +191,29 @@ struct StoreBenchmarks {
             var index = 0
             let samples = try measure(count, warmup: 200) {
                 defer { index += 1 }
-                guard let value = try reader.data(forKey: accounts[index]) else { throw BenchmarkError("an item is missing") }
+                guard let value = try reader.data(forKey: accounts[index]) else {
+                    throw BenchmarkError("an item is missing")
+                }
                 sink &+= value.count
             }
             let rssAfter = residentBytes()
-            summary.add(Figure(name: "get 32 B, \(target) items in the service (random item)", ours: samples,
-                               floorName: nil, floor: nil, goal: nil))
-            print(String(format: "    fill: %d items in %.2f s (%.0f writes/s); RSS before gets %@, after %@ (%+.0f KiB)",
-                         added, fillTime.seconds, Double(added) / fillTime.seconds, mebibytes(rssBefore), mebibytes(rssAfter),
-                         Double(rssAfter - rssBefore) / 1024))
+            summary.add(
+                Figure(
+                    name: "get 32 B, \(target) items in the service (random item)", ours: samples,
+                    floorName: nil, floor: nil, goal: nil))
+            print(
+                String(
+                    format: "    fill: %d items in %.2f s (%.0f writes/s); RSS before gets %@, after %@ (%+.0f KiB)",
+                    added, fillTime.seconds, Double(added) / fillTime.seconds, mebibytes(rssBefore),
+                    mebibytes(rssAfter),
+                    Double(rssAfter - rssBefore) / 1024))
             rows.append((target, samples, rssAfter, fillTime.seconds, added))
         }
         print("scale summary:")
         for (items, samples, rss, fill, added) in rows {
-            print("    \(items) items: get median \(format(samples.median)), p90 \(format(samples.p90)); RSS \(mebibytes(rss)); "
-                  + String(format: "fill of the last %d: %.2f s", added, fill))
+            print(
+                "    \(items) items: get median \(format(samples.median)), p90 \(format(samples.p90)); RSS \(mebibytes(rss)); "
+                    + String(format: "fill of the last %d: %.2f s", added, fill))
         }
     }
 
@@ -201,14 +229,15 @@ struct StoreBenchmarks {
     /// The item file of the one service created since `before`, which holds a single item.
     private func onlyItemFile(newSince before: Set<String>, store: String) throws -> String {
         let created = serviceDirectories(store).subtracting(before)
-        guard created.count == 1, let name = created.first else { throw BenchmarkError("expected one new service directory in \(store)") }
+        guard created.count == 1, let name = created.first else {
+            throw BenchmarkError("expected one new service directory in \(store)")
+        }
         let directory = store + "/items2/" + name
         let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".item") }
         guard files.count == 1 else { throw BenchmarkError("\(directory) holds \(files.count) items, expected 1") }
         return directory + "/" + files[0]
     }
 }
-
 
 /// The attributes plaintext length a format-2 item file's header gives (bytes 116..<120).
 private func attributesLength(of path: String) throws -> Int {
@@ -273,7 +302,9 @@ private func randomBytes(_ count: Int) -> [UInt8] {
 
 /// The file system type of `path` as /proc/mounts names it (the longest mount point containing it).
 func fileSystemType(_ path: String) -> String {
-    guard let mounts = try? String(contentsOfFile: "/proc/mounts", encoding: .utf8) else { return "unknown file system" }
+    guard let mounts = try? String(contentsOfFile: "/proc/mounts", encoding: .utf8) else {
+        return "unknown file system"
+    }
     var best = ("", "unknown")
     for line in mounts.split(separator: "\n") {
         let fields = line.split(separator: " ")

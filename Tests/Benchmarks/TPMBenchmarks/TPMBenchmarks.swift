@@ -1,6 +1,7 @@
 import Foundation
 import TPM
 import TPMKeychainTesting
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,12 +38,21 @@ struct TPMBenchmarks {
             suite = "tpm"
         }
         let iterations = arguments.first.flatMap(Int.init)
-        guard ["tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "storage", "rotate", "all"].contains(suite) else {
-            print("usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|storage|rotate|all] [iterations]")
+        guard
+            [
+                "tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "storage",
+                "rotate", "all",
+            ].contains(suite)
+        else {
+            print(
+                "usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|storage|rotate|all] [iterations]"
+            )
             exit(64)
         }
         print(machineDescription())
-        print("method: median and p90 of timed runs after warm-up; each floor is timed in the same run, interleaved with ours where both are in-process")
+        print(
+            "method: median and p90 of timed runs after warm-up; each floor is timed in the same run, interleaved with ours where both are in-process"
+        )
         let summary = Summary()
 
         if suite == "tpm" || suite == "all" || suite.hasPrefix("store") {
@@ -53,8 +63,10 @@ struct TPMBenchmarks {
                 try runTPMSuite(configuration, simulator: simulator, iterations: iterations ?? 300)
             }
             if suite != "tpm" {
-                try StoreBenchmarks(tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get",
-                                    listingOnly: suite == "store-list").run()
+                try StoreBenchmarks(
+                    tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get",
+                    listingOnly: suite == "store-list"
+                ).run()
             }
         }
         if suite == "storage" || suite == "all" {
@@ -117,14 +129,19 @@ struct TPMBenchmarks {
 
     static func report(_ what: String, _ samples: [Duration]) {
         func ms(_ duration: Duration) -> String {
-            String(format: "%.3f ms", Double(duration.components.attoseconds) / 1e15 + Double(duration.components.seconds) * 1e3)
+            String(
+                format: "%.3f ms",
+                Double(duration.components.attoseconds) / 1e15 + Double(duration.components.seconds) * 1e3)
         }
-        print("\(what): median \(ms(samples[samples.count / 2])), p90 \(ms(samples[samples.count * 9 / 10])) (n=\(samples.count))")
+        print(
+            "\(what): median \(ms(samples[samples.count / 2])), p90 \(ms(samples[samples.count * 9 / 10])) (n=\(samples.count))"
+        )
     }
 
     /// Runs ESAPIFloor from the same build directory against the same TPM.
     static func runFloor(_ tcti: String, iterations: Int) -> String? {
-        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ESAPIFloor")
+        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("ESAPIFloor")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else { return nil }
         let process = Process()
         process.executableURL = executable
@@ -148,7 +165,9 @@ struct TPMBenchmarks {
             proxy.reset()
             _ = try tpm.unseal(sealed)
             print("commands, cold open + unseal (\(cold.count)): \(cold.map(commandName).joined(separator: ", "))")
-            print("commands, warm unseal (\(proxy.commandCount)): \(proxy.commandCodes.map(commandName).joined(separator: ", "))")
+            print(
+                "commands, warm unseal (\(proxy.commandCount)): \(proxy.commandCodes.map(commandName).joined(separator: ", "))"
+            )
             proxy.reset()
         }
         print("commands, close: \(proxy.commandCodes.map(commandName).joined(separator: ", "))")
@@ -158,7 +177,8 @@ struct TPMBenchmarks {
         let names: [UInt32: String] = [
             0x131: "CreatePrimary", 0x153: "Create", 0x157: "Load", 0x15E: "Unseal", 0x165: "FlushContext",
             0x16B: "PolicyAuthValue", 0x173: "ReadPublic", 0x176: "StartAuthSession", 0x17A: "GetCapability",
-            0x17B: "GetRandom", 0x169: "NV_ReadPublic", 0x12A: "NV_DefineSpace", 0x134: "NV_Increment", 0x137: "NV_Write",
+            0x17B: "GetRandom", 0x169: "NV_ReadPublic", 0x12A: "NV_DefineSpace", 0x134: "NV_Increment",
+            0x137: "NV_Write",
             0x14E: "NV_Read", 0x149: "PolicyNV", 0x16C: "PolicyCommandCode", 0x181: "ReadClock", 0x161: "ContextLoad",
             0x162: "ContextSave", 0x189: "PolicyGetDigest",
         ]
@@ -166,10 +186,12 @@ struct TPMBenchmarks {
     }
 
     static func machineDescription() -> String {
-        let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+        let cpu =
+            (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
             .split(separator: "\n").first { $0.hasPrefix("model name") }?
             .split(separator: ":", maxSplits: 1).last?.trimmingCharacters(in: .whitespaces) ?? "unknown CPU"
-        let memory = (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8))?
+        let memory =
+            (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8))?
             .split(separator: "\n").first { $0.hasPrefix("MemTotal") }?
             .split(separator: ":", maxSplits: 1).last?.trimmingCharacters(in: .whitespaces) ?? "unknown memory"
         var system = utsname()

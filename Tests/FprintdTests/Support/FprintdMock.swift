@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -87,7 +88,8 @@ final class FprintdMock: @unchecked Sendable {
 
     /// What each VerifyStart emits: VerifyStatus(result, done) after `milliseconds`, in order.
     func setVerifyScript(_ device: String, _ steps: [(result: String, done: Bool, milliseconds: Int)]) async throws {
-        let json = try JSONSerialization.data(withJSONObject: steps.map { [$0.result, $0.done, $0.milliseconds] as [Any] })
+        let json = try JSONSerialization.data(
+            withJSONObject: steps.map { [$0.result, $0.done, $0.milliseconds] as [Any] })
         try await control(["set-script", device, String(decoding: json, as: UTF8.self)])
     }
 
@@ -162,10 +164,11 @@ final class FprintdMock: @unchecked Sendable {
             </busconfig>
             """
         try config.write(toFile: "\(directory)/bus.conf", atomically: true, encoding: .utf8)
-        children.append(try Self.spawn(
-            Self.dbusDaemon, ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile", "--nosyslog"],
-            environment: environment, standardOutput: "\(directory)/dbus-daemon.log"
-        ))
+        children.append(
+            try Self.spawn(
+                Self.dbusDaemon, ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile", "--nosyslog"],
+                environment: environment, standardOutput: "\(directory)/dbus-daemon.log"
+            ))
     }
 
     /// Kills the fprintd mock and starts a new one, which owns `net.reactivated.Fprint` under a new
@@ -184,7 +187,8 @@ final class FprintdMock: @unchecked Sendable {
 
     private func startService() throws -> pid_t {
         let pid = try Self.spawn(
-            Self.python, ["-m", "dbusmock", "--system", "-t", Self.fixtures.appendingPathComponent("fprintd_template.py").path],
+            Self.python,
+            ["-m", "dbusmock", "--system", "-t", Self.fixtures.appendingPathComponent("fprintd_template.py").path],
             environment: environment, standardOutput: "\(directory)/mock.log"
         )
         children.append(pid)
@@ -199,17 +203,21 @@ final class FprintdMock: @unchecked Sendable {
     /// Runs mockctl.py and returns its standard output.
     @discardableResult
     private func control(_ arguments: [String]) async throws -> String {
-        try await Self.runControl(Self.fixtures.appendingPathComponent("mockctl.py"), address: address, arguments, environment: environment,
-                                  directory: directory, label: "mockctl")
+        try await Self.runControl(
+            Self.fixtures.appendingPathComponent("mockctl.py"), address: address, arguments, environment: environment,
+            directory: directory, label: "mockctl")
     }
 
     /// Runs a mock's control script (`<script> <bus address> <arguments>`) with Debian's python
     /// and returns its standard output; a failure carries its standard error.
-    static func runControl(_ script: URL, address: String, _ arguments: [String], environment: [String], directory: String,
-                           label: String) async throws -> String {
+    static func runControl(
+        _ script: URL, address: String, _ arguments: [String], environment: [String], directory: String,
+        label: String
+    ) async throws -> String {
         let output = "\(directory)/\(label)-\(UUID().uuidString)"
-        let pid = try spawn(python, [script.path, address] + arguments, environment: environment,
-                            standardOutput: output + ".out", standardError: output + ".err")
+        let pid = try spawn(
+            python, [script.path, address] + arguments, environment: environment,
+            standardOutput: output + ".out", standardError: output + ".err")
         defer {
             try? FileManager.default.removeItem(atPath: output + ".out")
             try? FileManager.default.removeItem(atPath: output + ".err")
@@ -225,7 +233,8 @@ final class FprintdMock: @unchecked Sendable {
         let standardOutput = (try? String(contentsOfFile: output + ".out", encoding: .utf8)) ?? ""
         guard status == 0 else {
             let standardError = (try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? ""
-            throw FprintdMockError(description: "\(label) \(arguments.joined(separator: " ")) failed (status \(status)): \(standardError)")
+            throw FprintdMockError(
+                description: "\(label) \(arguments.joined(separator: " ")) failed (status \(status)): \(standardError)")
         }
         return standardOutput
     }
@@ -233,16 +242,23 @@ final class FprintdMock: @unchecked Sendable {
     /// posix_spawn with a clean signal mask and default dispositions (Swift Testing's workers may
     /// block signals, which children would inherit), stdin from /dev/null.
     static func spawn(
-        _ executable: String, _ arguments: [String], environment: [String], standardOutput: String, standardError: String? = nil
+        _ executable: String, _ arguments: [String], environment: [String], standardOutput: String,
+        standardError: String? = nil
     ) throws -> pid_t {
-        guard access(executable, X_OK) == 0 else { throw FprintdMockError(description: "\(executable) is missing: \(Errno.current)") }
+        guard access(executable, X_OK) == 0 else {
+            throw FprintdMockError(description: "\(executable) is missing: \(Errno.current)")
+        }
         var actions = posix_spawn_file_actions_t()
         try spawnResult { posix_spawn_file_actions_init(&actions) }
         defer { posix_spawn_file_actions_destroy(&actions) }
         try spawnResult { posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0) }
-        try spawnResult { posix_spawn_file_actions_addopen(&actions, 1, standardOutput, O_WRONLY | O_CREAT | O_TRUNC, 0o600) }
+        try spawnResult {
+            posix_spawn_file_actions_addopen(&actions, 1, standardOutput, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        }
         if let standardError {
-            try spawnResult { posix_spawn_file_actions_addopen(&actions, 2, standardError, O_WRONLY | O_CREAT | O_TRUNC, 0o600) }
+            try spawnResult {
+                posix_spawn_file_actions_addopen(&actions, 2, standardError, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+            }
         } else {
             try spawnResult { posix_spawn_file_actions_adddup2(&actions, 1, 2) }
         }
@@ -260,8 +276,8 @@ final class FprintdMock: @unchecked Sendable {
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup($0) } + [nil]
         defer {
-            argv.forEach { free($0) }
-            envp.forEach { free($0) }
+            for pointer in argv { free(pointer) }
+            for pointer in envp { free(pointer) }
         }
         var pid: pid_t = 0
         try spawnResult { posix_spawn(&pid, executable, &actions, &attributes, argv, envp) }

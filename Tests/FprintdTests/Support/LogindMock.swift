@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -40,7 +41,8 @@ final class LogindMock: @unchecked Sendable {
     /// Starts (or, after ``killService()``, restarts with no sessions) the logind mock.
     func startService() async throws {
         let pid = try FprintdMock.spawn(
-            FprintdMock.python, ["-m", "dbusmock", "--system", "-t", Self.fixtures.appendingPathComponent("logind_template.py").path],
+            FprintdMock.python,
+            ["-m", "dbusmock", "--system", "-t", Self.fixtures.appendingPathComponent("logind_template.py").path],
             environment: environment, standardOutput: "\(bus.directory)/logind.log"
         )
         service = pid
@@ -110,7 +112,9 @@ final class LogindMock: @unchecked Sendable {
     /// How many connections process `pid` has on the bus.
     func connections(of pid: pid_t = getpid()) async throws -> Int {
         let output = try await control(["connections", String(pid)]).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let count = Int(output) else { throw FprintdMockError(description: "unreadable connection count: \(output)") }
+        guard let count = Int(output) else {
+            throw FprintdMockError(description: "unreadable connection count: \(output)")
+        }
         return count
     }
 
@@ -123,7 +127,8 @@ final class LogindMock: @unchecked Sendable {
     /// Runs Fixtures/logind/mockctl.py and returns its standard output.
     @discardableResult
     private func control(_ arguments: [String]) async throws -> String {
-        try await FprintdMock.runControl(Self.fixtures.appendingPathComponent("mockctl.py"), address: address, arguments,
-                                         environment: environment, directory: bus.directory, label: "logind mockctl")
+        try await FprintdMock.runControl(
+            Self.fixtures.appendingPathComponent("mockctl.py"), address: address, arguments,
+            environment: environment, directory: bus.directory, label: "logind mockctl")
     }
 }

@@ -34,7 +34,8 @@ enum Harness {
             return "a parsed credential description does not parse after re-encoding"
         }
         guard again.attributes.map(\.key) == message.attributes.map(\.key),
-              again.attributes.map(\.value) == message.attributes.map(\.value) else {
+            again.attributes.map(\.value) == message.attributes.map(\.value)
+        else {
             return "a credential description changed through a re-encoding"
         }
         return nil
@@ -52,19 +53,21 @@ struct FuzzMain {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first != "--replay" {
             guard Harness.targets.contains(Harness.target) else {
-                FileHandle.standardError.write(Data("set FUZZ_TARGET to one of: \(Harness.targets.joined(separator: ", "))\n".utf8))
+                FileHandle.standardError.write(
+                    Data("set FUZZ_TARGET to one of: \(Harness.targets.joined(separator: ", "))\n".utf8))
                 exit(64)
             }
             let status = tk_fuzz_run(&argc, &argv) { data, size in
                 let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
                 if let finding = Harness.run(Harness.target, bytes) {
                     FileHandle.standardError.write(Data("finding: \(finding)\n".utf8))
-                    abort()   // libFuzzer saves the input as a crash
+                    abort() // libFuzzer saves the input as a crash
                 }
                 return 0
             }
             guard status >= 0 else {
-                FileHandle.standardError.write(Data("this build has no fuzzer (build it with Scripts/fuzz.sh); use --replay FILE...\n".utf8))
+                FileHandle.standardError.write(
+                    Data("this build has no fuzzer (build it with Scripts/fuzz.sh); use --replay FILE...\n".utf8))
                 exit(64)
             }
             exit(status)
@@ -72,7 +75,9 @@ struct FuzzMain {
         var findings = 0
         for path in arguments.dropFirst() {
             guard let data = FileManager.default.contents(atPath: path) else { continue }
-            let target = Harness.targets.contains(Harness.target) ? Harness.target : URL(fileURLWithPath: path).deletingLastPathComponent().lastPathComponent
+            let target =
+                Harness.targets.contains(Harness.target)
+                ? Harness.target : URL(fileURLWithPath: path).deletingLastPathComponent().lastPathComponent
             if let finding = Harness.run(target, Array(data)) {
                 print("\(path): \(finding)")
                 findings += 1

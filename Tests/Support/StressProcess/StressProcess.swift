@@ -1,6 +1,7 @@
 // The crash tests' side of tpm-keychain-stress: the process, read line by line, and where to
 // kill it. Shared by the test targets that kill whole-store operations.
 package import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -9,8 +9,8 @@
 // then "wrote <account> <sequence>" after each write returns. With --delete-every N, every Nth
 // write is followed by a delete of the same account ("deleted <account> <sequence>" once it returns).
 import Foundation
-import SystemCalls
 import KeychainStorageCompat
+import SystemCalls
 import TPMKeychain
 
 func emit(_ line: String) {
@@ -18,7 +18,9 @@ func emit(_ line: String) {
 }
 
 func argument(_ name: String) -> String? {
-    guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count else { return nil }
+    guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count else {
+        return nil
+    }
     return CommandLine.arguments[index + 1]
 }
 
@@ -35,7 +37,12 @@ if reportsProgress || pauseAt != nil {
     let seen = Locked(0)
     OperationProgress.observe { event in
         if reportsProgress { emit("progress \(event)") }
-        if event.description == pauseAt, seen.withLock({ $0 += 1; return $0 }) == pauseCount {
+        if event.description == pauseAt,
+            seen.withLock({
+                $0 += 1
+                return $0
+            }) == pauseCount
+        {
             emit("paused \(event)")
             while true { pause() }
         }
@@ -44,8 +51,10 @@ if reportsProgress || pauseAt != nil {
 
 // --storage-root R --store NAME --change-cipher OLD NEW: opens a KeychainStorage with the cipher of
 // password OLD and changes it to NEW (light scrypt parameters: the crash tests run it often).
-if let root = argument("--storage-root"), let name = argument("--store"), let index = CommandLine.arguments.firstIndex(of: "--change-cipher"),
-   index + 2 < CommandLine.arguments.count {
+if let root = argument("--storage-root"), let name = argument("--store"),
+    let index = CommandLine.arguments.firstIndex(of: "--change-cipher"),
+    index + 2 < CommandLine.arguments.count
+{
     let light = Cipher.Parameters(rounds: 1 << 10, blockSize: 8, parallelism: 1)
     do {
         KeychainStorage.rootDirectory = root
@@ -81,7 +90,7 @@ if let root = argument("--storage-root"), let name = argument("--store"), Comman
 if let path = argument("--keychain"), CommandLine.arguments.contains("--rotate-keys") {
     do {
         let location = try KeychainLocation(path: path, tcti: argument("--tcti"))
-        _ = try Keychain(service: "stress", location: location).contains("open")   // one TPM unseal
+        _ = try Keychain(service: "stress", location: location).contains("open") // one TPM unseal
         emit("ready")
         let rotation = try await location.rotateKeys()
         emit("done \(rotation.items)")
@@ -93,7 +102,10 @@ if let path = argument("--keychain"), CommandLine.arguments.contains("--rotate-k
 }
 
 guard let path = argument("--keychain"), let service = argument("--service") else {
-    FileHandle.standardError.write(Data("usage: tpm-keychain-stress --keychain DIR [--tcti TCTI] --service S [--accounts a,b] [--count N | --until PATH] [--size BYTES]\n".utf8))
+    FileHandle.standardError.write(
+        Data(
+            "usage: tpm-keychain-stress --keychain DIR [--tcti TCTI] --service S [--accounts a,b] [--count N | --until PATH] [--size BYTES]\n"
+                .utf8))
     exit(64)
 }
 let accounts = (argument("--accounts") ?? "item").split(separator: ",").map(String.init)
@@ -104,10 +116,9 @@ let deleteEvery = Int(argument("--delete-every") ?? "") ?? 0
 // --until PATH: stop (after the write in progress) once PATH exists, and say how many were written.
 let stopFile = argument("--until")
 
-
 do {
     let keychain = try Keychain(service: service, location: KeychainLocation(path: path, tcti: argument("--tcti")))
-    _ = try keychain.contains(accounts[0])   // opens the store: one TPM unseal
+    _ = try keychain.contains(accounts[0]) // opens the store: one TPM unseal
     emit("ready")
     var sequence = start
     while sequence - start < count {

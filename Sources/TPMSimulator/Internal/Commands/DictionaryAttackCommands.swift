@@ -3,8 +3,8 @@
 // an empty lockout password, so a password session with an empty HMAC suffices.
 
 enum DictionaryAttackCommands {
-    static let lockResetCode: UInt32 = 0x0000_0139   // TPM_CC_DictionaryAttackLockReset
-    static let parametersCode: UInt32 = 0x0000_013A  // TPM_CC_DictionaryAttackParameters
+    static let lockResetCode: UInt32 = 0x0000_0139 // TPM_CC_DictionaryAttackLockReset
+    static let parametersCode: UInt32 = 0x0000_013A // TPM_CC_DictionaryAttackParameters
 
     static func lockReset() -> [UInt8] {
         TPMCommandBuilder(code: lockResetCode, authorizingHandle: TPMConstant.lockoutHierarchy).build()

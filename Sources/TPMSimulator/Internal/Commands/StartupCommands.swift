@@ -1,8 +1,8 @@
 // TPM 2.0 Part 3 §9 "Start-up": TPM2_Startup (§9.3) and TPM2_Shutdown (§9.4).
 
 enum StartupCommands {
-    static let startupCode: UInt32 = 0x0000_0144   // TPM_CC_Startup
-    static let shutdownCode: UInt32 = 0x0000_0145  // TPM_CC_Shutdown
+    static let startupCode: UInt32 = 0x0000_0144 // TPM_CC_Startup
+    static let shutdownCode: UInt32 = 0x0000_0145 // TPM_CC_Shutdown
 
     /// TPM2_Startup(TPM_SU_CLEAR): a fresh boot; all transient objects and sessions are gone.
     static func startupClear() -> [UInt8] {

@@ -6,11 +6,11 @@ import WireFormat
 
 /// TPM 2.0 Part 2 constants used by the simulator's own commands.
 enum TPMConstant {
-    static let tagNoSessions: UInt16 = 0x8001   // TPM_ST_NO_SESSIONS
-    static let tagSessions: UInt16 = 0x8002     // TPM_ST_SESSIONS
-    static let passwordSession: UInt32 = 0x4000_0009  // TPM_RS_PW
+    static let tagNoSessions: UInt16 = 0x8001 // TPM_ST_NO_SESSIONS
+    static let tagSessions: UInt16 = 0x8002 // TPM_ST_SESSIONS
+    static let passwordSession: UInt32 = 0x4000_0009 // TPM_RS_PW
     static let lockoutHierarchy: UInt32 = 0x4000_000A // TPM_RH_LOCKOUT
-    static let shutdownClear: UInt16 = 0x0000   // TPM_SU_CLEAR
+    static let shutdownClear: UInt16 = 0x0000 // TPM_SU_CLEAR
 }
 
 /// Builds one command buffer: header, handles, optional password authorization, parameters.
@@ -19,7 +19,7 @@ struct TPMCommandBuilder {
 
     init(code: UInt32, authorizingHandle handle: UInt32? = nil) {
         bytes.appendBigEndian(handle == nil ? TPMConstant.tagNoSessions : TPMConstant.tagSessions)
-        bytes.appendBigEndian(UInt32(0))  // size, patched in `build`
+        bytes.appendBigEndian(UInt32(0)) // size, patched in `build`
         bytes.appendBigEndian(code)
         if let handle {
             bytes.appendBigEndian(handle)

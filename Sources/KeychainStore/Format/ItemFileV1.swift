@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import TPM
 import KeychainVocabulary
+import TPM
 import WireFormat
 
 /// The item file, format version 1 (docs/FORMAT.md, "Item file"). All integers big-endian.
@@ -30,14 +30,15 @@ import WireFormat
 /// identity (UINT32-length-prefixed access group, service, account), then the whole attributes
 /// section: a value read decrypts the secret alone, yet any changed byte anywhere in the file,
 /// or a file that belongs to another item, still fails. The file is exactly 104 + A + 16 + S + 16 bytes.
-enum ItemFile {
+enum ItemFileV1 {
     static let magic = Array("TKIT".utf8)
     static let version: UInt16 = 1
     static let headerSize = 104
     static let tagSize = 16
     static let maximumLabelBytes = 4096
     static let maximumGenericDataBytes = 64 << 10
-    static let maximumAttributesSize = 3 * (2 + ItemIdentity.maximumNameBytes) + 2 * (3 + maximumLabelBytes)
+    static let maximumAttributesSize =
+        3 * (2 + ItemIdentity.maximumNameBytes) + 2 * (3 + maximumLabelBytes)
         + 5 + maximumGenericDataBytes + 16
     static let maximumFileSize = headerSize + maximumAttributesSize + tagSize + ItemValue.maximumSize + tagSize
 
@@ -53,8 +54,12 @@ enum ItemFile {
         let attributesLength: Int
         let secretLength: Int
 
-        var attributesRange: Range<Int> { ItemFile.headerSize..<ItemFile.headerSize + attributesLength + ItemFile.tagSize }
-        var secretRange: Range<Int> { attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFile.tagSize }
+        var attributesRange: Range<Int> {
+            ItemFileV1.headerSize..<ItemFileV1.headerSize + attributesLength + ItemFileV1.tagSize
+        }
+        var secretRange: Range<Int> {
+            attributesRange.upperBound..<attributesRange.upperBound + secretLength + ItemFileV1.tagSize
+        }
         var fileSize: Int { secretRange.upperBound }
     }
 
@@ -62,7 +67,9 @@ enum ItemFile {
 
     /// Encrypts `record` into file bytes. `salt` (32 bytes) and `nonce` (12) must be fresh random
     /// bytes for every write; tests pass fixed ones to check known answers.
-    static func encode(_ record: ItemRecord, keys: StoreKeys, storeID: [UInt8], salt: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
+    static func encode(
+        _ record: ItemRecord, keys: StoreKeys, storeID: [UInt8], salt: [UInt8], nonce: [UInt8]
+    ) throws -> [UInt8] {
         let attributes = encodeAttributes(record.attributes)
         var header = WireWriter()
         header.append(raw: magic)
@@ -82,13 +89,16 @@ enum ItemFile {
         precondition(header.bytes.count == headerSize, "the v1 header layout is fixed")
 
         let key = keys.itemKey(salt: salt, storeID: storeID)
-        let sealedAttributes = try AES.GCM.seal(attributes, using: key, nonce: AES.GCM.Nonce(data: nonce),
-                                                authenticating: header.bytes)
-        let identity = try ItemIdentity(accessGroup: record.attributes.accessGroupName, service: record.attributes.service,
-                                        account: record.attributes.account)
+        let sealedAttributes = try AES.GCM.seal(
+            attributes, using: key, nonce: AES.GCM.Nonce(data: nonce),
+            authenticating: header.bytes)
+        let identity = try ItemIdentity(
+            accessGroup: record.attributes.accessGroupName, service: record.attributes.service,
+            account: record.attributes.account)
         let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)
-        let sealedSecret = try AES.GCM.seal(record.value.bytes, using: key, nonce: AES.GCM.Nonce(data: secretNonce(nonce)),
-                                            authenticating: secretAAD(header.bytes, identity, attributesSection[...]))
+        let sealedSecret = try AES.GCM.seal(
+            record.value.bytes, using: key, nonce: AES.GCM.Nonce(data: secretNonce(nonce)),
+            authenticating: secretAAD(header.bytes, identity, attributesSection[...]))
         var file = header.bytes
         file.reserveCapacity(headerSize + attributes.count + record.value.bytes.count + 2 * tagSize)
         file.append(contentsOf: attributesSection)
@@ -102,7 +112,9 @@ enum ItemFile {
     /// Parses and bounds-checks a header; nothing in it is trusted until a section decrypts.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (wrong magic, sizes, store) or `.unsupportedVersion`.
-    static func decodeHeader(_ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String) throws(KeychainError) -> Header {
+    static func decodeHeader(
+        _ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String
+    ) throws(KeychainError) -> Header {
         do {
             guard bytes.prefix(4).elementsEqual(magic) else {
                 throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
@@ -113,7 +125,10 @@ enum ItemFile {
             // a version-1 store was therefore not written by any TPMKeychain: it was modified.
             let version = try reader.readUInt16()
             guard version == Self.version else {
-                throw KeychainError(.tampered, "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified")
+                throw KeychainError(
+                    .tampered,
+                    "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified"
+                )
             }
             guard try reader.readUInt16() == headerSize else {
                 throw KeychainError(.tampered, "\(path) has a damaged header")
@@ -130,17 +145,21 @@ enum ItemFile {
             let attributesLength = Int(try reader.readUInt32())
             let secretLength = Int(try reader.readUInt32())
             guard let accessibility, let kind, policy == 0, reserved == 0,
-                  attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize else {
+                attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize
+            else {
                 throw KeychainError(.tampered, "\(path) has a damaged header")
             }
             guard fileStoreID == storeID else {
                 throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
             }
-            let header = Header(bytes: Array(bytes), storeID: fileStoreID, itemID: itemID, generation: generation,
-                                accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
-                                attributesLength: attributesLength, secretLength: secretLength)
+            let header = Header(
+                bytes: Array(bytes), storeID: fileStoreID, itemID: itemID, generation: generation,
+                accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
+                attributesLength: attributesLength, secretLength: secretLength)
             guard header.fileSize == fileSize else {
-                throw KeychainError(.tampered, "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
+                throw KeychainError(
+                    .tampered,
+                    "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
             }
             return header
         } catch let error as KeychainError {
@@ -154,13 +173,16 @@ enum ItemFile {
     /// `key` is the write's item key (``StoreKeys/itemKey(salt:storeID:)`` of the header's salt).
     ///
     /// - Throws: ``KeychainError`` `.tampered` when authentication fails or the file belongs to another item.
-    static func decryptAttributes(_ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey, expected: ItemIdentity?,
-                                  path: String) throws(KeychainError) -> ItemAttributes {
+    static func decryptAttributes(
+        _ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey, expected: ItemIdentity?,
+        path: String
+    ) throws(KeychainError) -> ItemAttributes {
         let plaintext = try open(sealed, key: key, nonce: header.nonce, authenticating: header.bytes, path: path)
         let attributes = try decodeAttributes(plaintext, header: header, path: path)
         if let expected {
             guard attributes.service == expected.service, attributes.account == expected.account,
-                  attributes.accessGroupName == expected.accessGroup else {
+                attributes.accessGroupName == expected.accessGroup
+            else {
                 throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
             }
         }
@@ -172,25 +194,34 @@ enum ItemFile {
     ///
     /// - Throws: ``KeychainError`` `.tampered` when the file was modified or belongs to another item.
     /// `file` is the whole item file; its attributes section is authenticated along with the secret.
-    static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, identity: ItemIdentity,
-                              path: String) throws(KeychainError) -> ItemValue {
+    static func decryptSecret(
+        of file: [UInt8], header: Header, key: SymmetricKey, identity: ItemIdentity,
+        path: String
+    ) throws(KeychainError) -> ItemValue {
         try decryptSecret(of: file, header: header, key: key, encodedIdentity: encode(identity), path: path)
     }
 
     /// As above, with the identity already encoded by ``encode(_:)`` (the store caches it).
-    static func decryptSecret(of file: [UInt8], header: Header, key: SymmetricKey, encodedIdentity: [UInt8],
-                              path: String) throws(KeychainError) -> ItemValue {
+    static func decryptSecret(
+        of file: [UInt8], header: Header, key: SymmetricKey, encodedIdentity: [UInt8],
+        path: String
+    ) throws(KeychainError) -> ItemValue {
         var aad = header.bytes
         aad.reserveCapacity(header.bytes.count + encodedIdentity.count + header.attributesRange.count)
         aad.append(contentsOf: encodedIdentity)
         aad.append(contentsOf: file[header.attributesRange])
-        return ItemValue(kind: header.kind, bytes: try open(file[header.secretRange], key: key, nonce: secretNonce(header.nonce),
-                                                            authenticating: aad, path: path))
+        return ItemValue(
+            kind: header.kind,
+            bytes: try open(
+                file[header.secretRange], key: key, nonce: secretNonce(header.nonce),
+                authenticating: aad, path: path))
     }
 
     /// The secret section's additional data: the header, the identity it belongs to, and the
     /// attributes section as stored (ciphertext and tag).
-    static func secretAAD(_ header: [UInt8], _ identity: ItemIdentity, _ attributesSection: ArraySlice<UInt8>) -> [UInt8] {
+    static func secretAAD(
+        _ header: [UInt8], _ identity: ItemIdentity, _ attributesSection: ArraySlice<UInt8>
+    ) -> [UInt8] {
         header + encode(identity) + attributesSection
     }
 
@@ -206,14 +237,18 @@ enum ItemFile {
     }
 
     /// One AES-256-GCM open of a section (ciphertext ‖ tag), for both formats.
-    static func open(_ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
-                             path: String) throws(KeychainError) -> [UInt8] {
+    static func open(
+        _ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
+        path: String
+    ) throws(KeychainError) -> [UInt8] {
         do {
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
-                                            tag: sealed.suffix(tagSize))
+            let box = try AES.GCM.SealedBox(
+                nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
+                tag: sealed.suffix(tagSize))
             return Array(try AES.GCM.open(box, using: key, authenticating: aad))
         } catch {
-            throw KeychainError(.tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
+            throw KeychainError(
+                .tampered, "\(path) failed authentication: it was modified, damaged, or belongs to another item")
         }
     }
 
@@ -246,7 +281,9 @@ enum ItemFile {
         writer.append(raw: bytes)
     }
 
-    private static func decodeAttributes(_ plaintext: [UInt8], header: Header, path: String) throws(KeychainError) -> ItemAttributes {
+    private static func decodeAttributes(
+        _ plaintext: [UInt8], header: Header, path: String
+    ) throws(KeychainError) -> ItemAttributes {
         do {
             var reader = WireReader(plaintext)
             func text(_ maximum: Int) throws -> String {
@@ -269,10 +306,11 @@ enum ItemFile {
             let created = Int64(bitPattern: try reader.readUInt64())
             let modified = Int64(bitPattern: try reader.readUInt64())
             guard reader.remaining == 0 else { throw KeychainError(.tampered, "") }
-            return ItemAttributes(service: service, account: account, accessGroupName: accessGroup, label: label, comment: comment,
-                                  genericData: generic, creationDate: Date(timeIntervalSince1970: Double(created) / 1000),
-                                  modificationDate: Date(timeIntervalSince1970: Double(modified) / 1000),
-                                  accessibility: header.accessibility)
+            return ItemAttributes(
+                service: service, account: account, accessGroupName: accessGroup, label: label, comment: comment,
+                genericData: generic, creationDate: Date(timeIntervalSince1970: Double(created) / 1000),
+                modificationDate: Date(timeIntervalSince1970: Double(modified) / 1000),
+                accessibility: header.accessibility)
         } catch {
             // Authenticated but undecodable: written by a broken writer; still never trusted.
             throw KeychainError(.tampered, "\(path) has undecodable attributes")

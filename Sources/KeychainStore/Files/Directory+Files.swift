@@ -1,0 +1,380 @@
+package import KeychainVocabulary
+import SystemCalls
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The files of a directory: opened, read, replaced atomically and removed relative to its descriptor.
+extension Directory {
+    /// Opens a regular file for reading after checking it is ours, not group or world accessible,
+    /// and singly linked.
+    ///
+    /// - Returns: nil when the file does not exist.
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` or `.storageFailed`.
+    func openFile(_ name: String) throws(KeychainError) -> OpenFile? {
+        let path = self.path + "/" + name
+        let fileDescriptor: Int32
+        do {
+            fileDescriptor = try retryingInterrupts {
+                openat(descriptor, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+            }
+        } catch  where error.rawValue == ENOENT {
+            return nil
+        } catch  where error.rawValue == ELOOP {
+            throw KeychainError(.unsafeFileSystem, "\(path) is a symbolic link; refusing to follow it")
+        } catch  where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw Self.permissionDenied(path, error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(path)", underlying: error)
+        }
+        let file = OpenFile(descriptor: fileDescriptor, path: path)
+        var status = stat()
+        guard fstat(fileDescriptor, &status) == 0 else {
+            throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw KeychainError(.unsafeFileSystem, "\(path) is not a regular file")
+        }
+        // No link means a writer replaced (renamed over) or removed the file between our open and
+        // this fstat: what we hold is the complete previous version, which a reader may see; only
+        // a second link (a path someone else controls) is refused.
+        guard status.st_nlink <= 1 else {
+            throw KeychainError(
+                .unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
+        }
+        try Ownership.check(status, path: path, sharing: sharing)
+        file.size = Int(status.st_size)
+        file.inode = UInt64(status.st_ino)
+        return file
+    }
+
+    /// The inode of the entry `name` (not followed if a symbolic link), or nil when there is none:
+    /// one fstatat, to notice a file replaced by rename.
+    ///
+    /// - Throws: ``KeychainError`` `.storageFailed`.
+    func inode(of name: String) throws(KeychainError) -> UInt64? {
+        var status = stat()
+        if fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0 { return UInt64(status.st_ino) }
+        if errno == ENOENT { return nil }
+        throw KeychainError(.storageFailed, "Cannot inspect \(path)/\(name)", underlying: Errno.current)
+    }
+
+    /// The suffix of a file being written; one left behind belongs to a writer that died.
+    static let temporarySuffix = ".tmp"
+
+    /// Replaces `name` atomically: `<name>.tmp` written, fsynced, renamed over `name`, then the
+    /// directory fsynced so the rename itself is durable. A crash at any point leaves the old file
+    /// or the new one, and at worst `<name>.tmp`.
+    ///
+    /// The caller holds the directory's lock, so no live writer owns `<name>.tmp`: a leftover
+    /// belongs to a writer that died and is removed first. One fixed name per target means at most
+    /// one leftover per item and no directory scan on the write path.
+    ///
+    /// - Throws: ``KeychainError`` `.storageFailed`.
+    /// - Parameter syncDirectory: false when the caller fsyncs the directory once after many
+    ///   replacements (the format upgrade); the file itself is still fsynced when `durable`.
+    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(KeychainError) {
+        let temporary = name + Self.temporarySuffix
+        _ = unlinkat(descriptor, temporary, 0)
+        let fileDescriptor: Int32
+        do {
+            try FaultInjection.check(.createTemporary, path: path + "/" + name)
+            fileDescriptor = try retryingInterrupts {
+                openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            }
+        } catch {
+            if error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
+                throw Self.permissionDenied(path, error)
+            }
+            throw Self.writeFailed("create", path + "/" + temporary, error)
+        }
+        var closed = false
+        do {
+            // Created private; shared with the store's group (the setgid directory gave it the group).
+            if case .group = sharing { try retryingInterrupts { fchmod(fileDescriptor, Sharing.sharedFileMode) } }
+            try FaultInjection.check(.write, path: path + "/" + name)
+            try Self.writeAll(fileDescriptor, bytes)
+            if durable {
+                try FaultInjection.check(.syncFile, path: path + "/" + name)
+                try retryingInterrupts { fsync(fileDescriptor) }
+            }
+            closeDescriptor(fileDescriptor)
+            closed = true
+            OperationProgress.report(.replacing(name))
+            try FaultInjection.check(.rename, path: path + "/" + name)
+            try retryingInterrupts { renameat(descriptor, temporary, descriptor, name) }
+        } catch {
+            if !closed { closeDescriptor(fileDescriptor) }
+            _ = unlinkat(descriptor, temporary, 0)
+            throw Self.writeFailed("write", path + "/" + name, error)
+        }
+        if durable && syncDirectory {
+            do {
+                try FaultInjection.check(.syncDirectory, path: path + "/" + name)
+            } catch {
+                throw Self.writeFailed("sync the directory of", path + "/" + name, error)
+            }
+            try sync()
+        }
+    }
+
+    /// A failed write, its cause in words a person acts on: a full disk or quota says so first.
+    static func writeFailed(_ action: String, _ path: String, _ error: Errno) -> KeychainError {
+        switch error.rawValue {
+        case ENOSPC:
+            KeychainError(
+                .storageFailed,
+                "The disk is full: cannot \(action) \(path); stored items are unchanged. Free some space and try again",
+                underlying: error)
+        case EDQUOT:
+            KeychainError(
+                .storageFailed, "The disk quota is exhausted: cannot \(action) \(path); stored items are unchanged",
+                underlying: error)
+        case EIO:
+            KeychainError(
+                .storageFailed, "The disk reported an I/O error: cannot \(action) \(path); check the device (dmesg)",
+                underlying: error)
+        default:
+            KeychainError(.storageFailed, "Cannot \(action) \(path)", underlying: error)
+        }
+    }
+
+    /// Creates `name` with `bytes` only if nothing exists there (linkat of a complete temporary
+    /// file, so a reader never sees a partial file and two creators cannot both win).
+    ///
+    /// - Returns: false if the file already existed.
+    func createExclusively(_ name: String, with bytes: [UInt8]) throws(KeychainError) -> Bool {
+        let temporary = name + ".new"
+        try replace(temporary, with: bytes, durable: true)
+        defer { _ = unlinkat(descriptor, temporary, 0) }
+        do {
+            try retryingInterrupts { linkat(descriptor, temporary, descriptor, name, 0) }
+        } catch  where error.rawValue == EEXIST {
+            return false
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create \(path)/\(name)", underlying: error)
+        }
+        try sync()
+        return true
+    }
+
+    /// Writes `bytes` into the existing file `name` at `offset` and cuts the file there: an
+    /// append to a log whose torn tail (a writer that died mid-write) is overwritten. The file is
+    /// checked as ``openFile(_:)`` checks it; `durable` adds an fdatasync.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` when the file is gone, `.unsafeFileSystem`,
+    ///   `.permissionDenied`, `.storageFailed` naming the cause.
+    func overwrite(_ name: String, at offset: Int, with bytes: [UInt8], durable: Bool) throws(KeychainError) {
+        let filePath = path + "/" + name
+        let fileDescriptor: Int32
+        do {
+            // O_NONBLOCK: a FIFO planted at the name must not block the writer forever (it fails with
+            // ENXIO without a reader, or is refused below); on a regular file it changes nothing.
+            fileDescriptor = try retryingInterrupts {
+                openat(descriptor, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+            }
+        } catch  where error.rawValue == ENOENT {
+            throw KeychainError(.tampered, "\(filePath) is missing")
+        } catch  where error.rawValue == ENXIO {
+            throw KeychainError(.unsafeFileSystem, "\(filePath) is not a regular file (a FIFO or a device)")
+        } catch  where error.rawValue == ELOOP {
+            throw KeychainError(.unsafeFileSystem, "\(filePath) is a symbolic link; refusing to follow it")
+        } catch  where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
+            throw Self.permissionDenied(filePath, error)
+        } catch {
+            throw Self.writeFailed("open", filePath, error)
+        }
+        defer { closeDescriptor(fileDescriptor) }
+        var status = stat()
+        guard fstat(fileDescriptor, &status) == 0 else {
+            throw KeychainError(.storageFailed, "Cannot inspect \(filePath)", underlying: Errno.current)
+        }
+        guard status.st_mode & S_IFMT == S_IFREG, status.st_nlink <= 1 else {
+            throw KeychainError(.unsafeFileSystem, "\(filePath) is not a regular file with one link")
+        }
+        try Ownership.check(status, path: filePath, sharing: sharing)
+        do {
+            try FaultInjection.check(.write, path: filePath)
+            var done = 0
+            while done < bytes.count {
+                let written = try retryingInterrupts {
+                    bytes.withUnsafeBytes { raw in
+                        pwrite(fileDescriptor, raw.baseAddress! + done, raw.count - done, off_t(offset + done))
+                    }
+                }
+                done += written
+            }
+            if Int(status.st_size) > offset + bytes.count {
+                try retryingInterrupts { ftruncate(fileDescriptor, off_t(offset + bytes.count)) }
+            }
+            if durable {
+                try FaultInjection.check(.syncFile, path: filePath)
+                try retryingInterrupts { fdatasync(fileDescriptor) }
+            }
+        } catch {
+            throw Self.writeFailed("write", filePath, error)
+        }
+    }
+
+    /// Removes a file. - Returns: false if it did not exist.
+    func remove(_ name: String, durable: Bool) throws(KeychainError) -> Bool {
+        do {
+            try retryingInterrupts { unlinkat(descriptor, name, 0) }
+        } catch  where error.rawValue == ENOENT {
+            return false
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+        }
+        if durable { try sync() }
+        return true
+    }
+
+    /// The names in the directory (not . and ..).
+    func entries() throws(KeychainError) -> [String] {
+        let copy = dup(descriptor)
+        guard copy >= 0, let stream = fdopendir(copy) else {
+            if copy >= 0 { closeDescriptor(copy) }
+            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
+        }
+        defer { closedir(stream) }
+        // The copy shares its position with our descriptor: start from the beginning every time.
+        rewinddir(stream)
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Takes the directory's writer lock (`<directory>/<name>`, an flock held until the returned
+    /// object is released), waiting at most `timeout` for writers before us.
+    ///
+    /// - Throws: ``KeychainError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
+    ///   for a symlink, `.permissionDenied`, `.storageFailed`.
+    func lock(_ name: String, timeout: Duration) throws(KeychainError) -> LockFile {
+        let lockPath = path + "/" + name
+        let file: LockFile
+        do {
+            file = try LockFile(name, in: descriptor, mode: UInt32(sharing.fileMode))
+        } catch  where error.rawValue == ELOOP {
+            throw KeychainError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
+        } catch  where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
+            throw Self.permissionDenied(lockPath, error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
+        }
+        try Self.take(file, path: lockPath, timeout: timeout, purpose: "writing to it")
+        return file
+    }
+
+    /// Takes an flock on the directory itself, which needs no lock file: used while a store is
+    /// opened or created, when nothing may be written yet.
+    ///
+    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
+    func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(KeychainError) -> LockFile {
+        let file: LockFile
+        do {
+            file = try LockFile(directory: descriptor)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
+        }
+        try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
+        return file
+    }
+
+    private static func take(
+        _ file: LockFile, path: String, timeout: Duration, purpose: String,
+        shared: Bool = false
+    ) throws(KeychainError) {
+        let locked: Bool
+        do {
+            locked = try file.lock(timeout: timeout, shared: shared)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot lock \(path)", underlying: error)
+        }
+        guard locked else {
+            let holder = file.holderProcessID.map { "process \($0)" } ?? "another process"
+            throw KeychainError(
+                .timedOut,
+                "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again"
+            )
+        }
+    }
+
+    /// `mkdir -p` with mode 0700 for what is missing, its failures as keychain errors.
+    ///
+    /// - Throws: ``KeychainError`` `.permissionDenied` or `.storageFailed`.
+    package static func createPath(_ path: String) throws(KeychainError) {
+        do {
+            try createDirectories(path)
+        } catch  where error.rawValue == EACCES || error.rawValue == EPERM {
+            throw permissionDenied(path, error)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot create the directory \(path)", underlying: error)
+        }
+    }
+
+    static func permissionDenied(_ path: String, _ error: Errno) -> KeychainError {
+        KeychainError(
+            .permissionDenied,
+            "Permission denied: \(path) cannot be used by this user (uid \(Ownership.effectiveUser))", underlying: error
+        )
+    }
+
+    /// Removes the directory `name` and everything in it (the store's own two-level trees:
+    /// directories of regular files). Symlinks are removed, never followed.
+    ///
+    /// - Returns: false if there was nothing to remove.
+    /// - Throws: ``KeychainError`` `.storageFailed`, `.unsafeFileSystem`.
+    @discardableResult
+    func removeTree(_ name: String) throws(KeychainError) -> Bool {
+        guard let directory = try Directory.openAnyOwner(name, in: self) else { return false }
+        for entry in try directory.entries() {
+            if unlinkat(directory.descriptor, entry, 0) == 0 { continue }
+            if errno == EISDIR || errno == EPERM { try directory.removeTree(entry) }
+        }
+        do {
+            try retryingInterrupts { unlinkat(descriptor, name, AT_REMOVEDIR) }
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot remove \(path)/\(name)", underlying: error)
+        }
+        return true
+    }
+
+    /// Opens a subdirectory for removal: a symlink is refused, the owner is not checked.
+    private static func openAnyOwner(_ name: String, in parent: Directory) throws(KeychainError) -> Directory? {
+        do {
+            let descriptor = try retryingInterrupts {
+                openat(parent.descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
+            return Directory(descriptor: descriptor, path: parent.path + "/" + name, sharing: parent.sharing)
+        } catch  where error.rawValue == ENOENT {
+            return nil
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(parent.path)/\(name)", underlying: error)
+        }
+    }
+
+    /// fsync of the directory, so renames and unlinks in it are durable.
+    func sync() throws(KeychainError) {
+        do {
+            try retryingInterrupts { fsync(descriptor) }
+        } catch {
+            throw Self.writeFailed("sync the directory", path, error)
+        }
+    }
+
+    private static func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) throws(Errno) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = try retryingInterrupts {
+                bytes.withUnsafeBytes { raw in write(descriptor, raw.baseAddress! + offset, raw.count - offset) }
+            }
+            offset += written
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import Crypto
+import Foundation
+import KeychainVocabulary
+import SystemCalls
+import TPM
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Unsealing an existing store's master key: store.meta read and authenticated, the key unsealed
+// (and resealed as noDA when an older version sealed it otherwise), and its rollback counter read.
+extension ItemStore {
+    /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
+    /// when an older version sealed it with dictionary-attack protection).
+    static func unlock(
+        _ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile
+    )
+        throws(KeychainError) -> Unlocked
+    {
+        let root = rootDirectory.path
+        let metadataPath = root + "/" + StoreMetadata.fileName
+        guard let file = try rootDirectory.openFile(StoreMetadata.fileName) else {
+            throw KeychainError(.storageFailed, "\(metadataPath) disappeared while the store was locked")
+        }
+        guard file.size <= StoreMetadata.maximumFileSize else {
+            throw KeychainError(.tampered, "\(metadataPath) is too large to be store metadata")
+        }
+        let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
+        let sealed = parsed.metadata.sealedMasterKey
+        let counterIndex = parsed.metadata.rollbackCounter
+        let (keys, resealed, counterValue) = try withTPM(tpm, root: root, cache: cache) { tpm in
+            let key = try tpm.unseal(sealed)
+            let keys = key.withUnsafeBytes {
+                StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID)
+            }
+            // Authenticated before the counter is read with a key derived from it.
+            try parsed.verify(metadataKey: keys.metadata)
+            let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root) }
+            return (keys, sealed.isDictionaryAttackProtected ? try tpm.seal(key) : nil, counter)
+        }
+        if let resealed {
+            // Authenticated first, so a forged file is never rewritten as genuine. The old file
+            // keeps working until the rename; the new one differs only in the sealed object.
+            var migrated = parsed.metadata
+            migrated.sealedMasterKey = resealed
+            try rootDirectory.replace(
+                StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
+            let inode = try metadataInode(in: rootDirectory, "while it was resealed")
+            return Unlocked(
+                storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: inode,
+                counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
+        }
+        return Unlocked(
+            storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: file.inode,
+            counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
+    }
+
+    /// What opening learned from store.meta and the TPM.
+    struct Unlocked {
+        let storeID: [UInt8]
+        let keys: StoreKeys
+        let version: UInt16
+        var metadataInode: UInt64
+        var counterIndex: UInt32?
+        /// The counter's value, or why it could not be read: reported after the layout is checked,
+        /// since a store.meta put back from before a rotation names a counter the rotation deleted.
+        var counter: Result<UInt64, KeychainError>?
+        /// What store.meta records the store was made for; nil before version 6.
+        var facts: StoreMetadata.Facts?
+
+        var counterValue: UInt64? {
+            get throws(KeychainError) { try counter?.get() }
+        }
+    }
+
+    static func counterResult(
+        _ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String
+    ) -> Result<UInt64, KeychainError> {
+        do {
+            return .success(try readCounter(index, keys: keys, tpm: tpm, store: store))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// A new rollback counter, or nil when this TPM cannot hold one (no room, no usable owner
+    /// hierarchy): the store then works without rollback detection, as ``ItemStore/isRollbackProtected`` reports.
+    static func defineCounterIfPossible(
+        keys: StoreKeys, tpm: TPMConfiguration, root: String,
+        cache: StorageKeyContextFile
+    ) throws(KeychainError) -> (index: UInt32, value: UInt64)? {
+        do {
+            return try withTPM(tpm, root: root, cache: cache) { try defineCounter(keys: keys, tpm: $0, store: root) }
+        } catch  where error.code == .notAvailable {
+            return nil
+        }
+    }
+}

@@ -1,0 +1,180 @@
+internal import CTSS2
+import Crypto
+import SystemCalls
+import WireFormat
+
+// NV indices: defining, reading, writing and counting, and the names policies assert on.
+extension TPMConnection {
+    /// Defines an owner NV index (0x01xxxxxx) read and written with `authValue`.
+    ///
+    /// - Throws: ``TPMError`` `.nvIndexAlreadyDefined` if the handle is taken; `.invalidArgument`
+    ///   for ``NVIndexOptions/clearedAtStartup`` on a counter.
+    public func defineNVIndex(
+        _ index: UInt32, kind: NVIndexKind, authValue: SecretBytes? = nil, options: NVIndexOptions = []
+    ) throws {
+        if case .counter = kind, options.contains(.clearedAtStartup) {
+            throw TPMError(
+                .invalidArgument, "A counter cannot be cleared at startup (TPM 2.0 Part 2, TPMA_NV_CLEAR_STCLEAR)")
+        }
+        try withEngine { engine in
+            let definition = NVPublicArea(index: index, kind: kind, options: options)
+            if authValue == nil && configuration.ownerAuthorization == nil {
+                try engine.defineNVIndex(definition, authValue: nil, session: ESYS_TR(ESYS_TR_PASSWORD))
+                return
+            }
+            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                try engine.defineNVIndex(definition, authValue: authValue, session: session)
+            }
+        }
+    }
+
+    /// Deletes an NV index. Call it only for indices your program defined.
+    ///
+    /// - Throws: ``TPMError`` `.handleNotFound` if there is no such index.
+    public func undefineNVIndex(_ index: UInt32) throws {
+        try withEngine { engine in try engine.undefineNVIndex(index) }
+    }
+
+    /// Adds one to an NV counter.
+    ///
+    /// - Throws: ``TPMError``; `.authorizationFailed` for a wrong `authValue`.
+    public func incrementNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
+            try engine.incrementNVCounter(handle, session: session, continueSession: !last)
+        }
+    }
+
+    /// The NV indices defined in `range`: one TPM2_GetCapability per page of up to 254 handles.
+    public func definedNVIndices(in range: Range<UInt32>) throws -> Set<UInt32> {
+        try withEngine { engine in Set(try engine.handles(in: range)) }
+    }
+
+    /// The value of an NV counter.
+    ///
+    /// - Throws: ``TPMError`` `.nvIndexUninitialized` before the first increment.
+    public func readNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws -> UInt64 {
+        // A counter's value is no secret: without a PIN no salted session (and so no storage key) is needed.
+        let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) {
+            engine, handle, session, last in
+            try engine.readNV(handle, count: 8, offset: 0, session: session, continueSession: !last)
+        }
+        return bytes.withUnsafeBytes { BigEndian.integer($0) }
+    }
+
+    /// Writes secret data to an ordinary NV index; the data is encrypted on the bus.
+    ///
+    /// - Throws: ``TPMError``.
+    public func writeNV(_ index: UInt32, data: SecretBytes, offset: UInt16 = 0, authValue: SecretBytes? = nil) throws {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session, _ in
+            try engine.writeNV(handle, data: data, offset: offset, session: session)
+        }
+    }
+
+    /// Reads NV data; it is encrypted on the bus.
+    ///
+    /// - Throws: ``TPMError``.
+    public func readNV(
+        _ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil
+    ) throws -> SecretBytes {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: true) { engine, handle, session, _ in
+            try engine.readNV(handle, count: count, offset: offset, session: session)
+        }
+    }
+
+    /// The attributes (TPMA_NV) the TPM reports for an NV index, or nil when it is not defined.
+    ///
+    /// - Throws: ``TPMError`` for failures other than an undefined index.
+    public func nvIndexAttributes(_ index: UInt32) throws -> UInt32? {
+        try withEngine { engine in
+            do {
+                return try engine.withNVIndex(index) { try engine.nvAttributes(of: $0) }
+            } catch let error as TPMError where error.code == .handleNotFound {
+                return nil
+            }
+        }
+    }
+
+    /// Reads NV data that is no secret (a lock state, a flag) in clear, without a salted session:
+    /// one round trip instead of three.
+    ///
+    /// - Throws: ``TPMError``.
+    public func readPublicNV(
+        _ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil
+    ) throws -> [UInt8] {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
+            try engine.readNV(handle, count: count, offset: offset, session: session, continueSession: !last)
+                .withUnsafeBytes { Array($0) }
+        }
+    }
+
+    /// Whether the index at `index` is exactly what ``defineNVIndex(_:kind:authValue:options:)``
+    /// makes with `kind` and `options` (its name, which covers type, attributes, policy and size,
+    /// written or not yet); nil when nothing is defined there. An index someone else defined at a
+    /// handle a program chose is told apart this way; one with the same public area and another
+    /// authorization value fails its first authorized use instead.
+    ///
+    /// - Throws: ``TPMError`` for failures other than an undefined index.
+    public func nvIndexIsAsDefined(_ index: UInt32, kind: NVIndexKind, options: NVIndexOptions) throws -> Bool? {
+        let name: [UInt8]
+        do {
+            name = try nvIndexName(index)
+        } catch let error as TPMError where error.code == .handleNotFound {
+            return nil
+        }
+        let definition = NVPublicArea(index: index, kind: kind, options: options)
+        return name == definition.name(written: true) || name == definition.name(written: false)
+    }
+
+    /// The name the TPM reports for an NV index (it changes when the index is first written).
+    ///
+    /// - Throws: ``TPMError`` `.handleNotFound`.
+    public func nvIndexName(_ index: UInt32) throws -> [UInt8] {
+        try withEngine { engine in try engine.withNVIndex(index) { try engine.name(of: $0) } }
+    }
+
+    /// A PolicyNV assertion that the counter at `index` still equals its current value: an object
+    /// sealed with it becomes unreadable for good once the counter is incremented.
+    ///
+    /// - Throws: ``TPMError`` if the counter does not exist or was never incremented.
+    public func counterUnchangedAssertion(_ index: UInt32, authValue: SecretBytes? = nil) throws -> PolicyAssertion {
+        let value = try readNVCounter(index, authValue: authValue)
+        var operand = WireWriter()
+        operand.append(value)
+        return .nv(
+            index: index, indexName: try nvIndexName(index), operand: operand.bytes, offset: 0, comparison: .equal)
+    }
+
+    /// Runs one NV command authorised for `index`. The body's last argument says whether its
+    /// command is the session's last (sent without continueSession: the TPM ends the session, and a
+    /// flush is saved).
+    ///
+    /// An authValue with nothing secret in the parameters (a counter read or increment) uses an
+    /// unsalted HMAC session: its HMACs are keyed with the authValue, so the TPM's answer is still
+    /// authenticated and the authValue never crosses the bus, without the salt's key exchange.
+    private func withNVAuthorization<R: Sendable>(
+        _ index: UInt32, authValue: SecretBytes?, secretParameters: Bool,
+        _ body: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R
+    ) throws -> R {
+        try withEngine { engine in
+            try engine.withNVIndex(index) { handle in
+                try engine.setAuthValue(authValue, of: handle)
+                defer { try? engine.setAuthValue(nil, of: handle) }
+                if authValue == nil && !secretParameters {
+                    return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD), false)
+                }
+                if !secretParameters {
+                    return try engine.withSession(.hmac, saltedWith: nil) { session, ended in
+                        let result = try body(engine, handle, session, true)
+                        ended = true
+                        return result
+                    }
+                }
+                let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+                return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+                    try body(engine, handle, session, false)
+                }
+            }
+        }
+    }
+}

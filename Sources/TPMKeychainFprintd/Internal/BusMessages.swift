@@ -1,0 +1,118 @@
+// Errors, arguments and message reading for BusConnection: the sd_bus_message side of the
+// confinement that BusConnection.swift describes (this file and that one are the only ones that
+// touch CSystemdBus's pointers).
+
+internal import CSystemdBus
+import SystemCalls
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A failure on the bus: an error reply (a D-Bus error name such as
+/// `net.reactivated.Fprint.Error.NoEnrolledPrints`) or a local failure of sd-bus (an errno).
+struct BusError: Error, Sendable, CustomStringConvertible {
+    /// What was being done: "connect", or the method called ("Claim").
+    let operation: String
+    /// The D-Bus error name of an error reply; nil for a local failure (no bus, connection reset).
+    let name: String?
+    /// The error reply's message, or strerror's text for a local failure.
+    let message: String
+    /// The errno sd-bus reported (positive); for an error reply, the one sd-bus maps its name to.
+    let errno: Int32
+
+    var description: String {
+        if let name { return "\(operation): \(name): \(message)" }
+        return "\(operation): \(message) (errno \(errno))"
+    }
+}
+
+/// What a wait on the connection ended with.
+enum BusWaitOutcome {
+    /// The connection has something to process (or sd-bus asked to be called again).
+    case ready
+    /// The wake-up descriptor became readable: someone cancelled.
+    case woken
+    /// The deadline passed.
+    case timedOut
+}
+
+/// One argument of a method call: a string ("s") or an unsigned 32-bit integer ("u", a PID or UID).
+/// A string literal is a string argument.
+enum BusArgument: ExpressibleByStringLiteral {
+    case string(String)
+    case uint32(UInt32)
+
+    init(stringLiteral value: String) { self = .string(value) }
+}
+
+/// A borrowed incoming message, read in order. Valid only inside the call that hands it out.
+struct BusMessageReader: ~Copyable {
+    let message: OpaquePointer
+
+    /// Reads a string ("s") or an object path ("o").
+    mutating func readString(_ type: Character = "s") -> String? {
+        var value: UnsafePointer<CChar>? = nil
+        let result = withUnsafeMutablePointer(to: &value) {
+            sd_bus_message_read_basic(message, Self.typeCode(type), $0)
+        }
+        guard result > 0, let value else { return nil }
+        return String(cString: value)
+    }
+
+    /// Reads a boolean ("b"), which sd-bus stores as a C int.
+    mutating func readBool() -> Bool? {
+        var value: Int32 = 0
+        guard sd_bus_message_read_basic(message, Self.typeCode("b"), &value) > 0 else { return nil }
+        return value != 0
+    }
+
+    /// Reads an array of strings ("as").
+    mutating func readStringArray() -> [String]? {
+        guard sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }
+        var strings: [String] = []
+        while true {
+            var value: UnsafePointer<CChar>? = nil
+            let result = withUnsafeMutablePointer(to: &value) {
+                sd_bus_message_read_basic(message, Self.typeCode("s"), $0)
+            }
+            if result < 0 { return nil }
+            guard result > 0, let value else { break }
+            strings.append(String(cString: value))
+        }
+        guard sd_bus_message_exit_container(message) >= 0 else { return nil }
+        return strings
+    }
+
+    /// Enters a container: an array ("a") of `contents`, a variant ("v") holding `contents`, a
+    /// struct ("r") or dict entry ("e") made of `contents`.
+    ///
+    /// - Returns: false at the end of an array, or when the next value is not such a container.
+    mutating func enter(_ type: Character, _ contents: String) -> Bool {
+        sd_bus_message_enter_container(message, Self.typeCode(type), contents) > 0
+    }
+
+    /// Leaves the container entered last, which must have been read to its end.
+    mutating func exit() -> Bool {
+        sd_bus_message_exit_container(message) >= 0
+    }
+
+    /// Skips values of the complete types `types` ("v", "sv", ...), unread.
+    mutating func skip(_ types: String) -> Bool {
+        sd_bus_message_skip(message, types) >= 0
+    }
+
+    /// Reads a variant ("v") that holds a boolean; nil when it holds anything else.
+    mutating func readVariantBool() -> Bool? {
+        guard enter("v", "b") else { return nil }
+        let value = readBool()
+        guard exit() else { return nil }
+        return value
+    }
+
+    private static func typeCode(_ type: Character) -> CChar {
+        CChar(bitPattern: type.asciiValue ?? 0)
+    }
+}
