@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the DocC documentation of TPMKeychain and TPMKeychainTesting and fails when
 #   1. DocC reports any warning (a broken symbol link, an unresolved article, a bad Topics
-#      section): swift-docc-plugin passes --warnings-as-errors on to `docc convert`; or
+#      section): `docc convert --warnings-as-errors` over symbol graphs this script extracts,
+#      with the modules each target re-exports (TPMKeychain's vocabulary) included; or
 #   2. a public symbol declared in either target's sources has no doc comment of its own, or one
 #      without a summary (a comment that is only `- Parameters:` or `- Throws:`).
 #
@@ -16,8 +17,7 @@
 #   fails the build, and it reports as undocumented members no one can comment, which it does not
 #   tell apart from ours: the `!=`, `hashValue`, `init(from:)` and `encode(to:)` the compiler
 #   synthesises or the standard library provides (dozens in TPMKeychain alone).
-# The symbol graph the plugin extracts for docc (the one printed as "target symbol graph
-# directory path" with --verbose) has what is needed: each symbol's source location (absent for
+# The symbol graph extracted for docc has what is needed: each symbol's source location (absent for
 # synthesised ones) and its doc comment, with the module and file the comment was written in.
 # A symbol with a location counts as documented when it has a comment written just above it
 # (not inherited from a protocol) whose first line is a summary. Extension blocks (`extension
@@ -27,33 +27,46 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 targets=(TPMKeychain TPMKeychainTesting)
+# What each target re-exports (`@_exported import`): its symbols are documented with the target's.
+declare -A reexported=([TPMKeychain]=KeychainVocabulary [TPMKeychainTesting]=TPMSimulator)
 command -v python3 >/dev/null || { echo "check-docs.sh: python3 is required" >&2; exit 1; }
 
-log=$(mktemp "${TMPDIR:-/tmp}/check-docs.XXXXXX")
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d "${TMPDIR:-/tmp}/check-docs.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 
-target_options=()
-for target in "${targets[@]}"; do target_options+=(--target "$target"); done
-
-echo "+ swift package generate-documentation ${target_options[*]} --warnings-as-errors --verbose"
-status=0
-swift package generate-documentation "${target_options[@]}" --warnings-as-errors --verbose 2>&1 \
-    | tee "$log" | grep -v -e '^docc invocation:' -e '^symbol graph options:' || status=$?
-if [ "$status" -ne 0 ] || grep -q -e "^error: 'docc convert' invocation failed" "$log"; then
-    echo "check-docs.sh: the documentation does not build without warnings (see above)" >&2
-    exit 1
-fi
-
-mapfile -t graph_directories < <(sed -n "s/^target symbol graph directory path: '\(.*\)'\$/\1/p" "$log")
-if [ "${#graph_directories[@]}" -ne "${#targets[@]}" ]; then
-    echo "check-docs.sh: expected ${#targets[@]} symbol graph directories in the plugin's output, found ${#graph_directories[@]}" >&2
-    exit 1
-fi
+# The symbol graphs are extracted here rather than by swift-docc-plugin, because the plugin
+# cannot pass -experimental-allowed-reexported-modules, without which TPMKeychain's graph leaves
+# out KeychainError, AccessControl and the rest of the vocabulary it re-exports.
+for target in "${targets[@]}"; do
+    echo "+ swift build --target $target"
+    swift build --target "$target" >&2
+done
+bin=$(swift build --show-bin-path)
+graph_directories=()
+for target in "${targets[@]}"; do
+    graphs="$work/graphs/$target"
+    mkdir -p "$graphs"
+    swift-symbolgraph-extract -module-name "$target" -target "$(uname -m)-unknown-linux-gnu" \
+        -I "$bin/Modules" -I Sources/CTSS2 -I Sources/CSystemdBus \
+        -Xcc "-fmodule-map-file=$bin/CESAPICryptoContext.build/module.modulemap" -Xcc -I -Xcc Sources/CESAPICryptoContext/include \
+        -minimum-access-level public -skip-inherited-docs \
+        "-experimental-allowed-reexported-modules=${reexported[$target]}" -output-dir "$graphs"
+    echo "+ docc convert Sources/$target/$target.docc --warnings-as-errors"
+    if ! docc convert "Sources/$target/$target.docc" --additional-symbol-graph-dir "$graphs" \
+        --fallback-display-name "$target" --fallback-bundle-identifier "$target" \
+        --warnings-as-errors --output-path "$work/$target.doccarchive" >"$work/docc-$target.log" 2>&1; then
+        cat "$work/docc-$target.log" >&2
+        echo "check-docs.sh: the documentation of $target does not build without warnings (see above)" >&2
+        exit 1
+    fi
+    graph_directories+=("$graphs")
+done
 
 python3 - "${targets[*]}" "${graph_directories[@]}" <<'PYTHON'
 import glob, json, os, re, sys
 
 expected = set(sys.argv[1].split())
+REEXPORTED = {"TPMKeychain": "KeychainVocabulary", "TPMKeychainTesting": "TPMSimulator"}
 # Field lists and callouts are not a summary.
 FIELD = re.compile(r"^[-*+]\s+(parameters?|parameter\s+\S+|returns|throws|important|note|warning|"
                    r"precondition|postcondition|complexity|requires|seealso|tip|attention|"
@@ -85,7 +98,7 @@ for directory in sys.argv[2:]:
             if comment is None:
                 report("has no doc comment")
                 continue
-            if comment.get("module", module) != module:
+            if comment.get("module", module) not in (module, REEXPORTED.get(module)):
                 report("has no doc comment of its own (DocC would show %s's)" % comment["module"])
                 continue
             # A comment inherited from a protocol of the same module sits elsewhere.

@@ -40,6 +40,8 @@ public final class SoftwareTPM: Sendable {
         /// proxy) cannot be used.
         public var listensOnUnixSocket: Bool
 
+        /// How to start swtpm: where its state lives, which binary, how long to wait for it.
+        ///
         /// - Parameters:
         ///   - stateDirectory: `nil` for a throwaway TPM, a path for a persistent one.
         ///   - executable: the swtpm binary; Debian/Ubuntu ship it in the package "swtpm".
