@@ -14,8 +14,21 @@ cd "$(dirname "$0")/.."
 # The filter is read off the sources: Swift 6.3's `swift test` has no `--filter tag:` yet.
 filter=$(python3 - <<'PYTHON'
 import pathlib, re
-tagged = re.compile(r"@(?:Suite|Test)\([^\n]*?\.tags\([^)]*\.concurrency[^)]*\)\)\s*(?:struct|final class|func) (\w+)")
-names = [m.group(1) for path in sorted(pathlib.Path("Tests").rglob("*.swift")) for m in tagged.finditer(path.read_text())]
+# A suite or test carries the tag when `.concurrency` is in its @Suite/@Test attribute; the
+# declaration that follows the tag is the one tagged.
+tag = re.compile(r"\.tags\([^)]*\.concurrency[^)]*\)")
+following = re.compile(r"\b(struct|class|func) (\w+)")
+top_level = re.compile(r"^(?:@Suite\b[^\n]*?\s)?(?:final )?(?:struct|class|enum|extension) (\w+)", re.M)
+names = []
+for path in sorted(pathlib.Path("Tests").rglob("*.swift")):
+    text = path.read_text()
+    for match in tag.finditer(text):
+        kind, name = following.search(text, match.end()).groups()
+        if kind == "func":
+            suite = [m.group(1) for m in top_level.finditer(text, 0, match.start())][-1]
+            names.append(suite + "/" + name + r"\(")
+        else:
+            names.append(name + "/")
 print("|".join(names))
 PYTHON
 )

@@ -23,12 +23,9 @@ extension ItemStore {
     private func item(
         _ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState
     ) throws(KeychainError) -> ItemRecord? {
-        let names = names(identity, state)
-        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
-        let bytes = try readWhole(file, version: names.version)
+        guard let (names, file, bytes) = try readItemFile(identity, state) else { return nil }
         if names.version == 1 {
-            let header = try ItemFileV1.decodeHeader(
-                bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            let header = try v1Header(of: bytes, file)
             let key = v1ItemKey(header, state.keys)
             let attributes = try ItemFileV1.decryptAttributes(
                 bytes[header.attributesRange], header: header, key: key,
@@ -54,6 +51,23 @@ extension ItemStore {
             value: ItemValue(kind: contents.kind, bytes: contents.value))
     }
 
+    /// The item's names, open file and bytes; nil when it is absent (a miss confirmed as such).
+    private func readItemFile(
+        _ identity: ItemIdentity, _ state: OpenState
+    ) throws(KeychainError) -> (ItemNames, OpenFile, [UInt8])? {
+        let names = names(identity, state)
+        guard let file = try openItem(names, state) else {
+            _ = try confirmAbsence(names, state) as ItemValue?
+            return nil
+        }
+        return (names, file, try readWhole(file, version: names.version))
+    }
+
+    private func v1Header(of bytes: [UInt8], _ file: OpenFile) throws(KeychainError) -> ItemFileV1.Header {
+        try ItemFileV1.decodeHeader(
+            bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+    }
+
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
@@ -64,12 +78,9 @@ extension ItemStore {
     private func value(
         _ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState
     ) throws(KeychainError) -> ItemValue? {
-        let names = names(identity, state)
-        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
-        let bytes = try readWhole(file, version: names.version)
+        guard let (names, file, bytes) = try readItemFile(identity, state) else { return nil }
         if names.version == 1 {
-            let header = try ItemFileV1.decodeHeader(
-                bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
+            let header = try v1Header(of: bytes, file)
             return try ItemFileV1.decryptSecret(
                 of: bytes, header: header, key: v1ItemKey(header, state.keys),
                 encodedIdentity: names.encodedIdentity, path: file.path)

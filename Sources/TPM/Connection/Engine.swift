@@ -133,12 +133,7 @@ final class Engine {
             var handle = key.handle
             if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
         }
-        storageKeys.removeAll()
-        guard tcti != nil else { return }
-        var context: OpaquePointer? = esys
-        Esys_Finalize(&context)
-        Tss2_TctiLdr_Finalize(&tcti)
-        tcti = nil
+        abandon()
     }
 
     /// Releases ESAPI and the TCTI without sending the TPM anything (it stopped answering): the
