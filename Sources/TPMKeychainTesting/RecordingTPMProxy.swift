@@ -67,11 +67,13 @@ public final class RecordingTPMProxy: Sendable {
     /// - Parameters:
     ///   - port: the TPM command port, e.g. `SoftwareTPM.port`.
     ///   - host: where the TPM listens (IPv4 literal).
+    ///   - latency: holds each command back by its cost in this profile before forwarding it, so
+    ///     that swtpm answers at the pace of real hardware; nil forwards at once.
     /// - Throws: ``RecordingTPMProxyError`` if the ports cannot be bound or threads not started.
     public static func start(
-        forwardingTo port: Int, host: String = "127.0.0.1"
+        forwardingTo port: Int, host: String = "127.0.0.1", latency: TPMLatencyProfile? = nil
     ) throws(RecordingTPMProxyError) -> RecordingTPMProxy {
-        RecordingTPMProxy(forwarder: try ProxyForwarder.start(upstreamHost: host, upstreamPort: port))
+        RecordingTPMProxy(forwarder: try ProxyForwarder.start(upstreamHost: host, upstreamPort: port, latency: latency))
     }
 
     /// How many TPM commands clients sent on the command channel since start or ``reset()``.

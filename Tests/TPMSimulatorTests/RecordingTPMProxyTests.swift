@@ -7,6 +7,27 @@ import Testing
 
 @Suite("RecordingTPMProxy")
 struct RecordingTPMProxyTests {
+    @Test("a latency profile holds each command back by at least its cost, and names it")
+    func latencyProfileDelaysCommands() throws {
+        let tpm = try SoftwareTPM.start()
+        defer { tpm.stop() }
+        let getRandom: UInt32 = 0x17B
+        // Only GetRandom is slowed, so the bound below is about the commands counted, whatever
+        // else the tool sends and however fast this machine is.
+        let profile = TPMLatencyProfile(name: "test", defaultCost: .zero, costs: [getRandom: .milliseconds(300)])
+        #expect(profile.cost(of: [getRandom, 0x165, getRandom]) == .milliseconds(600))
+        let proxy = try RecordingTPMProxy.start(forwardingTo: tpm.port, latency: profile)
+        defer { proxy.stop() }
+        let start = ContinuousClock.now
+        try runToolExpectingSuccess(["tpm2_getrandom", "8", "--hex"], tcti: proxy.tcti)
+        let elapsed = ContinuousClock.now - start
+        let sent = proxy.commandCodes.count { $0 == getRandom }
+        #expect(sent >= 1)
+        #expect(elapsed >= .milliseconds(300) * sent)
+        #expect(proxy.commandNames.contains("GetRandom"))
+        #expect(RecordingTPMProxy.commandName(0x15E) == "Unseal" && RecordingTPMProxy.commandName(0x999) == "0x999")
+    }
+
     @Test("tpm2-tools work through the proxy, which counts and records their commands")
     func recordsToolTraffic() throws {
         let tpm = try SoftwareTPM.start()

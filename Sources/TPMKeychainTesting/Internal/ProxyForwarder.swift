@@ -33,19 +33,25 @@ final class ProxyForwarder: Sendable {
     private let controlListener: Int32
     private let upstreamHost: String
     private let upstreamPort: Int
+    /// Each command is held back this long before it is forwarded (nil: at once).
+    private let latency: TPMLatencyProfile?
     private let state = Locked(State())
 
     private init(
-        listenPort: Int, commandListener: Int32, controlListener: Int32, upstreamHost: String, upstreamPort: Int
+        listenPort: Int, commandListener: Int32, controlListener: Int32, upstreamHost: String, upstreamPort: Int,
+        latency: TPMLatencyProfile?
     ) {
         self.listenPort = listenPort
         self.commandListener = commandListener
         self.controlListener = controlListener
         self.upstreamHost = upstreamHost
         self.upstreamPort = upstreamPort
+        self.latency = latency
     }
 
-    static func start(upstreamHost: String, upstreamPort: Int) throws(RecordingTPMProxyError) -> ProxyForwarder {
+    static func start(
+        upstreamHost: String, upstreamPort: Int, latency: TPMLatencyProfile? = nil
+    ) throws(RecordingTPMProxyError) -> ProxyForwarder {
         let pair: (port: Int, first: Int32, second: Int32)
         do {
             pair = try LoopbackSocket.listenOnConsecutivePorts()
@@ -55,7 +61,7 @@ final class ProxyForwarder: Sendable {
         }
         let forwarder = ProxyForwarder(
             listenPort: pair.port, commandListener: pair.first, controlListener: pair.second,
-            upstreamHost: upstreamHost, upstreamPort: upstreamPort)
+            upstreamHost: upstreamHost, upstreamPort: upstreamPort, latency: latency)
         do {
             let command = try proxyThread { [forwarder] in forwarder.acceptLoop(.command) }
             forwarder.state.withLock { $0.acceptThreads.append(command) }
@@ -165,6 +171,8 @@ final class ProxyForwarder: Sendable {
                     state.record.bytes += chunk
                     state.record.commandCodes += codes
                 }
+                // Held back by its cost, the command reaches the TPM that much later, as on a slower one.
+                if let latency, !codes.isEmpty { sleep(for: latency.cost(of: codes)) }
             }
             do {
                 try LoopbackSocket.sendAll(destination, chunk)

@@ -19,6 +19,7 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         try blocking { try await reuseWindow(simulator, directory) }
         try blocking { try await firstProtectedGet(simulator, directory) }
         try blocking { try await commandCounts(simulator, directory) }
+        try blocking { try await coldPathsAtTheirPace(simulator, directory) }
     }
 
     private func location(_ tcti: String, _ directory: String, _ name: String) throws -> KeychainLocation {
@@ -142,7 +143,7 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
             let codes = proxy.commandCodes
             let nv = codes.filter { [0x12A, 0x134, 0x137].contains($0) }.count
             print(
-                "commands, \(what) (\(codes.count); NV writes \(nv)): \(codes.map(TPMBenchmarks.commandName).joined(separator: ", "))"
+                "commands, \(what) (\(codes.count); NV writes \(nv)): \(codes.map(RecordingTPMProxy.commandName).joined(separator: ", "))"
             )
         }
         try keychain.set("x", forKey: "warm-up")
@@ -173,6 +174,68 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         }
         try await counted("change-passcode") {
             try device.changePasscode(from: passcode, to: SecretBytes(copying: Array("bench passcode 2".utf8)))
+        }
+    }
+
+    // MARK: 4. cold paths at the pace of real TPMs
+
+    /// Each cold path once through a proxy that holds every command back by its cost in a
+    /// `TPMLatencyProfile`: swtpm as it is, then a firmware TPM's pace and a discrete chip's. What a
+    /// person would wait on each kind of machine; the profiles are models (see their sources).
+    private func coldPathsAtTheirPace(_ simulator: SoftwareTPM, _ directory: String) async throws {
+        let profiles: [TPMLatencyProfile?] = [nil, .firmware, .discrete]
+        var paths: [String] = []
+        var commands: [String: Int] = [:]
+        var times: [String: [Duration]] = [:]
+        let passcode = SecretBytes(copying: Array("bench passcode".utf8))
+        for (index, profile) in profiles.enumerated() {
+            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port, latency: profile)
+            defer { proxy.stop() }
+            let location = try location(proxy.tcti, directory, "pace-\(index)")
+            defer { Keychain.closeStore(location) }
+            let keychain = try Keychain(service: "bench.pace", location: location)
+            let face = SimulatedAuthenticator()
+            func timed(_ path: String, _ body: () async throws -> Void) async throws {
+                proxy.reset()
+                let start = ContinuousClock.now
+                try await body()
+                let elapsed = ContinuousClock.now - start
+                if index == 0 { paths.append(path) }
+                commands[path] = proxy.commandCount
+                times[path, default: []].append(elapsed)
+            }
+            try keychain.set("v", forKey: "plain")
+            Keychain.closeStore(location)
+            try await timed("cold open and a get") { _ = try keychain.string(forKey: "plain") }
+            try await timed("set-passcode") { try KeychainDevice(location: location).setPasscode(passcode) }
+            try await timed("add a biometryCurrentSet item") {
+                try await keychain.set(
+                    "v", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+                    context: AuthenticationContext(authenticator: face, location: location))
+            }
+            try await timed("first get, biometryCurrentSet") {
+                _ = try await keychain.get(
+                    "bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
+            }
+            try await keychain.set(
+                "v", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+            try await timed("first get, devicePasscode") {
+                _ = try await keychain.get(
+                    "pin", as: String.self,
+                    context: AuthenticationContext(passcode: .fixed(passcode), location: location))
+            }
+            try KeychainDevice(location: location).lock()
+            try await timed("unlock-keychain") { try KeychainDevice(location: location).unlock(passcode: passcode) }
+        }
+        print("cold paths at the pace of each TPM (one run each; the profiles are models):")
+        print("| Path | Commands | " + profiles.map { $0?.name ?? "swtpm" }.joined(separator: " | ") + " |")
+        print("| --- | --- |" + String(repeating: " --- |", count: profiles.count))
+        for path in paths {
+            let cells = (times[path] ?? []).map {
+                String(
+                    format: "%.0f ms", Double($0.components.seconds) * 1e3 + Double($0.components.attoseconds) / 1e15)
+            }
+            print("| \(path) | \(commands[path] ?? 0) | " + cells.joined(separator: " | ") + " |")
         }
     }
 

@@ -164,25 +164,15 @@ struct TPMBenchmarks {
             let cold = proxy.commandCodes
             proxy.reset()
             _ = try tpm.unseal(sealed)
-            print("commands, cold open + unseal (\(cold.count)): \(cold.map(commandName).joined(separator: ", "))")
             print(
-                "commands, warm unseal (\(proxy.commandCount)): \(proxy.commandCodes.map(commandName).joined(separator: ", "))"
+                "commands, cold open + unseal (\(cold.count)): \(cold.map(RecordingTPMProxy.commandName).joined(separator: ", "))"
+            )
+            print(
+                "commands, warm unseal (\(proxy.commandCount)): \(proxy.commandCodes.map(RecordingTPMProxy.commandName).joined(separator: ", "))"
             )
             proxy.reset()
         }
-        print("commands, close: \(proxy.commandCodes.map(commandName).joined(separator: ", "))")
-    }
-
-    static func commandName(_ code: UInt32) -> String {
-        let names: [UInt32: String] = [
-            0x131: "CreatePrimary", 0x153: "Create", 0x157: "Load", 0x15E: "Unseal", 0x165: "FlushContext",
-            0x16B: "PolicyAuthValue", 0x173: "ReadPublic", 0x176: "StartAuthSession", 0x17A: "GetCapability",
-            0x17B: "GetRandom", 0x169: "NV_ReadPublic", 0x12A: "NV_DefineSpace", 0x134: "NV_Increment",
-            0x137: "NV_Write",
-            0x14E: "NV_Read", 0x149: "PolicyNV", 0x16C: "PolicyCommandCode", 0x181: "ReadClock", 0x161: "ContextLoad",
-            0x162: "ContextSave", 0x189: "PolicyGetDigest",
-        ]
-        return names[code] ?? String(format: "0x%x", code)
+        print("commands, close: \(proxy.commandCodes.map(RecordingTPMProxy.commandName).joined(separator: ", "))")
     }
 
     static func machineDescription() -> String {

@@ -1,0 +1,100 @@
+import Foundation
+import TPM
+import TPMKeychain
+import TPMKeychainTesting
+import Testing
+
+/// The TPM commands each keychain operation sends, held to a budget. Counts are fixed by the code
+/// (unlike times), and on a real TPM each command costs milliseconds (a firmware TPM) to tens of
+/// milliseconds (a discrete chip): a cold path is as slow as its command count, where a person
+/// waits. A sequence that grows fails here with the commands it sent; one that shrinks should
+/// lower its budget. docs/PERFORMANCE.md has the table and what each command is for.
+@Suite struct CommandBudgetTests {
+    /// The most TPM commands each path may send, in the order the test runs them: what each sends
+    /// today (2026-11-26). Issue goals, for the paths they name: cold open 5, first
+    /// biometryCurrentSet get 8, devicePasscode get 7, protected add 8, unlock 10, set-passcode 12.
+    static let budget: [(path: String, commands: Int)] = [
+        ("create a store", 27),
+        ("cold open and a get", 11),
+        ("get from an open store", 0),
+        ("set-passcode", 40),
+        ("add a biometryCurrentSet item (a new key record)", 30),
+        ("add a devicePasscode item (a new key record)", 1),
+        ("first get, biometryCurrentSet", 20),
+        ("first get, devicePasscode", 14),
+        ("lock-keychain", 10),
+        ("unlock-keychain", 19),
+        ("change-passcode", 26),
+        ("add a recovery key", 8),
+        ("rotate keys (two protected items open in the context)", 53),
+    ]
+
+    static let passcode = SecretBytes(copying: Array("budget passcode".utf8))
+
+    @Test("each operation sends at most its budget of TPM commands", .timeLimit(.minutes(5)))
+    func commandsPerPath() async throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+        defer { proxy.stop() }
+        let directory = NSTemporaryDirectory() + "tpm-keychain-budget-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var location = try KeychainLocation(path: directory + "/store", tcti: proxy.tcti)
+        location.deviceDirectory = directory + "/device"
+        defer { Keychain.closeStore(location) }
+        let keychain = try Keychain(service: "budget", location: location)
+        let device = KeychainDevice(location: location)
+        let face = SimulatedAuthenticator()
+        let context = AuthenticationContext(authenticator: face, passcode: .fixed(Self.passcode), location: location)
+
+        var counted: [(path: String, codes: [UInt32])] = []
+        func count(_ path: String, _ body: () async throws -> Void) async throws {
+            proxy.reset()
+            try await body()
+            counted.append((path, proxy.commandCodes))
+        }
+        try await count("create a store") { try keychain.set("v", forKey: "plain") }
+        Keychain.closeStore(location)
+        var read: String?
+        try await count("cold open and a get") { read = try keychain.string(forKey: "plain") }
+        #expect(read == "v")
+        try await count("get from an open store") { read = try keychain.string(forKey: "plain") }
+        #expect(read == "v")
+        try await count("set-passcode") { try device.setPasscode(Self.passcode) }
+        try await count("add a biometryCurrentSet item (a new key record)") {
+            try await keychain.set(
+                "bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+                context: context)
+        }
+        try await count("add a devicePasscode item (a new key record)") {
+            try await keychain.set(
+                "pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        }
+        try await count("first get, biometryCurrentSet") {
+            let fresh = AuthenticationContext(authenticator: face, location: location)
+            read = try await keychain.get("bio", as: String.self, context: fresh)
+        }
+        #expect(read == "bio")
+        try await count("first get, devicePasscode") {
+            let fresh = AuthenticationContext(passcode: .fixed(Self.passcode), location: location)
+            read = try await keychain.get("pin", as: String.self, context: fresh)
+        }
+        #expect(read == "pin")
+        try await count("lock-keychain") { try device.lock() }
+        try await count("unlock-keychain") { try device.unlock(passcode: Self.passcode) }
+        let newPasscode = SecretBytes(copying: Array("budget passcode 2".utf8))
+        try await count("change-passcode") { try device.changePasscode(from: Self.passcode, to: newPasscode) }
+        try await count("add a recovery key") { _ = try location.addRecoveryKey() }
+        try await count("rotate keys (two protected items open in the context)") {
+            let opener = AuthenticationContext(authenticator: face, passcode: .fixed(newPasscode), location: location)
+            _ = try await location.rotateKeys(context: opener)
+        }
+
+        #expect(counted.map(\.path) == Self.budget.map(\.path))
+        for ((path, codes), (_, allowed)) in zip(counted, Self.budget) {
+            let names = codes.map(RecordingTPMProxy.commandName).joined(separator: ", ")
+            print("commands, \(path): \(codes.count) of \(allowed): \(names)")
+            #expect(codes.count <= allowed, "\(path): \(codes.count) commands, over its budget of \(allowed): \(names)")
+        }
+    }
+}
