@@ -34,8 +34,8 @@ public final class CFAllocator: Sendable {
 }
 
 public let kCFAllocatorDefault: CFAllocator! = nil
-nonisolated(unsafe) public let kCFBooleanTrue: CFBoolean! = NSNumber(value: true)
-nonisolated(unsafe) public let kCFBooleanFalse: CFBoolean! = NSNumber(value: false)
+public let kCFBooleanTrue: CFBoolean! = NSNumber(value: true)
+public let kCFBooleanFalse: CFBoolean! = NSNumber(value: false)
 nonisolated(unsafe) public let kCFBundleIdentifierKey: CFString! = "CFBundleIdentifier"
 
 /// No error.

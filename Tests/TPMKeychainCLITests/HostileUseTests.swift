@@ -439,8 +439,8 @@ extension CLI {
         process.environment = merged
         let output = try makeScratchDirectory("raw-output")
         defer { try? FileManager.default.removeItem(atPath: output) }
-        FileManager.default.createFile(atPath: output + "/stdout", contents: nil)
-        FileManager.default.createFile(atPath: output + "/stderr", contents: nil)
+        #expect(FileManager.default.createFile(atPath: output + "/stdout", contents: nil))
+        #expect(FileManager.default.createFile(atPath: output + "/stderr", contents: nil))
         process.standardOutput = FileHandle(forWritingAtPath: output + "/stdout")
         process.standardError = FileHandle(forWritingAtPath: output + "/stderr")
         process.standardInput = FileHandle.nullDevice

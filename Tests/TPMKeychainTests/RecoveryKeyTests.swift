@@ -24,8 +24,9 @@ import Testing
         for (version, size) in [(UInt8(1), 156), (UInt8(2), 188)] {
             var planted = Array("TKRC".utf8) + [0, version, 0, 0] + [UInt8](repeating: 7, count: size - 8)
             planted.replaceSubrange(32..<64, with: attackerKey.publicKey.rawRepresentation)
-            FileManager.default.createFile(
-                atPath: path, contents: Data(planted), attributes: [.posixPermissions: 0o600])
+            #expect(
+                FileManager.default.createFile(
+                    atPath: path, contents: Data(planted), attributes: [.posixPermissions: 0o600]))
             let metadata = try bytes(of: store.location.path + "/store.meta")
             await #expect(throws: KeychainError.self) { try await store.location.rotateKeys() }
             #expect(try bytes(of: path) == planted, "version \(version)")

@@ -117,7 +117,9 @@ import Testing
         let copyD = try bytes(of: fileD)
         #expect(try keychain.remove("d"))
         #expect(!FileManager.default.fileExists(atPath: fileD))
-        FileManager.default.createFile(atPath: fileD, contents: Data(copyD), attributes: [.posixPermissions: 0o600])
+        #expect(
+            FileManager.default.createFile(atPath: fileD, contents: Data(copyD), attributes: [.posixPermissions: 0o600])
+        )
         expectKeychainError(.rolledBack) { _ = try keychain.string(forKey: "d") }
         expectKeychainError(.rolledBack) { _ = try keychain.allKeys() }
         #expect(try keychain.remove("d"))
@@ -130,7 +132,9 @@ import Testing
         let copy = try bytes(of: survivor)
         #expect(try keychain.removeAll() == 3)
         #expect(try keychain.allKeys().isEmpty)
-        FileManager.default.createFile(atPath: survivor, contents: Data(copy), attributes: [.posixPermissions: 0o600])
+        #expect(
+            FileManager.default.createFile(
+                atPath: survivor, contents: Data(copy), attributes: [.posixPermissions: 0o600]))
         expectKeychainError(.rolledBack) { _ = try keychain.allKeys() }
     }
 
@@ -217,8 +221,9 @@ import Testing
             #expect(error.code == .rolledBack && error.message.contains("manifest"), "\(error)")
         }
         Keychain.closeStore(store.location)
-        FileManager.default.createFile(
-            atPath: manifest, contents: Data(original), attributes: [.posixPermissions: 0o600])
+        #expect(
+            FileManager.default.createFile(
+                atPath: manifest, contents: Data(original), attributes: [.posixPermissions: 0o600]))
         #expect(try store.keychain().string(forKey: "k") == "v")
     }
 

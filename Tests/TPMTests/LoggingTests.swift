@@ -16,11 +16,8 @@ final class CollectingLogHandler: LogHandler, @unchecked Sendable {
         set { metadata[key] = newValue }
     }
 
-    func log(
-        level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-        function: String, line: UInt
-    ) {
-        records.withLock { $0.append("\(level) \(message) \(metadata ?? [:])") }
+    func log(event: LogEvent) {
+        records.withLock { $0.append("\(event.level) \(event.message) \(event.metadata ?? [:])") }
     }
 }
 
