@@ -183,60 +183,58 @@ struct DeviceFile: Sendable, Equatable {
 
     /// - Throws: ``KeychainError`` `.tampered` for anything no writer produces.
     static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> Parsed {
-        do {
-            var reader = WireReader(bytes)
-            let magic = try reader.readBytes(4)
-            let version = try reader.readUInt16()
-            guard magic == Self.magic, version == 1 || version == Self.version, try reader.readUInt16() == 0 else {
-                throw KeychainError(.tampered, "\(path) is not version-1 or version-2 device state")
-            }
-            let nvBase = try reader.readUInt32()
-            let flags = try reader.readUInt8()
-            let reserved = try reader.readBytes(3)
-            let enrollmentHash = try reader.readBytes(32)
-            let salt = try reader.readBytes(32)
-            let epoch = try reader.readUInt64()
-            let publicKey = try reader.readBytes(32)
-            let sealedLength = Int(try reader.readUInt16())
-            let knownFlags: UInt8 = version == 1 ? 3 : 7
-            guard flags & ~knownFlags == 0, reserved == [0, 0, 0], sealedLength <= maximumSealedSize,
-                (flags & 2 != 0) == (sealedLength > 0)
-            else {
-                throw KeychainError(.tampered, "\(path) is damaged device state")
-            }
-            let sealed = try reader.readBytes(sealedLength)
-            var file = DeviceFile(nvBase: nvBase, legacyIndices: version == 1 || flags & 4 != 0, sealedSecret: nil)
-            file.enrollmentRecorded = flags & 1 != 0
-            file.enrollmentHash = enrollmentHash
-            if sealedLength > 0 {
-                file.passcode = PasscodeKey(
-                    salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed))
-            }
-            var parsed = Parsed(file: file, version: version)
-            if version >= 2 {
-                let count = Int(try reader.readUInt16())
-                guard count <= maximumRetiredKeys else {
-                    throw KeychainError(.tampered, "\(path) lists too many retired passcode keys")
+        return try KeychainError.parsing(
+            { () throws in
+                var reader = WireReader(bytes)
+                let magic = try reader.readBytes(4)
+                let version = try reader.readUInt16()
+                guard magic == Self.magic, version == 1 || version == Self.version, try reader.readUInt16() == 0 else {
+                    throw KeychainError(.tampered, "\(path) is not version-1 or version-2 device state")
                 }
-                for _ in 0..<count {
-                    parsed.file.retiredPasscodeKeys.append(
-                        RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
-                }
-                let secretLength = Int(try reader.readUInt16())
-                guard secretLength > 0, secretLength <= maximumSealedSize else {
+                let nvBase = try reader.readUInt32()
+                let flags = try reader.readUInt8()
+                let reserved = try reader.readBytes(3)
+                let enrollmentHash = try reader.readBytes(32)
+                let salt = try reader.readBytes(32)
+                let epoch = try reader.readUInt64()
+                let publicKey = try reader.readBytes(32)
+                let sealedLength = Int(try reader.readUInt16())
+                let knownFlags: UInt8 = version == 1 ? 3 : 7
+                guard flags & ~knownFlags == 0, reserved == [0, 0, 0], sealedLength <= maximumSealedSize,
+                    (flags & 2 != 0) == (sealedLength > 0)
+                else {
                     throw KeychainError(.tampered, "\(path) is damaged device state")
                 }
-                parsed.file.sealedSecret = try SealedObject(serialized: try reader.readBytes(secretLength))
-                parsed.authenticated = Array(bytes[0..<(bytes.count - reader.remaining)])
-                parsed.mac = try reader.readBytes(32)
-            }
-            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
-            return parsed
-        } catch let error as KeychainError {
-            throw error
-        } catch {
-            throw KeychainError(.tampered, "\(path) is damaged device state", underlying: error)
-        }
+                let sealed = try reader.readBytes(sealedLength)
+                var file = DeviceFile(nvBase: nvBase, legacyIndices: version == 1 || flags & 4 != 0, sealedSecret: nil)
+                file.enrollmentRecorded = flags & 1 != 0
+                file.enrollmentHash = enrollmentHash
+                if sealedLength > 0 {
+                    file.passcode = PasscodeKey(
+                        salt: salt, epoch: epoch, publicKey: publicKey, sealedSeed: try SealedObject(serialized: sealed)
+                    )
+                }
+                var parsed = Parsed(file: file, version: version)
+                if version >= 2 {
+                    let count = Int(try reader.readUInt16())
+                    guard count <= maximumRetiredKeys else {
+                        throw KeychainError(.tampered, "\(path) lists too many retired passcode keys")
+                    }
+                    for _ in 0..<count {
+                        parsed.file.retiredPasscodeKeys.append(
+                            RetiredPasscodeKey(publicKey: try reader.readBytes(32), epoch: try reader.readUInt64()))
+                    }
+                    let secretLength = Int(try reader.readUInt16())
+                    guard secretLength > 0, secretLength <= maximumSealedSize else {
+                        throw KeychainError(.tampered, "\(path) is damaged device state")
+                    }
+                    parsed.file.sealedSecret = try SealedObject(serialized: try reader.readBytes(secretLength))
+                    parsed.authenticated = Array(bytes[0..<(bytes.count - reader.remaining)])
+                    parsed.mac = try reader.readBytes(32)
+                }
+                guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
+                return parsed
+            }, damaged: { (error) in KeychainError(.tampered, "\(path) is damaged device state", underlying: error) })
     }
 }
 

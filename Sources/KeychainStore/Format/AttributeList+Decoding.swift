@@ -6,26 +6,24 @@ extension AttributeList {
     /// - Throws: ``KeychainError`` `.tampered` for truncated entries, oversized values, or tags
     ///   out of order or repeated (no writer produces those).
     package init(decoding bytes: [UInt8], path: String) throws(KeychainError) {
-        self.init()
-        var reader = WireReader(bytes)
-        var previous: FourCharacterCode?
-        do {
-            while reader.remaining > 0 {
-                let tag = FourCharacterCode(rawValue: try reader.readUInt32())
-                let count = Int(try reader.readUInt32())
-                guard count <= Self.maximumValueSize else {
-                    throw KeychainError(.tampered, "\(path) has an attribute \(tag) of \(count) bytes")
+        self = try KeychainError.parsing(
+            { () throws in
+                var list = AttributeList()
+                var reader = WireReader(bytes)
+                var previous: FourCharacterCode?
+                while reader.remaining > 0 {
+                    let tag = FourCharacterCode(rawValue: try reader.readUInt32())
+                    let count = Int(try reader.readUInt32())
+                    guard count <= Self.maximumValueSize else {
+                        throw KeychainError(.tampered, "\(path) has an attribute \(tag) of \(count) bytes")
+                    }
+                    if let previous, tag <= previous {
+                        throw KeychainError(.tampered, "\(path) has attributes out of order")
+                    }
+                    list[tag] = try reader.readBytes(count)
+                    previous = tag
                 }
-                if let previous, tag <= previous {
-                    throw KeychainError(.tampered, "\(path) has attributes out of order")
-                }
-                self[tag] = try reader.readBytes(count)
-                previous = tag
-            }
-        } catch let error as KeychainError {
-            throw error
-        } catch {
-            throw KeychainError(.tampered, "\(path) has truncated attributes")
-        }
+                return list
+            }, damaged: { (error) in KeychainError(.tampered, "\(path) has truncated attributes", underlying: error) })
     }
 }

@@ -115,58 +115,56 @@ enum ItemFileV1 {
     static func decodeHeader(
         _ bytes: ArraySlice<UInt8>, fileSize: Int, storeID: [UInt8], path: String
     ) throws(KeychainError) -> Header {
-        do {
-            guard bytes.prefix(4).elementsEqual(magic) else {
-                throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
-            }
-            var reader = WireReader(Array(bytes.dropFirst(4)))
-            // The store's format version is authenticated in store.meta, and a store whose version
-            // this build does not know is refused when it is opened. An item of another version in
-            // a version-1 store was therefore not written by any TPMKeychain: it was modified.
-            let version = try reader.readUInt16()
-            guard version == Self.version else {
-                throw KeychainError(
-                    .tampered,
-                    "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified"
-                )
-            }
-            guard try reader.readUInt16() == headerSize else {
-                throw KeychainError(.tampered, "\(path) has a damaged header")
-            }
-            let fileStoreID = try reader.readBytes(16)
-            let itemID = try reader.readBytes(16)
-            let generation = try reader.readUInt64()
-            let accessibility = Accessibility(rawValue: try reader.readUInt8())
-            let policy = try reader.readUInt8()
-            let kind = ValueKind(rawValue: try reader.readUInt8())
-            let reserved = try reader.readUInt8()
-            let salt = try reader.readBytes(32)
-            let nonce = try reader.readBytes(12)
-            let attributesLength = Int(try reader.readUInt32())
-            let secretLength = Int(try reader.readUInt32())
-            guard let accessibility, let kind, policy == 0, reserved == 0,
-                attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize
-            else {
-                throw KeychainError(.tampered, "\(path) has a damaged header")
-            }
-            guard fileStoreID == storeID else {
-                throw KeychainError(.tampered, "\(path) belongs to another keychain store; it was copied or moved here")
-            }
-            let header = Header(
-                bytes: Array(bytes), storeID: fileStoreID, itemID: itemID, generation: generation,
-                accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
-                attributesLength: attributesLength, secretLength: secretLength)
-            guard header.fileSize == fileSize else {
-                throw KeychainError(
-                    .tampered,
-                    "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
-            }
-            return header
-        } catch let error as KeychainError {
-            throw error
-        } catch {
-            throw KeychainError(.tampered, "\(path) is truncated")
-        }
+        return try KeychainError.parsing(
+            { () throws in
+                guard bytes.prefix(4).elementsEqual(magic) else {
+                    throw KeychainError(.tampered, "\(path) is not a keychain item (bad magic)")
+                }
+                var reader = WireReader(Array(bytes.dropFirst(4)))
+                // The store's format version is authenticated in store.meta, and a store whose version
+                // this build does not know is refused when it is opened. An item of another version in
+                // a version-1 store was therefore not written by any TPMKeychain: it was modified.
+                let version = try reader.readUInt16()
+                guard version == Self.version else {
+                    throw KeychainError(
+                        .tampered,
+                        "\(path) claims item format version \(version) inside a version-\(Self.version) store: it was modified"
+                    )
+                }
+                guard try reader.readUInt16() == headerSize else {
+                    throw KeychainError(.tampered, "\(path) has a damaged header")
+                }
+                let fileStoreID = try reader.readBytes(16)
+                let itemID = try reader.readBytes(16)
+                let generation = try reader.readUInt64()
+                let accessibility = Accessibility(rawValue: try reader.readUInt8())
+                let policy = try reader.readUInt8()
+                let kind = ValueKind(rawValue: try reader.readUInt8())
+                let reserved = try reader.readUInt8()
+                let salt = try reader.readBytes(32)
+                let nonce = try reader.readBytes(12)
+                let attributesLength = Int(try reader.readUInt32())
+                let secretLength = Int(try reader.readUInt32())
+                guard let accessibility, let kind, policy == 0, reserved == 0,
+                    attributesLength <= maximumAttributesSize, secretLength <= ItemValue.maximumSize
+                else {
+                    throw KeychainError(.tampered, "\(path) has a damaged header")
+                }
+                guard fileStoreID == storeID else {
+                    throw KeychainError(
+                        .tampered, "\(path) belongs to another keychain store; it was copied or moved here")
+                }
+                let header = Header(
+                    bytes: Array(bytes), storeID: fileStoreID, itemID: itemID, generation: generation,
+                    accessibility: accessibility, kind: kind, salt: salt, nonce: nonce,
+                    attributesLength: attributesLength, secretLength: secretLength)
+                guard header.fileSize == fileSize else {
+                    throw KeychainError(
+                        .tampered,
+                        "\(path) is \(fileSize) bytes but its header describes \(header.fileSize): truncated or padded")
+                }
+                return header
+            }, damaged: { (error) in KeychainError(.tampered, "\(path) is truncated", underlying: error) })
     }
 
     /// Decrypts the attributes and checks that they name the item the file was found for.

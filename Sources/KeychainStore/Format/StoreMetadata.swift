@@ -143,65 +143,62 @@ struct StoreMetadata {
     ///
     /// - Throws: ``KeychainError`` `.tampered` or `.unsupportedVersion`.
     static func parse(_ bytes: [UInt8], path: String) throws(KeychainError) -> Parsed {
-        do {
-            var reader = WireReader(bytes)
-            guard try reader.readBytes(4) == magic else {
-                throw KeychainError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
-            }
-            let storedVersion = try reader.readUInt16()
-            guard supportedVersions.contains(storedVersion) else {
-                throw KeychainError(
-                    .unsupportedVersion,
-                    "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain"
-                )
-            }
-            guard try reader.readUInt16() == 0 else {
-                throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
-            }
-            let storeID = try reader.readBytes(16)
-            let created = Int64(bitPattern: try reader.readUInt64())
-            let version: UInt16
-            let counter: UInt32?
-            let facts: Facts?
-            let sealed: SealedObject
-            if storedVersion == factsVersion {
-                version = try reader.readUInt16()
-                guard version == currentVersion || version == rotatedVersion else {
-                    throw KeychainError(.tampered, "\(path) is damaged: item layout \(version) is not 2 or 3")
+        return try KeychainError.parsing(
+            { () throws in
+                var reader = WireReader(bytes)
+                guard try reader.readBytes(4) == magic else {
+                    throw KeychainError(.tampered, "\(path) is not a TPMKeychain store (bad magic)")
                 }
-                guard let tpm = TPMKind(rawValue: try reader.readUInt8()) else {
-                    throw KeychainError(.tampered, "\(path) is damaged: it names no known kind of TPM")
+                let storedVersion = try reader.readUInt16()
+                guard supportedVersions.contains(storedVersion) else {
+                    throw KeychainError(
+                        .unsupportedVersion,
+                        "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain"
+                    )
                 }
-                let sharingKind = try reader.readUInt8()
-                let group = try reader.readUInt32()
-                switch (sharingKind, group) {
-                case (0, 0): facts = Facts(tpm: tpm, sharing: .owner)
-                case (1, _): facts = Facts(tpm: tpm, sharing: .group(group))
-                default: throw KeychainError(.tampered, "\(path) is damaged: its sharing field is not valid")
+                guard try reader.readUInt16() == 0 else {
+                    throw KeychainError(.tampered, "\(path) is damaged: its reserved field is not zero")
                 }
-                let index = try reader.readUInt32()
-                counter = index == 0 ? nil : index
-                sealed = try readSealedKey(&reader, path: path)
-            } else {
-                let protected = storedVersion > rotatedVersion
-                version = protected ? storedVersion - rollbackProtectedOffset : storedVersion
-                facts = nil
-                sealed = try readSealedKey(&reader, path: path)
-                counter = protected ? try reader.readUInt32() : nil
-            }
-            let authenticatedCount = bytes.count - reader.remaining
-            let mac = try reader.readBytes(32)
-            guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
-            return Parsed(
-                metadata: StoreMetadata(
-                    version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
-                    rollbackCounter: counter, facts: facts),
-                authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
-        } catch let error as KeychainError {
-            throw error
-        } catch {
-            throw KeychainError(.tampered, "\(path) is damaged: \(error)", underlying: error as? TPMError)
-        }
+                let storeID = try reader.readBytes(16)
+                let created = Int64(bitPattern: try reader.readUInt64())
+                let version: UInt16
+                let counter: UInt32?
+                let facts: Facts?
+                let sealed: SealedObject
+                if storedVersion == factsVersion {
+                    version = try reader.readUInt16()
+                    guard version == currentVersion || version == rotatedVersion else {
+                        throw KeychainError(.tampered, "\(path) is damaged: item layout \(version) is not 2 or 3")
+                    }
+                    guard let tpm = TPMKind(rawValue: try reader.readUInt8()) else {
+                        throw KeychainError(.tampered, "\(path) is damaged: it names no known kind of TPM")
+                    }
+                    let sharingKind = try reader.readUInt8()
+                    let group = try reader.readUInt32()
+                    switch (sharingKind, group) {
+                    case (0, 0): facts = Facts(tpm: tpm, sharing: .owner)
+                    case (1, _): facts = Facts(tpm: tpm, sharing: .group(group))
+                    default: throw KeychainError(.tampered, "\(path) is damaged: its sharing field is not valid")
+                    }
+                    let index = try reader.readUInt32()
+                    counter = index == 0 ? nil : index
+                    sealed = try readSealedKey(&reader, path: path)
+                } else {
+                    let protected = storedVersion > rotatedVersion
+                    version = protected ? storedVersion - rollbackProtectedOffset : storedVersion
+                    facts = nil
+                    sealed = try readSealedKey(&reader, path: path)
+                    counter = protected ? try reader.readUInt32() : nil
+                }
+                let authenticatedCount = bytes.count - reader.remaining
+                let mac = try reader.readBytes(32)
+                guard reader.remaining == 0 else { throw KeychainError(.tampered, "\(path) has trailing bytes") }
+                return Parsed(
+                    metadata: StoreMetadata(
+                        version: version, storeID: storeID, createdMilliseconds: created, sealedMasterKey: sealed,
+                        rollbackCounter: counter, facts: facts),
+                    authenticatedBytes: Array(bytes[..<authenticatedCount]), mac: mac, path: path)
+            }, damaged: { (error) in KeychainError(.tampered, "\(path) is damaged: \(error)", underlying: error) })
     }
 
     private static func readSealedKey(_ reader: inout WireReader, path: String) throws -> SealedObject {
