@@ -104,11 +104,14 @@ extension ItemStore {
             // A new protection chooses the record; otherwise the item keeps the one it has.
             let record: KeyRecord?
             if let access, let protection = access.protection {
-                record =
-                    protection.needsKeyRecord(passcodeSet: try access.device.passcodeIsSet())
-                    ? try self.record(
-                        for: protection, device: access.device, enrollmentIdentifier: access.enrollmentIdentifier, state
-                    ) : nil
+                let device = access.device
+                let passcodeSet = { () throws(KeychainError) in try device.passcodeIsSet() }
+                if try protection.needsKeyRecord(passcodeSet: passcodeSet) {
+                    record = try self.record(
+                        for: protection, device: device, enrollmentIdentifier: access.enrollmentIdentifier, state)
+                } else {
+                    record = nil
+                }
             } else if let recordID = existing?.keyRecord, recordID != ItemFileV2.masterKeyRecord {
                 record = try keyRecord(recordID, state)
             } else {

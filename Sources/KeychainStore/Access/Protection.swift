@@ -47,9 +47,13 @@ package struct Protection: Sendable, Hashable {
     /// Whether reading needs more than the store's master key. Lock states count only where a
     /// passcode exists: without one a device is always unlocked (as an iPhone without a passcode),
     /// so such items stay under the master key.
-    package func needsKeyRecord(passcodeSet: Bool) -> Bool {
-        biometry != nil || passcode || accessibility == .whenPasscodeSetThisDeviceOnly
-            || (passcodeSet && accessibility.lockRequirement != .none)
+    ///
+    /// - Parameter passcodeSet: asked only when the answer depends on it (a lock-state class with
+    ///   no constraint), so that other writes read no device state.
+    package func needsKeyRecord(passcodeSet: () throws(KeychainError) -> Bool) throws(KeychainError) -> Bool {
+        if biometry != nil || passcode || accessibility == .whenPasscodeSetThisDeviceOnly { return true }
+        guard accessibility.lockRequirement != .none else { return false }
+        return try passcodeSet()
     }
 
     /// Whether the device must have a passcode for the item to be added.

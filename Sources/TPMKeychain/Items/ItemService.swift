@@ -94,7 +94,9 @@ package struct ItemService: Sendable {
         }
         changes.accessibility = control.accessibility
         let protection = Protection(control)
-        if try !protection.needsKeyRecord(passcodeSet: Devices.passcodeIsSet(location)) {
+        let location = location
+        let passcodeSet = { () throws(KeychainError) in try Devices.passcodeIsSet(location) }
+        if try !protection.needsKeyRecord(passcodeSet: passcodeSet) {
             // Nothing to bind to: the class is an authenticated label, as on an iPhone without a passcode.
             return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
         }
