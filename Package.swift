@@ -101,18 +101,37 @@ let package = Package(
         .target(
             name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls", "WireFormat"],
             swiftSettings: strictness),
-        // libsystemd's sd-bus, for the fprintd authenticator only.
+        // libsystemd's sd-bus. Only the DBus target imports it.
         .systemLibrary(
             name: "CSystemdBus",
             path: "Sources/CSystemdBus",
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
-        // A fingerprint authenticator over fprintd (system D-Bus). The only target that imports CSystemdBus.
+        // D-Bus over sd-bus, both sides: calls, signals and their senders for the fprintd and logind
+        // clients; names, served object trees, values of any type and callers' credentials for the
+        // Secret Service daemon. The only target that imports CSystemdBus.
+        .target(name: "DBus", dependencies: ["CSystemdBus", "SystemCalls"], swiftSettings: strictness),
+        // Modular exponentiation through OpenSSL's constant-time BIGNUM code, for the Secret
+        // Service's Diffie-Hellman sessions (swift-crypto has no finite-field DH).
+        .target(name: "CModularExponentiation", linkerSettings: [.linkedLibrary("crypto")]),
+        // The Secret Service provider (org.freedesktop.secrets): collections are stores, items are
+        // generic passwords with their attributes authenticated, served over the DBus target.
+        .target(
+            name: "SecretService",
+            dependencies: [
+                "TPMKeychain", "KeychainVocabulary", "ToolSupport", "DBus", "SystemCalls", "WireFormat",
+                "CModularExponentiation",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // A fingerprint authenticator over fprintd (system D-Bus), and the session lock from logind.
         .target(
             name: "TPMKeychainFprintd",
             dependencies: [
-                "TPMKeychain", "CSystemdBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
+                "TPMKeychain", "DBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),
@@ -126,7 +145,7 @@ let package = Package(
             name: "tpm-keychain",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
-                "TPMKeychainFprintd", "ToolSupport",
+                "TPMKeychainFprintd", "ToolSupport", "SecretService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness

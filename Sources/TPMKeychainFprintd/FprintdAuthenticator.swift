@@ -1,4 +1,5 @@
 import Dispatch
+import DBus
 import SystemCalls
 public import TPMKeychain
 

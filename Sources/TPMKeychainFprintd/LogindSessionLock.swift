@@ -1,3 +1,4 @@
+import DBus
 import SystemCalls
 public import TPMKeychain
 

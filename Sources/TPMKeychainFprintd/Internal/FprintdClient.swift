@@ -4,6 +4,7 @@
 // means to a caller.
 
 import Crypto
+import DBus
 import SystemCalls
 import TPMKeychain
 

@@ -2,6 +2,7 @@
 // follower's connection, until it is stopped.
 
 import Dispatch
+import DBus
 import SystemCalls
 
 #if canImport(Glibc)

@@ -3,6 +3,7 @@
 // and the Lock/Unlock signals mean to a caller.
 
 import Dispatch
+import DBus
 import SystemCalls
 
 #if canImport(Glibc)

@@ -1,12 +1,12 @@
-// sd-bus, confined: with BusMessages.swift, the only files of TPMKeychainFprintd (and of the
-// package) that touch CSystemdBus's sd_bus and sd_bus_message pointers. Every sd-bus return code goes through
+// sd-bus, confined: the DBus target's files are the only ones of the package that touch
+// CSystemdBus's sd_bus and sd_bus_message pointers. Every sd-bus return code goes through
 // `check(_:_:)`, every error reply becomes a `BusError`, and nothing here outlives the thread that
 // opened it: sd-bus connections are not thread-safe, so one connection serves one operation on one
-// of FprintdAuthenticator's serial queues, or one LogindSessionLock on its own thread, and only the
-// `Wakeup` crosses threads.
+// of FprintdAuthenticator's serial queues, one LogindSessionLock on its own thread, or the Secret
+// Service daemon's loop, and only the `Wakeup` crosses threads.
 
 internal import CSystemdBus
-import SystemCalls
+package import SystemCalls
 
 #if canImport(Glibc)
 import Glibc
@@ -17,16 +17,21 @@ import Musl
 /// One client connection to a message bus, used from one thread. Closed (flushed, then unreferenced)
 /// on deinit, after its signal subscriptions: the peer sees the connection's unique name vanish,
 /// which is how fprintd learns to release a device whose client died.
-final class BusConnection {
-    private let bus: OpaquePointer
+package final class BusConnection {
+    let bus: OpaquePointer
     private var subscriptions: [Subscription] = []
+    /// Subtrees served with ``serve(under:handler:)``, removed before the connection closes.
+    var servedSubtrees: [ServedSubtree] = []
 
     /// Connects to `address` (a D-Bus address such as `unix:path=/run/dbus/system_bus_socket`), or
-    /// to the system bus when nil (sd-bus honours `DBUS_SYSTEM_BUS_ADDRESS`).
+    /// when nil to the system bus (sd-bus honours `DBUS_SYSTEM_BUS_ADDRESS`), or the session bus
+    /// when `sessionBus` (`DBUS_SESSION_BUS_ADDRESS`).
     ///
     /// - Parameter methodCallTimeout: how long one method call may wait for its reply.
     /// - Throws: `BusError` when the bus cannot be reached.
-    init(address: String?, description: String, methodCallTimeout: Duration) throws(BusError) {
+    package init(
+        address: String?, sessionBus: Bool = false, description: String, methodCallTimeout: Duration
+    ) throws(BusError) {
         var opened: OpaquePointer? = nil
         if let address {
             try Self.check("connect", sd_bus_new(&opened))
@@ -42,6 +47,8 @@ final class BusConnection {
                 sd_bus_flush_close_unref(created)
                 throw error
             }
+        } else if sessionBus {
+            try Self.check("connect", sd_bus_open_user_with_description(&opened, description))
         } else {
             try Self.check("connect", sd_bus_open_system_with_description(&opened, description))
         }
@@ -62,13 +69,14 @@ final class BusConnection {
 
     deinit {
         for subscription in subscriptions { subscription.end() }
+        for subtree in servedSubtrees { subtree.end() }
         sd_bus_flush_close_unref(bus)
     }
 
     /// Calls `member` with string arguments and hands the reply to `read`.
     ///
     /// - Throws: `BusError` with the error reply's name, or a local failure.
-    func call<T>(
+    package func call<T>(
         destination: String, path: String, interface: String, member: String, arguments: [BusArgument] = [],
         read: (inout BusMessageReader) -> T = { _ in () }
     ) throws(BusError) -> T {
@@ -110,7 +118,7 @@ final class BusConnection {
     /// The unique name (":1.42") of the connection that owns `name` now.
     ///
     /// - Throws: `BusError` (`org.freedesktop.DBus.Error.NameHasNoOwner` when nobody owns it).
-    func nameOwner(_ name: String) throws(BusError) -> String {
+    package func nameOwner(_ name: String) throws(BusError) -> String {
         let owner = try call(
             destination: BusDriver.name, path: BusDriver.path, interface: BusDriver.interface, member: "GetNameOwner",
             arguments: [.string(name)], read: { $0.readString() })
@@ -125,7 +133,7 @@ final class BusConnection {
     /// thread, for as long as the connection lives, for signals `sender` sent (see ``SignalSender``).
     ///
     /// - Throws: `BusError` when the bus refuses the match rule.
-    func subscribe(
+    package func subscribe(
         from sender: SignalSender, name: String, path: String, interface: String, member: String,
         handler: @escaping (inout BusMessageReader) -> Void
     ) throws(BusError) {
@@ -145,7 +153,7 @@ final class BusConnection {
     /// long as the connection lives, for signals `sender` sent.
     ///
     /// - Throws: `BusError` when the bus refuses the match rule.
-    func subscribe(
+    package func subscribe(
         rule: String, from sender: SignalSender, handler: @escaping (inout BusMessageReader) -> Void
     ) throws(BusError) {
         let subscription = Subscription(sender: sender, handler: handler)
@@ -162,7 +170,7 @@ final class BusConnection {
     ///
     /// - Returns: true when something was processed (call again), false when nothing is pending.
     /// - Throws: `BusError` when the connection failed (the bus or the peer went away).
-    func process() throws(BusError) -> Bool {
+    package func process() throws(BusError) -> Bool {
         let result = sd_bus_process(bus, nil)
         try Self.check("process", result)
         return result > 0
@@ -171,7 +179,7 @@ final class BusConnection {
     /// Waits until the connection needs processing, `wakeup` becomes readable, or `deadline`.
     ///
     /// - Throws: `BusError` when the connection is unusable, or as `poll` fails.
-    func wait(until deadline: ContinuousClock.Instant, wakeup: Int32) throws(BusError) -> BusWaitOutcome {
+    package func wait(until deadline: ContinuousClock.Instant, wakeup: Int32) throws(BusError) -> BusWaitOutcome {
         let descriptor = sd_bus_get_fd(bus)
         try Self.check("poll", descriptor)
         let events = sd_bus_get_events(bus)
@@ -209,7 +217,7 @@ final class BusConnection {
     }
 
     /// Turns an sd-bus return code (negative errno on failure) into a `BusError`.
-    private static func check(_ operation: String, _ result: Int32) throws(BusError) {
+    static func check(_ operation: String, _ result: Int32) throws(BusError) {
         guard result < 0 else { return }
         throw BusError(operation: operation, name: nil, message: String(cString: strerror(-result)), errno: -result)
     }
@@ -231,13 +239,13 @@ final class BusConnection {
 
 /// The bus driver's names: its messages carry the sender `org.freedesktop.DBus`, which dbus-daemon
 /// never lets a client use.
-enum BusDriver {
-    static let name = "org.freedesktop.DBus"
-    static let path = "/org/freedesktop/DBus"
-    static let interface = "org.freedesktop.DBus"
+package enum BusDriver {
+    package static let name = "org.freedesktop.DBus"
+    package static let path = "/org/freedesktop/DBus"
+    package static let interface = "org.freedesktop.DBus"
 
     /// NameOwnerChanged about `name` only, not every client coming and going on the bus.
-    static func ownerChangedRule(for name: String) -> String {
+    package static func ownerChangedRule(for name: String) -> String {
         "type='signal',sender='\(Self.name)',path='\(path)',interface='\(interface)',member='NameOwnerChanged',arg0='\(name)'"
     }
 }
@@ -251,17 +259,21 @@ enum BusDriver {
 ///
 /// Used on the connection's thread only; who tracks the owner (a NameOwnerChanged handler) updates
 /// ``uniqueName`` there.
-final class SignalSender {
+package final class SignalSender {
     /// The unique name (":1.42") whose signals are accepted, or ``BusDriver/name``; nil accepts none.
-    var uniqueName: String?
+    package var uniqueName: String?
 
-    init(_ uniqueName: String?) { self.uniqueName = uniqueName }
+    /// Also accept signals sent to this connection alone: only for the bus driver, whose name no
+    /// client can take, for NameLost and NameAcquired.
+    package var acceptsUnicast = false
+
+    package init(_ uniqueName: String?) { self.uniqueName = uniqueName }
 
     /// The bus driver, for NameOwnerChanged.
-    static var busDriver: SignalSender { SignalSender(BusDriver.name) }
+    package static var busDriver: SignalSender { SignalSender(BusDriver.name) }
 
     fileprivate func accepts(_ message: OpaquePointer) -> Bool {
-        guard let uniqueName, sd_bus_message_get_destination(message) == nil,
+        guard let uniqueName, acceptsUnicast || sd_bus_message_get_destination(message) == nil,
             let sender = sd_bus_message_get_sender(message)
         else { return false }
         return String(cString: sender) == uniqueName
@@ -302,18 +314,18 @@ private final class Subscription {
 /// An eventfd another thread writes to, so a thread waiting in ``BusConnection/wait(until:wakeup:)``
 /// returns at once. It stays readable once signalled (it is never read), which is what a
 /// cancellation wants.
-final class Wakeup: Sendable {
-    let descriptor: Int32
+package final class Wakeup: Sendable {
+    package let descriptor: Int32
 
     /// - Throws: `Errno` when no eventfd can be made (descriptor limit).
-    init() throws(Errno) {
+    package init() throws(Errno) {
         descriptor = try retryingInterrupts { eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) }
     }
 
     deinit { closeDescriptor(descriptor) }
 
     /// Makes the descriptor readable. Writing to an eventfd that is not full cannot fail.
-    func signal() {
+    package func signal() {
         var one: UInt64 = 1
         _ = withUnsafeBytes(of: &one) { write(descriptor, $0.baseAddress, $0.count) }
     }

@@ -13,24 +13,31 @@ import Musl
 
 /// A failure on the bus: an error reply (a D-Bus error name such as
 /// `net.reactivated.Fprint.Error.NoEnrolledPrints`) or a local failure of sd-bus (an errno).
-struct BusError: Error, Sendable, CustomStringConvertible {
+package struct BusError: Error, Sendable, CustomStringConvertible {
     /// What was being done: "connect", or the method called ("Claim").
-    let operation: String
+    package let operation: String
     /// The D-Bus error name of an error reply; nil for a local failure (no bus, connection reset).
-    let name: String?
+    package let name: String?
     /// The error reply's message, or strerror's text for a local failure.
-    let message: String
+    package let message: String
     /// The errno sd-bus reported (positive); for an error reply, the one sd-bus maps its name to.
-    let errno: Int32
+    package let errno: Int32
 
-    var description: String {
+    package init(operation: String, name: String?, message: String, errno: Int32) {
+        self.operation = operation
+        self.name = name
+        self.message = message
+        self.errno = errno
+    }
+
+    package var description: String {
         if let name { return "\(operation): \(name): \(message)" }
         return "\(operation): \(message) (errno \(errno))"
     }
 }
 
 /// What a wait on the connection ended with.
-enum BusWaitOutcome {
+package enum BusWaitOutcome {
     /// The connection has something to process (or sd-bus asked to be called again).
     case ready
     /// The wake-up descriptor became readable: someone cancelled.
@@ -41,19 +48,19 @@ enum BusWaitOutcome {
 
 /// One argument of a method call: a string ("s") or an unsigned 32-bit integer ("u", a PID or UID).
 /// A string literal is a string argument.
-enum BusArgument: ExpressibleByStringLiteral {
+package enum BusArgument: ExpressibleByStringLiteral {
     case string(String)
     case uint32(UInt32)
 
-    init(stringLiteral value: String) { self = .string(value) }
+    package init(stringLiteral value: String) { self = .string(value) }
 }
 
 /// A borrowed incoming message, read in order. Valid only inside the call that hands it out.
-struct BusMessageReader: ~Copyable {
-    let message: OpaquePointer
+package struct BusMessageReader: ~Copyable {
+    package let message: OpaquePointer
 
     /// Reads a string ("s") or an object path ("o").
-    mutating func readString(_ type: Character = "s") -> String? {
+    package mutating func readString(_ type: Character = "s") -> String? {
         var value: UnsafePointer<CChar>? = nil
         let result = withUnsafeMutablePointer(to: &value) {
             sd_bus_message_read_basic(message, Self.typeCode(type), $0)
@@ -63,14 +70,14 @@ struct BusMessageReader: ~Copyable {
     }
 
     /// Reads a boolean ("b"), which sd-bus stores as a C int.
-    mutating func readBool() -> Bool? {
+    package mutating func readBool() -> Bool? {
         var value: Int32 = 0
         guard sd_bus_message_read_basic(message, Self.typeCode("b"), &value) > 0 else { return nil }
         return value != 0
     }
 
     /// Reads an array of strings ("as").
-    mutating func readStringArray() -> [String]? {
+    package mutating func readStringArray() -> [String]? {
         guard sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }
         var strings: [String] = []
         while true {
@@ -90,22 +97,22 @@ struct BusMessageReader: ~Copyable {
     /// struct ("r") or dict entry ("e") made of `contents`.
     ///
     /// - Returns: false at the end of an array, or when the next value is not such a container.
-    mutating func enter(_ type: Character, _ contents: String) -> Bool {
+    package mutating func enter(_ type: Character, _ contents: String) -> Bool {
         sd_bus_message_enter_container(message, Self.typeCode(type), contents) > 0
     }
 
     /// Leaves the container entered last, which must have been read to its end.
-    mutating func exit() -> Bool {
+    package mutating func exit() -> Bool {
         sd_bus_message_exit_container(message) >= 0
     }
 
     /// Skips values of the complete types `types` ("v", "sv", ...), unread.
-    mutating func skip(_ types: String) -> Bool {
+    package mutating func skip(_ types: String) -> Bool {
         sd_bus_message_skip(message, types) >= 0
     }
 
     /// Reads a variant ("v") that holds a boolean; nil when it holds anything else.
-    mutating func readVariantBool() -> Bool? {
+    package mutating func readVariantBool() -> Bool? {
         guard enter("v", "b") else { return nil }
         let value = readBool()
         guard exit() else { return nil }

@@ -1,0 +1,285 @@
+import Foundation
+import KeychainVocabulary
+import TPMKeychain
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One collection: a TPMKeychain store (or, for the `session` collection, memory that ends with
+/// the daemon), its items indexed, and whether it is locked. Used on the daemon's loop thread only.
+final class SecretCollection {
+    /// The store's name in the data directory; `session` for the in-memory collection.
+    let name: String
+    /// The last element of the collection's object path.
+    let id: String
+    let storePath: String?
+    private(set) var label: String
+    private(set) var created: UInt64
+    private(set) var modified: UInt64
+    var isLocked = false
+
+    private var service: ItemService?
+    private var index: ItemIndex?
+    private var memorySecrets: [String: (secret: [UInt8], contentType: String)] = [:]
+    private var fingerprint: [Int64] = []
+
+    static let sessionName = "session"
+
+    /// A collection over the store at `storePath`, opened at its first use.
+    init(name: String, storePath: String) {
+        self.name = name
+        self.id = ObjectPaths.element(for: name)
+        self.storePath = storePath
+        label = name
+        // What the store directory says until the collection is opened: no secret needed for it.
+        created = UInt64(max(0, Self.modificationTime(storePath) / 1_000_000_000))
+        modified = created
+    }
+
+    /// The in-memory `session` collection.
+    init(memoryNamed name: String, label: String) {
+        self.name = name
+        self.id = ObjectPaths.element(for: name)
+        storePath = nil
+        self.label = label
+        created = UInt64(Date().timeIntervalSince1970)
+        modified = created
+        index = ItemIndex()
+    }
+
+    var path: String { ObjectPaths.collection(id) }
+    var isInMemory: Bool { storePath == nil }
+
+    /// Closes the store: its keys leave memory.
+    func close() {
+        if let service { Keychain.closeStore(service.location) }
+        service = nil
+        index = nil
+    }
+
+    // MARK: Items
+
+    /// Every item, oldest first.
+    func items() throws(SecretServiceError) -> [SecretItem] {
+        try currentIndex().search([:])
+    }
+
+    func search(_ attributes: [String: String]) throws(SecretServiceError) -> [SecretItem] {
+        try currentIndex().search(attributes)
+    }
+
+    func item(_ id: String) throws(SecretServiceError) -> SecretItem? {
+        try currentIndex()[id]
+    }
+
+    /// The item's secret and content type.
+    ///
+    /// - Throws: ``SecretServiceError`` `.isLocked` when the collection is locked, or the item is
+    ///   protected and its key is not open; `.noSuchObject` when it went away.
+    func secret(of item: SecretItem) throws(SecretServiceError) -> (secret: [UInt8], contentType: String) {
+        guard !isLocked else { throw SecretServiceError(.isLocked, "The collection \"\(label)\" is locked") }
+        guard let service else {
+            guard let kept = memorySecrets[item.id] else { throw Self.gone(item) }
+            return kept
+        }
+        let value: [UInt8]?
+        do {
+            let found = try service.item(.genericPassword, primary: AttributeList(item.identity), withSecret: true)
+            value = try found.flatMap { (found) throws(KeychainError) in try service.secret(of: found, key: nil) }
+        } catch {
+            throw SecretServiceError(error)
+        }
+        guard let value else { throw Self.gone(item) }
+        return (value, item.contentType)
+    }
+
+    /// Creates an item, or with `replace` rewrites the one whose attributes are exactly these.
+    ///
+    /// - Returns: the item, and whether it is new.
+    func create(
+        label: String, attributes: [String: String], secret: [UInt8], contentType: String, replace: Bool
+    ) throws(SecretServiceError) -> (item: SecretItem, isNew: Bool) {
+        try checkWritable()
+        let existing = replace ? try currentIndex().exactly(attributes).first : nil
+        let identity: ItemIdentity
+        if let existing { identity = existing.identity } else { identity = try newIdentity(for: attributes) }
+        try write(
+            identity: identity, label: label, attributes: attributes, contentType: contentType, secret: secret,
+            isNew: existing == nil)
+        guard let item = try currentIndex()[SecretItem.id(of: identity)] else {
+            throw SecretServiceError(.failed, "The item was written but cannot be read back")
+        }
+        return (item, existing == nil)
+    }
+
+    /// Changes an item's secret, label or attributes (nil keeps each).
+    func update(
+        _ item: SecretItem, label: String? = nil, attributes: [String: String]? = nil,
+        secret: (value: [UInt8], contentType: String)? = nil
+    ) throws(SecretServiceError) -> SecretItem {
+        try checkWritable()
+        try write(
+            identity: item.identity, label: label ?? item.label, attributes: attributes ?? item.attributes,
+            contentType: secret?.contentType ?? item.contentType, secret: secret?.value, isNew: false)
+        guard let updated = try currentIndex()[item.id] else { throw Self.gone(item) }
+        return updated
+    }
+
+    func delete(_ item: SecretItem) throws(SecretServiceError) {
+        try checkWritable()
+        if let service {
+            do {
+                _ = try service.delete(.genericPassword, primary: AttributeList(item.identity))
+            } catch {
+                throw SecretServiceError(error)
+            }
+            fingerprint = takeFingerprint()
+        } else {
+            memorySecrets[item.id] = nil
+        }
+        index?.remove(item.id)
+        modified = Self.now()
+    }
+
+    /// Renames the collection; kept in the store (a collection-properties item).
+    func setLabel(_ newLabel: String) throws(SecretServiceError) {
+        if let service {
+            do {
+                let identity = try ItemIdentity(
+                    accessGroup: "", service: SecretItemMapping.collectionService, account: "properties")
+                var primary = AttributeList(identity)
+                primary.setString(newLabel, for: AttributeTag.label)
+                try service.write(
+                    .genericPassword, primary: primary, mode: .upsert, value: ItemValue(kind: .data, bytes: [0]))
+            } catch {
+                throw SecretServiceError(error)
+            }
+            fingerprint = takeFingerprint()
+        }
+        label = newLabel
+        modified = Self.now()
+    }
+
+    // MARK: The store
+
+    private func checkWritable() throws(SecretServiceError) {
+        guard !isLocked else { throw SecretServiceError(.isLocked, "The collection \"\(label)\" is locked") }
+    }
+
+    private func write(
+        identity: ItemIdentity, label: String, attributes: [String: String], contentType: String, secret: [UInt8]?,
+        isNew: Bool
+    ) throws(SecretServiceError) {
+        let stored = SecretItemMapping.storedAttributes(
+            identity: identity, label: label, attributes: attributes, contentType: contentType)
+        guard stored.encoded().count <= AttributeList.maximumValueSize else {
+            throw SecretServiceError(.invalidArgs, "The item's attributes and label are over 64 KiB")
+        }
+        _ = try currentIndex()
+        guard let service else {
+            let id = SecretItem.id(of: identity)
+            let now = Self.now()
+            let old = index?[id]
+            if let secret { memorySecrets[id] = (secret, contentType) }
+            index?.insert(
+                SecretItem(
+                    id: id, identity: identity, label: label, attributes: attributes, contentType: contentType,
+                    created: old?.created ?? now, modified: now, isProtected: false))
+            modified = now
+            return
+        }
+        let result: ItemQueryResult?
+        do {
+            try service.write(
+                .genericPassword, primary: stored, mode: isNew ? .add : .update,
+                value: secret.map { ItemValue(kind: .data, bytes: $0) })
+            result = try service.item(.genericPassword, primary: AttributeList(identity), withSecret: false)
+        } catch {
+            throw SecretServiceError(error)
+        }
+        guard let result, let item = SecretItemMapping.item(from: result) else {
+            throw SecretServiceError(.failed, "The item was written but cannot be read back")
+        }
+        index?.insert(item)
+        fingerprint = takeFingerprint()
+        modified = Self.now()
+    }
+
+    /// A new item's store identity. Attributes naming a service and account that no item has yet
+    /// become the item's own service and account, so the Keychain API and the CLI find it by them;
+    /// otherwise the item gets a fresh random account under ``SecretItemMapping/itemService``.
+    private func newIdentity(for attributes: [String: String]) throws(SecretServiceError) -> ItemIdentity {
+        if let service = attributes["service"], let account = attributes["account"],
+            service != SecretItemMapping.collectionService,
+            let identity = try? ItemIdentity(accessGroup: "", service: service, account: account),
+            try currentIndex()[SecretItem.id(of: identity)] == nil
+        {
+            return identity
+        }
+        var generator = SystemRandomNumberGenerator()
+        let account = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }.hexString
+        return ItemIdentity(unchecked: "", SecretItemMapping.itemService, account)
+    }
+
+    /// The index, built at first use and rebuilt when another process changed the store.
+    private func currentIndex() throws(SecretServiceError) -> ItemIndex {
+        guard let storePath else { return index ?? ItemIndex() }
+        if let index, takeFingerprint() == fingerprint { return index }
+        let results: [ItemQueryResult]
+        do {
+            let opened: ItemService
+            if let service {
+                opened = service
+            } else {
+                // The TPM as the library chooses it for every process (the store's own simulator
+                // only while a command needs it), so the CLI and other processes share the store.
+                opened = try ItemService(location: try KeychainLocation(path: storePath))
+                service = opened
+            }
+            fingerprint = takeFingerprint()
+            results = try opened.query(.genericPassword, matching: AttributeList())
+        } catch {
+            throw SecretServiceError(error)
+        }
+        var items: [SecretItem] = []
+        items.reserveCapacity(results.count)
+        for result in results {
+            if let item = SecretItemMapping.item(from: result) {
+                items.append(item)
+            } else if let storedLabel = result.attributes.string(AttributeTag.label) {
+                label = storedLabel
+            }
+        }
+        let built = ItemIndex(items)
+        index = built
+        return built
+    }
+
+    /// The modification times of the store directory and its subdirectories: any item written,
+    /// replaced or removed by any process changes one of them.
+    private func takeFingerprint() -> [Int64] {
+        guard let storePath else { return [] }
+        var times: [Int64] = [Self.modificationTime(storePath)]
+        let children = (try? FileManager.default.contentsOfDirectory(atPath: storePath)) ?? []
+        for child in children.sorted() {
+            let path = storePath + "/" + child
+            var status = stat()
+            guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else { continue }
+            times.append(Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
+        }
+        return times
+    }
+
+    private static func modificationTime(_ path: String) -> Int64 {
+        var status = stat()
+        guard stat(path, &status) == 0 else { return 0 }
+        return Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec)
+    }
+
+    private static func gone(_ item: SecretItem) -> SecretServiceError {
+        SecretServiceError(.noSuchObject, "The item \"\(item.label)\" no longer exists")
+    }
+
+    static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970) }
+}

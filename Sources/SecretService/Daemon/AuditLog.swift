@@ -1,0 +1,42 @@
+import DBus
+import Foundation
+
+/// A record of accesses, off by default: when, who (uid, pid, executable), what, and the
+/// collection's and item's labels. Never a secret, never an attribute value.
+final class AuditLog {
+    private let handle: FileHandle
+
+    /// Appends to `path` (created 0600).
+    init(path: String) throws {
+        if !FileManager.default.fileExists(atPath: path) {
+            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
+            else { throw SecretServiceError(.failed, "The audit log \(path) could not be created") }
+        }
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw SecretServiceError(.failed, "The audit log \(path) could not be opened")
+        }
+        handle.seekToEndOfFile()
+        self.handle = handle
+    }
+
+    func record(peer: BusPeer, action: String, collection: String, item: String?) {
+        let time = ISO8601DateFormatter().string(from: Date())
+        var line = "\(time) uid=\(peer.uid) pid=\(peer.pid) exe=\(peer.executable ?? "?") \(action)"
+        line += " collection=\(Self.quoted(collection))"
+        if let item { line += " item=\(Self.quoted(item))" }
+        handle.write(Data((line + "\n").utf8))
+    }
+
+    /// A label as one token: quotes and control characters escaped, so a label cannot forge a line.
+    private static func quoted(_ text: String) -> String {
+        var result = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"", "\\": result += "\\" + String(scalar)
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F: result += "\\u{\(String(scalar.value, radix: 16))}"
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result + "\""
+    }
+}

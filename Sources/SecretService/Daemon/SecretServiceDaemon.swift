@@ -1,0 +1,130 @@
+import Foundation
+import DBus
+import SystemCalls
+import TPMKeychain
+
+/// The Secret Service daemon (`tpm-keychain secret-service`): owns `org.freedesktop.secrets` on a
+/// session bus and answers from the stores of one data directory until it loses the name, the
+/// bus goes away, or it is stopped. One thread; idle, it sleeps in poll(2).
+package enum SecretServiceDaemon {
+    package static let busName = "org.freedesktop.secrets"
+
+    package struct Options: Sendable {
+        /// A D-Bus address; nil for the session bus (`DBUS_SESSION_BUS_ADDRESS`).
+        package var address: String?
+        /// Take the name from the provider that owns it (if it allows replacement).
+        package var replace = false
+        /// Where the collections' stores are (``KeychainLocation/dataDirectory`` by default).
+        package var dataDirectory: String
+        /// Append a line per access to this file (caller, action, labels; never a secret).
+        package var auditLog: String?
+
+        package init(address: String?, dataDirectory: String) {
+            self.address = address
+            self.dataDirectory = dataDirectory
+        }
+    }
+
+    /// Why the daemon stopped.
+    package enum Ending: Equatable, Sendable {
+        /// Another provider took the name (`--replace`).
+        case replaced
+        /// The bus closed the connection.
+        case busClosed
+        /// ``Stopper/stop()`` was called (SIGTERM, SIGINT).
+        case stopped
+    }
+
+    package enum Failure: Error, CustomStringConvertible {
+        case nameOwned(owner: String)
+        case bus(String)
+        case setup(String)
+
+        package var description: String {
+            switch self {
+            case .nameOwned(let owner):
+                "another Secret Service provider owns \(SecretServiceDaemon.busName) on this bus (\(owner)); stop it, or pass --replace to take the name over"
+            case .bus(let message): "the session bus: \(message)"
+            case .setup(let message): message
+            }
+        }
+    }
+
+    /// Stops a running daemon from another thread.
+    package final class Stopper: Sendable {
+        let wakeup: Wakeup
+        package init() throws { wakeup = try Wakeup() }
+        package func stop() { wakeup.signal() }
+    }
+
+    /// Runs until the name is lost, the bus closes or `stopper` stops it; `ready` is called once
+    /// the name is owned (the daemon answers from then on).
+    ///
+    /// - Throws: ``Failure`` when the bus cannot be reached or the name is owned by another provider.
+    package static func run(
+        _ options: Options, stopper: Stopper, ready: () -> Void = {}
+    ) throws(Failure) -> Ending {
+        let connection: BusConnection
+        do {
+            connection = try BusConnection(
+                address: options.address, sessionBus: options.address == nil, description: "tpm-keychain-secrets",
+                methodCallTimeout: .seconds(25))
+        } catch {
+            throw .bus(error.description)
+        }
+        let audit: AuditLog?
+        do {
+            audit = try options.auditLog.map { try AuditLog(path: $0) }
+        } catch {
+            throw .setup("\(error)")
+        }
+        let provider = SecretServiceProvider(
+            connection: connection, dataDirectory: options.dataDirectory, audit: audit)
+        defer { provider.close() }
+        var ending: Ending?
+        do {
+            try connection.serve(under: ObjectPaths.service) { provider.handle($0) }
+            let driver = SignalSender.busDriver
+            driver.acceptsUnicast = true
+            try connection.subscribe(
+                from: driver, name: BusDriver.name, path: BusDriver.path, interface: BusDriver.interface,
+                member: "NameLost"
+            ) { reader in
+                if reader.readString() == busName { ending = .replaced }
+            }
+            try connection.subscribe(
+                rule: "type='signal',sender='\(BusDriver.name)',path='\(BusDriver.path)',interface='\(BusDriver.interface)',member='NameOwnerChanged',arg2=''",
+                from: .busDriver
+            ) { reader in
+                // arg0 = name, arg1 = old owner, arg2 = new owner (empty: the connection left).
+                guard let name = reader.readString(), name.hasPrefix(":") else { return }
+                provider.forget(name)
+            }
+            if try connection.requestName(busName, replacing: options.replace) == .ownedByAnother {
+                let owner = (try? connection.nameOwner(busName)) ?? "unknown owner"
+                let peer = try? connection.peer(owner)
+                throw Failure.nameOwned(
+                    owner: peer.map { "pid \($0.pid), \($0.executable ?? "unknown executable")" } ?? owner)
+            }
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw .bus("\(error)")
+        }
+        ready()
+        while ending == nil {
+            do {
+                while try connection.process() {
+                    if ending != nil { break }
+                }
+                if ending != nil { break }
+                let outcome = try connection.wait(
+                    until: .now + .seconds(3600), wakeup: stopper.wakeup.descriptor)
+                if outcome == .woken { ending = .stopped }
+            } catch {
+                ending = .busClosed
+            }
+        }
+        return ending ?? .stopped
+    }
+}

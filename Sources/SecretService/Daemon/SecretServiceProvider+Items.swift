@@ -1,0 +1,105 @@
+import DBus
+import TPMKeychain
+
+// org.freedesktop.Secret.Collection and org.freedesktop.Secret.Item.
+extension SecretServiceProvider {
+    static let itemLabelProperty = "org.freedesktop.Secret.Item.Label"
+    static let itemAttributesProperty = "org.freedesktop.Secret.Item.Attributes"
+    static let itemTypeProperty = "org.freedesktop.Secret.Item.Type"
+
+    func collectionMethod(
+        _ call: BusMethodCall, collection: SecretCollection, peer: BusPeer
+    ) throws(SecretServiceError) -> [BusValue] {
+        guard call.interface.isEmpty || call.interface == Introspection.collectionInterface else {
+            throw Self.unknownMethod(call)
+        }
+        let arguments = call.arguments
+        switch call.member {
+        case "SearchItems":
+            try Self.expect(call, "a{ss}")
+            let found = try collection.search(arguments[0].stringDictionary ?? [:])
+            return [.objectPaths(found.map { itemPath($0, in: collection) })]
+        case "CreateItem":
+            try Self.expect(call, "a{sv}(oayays)b")
+            guard let properties = arguments[0].dictionary else {
+                throw SecretServiceError(.invalidArgs, "CreateItem's properties repeat a name")
+            }
+            let label = properties[Self.itemLabelProperty]?.unwrapped.string ?? ""
+            guard let attributes = (properties[Self.itemAttributesProperty]?.unwrapped ?? .stringDictionary([:]))
+                .stringDictionary
+            else { throw SecretServiceError(.invalidArgs, "\(Self.itemAttributesProperty) is a{ss}") }
+            let secret = try secret(from: arguments[1], sender: call.sender)
+            let (item, isNew) = try collection.create(
+                label: label, attributes: attributes, secret: secret.value, contentType: secret.contentType,
+                replace: arguments[2].bool ?? false)
+            let path = itemPath(item, in: collection)
+            audit?.record(peer: peer, action: isNew ? "create" : "replace", collection: collection.label, item: item.label)
+            emit(collection.path, Introspection.collectionInterface, isNew ? "ItemCreated" : "ItemChanged", [.objectPath(path)])
+            if isNew {
+                emitPropertiesChanged(
+                    collection.path, Introspection.collectionInterface, ["Items": try itemPaths(of: collection)])
+            }
+            return [.objectPath(path), .objectPath(ObjectPaths.none)]
+        case "Delete":
+            try Self.expect(call, "")
+            guard !collection.isInMemory else {
+                throw SecretServiceError(.notSupported, "The session collection ends with the daemon; it cannot be deleted")
+            }
+            try deleteCollection(collection)
+            audit?.record(peer: peer, action: "delete collection", collection: collection.label, item: nil)
+            return [.objectPath(ObjectPaths.none)]
+        default:
+            throw Self.unknownMethod(call)
+        }
+    }
+
+    func itemMethod(
+        _ call: BusMethodCall, item: SecretItem, in collection: SecretCollection, peer: BusPeer
+    ) throws(SecretServiceError) -> [BusValue] {
+        guard call.interface.isEmpty || call.interface == Introspection.itemInterface else {
+            throw Self.unknownMethod(call)
+        }
+        let path = itemPath(item, in: collection)
+        switch call.member {
+        case "GetSecret":
+            try Self.expect(call, "o")
+            let session = try session(call.arguments[0].objectPath ?? "", of: call.sender)
+            return [try secretStruct(of: item, in: collection, session: session, peer: peer)]
+        case "SetSecret":
+            try Self.expect(call, "(oayays)")
+            let secret = try secret(from: call.arguments[0], sender: call.sender)
+            _ = try collection.update(item, secret: secret)
+            audit?.record(peer: peer, action: "write", collection: collection.label, item: item.label)
+            emit(collection.path, Introspection.collectionInterface, "ItemChanged", [.objectPath(path)])
+            return []
+        case "Delete":
+            try Self.expect(call, "")
+            try collection.delete(item)
+            audit?.record(peer: peer, action: "delete", collection: collection.label, item: item.label)
+            emit(collection.path, Introspection.collectionInterface, "ItemDeleted", [.objectPath(path)])
+            emitPropertiesChanged(
+                collection.path, Introspection.collectionInterface, ["Items": try itemPaths(of: collection)])
+            return [.objectPath(ObjectPaths.none)]
+        default:
+            throw Self.unknownMethod(call)
+        }
+    }
+
+    func itemPaths(of collection: SecretCollection) throws(SecretServiceError) -> BusValue {
+        .objectPaths(try collection.items().map { itemPath($0, in: collection) })
+    }
+
+    private func deleteCollection(_ collection: SecretCollection) throws(SecretServiceError) {
+        guard let storePath = collection.storePath else { return }
+        collection.close()
+        do {
+            try KeychainLocation(path: storePath).removeStore()
+        } catch {
+            throw SecretServiceError(error)
+        }
+        collections[collection.id] = nil
+        aliases.forget(collection)
+        emit(ObjectPaths.service, Introspection.serviceInterface, "CollectionDeleted", [.objectPath(collection.path)])
+        emitPropertiesChanged(ObjectPaths.service, Introspection.serviceInterface, ["Collections": collectionPaths()])
+    }
+}

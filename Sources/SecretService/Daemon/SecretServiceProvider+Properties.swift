@@ -1,0 +1,125 @@
+import DBus
+
+// org.freedesktop.DBus.Properties and Introspectable for every object.
+extension SecretServiceProvider {
+    func properties(_ call: BusMethodCall, target: ObjectPaths.Target) throws(SecretServiceError) -> [BusValue] {
+        switch call.member {
+        case "Get":
+            try Self.expect(call, "ss")
+            let all = try allProperties(of: target, interface: call.arguments[0].string ?? "")
+            let name = call.arguments[1].string ?? ""
+            guard let value = all.first(where: { $0.0 == name })?.1 else {
+                throw SecretServiceError(.unknownProperty, "No property \(name) at \(call.path)")
+            }
+            return [.variant(value)]
+        case "GetAll":
+            try Self.expect(call, "s")
+            return [.properties(try allProperties(of: target, interface: call.arguments[0].string ?? ""))]
+        case "Set":
+            try Self.expect(call, "ssv")
+            try setProperty(
+                of: target, name: call.arguments[1].string ?? "", value: call.arguments[2].unwrapped, sender: call.sender)
+            return []
+        default:
+            throw Self.unknownMethod(call)
+        }
+    }
+
+    /// The properties of the object `target` names, for `interface` (empty: its main interface).
+    private func allProperties(
+        of target: ObjectPaths.Target, interface: String
+    ) throws(SecretServiceError) -> [(String, BusValue)] {
+        func requireInterface(_ expected: String) throws(SecretServiceError) {
+            guard interface.isEmpty || interface == expected else {
+                throw SecretServiceError(.unknownProperty, "No interface \(interface) on this object")
+            }
+        }
+        switch target {
+        case .service:
+            try requireInterface(Introspection.serviceInterface)
+            return [("Collections", collectionPaths())]
+        case .collection(let id, let alias):
+            try requireInterface(Introspection.collectionInterface)
+            let collection = try collection(id, alias: alias)
+            return [
+                ("Items", try itemPaths(of: collection)), ("Label", .string(collection.label)),
+                ("Locked", .bool(collection.isLocked)), ("Created", .uint64(collection.created)),
+                ("Modified", .uint64(collection.modified)),
+            ]
+        case .item(let id, let collectionID, let alias):
+            try requireInterface(Introspection.itemInterface)
+            let collection = try collection(collectionID, alias: alias)
+            let item = try item(id, in: collection)
+            return [
+                ("Locked", .bool(collection.isLocked)), ("Attributes", .stringDictionary(item.attributes)),
+                ("Label", .string(item.label)), ("Type", .string(item.contentType)),
+                ("Created", .uint64(item.created)), ("Modified", .uint64(item.modified)),
+            ]
+        case .session, .prompt:
+            return []
+        case .unknown:
+            throw SecretServiceError(.unknownObject, "No such object")
+        }
+    }
+
+    private func setProperty(
+        of target: ObjectPaths.Target, name: String, value: BusValue, sender: String
+    ) throws(SecretServiceError) {
+        switch target {
+        case .collection(let id, let alias):
+            let collection = try collection(id, alias: alias)
+            guard name == "Label" else { throw readOnly(name) }
+            guard let label = value.string else { throw SecretServiceError(.invalidArgs, "Label is a string") }
+            try collection.setLabel(label)
+            emitCollectionChanged(collection)
+            emitPropertiesChanged(collection.path, Introspection.collectionInterface, ["Label": .string(label)])
+        case .item(let id, let collectionID, let alias):
+            let collection = try collection(collectionID, alias: alias)
+            let item = try item(id, in: collection)
+            let updated: SecretItem
+            switch name {
+            case "Label":
+                guard let label = value.string else { throw SecretServiceError(.invalidArgs, "Label is a string") }
+                updated = try collection.update(item, label: label)
+            case "Attributes":
+                guard let attributes = value.stringDictionary else {
+                    throw SecretServiceError(.invalidArgs, "Attributes is a{ss}")
+                }
+                updated = try collection.update(item, attributes: attributes)
+            default:
+                throw readOnly(name)
+            }
+            let path = itemPath(updated, in: collection)
+            emit(collection.path, Introspection.collectionInterface, "ItemChanged", [.objectPath(path)])
+            emitPropertiesChanged(
+                path, Introspection.itemInterface,
+                name == "Label" ? ["Label": .string(updated.label)] : ["Attributes": .stringDictionary(updated.attributes)])
+        default:
+            throw readOnly(name)
+        }
+    }
+
+    private func readOnly(_ name: String) -> SecretServiceError {
+        SecretServiceError(.propertyReadOnly, "The property \(name) cannot be set")
+    }
+
+    func introspect(_ target: ObjectPaths.Target) throws(SecretServiceError) -> String {
+        switch target {
+        case .service:
+            return Introspection.document(
+                interfaces: [Introspection.serviceInterface], children: ["collection", "aliases", "session", "prompt"])
+        case .collection(let id, let alias):
+            let collection = try collection(id, alias: alias)
+            return Introspection.document(
+                interfaces: [Introspection.collectionInterface], children: try collection.items().map(\.id))
+        case .item:
+            return Introspection.document(interfaces: [Introspection.itemInterface], children: [])
+        case .session:
+            return Introspection.document(interfaces: [Introspection.sessionInterface], children: [])
+        case .prompt:
+            return Introspection.document(interfaces: [Introspection.promptInterface], children: [])
+        case .unknown:
+            throw SecretServiceError(.unknownObject, "No such object")
+        }
+    }
+}

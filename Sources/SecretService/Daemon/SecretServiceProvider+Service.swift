@@ -1,0 +1,179 @@
+import DBus
+import Foundation
+import TPMKeychain
+
+// org.freedesktop.Secret.Service: sessions, collections, search, locking, bulk secrets, aliases.
+extension SecretServiceProvider {
+    func serviceMethod(_ call: BusMethodCall, peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
+        guard call.interface.isEmpty || call.interface == Introspection.serviceInterface else {
+            throw Self.unknownMethod(call)
+        }
+        let arguments = call.arguments
+        switch call.member {
+        case "OpenSession":
+            try Self.expect(call, "sv")
+            return try openSession(algorithm: arguments[0].string ?? "", input: arguments[1].unwrapped, owner: call.sender)
+        case "CreateCollection":
+            try Self.expect(call, "a{sv}s")
+            return try createCollection(properties: arguments[0].dictionary ?? [:], alias: arguments[1].string ?? "")
+        case "SearchItems":
+            try Self.expect(call, "a{ss}")
+            var unlocked: [String] = []
+            var locked: [String] = []
+            for collection in sortedCollections() {
+                let found = try collection.search(arguments[0].stringDictionary ?? [:])
+                let paths = found.map { itemPath($0, in: collection) }
+                if collection.isLocked { locked += paths } else { unlocked += paths }
+            }
+            return [.objectPaths(unlocked), .objectPaths(locked)]
+        case "Unlock":
+            try Self.expect(call, "ao")
+            return try unlock(arguments[0].objectPathArray ?? [], caller: call.sender)
+        case "Lock":
+            try Self.expect(call, "ao")
+            var locked: [String] = []
+            for path in arguments[0].objectPathArray ?? [] {
+                let (collection, _) = try resolve(path)
+                if !collection.isLocked {
+                    collection.isLocked = true
+                    emitCollectionChanged(collection)
+                }
+                locked.append(path)
+            }
+            return [.objectPaths(locked), .objectPath(ObjectPaths.none)]
+        case "GetSecrets":
+            try Self.expect(call, "aoo")
+            let session = try session(arguments[1].objectPath ?? "", of: call.sender)
+            var entries: [BusValue] = []
+            for path in arguments[0].objectPathArray ?? [] {
+                let (collection, item) = try resolve(path)
+                // Locked items are left out, as the specification says; the caller unlocks first.
+                guard let item, !collection.isLocked else { continue }
+                do {
+                    let secret = try secretStruct(of: item, in: collection, session: session, peer: peer)
+                    entries.append(.dictionaryEntry(.objectPath(path), secret))
+                } catch where error.name == .isLocked {
+                    continue
+                }
+            }
+            return [.array(element: "{o(oayays)}", entries)]
+        case "ReadAlias":
+            try Self.expect(call, "s")
+            let id = aliases.collectionID(for: arguments[0].string ?? "", among: collections)
+            return [.objectPath(id.flatMap { collections[$0]?.path } ?? ObjectPaths.none)]
+        case "SetAlias":
+            try Self.expect(call, "so")
+            let name = arguments[0].string ?? ""
+            let target = arguments[1].objectPath ?? ObjectPaths.none
+            if target == ObjectPaths.none {
+                try aliases.set(name, to: nil)
+            } else {
+                let (collection, item) = try resolve(target)
+                guard item == nil else { throw SecretServiceError(.invalidArgs, "An alias names a collection") }
+                try aliases.set(name, to: collection)
+            }
+            return []
+        default:
+            throw Self.unknownMethod(call)
+        }
+    }
+
+    private func openSession(algorithm: String, input: BusValue, owner: String) throws(SecretServiceError) -> [BusValue] {
+        let path = newObjectPath(ObjectPaths.sessionPrefix)
+        switch algorithm {
+        case TransferSession.plainName:
+            sessions[path] = TransferSession(path: path, owner: owner, algorithm: .plain)
+            return [.variant(.string("")), .objectPath(path)]
+        case TransferSession.diffieHellmanName:
+            guard let clientPublic = input.byteArray else {
+                throw SecretServiceError(.invalidArgs, "\(algorithm) takes the client's public value as ay")
+            }
+            let (ourPublic, key) = try DiffieHellmanGroup2.agree(clientPublic: clientPublic)
+            sessions[path] = TransferSession(path: path, owner: owner, algorithm: .diffieHellman(key))
+            return [.variant(.bytes(ourPublic)), .objectPath(path)]
+        default:
+            throw SecretServiceError(
+                .notSupported,
+                "The algorithm \"\(algorithm)\" is not supported; use \(TransferSession.plainName) or \(TransferSession.diffieHellmanName)"
+            )
+        }
+    }
+
+    /// Unlocks collections (and the collections of items); a collection without access control
+    /// unlocks at once, with no prompt.
+    private func unlock(_ paths: [String], caller: String) throws(SecretServiceError) -> [BusValue] {
+        var unlocked: [String] = []
+        for path in paths {
+            let (collection, _) = try resolve(path)
+            if collection.isLocked {
+                collection.isLocked = false
+                emitCollectionChanged(collection)
+            }
+            unlocked.append(path)
+        }
+        return [.objectPaths(unlocked), .objectPath(ObjectPaths.none)]
+    }
+
+    private func createCollection(properties: [String: BusValue], alias: String) throws(SecretServiceError) -> [BusValue] {
+        if !alias.isEmpty, let id = aliases.collectionID(for: alias, among: collections), let existing = collections[id] {
+            return [.objectPath(existing.path), .objectPath(ObjectPaths.none)]
+        }
+        let label = properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string ?? (alias.isEmpty ? "Login" : alias)
+        let name = newStoreName(preferring: alias.isEmpty ? label : alias)
+        let path = dataDirectory + "/" + name
+        do {
+            // As the CLI's create-keychain: the TPM device, else a simulator kept in the store.
+            try KeychainLocation(path: path, tpm: .automaticOrSimulated).createStore()
+        } catch {
+            throw SecretServiceError(error)
+        }
+        let collection = SecretCollection(name: name, storePath: path)
+        collections[collection.id] = collection
+        if label != name { try collection.setLabel(label) }
+        if !alias.isEmpty { try aliases.set(alias, to: collection) }
+        emit(ObjectPaths.service, Introspection.serviceInterface, "CollectionCreated", [.objectPath(collection.path)])
+        emitPropertiesChanged(
+            ObjectPaths.service, Introspection.serviceInterface, ["Collections": collectionPaths()])
+        return [.objectPath(collection.path), .objectPath(ObjectPaths.none)]
+    }
+
+    /// A store name from a label: letters, digits, `-`, `_` and `.` kept, the rest `_`; made unique.
+    private func newStoreName(preferring text: String) -> String {
+        var base = String(
+            text.lowercased().map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" ? $0 : "_" }.prefix(64))
+        if base.isEmpty || base == SecretCollection.sessionName || base.hasPrefix(".") { base = "collection" }
+        var name = base
+        var number = 1
+        while FileManager.default.fileExists(atPath: dataDirectory + "/" + name)
+            || collections[ObjectPaths.element(for: name)] != nil
+        {
+            number += 1
+            name = base + String(number)
+        }
+        return name
+    }
+
+    func sortedCollections() -> [SecretCollection] {
+        refreshCollections()
+        return collections.values.sorted { $0.name < $1.name }
+    }
+
+    func collectionPaths() -> BusValue {
+        .objectPaths(sortedCollections().map(\.path))
+    }
+
+    func emitCollectionChanged(_ collection: SecretCollection) {
+        emit(ObjectPaths.service, Introspection.serviceInterface, "CollectionChanged", [.objectPath(collection.path)])
+        emitPropertiesChanged(
+            collection.path, Introspection.collectionInterface, ["Locked": .bool(collection.isLocked)])
+    }
+
+    func emitPropertiesChanged(_ path: String, _ interface: String, _ changed: [String: BusValue]) {
+        emit(
+            path, Introspection.propertiesInterface, "PropertiesChanged",
+            [
+                .string(interface), .properties(changed.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }),
+                .array(element: "s", []),
+            ])
+    }
+}

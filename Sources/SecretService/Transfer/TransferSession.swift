@@ -1,0 +1,117 @@
+import CModularExponentiation
+import Crypto
+import CryptoExtras
+import Foundation
+import WireFormat
+
+/// How secrets cross the bus in one client's session (the spec's "Session"): in the clear
+/// (`plain`), or encrypted under a key agreed by Diffie-Hellman
+/// (`dh-ietf1024-sha256-aes128-cbc-pkcs7`). Either way only the session's owner may use it.
+struct TransferSession {
+    enum Algorithm: Equatable {
+        case plain
+        /// AES-128-CBC with PKCS#7 under the key HKDF-SHA256 derived from the DH shared secret.
+        case diffieHellman(SymmetricKey)
+
+        static func == (lhs: Self, rhs: Self) -> Bool {
+            switch (lhs, rhs) {
+            case (.plain, .plain): true
+            case (.diffieHellman, .diffieHellman): true
+            default: false
+            }
+        }
+    }
+
+    static let plainName = "plain"
+    static let diffieHellmanName = "dh-ietf1024-sha256-aes128-cbc-pkcs7"
+
+    let path: String
+    /// The unique name of the connection that opened it: no one else may use or close it.
+    let owner: String
+    let algorithm: Algorithm
+
+    /// A secret for the client: (parameters, value). For DH, a fresh random IV and the ciphertext.
+    func encrypt(_ secret: [UInt8]) throws(SecretServiceError) -> (parameters: [UInt8], value: [UInt8]) {
+        switch algorithm {
+        case .plain:
+            return ([], secret)
+        case .diffieHellman(let key):
+            let iv = AES._CBC.IV()
+            do {
+                let ciphertext = try AES._CBC.encrypt(secret, using: key, iv: iv)
+                return (Array(iv), Array(ciphertext))
+            } catch {
+                throw SecretServiceError(.failed, "The secret could not be encrypted for the session")
+            }
+        }
+    }
+
+    /// A secret from the client.
+    ///
+    /// - Throws: ``SecretServiceError`` `.invalidArgs` for a bad IV or padding.
+    func decrypt(parameters: [UInt8], value: [UInt8]) throws(SecretServiceError) -> [UInt8] {
+        switch algorithm {
+        case .plain:
+            return value
+        case .diffieHellman(let key):
+            do {
+                let iv = try AES._CBC.IV(ivBytes: parameters)
+                return Array(try AES._CBC.decrypt(value, using: key, iv: iv))
+            } catch {
+                throw SecretServiceError(
+                    .invalidArgs, "The secret could not be decrypted with the session's key (wrong IV or padding)")
+            }
+        }
+    }
+}
+
+/// The 1024-bit MODP group of RFC 2409 (Oakley group 2), generator 2, and the key agreement the
+/// Secret Service specification builds on it.
+enum DiffieHellmanGroup2 {
+    static let prime: [UInt8] = [UInt8](
+        hexString:
+        "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD"
+            + "EF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED"
+            + "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF")!
+    static let size = 128
+
+    /// Agrees on an AES-128 key with a client whose public value is `clientPublic`.
+    ///
+    /// - Returns: our public value (128 bytes, for the client) and the session key.
+    /// - Throws: ``SecretServiceError`` `.invalidArgs` for a public value outside 2...p-2.
+    static func agree(clientPublic: [UInt8]) throws(SecretServiceError) -> (ourPublic: [UInt8], key: SymmetricKey) {
+        guard isAcceptable(clientPublic) else {
+            throw SecretServiceError(.invalidArgs, "The client's Diffie-Hellman public value is out of range")
+        }
+        var privateExponent = [UInt8](repeating: 0, count: size)
+        var generator = SystemRandomNumberGenerator()
+        for index in privateExponent.indices { privateExponent[index] = generator.next() }
+        defer { for index in privateExponent.indices { privateExponent[index] = 0 } }
+        let ourPublic = try power([2], privateExponent)
+        var shared = try power(clientPublic, privateExponent)
+        defer { for index in shared.indices { shared[index] = 0 } }
+        // `shared` is left-padded to the prime's 128 bytes, as libsecret, secretstorage and oo7 expect.
+        let key = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: shared), salt: [UInt8](), info: [UInt8](), outputByteCount: 16)
+        return (ourPublic, key)
+    }
+
+    private static func power(_ base: [UInt8], _ exponent: [UInt8]) throws(SecretServiceError) -> [UInt8] {
+        var result = [UInt8](repeating: 0, count: size)
+        let ok = result.withUnsafeMutableBufferPointer { output in
+            tpmkeychain_mod_exp(base, base.count, exponent, exponent.count, prime, prime.count, output.baseAddress)
+        }
+        guard ok == 1 else { throw SecretServiceError(.failed, "Diffie-Hellman failed") }
+        return result
+    }
+
+    /// 1 < y < p - 1, compared as big-endian numbers.
+    private static func isAcceptable(_ value: [UInt8]) -> Bool {
+        let trimmed = Array(value.drop { $0 == 0 })
+        guard trimmed.count <= size, !(trimmed.count == 1 && trimmed[0] <= 1), !trimmed.isEmpty else { return false }
+        guard trimmed.count == size else { return true }
+        var limit = prime
+        limit[size - 1] -= 1  // p - 1 (p is odd)
+        return trimmed.lexicographicallyPrecedes(limit)
+    }
+}
