@@ -266,6 +266,13 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // The Secret Service daemon with real clients (secret-tool, python3-secretstorage,
+        // python3-keyring) on a private dbus-daemon, its stores on a private swtpm.
+        .testTarget(
+            name: "SecretServiceTests",
+            dependencies: ["tpm-keychain", "TPMKeychainTesting", "SystemCalls"],
+            swiftSettings: strictness
+        ),
         .testTarget(
             name: "TPMSimulatorTests",
             dependencies: ["TPMSimulator", "TPMKeychainTesting", "SystemCalls"],

@@ -505,7 +505,9 @@ def scenario_dh():
         else:
             raise Failure('no session with a leading-zero shared secret in 4000 tries')
 
-        # cross-algorithm: stored through DH, read through plain, and vice versa
+        # cross-algorithm: stored through DH, read through plain, and vice versa (a new DH
+        # session: the first one is closed, and a closed session must not be usable)
+        coll = unlocked_default(conn, ssutil.open_session(conn))
         plain, _ = open_plain_session(conn)
         a = coll.create_item('dh->plain', test_attrs('dh', rid, x='a'), b'via-dh')
         try:

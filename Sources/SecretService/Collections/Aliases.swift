@@ -25,6 +25,9 @@ struct Aliases {
         return collections[id] != nil ? id : nil
     }
 
+    /// Whether SetAlias removed `alias` (so it names nothing, not the store of its name).
+    func wasRemoved(_ alias: String) -> Bool { entries[alias] == "" }
+
     mutating func set(_ alias: String, to collection: SecretCollection?) throws(SecretServiceError) {
         guard !alias.isEmpty, !alias.contains("\t"), !alias.contains("\n") else {
             throw SecretServiceError(.invalidArgs, "An alias is a non-empty name without tabs or line breaks")

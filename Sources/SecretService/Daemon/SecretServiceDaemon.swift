@@ -62,7 +62,7 @@ package enum SecretServiceDaemon {
     ///
     /// - Throws: ``Failure`` when the bus cannot be reached or the name is owned by another provider.
     package static func run(
-        _ options: Options, stopper: Stopper, ready: () -> Void = {}
+        _ options: Options, stopper: Stopper, warn: (String) -> Void = { _ in }, ready: () -> Void = {}
     ) throws(Failure) -> Ending {
         let connection: BusConnection
         do {
@@ -81,6 +81,12 @@ package enum SecretServiceDaemon {
         let provider = SecretServiceProvider(
             connection: connection, dataDirectory: options.dataDirectory, audit: audit)
         defer { provider.close() }
+        do {
+            try provider.ensureDefaultCollection()
+        } catch {
+            // The daemon still serves: CreateCollection can make it later, and says why it cannot.
+            warn("the default collection could not be created: \(error.message)")
+        }
         var ending: Ending?
         do {
             try connection.serve(under: ObjectPaths.service) { provider.handle($0) }

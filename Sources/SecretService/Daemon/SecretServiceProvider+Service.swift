@@ -114,11 +114,20 @@ extension SecretServiceProvider {
         return [.objectPaths(unlocked), .objectPath(ObjectPaths.none)]
     }
 
-    private func createCollection(properties: [String: BusValue], alias: String) throws(SecretServiceError) -> [BusValue] {
+    /// Creates the collection "default" names, the store `default` (the Keychain API's and the
+    /// CLI's), unless it exists or the alias was removed: clients expect a default collection.
+    func ensureDefaultCollection() throws(SecretServiceError) {
+        guard aliases.collectionID(for: "default", among: collections) == nil, !aliases.wasRemoved("default") else {
+            return
+        }
+        _ = try createCollection(properties: [:], alias: "default")
+    }
+
+    func createCollection(properties: [String: BusValue], alias: String) throws(SecretServiceError) -> [BusValue] {
         if !alias.isEmpty, let id = aliases.collectionID(for: alias, among: collections), let existing = collections[id] {
             return [.objectPath(existing.path), .objectPath(ObjectPaths.none)]
         }
-        let label = properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string ?? (alias.isEmpty ? "Login" : alias)
+        let label = properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string ?? (alias.isEmpty ? "collection" : alias)
         let name = newStoreName(preferring: alias.isEmpty ? label : alias)
         let path = dataDirectory + "/" + name
         do {

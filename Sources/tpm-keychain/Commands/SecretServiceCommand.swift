@@ -53,7 +53,9 @@ struct SecretServiceCommand: ParsableCommand {
         defer { ProcessGuard.remove(token) }
         let ending: SecretServiceDaemon.Ending
         do {
-            ending = try SecretServiceDaemon.run(options, stopper: stopper) {
+            ending = try SecretServiceDaemon.run(
+                options, stopper: stopper, warn: { printError("tpm-keychain: warning: \($0)") }
+            ) {
                 printError("tpm-keychain: serving \(SecretServiceDaemon.busName) from \(options.dataDirectory)")
             }
         } catch {
