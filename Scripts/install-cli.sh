@@ -9,6 +9,9 @@
 #   share/bash-completion/completions/tpm-keychain     tpm-keychain --generate-completion-script bash
 #   share/zsh/site-functions/_tpm-keychain             ... zsh
 #   share/fish/vendor_completions.d/tpm-keychain.fish  ... fish
+# and with --secret-service (makes tpm-keychain the desktop's keyring; see README.md):
+#   share/dbus-1/services/org.freedesktop.secrets.service  D-Bus activation of `tpm-keychain secret-service`
+#   share/systemd/user/tpm-keychain-secrets.service        the same as a systemd user service
 #
 # The man page and the completions are generated from the command's ArgumentParser definitions,
 # so they always match the binary. --dry-run prints the commands and runs none of them.
@@ -24,11 +27,14 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: Scripts/install-cli.sh [--prefix DIR] [--dry-run]
+Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--dry-run]
 
   --prefix DIR   where to install (default: ~/.local): bin/, share/man/man1/,
                  share/bash-completion/completions/, share/zsh/site-functions/,
                  share/fish/vendor_completions.d/
+  --secret-service
+                 also install the D-Bus activation file and systemd user unit that make
+                 `tpm-keychain secret-service` the session's org.freedesktop.secrets
   --dry-run      print what would be run, build and install nothing
   -h, --help     this text
 EOF
@@ -36,6 +42,7 @@ EOF
 
 prefix="${HOME:?HOME is not set}/.local"
 dry_run=false
+secret_service=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix)
@@ -46,6 +53,7 @@ while [ $# -gt 0 ]; do
             [ -n "$prefix" ] || { echo "install-cli.sh: --prefix needs a directory" >&2; exit 64; }
             shift ;;
         --dry-run) dry_run=true; shift ;;
+        --secret-service) secret_service=true; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "install-cli.sh: unknown argument: $1" >&2; usage >&2; exit 64 ;;
     esac
@@ -120,6 +128,18 @@ run install -m 644 "$manual_page" "$man_dir/tpm-keychain.1"
 run install -m 644 "$staging/tpm-keychain.bash" "$bash_dir/tpm-keychain"
 run install -m 644 "$staging/tpm-keychain.zsh" "$zsh_dir/_tpm-keychain"
 run install -m 644 "$staging/tpm-keychain.fish" "$fish_dir/tpm-keychain.fish"
+
+# 5. The Secret Service provider, when asked: activation file and user unit, pointing at bin/.
+if $secret_service; then
+    dbus_dir="$prefix/share/dbus-1/services"
+    unit_dir="$prefix/share/systemd/user"
+    for template in org.freedesktop.secrets.service tpm-keychain-secrets.service; do
+        sed "s|@BINDIR@|$bin_dir|g" "Scripts/secret-service/$template.in" > "$staging/$template"
+    done
+    run install -d -m 755 "$dbus_dir" "$unit_dir"
+    run install -m 644 "$staging/org.freedesktop.secrets.service" "$dbus_dir/org.freedesktop.secrets.service"
+    run install -m 644 "$staging/tpm-keychain-secrets.service" "$unit_dir/tpm-keychain-secrets.service"
+fi
 
 if $dry_run; then
     echo "Dry run: nothing was built or installed."

@@ -256,19 +256,8 @@ final class SecretCollection {
         return built
     }
 
-    /// The modification times of the store directory and its subdirectories: any item written,
-    /// replaced or removed by any process changes one of them.
     private func takeFingerprint() -> [Int64] {
-        guard let storePath else { return [] }
-        var times: [Int64] = [Self.modificationTime(storePath)]
-        let children = (try? FileManager.default.contentsOfDirectory(atPath: storePath)) ?? []
-        for child in children.sorted() {
-            let path = storePath + "/" + child
-            var status = stat()
-            guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFDIR else { continue }
-            times.append(Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec))
-        }
-        return times
+        service?.changeStamp() ?? []
     }
 
     private static func modificationTime(_ path: String) -> Int64 {

@@ -23,6 +23,8 @@ final class SecretServiceProvider {
     var aliases: Aliases
     var sessions: [String: TransferSession] = [:]
     private var nextObjectNumber = 0
+    /// The data directory's modification time at the last listing.
+    private var dataDirectoryTime: Int64 = 0
     /// Callers seen, by unique name (dbus-daemon never reuses one); forgotten when they leave.
     private var peers: [String: BusPeer] = [:]
 
@@ -41,8 +43,14 @@ final class SecretServiceProvider {
         for collection in collections.values { collection.close() }
     }
 
-    /// Picks up stores created (or removed) by other processes since the last look.
-    func refreshCollections() {
+    /// Picks up stores created (or removed) by other processes since the last look: a listing of
+    /// the data directory, only when its modification time moved.
+    /// - Parameter force: list even when the time did not move (a name was asked for and not found).
+    func refreshCollections(force: Bool = false) {
+        var status = stat()
+        let time = stat(dataDirectory, &status) == 0 ? Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec) : -1
+        guard force || time != dataDirectoryTime || time == -1 else { return }
+        dataDirectoryTime = time
         let names = Set(KeychainLocation.storeNames(in: dataDirectory))
         for name in names where collections[ObjectPaths.element(for: name)] == nil {
             let collection = SecretCollection(name: name, storePath: dataDirectory + "/" + name)
@@ -141,7 +149,7 @@ final class SecretServiceProvider {
     func collection(_ idOrAlias: String, alias: Bool) throws(SecretServiceError) -> SecretCollection {
         let id = alias ? aliases.collectionID(for: idOrAlias, among: collections) : idOrAlias
         if let id, let found = collections[id] { return found }
-        refreshCollections()
+        refreshCollections(force: true)
         if let id = alias ? aliases.collectionID(for: idOrAlias, among: collections) : idOrAlias,
             let found = collections[id]
         {

@@ -83,7 +83,9 @@ enum DiffieHellmanGroup2 {
         guard isAcceptable(clientPublic) else {
             throw SecretServiceError(.invalidArgs, "The client's Diffie-Hellman public value is out of range")
         }
-        var privateExponent = [UInt8](repeating: 0, count: size)
+        // 256 random bits: twice the group's strength (about 80 bits for 1024-bit MODP), the
+        // usual short-exponent rule (RFC 3526, section 8), and a quarter of the work of a full one.
+        var privateExponent = [UInt8](repeating: 0, count: 32)
         var generator = SystemRandomNumberGenerator()
         for index in privateExponent.indices { privateExponent[index] = generator.next() }
         defer { for index in privateExponent.indices { privateExponent[index] = 0 } }

@@ -60,6 +60,12 @@ package struct ItemService: Sendable {
         try store.item(itemClass, primary: primary, withSecret: withSecret)
     }
 
+    /// Changes whenever any process adds, replaces or removes an item of the store: for faces
+    /// that keep their own view of the items (the Secret Service's index) and rebuild it on change.
+    package func changeStamp() -> [Int64] {
+        store.changeStamp()
+    }
+
     // MARK: Writing
 
     /// Writes the item `primary` names (absent primary-key attributes count as empty; what else
