@@ -324,6 +324,12 @@ package final class Wakeup: Sendable {
 
     deinit { closeDescriptor(descriptor) }
 
+    /// Makes it not readable again (reads the counter), for a wake-up that is used more than once.
+    package func drain() {
+        var count: UInt64 = 0
+        _ = withUnsafeMutableBytes(of: &count) { read(descriptor, $0.baseAddress, $0.count) }
+    }
+
     /// Makes the descriptor readable. Writing to an eventfd that is not full cannot fail.
     package func signal() {
         var one: UInt64 = 1

@@ -17,7 +17,16 @@ final class SecretCollection {
     private(set) var label: String
     private(set) var created: UInt64
     private(set) var modified: UInt64
-    var isLocked = false
+    /// What unlocking the collection asks (its properties item's protection); nil: nothing.
+    private(set) var accessControl: AccessControl?
+    /// Lock() was called: a collection without access control stays locked until Unlock.
+    private var lockedByRequest = false
+    /// Key records opened by the last unlock, by record ID; dropped by Lock().
+    private var openedKeys: [[UInt8]: ItemService.OpenedKey] = [:]
+    /// The enrollment a biometryCurrentSet collection's new items bind to, read at unlock.
+    private var enrollment: [UInt8]?
+    /// The collection's properties item, when it has one (label, access control).
+    private var propertiesItem: ItemQueryResult?
 
     private var service: ItemService?
     private var index: ItemIndex?
@@ -51,6 +60,98 @@ final class SecretCollection {
     var path: String { ObjectPaths.collection(id) }
     var isInMemory: Bool { storePath == nil }
 
+    /// Locked: by Lock(), or because its access control's key is not open. A store that cannot
+    /// be opened counts as locked.
+    var isLocked: Bool {
+        if lockedByRequest { return true }
+        guard (try? currentIndex()) != nil else { return true }
+        guard accessControl != nil, let record = propertiesItem?.keyRecord else { return false }
+        return openedKeys[record] == nil
+    }
+
+    /// Locks: opened keys are forgotten (the next unlock asks again).
+    func lock() {
+        lockedByRequest = true
+        openedKeys = [:]
+    }
+
+    /// Unlocks a collection without access control; false when its access control must be
+    /// satisfied first (``unlockRequest()``, then ``completeUnlock(_:)``).
+    func unlockWithoutPrompt() -> Bool {
+        guard accessControl == nil || !isLockedByItsControl else {
+            return false
+        }
+        lockedByRequest = false
+        return true
+    }
+
+    private var isLockedByItsControl: Bool {
+        guard accessControl != nil, let record = propertiesItem?.keyRecord else { return false }
+        return openedKeys[record] == nil
+    }
+
+    /// What an unlock prompt needs, off the loop thread.
+    struct UnlockRequest: Sendable {
+        let service: ItemService
+        let control: AccessControl
+        let records: [ItemQueryResult]
+        let label: String
+    }
+
+    /// What an unlock prompt produced.
+    struct UnlockedKeys: Sendable {
+        let keys: [[UInt8]: ItemService.OpenedKey]
+        let enrollment: [UInt8]?
+    }
+
+    /// The key records to open (the properties item's, and any other its items use).
+    func unlockRequest() throws(SecretServiceError) -> UnlockRequest? {
+        _ = try currentIndex()
+        guard let accessControl, let service, let propertiesItem else { return nil }
+        var records = [propertiesItem]
+        var seen: Set<[UInt8]> = [propertiesItem.keyRecord]
+        for item in try currentIndex().search([:]) where item.isProtected && !seen.contains(item.keyRecord) {
+            seen.insert(item.keyRecord)
+            do {
+                if let found = try service.item(.genericPassword, primary: AttributeList(item.identity), withSecret: false) {
+                    records.append(found)
+                }
+            } catch {
+                throw SecretServiceError(error)
+            }
+        }
+        return UnlockRequest(service: service, control: accessControl, records: records, label: label)
+    }
+
+    func completeUnlock(_ unlocked: UnlockedKeys) {
+        openedKeys.merge(unlocked.keys) { $1 }
+        enrollment = unlocked.enrollment ?? enrollment
+        lockedByRequest = false
+    }
+
+    /// Sets a new collection up: its label, and the access control its items get (kept as the
+    /// protection of its properties item, whose key record every item then shares).
+    func setUp(label: String, accessControl control: AccessControl?, enrollment: [UInt8]?) throws(SecretServiceError) {
+        _ = try currentIndex()
+        guard let service else { return }
+        do {
+            try service.write(
+                .genericPassword, primary: propertiesPrimary(label: label), mode: .upsert,
+                value: ItemValue(kind: .data, bytes: [0]), control: control, enrollment: enrollment)
+        } catch {
+            throw SecretServiceError(error)
+        }
+        fingerprint = []  // rebuild: the properties item tells the access control
+        _ = try currentIndex()
+    }
+
+    private func propertiesPrimary(label: String) -> AttributeList {
+        var primary = AttributeList(
+            ItemIdentity(unchecked: "", SecretItemMapping.collectionService, "properties"))
+        primary.setString(label, for: AttributeTag.label)
+        return primary
+    }
+
     /// Closes the store: its keys leave memory.
     func close() {
         if let service { Keychain.closeStore(service.location) }
@@ -83,10 +184,14 @@ final class SecretCollection {
             guard let kept = memorySecrets[item.id] else { throw Self.gone(item) }
             return kept
         }
+        let key = item.isProtected ? openedKeys[item.keyRecord] : nil
+        if item.isProtected && key == nil {
+            throw SecretServiceError(.isLocked, "The collection \"\(label)\" is locked: unlock it first")
+        }
         let value: [UInt8]?
         do {
             let found = try service.item(.genericPassword, primary: AttributeList(item.identity), withSecret: true)
-            value = try found.flatMap { (found) throws(KeychainError) in try service.secret(of: found, key: nil) }
+            value = try found.flatMap { (found) throws(KeychainError) in try service.secret(of: found, key: key) }
         } catch {
             throw SecretServiceError(error)
         }
@@ -145,17 +250,17 @@ final class SecretCollection {
     /// Renames the collection; kept in the store (a collection-properties item).
     func setLabel(_ newLabel: String) throws(SecretServiceError) {
         if let service {
+            let key = propertiesItem.flatMap { $0.isProtected ? openedKeys[$0.keyRecord] : nil }
+            if propertiesItem?.isProtected == true && key == nil {
+                throw SecretServiceError(.isLocked, "The collection \"\(label)\" is locked: unlock it first")
+            }
             do {
-                let identity = try ItemIdentity(
-                    accessGroup: "", service: SecretItemMapping.collectionService, account: "properties")
-                var primary = AttributeList(identity)
-                primary.setString(newLabel, for: AttributeTag.label)
                 try service.write(
-                    .genericPassword, primary: primary, mode: .upsert, value: ItemValue(kind: .data, bytes: [0]))
+                    .genericPassword, primary: propertiesPrimary(label: newLabel), mode: .upsert,
+                    value: propertiesItem == nil ? ItemValue(kind: .data, bytes: [0]) : nil, key: key)
             } catch {
                 throw SecretServiceError(error)
             }
-            fingerprint = takeFingerprint()
         }
         label = newLabel
         modified = Self.now()
@@ -191,9 +296,19 @@ final class SecretCollection {
         }
         let result: ItemQueryResult?
         do {
-            try service.write(
-                .genericPassword, primary: stored, mode: isNew ? .add : .update,
-                value: secret.map { ItemValue(kind: .data, bytes: $0) })
+            let value = secret.map { ItemValue(kind: .data, bytes: $0) }
+            let mode: ItemWriteMode = isNew ? .add : .update
+            if let accessControl, value != nil {
+                // A new secret: under the collection's access control, in its shared key record.
+                try service.write(
+                    .genericPassword, primary: stored, mode: mode, value: value, control: accessControl,
+                    enrollment: enrollment)
+            } else {
+                // Attributes only: a protected item keeps its secret with its opened key.
+                let old = index?[SecretItem.id(of: identity)]
+                let key = old.flatMap { $0.isProtected ? openedKeys[$0.keyRecord] : nil }
+                try service.write(.genericPassword, primary: stored, mode: mode, value: value, key: key)
+            }
             result = try service.item(.genericPassword, primary: AttributeList(identity), withSecret: false)
         } catch {
             throw SecretServiceError(error)
@@ -244,11 +359,15 @@ final class SecretCollection {
         }
         var items: [SecretItem] = []
         items.reserveCapacity(results.count)
+        propertiesItem = nil
+        accessControl = nil
         for result in results {
             if let item = SecretItemMapping.item(from: result) {
                 items.append(item)
-            } else if let storedLabel = result.attributes.string(AttributeTag.label) {
-                label = storedLabel
+            } else {
+                propertiesItem = result
+                if let storedLabel = result.attributes.string(AttributeTag.label) { label = storedLabel }
+                accessControl = try? service?.accessControl(of: result)
             }
         }
         let built = ItemIndex(items)

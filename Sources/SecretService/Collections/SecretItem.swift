@@ -19,6 +19,8 @@ struct SecretItem {
     var modified: UInt64
     /// Whether the secret is under a key record (needs the collection's access control to read).
     var isProtected: Bool
+    /// The key record's ID (all zero for the master key).
+    var keyRecord: [UInt8] = ItemQueryResult.masterKeyRecord
 
     static func id(of identity: ItemIdentity) -> String {
         var bytes = Array(identity.accessGroup.utf8) + [0]
@@ -98,7 +100,7 @@ enum SecretItemMapping {
             label: stored.string(AttributeTag.label) ?? "\(service) (\(account))", attributes: attributes,
             contentType: stored.string(contentTypeTag) ?? defaultContentType,
             created: UInt64(max(0, created / 1_000_000_000)), modified: UInt64(max(0, modified / 1_000_000_000)),
-            isProtected: result.isProtected)
+            isProtected: result.isProtected, keyRecord: result.keyRecord)
     }
 
     /// The stored attributes a Secret Service write sets (besides the identity's).

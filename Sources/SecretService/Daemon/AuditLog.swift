@@ -20,11 +20,20 @@ final class AuditLog {
     }
 
     func record(peer: BusPeer, action: String, collection: String, item: String?) {
-        let time = ISO8601DateFormatter().string(from: Date())
-        var line = "\(time) uid=\(peer.uid) pid=\(peer.pid) exe=\(peer.executable ?? "?") \(action)"
+        var line = "uid=\(peer.uid) pid=\(peer.pid) exe=\(peer.executable ?? "?") \(action)"
         line += " collection=\(Self.quoted(collection))"
         if let item { line += " item=\(Self.quoted(item))" }
-        handle.write(Data((line + "\n").utf8))
+        write(line)
+    }
+
+    /// An event no caller is present for (a prompt that ended after its caller left).
+    func record(event: String, collection: String) {
+        write("\(event) collection=\(Self.quoted(collection))")
+    }
+
+    private func write(_ line: String) {
+        let time = ISO8601DateFormatter().string(from: Date())
+        handle.write(Data((time + " " + line + "\n").utf8))
     }
 
     /// A label as one token: quotes and control characters escaped, so a label cannot forge a line.

@@ -1,7 +1,7 @@
 import Foundation
 import DBus
+package import TPMKeychain
 import SystemCalls
-import TPMKeychain
 
 /// The Secret Service daemon (`tpm-keychain secret-service`): owns `org.freedesktop.secrets` on a
 /// session bus and answers from the stores of one data directory until it loses the name, the
@@ -18,6 +18,10 @@ package enum SecretServiceDaemon {
         package var dataDirectory: String
         /// Append a line per access to this file (caller, action, labels; never a secret).
         package var auditLog: String?
+        /// The biometric authenticator unlock prompts use (fprintd), if any.
+        package var authenticator: (any Authenticator)?
+        /// Where unlock prompts get the device passcode, if anywhere.
+        package var passcode: PasscodeSource?
 
         package init(address: String?, dataDirectory: String) {
             self.address = address
@@ -50,11 +54,15 @@ package enum SecretServiceDaemon {
         }
     }
 
-    /// Stops a running daemon from another thread.
+    /// Stops a running daemon from another thread. Its wake-up also carries the prompts' outcomes.
     package final class Stopper: Sendable {
         let wakeup: Wakeup
+        let stopped = Locked(false)
         package init() throws { wakeup = try Wakeup() }
-        package func stop() { wakeup.signal() }
+        package func stop() {
+            stopped.withLock { $0 = true }
+            wakeup.signal()
+        }
     }
 
     /// Runs until the name is lost, the bus closes or `stopper` stops it; `ready` is called once
@@ -79,7 +87,8 @@ package enum SecretServiceDaemon {
             throw .setup("\(error)")
         }
         let provider = SecretServiceProvider(
-            connection: connection, dataDirectory: options.dataDirectory, audit: audit)
+            connection: connection, dataDirectory: options.dataDirectory, audit: audit,
+            authenticator: options.authenticator, passcode: options.passcode, wakeup: stopper.wakeup)
         defer { provider.close() }
         do {
             try provider.ensureDefaultCollection()
@@ -126,7 +135,11 @@ package enum SecretServiceDaemon {
                 if ending != nil { break }
                 let outcome = try connection.wait(
                     until: .now + .seconds(3600), wakeup: stopper.wakeup.descriptor)
-                if outcome == .woken { ending = .stopped }
+                if outcome == .woken {
+                    stopper.wakeup.drain()
+                    if stopper.stopped.withLock({ $0 }) { ending = .stopped }
+                    provider.applyPromptOutcomes()
+                }
             } catch {
                 ending = .busClosed
             }

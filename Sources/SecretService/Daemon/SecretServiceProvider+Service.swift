@@ -34,10 +34,9 @@ extension SecretServiceProvider {
             var locked: [String] = []
             for path in arguments[0].objectPathArray ?? [] {
                 let (collection, _) = try resolve(path)
-                if !collection.isLocked {
-                    collection.isLocked = true
-                    emitCollectionChanged(collection)
-                }
+                let wasLocked = collection.isLocked
+                collection.lock()
+                if !wasLocked { emitCollectionChanged(collection) }
                 locked.append(path)
             }
             return [.objectPaths(locked), .objectPath(ObjectPaths.none)]
@@ -99,19 +98,26 @@ extension SecretServiceProvider {
         }
     }
 
-    /// Unlocks collections (and the collections of items); a collection without access control
-    /// unlocks at once, with no prompt.
+    /// Unlocks collections (and the collections of items). A collection without access control
+    /// unlocks at once; the others wait for a prompt, whose path is returned.
     private func unlock(_ paths: [String], caller: String) throws(SecretServiceError) -> [BusValue] {
         var unlocked: [String] = []
+        var waiting: [SecretCollection] = []
+        var waitingPaths: [String] = []
         for path in paths {
             let (collection, _) = try resolve(path)
-            if collection.isLocked {
-                collection.isLocked = false
+            if !collection.isLocked {
+                unlocked.append(path)
+            } else if collection.unlockWithoutPrompt() {
                 emitCollectionChanged(collection)
+                unlocked.append(path)
+            } else {
+                if !waiting.contains(where: { $0 === collection }) { waiting.append(collection) }
+                waitingPaths.append(path)
             }
-            unlocked.append(path)
         }
-        return [.objectPaths(unlocked), .objectPath(ObjectPaths.none)]
+        guard !waiting.isEmpty else { return [.objectPaths(unlocked), .objectPath(ObjectPaths.none)] }
+        return [.objectPaths(unlocked), .objectPath(newUnlockPrompt(for: waiting, paths: waitingPaths, caller: caller))]
     }
 
     /// Creates the collection "default" names, the store `default` (the Keychain API's and the
@@ -128,6 +134,7 @@ extension SecretServiceProvider {
             return [.objectPath(existing.path), .objectPath(ObjectPaths.none)]
         }
         let label = properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string ?? (alias.isEmpty ? "collection" : alias)
+        let control = try Self.accessControl(properties[Self.accessControlProperty]?.unwrapped)
         let name = newStoreName(preferring: alias.isEmpty ? label : alias)
         let path = dataDirectory + "/" + name
         do {
@@ -138,12 +145,63 @@ extension SecretServiceProvider {
         }
         let collection = SecretCollection(name: name, storePath: path)
         collections[collection.id] = collection
-        if label != name { try collection.setLabel(label) }
+        if let control {
+            try collection.setUp(label: label, accessControl: control, enrollment: try enrollment(binding: control))
+        } else if label != name {
+            try collection.setLabel(label)
+        }
         if !alias.isEmpty { try aliases.set(alias, to: collection) }
         emit(ObjectPaths.service, Introspection.serviceInterface, "CollectionCreated", [.objectPath(collection.path)])
         emitPropertiesChanged(
             ObjectPaths.service, Introspection.serviceInterface, ["Collections": collectionPaths()])
         return [.objectPath(collection.path), .objectPath(ObjectPaths.none)]
+    }
+
+    /// CreateCollection's property for a collection whose unlock asks for a person: flag names
+    /// joined by commas (`devicePasscode`, `biometryCurrentSet,or,devicePasscode`, `userPresence`).
+    static let accessControlProperty = "org.tpmkeychain.Collection.AccessControl"
+
+    static func accessControl(_ value: BusValue?) throws(SecretServiceError) -> AccessControl? {
+        guard let value else { return nil }
+        guard let text = value.string else { throw SecretServiceError(.invalidArgs, "\(accessControlProperty) is a string") }
+        let names: [String: AccessControl.Flags] = [
+            "userPresence": .userPresence, "biometryAny": .biometryAny, "biometryCurrentSet": .biometryCurrentSet,
+            "devicePasscode": .devicePasscode, "or": .or, "and": .and,
+        ]
+        var flags: AccessControl.Flags = []
+        for name in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) {
+            guard let flag = names[name] else {
+                throw SecretServiceError(
+                    .invalidArgs,
+                    "\(accessControlProperty): unknown flag \"\(name)\"; use \(names.keys.sorted().joined(separator: ", "))")
+            }
+            flags.insert(flag)
+        }
+        do {
+            return try AccessControl(.whenUnlockedThisDeviceOnly, flags: flags)
+        } catch {
+            throw SecretServiceError(error)
+        }
+    }
+
+    /// The enrollment a biometryCurrentSet collection binds to, asked of the authenticator now.
+    private func enrollment(binding control: AccessControl) throws(SecretServiceError) -> [UInt8]? {
+        guard ItemService.bindsEnrollment(control) else { return nil }
+        guard let authenticator else {
+            throw SecretServiceError(
+                .notSupported, "A biometryCurrentSet collection needs an authenticator: start the daemon with --fprintd")
+        }
+        let result = SynchronousWait.run { () async -> Result<[UInt8]?, KeychainError> in
+            do throws(KeychainError) {
+                return .success(try await ItemService.enrollment(binding: control, authenticator: authenticator))
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch result {
+        case .success(let enrollment): return enrollment
+        case .failure(let error): throw SecretServiceError(error)
+        }
     }
 
     /// A store name from a label: letters, digits, `-`, `_` and `.` kept, the rest `_`; made unique.

@@ -1,7 +1,7 @@
 import DBus
 import Foundation
 import TPMKeychain
-import ToolSupport
+import SystemCalls
 
 #if canImport(Glibc)
 import Glibc
@@ -27,11 +27,23 @@ final class SecretServiceProvider {
     private var dataDirectoryTime: Int64 = 0
     /// Callers seen, by unique name (dbus-daemon never reuses one); forgotten when they leave.
     private var peers: [String: BusPeer] = [:]
+    var prompts: [String: PendingPrompt] = [:]
+    /// Written by prompts' tasks, read on the loop after ``wakeup``.
+    let promptOutcomes = Locked<[PromptOutcome]>([])
+    let wakeup: Wakeup
+    let authenticator: (any Authenticator)?
+    let passcode: PasscodeSource?
 
-    init(connection: BusConnection, dataDirectory: String, audit: AuditLog?) {
+    init(
+        connection: BusConnection, dataDirectory: String, audit: AuditLog?, authenticator: (any Authenticator)?,
+        passcode: PasscodeSource?, wakeup: Wakeup
+    ) {
         self.connection = connection
         self.dataDirectory = dataDirectory
         self.audit = audit
+        self.authenticator = authenticator
+        self.passcode = passcode
+        self.wakeup = wakeup
         aliases = Aliases(file: dataDirectory + "/.secret-service-aliases")
         let session = SecretCollection(memoryNamed: SecretCollection.sessionName, label: "Session")
         collections[session.id] = session

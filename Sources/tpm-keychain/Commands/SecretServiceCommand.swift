@@ -1,7 +1,10 @@
 import ArgumentParser
 import Dispatch
+import Foundation
 import SecretService
+import TPMKeychainFprintd
 import SystemCalls
+import TPM
 import TPMKeychain
 import ToolSupport
 
@@ -37,11 +40,27 @@ struct SecretServiceCommand: ParsableCommand {
             valueName: "file"))
     var auditLog: String?
 
+    @Option(
+        name: .customLong("passcode-command"),
+        help: ArgumentHelp(
+            "A command that asks the person for the device passcode when a collection's unlock needs it, and prints it (for example: systemd-ask-password --no-tty \"$TPM_KEYCHAIN_PROMPT_REASON\"). Its exit status other than 0 cancels.",
+            valueName: "command"))
+    var passcodeCommand: String?
+
+    @Flag(help: "Use fprintd (system bus) for collections whose unlock asks for biometry.")
+    var fprintd = false
+
+    @Option(
+        name: .customLong("fprintd-address"), help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
+    var fprintdAddress: String?
+
     func run() throws {
         var options = SecretServiceDaemon.Options(
             address: address, dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
         options.replace = replace
         options.auditLog = auditLog.map(StoreDirectory.absolute)
+        if fprintd || fprintdAddress != nil { options.authenticator = FprintdAuthenticator(busAddress: fprintdAddress) }
+        options.passcode = passcodeCommand.map(PasscodeCommand.source)
         try createDirectories(options.dataDirectory)
         let stopper = try SecretServiceDaemon.Stopper()
         let finished = DispatchSemaphore(value: 0)
@@ -65,5 +84,39 @@ struct SecretServiceCommand: ParsableCommand {
         }
         finished.signal()
         if ending == .replaced { printError("tpm-keychain: another provider took \(SecretServiceDaemon.busName)") }
+    }
+}
+
+/// The device passcode from a command the person answers (systemd-ask-password, a dialog):
+/// its standard output up to the first line break. Run through /bin/sh with the reason in
+/// `TPM_KEYCHAIN_PROMPT_REASON`; a status other than 0 is a cancel.
+enum PasscodeCommand {
+    static func source(_ command: String) -> PasscodeSource {
+        .secret { reason in
+            await withCheckedContinuation { (continuation: CheckedContinuation<SecretBytes?, Never>) in
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/bin/sh")
+                process.arguments = ["-c", command]
+                var environment = ProcessInfo.processInfo.environment
+                environment["TPM_KEYCHAIN_PROMPT_REASON"] = reason
+                process.environment = environment
+                let output = Pipe()
+                process.standardOutput = output
+                process.standardInput = FileHandle.nullDevice
+                process.terminationHandler = { finished in
+                    var bytes = [UInt8](output.fileHandleForReading.readDataToEndOfFile())
+                    defer { for index in bytes.indices { bytes[index] = 0 } }
+                    guard finished.terminationStatus == 0 else { return continuation.resume(returning: nil) }
+                    let line = bytes.prefix { $0 != UInt8(ascii: "\n") }
+                    continuation.resume(
+                        returning: SecretBytes(count: line.count) { buffer in buffer.copyBytes(from: line) })
+                }
+                do {
+                    try process.run()
+                } catch {
+                    continuation.resume(returning: nil)
+                }
+            }
+        }
     }
 }

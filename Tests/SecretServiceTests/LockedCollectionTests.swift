@@ -1,0 +1,103 @@
+import Foundation
+import TPMKeychainTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A collection whose unlock asks for the device passcode: Unlock returns a prompt, Prompt()
+/// runs the daemon's passcode command, Completed carries the outcome, and the TPM (the items'
+/// key record) enforces it, not the daemon's flag.
+@Suite(.serialized)
+struct LockedCollectionTests {
+    static let passcode = "collection passcode 2026"
+
+    /// A daemon whose passcode command prints the file `passcode` in the fixture's directory (a
+    /// test writes a right or a wrong one), after waiting for the file `go` when it exists.
+    func fixture() throws -> SecretServiceFixture {
+        let fixture = try SecretServiceFixture(startDaemon: false)
+        let setPasscode = try fixture.run(
+            SecretServiceFixture.tool,
+            ["set-passcode", "--passcode-fd", "0", "--keychain", fixture.dataDirectory + "/default"],
+            stdin: Self.passcode + "\n")
+        #expect(setPasscode.status == 0, "\(setPasscode)")
+        try Self.passcode.write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+        let command = "while [ -e \(fixture.directory)/hold ]; do sleep 0.05; done; cat \(fixture.directory)/passcode"
+        try fixture.startDaemon(
+            extraArguments: ["--passcode-command", command, "--audit-log", fixture.directory + "/audit.log"])
+        return fixture
+    }
+
+    func step(_ fixture: SecretServiceFixture, _ arguments: String...) throws -> String {
+        let run = try fixture.python("locked_collection.py", arguments)
+        #expect(run.status == 0, "\(run)\n\(fixture.daemonLogs())")
+        return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test("created locked; unlocked by the passcode through a prompt; locked again; a wrong passcode leaves it locked")
+    func passcodeCollection() throws {
+        let fixture = try fixture()
+        defer { fixture.stop() }
+        let created = try step(fixture, "create", "Vault")
+        #expect(created.hasPrefix("created ") && created.hasSuffix("locked=True"), "\(created)")
+        let path = String(created.split(separator: " ")[1])
+        #expect(try step(fixture, "store", path, "a1", "first secret") == "error locked")
+
+        #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+        #expect(try step(fixture, "store", path, "a1", "first secret") == "stored")
+        #expect(try step(fixture, "read", path, "a1") == "secret first secret")
+
+        #expect(try step(fixture, "lock", path) == "locked=True")
+        #expect(try step(fixture, "read", path, "a1") == "error org.freedesktop.Secret.Error.IsLocked")
+
+        try "wrong passcode".write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+        #expect(try step(fixture, "unlock", path) == "unlock dismissed=True locked=True")
+        #expect(try step(fixture, "read", path, "a1") == "error org.freedesktop.Secret.Error.IsLocked")
+
+        try Self.passcode.write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+        #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+        #expect(try step(fixture, "read", path, "a1") == "secret first secret")
+    }
+
+    @Test("the TPM gates the items: the store's own CLI cannot read one without the passcode")
+    func theTPMEnforcesIt() throws {
+        let fixture = try fixture()
+        defer { fixture.stop() }
+        let path = String(try step(fixture, "create", "Gated").split(separator: " ")[1])
+        _ = try step(fixture, "unlock", path)
+        #expect(try step(fixture, "store", path, "gated", "behind the passcode") == "stored")
+        let store = fixture.dataDirectory + "/gated"
+        let without = try fixture.run(
+            SecretServiceFixture.tool, ["find-generic-password", "-s", "vault", "-a", "gated", "-w", "--keychain", store])
+        #expect(without.status != 0 && !without.stdout.contains("behind the passcode"), "\(without)")
+        let with = try fixture.run(
+            SecretServiceFixture.tool,
+            ["find-generic-password", "-s", "vault", "-a", "gated", "-w", "--passcode-fd", "0", "--keychain", store],
+            stdin: Self.passcode + "\n")
+        #expect(with.status == 0 && with.stdout == "behind the passcode\n", "\(with)")
+    }
+
+    @Test("a client that leaves mid-prompt unlocks nothing, and the next unlock works")
+    func clientVanishesMidPrompt() throws {
+        let fixture = try fixture()
+        defer { fixture.stop() }
+        let path = String(try step(fixture, "create", "Left").split(separator: " ")[1])
+        // The passcode command waits while `hold` exists: the client leaves during the prompt.
+        _ = FileManager.default.createFile(atPath: fixture.directory + "/hold", contents: nil)
+        #expect(try step(fixture, "vanish", path).hasPrefix("vanished "))
+        try FileManager.default.removeItem(atPath: fixture.directory + "/hold")
+        // Observed progress: the daemon records the prompt's end once the passcode was given.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !((try? String(contentsOfFile: fixture.directory + "/audit.log", encoding: .utf8)) ?? "").contains(
+            "after its caller left")
+        {
+            #expect(ContinuousClock.now < deadline, "the prompt never ended")
+            if ContinuousClock.now > deadline { return }
+            usleep(10_000)
+        }
+        #expect(try step(fixture, "state", path) == "locked=True")
+        #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+        #expect(fixture.daemon?.isRunning == true)
+    }
+}
