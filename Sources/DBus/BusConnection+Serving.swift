@@ -100,6 +100,58 @@ extension BusConnection {
         try Self.check(member, sd_bus_send(bus, signal, nil))
     }
 
+    /// Calls a method with arguments of any type and returns the reply's values: the client side
+    /// of another provider (an import reads gnome-keyring's items this way).
+    ///
+    /// - Throws: `BusError` with the error reply's name, or a local failure.
+    package func call(
+        destination: String, path: String, interface: String, member: String, values: [BusValue],
+        timeout: Duration? = nil
+    ) throws(BusError) -> [BusValue] {
+        var request: OpaquePointer? = nil
+        try Self.check(member, sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
+        defer { sd_bus_message_unref(request) }
+        guard let request else { throw BusError(operation: member, name: nil, message: "no message", errno: ENOMEM) }
+        try append(values, to: request)
+        var error = sd_bus_error()
+        defer { sd_bus_error_free(&error) }
+        var reply: OpaquePointer? = nil
+        let microseconds: UInt64 = timeout.map { UInt64($0.components.seconds) * 1_000_000 } ?? 0
+        let result = sd_bus_call(bus, request, microseconds, &error, &reply)
+        defer { sd_bus_message_unref(reply) }
+        if result < 0 {
+            throw BusError(
+                operation: member, name: error.name.map { String(cString: $0) },
+                message: error.message.map { String(cString: $0) } ?? String(cString: strerror(-result)), errno: -result)
+        }
+        guard let reply else { throw BusError(operation: member, name: nil, message: "no reply", errno: EBADMSG) }
+        return try readArguments(reply)
+    }
+
+    /// Runs `action` (a call to Prompt), then waits for one signal `member` of `interface` from
+    /// `path` (the Prompt's Completed) sent by `sender`, processing the connection meanwhile; its
+    /// values, or nil at `deadline`. The match is in place before `action`, so the signal cannot
+    /// be missed.
+    ///
+    /// - Throws: `BusError` when the connection fails, or what `action` throws.
+    package func waitForSignal(
+        from sender: String, path: String, interface: String, member: String, until deadline: ContinuousClock.Instant,
+        wakeup: Int32, after action: () throws(BusError) -> Void
+    ) throws(BusError) -> [BusValue]? {
+        let received = ReceivedSignal()
+        let userdata = Unmanaged.passUnretained(received).toOpaque()
+        var slot: OpaquePointer? = nil
+        try Self.check(
+            "AddMatch \(member)", sd_bus_match_signal(bus, &slot, sender, path, interface, member, storeSignal, userdata))
+        defer { sd_bus_slot_unref(slot) }
+        try action()
+        while received.values == nil {
+            if try process() { continue }
+            if try wait(until: deadline, wakeup: wakeup) == .timedOut { return nil }
+        }
+        return received.values
+    }
+
     /// Who owns the unique name `sender`: the uid and pid the bus daemon took from the socket when
     /// the peer connected, and the executable /proc gives for that pid now.
     ///
@@ -188,4 +240,18 @@ private func dispatchToSubtree(
 ) -> Int32 {
     guard let message, let userdata, sd_bus_message_is_method_call(message, nil, nil) > 0 else { return 0 }
     return Unmanaged<ServedSubtree>.fromOpaque(userdata).takeUnretainedValue().answer(message)
+}
+
+/// Where ``BusConnection/waitForSignal(from:path:interface:member:until:wakeup:after:)`` puts what it got.
+private final class ReceivedSignal {
+    var values: [BusValue]?
+}
+
+private func storeSignal(
+    _ message: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ error: UnsafeMutablePointer<sd_bus_error>?
+) -> Int32 {
+    guard let message, let userdata else { return 0 }
+    let received = Unmanaged<ReceivedSignal>.fromOpaque(userdata).takeUnretainedValue()
+    received.values = (try? readArguments(message)) ?? []
+    return 0
 }

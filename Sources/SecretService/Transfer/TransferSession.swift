@@ -75,30 +75,48 @@ enum DiffieHellmanGroup2 {
             + "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF")!
     static let size = 128
 
-    /// Agrees on an AES-128 key with a client whose public value is `clientPublic`.
+    /// Agrees on an AES-128 key with a peer whose public value is `peerPublic`.
     ///
-    /// - Returns: our public value (128 bytes, for the client) and the session key.
+    /// - Returns: our public value (128 bytes, for the peer) and the session key.
     /// - Throws: ``SecretServiceError`` `.invalidArgs` for a public value outside 2...p-2.
-    static func agree(clientPublic: [UInt8]) throws(SecretServiceError) -> (ourPublic: [UInt8], key: SymmetricKey) {
-        guard isAcceptable(clientPublic) else {
-            throw SecretServiceError(.invalidArgs, "The client's Diffie-Hellman public value is out of range")
-        }
-        // 256 random bits: twice the group's strength (about 80 bits for 1024-bit MODP), the
-        // usual short-exponent rule (RFC 3526, section 8), and a quarter of the work of a full one.
-        var privateExponent = [UInt8](repeating: 0, count: 32)
-        var generator = SystemRandomNumberGenerator()
-        for index in privateExponent.indices { privateExponent[index] = generator.next() }
-        defer { for index in privateExponent.indices { privateExponent[index] = 0 } }
-        let ourPublic = try power([2], privateExponent)
-        var shared = try power(clientPublic, privateExponent)
-        defer { for index in shared.indices { shared[index] = 0 } }
-        // `shared` is left-padded to the prime's 128 bytes, as libsecret, secretstorage and oo7 expect.
-        let key = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: SymmetricKey(data: shared), salt: [UInt8](), info: [UInt8](), outputByteCount: 16)
-        return (ourPublic, key)
+    static func agree(clientPublic peerPublic: [UInt8]) throws(SecretServiceError) -> (ourPublic: [UInt8], key: SymmetricKey) {
+        var keyPair = try KeyPair()
+        defer { keyPair.erase() }
+        return (keyPair.publicValue, try keyPair.sessionKey(peerPublic: peerPublic))
     }
 
-    private static func power(_ base: [UInt8], _ exponent: [UInt8]) throws(SecretServiceError) -> [UInt8] {
+    /// One side's private exponent and public value: the daemon's for a client, or an import's
+    /// for the provider it reads.
+    struct KeyPair {
+        // 256 random bits: twice the group's strength (about 80 bits for 1024-bit MODP), the
+        // usual short-exponent rule (RFC 3526, section 8), and a quarter of the work of a full one.
+        private var privateExponent = [UInt8](repeating: 0, count: 32)
+        let publicValue: [UInt8]
+
+        init() throws(SecretServiceError) {
+            var generator = SystemRandomNumberGenerator()
+            for index in privateExponent.indices { privateExponent[index] = generator.next() }
+            publicValue = try DiffieHellmanGroup2.power([2], privateExponent)
+        }
+
+        /// The AES-128 key: HKDF-SHA256 (no salt, no info) of the shared secret, left-padded to
+        /// the prime's 128 bytes, as libsecret, secretstorage and oo7 expect.
+        func sessionKey(peerPublic: [UInt8]) throws(SecretServiceError) -> SymmetricKey {
+            guard DiffieHellmanGroup2.isAcceptable(peerPublic) else {
+                throw SecretServiceError(.invalidArgs, "The peer's Diffie-Hellman public value is out of range")
+            }
+            var shared = try DiffieHellmanGroup2.power(peerPublic, privateExponent)
+            defer { for index in shared.indices { shared[index] = 0 } }
+            return HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: shared), salt: [UInt8](), info: [UInt8](), outputByteCount: 16)
+        }
+
+        mutating func erase() {
+            for index in privateExponent.indices { privateExponent[index] = 0 }
+        }
+    }
+
+    fileprivate static func power(_ base: [UInt8], _ exponent: [UInt8]) throws(SecretServiceError) -> [UInt8] {
         var result = [UInt8](repeating: 0, count: size)
         let ok = result.withUnsafeMutableBufferPointer { output in
             tpmkeychain_mod_exp(base, base.count, exponent, exponent.count, prime, prime.count, output.baseAddress)
@@ -108,7 +126,7 @@ enum DiffieHellmanGroup2 {
     }
 
     /// 1 < y < p - 1, compared as big-endian numbers.
-    private static func isAcceptable(_ value: [UInt8]) -> Bool {
+    fileprivate static func isAcceptable(_ value: [UInt8]) -> Bool {
         let trimmed = Array(value.drop { $0 == 0 })
         guard trimmed.count <= size, !(trimmed.count == 1 && trimmed[0] <= 1), !trimmed.isEmpty else { return false }
         guard trimmed.count == size else { return true }

@@ -13,6 +13,15 @@ import ToolSupport
 struct SecretServiceCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "secret-service",
+        abstract: "The desktop's Secret Service (org.freedesktop.secrets): serve the stores, or import another provider's items.",
+        subcommands: [SecretServiceServe.self, SecretServiceImport.self],
+        defaultSubcommand: SecretServiceServe.self)
+}
+
+/// `tpm-keychain secret-service [serve]`: the daemon.
+struct SecretServiceServe: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
         abstract: "Serve the stores as the desktop's Secret Service (org.freedesktop.secrets on the session bus).",
         discussion: """
             Each store in the data directory is a collection; the alias "default" names the store \

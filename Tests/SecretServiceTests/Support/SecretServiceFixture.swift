@@ -198,9 +198,11 @@ final class SecretServiceFixture: @unchecked Sendable {
 
     // MARK: Processes
 
-    static func launch(_ executable: String, _ arguments: [String], environment: [String: String], output: String)
-        throws -> Process
-    {
+    /// Starts a child; `stdin` is written to its standard input, which is then closed (else /dev/null).
+    static func launch(
+        _ executable: String, _ arguments: [String], environment: [String: String], output: String,
+        stdin: String? = nil
+    ) throws -> Process {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw FixtureError("\(executable) is missing: run .ci/install-dependencies")
         }
@@ -211,8 +213,13 @@ final class SecretServiceFixture: @unchecked Sendable {
         process.environment = environment
         process.standardOutput = FileHandle(forWritingAtPath: output)
         process.standardError = FileHandle(forWritingAtPath: output)
-        process.standardInput = FileHandle.nullDevice
+        let input = stdin.map { _ in Pipe() }
+        process.standardInput = input ?? FileHandle.nullDevice
         try process.run()
+        if let stdin, let input {
+            input.fileHandleForWriting.write(Data(stdin.utf8))
+            try input.fileHandleForWriting.close()
+        }
         return process
     }
 

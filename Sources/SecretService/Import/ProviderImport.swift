@@ -1,0 +1,223 @@
+import DBus
+import Foundation
+import SystemCalls
+import TPMKeychain
+
+/// Moving in: every item of another running Secret Service provider (gnome-keyring, KWallet's
+/// Secret Service, KeePassXC, another tpm-keychain) copied into one of our collections, through
+/// the provider's own D-Bus API as any client reads it. Nothing is removed from the source. The
+/// secrets cross the bus encrypted (a DH session). Re-running it replaces what it copied before:
+/// an item with exactly the same attributes is rewritten, not duplicated.
+package enum ProviderImport {
+    package struct Options: Sendable {
+        /// The source's bus: nil for the session bus.
+        package var address: String?
+        /// The name the source owns.
+        package var busName = SecretServiceDaemon.busName
+        /// Only the collections with these labels (all when empty).
+        package var collections: [String] = []
+        /// Our data directory, and the store (collection) that receives the items.
+        package var dataDirectory: String
+        package var into = "default"
+
+        package init(address: String?, dataDirectory: String) {
+            self.address = address
+            self.dataDirectory = dataDirectory
+        }
+    }
+
+    package struct Report: Sendable, Equatable {
+        package var imported = 0
+        package var collections = 0
+        /// Labels of the source's collections that stayed locked (the unlock was dismissed).
+        package var locked: [String] = []
+    }
+
+    package struct Failure: Error, CustomStringConvertible {
+        package let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    private static let service = "/org/freedesktop/secrets"
+    private static let serviceInterface = "org.freedesktop.Secret.Service"
+    private static let properties = "org.freedesktop.DBus.Properties"
+
+    /// Copies the items; `progress(done, total)` is called after each.
+    package static func run(_ options: Options, progress: (Int, Int) -> Void) throws(Failure) -> Report {
+        let connection: BusConnection
+        let owner: String
+        do {
+            connection = try BusConnection(
+                address: options.address, sessionBus: options.address == nil, description: "tpm-keychain-import",
+                methodCallTimeout: .seconds(25))
+            owner = try connection.nameOwner(options.busName)
+        } catch {
+            throw Failure("no Secret Service provider to import from on this bus (\(error.message))")
+        }
+        let source = Source(connection: connection, owner: owner, name: options.busName)
+        let session = try source.openSession()
+
+        let target = try targetCollection(options)
+        defer { target.close() }
+        var report = Report()
+        var work: [(collection: String, items: [String])] = []
+        for path in try source.objectPaths(service, serviceInterface, "Collections") {
+            let label = (try? source.property(path, "org.freedesktop.Secret.Collection", "Label").string) ?? path
+            guard options.collections.isEmpty || options.collections.contains(label) else { continue }
+            guard try source.unlock(path) else {
+                report.locked.append(label)
+                continue
+            }
+            work.append((label, try source.objectPaths(path, "org.freedesktop.Secret.Collection", "Items")))
+            report.collections += 1
+        }
+        let total = work.reduce(0) { $0 + $1.items.count }
+        var done = 0
+        for (_, items) in work {
+            // A batch per GetSecrets call: one round trip for many items.
+            for start in stride(from: 0, to: items.count, by: 100) {
+                let batch = Array(items[start..<min(start + 100, items.count)])
+                let secrets = try source.secrets(batch, session: session)
+                for path in batch {
+                    guard var secret = secrets[path] else { continue }
+                    defer { for index in secret.value.indices { secret.value[index] = 0 } }
+                    let all = try source.allProperties(path, "org.freedesktop.Secret.Item")
+                    let label = all["Label"]?.unwrapped.string ?? ""
+                    let attributes = all["Attributes"]?.unwrapped.stringDictionary ?? [:]
+                    do throws(SecretServiceError) {
+                        _ = try target.create(
+                            label: label, attributes: attributes, secret: secret.value, contentType: secret.contentType,
+                            replace: true)
+                    } catch {
+                        throw Failure("the item \"\(label)\" could not be written: \(error.message)")
+                    }
+                    report.imported += 1
+                    done += 1
+                    progress(done, total)
+                }
+            }
+        }
+        return report
+    }
+
+    /// Our collection the items go into, created (as create-keychain does) when it does not exist.
+    private static func targetCollection(_ options: Options) throws(Failure) -> SecretCollection {
+        let path = options.dataDirectory + "/" + options.into
+        do {
+            try createDirectories(options.dataDirectory)
+            let location = try KeychainLocation(path: path, tpm: .automaticOrSimulated)
+            if !location.storeExists { try location.createStore() }
+        } catch {
+            throw Failure("the collection \(options.into) could not be created in \(options.dataDirectory): \(error)")
+        }
+        return SecretCollection(name: options.into, storePath: path)
+    }
+}
+
+/// The provider being read: calls to its owner's unique name, so no one else can answer them.
+private struct Source {
+    let connection: BusConnection
+    let owner: String
+    let name: String
+
+    func call(_ path: String, _ interface: String, _ member: String, _ values: [BusValue]) throws(ProviderImport.Failure)
+        -> [BusValue]
+    {
+        do {
+            return try connection.call(
+                destination: owner, path: path, interface: interface, member: member, values: values)
+        } catch {
+            throw ProviderImport.Failure("\(name) refused \(member) on \(path): \(error.description)")
+        }
+    }
+
+    func property(_ path: String, _ interface: String, _ name: String) throws(ProviderImport.Failure) -> BusValue {
+        let reply = try call(path, "org.freedesktop.DBus.Properties", "Get", [.string(interface), .string(name)])
+        return reply.first?.unwrapped ?? .string("")
+    }
+
+    func allProperties(_ path: String, _ interface: String) throws(ProviderImport.Failure) -> [String: BusValue] {
+        try call(path, "org.freedesktop.DBus.Properties", "GetAll", [.string(interface)]).first?.dictionary ?? [:]
+    }
+
+    func objectPaths(_ path: String, _ interface: String, _ name: String) throws(ProviderImport.Failure) -> [String] {
+        try property(path, interface, name).objectPathArray ?? []
+    }
+
+    /// A DH session with the provider, its path and key.
+    func openSession() throws(ProviderImport.Failure) -> (path: String, session: TransferSession) {
+        var keyPair: DiffieHellmanGroup2.KeyPair
+        do {
+            keyPair = try DiffieHellmanGroup2.KeyPair()
+        } catch {
+            throw ProviderImport.Failure("no Diffie-Hellman key pair: \(error.message)")
+        }
+        defer { keyPair.erase() }
+        let reply = try call(
+            "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "OpenSession",
+            [.string(TransferSession.diffieHellmanName), .variant(.bytes(keyPair.publicValue))])
+        guard reply.count == 2, let peer = reply[0].unwrapped.byteArray, let path = reply[1].objectPath else {
+            throw ProviderImport.Failure("\(name)'s OpenSession reply is not (v ay, o)")
+        }
+        do {
+            let key = try keyPair.sessionKey(peerPublic: peer)
+            return (path, TransferSession(path: path, owner: owner, algorithm: .diffieHellman(key)))
+        } catch {
+            throw ProviderImport.Failure("\(name) did not agree on an encrypted session: \(error.message)")
+        }
+    }
+
+    /// Unlocks a collection, running the provider's prompt (its own dialog) when it returns one.
+    /// False when it stays locked.
+    func unlock(_ path: String) throws(ProviderImport.Failure) -> Bool {
+        let reply = try call(
+            "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "Unlock", [.objectPaths([path])])
+        guard reply.count == 2 else { return false }
+        if reply[0].objectPathArray?.contains(path) == true { return true }
+        guard let prompt = reply[1].objectPath, prompt != "/" else { return false }
+        let wakeup: Wakeup
+        do {
+            wakeup = try Wakeup()
+        } catch {
+            throw ProviderImport.Failure("no eventfd: \(error)")
+        }
+        let completed: [BusValue]?
+        do {
+            // Subscribed before Prompt() is called: the Completed signal cannot be missed.
+            completed = try connection.waitForSignal(
+                from: owner, path: prompt, interface: "org.freedesktop.Secret.Prompt", member: "Completed",
+                until: .now + .seconds(300), wakeup: wakeup.descriptor
+            ) { () throws(BusError) in
+                _ = try connection.call(
+                    destination: owner, path: prompt, interface: "org.freedesktop.Secret.Prompt", member: "Prompt",
+                    values: [.string("")])
+            }
+        } catch {
+            throw ProviderImport.Failure("waiting for \(name)'s unlock prompt: \(error.description)")
+        }
+        return completed?.first?.bool == false
+    }
+
+    /// The secrets of `items`, decrypted, by path (locked items are left out by the provider).
+    func secrets(
+        _ items: [String], session: (path: String, session: TransferSession)
+    ) throws(ProviderImport.Failure) -> [String: (value: [UInt8], contentType: String)] {
+        let reply = try call(
+            "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "GetSecrets",
+            [.objectPaths(items), .objectPath(session.path)])
+        var result: [String: (value: [UInt8], contentType: String)] = [:]
+        for entry in reply.first?.elements ?? [] {
+            guard case .dictionaryEntry(.objectPath(let path), let secret) = entry, let fields = secret.fields,
+                fields.count == 4, let parameters = fields[1].byteArray, let value = fields[2].byteArray
+            else { continue }
+            do throws(SecretServiceError) {
+                result[path] = (
+                    try session.session.decrypt(parameters: parameters, value: value), fields[3].string ?? "text/plain"
+                )
+            } catch {
+                throw ProviderImport.Failure("a secret from \(name) could not be decrypted: \(error.message)")
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,85 @@
+import ArgumentParser
+import Foundation
+import SecretService
+import TPMKeychain
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tpm-keychain secret-service import`: moving in from gnome-keyring, KWallet or KeePassXC.
+struct SecretServiceImport: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract:
+            "Copy every item of the Secret Service provider running now (gnome-keyring, KWallet, KeePassXC) into a store.",
+        discussion: """
+            Run it while the other provider still owns org.freedesktop.secrets, then start ours with \
+            `tpm-keychain secret-service --replace`. Nothing is removed from the source; a locked \
+            collection is unlocked through the provider's own prompt. Items travel encrypted (a DH \
+            session). Running it again rewrites the items it copied (same attributes) rather than \
+            duplicating them.
+            """)
+
+    @Option(help: ArgumentHelp("The source's D-Bus address, instead of the session bus.", valueName: "address"))
+    var address: String?
+
+    @Option(help: ArgumentHelp("Only the source's collections with this label (repeatable).", valueName: "label"))
+    var collection: [String] = []
+
+    @Option(help: ArgumentHelp("The store (collection) that receives the items.", valueName: "name"))
+    var into = "default"
+
+    @Option(
+        name: .customLong("data-directory"),
+        help: ArgumentHelp("Where our stores are (default: $XDG_DATA_HOME/tpm-keychain).", valueName: "dir"),
+        completion: .directory)
+    var dataDirectory: String?
+
+    func run() throws {
+        var options = ProviderImport.Options(
+            address: address,
+            dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
+        options.collections = collection
+        options.into = into
+        let bar = ProgressBar(enabled: isatty(2) == 1)
+        let report: ProviderImport.Report
+        do {
+            report = try ProviderImport.run(options) { done, total in bar.show(done, of: total) }
+        } catch {
+            bar.finish()
+            printError("tpm-keychain: \(error)")
+            throw ExitCode(ExitStatus.unavailable)
+        }
+        bar.finish()
+        print("Imported \(report.imported) items from \(report.collections) collections into \(options.into)")
+        if !report.locked.isEmpty {
+            printError("tpm-keychain: left locked, not imported: \(report.locked.joined(separator: ", "))")
+        }
+    }
+}
+
+/// A one-line progress bar on a terminal's standard error; nothing when it is not a terminal.
+final class ProgressBar {
+    private let enabled: Bool
+    private var shown = false
+
+    init(enabled: Bool) { self.enabled = enabled }
+
+    func show(_ done: Int, of total: Int) {
+        guard enabled, total > 0 else { return }
+        let width = 30
+        let filled = done * width / total
+        let line =
+            "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
+            + "] \(done)/\(total)"
+        FileHandle.standardError.write(Data(line.utf8))
+        shown = true
+    }
+
+    func finish() {
+        if shown { FileHandle.standardError.write(Data("\n".utf8)) }
+        shown = false
+    }
+}
