@@ -101,3 +101,58 @@ struct LockedCollectionTests {
         #expect(fixture.daemon?.isRunning == true)
     }
 }
+
+/// `--lock-with-session`: logind (python-dbusmock's, Fixtures/logind/) on the fixture's bus.
+@Suite(.serialized)
+struct SessionLockTests {
+    @Test("when the login session locks, every collection locks and forgets its opened key; it stays locked after")
+    func collectionsFollowTheSessionLock() throws {
+        let fixture = try SecretServiceFixture(startDaemon: false)
+        defer { fixture.stop() }
+        let logindFixtures = SecretServiceFixture.fixtures + "/../logind"
+        let logind = try SecretServiceFixture.launch(
+            SecretServiceFixture.python,
+            ["-m", "dbusmock", "--system", "-t", logindFixtures + "/logind_template.py"],
+            environment: fixture.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": fixture.address]) { $1 },
+            output: fixture.directory + "/logind.log")
+        defer {
+            kill(logind.processIdentifier, SIGKILL)
+            logind.waitUntilExit()
+        }
+        func control(_ arguments: String...) throws -> String {
+            let run = try fixture.run(
+                SecretServiceFixture.python, [logindFixtures + "/mockctl.py", fixture.address] + arguments)
+            #expect(run.status == 0, "\(run)")
+            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        _ = try control("wait", "30", String(logind.processIdentifier))
+        _ = try control("add-session", "c7", String(getuid()), "tester")
+        try fixture.startDaemon(
+            extraArguments: [
+                "--lock-with-session", "--logind-address", fixture.address, "--logind-session", "c7",
+                "--audit-log", fixture.directory + "/audit.log",
+            ])
+        let store = try fixture.secretTool(["store", "--label", "x", "service", "s", "account", "a"], stdin: "value")
+        #expect(store.status == 0, "\(store)")
+        let state = try fixture.python("locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
+        #expect(state.stdout == "locked=False\n", "\(state)")
+
+        _ = try control("set-locked-hint", "c7", "true")
+        // Observed progress: the daemon records the lock.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !((try? String(contentsOfFile: fixture.directory + "/audit.log", encoding: .utf8)) ?? "").contains(
+            "the login session locked")
+        {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("the daemon did not follow the session lock\n\(fixture.daemonLogs())")
+                return
+            }
+            usleep(20_000)
+        }
+        let locked = try fixture.python("locked_collection.py", ["read", "/org/freedesktop/secrets/collection/default", "a"])
+        #expect(locked.stdout == "error org.freedesktop.Secret.Error.IsLocked\n", "\(locked)")
+        _ = try control("set-locked-hint", "c7", "false")
+        let after = try fixture.python("locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
+        #expect(after.stdout == "locked=True\n", "stays locked until a client unlocks it: \(after)")
+    }
+}

@@ -22,6 +22,9 @@ package enum SecretServiceDaemon {
         package var authenticator: (any Authenticator)?
         /// Where unlock prompts get the device passcode, if anywhere.
         package var passcode: PasscodeSource?
+        /// The login session's lock (logind): when it locks, every collection locks and its
+        /// opened keys are dropped.
+        package var sessionLock: (any SessionLockState)?
 
         package init(address: String?, dataDirectory: String) {
             self.address = address
@@ -133,8 +136,11 @@ package enum SecretServiceDaemon {
                     if ending != nil { break }
                 }
                 if ending != nil { break }
+                provider.followSessionLock(options.sessionLock)
+                // Following the session lock: a look each second (LogindSessionLock answers from
+                // its own cache); otherwise the loop sleeps until a message or the wake-up.
                 let outcome = try connection.wait(
-                    until: .now + .seconds(3600), wakeup: stopper.wakeup.descriptor)
+                    until: .now + .seconds(options.sessionLock == nil ? 3600 : 1), wakeup: stopper.wakeup.descriptor)
                 if outcome == .woken {
                     stopper.wakeup.drain()
                     if stopper.stopped.withLock({ $0 }) { ending = .stopped }

@@ -220,6 +220,21 @@ extension SecretServiceProvider {
         return name
     }
 
+    /// Locks every collection when the login session locks (once per lock; a state that cannot be
+    /// read counts as locked). They stay locked after the session unlocks, until a client unlocks them.
+    func followSessionLock(_ sessionLock: (any SessionLockState)?) {
+        guard let sessionLock else { return }
+        let locked = (try? sessionLock.isLocked()) ?? true
+        defer { sessionWasLocked = locked }
+        guard locked, !sessionWasLocked else { return }
+        for collection in collections.values where !collection.isInMemory {
+            let wasLocked = collection.isLocked
+            collection.lock()
+            if !wasLocked { emitCollectionChanged(collection) }
+        }
+        audit?.record(event: "the login session locked: every collection locked", collection: "*")
+    }
+
     func sortedCollections() -> [SecretCollection] {
         refreshCollections()
         return collections.values.sorted { $0.name < $1.name }

@@ -28,6 +28,8 @@ final class SecretServiceProvider {
     /// Callers seen, by unique name (dbus-daemon never reuses one); forgotten when they leave.
     private var peers: [String: BusPeer] = [:]
     var prompts: [String: PendingPrompt] = [:]
+    /// The login session's lock state at the last look (``followSessionLock(_:)``).
+    var sessionWasLocked = false
     /// Written by prompts' tasks, read on the loop after ``wakeup``.
     let promptOutcomes = Locked<[PromptOutcome]>([])
     let wakeup: Wakeup

@@ -63,6 +63,19 @@ struct SecretServiceServe: ParsableCommand {
         name: .customLong("fprintd-address"), help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
     var fprintdAddress: String?
 
+    @Flag(
+        name: .customLong("lock-with-session"),
+        help: "Lock every collection (and forget its opened keys) when the login session locks (logind).")
+    var lockWithSession = false
+
+    @Option(
+        name: .customLong("logind-address"), help: ArgumentHelp("logind's bus, instead of the system bus.", visibility: .hidden))
+    var logindAddress: String?
+
+    @Option(
+        name: .customLong("logind-session"), help: ArgumentHelp("The logind session ID to follow.", visibility: .hidden))
+    var logindSession: String?
+
     func run() throws {
         var options = SecretServiceDaemon.Options(
             address: address, dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
@@ -70,6 +83,14 @@ struct SecretServiceServe: ParsableCommand {
         options.auditLog = auditLog.map(StoreDirectory.absolute)
         if fprintd || fprintdAddress != nil { options.authenticator = FprintdAuthenticator(busAddress: fprintdAddress) }
         options.passcode = passcodeCommand.map(PasscodeCommand.source)
+        if lockWithSession || logindAddress != nil {
+            do {
+                options.sessionLock = try LogindSessionLock(busAddress: logindAddress, session: logindSession)
+            } catch {
+                printError("tpm-keychain: --lock-with-session: \(error)")
+                throw ExitCode(ExitStatus.unavailable)
+            }
+        }
         try createDirectories(options.dataDirectory)
         let stopper = try SecretServiceDaemon.Stopper()
         let finished = DispatchSemaphore(value: 0)
