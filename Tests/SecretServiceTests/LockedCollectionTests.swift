@@ -132,7 +132,7 @@ struct SessionLockTests {
                 "--lock-with-session", "--logind-address", fixture.address, "--logind-session", "c7",
                 "--audit-log", fixture.directory + "/audit.log",
             ])
-        let store = try fixture.secretTool(["store", "--label", "x", "service", "s", "account", "a"], stdin: "value")
+        let store = try fixture.secretTool(["store", "--label", "x", "service", "vault", "account", "a"], stdin: "value")
         #expect(store.status == 0, "\(store)")
         let state = try fixture.python("locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
         #expect(state.stdout == "locked=False\n", "\(state)")
