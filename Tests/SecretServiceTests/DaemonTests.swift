@@ -127,3 +127,50 @@ struct DaemonTests {
         #expect(check.stdout == "checked \(acked.count)\n", "\(check)")
     }
 }
+
+/// A collection's rules: the programs that may use its items.
+@Suite(.serialized)
+struct CollectionRuleTests {
+    @Test("a collection that names secret-tool as its one program refuses python with AccessDenied, and secret-tool uses it")
+    func allowedExecutables() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        let secretTool = try #require(
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/usr/bin/secret-tool")).map {
+                $0.hasPrefix("/") ? $0 : "/usr/bin/" + $0
+            } ?? "/usr/bin/secret-tool")
+        let script = """
+            import sys
+            from jeepney import DBusAddress, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            connection = open_dbus_connection(bus='SESSION')
+            service = DBusAddress('/org/freedesktop/secrets', bus_name='org.freedesktop.secrets',
+                                  interface='org.freedesktop.Secret.Service')
+            properties = {'org.freedesktop.Secret.Collection.Label': ('s', 'Tools only'),
+                          'org.tpmkeychain.Collection.AllowedExecutables': ('as', [sys.argv[1]])}
+            reply = connection.send_and_get_reply(new_method_call(service, 'CreateCollection', 'a{sv}s', (properties, '')))
+            print(reply.body[0])
+            """
+        let created = try fixture.run(SecretServiceFixture.python, ["-c", script, secretTool])
+        let path = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(created.status == 0 && path.hasPrefix("/org/freedesktop/secrets/collection/"), "\(created)")
+        let store = try fixture.secretTool(
+            ["store", "--label", "tool token", "--collection", path, "service", "ruled", "account", "a"], stdin: "ruled value")
+        #expect(store.status == 0, "\(store)\n\(fixture.daemonLogs())")
+        let lookup = try fixture.secretTool(["lookup", "service", "ruled", "account", "a"])
+        #expect(lookup.stdout == "ruled value", "\(lookup)")
+        let read = """
+            import secretstorage
+            from jeepney import DBusAddress, new_method_call
+            connection = secretstorage.dbus_init()
+            session = secretstorage.util.open_session(connection)
+            for item in secretstorage.search_items(connection, {'service': 'ruled'}):
+                address = DBusAddress(item.item_path, bus_name='org.freedesktop.secrets',
+                                      interface='org.freedesktop.Secret.Item')
+                reply = connection.send_and_get_reply(new_method_call(address, 'GetSecret', 'o', (session.object_path,)))
+                print(reply.header.fields[4] if 4 in reply.header.fields else bytes(reply.body[0][2]).decode())
+            """
+        let python = try fixture.run(SecretServiceFixture.python, ["-c", read])
+        #expect(python.stdout == "org.freedesktop.DBus.Error.AccessDenied\n", "\(python)")
+    }
+}

@@ -25,8 +25,10 @@ final class SecretCollection {
     private var openedKeys: [[UInt8]: ItemService.OpenedKey] = [:]
     /// The enrollment a biometryCurrentSet collection's new items bind to, read at unlock.
     private var enrollment: [UInt8]?
-    /// The collection's properties item, when it has one (label, access control).
+    /// The collection's properties item, when it has one (label, access control, rules).
     private var propertiesItem: ItemQueryResult?
+    /// The programs (absolute paths of executables) that may use the items; nil: any.
+    private(set) var allowedExecutables: [String]?
 
     private var service: ItemService?
     private var index: ItemIndex?
@@ -131,9 +133,12 @@ final class SecretCollection {
 
     /// Sets a new collection up: its label, and the access control its items get (kept as the
     /// protection of its properties item, whose key record every item then shares).
-    func setUp(label: String, accessControl control: AccessControl?, enrollment: [UInt8]?) throws(SecretServiceError) {
+    func setUp(
+        label: String, accessControl control: AccessControl?, enrollment: [UInt8]?, allowedExecutables: [String]?
+    ) throws(SecretServiceError) {
         _ = try currentIndex()
         guard let service else { return }
+        self.allowedExecutables = allowedExecutables
         do {
             try service.write(
                 .genericPassword, primary: propertiesPrimary(label: label), mode: .upsert,
@@ -149,7 +154,19 @@ final class SecretCollection {
         var primary = AttributeList(
             ItemIdentity(unchecked: "", SecretItemMapping.collectionService, "properties"))
         primary.setString(label, for: AttributeTag.label)
+        if let allowedExecutables {
+            primary[SecretItemMapping.allowedExecutablesTag] = SecretItemMapping.encode(
+                Dictionary(uniqueKeysWithValues: allowedExecutables.map { ($0, "") }))
+        }
         return primary
+    }
+
+    /// Whether the program at `executable` may use the collection's items: any, unless the
+    /// collection names the programs that may.
+    func allows(executable: String?) -> Bool {
+        _ = try? currentIndex()
+        guard let allowedExecutables else { return true }
+        return executable.map { allowedExecutables.contains($0) } ?? false
     }
 
     /// Closes the store: its keys leave memory.
@@ -361,6 +378,7 @@ final class SecretCollection {
         items.reserveCapacity(results.count)
         propertiesItem = nil
         accessControl = nil
+        allowedExecutables = nil
         for result in results {
             if let item = SecretItemMapping.item(from: result) {
                 items.append(item)
@@ -368,6 +386,8 @@ final class SecretCollection {
                 propertiesItem = result
                 if let storedLabel = result.attributes.string(AttributeTag.label) { label = storedLabel }
                 accessControl = try? service?.accessControl(of: result)
+                allowedExecutables = result.attributes[SecretItemMapping.allowedExecutablesTag]
+                    .flatMap(SecretItemMapping.decode).map { $0.keys.sorted() }
             }
         }
         let built = ItemIndex(items)

@@ -38,6 +38,9 @@ enum SecretItemMapping {
     static let attributesTag = FourCharacterCode("ssat")
     /// The content type (`text/plain`), UTF-8.
     static let contentTypeTag = FourCharacterCode("ssct")
+    /// On a collection's properties item: the executables that may use its items, as `ssat`'s
+    /// encoding with the paths as names and empty values.
+    static let allowedExecutablesTag = FourCharacterCode("ssrx")
     /// The service of items created through the Secret Service that name no service of their own.
     static let itemService = "org.freedesktop.secrets"
     /// The item holding a collection's label and access rules; not an item of the collection.

@@ -21,6 +21,7 @@ extension SecretServiceProvider {
             return [.objectPaths(found.map { itemPath($0, in: collection) })]
         case "CreateItem":
             try Self.expect(call, "a{sv}(oayays)b")
+            try checkRules(of: collection, for: peer)
             guard let properties = arguments[0].dictionary else {
                 throw SecretServiceError(.invalidArgs, "CreateItem's properties repeat a name")
             }
@@ -35,10 +36,7 @@ extension SecretServiceProvider {
             let path = itemPath(item, in: collection)
             audit?.record(peer: peer, action: isNew ? "create" : "replace", collection: collection.label, item: item.label)
             emit(collection.path, Introspection.collectionInterface, isNew ? "ItemCreated" : "ItemChanged", [.objectPath(path)])
-            if isNew {
-                emitPropertiesChanged(
-                    collection.path, Introspection.collectionInterface, ["Items": try itemPaths(of: collection)])
-            }
+            if isNew { emitPropertiesChanged(collection.path, Introspection.collectionInterface, [:], invalidated: ["Items"]) }
             return [.objectPath(path), .objectPath(ObjectPaths.none)]
         case "Delete":
             try Self.expect(call, "")
@@ -77,8 +75,7 @@ extension SecretServiceProvider {
             try collection.delete(item)
             audit?.record(peer: peer, action: "delete", collection: collection.label, item: item.label)
             emit(collection.path, Introspection.collectionInterface, "ItemDeleted", [.objectPath(path)])
-            emitPropertiesChanged(
-                collection.path, Introspection.collectionInterface, ["Items": try itemPaths(of: collection)])
+            emitPropertiesChanged(collection.path, Introspection.collectionInterface, [:], invalidated: ["Items"])
             return [.objectPath(ObjectPaths.none)]
         default:
             throw Self.unknownMethod(call)

@@ -145,8 +145,12 @@ extension SecretServiceProvider {
         }
         let collection = SecretCollection(name: name, storePath: path)
         collections[collection.id] = collection
-        if let control {
-            try collection.setUp(label: label, accessControl: control, enrollment: try enrollment(binding: control))
+        let allowed = try Self.allowedExecutables(properties[Self.allowedExecutablesProperty]?.unwrapped)
+        if control != nil || allowed != nil {
+            try collection.setUp(
+                label: label, accessControl: control, enrollment: try control.map { (control) throws(SecretServiceError) in
+                    try enrollment(binding: control)
+                } ?? nil, allowedExecutables: allowed)
         } else if label != name {
             try collection.setLabel(label)
         }
@@ -160,6 +164,20 @@ extension SecretServiceProvider {
     /// CreateCollection's property for a collection whose unlock asks for a person: flag names
     /// joined by commas (`devicePasscode`, `biometryCurrentSet,or,devicePasscode`, `userPresence`).
     static let accessControlProperty = "org.tpmkeychain.Collection.AccessControl"
+
+    /// CreateCollection's property naming the programs (absolute paths of executables) that may
+    /// use the collection's items; the others get AccessDenied.
+    static let allowedExecutablesProperty = "org.tpmkeychain.Collection.AllowedExecutables"
+
+    static func allowedExecutables(_ value: BusValue?) throws(SecretServiceError) -> [String]? {
+        guard let value else { return nil }
+        guard case .array("s", let elements) = value, case let paths = elements.compactMap(\.string),
+            !paths.isEmpty, paths.allSatisfy({ $0.hasPrefix("/") })
+        else {
+            throw SecretServiceError(.invalidArgs, "\(allowedExecutablesProperty) is a non-empty array of absolute paths")
+        }
+        return paths
+    }
 
     static func accessControl(_ value: BusValue?) throws(SecretServiceError) -> AccessControl? {
         guard let value else { return nil }
@@ -250,12 +268,17 @@ extension SecretServiceProvider {
             collection.path, Introspection.collectionInterface, ["Locked": .bool(collection.isLocked)])
     }
 
-    func emitPropertiesChanged(_ path: String, _ interface: String, _ changed: [String: BusValue]) {
+    /// PropertiesChanged. A collection's `Items` is only ever named as invalidated: its value
+    /// grows with the collection, and a signal carrying it on every write would make a fill
+    /// quadratic; clients that follow it read it again.
+    func emitPropertiesChanged(
+        _ path: String, _ interface: String, _ changed: [String: BusValue], invalidated: [String] = []
+    ) {
         emit(
             path, Introspection.propertiesInterface, "PropertiesChanged",
             [
                 .string(interface), .properties(changed.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }),
-                .array(element: "s", []),
+                .array(element: "s", invalidated.map { .string($0) }),
             ])
     }
 }

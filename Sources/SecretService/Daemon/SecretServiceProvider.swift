@@ -141,6 +141,7 @@ final class SecretServiceProvider {
             return try collectionMethod(call, collection: try collection(id, alias: alias), peer: peer)
         case .item(let id, let collectionID, let alias):
             let collection = try collection(collectionID, alias: alias)
+            try checkRules(of: collection, for: peer)
             return try itemMethod(call, item: try item(id, in: collection), in: collection, peer: peer)
         case .session(let path):
             guard call.member == "Close", call.interface.isEmpty || call.interface == Introspection.sessionInterface
@@ -204,10 +205,22 @@ final class SecretServiceProvider {
         ObjectPaths.item(item.id, in: collection.id)
     }
 
+    /// Refuses a caller whose executable the collection's rules do not name.
+    func checkRules(of collection: SecretCollection, for peer: BusPeer) throws(SecretServiceError) {
+        guard collection.allows(executable: peer.executable) else {
+            audit?.record(peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
+            throw SecretServiceError(
+                .accessDenied,
+                "The collection \"\(collection.label)\" may be used only by \(collection.allowedExecutables?.joined(separator: ", ") ?? ""), not by \(peer.executable ?? "an unknown executable")"
+            )
+        }
+    }
+
     /// The `(oayays)` secret struct for `item`, encrypted for `session`.
     func secretStruct(
         of item: SecretItem, in collection: SecretCollection, session: TransferSession, peer: BusPeer
     ) throws(SecretServiceError) -> BusValue {
+        try checkRules(of: collection, for: peer)
         let (secret, contentType) = try collection.secret(of: item)
         audit?.record(peer: peer, action: "read", collection: collection.label, item: item.label)
         let (parameters, value) = try session.encrypt(secret)
