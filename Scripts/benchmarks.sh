@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds what the benchmarks need and runs them: every table of docs/PERFORMANCE.md from one command.
+# Builds what the benchmarks need and runs them: every table of docs/PERFORMANCE.md from one command
+# (the Secret Service's, which needs gnome-keyring, from Scripts/benchmark-secret-service.sh).
 #
 #     Scripts/benchmarks.sh [SUITE] [iterations]      (no SUITE: every suite)
 #
