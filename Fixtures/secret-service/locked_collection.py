@@ -2,7 +2,7 @@
 """Drives a collection whose unlock asks for the device passcode (org.tpmkeychain.Collection.
 AccessControl), one step per run, printing one result line per step:
 
-    locked_collection.py create LABEL            -> "created PATH locked=True"
+    locked_collection.py create LABEL [CONTROL]  -> "created PATH locked=True" (CONTROL: devicePasscode)
     locked_collection.py unlock PATH             -> "unlock dismissed=BOOL locked=BOOL"
     locked_collection.py store PATH ACCOUNT SECRET -> "stored" or "error NAME"
     locked_collection.py read PATH ACCOUNT       -> "secret VALUE" or "error NAME"
@@ -30,7 +30,7 @@ connection = secretstorage.dbus_init()
 step = sys.argv[1]
 if step == 'create':
     properties = {'org.freedesktop.Secret.Collection.Label': ('s', sys.argv[2]),
-                  'org.tpmkeychain.Collection.AccessControl': ('s', 'devicePasscode')}
+                  'org.tpmkeychain.Collection.AccessControl': ('s', sys.argv[3] if len(sys.argv) > 3 else 'devicePasscode')}
     reply = connection.send_and_get_reply(new_method_call(SERVICE, 'CreateCollection', 'a{sv}s', (properties, '')))
     if error_name(reply):
         print('error', error_name(reply), reply.body)

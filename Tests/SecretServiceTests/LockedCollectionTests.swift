@@ -156,3 +156,55 @@ struct SessionLockTests {
         #expect(after.stdout == "locked=True\n", "stays locked until a client unlocks it: \(after)")
     }
 }
+
+/// `--fprintd`: python-dbusmock's fprintd (Fixtures/fprintd/) on the fixture's bus.
+@Suite(.serialized)
+struct BiometryCollectionTests {
+    @Test("a biometryCurrentSet collection unlocks with a matching finger, and never again once the enrolled fingers change")
+    func biometryCurrentSetCollection() throws {
+        let fixture = try SecretServiceFixture(startDaemon: false)
+        defer { fixture.stop() }
+        let fprintdFixtures = SecretServiceFixture.fixtures + "/../fprintd"
+        let fprintd = try SecretServiceFixture.launch(
+            SecretServiceFixture.python, ["-m", "dbusmock", "--system", "-t", fprintdFixtures + "/fprintd_template.py"],
+            environment: fixture.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": fixture.address]) { $1 },
+            output: fixture.directory + "/fprintd.log")
+        defer {
+            kill(fprintd.processIdentifier, SIGKILL)
+            fprintd.waitUntilExit()
+        }
+        func control(_ arguments: String...) throws -> String {
+            let run = try fixture.run(
+                SecretServiceFixture.python, [fprintdFixtures + "/mockctl.py", fixture.address] + arguments)
+            #expect(run.status == 0, "\(run)")
+            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        _ = try control("wait", "30", String(fprintd.processIdentifier))
+        let device = try control("add-device", "Virtual reader")
+        _ = try control("set-fingers", device, "right-index-finger")
+        _ = try control("set-script", device, #"[["verify-match", true, 0]]"#)
+        try fixture.startDaemon(
+            extraArguments: ["--fprintd-address", fixture.address, "--audit-log", fixture.directory + "/audit.log"])
+        func step(_ arguments: String...) throws -> String {
+            let run = try fixture.python("locked_collection.py", arguments)
+            #expect(run.status == 0, "\(run)\n\(fixture.daemonLogs())")
+            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let created = try step("create", "Fingers", "biometryCurrentSet")
+        #expect(created.hasSuffix("locked=True"), "\(created)\n\(fixture.daemonLogs())")
+        let path = String(created.split(separator: " ")[1])
+        #expect(try step("unlock", path) == "unlock dismissed=False locked=False")
+        #expect(try step("store", path, "f1", "by finger") == "stored")
+        #expect(try step("read", path, "f1") == "secret by finger")
+
+        #expect(try step("lock", path) == "locked=True")
+        _ = try control("set-fingers", device, "right-index-finger", "left-index-finger")
+        #expect(try step("unlock", path) == "unlock dismissed=True locked=True")
+        // Permanently: the TPM's enrollment counter moved on; the old finger set does not bring it back.
+        _ = try control("set-fingers", device, "right-index-finger")
+        #expect(try step("unlock", path) == "unlock dismissed=True locked=True")
+        #expect(try step("read", path, "f1") == "error org.freedesktop.Secret.Error.IsLocked")
+        let audit = (try? String(contentsOfFile: fixture.directory + "/audit.log", encoding: .utf8)) ?? ""
+        #expect(audit.contains("unlock prompt failed"), "\(audit)")
+    }
+}
