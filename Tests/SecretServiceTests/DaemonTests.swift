@@ -174,3 +174,41 @@ struct CollectionRuleTests {
         #expect(python.stdout == "org.freedesktop.DBus.Error.AccessDenied\n", "\(python)")
     }
 }
+
+/// What D-Bus browsers (busctl tree, d-spy) walk: Introspect from the service down to the items.
+@Suite(.serialized)
+struct IntrospectionTests {
+    @Test("Introspect names the children of every node, down to each item, and each object's interface")
+    func introspectionTree() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        _ = try fixture.secretTool(["store", "--label", "x", "service", "tree", "account", "a"], stdin: "x")
+        let script = """
+            import xml.etree.ElementTree as ET
+            from jeepney import DBusAddress, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            connection = open_dbus_connection(bus='SESSION')
+            def walk(path):
+                address = DBusAddress(path, bus_name='org.freedesktop.secrets',
+                                      interface='org.freedesktop.DBus.Introspectable')
+                reply = connection.send_and_get_reply(new_method_call(address, 'Introspect'))
+                root = ET.fromstring(reply.body[0])
+                interfaces = [i.get('name') for i in root.findall('interface') if 'Secret' in i.get('name')]
+                print(path, ' '.join(interfaces))
+                for child in root.findall('node'):
+                    if path.endswith('/session') or path.endswith('/prompt'):
+                        continue
+                    walk(path.rstrip('/') + '/' + child.get('name'))
+            walk('/org/freedesktop/secrets')
+            """
+        let run = try fixture.run(SecretServiceFixture.python, ["-c", script])
+        #expect(run.status == 0, "\(run)")
+        let lines = run.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.contains("/org/freedesktop/secrets org.freedesktop.Secret.Service"), "\(run)")
+        #expect(lines.contains("/org/freedesktop/secrets/collection/default org.freedesktop.Secret.Collection"), "\(run)")
+        #expect(lines.contains("/org/freedesktop/secrets/aliases/default org.freedesktop.Secret.Collection"), "\(run)")
+        #expect(
+            lines.contains { $0.hasPrefix("/org/freedesktop/secrets/collection/default/") && $0.hasSuffix(" org.freedesktop.Secret.Item") },
+            "\(run)")
+    }
+}

@@ -55,7 +55,7 @@ extension SecretServiceProvider {
                 ("Label", .string(item.label)), ("Type", .string(item.contentType)),
                 ("Created", .uint64(item.created)), ("Modified", .uint64(item.modified)),
             ]
-        case .session, .prompt:
+        case .session, .prompt, .directory:
             return []
         case .unknown:
             throw SecretServiceError(.unknownObject, "No such object")
@@ -118,6 +118,15 @@ extension SecretServiceProvider {
             return Introspection.document(interfaces: [Introspection.sessionInterface], children: [])
         case .prompt:
             return Introspection.document(interfaces: [Introspection.promptInterface], children: [])
+        case .directory("collection"):
+            return Introspection.document(interfaces: [], children: sortedCollections().map(\.id))
+        case .directory("aliases"):
+            return Introspection.document(interfaces: [], children: ["default"])
+        case .directory(let name):
+            let prefix = name == "session" ? ObjectPaths.sessionPrefix : ObjectPaths.promptPrefix
+            let paths = name == "session" ? Array(sessions.keys) : Array(prompts.keys)
+            return Introspection.document(
+                interfaces: [], children: paths.map { String($0.dropFirst(prefix.count)) }.sorted())
         case .unknown:
             throw SecretServiceError(.unknownObject, "No such object")
         }

@@ -153,6 +153,8 @@ final class SecretServiceProvider {
             return []
         case .prompt(let path):
             return try promptMethod(call, path: path)
+        case .directory:
+            throw Self.unknownMethod(call)
         case .unknown:
             throw SecretServiceError(.unknownObject, "No object at \(call.path)")
         }

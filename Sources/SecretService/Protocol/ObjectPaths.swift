@@ -40,11 +40,16 @@ enum ObjectPaths {
         case item(String, collection: String, alias: Bool)
         case session(String)
         case prompt(String)
+        /// `…/collection`, `…/aliases`, `…/session` or `…/prompt`: a node with children only.
+        case directory(String)
         case unknown
     }
 
     static func target(of path: String) -> Target {
         if path == service { return .service }
+        for directory in ["collection", "aliases", "session", "prompt"] where path == service + "/" + directory {
+            return .directory(directory)
+        }
         for (prefix, alias) in [(collectionPrefix, false), (aliasPrefix, true)] where path.hasPrefix(prefix) {
             let parts = path.dropFirst(prefix.count).split(separator: "/", omittingEmptySubsequences: false)
             switch parts.count {
