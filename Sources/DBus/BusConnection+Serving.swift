@@ -122,7 +122,8 @@ extension BusConnection {
         if result < 0 {
             throw BusError(
                 operation: member, name: error.name.map { String(cString: $0) },
-                message: error.message.map { String(cString: $0) } ?? String(cString: strerror(-result)), errno: -result)
+                message: error.message.map { String(cString: $0) } ?? String(cString: strerror(-result)), errno: -result
+            )
         }
         guard let reply else { throw BusError(operation: member, name: nil, message: "no reply", errno: EBADMSG) }
         return try readArguments(reply)
@@ -142,7 +143,8 @@ extension BusConnection {
         let userdata = Unmanaged.passUnretained(received).toOpaque()
         var slot: OpaquePointer? = nil
         try Self.check(
-            "AddMatch \(member)", sd_bus_match_signal(bus, &slot, sender, path, interface, member, storeSignal, userdata))
+            "AddMatch \(member)",
+            sd_bus_match_signal(bus, &slot, sender, path, interface, member, storeSignal, userdata))
         defer { sd_bus_slot_unref(slot) }
         try action()
         while received.values == nil {

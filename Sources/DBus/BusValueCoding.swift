@@ -78,7 +78,8 @@ private func readContainer(_ message: OpaquePointer, _ type: CChar, _ contents: 
     return values
 }
 
-private func readBasic<T: BitwiseCopyable>(_ message: OpaquePointer, _ type: CChar, _ initial: T) throws(BusError) -> T {
+private func readBasic<T: BitwiseCopyable>(_ message: OpaquePointer, _ type: CChar, _ initial: T) throws(BusError) -> T
+{
     var value = initial
     try checkRead(sd_bus_message_read_basic(message, type, &value))
     return value
@@ -118,7 +119,9 @@ private func append(_ value: BusValue, to message: OpaquePointer) throws(BusErro
     case .double(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
     case .bytes(let bytes):
         try checkWrite(
-            bytes.withUnsafeBytes { sd_bus_message_append_array(message, CChar(UInt8(ascii: "y")), $0.baseAddress, $0.count) })
+            bytes.withUnsafeBytes {
+                sd_bus_message_append_array(message, CChar(UInt8(ascii: "y")), $0.baseAddress, $0.count)
+            })
     case .array(let element, let elements):
         try checkWrite(sd_bus_message_open_container(message, type, element))
         for element in elements { try append(element, to: message) }

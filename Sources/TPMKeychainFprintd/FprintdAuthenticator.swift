@@ -1,5 +1,5 @@
-import Dispatch
 import DBus
+import Dispatch
 import SystemCalls
 public import TPMKeychain
 

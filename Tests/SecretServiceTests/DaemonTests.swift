@@ -131,7 +131,9 @@ struct DaemonTests {
 /// A collection's rules: the programs that may use its items.
 @Suite(.serialized)
 struct CollectionRuleTests {
-    @Test("a collection that names secret-tool as its one program refuses python with AccessDenied, and secret-tool uses it")
+    @Test(
+        "a collection that names secret-tool as its one program refuses python with AccessDenied, and secret-tool uses it"
+    )
     func allowedExecutables() throws {
         let fixture = try SecretServiceFixture()
         defer { fixture.stop() }
@@ -155,7 +157,8 @@ struct CollectionRuleTests {
         let path = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(created.status == 0 && path.hasPrefix("/org/freedesktop/secrets/collection/"), "\(created)")
         let store = try fixture.secretTool(
-            ["store", "--label", "tool token", "--collection", path, "service", "ruled", "account", "a"], stdin: "ruled value")
+            ["store", "--label", "tool token", "--collection", path, "service", "ruled", "account", "a"],
+            stdin: "ruled value")
         #expect(store.status == 0, "\(store)\n\(fixture.daemonLogs())")
         let lookup = try fixture.secretTool(["lookup", "service", "ruled", "account", "a"])
         #expect(lookup.stdout == "ruled value", "\(lookup)")
@@ -205,10 +208,14 @@ struct IntrospectionTests {
         #expect(run.status == 0, "\(run)")
         let lines = run.stdout.split(separator: "\n").map(String.init)
         #expect(lines.contains("/org/freedesktop/secrets org.freedesktop.Secret.Service"), "\(run)")
-        #expect(lines.contains("/org/freedesktop/secrets/collection/default org.freedesktop.Secret.Collection"), "\(run)")
+        #expect(
+            lines.contains("/org/freedesktop/secrets/collection/default org.freedesktop.Secret.Collection"), "\(run)")
         #expect(lines.contains("/org/freedesktop/secrets/aliases/default org.freedesktop.Secret.Collection"), "\(run)")
         #expect(
-            lines.contains { $0.hasPrefix("/org/freedesktop/secrets/collection/default/") && $0.hasSuffix(" org.freedesktop.Secret.Item") },
+            lines.contains {
+                $0.hasPrefix("/org/freedesktop/secrets/collection/default/")
+                    && $0.hasSuffix(" org.freedesktop.Secret.Item")
+            },
             "\(run)")
     }
 }

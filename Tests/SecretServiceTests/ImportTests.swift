@@ -11,7 +11,9 @@ import Glibc
 /// a second import rewriting rather than duplicating.
 @Suite(.serialized)
 struct ImportTests {
-    @Test("tpm-keychain secret-service import copies gnome-keyring's items, leaves them there, and does not duplicate on a second run")
+    @Test(
+        "tpm-keychain secret-service import copies gnome-keyring's items, leaves them there, and does not duplicate on a second run"
+    )
     func importFromGnomeKeyring() throws {
         let fixture = try SecretServiceFixture(startDaemon: false)
         defer { fixture.stop() }
@@ -31,19 +33,23 @@ struct ImportTests {
             gnome.waitUntilExit()
         }
         // Observed progress: the first store succeeds once gnome-keyring owns the name.
-        var first = try fixture.secretTool(["store", "--label", "item 0", "service", "gk", "account", "user0"], stdin: "secret 0")
+        var first = try fixture.secretTool(
+            ["store", "--label", "item 0", "service", "gk", "account", "user0"], stdin: "secret 0")
         let deadline = ContinuousClock.now + .seconds(60)
         while first.status != 0 && ContinuousClock.now < deadline && gnome.isRunning {
             usleep(50_000)
-            first = try fixture.secretTool(["store", "--label", "item 0", "service", "gk", "account", "user0"], stdin: "secret 0")
+            first = try fixture.secretTool(
+                ["store", "--label", "item 0", "service", "gk", "account", "user0"], stdin: "secret 0")
         }
         try #require(first.status == 0, "gnome-keyring did not come up: \(first)\n\(fixture.daemonLogs())")
         for number in 1..<20 {
             let store = try fixture.secretTool(
-                ["store", "--label", "item \(number)", "service", "gk", "account", "user\(number)"], stdin: "secret \(number)")
+                ["store", "--label", "item \(number)", "service", "gk", "account", "user\(number)"],
+                stdin: "secret \(number)")
             #expect(store.status == 0, "\(store)")
         }
-        let odd = try fixture.secretTool(["store", "--label", "ünïcode", "weird", "α β", "empty", ""], stdin: "odd\nvalue")
+        let odd = try fixture.secretTool(
+            ["store", "--label", "ünïcode", "weird", "α β", "empty", ""], stdin: "odd\nvalue")
         #expect(odd.status == 0, "\(odd)")
 
         let importing = ["secret-service", "import", "--data-directory", fixture.dataDirectory]

@@ -69,7 +69,8 @@ struct LockedCollectionTests {
         #expect(try step(fixture, "store", path, "gated", "behind the passcode") == "stored")
         let store = fixture.dataDirectory + "/gated"
         let without = try fixture.run(
-            SecretServiceFixture.tool, ["find-generic-password", "-s", "vault", "-a", "gated", "-w", "--keychain", store])
+            SecretServiceFixture.tool,
+            ["find-generic-password", "-s", "vault", "-a", "gated", "-w", "--keychain", store])
         #expect(without.status != 0 && !without.stdout.contains("behind the passcode"), "\(without)")
         let with = try fixture.run(
             SecretServiceFixture.tool,
@@ -132,9 +133,11 @@ struct SessionLockTests {
                 "--lock-with-session", "--logind-address", fixture.address, "--logind-session", "c7",
                 "--audit-log", fixture.directory + "/audit.log",
             ])
-        let store = try fixture.secretTool(["store", "--label", "x", "service", "vault", "account", "a"], stdin: "value")
+        let store = try fixture.secretTool(
+            ["store", "--label", "x", "service", "vault", "account", "a"], stdin: "value")
         #expect(store.status == 0, "\(store)")
-        let state = try fixture.python("locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
+        let state = try fixture.python(
+            "locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
         #expect(state.stdout == "locked=False\n", "\(state)")
 
         _ = try control("set-locked-hint", "c7", "true")
@@ -149,10 +152,12 @@ struct SessionLockTests {
             }
             usleep(20_000)
         }
-        let locked = try fixture.python("locked_collection.py", ["read", "/org/freedesktop/secrets/collection/default", "a"])
+        let locked = try fixture.python(
+            "locked_collection.py", ["read", "/org/freedesktop/secrets/collection/default", "a"])
         #expect(locked.stdout == "error org.freedesktop.Secret.Error.IsLocked\n", "\(locked)")
         _ = try control("set-locked-hint", "c7", "false")
-        let after = try fixture.python("locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
+        let after = try fixture.python(
+            "locked_collection.py", ["state", "/org/freedesktop/secrets/collection/default"])
         #expect(after.stdout == "locked=True\n", "stays locked until a client unlocks it: \(after)")
     }
 }
@@ -160,13 +165,16 @@ struct SessionLockTests {
 /// `--fprintd`: python-dbusmock's fprintd (Fixtures/fprintd/) on the fixture's bus.
 @Suite(.serialized)
 struct BiometryCollectionTests {
-    @Test("a biometryCurrentSet collection unlocks with a matching finger, and never again once the enrolled fingers change")
+    @Test(
+        "a biometryCurrentSet collection unlocks with a matching finger, and never again once the enrolled fingers change"
+    )
     func biometryCurrentSetCollection() throws {
         let fixture = try SecretServiceFixture(startDaemon: false)
         defer { fixture.stop() }
         let fprintdFixtures = SecretServiceFixture.fixtures + "/../fprintd"
         let fprintd = try SecretServiceFixture.launch(
-            SecretServiceFixture.python, ["-m", "dbusmock", "--system", "-t", fprintdFixtures + "/fprintd_template.py"],
+            SecretServiceFixture.python,
+            ["-m", "dbusmock", "--system", "-t", fprintdFixtures + "/fprintd_template.py"],
             environment: fixture.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": fixture.address]) { $1 },
             output: fixture.directory + "/fprintd.log")
         defer {

@@ -46,7 +46,8 @@ struct RealClientTests {
         #expect(store.status == 0, "\(store)")
         let keychain = fixture.dataDirectory + "/default"
         let find = try fixture.run(
-            SecretServiceFixture.tool, ["find-generic-password", "-s", "mail.example", "-a", "ana", "-w", "--keychain", keychain])
+            SecretServiceFixture.tool,
+            ["find-generic-password", "-s", "mail.example", "-a", "ana", "-w", "--keychain", keychain])
         #expect(find.status == 0 && find.stdout == "from secret-tool\n", "\(find)")
 
         let add = try fixture.run(
@@ -68,7 +69,8 @@ struct RealClientTests {
         let label = "Label-\(UUID().uuidString)"
         let name = "attr-\(UUID().uuidString.prefix(8))"
         let value = "value-\(UUID().uuidString)"
-        let store = try fixture.secretTool(["store", "--label", label, name, value, "service", "s-\(value)"], stdin: secret)
+        let store = try fixture.secretTool(
+            ["store", "--label", label, name, value, "service", "s-\(value)"], stdin: secret)
         #expect(store.status == 0, "\(store)")
         let lookup = try fixture.secretTool(["lookup", name, value])
         #expect(lookup.stdout == secret, "\(lookup)")

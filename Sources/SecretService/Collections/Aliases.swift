@@ -49,8 +49,9 @@ struct Aliases {
     private func save() throws(SecretServiceError) {
         let text = entries.sorted { $0.key < $1.key }.map { "\($0.key)\t\($0.value)\n" }.joined()
         let temporary = file + ".new"
-        guard FileManager.default.createFile(
-            atPath: temporary, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        guard
+            FileManager.default.createFile(
+                atPath: temporary, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
         else { throw SecretServiceError(.failed, "The aliases could not be saved in \(file)") }
         guard rename(temporary, file) == 0 else {
             throw SecretServiceError(.failed, "The aliases could not be saved in \(file)")

@@ -115,7 +115,9 @@ final class SecretCollection {
         for item in try currentIndex().search([:]) where item.isProtected && !seen.contains(item.keyRecord) {
             seen.insert(item.keyRecord)
             do {
-                if let found = try service.item(.genericPassword, primary: AttributeList(item.identity), withSecret: false) {
+                if let found = try service.item(
+                    .genericPassword, primary: AttributeList(item.identity), withSecret: false)
+                {
                     records.append(found)
                 }
             } catch {
@@ -146,7 +148,7 @@ final class SecretCollection {
         } catch {
             throw SecretServiceError(error)
         }
-        fingerprint = []  // rebuild: the properties item tells the access control
+        fingerprint = [] // rebuild: the properties item tells the access control
         _ = try currentIndex()
     }
 

@@ -66,7 +66,8 @@ final class AuditLog {
         for scalar in text.unicodeScalars {
             switch scalar {
             case "\"", "\\": result += "\\" + String(scalar)
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F: result += "\\u{\(String(scalar.value, radix: 16))}"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                result += "\\u{\(String(scalar.value, radix: 16))}"
             default: result.unicodeScalars.append(scalar)
             }
         }

@@ -1,7 +1,7 @@
-import Foundation
 import DBus
-package import TPMKeychain
+import Foundation
 import SystemCalls
+package import TPMKeychain
 
 /// The Secret Service daemon (`tpm-keychain secret-service`): owns `org.freedesktop.secrets` on a
 /// session bus and answers from the stores of one data directory until it loses the name, the
@@ -111,7 +111,8 @@ package enum SecretServiceDaemon {
                 if reader.readString() == busName { ending = .replaced }
             }
             try connection.subscribe(
-                rule: "type='signal',sender='\(BusDriver.name)',path='\(BusDriver.path)',interface='\(BusDriver.interface)',member='NameOwnerChanged',arg2=''",
+                rule:
+                    "type='signal',sender='\(BusDriver.name)',path='\(BusDriver.path)',interface='\(BusDriver.interface)',member='NameOwnerChanged',arg2=''",
                 from: .busDriver
             ) { reader in
                 // arg0 = name, arg1 = old owner, arg2 = new owner (empty: the connection left).

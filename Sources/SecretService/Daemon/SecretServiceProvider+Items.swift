@@ -26,22 +26,29 @@ extension SecretServiceProvider {
                 throw SecretServiceError(.invalidArgs, "CreateItem's properties repeat a name")
             }
             let label = properties[Self.itemLabelProperty]?.unwrapped.string ?? ""
-            guard let attributes = (properties[Self.itemAttributesProperty]?.unwrapped ?? .stringDictionary([:]))
-                .stringDictionary
+            guard
+                let attributes = (properties[Self.itemAttributesProperty]?.unwrapped ?? .stringDictionary([:]))
+                    .stringDictionary
             else { throw SecretServiceError(.invalidArgs, "\(Self.itemAttributesProperty) is a{ss}") }
             let secret = try secret(from: arguments[1], sender: call.sender)
             let (item, isNew) = try collection.create(
                 label: label, attributes: attributes, secret: secret.value, contentType: secret.contentType,
                 replace: arguments[2].bool ?? false)
             let path = itemPath(item, in: collection)
-            audit?.record(peer: peer, action: isNew ? "create" : "replace", collection: collection.label, item: item.label)
-            emit(collection.path, Introspection.collectionInterface, isNew ? "ItemCreated" : "ItemChanged", [.objectPath(path)])
-            if isNew { emitPropertiesChanged(collection.path, Introspection.collectionInterface, [:], invalidated: ["Items"]) }
+            audit?.record(
+                peer: peer, action: isNew ? "create" : "replace", collection: collection.label, item: item.label)
+            emit(
+                collection.path, Introspection.collectionInterface, isNew ? "ItemCreated" : "ItemChanged",
+                [.objectPath(path)])
+            if isNew {
+                emitPropertiesChanged(collection.path, Introspection.collectionInterface, [:], invalidated: ["Items"])
+            }
             return [.objectPath(path), .objectPath(ObjectPaths.none)]
         case "Delete":
             try Self.expect(call, "")
             guard !collection.isInMemory else {
-                throw SecretServiceError(.notSupported, "The session collection ends with the daemon; it cannot be deleted")
+                throw SecretServiceError(
+                    .notSupported, "The session collection ends with the daemon; it cannot be deleted")
             }
             try deleteCollection(collection)
             audit?.record(peer: peer, action: "delete collection", collection: collection.label, item: nil)

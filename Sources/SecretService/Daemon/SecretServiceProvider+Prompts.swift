@@ -85,7 +85,8 @@ extension SecretServiceProvider {
         }) {
             guard let prompt = prompts[outcome.path] else {
                 // Dismissed, or its caller left: what it opened is dropped here.
-                audit?.record(event: "unlock prompt ended after its caller left: nothing unlocked", collection: outcome.label)
+                audit?.record(
+                    event: "unlock prompt ended after its caller left: nothing unlocked", collection: outcome.label)
                 continue
             }
             guard let unlocked = outcome.unlocked else {
@@ -150,7 +151,9 @@ extension SecretServiceProvider {
                 }
                 if Task.isCancelled { unlocked = nil }
             }
-            outcomes.withLock { $0.append(PromptOutcome(path: path, unlocked: unlocked, message: message, label: labels)) }
+            outcomes.withLock {
+                $0.append(PromptOutcome(path: path, unlocked: unlocked, message: message, label: labels))
+            }
             wakeup.signal()
         }
     }

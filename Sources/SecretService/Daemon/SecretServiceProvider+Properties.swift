@@ -18,7 +18,8 @@ extension SecretServiceProvider {
         case "Set":
             try Self.expect(call, "ssv")
             try setProperty(
-                of: target, name: call.arguments[1].string ?? "", value: call.arguments[2].unwrapped, sender: call.sender)
+                of: target, name: call.arguments[1].string ?? "", value: call.arguments[2].unwrapped,
+                sender: call.sender)
             return []
         default:
             throw Self.unknownMethod(call)
@@ -93,7 +94,8 @@ extension SecretServiceProvider {
             emit(collection.path, Introspection.collectionInterface, "ItemChanged", [.objectPath(path)])
             emitPropertiesChanged(
                 path, Introspection.itemInterface,
-                name == "Label" ? ["Label": .string(updated.label)] : ["Attributes": .stringDictionary(updated.attributes)])
+                name == "Label"
+                    ? ["Label": .string(updated.label)] : ["Attributes": .stringDictionary(updated.attributes)])
         default:
             throw readOnly(name)
         }

@@ -12,7 +12,8 @@ extension SecretServiceProvider {
         switch call.member {
         case "OpenSession":
             try Self.expect(call, "sv")
-            return try openSession(algorithm: arguments[0].string ?? "", input: arguments[1].unwrapped, owner: call.sender)
+            return try openSession(
+                algorithm: arguments[0].string ?? "", input: arguments[1].unwrapped, owner: call.sender)
         case "CreateCollection":
             try Self.expect(call, "a{sv}s")
             return try createCollection(properties: arguments[0].dictionary ?? [:], alias: arguments[1].string ?? "")
@@ -51,7 +52,7 @@ extension SecretServiceProvider {
                 do {
                     let secret = try secretStruct(of: item, in: collection, session: session, peer: peer)
                     entries.append(.dictionaryEntry(.objectPath(path), secret))
-                } catch where error.name == .isLocked {
+                } catch  where error.name == .isLocked {
                     continue
                 }
             }
@@ -77,7 +78,8 @@ extension SecretServiceProvider {
         }
     }
 
-    private func openSession(algorithm: String, input: BusValue, owner: String) throws(SecretServiceError) -> [BusValue] {
+    private func openSession(algorithm: String, input: BusValue, owner: String) throws(SecretServiceError) -> [BusValue]
+    {
         let path = newObjectPath(ObjectPaths.sessionPrefix)
         switch algorithm {
         case TransferSession.plainName:
@@ -117,7 +119,9 @@ extension SecretServiceProvider {
             }
         }
         guard !waiting.isEmpty else { return [.objectPaths(unlocked), .objectPath(ObjectPaths.none)] }
-        return [.objectPaths(unlocked), .objectPath(newUnlockPrompt(for: waiting, paths: waitingPaths, caller: caller))]
+        return [
+            .objectPaths(unlocked), .objectPath(newUnlockPrompt(for: waiting, paths: waitingPaths, caller: caller)),
+        ]
     }
 
     /// Creates the collection "default" names, the store `default` (the Keychain API's and the
@@ -130,10 +134,13 @@ extension SecretServiceProvider {
     }
 
     func createCollection(properties: [String: BusValue], alias: String) throws(SecretServiceError) -> [BusValue] {
-        if !alias.isEmpty, let id = aliases.collectionID(for: alias, among: collections), let existing = collections[id] {
+        if !alias.isEmpty, let id = aliases.collectionID(for: alias, among: collections), let existing = collections[id]
+        {
             return [.objectPath(existing.path), .objectPath(ObjectPaths.none)]
         }
-        let label = properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string ?? (alias.isEmpty ? "collection" : alias)
+        let label =
+            properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string
+            ?? (alias.isEmpty ? "collection" : alias)
         let control = try Self.accessControl(properties[Self.accessControlProperty]?.unwrapped)
         let name = newStoreName(preferring: alias.isEmpty ? label : alias)
         let path = dataDirectory + "/" + name
@@ -148,7 +155,8 @@ extension SecretServiceProvider {
         let allowed = try Self.allowedExecutables(properties[Self.allowedExecutablesProperty]?.unwrapped)
         if control != nil || allowed != nil {
             try collection.setUp(
-                label: label, accessControl: control, enrollment: try control.map { (control) throws(SecretServiceError) in
+                label: label, accessControl: control,
+                enrollment: try control.map { (control) throws(SecretServiceError) in
                     try enrollment(binding: control)
                 } ?? nil, allowedExecutables: allowed)
         } else if label != name {
@@ -174,14 +182,17 @@ extension SecretServiceProvider {
         guard case .array("s", let elements) = value, case let paths = elements.compactMap(\.string),
             !paths.isEmpty, paths.allSatisfy({ $0.hasPrefix("/") })
         else {
-            throw SecretServiceError(.invalidArgs, "\(allowedExecutablesProperty) is a non-empty array of absolute paths")
+            throw SecretServiceError(
+                .invalidArgs, "\(allowedExecutablesProperty) is a non-empty array of absolute paths")
         }
         return paths
     }
 
     static func accessControl(_ value: BusValue?) throws(SecretServiceError) -> AccessControl? {
         guard let value else { return nil }
-        guard let text = value.string else { throw SecretServiceError(.invalidArgs, "\(accessControlProperty) is a string") }
+        guard let text = value.string else {
+            throw SecretServiceError(.invalidArgs, "\(accessControlProperty) is a string")
+        }
         let names: [String: AccessControl.Flags] = [
             "userPresence": .userPresence, "biometryAny": .biometryAny, "biometryCurrentSet": .biometryCurrentSet,
             "devicePasscode": .devicePasscode, "or": .or, "and": .and,
@@ -191,7 +202,8 @@ extension SecretServiceProvider {
             guard let flag = names[name] else {
                 throw SecretServiceError(
                     .invalidArgs,
-                    "\(accessControlProperty): unknown flag \"\(name)\"; use \(names.keys.sorted().joined(separator: ", "))")
+                    "\(accessControlProperty): unknown flag \"\(name)\"; use \(names.keys.sorted().joined(separator: ", "))"
+                )
             }
             flags.insert(flag)
         }
@@ -207,7 +219,8 @@ extension SecretServiceProvider {
         guard ItemService.bindsEnrollment(control) else { return nil }
         guard let authenticator else {
             throw SecretServiceError(
-                .notSupported, "A biometryCurrentSet collection needs an authenticator: start the daemon with --fprintd")
+                .notSupported, "A biometryCurrentSet collection needs an authenticator: start the daemon with --fprintd"
+            )
         }
         let result = SynchronousWait.run { () async -> Result<[UInt8]?, KeychainError> in
             do throws(KeychainError) {

@@ -1,7 +1,7 @@
 import DBus
 import Foundation
-import TPMKeychain
 import SystemCalls
+import TPMKeychain
 
 #if canImport(Glibc)
 import Glibc
@@ -62,7 +62,9 @@ final class SecretServiceProvider {
     /// - Parameter force: list even when the time did not move (a name was asked for and not found).
     func refreshCollections(force: Bool = false) {
         var status = stat()
-        let time = stat(dataDirectory, &status) == 0 ? Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec) : -1
+        let time =
+            stat(dataDirectory, &status) == 0
+            ? Int64(status.st_mtim.tv_sec) * 1_000_000_000 + Int64(status.st_mtim.tv_nsec) : -1
         guard force || time != dataDirectoryTime || time == -1 else { return }
         dataDirectoryTime = time
         let names = Set(KeychainLocation.storeNames(in: dataDirectory))
@@ -210,7 +212,8 @@ final class SecretServiceProvider {
     /// Refuses a caller whose executable the collection's rules do not name.
     func checkRules(of collection: SecretCollection, for peer: BusPeer) throws(SecretServiceError) {
         guard collection.allows(executable: peer.executable) else {
-            audit?.record(peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
+            audit?.record(
+                peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
             throw SecretServiceError(
                 .accessDenied,
                 "The collection \"\(collection.label)\" may be used only by \(collection.allowedExecutables?.joined(separator: ", ") ?? ""), not by \(peer.executable ?? "an unknown executable")"
@@ -230,10 +233,14 @@ final class SecretServiceProvider {
     }
 
     /// A secret struct from a client: its bytes, decrypted with the session it names, and content type.
-    func secret(from value: BusValue, sender: String) throws(SecretServiceError) -> (value: [UInt8], contentType: String) {
+    func secret(
+        from value: BusValue, sender: String
+    ) throws(SecretServiceError) -> (value: [UInt8], contentType: String) {
         guard let fields = value.fields, fields.count == 4, let sessionPath = fields[0].objectPath,
             let parameters = fields[1].byteArray, let bytes = fields[2].byteArray, let contentType = fields[3].string
-        else { throw SecretServiceError(.invalidArgs, "A secret is (oayays): session, parameters, value, content type") }
+        else {
+            throw SecretServiceError(.invalidArgs, "A secret is (oayays): session, parameters, value, content type")
+        }
         let session = try session(sessionPath, of: sender)
         return (try session.decrypt(parameters: parameters, value: bytes), contentType)
     }

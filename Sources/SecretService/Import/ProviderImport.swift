@@ -120,7 +120,9 @@ private struct Source {
     let owner: String
     let name: String
 
-    func call(_ path: String, _ interface: String, _ member: String, _ values: [BusValue]) throws(ProviderImport.Failure)
+    func call(
+        _ path: String, _ interface: String, _ member: String, _ values: [BusValue]
+    ) throws(ProviderImport.Failure)
         -> [BusValue]
     {
         do {

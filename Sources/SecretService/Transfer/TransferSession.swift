@@ -70,7 +70,7 @@ struct TransferSession {
 enum DiffieHellmanGroup2 {
     static let prime: [UInt8] = [UInt8](
         hexString:
-        "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD"
+            "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD"
             + "EF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED"
             + "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF")!
     static let size = 128
@@ -79,7 +79,9 @@ enum DiffieHellmanGroup2 {
     ///
     /// - Returns: our public value (128 bytes, for the peer) and the session key.
     /// - Throws: ``SecretServiceError`` `.invalidArgs` for a public value outside 2...p-2.
-    static func agree(clientPublic peerPublic: [UInt8]) throws(SecretServiceError) -> (ourPublic: [UInt8], key: SymmetricKey) {
+    static func agree(
+        clientPublic peerPublic: [UInt8]
+    ) throws(SecretServiceError) -> (ourPublic: [UInt8], key: SymmetricKey) {
         var keyPair = try KeyPair()
         defer { keyPair.erase() }
         return (keyPair.publicValue, try keyPair.sessionKey(peerPublic: peerPublic))
@@ -131,7 +133,7 @@ enum DiffieHellmanGroup2 {
         guard trimmed.count <= size, !(trimmed.count == 1 && trimmed[0] <= 1), !trimmed.isEmpty else { return false }
         guard trimmed.count == size else { return true }
         var limit = prime
-        limit[size - 1] -= 1  // p - 1 (p is odd)
+        limit[size - 1] -= 1 // p - 1 (p is odd)
         return trimmed.lexicographicallyPrecedes(limit)
     }
 }

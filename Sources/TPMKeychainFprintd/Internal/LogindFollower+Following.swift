@@ -1,8 +1,8 @@
 // Following the session's LockedHint once it is found: properties and Lock/Unlock signals on the
 // follower's connection, until it is stopped.
 
-import Dispatch
 import DBus
+import Dispatch
 import SystemCalls
 
 #if canImport(Glibc)

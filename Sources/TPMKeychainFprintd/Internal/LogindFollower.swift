@@ -2,8 +2,8 @@
 // thread. The interface is org.freedesktop.login1(5); see LogindSessionLock.swift for what the hint
 // and the Lock/Unlock signals mean to a caller.
 
-import Dispatch
 import DBus
+import Dispatch
 import SystemCalls
 
 #if canImport(Glibc)

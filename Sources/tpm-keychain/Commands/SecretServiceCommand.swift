@@ -2,10 +2,10 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import SecretService
-import TPMKeychainFprintd
 import SystemCalls
 import TPM
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
 
 /// `tpm-keychain secret-service`: the Secret Service daemon, so every program that keeps its
@@ -13,7 +13,8 @@ import ToolSupport
 struct SecretServiceCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "secret-service",
-        abstract: "The desktop's Secret Service (org.freedesktop.secrets): serve the stores, or import another provider's items.",
+        abstract:
+            "The desktop's Secret Service (org.freedesktop.secrets): serve the stores, or import another provider's items.",
         subcommands: [SecretServiceServe.self, SecretServiceImport.self],
         defaultSubcommand: SecretServiceServe.self)
 }
@@ -33,12 +34,16 @@ struct SecretServiceServe: ParsableCommand {
     @Option(help: ArgumentHelp("A D-Bus address to serve on instead of the session bus.", valueName: "address"))
     var address: String?
 
-    @Flag(help: "Take org.freedesktop.secrets over from the provider that owns it (gnome-keyring, KWallet, another daemon).")
+    @Flag(
+        help:
+            "Take org.freedesktop.secrets over from the provider that owns it (gnome-keyring, KWallet, another daemon)."
+    )
     var replace = false
 
     @Option(
         name: .customLong("data-directory"),
-        help: ArgumentHelp("Where the collections' stores are (default: $XDG_DATA_HOME/tpm-keychain).", valueName: "dir"),
+        help: ArgumentHelp(
+            "Where the collections' stores are (default: $XDG_DATA_HOME/tpm-keychain).", valueName: "dir"),
         completion: .directory)
     var dataDirectory: String?
 
@@ -60,7 +65,8 @@ struct SecretServiceServe: ParsableCommand {
     var fprintd = false
 
     @Option(
-        name: .customLong("fprintd-address"), help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
+        name: .customLong("fprintd-address"),
+        help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
     var fprintdAddress: String?
 
     @Flag(
@@ -69,16 +75,19 @@ struct SecretServiceServe: ParsableCommand {
     var lockWithSession = false
 
     @Option(
-        name: .customLong("logind-address"), help: ArgumentHelp("logind's bus, instead of the system bus.", visibility: .hidden))
+        name: .customLong("logind-address"),
+        help: ArgumentHelp("logind's bus, instead of the system bus.", visibility: .hidden))
     var logindAddress: String?
 
     @Option(
-        name: .customLong("logind-session"), help: ArgumentHelp("The logind session ID to follow.", visibility: .hidden))
+        name: .customLong("logind-session"), help: ArgumentHelp("The logind session ID to follow.", visibility: .hidden)
+    )
     var logindSession: String?
 
     func run() throws {
         var options = SecretServiceDaemon.Options(
-            address: address, dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
+            address: address,
+            dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
         options.replace = replace
         options.auditLog = auditLog.map(StoreDirectory.absolute)
         if fprintd || fprintdAddress != nil { options.authenticator = FprintdAuthenticator(busAddress: fprintdAddress) }
@@ -102,11 +111,10 @@ struct SecretServiceServe: ParsableCommand {
         defer { ProcessGuard.remove(token) }
         let ending: SecretServiceDaemon.Ending
         do {
+            let dataDirectory = options.dataDirectory
             ending = try SecretServiceDaemon.run(
-                options, stopper: stopper, warn: { printError("tpm-keychain: warning: \($0)") }
-            ) {
-                printError("tpm-keychain: serving \(SecretServiceDaemon.busName) from \(options.dataDirectory)")
-            }
+                options, stopper: stopper, warn: { printError("tpm-keychain: warning: \($0)") },
+                ready: { printError("tpm-keychain: serving \(SecretServiceDaemon.busName) from \(dataDirectory)") })
         } catch {
             finished.signal()
             printError("tpm-keychain: \(error)")

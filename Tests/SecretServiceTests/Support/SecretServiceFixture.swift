@@ -232,7 +232,8 @@ final class SecretServiceFixture: @unchecked Sendable {
         while !condition() {
             if let process, !process.isRunning {
                 let text = log.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) } ?? ""
-                throw FixtureError("waiting until \(what): the process ended with \(process.terminationStatus)\n\(text)")
+                throw FixtureError(
+                    "waiting until \(what): the process ended with \(process.terminationStatus)\n\(text)")
             }
             guard ContinuousClock.now < deadline else { throw FixtureError("\(what): not within 60 s") }
             usleep(5_000)
