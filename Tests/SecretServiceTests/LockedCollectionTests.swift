@@ -110,23 +110,9 @@ struct SessionLockTests {
     func collectionsFollowTheSessionLock() throws {
         let fixture = try SecretServiceFixture(startDaemon: false)
         defer { fixture.stop() }
-        let logindFixtures = SecretServiceFixture.fixtures + "/../logind"
-        let logind = try SecretServiceFixture.launch(
-            SecretServiceFixture.python,
-            ["-m", "dbusmock", "--system", "-t", logindFixtures + "/logind_template.py"],
-            environment: fixture.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": fixture.address]) { $1 },
-            output: fixture.directory + "/logind.log")
-        defer {
-            kill(logind.processIdentifier, SIGKILL)
-            logind.waitUntilExit()
-        }
-        func control(_ arguments: String...) throws -> String {
-            let run = try fixture.run(
-                SecretServiceFixture.python, [logindFixtures + "/mockctl.py", fixture.address] + arguments)
-            #expect(run.status == 0, "\(run)")
-            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        _ = try control("wait", "30", String(logind.processIdentifier))
+        let logind = try fixture.startMock("logind")
+        defer { logind.stop() }
+        func control(_ arguments: String...) throws -> String { try logind.control(arguments) }
         _ = try control("add-session", "c7", String(getuid()), "tester")
         try fixture.startDaemon(
             extraArguments: [
@@ -171,23 +157,9 @@ struct BiometryCollectionTests {
     func biometryCurrentSetCollection() throws {
         let fixture = try SecretServiceFixture(startDaemon: false)
         defer { fixture.stop() }
-        let fprintdFixtures = SecretServiceFixture.fixtures + "/../fprintd"
-        let fprintd = try SecretServiceFixture.launch(
-            SecretServiceFixture.python,
-            ["-m", "dbusmock", "--system", "-t", fprintdFixtures + "/fprintd_template.py"],
-            environment: fixture.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": fixture.address]) { $1 },
-            output: fixture.directory + "/fprintd.log")
-        defer {
-            kill(fprintd.processIdentifier, SIGKILL)
-            fprintd.waitUntilExit()
-        }
-        func control(_ arguments: String...) throws -> String {
-            let run = try fixture.run(
-                SecretServiceFixture.python, [fprintdFixtures + "/mockctl.py", fixture.address] + arguments)
-            #expect(run.status == 0, "\(run)")
-            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        _ = try control("wait", "30", String(fprintd.processIdentifier))
+        let fprintd = try fixture.startMock("fprintd")
+        defer { fprintd.stop() }
+        func control(_ arguments: String...) throws -> String { try fprintd.control(arguments) }
         let device = try control("add-device", "Virtual reader")
         _ = try control("set-fingers", device, "right-index-finger")
         _ = try control("set-script", device, #"[["verify-match", true, 0]]"#)

@@ -196,6 +196,45 @@ final class SecretServiceFixture: @unchecked Sendable {
         }.joined(separator: "\n")
     }
 
+    // MARK: System services
+
+    /// One of python-dbusmock's services (`fprintd` or `logind`, from Fixtures/<name>/) on the
+    /// fixture's bus as its system bus, up once it owns its name.
+    func startMock(_ name: String) throws -> DBusMock {
+        let directory = Self.fixtures + "/../" + name
+        let process = try Self.launch(
+            Self.python, ["-m", "dbusmock", "--system", "-t", directory + "/\(name)_template.py"],
+            environment: environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": address]) { $1 },
+            output: self.directory + "/\(name).log")
+        let mock = DBusMock(fixture: self, process: process, control: directory + "/mockctl.py")
+        do {
+            _ = try mock.control(["wait", "30", String(process.processIdentifier)])
+        } catch {
+            mock.stop()
+            throw error
+        }
+        return mock
+    }
+
+    /// A python-dbusmock service and its control script (mockctl.py).
+    struct DBusMock {
+        let fixture: SecretServiceFixture
+        let process: Process
+        let control: String
+
+        /// Runs mockctl.py with `arguments`; its output, trimmed.
+        func control(_ arguments: [String]) throws -> String {
+            let run = try fixture.run(SecretServiceFixture.python, [control, fixture.address] + arguments)
+            guard run.status == 0 else { throw FixtureError("\(run)") }
+            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+
+        func stop() {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
     // MARK: Processes
 
     /// Starts a child; `stdin` is written to its standard input, which is then closed (else /dev/null).
