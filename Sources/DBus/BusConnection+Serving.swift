@@ -33,12 +33,15 @@ package enum BusReply {
 
 /// Who is at the other end of a unique name, as the bus daemon saw the connection made.
 package struct BusPeer: Sendable, Hashable {
+    /// The unique name (":1.42").
+    package let sender: String
     package let uid: UInt32
     package let pid: Int32
     /// The process's executable, read from /proc when asked (nil when it could not be read).
     package let executable: String?
 
-    package init(uid: UInt32, pid: Int32, executable: String?) {
+    package init(sender: String, uid: UInt32, pid: Int32, executable: String?) {
+        self.sender = sender
         self.uid = uid
         self.pid = pid
         self.executable = executable
@@ -172,7 +175,7 @@ extension BusConnection {
         try Self.check("GetConnectionCredentials", sd_bus_creds_get_pid(credentials, &pid))
         var executable: UnsafePointer<CChar>? = nil
         let path = sd_bus_creds_get_exe(credentials, &executable) >= 0 ? executable.map { String(cString: $0) } : nil
-        return BusPeer(uid: uid, pid: pid, executable: path)
+        return BusPeer(sender: sender, uid: uid, pid: pid, executable: path)
     }
 }
 

@@ -219,3 +219,52 @@ struct IntrospectionTests {
             "\(run)")
     }
 }
+
+/// Confirm-each-access collections: every read asks the person (`--confirm-command`) first.
+@Suite(.serialized)
+struct ConfirmEachAccessTests {
+    @Test("each secret-tool lookup in a confirm-each-access collection asks once; a refusal returns nothing")
+    func eachReadIsConfirmed() throws {
+        let fixture = try SecretServiceFixture(startDaemon: false)
+        defer { fixture.stop() }
+        let asked = fixture.directory + "/asked"
+        let allow = fixture.directory + "/allow"
+        try fixture.startDaemon(extraArguments: [
+            "--confirm-command", "echo \"$TPM_KEYCHAIN_PROMPT_REASON\" >> \(asked); test -e \(allow)",
+        ])
+        let script = """
+            from jeepney import DBusAddress, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            connection = open_dbus_connection(bus='SESSION')
+            service = DBusAddress('/org/freedesktop/secrets', bus_name='org.freedesktop.secrets',
+                                  interface='org.freedesktop.Secret.Service')
+            properties = {'org.freedesktop.Secret.Collection.Label': ('s', 'Ask me'),
+                          'org.tpmkeychain.Collection.ConfirmEachAccess': ('b', True)}
+            reply = connection.send_and_get_reply(new_method_call(service, 'CreateCollection', 'a{sv}s', (properties, '')))
+            print(reply.body[0])
+            """
+        let created = try fixture.run(SecretServiceFixture.python, ["-c", script])
+        let path = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(created.status == 0 && path.hasPrefix("/org/freedesktop/secrets/collection/"), "\(created)")
+        let store = try fixture.secretTool(
+            ["store", "--label", "asked", "--collection", path, "service", "confirm", "account", "a"], stdin: "allowed")
+        #expect(store.status == 0, "\(store)")
+        func questions() -> [String] {
+            ((try? String(contentsOfFile: asked, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+
+        _ = FileManager.default.createFile(atPath: allow, contents: nil)
+        let first = try fixture.secretTool(["lookup", "service", "confirm", "account", "a"])
+        #expect(first.stdout == "allowed", "\(first)\n\(fixture.daemonLogs())")
+        #expect(questions().count == 1, "\(questions())")
+        #expect(questions().first?.contains("secret-tool") == true && questions().first?.contains("Ask me") == true)
+        let second = try fixture.secretTool(["lookup", "service", "confirm", "account", "a"])
+        #expect(second.stdout == "allowed", "\(second)")
+        #expect(questions().count == 2, "each read asks again: \(questions())")
+
+        try FileManager.default.removeItem(atPath: allow)
+        let refused = try fixture.secretTool(["lookup", "service", "confirm", "account", "a"])
+        #expect(refused.stdout.isEmpty && refused.status != 0, "\(refused)")
+        #expect(questions().count == 3, "\(questions())")
+    }
+}

@@ -29,6 +29,8 @@ final class SecretCollection {
     private var propertiesItem: ItemQueryResult?
     /// The programs (absolute paths of executables) that may use the items; nil: any.
     private(set) var allowedExecutables: [String]?
+    /// Every read of a secret needs a confirmation prompt first (one per read call).
+    private(set) var confirmsEachAccess = false
 
     private var service: ItemService?
     private var index: ItemIndex?
@@ -136,11 +138,13 @@ final class SecretCollection {
     /// Sets a new collection up: its label, and the access control its items get (kept as the
     /// protection of its properties item, whose key record every item then shares).
     func setUp(
-        label: String, accessControl control: AccessControl?, enrollment: [UInt8]?, allowedExecutables: [String]?
+        label: String, accessControl control: AccessControl?, enrollment: [UInt8]?, allowedExecutables: [String]?,
+        confirmsEachAccess: Bool
     ) throws(SecretServiceError) {
         _ = try currentIndex()
         guard let service else { return }
         self.allowedExecutables = allowedExecutables
+        self.confirmsEachAccess = confirmsEachAccess
         do {
             try service.write(
                 .genericPassword, primary: propertiesPrimary(label: label), mode: .upsert,
@@ -156,6 +160,7 @@ final class SecretCollection {
         var primary = AttributeList(
             ItemIdentity(unchecked: "", SecretItemMapping.collectionService, "properties"))
         primary.setString(label, for: AttributeTag.label)
+        if confirmsEachAccess { primary.setBool(true, for: SecretItemMapping.confirmEachAccessTag) }
         if let allowedExecutables {
             primary[SecretItemMapping.allowedExecutablesTag] = SecretItemMapping.encode(
                 Dictionary(uniqueKeysWithValues: allowedExecutables.map { ($0, "") }))
@@ -381,6 +386,7 @@ final class SecretCollection {
         propertiesItem = nil
         accessControl = nil
         allowedExecutables = nil
+        confirmsEachAccess = false
         for result in results {
             if let item = SecretItemMapping.item(from: result) {
                 items.append(item)
@@ -388,6 +394,7 @@ final class SecretCollection {
                 propertiesItem = result
                 if let storedLabel = result.attributes.string(AttributeTag.label) { label = storedLabel }
                 accessControl = try? service?.accessControl(of: result)
+                confirmsEachAccess = result.attributes.bool(SecretItemMapping.confirmEachAccessTag) ?? false
                 allowedExecutables = result.attributes[SecretItemMapping.allowedExecutablesTag]
                     .flatMap(SecretItemMapping.decode).map { $0.keys.sorted() }
             }

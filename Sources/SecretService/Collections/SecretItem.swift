@@ -41,6 +41,8 @@ enum SecretItemMapping {
     /// On a collection's properties item: the executables that may use its items, as `ssat`'s
     /// encoding with the paths as names and empty values.
     static let allowedExecutablesTag = FourCharacterCode("ssrx")
+    /// On a collection's properties item: one byte, 1 when every read of a secret is confirmed.
+    static let confirmEachAccessTag = FourCharacterCode("sscf")
     /// The service of items created through the Secret Service that name no service of their own.
     static let itemService = "org.freedesktop.secrets"
     /// The item holding a collection's label and access rules; not an item of the collection.

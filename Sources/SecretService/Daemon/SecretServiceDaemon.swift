@@ -22,6 +22,9 @@ package enum SecretServiceDaemon {
         package var authenticator: (any Authenticator)?
         /// Where unlock prompts get the device passcode, if anywhere.
         package var passcode: PasscodeSource?
+        /// Asks the person whether a read may go ahead (a confirm-each-access collection): the
+        /// question in, their answer out.
+        package var confirm: (@Sendable (String) async -> Bool)?
         /// The login session's lock (logind): when it locks, every collection locks and its
         /// opened keys are dropped.
         package var sessionLock: (any SessionLockState)?
@@ -91,7 +94,8 @@ package enum SecretServiceDaemon {
         }
         let provider = SecretServiceProvider(
             connection: connection, dataDirectory: options.dataDirectory, audit: audit,
-            authenticator: options.authenticator, passcode: options.passcode, wakeup: stopper.wakeup)
+            authenticator: options.authenticator, passcode: options.passcode, confirm: options.confirm,
+            wakeup: stopper.wakeup)
         defer { provider.close() }
         do {
             try provider.ensureDefaultCollection()

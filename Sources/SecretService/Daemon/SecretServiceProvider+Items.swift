@@ -69,7 +69,9 @@ extension SecretServiceProvider {
         case "GetSecret":
             try Self.expect(call, "o")
             let session = try session(call.arguments[0].objectPath ?? "", of: call.sender)
-            return [try secretStruct(of: item, in: collection, session: session, peer: peer)]
+            let secret = try secretStruct(of: item, in: collection, session: session, peer: peer)
+            useConfirmation(of: collection, by: call.sender)
+            return [secret]
         case "SetSecret":
             try Self.expect(call, "(oayays)")
             let secret = try secret(from: call.arguments[0], sender: call.sender)

@@ -30,6 +30,8 @@ struct PromptOutcome: Sendable {
     let path: String
     /// By collection ID; nil when the person cancelled or authentication failed.
     let unlocked: [String: SecretCollection.UnlockedKeys]?
+    /// Confirm-each-access collections (by ID) whose next read the person allowed.
+    let confirmed: [String]
     let message: String
     /// The labels of the collections it was for, for the audit log.
     let label: String
@@ -99,6 +101,7 @@ extension SecretServiceProvider {
                 collection.completeUnlock(keys)
                 emitCollectionChanged(collection)
             }
+            confirmations[prompt.owner, default: []].formUnion(outcome.confirmed)
             finish(prompt, unlockedPaths: prompt.requestedPaths)
         }
     }
@@ -122,10 +125,23 @@ extension SecretServiceProvider {
                 failure = error.message
             }
         }
+        // Confirm-each-access collections this caller holds no confirmation for: asked by label.
+        var toConfirm: [(id: String, label: String)] = []
+        for id in prompt.collectionIDs {
+            guard let collection = collections[id], collection.confirmsEachAccess,
+                confirmations[prompt.owner]?.contains(id) != true
+            else { continue }
+            toConfirm.append((id, collection.label))
+        }
+        if !toConfirm.isEmpty && confirm == nil {
+            failure = "The collection confirms each access, and the daemon has no --confirm-command"
+        }
+        let who = peers[prompt.owner].map { "\($0.executable ?? "an unknown program") (pid \($0.pid))" } ?? "a program"
+        let confirm = confirm
         let authenticator = authenticator
         let passcode = passcode
         let path = prompt.path
-        let labels = requests.values.map(\.label).sorted().joined(separator: ", ")
+        let labels = (requests.values.map(\.label) + toConfirm.map(\.label)).sorted().joined(separator: ", ")
         let outcomes = promptOutcomes
         let wakeup = wakeup
         return Task {
@@ -151,8 +167,22 @@ extension SecretServiceProvider {
                 }
                 if Task.isCancelled { unlocked = nil }
             }
+            var confirmed: [String] = []
+            for (id, label) in toConfirm where unlocked != nil {
+                if let confirm, await confirm("Allow \(who) to read a secret of the keyring \"\(label)\"?"),
+                    !Task.isCancelled
+                {
+                    confirmed.append(id)
+                } else {
+                    unlocked = nil
+                    message = "The person did not allow the read"
+                }
+            }
             outcomes.withLock {
-                $0.append(PromptOutcome(path: path, unlocked: unlocked, message: message, label: labels))
+                $0.append(
+                    PromptOutcome(
+                        path: path, unlocked: unlocked, confirmed: unlocked == nil ? [] : confirmed, message: message,
+                        label: labels))
             }
             wakeup.signal()
         }

@@ -6,7 +6,7 @@ extension SecretServiceProvider {
         switch call.member {
         case "Get":
             try Self.expect(call, "ss")
-            let all = try allProperties(of: target, interface: call.arguments[0].string ?? "")
+            let all = try allProperties(of: target, interface: call.arguments[0].string ?? "", caller: call.sender)
             let name = call.arguments[1].string ?? ""
             guard let value = all.first(where: { $0.0 == name })?.1 else {
                 throw SecretServiceError(.unknownProperty, "No property \(name) at \(call.path)")
@@ -14,7 +14,10 @@ extension SecretServiceProvider {
             return [.variant(value)]
         case "GetAll":
             try Self.expect(call, "s")
-            return [.properties(try allProperties(of: target, interface: call.arguments[0].string ?? ""))]
+            return [
+                .properties(
+                    try allProperties(of: target, interface: call.arguments[0].string ?? "", caller: call.sender))
+            ]
         case "Set":
             try Self.expect(call, "ssv")
             try setProperty(
@@ -28,7 +31,7 @@ extension SecretServiceProvider {
 
     /// The properties of the object `target` names, for `interface` (empty: its main interface).
     private func allProperties(
-        of target: ObjectPaths.Target, interface: String
+        of target: ObjectPaths.Target, interface: String, caller: String
     ) throws(SecretServiceError) -> [(String, BusValue)] {
         func requireInterface(_ expected: String) throws(SecretServiceError) {
             guard interface.isEmpty || interface == expected else {
@@ -44,7 +47,7 @@ extension SecretServiceProvider {
             let collection = try collection(id, alias: alias)
             return [
                 ("Items", try itemPaths(of: collection)), ("Label", .string(collection.label)),
-                ("Locked", .bool(collection.isLocked)), ("Created", .uint64(collection.created)),
+                ("Locked", .bool(isLocked(collection, for: caller))), ("Created", .uint64(collection.created)),
                 ("Modified", .uint64(collection.modified)),
             ]
         case .item(let id, let collectionID, let alias):
@@ -52,7 +55,8 @@ extension SecretServiceProvider {
             let collection = try collection(collectionID, alias: alias)
             let item = try item(id, in: collection)
             return [
-                ("Locked", .bool(collection.isLocked)), ("Attributes", .stringDictionary(item.attributes)),
+                ("Locked", .bool(isLocked(collection, for: caller))),
+                ("Attributes", .stringDictionary(item.attributes)),
                 ("Label", .string(item.label)), ("Type", .string(item.contentType)),
                 ("Created", .uint64(item.created)), ("Modified", .uint64(item.modified)),
             ]

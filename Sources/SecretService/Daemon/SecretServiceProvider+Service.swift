@@ -24,7 +24,7 @@ extension SecretServiceProvider {
             for collection in sortedCollections() {
                 let found = try collection.search(arguments[0].stringDictionary ?? [:])
                 let paths = found.map { itemPath($0, in: collection) }
-                if collection.isLocked { locked += paths } else { unlocked += paths }
+                if isLocked(collection, for: call.sender) { locked += paths } else { unlocked += paths }
             }
             return [.objectPaths(unlocked), .objectPaths(locked)]
         case "Unlock":
@@ -48,13 +48,17 @@ extension SecretServiceProvider {
             for path in arguments[0].objectPathArray ?? [] {
                 let (collection, item) = try resolve(path)
                 // Locked items are left out, as the specification says; the caller unlocks first.
-                guard let item, !collection.isLocked else { continue }
+                guard let item, !isLocked(collection, for: call.sender) else { continue }
                 do {
                     let secret = try secretStruct(of: item, in: collection, session: session, peer: peer)
                     entries.append(.dictionaryEntry(.objectPath(path), secret))
                 } catch  where error.name == .isLocked {
                     continue
                 }
+            }
+            // One confirmation covers one read call, with every item it names.
+            for path in arguments[0].objectPathArray ?? [] {
+                if let (collection, _) = try? resolve(path) { useConfirmation(of: collection, by: call.sender) }
             }
             return [.array(element: "{o(oayays)}", entries)]
         case "ReadAlias":
@@ -108,9 +112,9 @@ extension SecretServiceProvider {
         var waitingPaths: [String] = []
         for path in paths {
             let (collection, _) = try resolve(path)
-            if !collection.isLocked {
+            if !isLocked(collection, for: caller) {
                 unlocked.append(path)
-            } else if collection.unlockWithoutPrompt() {
+            } else if (!collection.isLocked || collection.unlockWithoutPrompt()) && !isLocked(collection, for: caller) {
                 emitCollectionChanged(collection)
                 unlocked.append(path)
             } else {
@@ -153,12 +157,13 @@ extension SecretServiceProvider {
         let collection = SecretCollection(name: name, storePath: path)
         collections[collection.id] = collection
         let allowed = try Self.allowedExecutables(properties[Self.allowedExecutablesProperty]?.unwrapped)
-        if control != nil || allowed != nil {
+        let confirms = properties[Self.confirmEachAccessProperty]?.unwrapped.bool ?? false
+        if control != nil || allowed != nil || confirms {
             try collection.setUp(
                 label: label, accessControl: control,
                 enrollment: try control.map { (control) throws(SecretServiceError) in
                     try enrollment(binding: control)
-                } ?? nil, allowedExecutables: allowed)
+                } ?? nil, allowedExecutables: allowed, confirmsEachAccess: confirms)
         } else if label != name {
             try collection.setLabel(label)
         }
@@ -176,6 +181,11 @@ extension SecretServiceProvider {
     /// CreateCollection's property naming the programs (absolute paths of executables) that may
     /// use the collection's items; the others get AccessDenied.
     static let allowedExecutablesProperty = "org.tpmkeychain.Collection.AllowedExecutables"
+
+    /// CreateCollection's property for a collection whose every read of a secret is confirmed by
+    /// the person first (`--confirm-command`): its items look locked to each caller until an
+    /// Unlock prompt is confirmed, and the confirmation covers that caller's next read call.
+    static let confirmEachAccessProperty = "org.tpmkeychain.Collection.ConfirmEachAccess"
 
     static func allowedExecutables(_ value: BusValue?) throws(SecretServiceError) -> [String]? {
         guard let value else { return nil }

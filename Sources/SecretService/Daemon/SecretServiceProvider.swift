@@ -26,8 +26,12 @@ final class SecretServiceProvider {
     /// The data directory's modification time at the last listing.
     private var dataDirectoryTime: Int64 = 0
     /// Callers seen, by unique name (dbus-daemon never reuses one); forgotten when they leave.
-    private var peers: [String: BusPeer] = [:]
+    var peers: [String: BusPeer] = [:]
     var prompts: [String: PendingPrompt] = [:]
+    /// Confirmations given and not yet used, by caller: the collections (by ID) whose secrets the
+    /// caller's next read may return (confirm-each-access collections).
+    var confirmations: [String: Set<String>] = [:]
+    let confirm: (@Sendable (String) async -> Bool)?
     /// The login session's lock state at the last look (``followSessionLock(_:)``).
     var sessionWasLocked = false
     /// Written by prompts' tasks, read on the loop after ``wakeup``.
@@ -38,8 +42,9 @@ final class SecretServiceProvider {
 
     init(
         connection: BusConnection, dataDirectory: String, audit: AuditLog?, authenticator: (any Authenticator)?,
-        passcode: PasscodeSource?, wakeup: Wakeup
+        passcode: PasscodeSource?, confirm: (@Sendable (String) async -> Bool)?, wakeup: Wakeup
     ) {
+        self.confirm = confirm
         self.connection = connection
         self.dataDirectory = dataDirectory
         self.audit = audit
@@ -88,6 +93,7 @@ final class SecretServiceProvider {
     func forget(_ uniqueName: String) {
         peers[uniqueName] = nil
         sessions = sessions.filter { $0.value.owner != uniqueName }
+        confirmations[uniqueName] = nil
         forgetPrompts(of: uniqueName)
     }
 
@@ -209,6 +215,19 @@ final class SecretServiceProvider {
         ObjectPaths.item(item.id, in: collection.id)
     }
 
+    /// Whether `collection` is locked for `caller`: locked, or it confirms each access and the
+    /// caller holds no confirmation for it.
+    func isLocked(_ collection: SecretCollection, for caller: String) -> Bool {
+        collection.isLocked
+            || (collection.confirmsEachAccess && confirmations[caller]?.contains(collection.id) != true)
+    }
+
+    /// A read used the caller's confirmation for `collection`: the next read asks again.
+    func useConfirmation(of collection: SecretCollection, by caller: String) {
+        guard collection.confirmsEachAccess else { return }
+        confirmations[caller]?.remove(collection.id)
+    }
+
     /// Refuses a caller whose executable the collection's rules do not name.
     func checkRules(of collection: SecretCollection, for peer: BusPeer) throws(SecretServiceError) {
         guard collection.allows(executable: peer.executable) else {
@@ -226,6 +245,10 @@ final class SecretServiceProvider {
         of item: SecretItem, in collection: SecretCollection, session: TransferSession, peer: BusPeer
     ) throws(SecretServiceError) -> BusValue {
         try checkRules(of: collection, for: peer)
+        guard !isLocked(collection, for: peer.sender) else {
+            throw SecretServiceError(
+                .isLocked, "The collection \"\(collection.label)\" confirms each access: call Unlock, then read")
+        }
         let (secret, contentType) = try collection.secret(of: item)
         audit?.record(peer: peer, action: "read", collection: collection.label, item: item.label)
         let (parameters, value) = try session.encrypt(secret)

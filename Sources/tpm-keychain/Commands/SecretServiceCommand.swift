@@ -61,6 +61,13 @@ struct SecretServiceServe: ParsableCommand {
             valueName: "command"))
     var passcodeCommand: String?
 
+    @Option(
+        name: .customLong("confirm-command"),
+        help: ArgumentHelp(
+            "A command that asks the person whether a program may read from a confirm-each-access collection (the question is in $TPM_KEYCHAIN_PROMPT_REASON; for example: zenity --question --text \"$TPM_KEYCHAIN_PROMPT_REASON\"). Exit status 0 allows one read.",
+            valueName: "command"))
+    var confirmCommand: String?
+
     @Flag(help: "Use fprintd (system bus) for collections whose unlock asks for biometry.")
     var fprintd = false
 
@@ -92,6 +99,7 @@ struct SecretServiceServe: ParsableCommand {
         options.auditLog = auditLog.map(StoreDirectory.absolute)
         if fprintd || fprintdAddress != nil { options.authenticator = FprintdAuthenticator(busAddress: fprintdAddress) }
         options.passcode = passcodeCommand.map(PasscodeCommand.source)
+        options.confirm = confirmCommand.map(PasscodeCommand.confirmation)
         if lockWithSession || logindAddress != nil {
             do {
                 options.sessionLock = try LogindSessionLock(busAddress: logindAddress, session: logindSession)
@@ -129,6 +137,27 @@ struct SecretServiceServe: ParsableCommand {
 /// its standard output up to the first line break. Run through /bin/sh with the reason in
 /// `TPM_KEYCHAIN_PROMPT_REASON`; a status other than 0 is a cancel.
 enum PasscodeCommand {
+    /// A yes/no question put to `command`: exit status 0 is yes.
+    static func confirmation(_ command: String) -> @Sendable (String) async -> Bool {
+        { question in
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/bin/sh")
+                process.arguments = ["-c", command]
+                var environment = ProcessInfo.processInfo.environment
+                environment["TPM_KEYCHAIN_PROMPT_REASON"] = question
+                process.environment = environment
+                process.standardInput = FileHandle.nullDevice
+                process.terminationHandler = { continuation.resume(returning: $0.terminationStatus == 0) }
+                do {
+                    try process.run()
+                } catch {
+                    continuation.resume(returning: false)
+                }
+            }
+        }
+    }
+
     static func source(_ command: String) -> PasscodeSource {
         .secret { reason in
             await withCheckedContinuation { (continuation: CheckedContinuation<SecretBytes?, Never>) in
