@@ -58,6 +58,13 @@ struct LockedCollectionTests {
         try Self.passcode.write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
         #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
         #expect(try step(fixture, "read", path, "a1") == "secret first secret")
+
+        // The audit log names the caller, the action and the labels, never the secret.
+        let audit = (try? String(contentsOfFile: fixture.directory + "/audit.log", encoding: .utf8)) ?? ""
+        #expect(audit.contains(#" read collection="Vault" item="locked a1""#), "\(audit)")
+        #expect(audit.contains("exe=\"/usr/bin/python3") && audit.contains("exe_sha256="), "\(audit)")
+        #expect(audit.contains("unlock prompt failed"), "\(audit)")
+        #expect(!audit.contains("first secret") && !audit.contains(Self.passcode), "\(audit)")
     }
 
     @Test("the TPM gates the items: the store's own CLI cannot read one without the passcode")

@@ -18,24 +18,24 @@ final class SecretCollection {
     private(set) var created: UInt64
     private(set) var modified: UInt64
     /// What unlocking the collection asks (its properties item's protection); nil: nothing.
-    private(set) var accessControl: AccessControl?
+    var accessControl: AccessControl?
     /// Lock() was called: a collection without access control stays locked until Unlock.
-    private var lockedByRequest = false
+    var lockedByRequest = false
     /// Key records opened by the last unlock, by record ID; dropped by Lock().
-    private var openedKeys: [[UInt8]: ItemService.OpenedKey] = [:]
+    var openedKeys: [[UInt8]: ItemService.OpenedKey] = [:]
     /// The enrollment a biometryCurrentSet collection's new items bind to, read at unlock.
-    private var enrollment: [UInt8]?
+    var enrollment: [UInt8]?
     /// The collection's properties item, when it has one (label, access control, rules).
-    private var propertiesItem: ItemQueryResult?
+    var propertiesItem: ItemQueryResult?
     /// The programs (absolute paths of executables) that may use the items; nil: any.
-    private(set) var allowedExecutables: [String]?
+    var allowedExecutables: [String]?
     /// Every read of a secret needs a confirmation prompt first (one per read call).
-    private(set) var confirmsEachAccess = false
+    var confirmsEachAccess = false
 
-    private var service: ItemService?
-    private var index: ItemIndex?
+    var service: ItemService?
+    var index: ItemIndex?
     private var memorySecrets: [String: (secret: [UInt8], contentType: String)] = [:]
-    private var fingerprint: [Int64] = []
+    var fingerprint: [Int64] = []
 
     static let sessionName = "session"
 
@@ -63,125 +63,6 @@ final class SecretCollection {
 
     var path: String { ObjectPaths.collection(id) }
     var isInMemory: Bool { storePath == nil }
-
-    /// Locked: by Lock(), or because its access control's key is not open. A store that cannot
-    /// be opened counts as locked.
-    var isLocked: Bool {
-        if lockedByRequest { return true }
-        guard (try? currentIndex()) != nil else { return true }
-        guard accessControl != nil, let record = propertiesItem?.keyRecord else { return false }
-        return openedKeys[record] == nil
-    }
-
-    /// Locks: opened keys are forgotten (the next unlock asks again).
-    func lock() {
-        lockedByRequest = true
-        openedKeys = [:]
-    }
-
-    /// Unlocks a collection without access control; false when its access control must be
-    /// satisfied first (``unlockRequest()``, then ``completeUnlock(_:)``).
-    func unlockWithoutPrompt() -> Bool {
-        guard accessControl == nil || !isLockedByItsControl else {
-            return false
-        }
-        lockedByRequest = false
-        return true
-    }
-
-    private var isLockedByItsControl: Bool {
-        guard accessControl != nil, let record = propertiesItem?.keyRecord else { return false }
-        return openedKeys[record] == nil
-    }
-
-    /// What an unlock prompt needs, off the loop thread.
-    struct UnlockRequest: Sendable {
-        let service: ItemService
-        let control: AccessControl
-        let records: [ItemQueryResult]
-        let label: String
-    }
-
-    /// What an unlock prompt produced.
-    struct UnlockedKeys: Sendable {
-        let keys: [[UInt8]: ItemService.OpenedKey]
-        let enrollment: [UInt8]?
-    }
-
-    /// The key records to open (the properties item's, and any other its items use).
-    func unlockRequest() throws(SecretServiceError) -> UnlockRequest? {
-        _ = try currentIndex()
-        guard let accessControl, let service, let propertiesItem else { return nil }
-        var records = [propertiesItem]
-        var seen: Set<[UInt8]> = [propertiesItem.keyRecord]
-        for item in try currentIndex().search([:]) where item.isProtected && !seen.contains(item.keyRecord) {
-            seen.insert(item.keyRecord)
-            do {
-                if let found = try service.item(
-                    .genericPassword, primary: AttributeList(item.identity), withSecret: false)
-                {
-                    records.append(found)
-                }
-            } catch {
-                throw SecretServiceError(error)
-            }
-        }
-        return UnlockRequest(service: service, control: accessControl, records: records, label: label)
-    }
-
-    func completeUnlock(_ unlocked: UnlockedKeys) {
-        openedKeys.merge(unlocked.keys) { $1 }
-        enrollment = unlocked.enrollment ?? enrollment
-        lockedByRequest = false
-    }
-
-    /// Sets a new collection up: its label, and the access control its items get (kept as the
-    /// protection of its properties item, whose key record every item then shares).
-    func setUp(
-        label: String, accessControl control: AccessControl?, enrollment: [UInt8]?, allowedExecutables: [String]?,
-        confirmsEachAccess: Bool
-    ) throws(SecretServiceError) {
-        _ = try currentIndex()
-        guard let service else { return }
-        self.allowedExecutables = allowedExecutables
-        self.confirmsEachAccess = confirmsEachAccess
-        do {
-            try service.write(
-                .genericPassword, primary: propertiesPrimary(label: label), mode: .upsert,
-                value: ItemValue(kind: .data, bytes: [0]), control: control, enrollment: enrollment)
-        } catch {
-            throw SecretServiceError(error)
-        }
-        fingerprint = [] // rebuild: the properties item tells the access control
-        _ = try currentIndex()
-    }
-
-    private func propertiesPrimary(label: String) -> AttributeList {
-        var primary = AttributeList(
-            ItemIdentity(unchecked: "", SecretItemMapping.collectionService, "properties"))
-        primary.setString(label, for: AttributeTag.label)
-        if confirmsEachAccess { primary.setBool(true, for: SecretItemMapping.confirmEachAccessTag) }
-        if let allowedExecutables {
-            primary[SecretItemMapping.allowedExecutablesTag] = SecretItemMapping.encode(
-                Dictionary(uniqueKeysWithValues: allowedExecutables.map { ($0, "") }))
-        }
-        return primary
-    }
-
-    /// Whether the program at `executable` may use the collection's items: any, unless the
-    /// collection names the programs that may.
-    func allows(executable: String?) -> Bool {
-        _ = try? currentIndex()
-        guard let allowedExecutables else { return true }
-        return executable.map { allowedExecutables.contains($0) } ?? false
-    }
-
-    /// Closes the store: its keys leave memory.
-    func close() {
-        if let service { Keychain.closeStore(service.location) }
-        service = nil
-        index = nil
-    }
 
     // MARK: Items
 
@@ -362,7 +243,7 @@ final class SecretCollection {
     }
 
     /// The index, built at first use and rebuilt when another process changed the store.
-    private func currentIndex() throws(SecretServiceError) -> ItemIndex {
+    func currentIndex() throws(SecretServiceError) -> ItemIndex {
         guard let storePath else { return index ?? ItemIndex() }
         if let index, takeFingerprint() == fingerprint { return index }
         let results: [ItemQueryResult]
