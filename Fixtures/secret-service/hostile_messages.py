@@ -52,8 +52,13 @@ def value(signature):
         return {value("s")[:20]: value("s")[:50] for _ in range(rng.randrange(4))}
     if signature == "a{sv}":
         return {rng.choice(["org.freedesktop.Secret.Item.Label", "org.freedesktop.Secret.Item.Attributes",
-                            "org.freedesktop.Secret.Collection.Label", "x"]):
-                rng.choice([("s", "label"), ("a{ss}", {"a": "b"}), ("u", 7), ("ay", b"\x00")])
+                            "org.freedesktop.Secret.Collection.Label", "x",
+                            "org.tpmkeychain.Collection.AccessControl",
+                            "org.tpmkeychain.Collection.AllowedExecutables",
+                            "org.tpmkeychain.Collection.ConfirmEachAccess"]):
+                rng.choice([("s", "label"), ("a{ss}", {"a": "b"}), ("u", 7), ("ay", b"\x00"),
+                            ("s", "devicePasscode"), ("s", "biometryCurrentSet,or"), ("s", "bogus,,"),
+                            ("as", ["/usr/bin/x", "/usr/bin/x"]), ("as", []), ("as", ["relative"]), ("b", True)])
                 for _ in range(rng.randrange(3))}
     if signature == "v":
         return rng.choice([("s", ""), ("ay", value("ay")), ("u", 1), ("as", ["a"])])
@@ -64,11 +69,19 @@ def value(signature):
 
 signatures = ["", "s", "o", "b", "u", "ay", "ao", "a{ss}", "a{sv}", "v", "(oayays)", "sv", "ss", "ssv", "so",
               "aoo", "a{sv}s", "a{sv}(oayays)b", "ou", "sss"]
+own_signatures = {"OpenSession": "sv", "CreateCollection": "a{sv}s", "SearchItems": "a{ss}", "Unlock": "ao",
+                  "Lock": "ao", "GetSecrets": "aoo", "ReadAlias": "s", "SetAlias": "so", "CreateItem": "a{sv}(oayays)b",
+                  "GetSecret": "o", "SetSecret": "(oayays)", "Get": "ss", "GetAll": "s", "Set": "ssv", "Prompt": "s",
+                  "Delete": "", "Close": "", "Dismiss": "", "Introspect": ""}
 errors = 0
 for _ in range(rounds):
     interface = rng.choice(list(members))
     member = rng.choice(members[interface])
+    # Half the calls carry the member's own signature, so that the handlers past the signature
+    # check see hostile values too; the other half any signature.
     signature = rng.choice(signatures)
+    if member in own_signatures and rng.random() < 0.5:
+        signature = own_signatures[member]
     arguments = []
     parts = {"sv": ["s", "v"], "ss": ["s", "s"], "ssv": ["s", "s", "v"], "so": ["s", "o"], "aoo": ["ao", "o"],
              "a{sv}s": ["a{sv}", "s"], "a{sv}(oayays)b": ["a{sv}", "(oayays)", "b"], "ou": ["o", "u"],

@@ -8,10 +8,7 @@ extension SecretCollection {
     /// Locked: by Lock(), or because its access control's key is not open. A store that cannot
     /// be opened counts as locked.
     var isLocked: Bool {
-        if lockedByRequest { return true }
-        guard (try? currentIndex()) != nil else { return true }
-        guard accessControl != nil, let record = propertiesItem?.keyRecord else { return false }
-        return openedKeys[record] == nil
+        lockedByRequest || (try? currentIndex()) == nil || isLockedByItsControl
     }
 
     /// Locks: opened keys are forgotten (the next unlock asks again).
@@ -103,8 +100,9 @@ extension SecretCollection {
         primary.setString(label, for: AttributeTag.label)
         if confirmsEachAccess { primary.setBool(true, for: SecretItemMapping.confirmEachAccessTag) }
         if let allowedExecutables {
+            // A client may name a path twice: the set keeps it once.
             primary[SecretItemMapping.allowedExecutablesTag] = SecretItemMapping.encode(
-                Dictionary(uniqueKeysWithValues: allowedExecutables.map { ($0, "") }))
+                Dictionary(uniqueKeysWithValues: Set(allowedExecutables).map { ($0, "") }))
         }
         return primary
     }
