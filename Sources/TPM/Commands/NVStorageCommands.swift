@@ -80,17 +80,42 @@ extension Engine {
         }
     }
 
-    /// Runs `body` with an ESAPI handle for an existing NV index, closed afterwards.
-    func withNVIndex<R>(_ index: UInt32, _ body: (ESYS_TR) throws -> R) throws -> R {
+    /// Runs `body` with an ESAPI handle for an existing NV index.
+    ///
+    /// The handle (the index's public area and name, one NV_ReadPublic) is kept for the rest of
+    /// the connection: a connection serves one operation, and the commands of one operation
+    /// often name the same index two to five times. ESAPI updates a kept handle's name itself
+    /// when this connection first writes the index. A handle is dropped when a command using it
+    /// fails (the index may have changed under it: the next use reads it again), and `fresh`
+    /// reads the TPM's public area anew, for the checks that compare it.
+    func withNVIndex<R>(_ index: UInt32, fresh: Bool = false, _ body: (ESYS_TR) throws -> R) throws -> R {
         try Self.checkOwnerIndex(index)
-        var handle = ESYS_TR(ESYS_TR_NONE)
-        try check(
-            Esys_TR_FromTPMPublic(
-                esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                ESYS_TR(ESYS_TR_NONE), &handle),
-            "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
-        defer { _ = Esys_TR_Close(esys, &handle) }
-        return try body(handle)
+        if fresh { forgetNVIndex(index) }
+        let handle: ESYS_TR
+        if let kept = nvHandles[index] {
+            handle = kept
+        } else {
+            var read = ESYS_TR(ESYS_TR_NONE)
+            try check(
+                Esys_TR_FromTPMPublic(
+                    esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                    ESYS_TR(ESYS_TR_NONE), &read),
+                "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+            nvHandles[index] = read
+            handle = read
+        }
+        do {
+            return try body(handle)
+        } catch {
+            forgetNVIndex(index)
+            throw error
+        }
+    }
+
+    /// Closes the kept handle of `index` (no TPM command).
+    func forgetNVIndex(_ index: UInt32) {
+        guard var handle = nvHandles.removeValue(forKey: index) else { return }
+        _ = Esys_TR_Close(esys, &handle)
     }
 
     /// Defines an NV index in the owner hierarchy. Its authorization value is the first parameter
@@ -116,7 +141,9 @@ extension Engine {
                     esys, ESYS_TR(ESYS_TR_RH_OWNER), session, ESYS_TR(ESYS_TR_NONE),
                     ESYS_TR(ESYS_TR_NONE), auth, publicInfo, &handle)
                 try Self.checkOwner(rc, "Esys_NV_DefineSpace(0x\(String(definition.index, radix: 16)))")
-                _ = Esys_TR_Close(esys, &handle)
+                // Kept: ESAPI made it from the public area just defined, so no read is needed.
+                forgetNVIndex(definition.index)
+                nvHandles[definition.index] = handle
             }
         }
     }
@@ -124,6 +151,7 @@ extension Engine {
     /// Removes an NV index, with owner authorization (empty).
     func undefineNVIndex(_ index: UInt32) throws {
         try Self.checkOwnerIndex(index)
+        forgetNVIndex(index)
         var handle = ESYS_TR(ESYS_TR_NONE)
         try check(
             Esys_TR_FromTPMPublic(

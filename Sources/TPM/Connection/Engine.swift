@@ -23,6 +23,9 @@ final class Engine {
     /// How long any TPM round trip through this engine may take.
     let deadline: CommandDeadline
     var storageKeys: [StorageKeyAlgorithm: StorageRootKey] = [:]
+    /// ESAPI handles of the NV indices this connection used, so each is read (NV_ReadPublic) once
+    /// per connection, not once per command; see ``withNVIndex(_:fresh:_:)``.
+    var nvHandles: [UInt32: ESYS_TR] = [:]
 
     init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws
     {
@@ -140,6 +143,7 @@ final class Engine {
     /// storage keys stay loaded until the next connection's stale-handle sweep or a TPM restart.
     func abandon() {
         storageKeys.removeAll()
+        nvHandles.removeAll() // freed with the context
         guard tcti != nil else { return }
         var context: OpaquePointer? = esys
         Esys_Finalize(&context)

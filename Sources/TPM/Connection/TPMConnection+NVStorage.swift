@@ -88,7 +88,7 @@ extension TPMConnection {
     public func nvIndexAttributes(_ index: UInt32) throws -> UInt32? {
         try withEngine { engine in
             do {
-                return try engine.withNVIndex(index) { try engine.nvAttributes(of: $0) }
+                return try engine.withNVIndex(index, fresh: true) { try engine.nvAttributes(of: $0) }
             } catch let error as TPMError where error.code == .handleNotFound {
                 return nil
             }
@@ -130,7 +130,7 @@ extension TPMConnection {
     ///
     /// - Throws: ``TPMError`` `.handleNotFound`.
     public func nvIndexName(_ index: UInt32) throws -> [UInt8] {
-        try withEngine { engine in try engine.withNVIndex(index) { try engine.name(of: $0) } }
+        try withEngine { engine in try engine.withNVIndex(index, fresh: true) { try engine.name(of: $0) } }
     }
 
     /// A PolicyNV assertion that the counter at `index` still equals its current value: an object
@@ -141,8 +141,9 @@ extension TPMConnection {
         let value = try readNVCounter(index, authValue: authValue)
         var operand = WireWriter()
         operand.append(value)
-        return .nv(
-            index: index, indexName: try nvIndexName(index), operand: operand.bytes, offset: 0, comparison: .equal)
+        // The name as the read just saw it (its handle is kept): no second NV_ReadPublic.
+        let name = try withEngine { engine in try engine.withNVIndex(index) { try engine.name(of: $0) } }
+        return .nv(index: index, indexName: name, operand: operand.bytes, offset: 0, comparison: .equal)
     }
 
     /// Runs one NV command authorised for `index`. The body's last argument says whether its
