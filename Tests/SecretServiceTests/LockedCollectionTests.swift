@@ -71,6 +71,24 @@ extension SecretServiceSuites {
             #expect(!audit.contains("first secret") && !audit.contains(Self.passcode), "\(audit)")
         }
 
+        @Test("a userPresence collection with no biometric authenticator unlocks with the device passcode")
+        func userPresenceFallsBackToThePasscode() throws {
+            let fixture = try fixture()
+            defer { fixture.stop() }
+            let created = try step(fixture, "create", "Presence", "userPresence")
+            #expect(created.hasSuffix("locked=True"), "\(created)")
+            let path = String(created.split(separator: " ")[1])
+            #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+            #expect(try step(fixture, "store", path, "p1", "present") == "stored")
+            #expect(try step(fixture, "lock", path) == "locked=True")
+            #expect(try step(fixture, "read", path, "p1") == "error org.freedesktop.Secret.Error.IsLocked")
+            try "wrong passcode".write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+            #expect(try step(fixture, "unlock", path) == "unlock dismissed=True locked=True")
+            try Self.passcode.write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+            #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+            #expect(try step(fixture, "read", path, "p1") == "secret present")
+        }
+
         @Test("the TPM gates the items: the store's own CLI cannot read one without the passcode")
         func theTPMEnforcesIt() throws {
             let fixture = try fixture()
