@@ -56,13 +56,6 @@ package enum NameRequestOutcome: Equatable {
 }
 
 extension BusConnection {
-    /// This connection's unique name (":1.42").
-    package var uniqueName: String {
-        var name: UnsafePointer<CChar>? = nil
-        guard sd_bus_get_unique_name(bus, &name) >= 0, let name else { return "" }
-        return String(cString: name)
-    }
-
     /// Asks the bus for `name`, allowing a later `replacing` request of another process to take it.
     ///
     /// - Parameter replacing: take the name from its owner, if the owner allowed replacement.

@@ -144,21 +144,9 @@ extension SecretServiceSuites {
                 (try? FileManager.default.destinationOfSymbolicLink(atPath: "/usr/bin/secret-tool")).map {
                     $0.hasPrefix("/") ? $0 : "/usr/bin/" + $0
                 } ?? "/usr/bin/secret-tool")
-            let script = """
-                import sys
-                from jeepney import DBusAddress, new_method_call
-                from jeepney.io.blocking import open_dbus_connection
-                connection = open_dbus_connection(bus='SESSION')
-                service = DBusAddress('/org/freedesktop/secrets', bus_name='org.freedesktop.secrets',
-                                      interface='org.freedesktop.Secret.Service')
-                properties = {'org.freedesktop.Secret.Collection.Label': ('s', 'Tools only'),
-                              'org.tpmkeychain.Collection.AllowedExecutables': ('as', [sys.argv[1]])}
-                reply = connection.send_and_get_reply(new_method_call(service, 'CreateCollection', 'a{sv}s', (properties, '')))
-                print(reply.body[0])
-                """
-            let created = try fixture.run(SecretServiceFixture.python, ["-c", script, secretTool])
-            let path = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(created.status == 0 && path.hasPrefix("/org/freedesktop/secrets/collection/"), "\(created)")
+            let path = try fixture.createCollection(
+                label: "Tools only",
+                properties: "'org.tpmkeychain.Collection.AllowedExecutables': ('as', ['\(secretTool)'])")
             let store = try fixture.secretTool(
                 ["store", "--label", "tool token", "--collection", path, "service", "ruled", "account", "a"],
                 stdin: "ruled value")
@@ -237,20 +225,8 @@ extension SecretServiceSuites {
             try fixture.startDaemon(extraArguments: [
                 "--confirm-command", "echo \"$TPM_KEYCHAIN_PROMPT_REASON\" >> \(asked); test -e \(allow)",
             ])
-            let script = """
-                from jeepney import DBusAddress, new_method_call
-                from jeepney.io.blocking import open_dbus_connection
-                connection = open_dbus_connection(bus='SESSION')
-                service = DBusAddress('/org/freedesktop/secrets', bus_name='org.freedesktop.secrets',
-                                      interface='org.freedesktop.Secret.Service')
-                properties = {'org.freedesktop.Secret.Collection.Label': ('s', 'Ask me'),
-                              'org.tpmkeychain.Collection.ConfirmEachAccess': ('b', True)}
-                reply = connection.send_and_get_reply(new_method_call(service, 'CreateCollection', 'a{sv}s', (properties, '')))
-                print(reply.body[0])
-                """
-            let created = try fixture.run(SecretServiceFixture.python, ["-c", script])
-            let path = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(created.status == 0 && path.hasPrefix("/org/freedesktop/secrets/collection/"), "\(created)")
+            let path = try fixture.createCollection(
+                label: "Ask me", properties: "'org.tpmkeychain.Collection.ConfirmEachAccess': ('b', True)")
             let store = try fixture.secretTool(
                 ["store", "--label", "asked", "--collection", path, "service", "confirm", "account", "a"],
                 stdin: "allowed")

@@ -11,8 +11,6 @@ struct ItemIndex {
         for item in items { insert(item) }
     }
 
-    var count: Int { items.count }
-
     subscript(id: String) -> SecretItem? { items[id] }
 
     /// Adds the item, or replaces the one with its ID.

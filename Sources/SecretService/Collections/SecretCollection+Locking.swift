@@ -8,7 +8,15 @@ extension SecretCollection {
     /// Locked: by Lock(), or because its access control's key is not open. A store that cannot
     /// be opened counts as locked.
     var isLocked: Bool {
-        lockedByRequest || (try? currentIndex()) == nil || isLockedByItsControl
+        lockedByRequest || !isOpen || isLockedByItsControl
+    }
+
+    /// Whether the store is open and its index built; opens it on first use. Unlike
+    /// ``currentIndex()`` it does not look for other processes' changes (a call has already
+    /// looked, finding its collection or item), so a call asks the file system once, not at
+    /// every check.
+    var isOpen: Bool {
+        index != nil || (try? currentIndex()) != nil
     }
 
     /// Locks: opened keys are forgotten (the next unlock asks again).
@@ -48,11 +56,11 @@ extension SecretCollection {
 
     /// The key records to open (the properties item's, and any other its items use).
     func unlockRequest() throws(SecretServiceError) -> UnlockRequest? {
-        _ = try currentIndex()
+        let current = try currentIndex()
         guard let accessControl, let service, let propertiesItem else { return nil }
         var records = [propertiesItem]
         var seen: Set<[UInt8]> = [propertiesItem.keyRecord]
-        for item in try currentIndex().search([:]) where item.isProtected && !seen.contains(item.keyRecord) {
+        for item in current.search([:]) where item.isProtected && !seen.contains(item.keyRecord) {
             seen.insert(item.keyRecord)
             do {
                 if let found = try service.item(
@@ -110,7 +118,8 @@ extension SecretCollection {
     /// Whether the program at `executable` may use the collection's items: any, unless the
     /// collection names the programs that may.
     func allows(executable: String?) -> Bool {
-        _ = try? currentIndex()
+        // Rules are read with the properties item: a store that cannot be opened allows nobody.
+        guard isOpen else { return false }
         guard let allowedExecutables else { return true }
         return executable.map { allowedExecutables.contains($0) } ?? false
     }

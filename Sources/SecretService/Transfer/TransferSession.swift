@@ -8,18 +8,10 @@ import WireFormat
 /// (`plain`), or encrypted under a key agreed by Diffie-Hellman
 /// (`dh-ietf1024-sha256-aes128-cbc-pkcs7`). Either way only the session's owner may use it.
 struct TransferSession {
-    enum Algorithm: Equatable {
+    enum Algorithm {
         case plain
         /// AES-128-CBC with PKCS#7 under the key HKDF-SHA256 derived from the DH shared secret.
         case diffieHellman(SymmetricKey)
-
-        static func == (lhs: Self, rhs: Self) -> Bool {
-            switch (lhs, rhs) {
-            case (.plain, .plain): true
-            case (.diffieHellman, .diffieHellman): true
-            default: false
-            }
-        }
     }
 
     static let plainName = "plain"

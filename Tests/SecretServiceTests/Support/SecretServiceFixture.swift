@@ -185,6 +185,27 @@ final class SecretServiceFixture: @unchecked Sendable {
         try run(Self.python, [Self.fixtures + "/" + script] + arguments)
     }
 
+    /// Creates a collection through jeepney (CreateCollection, no alias) with `label` and the
+    /// extra properties `properties` gives as Python dictionary entries; its object path.
+    func createCollection(label: String, properties: String) throws -> String {
+        let script = """
+            from jeepney import DBusAddress, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            connection = open_dbus_connection(bus='SESSION')
+            service = DBusAddress('/org/freedesktop/secrets', bus_name='org.freedesktop.secrets',
+                                  interface='org.freedesktop.Secret.Service')
+            properties = {'org.freedesktop.Secret.Collection.Label': ('s', '\(label)'), \(properties)}
+            reply = connection.send_and_get_reply(new_method_call(service, 'CreateCollection', 'a{sv}s', (properties, '')))
+            print(reply.body[0])
+            """
+        let created = try run(Self.python, ["-c", script])
+        let path = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard created.status == 0, path.hasPrefix("/org/freedesktop/secrets/collection/") else {
+            throw FixtureError("CreateCollection failed: \(created)")
+        }
+        return path
+    }
+
     func secretTool(_ arguments: [String], stdin: String? = nil) throws -> ClientRun {
         try run("/usr/bin/secret-tool", arguments, stdin: stdin)
     }
