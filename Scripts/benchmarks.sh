@@ -7,6 +7,8 @@
 # Builds the C floor (ESAPIFloor) and TPMBenchmarks in release mode, and the CLI as it ships
 # (--static-swift-stdlib, in .build-static), then runs TPMBenchmarks with TPM_KEYCHAIN_CLI set to
 # that CLI. Fails, rather than skipping a suite, when tpm2-tools or systemd-creds is missing.
+# The store and access suites also redraw docs/performance.svg (Scripts/plot-benchmarks.py): gets
+# against the number of items, and each cold path under the swtpm, firmware and discrete profiles.
 # SwiftPM builds one --product per invocation, hence three builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +18,14 @@ done
 swift build -c release --product ESAPIFloor >&2
 swift build -c release --product TPMBenchmarks >&2
 swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain >&2
-echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)'), $(date -u +%Y-%m-%d)"
-TPM_KEYCHAIN_CLI="$PWD/.build-static/release/tpm-keychain" exec .build/release/TPMBenchmarks "$@"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+echo "commit: $commit, $(date -u +%Y-%m-%d)"
+# The store and access suites leave their figures here for the plot (docs/performance.svg).
+data="$PWD/.build/benchmark-data"
+rm -rf "$data"
+TPM_KEYCHAIN_BENCH_DATA="$data" TPM_KEYCHAIN_CLI="$PWD/.build-static/release/tpm-keychain" .build/release/TPMBenchmarks "$@"
+if [ -e "$data/gets-by-item-count.tsv" ] || [ -e "$data/cold-paths.tsv" ]; then
+    machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
+    python3 Scripts/plot-benchmarks.py "$data" docs/performance.svg \
+        "Scripts/benchmarks.sh ${*:-all}, commit $commit, $(date -u +%Y-%m-%d); $machine; swtpm, firmware and discrete profiles (TPMLatencyProfile)"
+fi

@@ -163,6 +163,32 @@ import WireFormat
                 #expect(try tpm.unseal(sealed, authValue: pin).bytes == [1])
             }
             #expect(try listedHandles("transient", simulator).isEmpty)
+            #expect(try listedHandles("loaded-session", simulator).isEmpty)
+        }
+    }
+
+    @Test(
+        "A connection starts one salted session and keeps it for every command that carries a secret, then flushes it: nothing stays loaded"
+    )
+    func oneSaltedSessionPerConnection() throws {
+        try withSimulator { simulator, _ in
+            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+            defer { proxy.stop() }
+            let configuration = TPMConfiguration(tcti: proxy.tcti)
+            let nvAuth = SecretBytes(copying: Array("nv auth".utf8))
+            try withConnection(configuration) { tpm in
+                let (key, sealed) = try tpm.generateSealedKey()
+                #expect(try tpm.unseal(sealed) == key)
+                try tpm.defineNVIndex(0x0150_0030, kind: .ordinary(size: 8), authValue: nvAuth)
+                try tpm.writeNV(0x0150_0030, data: SecretBytes(copying: [1, 2, 3, 4, 5, 6, 7, 8]), authValue: nvAuth)
+                #expect(try tpm.readNV(0x0150_0030, count: 8, authValue: nvAuth).bytes == [1, 2, 3, 4, 5, 6, 7, 8])
+                _ = try tpm.randomBytes(count: 16)
+                try tpm.undefineNVIndex(0x0150_0030)
+            }
+            let sessionsStarted = proxy.commandCodes.filter { $0 == 0x176 }.count // TPM2_StartAuthSession
+            #expect(sessionsStarted == 1, "\(proxy.commandCodes.map(RecordingTPMProxy.commandName))")
+            #expect(try listedHandles("loaded-session", simulator).isEmpty)
+            #expect(try listedHandles("transient", simulator).isEmpty)
         }
     }
 

@@ -104,6 +104,43 @@ import Testing
         }
     }
 
+    @Test(
+        "An object sealed with PolicyAuthValue alone also accepts its value in an HMAC session (userWithAuth): no policy commands, the PIN still checked; any other policy never carries userWithAuth, and a stored object claiming it beside another policy is refused"
+    )
+    func authValueAloneUnsealsInAnHMACSession() throws {
+        try withSimulator { simulator, _ in
+            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+            defer { proxy.stop() }
+            let configuration = TPMConfiguration(tcti: proxy.tcti)
+            let pin = SecretBytes(copying: Array("pin".utf8))
+            let (key, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
+            let pinned = try withConnection(configuration) { try $0.seal(SecretBytes(copying: [9]), authValue: pin) }
+            #expect(sealed.unsealsWithAuthValue && pinned.unsealsWithAuthValue)
+            proxy.reset()
+            #expect(try withConnection(configuration) { try $0.unseal(sealed) } == key)
+            let codes = proxy.commandCodes
+            #expect(codes.contains(0x15E)) // TPM2_Unseal
+            #expect(!codes.contains(0x16B), "PolicyAuthValue was sent: \(codes)")
+            #expect(try withConnection(configuration) { try $0.unseal(pinned, authValue: pin) }.bytes == [9])
+            expectTPMError(.authorizationFailed) {
+                _ = try withConnection(configuration) {
+                    try $0.unseal(pinned, authValue: SecretBytes(copying: Array("nip".utf8)))
+                }
+            }
+
+            let policy = Policy([.authValue, .unsealOnly])
+            let bound = try withConnection(configuration) { try $0.seal(SecretBytes(copying: [1]), policy: policy) }
+            #expect(!bound.unsealsWithAuthValue)
+            #expect(try withConnection(configuration) { try $0.unseal(bound, policy: policy) }.bytes == [1])
+            // The same object with userWithAuth set in its stored public area: the format refuses it
+            // before the TPM is asked (the TPM would refuse to load it anyway, its name changed).
+            var stored = bound.serialized()
+            let attributes = 4 + 2 + 2 + 2 + bound.storageKeyName.count + 2 + 2 + 2 + 2
+            stored[attributes + 3] |= 0x40 // TPMA_OBJECT userWithAuth, bit 6
+            expectTPMError(.malformedData) { _ = try SealedObject(serialized: stored) }
+        }
+    }
+
     @Test("An object sealed on one TPM cannot be unsealed on another")
     func hardwareBinding() throws {
         try withSimulator { _, first in

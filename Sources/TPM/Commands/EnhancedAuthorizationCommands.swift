@@ -37,13 +37,12 @@ extension Engine {
                         }
                         try setAuthValue(authorization, of: nvHandle)
                         defer { try? setAuthValue(nil, of: nvHandle) }
-                        try withSession(.hmac, saltedWith: nil) { hmac, ended in
-                            try setAttributes(hmac, continueSession: false)
+                        try withHMACSession(saltedWith: nil) { hmac, keep in
+                            try setAttributes(hmac, continueSession: keep)
                             try check(
                                 Esys_PolicyNV(
                                     esys, nvHandle, nvHandle, session, hmac, ESYS_TR(ESYS_TR_NONE),
                                     ESYS_TR(ESYS_TR_NONE), operandB, offset, TPM2_EO(comparison.rawValue)), what)
-                            ended = true
                         }
                     }
                 }

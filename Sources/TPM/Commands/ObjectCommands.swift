@@ -107,21 +107,22 @@ extension Engine {
         }
     }
 
-    /// TPM2_Unseal with a satisfied policy session, which the command ends on success.
+    /// TPM2_Unseal with a satisfied policy session, which the command ends on success, or with
+    /// the connection's HMAC session (`keepingSession`) for an object that accepts its
+    /// authorization value alone.
     ///
     /// The secret comes back as the response's first parameter, encrypted under the salted session
     /// (encrypt attribute); ESAPI decrypts it into its buffer, which is scrubbed after the copy.
     func unseal(
-        _ object: ESYS_TR, authValue: SecretBytes?, session: ESYS_TR, sessionEnded: inout Bool
+        _ object: ESYS_TR, authValue: SecretBytes?, session: ESYS_TR, keepingSession: Bool
     ) throws -> SecretBytes {
         try setAuthValue(authValue, of: object)
         defer { try? setAuthValue(nil, of: object) }
-        try setAttributes(session, encrypt: true, continueSession: false)
+        try setAttributes(session, encrypt: true, continueSession: keepingSession)
         var outData: UnsafeMutablePointer<TPM2B_SENSITIVE_DATA>?
         let rc = Esys_Unseal(esys, object, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &outData)
         defer { scrubResponseBuffer() }
         try check(rc, "Esys_Unseal")
-        sessionEnded = true
         return try takeSecretFromEsys(outData, "unsealed data")
     }
 

@@ -58,6 +58,54 @@ extension Engine {
         try check(Esys_TRSess_SetAttributes(esys, session, flags, 0xFF), "Esys_TRSess_SetAttributes")
     }
 
+    /// Runs `body` with an HMAC session for one command; `body` sends its command with
+    /// continueSession set to the Bool it is given.
+    ///
+    /// A session asked for with `key` is the connection's: salted with `key` when parameter
+    /// encryption is on, started on first use and kept for every later command of the connection.
+    /// On a real TPM a StartAuthSession costs as much as several other commands (a salted one
+    /// decrypts the salt with the storage key), and one operation sends several NV and sealing
+    /// commands. A command that needs no salt uses a kept session when there is one. When there is
+    /// none it gets a session of its own that the command ends (continueSession clear), unless a
+    /// resource manager will flush a kept one for free at the end: without one, keeping it would
+    /// cost a FlushContext when the connection closes, unless another command came to share it.
+    ///
+    /// A command that fails ends the session's use: it is flushed, so a session whose nonces ESAPI
+    /// and the TPM may no longer agree on is never reused.
+    func withHMACSession<R>(saltedWith key: StorageRootKey?, _ body: (ESYS_TR, Bool) throws -> R) throws -> R {
+        let salted = key != nil && parameterEncryption
+        let session: ESYS_TR
+        var keep = true
+        if let kept = sharedSessions.salted {
+            session = kept
+        } else if !salted, let kept = sharedSessions.unsalted {
+            session = kept
+        } else if salted {
+            session = try startSession(.hmac, saltedWith: key)
+            sharedSessions.salted = session
+        } else if key != nil || configuration.hasResourceManager {
+            session = try startSession(.hmac, saltedWith: nil)
+            sharedSessions.unsalted = session
+        } else {
+            session = try startSession(.hmac, saltedWith: nil)
+            keep = false
+        }
+        do {
+            return try body(session, keep)
+        } catch {
+            if sharedSessions.salted == session { sharedSessions.salted = nil }
+            if sharedSessions.unsalted == session { sharedSessions.unsalted = nil }
+            flush(session)
+            throw error
+        }
+    }
+
+    /// Flushes the connection's kept sessions (at the end of the connection).
+    func flushSharedSessions() {
+        for session in [sharedSessions.salted, sharedSessions.unsalted].compactMap({ $0 }) { flush(session) }
+        sharedSessions = (nil, nil)
+    }
+
     /// Runs `body` with a session that is flushed afterwards unless `body` reports that its last
     /// command ended it (a command sent without continueSession that succeeded).
     func withSession<R>(

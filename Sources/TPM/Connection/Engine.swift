@@ -26,6 +26,8 @@ final class Engine {
     /// ESAPI handles of the NV indices this connection used, so each is read (NV_ReadPublic) once
     /// per connection, not once per command; see ``withNVIndex(_:fresh:_:)``.
     var nvHandles: [UInt32: ESYS_TR] = [:]
+    /// The HMAC sessions kept for the connection's commands; see ``withHMACSession(saltedWith:_:)``.
+    var sharedSessions: (salted: ESYS_TR?, unsalted: ESYS_TR?) = (nil, nil)
 
     init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws
     {
@@ -130,11 +132,19 @@ final class Engine {
         setenv("TSS2_LOG", "all+NONE", 0)
     }()
 
-    /// Flushes the storage keys, finalizes ESAPI and the TCTI, and releases the access lock.
+    /// Flushes the shared sessions and the storage keys, finalizes ESAPI and the TCTI, and
+    /// releases the access lock.
+    ///
+    /// Behind a resource manager (the kernel's /dev/tpmrm0, tpm2-abrmd) nothing is flushed: the
+    /// manager flushes every object and session of a connection when it closes, so the flushes
+    /// would only cost a real TPM one command each.
     func shutDown() {
-        for key in storageKeys.values where !key.isPersistent {
-            var handle = key.handle
-            if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
+        if tcti != nil && !configuration.hasResourceManager {
+            flushSharedSessions()
+            for key in storageKeys.values where !key.isPersistent {
+                var handle = key.handle
+                if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
+            }
         }
         abandon()
     }
@@ -144,6 +154,7 @@ final class Engine {
     func abandon() {
         storageKeys.removeAll()
         nvHandles.removeAll() // freed with the context
+        sharedSessions = (nil, nil)
         guard tcti != nil else { return }
         var context: OpaquePointer? = esys
         Esys_Finalize(&context)

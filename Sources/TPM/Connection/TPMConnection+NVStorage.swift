@@ -23,7 +23,7 @@ extension TPMConnection {
                 return
             }
             let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
-            try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+            try engine.withHMACSession(saltedWith: parent) { session, _ in
                 try engine.defineNVIndex(definition, authValue: authValue, session: session)
             }
         }
@@ -40,8 +40,8 @@ extension TPMConnection {
     ///
     /// - Throws: ``TPMError``; `.authorizationFailed` for a wrong `authValue`.
     public func incrementNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws {
-        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
-            try engine.incrementNVCounter(handle, session: session, continueSession: !last)
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, keep in
+            try engine.incrementNVCounter(handle, session: session, continueSession: keep)
         }
     }
 
@@ -56,8 +56,8 @@ extension TPMConnection {
     public func readNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws -> UInt64 {
         // A counter's value is no secret: without a PIN no salted session (and so no storage key) is needed.
         let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) {
-            engine, handle, session, last in
-            try engine.readNV(handle, count: 8, offset: 0, session: session, continueSession: !last)
+            engine, handle, session, keep in
+            try engine.readNV(handle, count: 8, offset: 0, session: session, continueSession: keep)
         }
         return bytes.withUnsafeBytes { BigEndian.integer($0) }
     }
@@ -102,8 +102,8 @@ extension TPMConnection {
     public func readPublicNV(
         _ index: UInt32, count: UInt16, offset: UInt16 = 0, authValue: SecretBytes? = nil
     ) throws -> [UInt8] {
-        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, last in
-            try engine.readNV(handle, count: count, offset: offset, session: session, continueSession: !last)
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, keep in
+            try engine.readNV(handle, count: count, offset: offset, session: session, continueSession: keep)
                 .withUnsafeBytes { Array($0) }
         }
     }
@@ -146,13 +146,14 @@ extension TPMConnection {
         return .nv(index: index, indexName: name, operand: operand.bytes, offset: 0, comparison: .equal)
     }
 
-    /// Runs one NV command authorised for `index`. The body's last argument says whether its
-    /// command is the session's last (sent without continueSession: the TPM ends the session, and a
-    /// flush is saved).
+    /// Runs one NV command authorised for `index`: with a password session when there is neither
+    /// an authValue nor a secret, else in an HMAC session (``Engine/withHMACSession(saltedWith:_:)``);
+    /// the body's last argument is the continueSession its command is sent with.
     ///
-    /// An authValue with nothing secret in the parameters (a counter read or increment) uses an
+    /// An authValue with nothing secret in the parameters (a counter read or increment) may use an
     /// unsalted HMAC session: its HMACs are keyed with the authValue, so the TPM's answer is still
-    /// authenticated and the authValue never crosses the bus, without the salt's key exchange.
+    /// authenticated and the authValue never crosses the bus, without the salt's key exchange. The
+    /// connection's salted session serves it when there is one.
     private func withNVAuthorization<R: Sendable>(
         _ index: UInt32, authValue: SecretBytes?, secretParameters: Bool,
         _ body: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R
@@ -162,18 +163,11 @@ extension TPMConnection {
                 try engine.setAuthValue(authValue, of: handle)
                 defer { try? engine.setAuthValue(nil, of: handle) }
                 if authValue == nil && !secretParameters {
-                    return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD), false)
+                    return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD), true)
                 }
-                if !secretParameters {
-                    return try engine.withSession(.hmac, saltedWith: nil) { session, ended in
-                        let result = try body(engine, handle, session, true)
-                        ended = true
-                        return result
-                    }
-                }
-                let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
-                return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
-                    try body(engine, handle, session, false)
+                let parent = secretParameters ? try engine.storageKey(algorithm: nil, pinnedName: nil) : nil
+                return try engine.withHMACSession(saltedWith: parent) { session, keep in
+                    try body(engine, handle, session, keep)
                 }
             }
         }

@@ -129,7 +129,7 @@ public final class TPMConnection: Sendable {
     {
         try withEngine { engine in
             let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
-            return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+            return try engine.withHMACSession(saltedWith: parent) { session, _ in
                 let tpmRandom = try engine.randomBytes(32, session: session)
                 let osRandom = try SecretBytes.random(count: 32)
                 let key = Self.combine(osRandom, tpmRandom)
@@ -148,7 +148,7 @@ public final class TPMConnection: Sendable {
     ) throws -> SealedObject {
         try withEngine { engine in
             let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
-            return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+            return try engine.withHMACSession(saltedWith: parent) { session, _ in
                 try engine.seal(secret, under: parent, policy: policy, authValue: authValue, session: session)
             }
         }
@@ -175,9 +175,19 @@ public final class TPMConnection: Sendable {
             let parent = try engine.storageKey(algorithm: sealed.storageKeyAlgorithm, pinnedName: sealed.storageKeyName)
             let object = try engine.load(under: parent, publicArea: sealed.publicArea, privateArea: sealed.privateArea)
             return try engine.withFlushing(object) { object in
-                try engine.withSession(.policy, saltedWith: parent) { session, ended in
+                if sealed.unsealsWithAuthValue {
+                    // The policy is PolicyAuthValue alone (checked above): the shared HMAC session
+                    // proves the same value, and stays for the connection's next commands.
+                    return try engine.withHMACSession(saltedWith: parent) { session, keep in
+                        try engine.unseal(object, authValue: authValue, session: session, keepingSession: keep)
+                    }
+                }
+                return try engine.withSession(.policy, saltedWith: parent) { session, ended in
                     try engine.run(policy, in: session, trial: false, nvAuthorizations: nvAuthorizations)
-                    return try engine.unseal(object, authValue: authValue, session: session, sessionEnded: &ended)
+                    let secret = try engine.unseal(
+                        object, authValue: authValue, session: session, keepingSession: false)
+                    ended = true
+                    return secret
                 }
             }
         }
@@ -189,7 +199,7 @@ public final class TPMConnection: Sendable {
     public func randomBytes(count: Int) throws -> SecretBytes {
         try withEngine { engine in
             let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
-            return try engine.withSession(.hmac, saltedWith: parent) { session, _ in
+            return try engine.withHMACSession(saltedWith: parent) { session, _ in
                 try engine.randomBytes(count, session: session)
             }
         }

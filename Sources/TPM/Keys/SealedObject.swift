@@ -12,8 +12,9 @@ import WireFormat
 ///     private          UINT16 size + bytes: the marshalled TPM2B_PRIVATE
 ///
 /// Every size is checked against its limit before anything is allocated, and trailing bytes are
-/// an error. The public area must describe a fixedTPM, fixedParent, policy-only SHA-256
-/// keyed-hash object; anything else is rejected before the TPM is asked.
+/// an error. The public area must describe a fixedTPM, fixedParent, SHA-256 keyed-hash object
+/// with a policy; userWithAuth is accepted only with the policy PolicyAuthValue alone (which asks
+/// for no more than userWithAuth does). Anything else is rejected before the TPM is asked.
 public struct SealedObject: Sendable, Hashable {
     static let magic: [UInt8] = Array("TKSO".utf8)
     static let version: UInt16 = 1
@@ -35,6 +36,9 @@ public struct SealedObject: Sendable, Hashable {
     /// lockout (the noDA attribute is clear). Objects sealed with a PIN are; objects without one
     /// are not, except those sealed by versions before 0.2, which a store reseals when it opens.
     public let isDictionaryAttackProtected: Bool
+    /// Whether the object also accepts its authorization value in an HMAC session (userWithAuth,
+    /// only with the policy PolicyAuthValue alone): sealed objects made since 2026-11-27.
+    public let unsealsWithAuthValue: Bool
 
     init(
         publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
@@ -44,7 +48,8 @@ public struct SealedObject: Sendable, Hashable {
         self.privateArea = privateArea
         self.storageKeyAlgorithm = storageKeyAlgorithm
         self.storageKeyName = storageKeyName
-        (authPolicy, isDictionaryAttackProtected) = try Self.validatedPolicy(ofPublicArea: publicArea)
+        (authPolicy, isDictionaryAttackProtected, unsealsWithAuthValue) = try Self.validatedPolicy(
+            ofPublicArea: publicArea)
     }
 
     /// Decodes ``serialized()`` output.
@@ -107,7 +112,7 @@ public struct SealedObject: Sendable, Hashable {
     private static func validatedPolicy(
         ofPublicArea publicArea: [UInt8]
     ) throws(TPMError)
-        -> (policy: PolicyDigest, dictionaryAttackProtected: Bool)
+        -> (policy: PolicyDigest, dictionaryAttackProtected: Bool, userWithAuth: Bool)
     {
         let fields: (type: UInt16, nameAlgorithm: UInt16, attributes: ObjectAttributes, policy: [UInt8])
         do throws(WireFormatError) {
@@ -124,11 +129,17 @@ public struct SealedObject: Sendable, Hashable {
             throw TPMError(.malformedData, error.message)
         }
         guard fields.type == AlgorithmID.keyedHash, fields.nameAlgorithm == AlgorithmID.sha256,
-            fields.attributes.isSuperset(of: [.fixedTPM, .fixedParent]), !fields.attributes.contains(.userWithAuth),
-            fields.policy.count == 32
+            fields.attributes.isSuperset(of: [.fixedTPM, .fixedParent]), fields.policy.count == 32
         else {
-            throw TPMError(.malformedData, "The public area is not a policy-only sealed object bound to this TPM")
+            throw TPMError(.malformedData, "The public area is not a policy-bound sealed object bound to this TPM")
         }
-        return (try PolicyDigest(fields.policy), !fields.attributes.contains(.noDA))
+        let userWithAuth = fields.attributes.contains(.userWithAuth)
+        guard !userWithAuth || fields.policy == Policy.authValue.digest.bytes else {
+            throw TPMError(
+                .malformedData,
+                "The sealed object also accepts a bare authorization value besides its policy: it could be unsealed without satisfying the policy"
+            )
+        }
+        return (try PolicyDigest(fields.policy), !fields.attributes.contains(.noDA), userWithAuth)
     }
 }

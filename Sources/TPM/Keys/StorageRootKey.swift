@@ -1,5 +1,6 @@
 internal import CTSS2
 import Logging
+import Synchronization
 import WireFormat
 
 /// The owner-hierarchy storage key that parents every sealed object and salts every session.
@@ -37,6 +38,10 @@ extension Engine {
             storageKeys[preferred] = cached
             return cached
         }
+        if let remembered = try rememberedStorageKey(algorithm: preferred, pinnedName: pinnedName) {
+            storageKeys[preferred] = remembered
+            return remembered
+        }
         if let pinnedName, let persistent = try persistentStorageKey(named: pinnedName, algorithm: preferred) {
             configuration.logger.debug("using the persistent storage key", metadata: ["handle": "0x81000001"])
             storageKeys[preferred] = persistent
@@ -49,6 +54,10 @@ extension Engine {
         } catch let error as TPMError where algorithm == nil && Self.signalsMissingAlgorithm(error) {
             chosen = .rsa2048
             if let cached = storageKeys[chosen] { return cached }
+            if let remembered = try rememberedStorageKey(algorithm: chosen, pinnedName: nil) {
+                storageKeys[chosen] = remembered
+                return remembered
+            }
             created = try createPrimary(.storageRootKey(chosen))
         }
         do {
@@ -59,11 +68,46 @@ extension Engine {
         }
         configuration.logger.debug("derived the storage key", metadata: ["algorithm": "\(chosen.rawValue)"])
         let key = StorageRootKey(handle: created.handle, name: created.name, algorithm: chosen, isPersistent: false)
-        if let contextCache, let context = try? saveContext(created.handle) {
-            contextCache.saveStorageKeyContext(context)
+        if let context = try? saveContext(created.handle) {
+            contextCache?.saveStorageKeyContext(context)
+            Self.rememberedContexts.withLock {
+                $0[RememberedKey(tcti: configuration.tcti, algorithm: chosen)] = (context, created.name)
+            }
         }
         storageKeys[chosen] = key
         return key
+    }
+
+    /// Storage key contexts this process saved or loaded, by TPM and algorithm, with the name the
+    /// key had: later connections of the process load the key (one TPM2_ContextLoad) instead of
+    /// deriving it again (TPM2_CreatePrimary, the most expensive command on a real TPM), also
+    /// when they seal and no name is pinned. Process memory only: nothing here comes from a file.
+    private static let rememberedContexts = Mutex<[RememberedKey: (context: [UInt8], name: [UInt8])]>([:])
+
+    private struct RememberedKey: Hashable {
+        let tcti: String
+        let algorithm: StorageKeyAlgorithm
+    }
+
+    /// The storage key from this process's memory, if the TPM still accepts its context (not
+    /// after a TPM reset) and its name is the one remembered (and pinned, when given).
+    private func rememberedStorageKey(algorithm: StorageKeyAlgorithm, pinnedName: [UInt8]?) throws -> StorageRootKey? {
+        let slot = RememberedKey(tcti: configuration.tcti, algorithm: algorithm)
+        guard let remembered = Self.rememberedContexts.withLock({ $0[slot] }) else { return nil }
+        if let pinnedName, pinnedName != remembered.name { return nil }
+        guard let handle = try? loadContext(remembered.context) else {
+            Self.rememberedContexts.withLock { _ = $0.removeValue(forKey: slot) }
+            return nil
+        }
+        guard let name = try? name(of: handle), name == remembered.name else {
+            flush(handle)
+            return nil
+        }
+        // Later processes read the file cache, not this memory: keep it current.
+        if let contextCache, contextCache.loadStorageKeyContext() != remembered.context {
+            contextCache.saveStorageKeyContext(remembered.context)
+        }
+        return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: false)
     }
 
     /// The storage key from the context cache, if the TPM accepts the saved context and the key
@@ -77,6 +121,9 @@ extension Engine {
             return nil
         }
         configuration.logger.debug("loaded the storage key from its saved context")
+        Self.rememberedContexts.withLock {
+            $0[RememberedKey(tcti: configuration.tcti, algorithm: algorithm)] = (context, name)
+        }
         return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: false)
     }
 

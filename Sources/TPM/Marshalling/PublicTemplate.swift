@@ -56,9 +56,14 @@ struct PublicTemplate: Equatable {
 
     /// A sealed-data object (keyed-hash with no scheme) under a storage parent.
     ///
-    /// fixedTPM and fixedParent keep it from being duplicated off this TPM. userWithAuth is clear
-    /// and adminWithPolicy set, so every use (user and admin role) must satisfy `policy`: a PIN is
-    /// PolicyAuthValue, never a bare password, and policies compose.
+    /// fixedTPM and fixedParent keep it from being duplicated off this TPM. adminWithPolicy is set,
+    /// and userWithAuth is clear for every policy but PolicyAuthValue alone, so every use must
+    /// satisfy `policy`: a PIN is PolicyAuthValue, never a bare password, and policies compose.
+    /// An object whose policy is PolicyAuthValue alone asks for its authorization value and
+    /// nothing else, which is exactly what userWithAuth asks in an HMAC session: with it set, such
+    /// an object (a store's master key) unseals in the connection's salted HMAC session, two
+    /// commands fewer than a policy session (StartAuthSession, PolicyAuthValue), and the value
+    /// still never crosses the bus.
     ///
     /// An object without an authorization secret is noDA: there is nothing to guess, and a
     /// DA-protected object counts a failure against the whole TPM after every unorderly shutdown
@@ -67,6 +72,7 @@ struct PublicTemplate: Equatable {
     static func sealedData(policy: PolicyDigest, dictionaryAttackProtected: Bool) -> PublicTemplate {
         var attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .adminWithPolicy]
         if !dictionaryAttackProtected { attributes.insert(.noDA) }
+        if policy == Policy.authValue.digest { attributes.insert(.userWithAuth) }
         var writer = WireWriter()
         writer.append(AlgorithmID.keyedHash)
         writer.append(AlgorithmID.sha256)

@@ -227,6 +227,11 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
             try KeychainDevice(location: location).lock()
             try await timed("unlock-keychain") { try KeychainDevice(location: location).unlock(passcode: passcode) }
         }
+        PlotData.write(
+            "cold-paths", header: ["path", "commands"] + profiles.map { $0?.name ?? "swtpm" },
+            rows: paths.map { path in
+                [path, String(commands[path] ?? 0)] + (times[path] ?? []).map { String($0.seconds * 1e3) }
+            })
         print("cold paths at the pace of each TPM (one run each; the profiles are models):")
         print("| Path | Commands | " + profiles.map { $0?.name ?? "swtpm" }.joined(separator: " | ") + " |")
         print("| --- | --- |" + String(repeating: " --- |", count: profiles.count))

@@ -141,3 +141,20 @@ struct BenchmarkError: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
 }
+
+/// Where the benchmarks leave their figures as tab-separated tables for the plot
+/// (Scripts/plot-benchmarks.py): `TPM_KEYCHAIN_BENCH_DATA`, set by Scripts/benchmarks.sh; nothing
+/// is written without it.
+enum PlotData {
+    static func write(_ name: String, header: [String], rows: [[String]]) {
+        guard let directory = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_BENCH_DATA"], !directory.isEmpty
+        else { return }
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let text = ([header] + rows).map { $0.joined(separator: "\t") }.joined(separator: "\n") + "\n"
+        do {
+            try text.write(toFile: directory + "/" + name + ".tsv", atomically: true, encoding: .utf8)
+        } catch {
+            print("plot data: cannot write \(directory)/\(name).tsv: \(error)")
+        }
+    }
+}

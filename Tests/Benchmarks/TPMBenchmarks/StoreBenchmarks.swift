@@ -209,6 +209,9 @@ struct StoreBenchmarks {
                     Double(rssAfter - rssBefore) / 1024))
             rows.append((target, samples, rssAfter, fillTime.seconds, added))
         }
+        PlotData.write(
+            "gets-by-item-count", header: ["items", "median_us", "p90_us"],
+            rows: rows.map { [String($0.items), String($0.samples.median * 1e6), String($0.samples.p90 * 1e6)] })
         print("scale summary:")
         for (items, samples, rss, fill, added) in rows {
             print(
