@@ -296,13 +296,16 @@ extension ItemStore {
             if record.flags.contains(.lockBound), let deviceState {
                 try ensureUnlockedWithoutPasscode(device, deviceState, connection)
             }
-            let policy = try record.sealedPolicy { (index) throws(KeychainError) in
-                do {
-                    return try connection.nvIndexName(index)
-                } catch let error as TPMError where error.code == .handleNotFound {
-                    throw Self.missingIndex(index, error)
-                } catch {
-                    throw KeychainError(deviceTPM: error)
+            // The device's indices are named as the device defined them, written (no TPM command);
+            // a policy that does not come out as sealed that way is computed again from the
+            // names the TPM reports.
+            var policy = try record.sealedPolicy { (index) throws(KeychainError) in
+                if let expected = connection.expectedNVIndexName(index) { return expected }
+                return try Self.reportedName(of: index, connection)
+            }
+            if policy.digest != sealed.authPolicy {
+                policy = try record.sealedPolicy { (index) throws(KeychainError) in
+                    try Self.reportedName(of: index, connection)
                 }
             }
             do {
@@ -334,6 +337,17 @@ extension ItemStore {
             } catch {
                 throw KeychainError(deviceTPM: error)
             }
+        }
+    }
+
+    /// The name the TPM reports for an index a record's policy names.
+    private static func reportedName(of index: UInt32, _ connection: TPMConnection) throws(KeychainError) -> [UInt8] {
+        do {
+            return try connection.nvIndexName(index)
+        } catch let error as TPMError where error.code == .handleNotFound {
+            throw Self.missingIndex(index, error)
+        } catch {
+            throw KeychainError(deviceTPM: error)
         }
     }
 

@@ -66,6 +66,8 @@ extension ItemStore {
     static func readCounter(
         _ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String
     ) throws(KeychainError) -> UInt64 {
+        // Defined by the store as below: the read names it without NV_ReadPublic, checked by its HMAC.
+        tpm.expectNVIndex(index, kind: .counter, options: .noDictionaryAttack)
         do {
             return try tpm.readNVCounter(index, authValue: counterAuthorization(keys))
         } catch let error as TPMError where error.code == .handleNotFound || error.code == .nvIndexUninitialized {

@@ -24,6 +24,49 @@ import Testing
         }
     }
 
+    @Test(
+        "A declared index is named without NV_ReadPublic when an HMAC session authorizes the command; ESAPI's own serialization of the index is byte for byte the one built from the declaration; a wrong declaration only costs a read"
+    )
+    func declaredIndicesNeedNoRead() throws {
+        try withSimulator { simulator, _ in
+            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+            defer { proxy.stop() }
+            let configuration = TPMConfiguration(tcti: proxy.tcti)
+            let auth = SecretBytes(copying: Array("counter auth".utf8))
+            let index: UInt32 = 0x0150_0040
+            try withConnection(configuration) { tpm in
+                try tpm.defineNVIndex(index, kind: .counter, authValue: auth, options: .noDictionaryAttack)
+                try tpm.incrementNVCounter(index, authValue: auth)
+            }
+            let definition = NVPublicArea(index: index, kind: .counter, options: .noDictionaryAttack)
+            let serialized = try withConnection(configuration) { tpm in
+                try tpm.withEngine { engine in
+                    try engine.withNVIndex(index, fresh: true) { try engine.serializedHandle($0) }
+                }
+            }
+            #expect(serialized == Engine.serializedResource(of: definition))
+
+            proxy.reset()
+            let value = try withConnection(configuration) { tpm in try tpm.readNVCounter(index, authValue: auth) }
+            #expect(value > 0)
+            #expect(!proxy.commandCodes.contains(0x169), "\(proxy.commandCodes.map(RecordingTPMProxy.commandName))")
+
+            // Declared as something else: the HMAC fails on the name, the index is read, the read succeeds.
+            try withConnection(configuration) { tpm in tpm.expectNVIndex(index, kind: .ordinary(size: 8), options: []) }
+            proxy.reset()
+            #expect(try withConnection(configuration) { tpm in try tpm.readNVCounter(index, authValue: auth) } == value)
+            #expect(proxy.commandCodes.contains(0x169)) // TPM2_NV_ReadPublic
+            // A wrong authorization is still refused, with or without a declaration.
+            try withConnection(configuration) { tpm in
+                tpm.expectNVIndex(index, kind: .counter, options: .noDictionaryAttack)
+                expectTPMError(.authorizationFailed) {
+                    _ = try tpm.readNVCounter(index, authValue: SecretBytes(copying: Array("wrong".utf8)))
+                }
+                try tpm.undefineNVIndex(index)
+            }
+        }
+    }
+
     @Test("definedNVIndices lists exactly the indices of a range, with neighbours on both sides left out")
     func listsTheIndicesOfARange() throws {
         try withSimulator { _, configuration in

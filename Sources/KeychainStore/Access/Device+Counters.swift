@@ -68,13 +68,20 @@ extension Device {
         return value
     }
 
-    /// A PolicyNV assertion that the counter at `index` equals `value`.
+    /// A PolicyNV assertion that the counter at `index` equals `value`. The counter is named as
+    /// the device defined it (counters are written from the start), without asking the TPM: an
+    /// index someone defined in its place has another name, and a policy naming ours fails on it.
     func counterAssertion(
         _ index: UInt32, equals value: UInt64, _ tpm: TPMConnection
     ) throws(KeychainError) -> PolicyAssertion {
         var operand = WireWriter()
         operand.append(value)
-        let name = try tpmCall { try tpm.nvIndexName(index) }
+        let name: [UInt8]
+        if let expected = tpm.expectedNVIndexName(index) {
+            name = expected
+        } else {
+            name = try tpmCall { try tpm.nvIndexName(index) }
+        }
         return .nv(index: index, indexName: name, operand: operand.bytes, offset: 0, comparison: .equal)
     }
 

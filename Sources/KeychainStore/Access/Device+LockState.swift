@@ -27,13 +27,16 @@ extension Device {
     /// and touches the lock stamp so that reuse windows in every process see the change.
     func writeLockState(unlocked: Bool, _ state: State, _ connection: TPMConnection) throws(KeychainError) {
         let index = state.indices.lockState
+        let data = SecretBytes(copying: [1, unlocked ? 1 : 0])
         do {
-            if try connection.nvIndexAttributes(index) == nil {
+            do {
+                try connection.writeNV(index, data: data, authValue: state.nvAuthorization)
+            } catch let error as TPMError where error.code == .handleNotFound {
+                // Gone (undefined by someone with owner authorization): defined again, then written.
                 try connection.defineNVIndex(
                     index, kind: .ordinary(size: 2), authValue: state.nvAuthorization, options: Self.lockStateOptions)
+                try connection.writeNV(index, data: data, authValue: state.nvAuthorization)
             }
-            try connection.writeNV(
-                index, data: SecretBytes(copying: [1, unlocked ? 1 : 0]), authValue: state.nvAuthorization)
         } catch let error as TPMError where error.code == .authorizationFailed {
             throw Self.taken(index, error)
         } catch {
@@ -76,7 +79,13 @@ extension Device {
         if try lockState(state, connection) == nil {
             try writeLockState(unlocked: state.file.passcode == nil, state, connection)
         }
-        let name = try tpmCall { try connection.nvIndexName(state.indices.lockState) }
+        // Written now (just above when it was not), so named as the device defined it, written.
+        let name: [UInt8]
+        if let expected = connection.expectedNVIndexName(state.indices.lockState) {
+            name = expected
+        } else {
+            name = try tpmCall { try connection.nvIndexName(state.indices.lockState) }
+        }
         return .nv(
             index: state.indices.lockState, indexName: name, operand: [1], offset: requirement == .unlocked ? 1 : 0,
             comparison: .equal)

@@ -122,6 +122,7 @@ package final class Device: Sendable {
         }
         let secret = try unsealSecret(sealed, connection, path: file.path)
         try parsed.authenticate(secret: secret, path: file.path)
+        Self.declareIndices(DeviceIndices(base: parsed.file.nvBase), connection)
         return State(file: parsed.file, secret: secret)
     }
 
@@ -268,6 +269,14 @@ package final class Device: Sendable {
     }
 
     static let lockStateOptions: NVIndexOptions = [.noDictionaryAttack, .clearedAtStartup]
+
+    /// Tells the TPM layer what the device defined at its three handles, so commands authorized
+    /// for them name them without reading them first (the TPM checks the names in their HMACs).
+    static func declareIndices(_ indices: DeviceIndices, _ connection: TPMConnection) {
+        connection.expectNVIndex(indices.enrollmentCounter, kind: .counter, options: .noDictionaryAttack)
+        connection.expectNVIndex(indices.passcodeCounter, kind: .counter, options: .noDictionaryAttack)
+        connection.expectNVIndex(indices.lockState, kind: .ordinary(size: 2), options: lockStateOptions)
+    }
 
     // MARK: Status
 

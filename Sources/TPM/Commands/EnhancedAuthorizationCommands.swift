@@ -23,7 +23,7 @@ extension Engine {
                         ESYS_TR(ESYS_TR_NONE)),
                     "Esys_PolicyAuthValue")
             case .nv(let index, _, let operand, let offset, let comparison):
-                try withNVIndex(index) { nvHandle in
+                try withNVIndex(index, authorized: nvAuthorizations[index] != nil) { nvHandle in
                     try withZeroedStructure(TPM2B_OPERAND.self) { operandB in
                         try fillSized(operandB, with: operand, what: "The PolicyNV operand")
                         let what = "Esys_PolicyNV(0x\(String(index, radix: 16)))"

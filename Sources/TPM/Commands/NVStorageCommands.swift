@@ -1,5 +1,10 @@
 internal import CTSS2
+import Synchronization
 import WireFormat
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// What an NV index holds.
 public enum NVIndexKind: Sendable, Hashable {
@@ -86,14 +91,31 @@ extension Engine {
     /// the connection: a connection serves one operation, and the commands of one operation
     /// often name the same index two to five times. ESAPI updates a kept handle's name itself
     /// when this connection first writes the index. A handle is dropped when a command using it
-    /// fails (the index may have changed under it: the next use reads it again), and `fresh`
-    /// reads the TPM's public area anew, for the checks that compare it.
-    func withNVIndex<R>(_ index: UInt32, fresh: Bool = false, _ body: (ESYS_TR) throws -> R) throws -> R {
+    /// fails (the index may have changed under it: the next use reads it again).
+    ///
+    /// `authorized` says that `body` sends a command authorized for the index in an HMAC
+    /// session. Its HMAC covers the index's name as the TPM knows it, so a handle built from the
+    /// definition this process expects there (``expectedNVIndices``, no TPM command) is checked
+    /// by the TPM itself: a wrong name fails the command's authorization, and then the index is
+    /// read and `body` runs once more. A password session checks no name, so it never gets one.
+    ///
+    /// `fresh` asks for a name the TPM vouched for in this connection (read from it, or confirmed
+    /// by an authorized command), for the checks that compare it with a definition.
+    func withNVIndex<R>(
+        _ index: UInt32, fresh: Bool = false, authorized: Bool = false, _ body: (ESYS_TR) throws -> R
+    ) throws -> R {
         try Self.checkOwnerIndex(index)
-        if fresh { forgetNVIndex(index) }
+        if fresh && !confirmedNVIndices.contains(index) { forgetNVIndex(index) }
         let handle: ESYS_TR
+        var builtFromDefinition = false
         if let kept = nvHandles[index] {
             handle = kept
+        } else if authorized, let definition = expectedDefinition(of: index),
+            let built = handleWithoutTPM(for: definition)
+        {
+            nvHandles[index] = built
+            handle = built
+            builtFromDefinition = true
         } else {
             var read = ESYS_TR(ESYS_TR_NONE)
             try check(
@@ -102,18 +124,57 @@ extension Engine {
                     ESYS_TR(ESYS_TR_NONE), &read),
                 "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
             nvHandles[index] = read
+            confirmedNVIndices.insert(index)
             handle = read
         }
         do {
-            return try body(handle)
+            let result = try body(handle)
+            if authorized { confirmedNVIndices.insert(index) }
+            return result
+        } catch let error as TPMError where builtFromDefinition && error.code == .authorizationFailed {
+            // The index is not what this process expects there (redefined, or not written since
+            // the TPM's startup): read it and try once more, as without the expectation.
+            forgetNVIndex(index)
+            return try withNVIndex(index, fresh: true, authorized: false, body)
         } catch {
             forgetNVIndex(index)
             throw error
         }
     }
 
+    /// An ESAPI handle for `definition`, written, made without the TPM (Esys_TR_Deserialize of
+    /// the IESYS_RESOURCE serialization: handle, name, resource type 2 for NV, TPM2B_NV_PUBLIC);
+    /// nil if this ESAPI does not take it.
+    func handleWithoutTPM(for definition: NVPublicArea) -> ESYS_TR? {
+        var handle = ESYS_TR(ESYS_TR_NONE)
+        let bytes = Self.serializedResource(of: definition)
+        let rc = bytes.withUnsafeBufferPointer { Esys_TR_Deserialize(esys, $0.baseAddress, $0.count, &handle) }
+        return rc == TSS2_RC_SUCCESS ? handle : nil
+    }
+
+    static func serializedResource(of definition: NVPublicArea) -> [UInt8] {
+        let publicArea = definition.marshalled(written: true)
+        var writer = WireWriter()
+        writer.append(definition.index)
+        writer.appendSized(ObjectName.sha256(ofPublicArea: publicArea))
+        writer.append(UInt32(2)) // IESYSC_NV_RSRC
+        writer.appendSized(publicArea)
+        return writer.bytes
+    }
+
+    /// The ESAPI serialization of a kept handle (tests compare it with ``handleWithoutTPM(for:)``'s input).
+    func serializedHandle(_ handle: ESYS_TR) throws -> [UInt8] {
+        var buffer: UnsafeMutablePointer<UInt8>?
+        var size = 0
+        try check(Esys_TR_Serialize(esys, handle, &buffer, &size), "Esys_TR_Serialize")
+        defer { free(buffer) }
+        guard let buffer else { return [] }
+        return Array(UnsafeBufferPointer(start: buffer, count: size))
+    }
+
     /// Closes the kept handle of `index` (no TPM command).
     func forgetNVIndex(_ index: UInt32) {
+        confirmedNVIndices.remove(index)
         guard var handle = nvHandles.removeValue(forKey: index) else { return }
         _ = Esys_TR_Close(esys, &handle)
     }
@@ -144,6 +205,8 @@ extension Engine {
                 // Kept: ESAPI made it from the public area just defined, so no read is needed.
                 forgetNVIndex(definition.index)
                 nvHandles[definition.index] = handle
+                confirmedNVIndices.insert(definition.index)
+                expect(definition, at: definition.index)
             }
         }
     }
@@ -152,6 +215,7 @@ extension Engine {
     func undefineNVIndex(_ index: UInt32) throws {
         try Self.checkOwnerIndex(index)
         forgetNVIndex(index)
+        expect(nil, at: index)
         var handle = ESYS_TR(ESYS_TR_NONE)
         try check(
             Esys_TR_FromTPMPublic(
@@ -216,19 +280,24 @@ extension Engine {
 }
 
 extension Engine {
-    /// TPM2_NV_ReadPublic: the index's TPMA_NV as the TPM holds it (TPMA_NV_WRITTEN included).
+    /// The index's TPMA_NV as the TPM reported it when the handle was read (TPM2_NV_ReadPublic),
+    /// TPMA_NV_WRITTEN included and kept current by ESAPI when this connection writes the index.
     func nvAttributes(of nvHandle: ESYS_TR) throws -> UInt32 {
-        var publicArea: UnsafeMutablePointer<TPM2B_NV_PUBLIC>?
-        var name: UnsafeMutablePointer<TPM2B_NAME>?
-        try check(
-            Esys_NV_ReadPublic(
-                esys, nvHandle, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                &publicArea, &name),
-            "Esys_NV_ReadPublic")
-        discardFromEsys(name)
-        let attributes = publicArea?.pointee.nvPublic.attributes ?? 0
-        discardFromEsys(publicArea)
-        return attributes
+        // From ESAPI's record of the index (its serialization: handle, name, resource type, then
+        // TPM2B_NV_PUBLIC: size, nvIndex, nameAlg, attributes), read when the handle was made:
+        // no second NV_ReadPublic.
+        var reader = WireReader(try serializedHandle(nvHandle))
+        do throws(WireFormatError) {
+            _ = try reader.readUInt32()
+            _ = try reader.readSized(maximum: 66)
+            guard try reader.readUInt32() == 2 else { throw WireFormatError("not an NV resource") }
+            _ = try reader.readUInt16()
+            _ = try reader.readUInt32()
+            _ = try reader.readUInt16()
+            return try reader.readUInt32()
+        } catch {
+            throw TPMError(.other, "ESAPI's record of the NV index is not as expected: \(error.message)")
+        }
     }
 }
 
@@ -241,5 +310,19 @@ extension Engine {
         } catch  where error.code == .authorizationFailed {
             throw ownerAuthorizationFailed(error)
         }
+    }
+}
+
+extension Engine {
+    /// What this process expects at NV handles, by TPM (TCTI): the indices it defined, and those
+    /// its callers declared with ``TPMConnection/expectNVIndex(_:kind:options:)``.
+    private static let expectedNVIndices = Mutex<[String: [UInt32: NVPublicArea]]>([:])
+
+    func expectedDefinition(of index: UInt32) -> NVPublicArea? {
+        Self.expectedNVIndices.withLock { $0[configuration.tcti]?[index] }
+    }
+
+    func expect(_ definition: NVPublicArea?, at index: UInt32) {
+        Self.expectedNVIndices.withLock { $0[configuration.tcti, default: [:]][index] = definition }
     }
 }

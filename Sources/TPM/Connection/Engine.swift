@@ -26,6 +26,8 @@ final class Engine {
     /// ESAPI handles of the NV indices this connection used, so each is read (NV_ReadPublic) once
     /// per connection, not once per command; see ``withNVIndex(_:fresh:_:)``.
     var nvHandles: [UInt32: ESYS_TR] = [:]
+    /// The kept NV handles whose names the TPM vouched for in this connection.
+    var confirmedNVIndices: Set<UInt32> = []
     /// The HMAC sessions kept for the connection's commands; see ``withHMACSession(saltedWith:_:)``.
     var sharedSessions: (salted: ESYS_TR?, unsalted: ESYS_TR?) = (nil, nil)
 
@@ -154,6 +156,7 @@ final class Engine {
     func abandon() {
         storageKeys.removeAll()
         nvHandles.removeAll() // freed with the context
+        confirmedNVIndices.removeAll()
         sharedSessions = (nil, nil)
         guard tcti != nil else { return }
         var context: OpaquePointer? = esys

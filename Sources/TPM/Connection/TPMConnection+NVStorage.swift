@@ -146,6 +146,25 @@ extension TPMConnection {
         return .nv(index: index, indexName: name, operand: operand.bytes, offset: 0, comparison: .equal)
     }
 
+    /// Declares what this program defined at `index` (as ``defineNVIndex(_:kind:authValue:options:)``
+    /// makes it with `kind` and `options`), for every connection of this process to this TPM: a
+    /// command authorized for the index in an HMAC session then names it without reading it first
+    /// (one NV_ReadPublic fewer). Nothing is trusted on the strength of it: the TPM checks the
+    /// name inside the command's HMAC, and a wrong one makes the connection read the index and
+    /// send the command again. Indices this process defines are declared already.
+    public func expectNVIndex(_ index: UInt32, kind: NVIndexKind, options: NVIndexOptions) {
+        _ = try? withEngine { engine in
+            engine.expect(NVPublicArea(index: index, kind: kind, options: options), at: index)
+        }
+    }
+
+    /// The name a declared index has once written (``expectNVIndex(_:kind:options:)``), computed
+    /// without the TPM; nil when nothing is declared at `index`. A policy asserting on the index
+    /// names it so: a wrong name only makes the policy fail, as a changed index would.
+    public func expectedNVIndexName(_ index: UInt32) -> [UInt8]? {
+        try? withEngine { engine in engine.expectedDefinition(of: index)?.name(written: true) }
+    }
+
     /// Runs one NV command authorised for `index`: with a password session when there is neither
     /// an authValue nor a secret, else in an HMAC session (``Engine/withHMACSession(saltedWith:_:)``);
     /// the body's last argument is the continueSession its command is sent with.
@@ -159,7 +178,7 @@ extension TPMConnection {
         _ body: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R
     ) throws -> R {
         try withEngine { engine in
-            try engine.withNVIndex(index) { handle in
+            try engine.withNVIndex(index, authorized: authValue != nil) { handle in
                 try engine.setAuthValue(authValue, of: handle)
                 defer { try? engine.setAuthValue(nil, of: handle) }
                 if authValue == nil && !secretParameters {
