@@ -24,7 +24,7 @@ echo "commit: $commit, $(date -u +%Y-%m-%d)"
 data="$PWD/.build/benchmark-data"
 rm -rf "$data"
 TPM_KEYCHAIN_BENCH_DATA="$data" TPM_KEYCHAIN_CLI="$PWD/.build-static/release/tpm-keychain" .build/release/TPMBenchmarks "$@"
-if [ -e "$data/gets-by-item-count.tsv" ] || [ -e "$data/cold-paths.tsv" ]; then
+if [ -e "$data/gets-by-item-count.tsv" ] || [ -e "$data/cold-paths-rm.tsv" ]; then
     machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
     python3 Scripts/plot-benchmarks.py "$data" docs/performance.svg \
         "Scripts/benchmarks.sh ${*:-all}, commit $commit, $(date -u +%Y-%m-%d); $machine; swtpm, firmware and discrete profiles (TPMLatencyProfile)"

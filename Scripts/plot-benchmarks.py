@@ -3,7 +3,8 @@
 
     Scripts/plot-benchmarks.py DATA_DIRECTORY docs/performance.svg [caption]
 
-Reads gets-by-item-count.tsv (the store suite) and cold-paths.tsv (the access suite); a panel
+Reads gets-by-item-count.tsv (the store suite) and cold-paths-rm.tsv (the access suite: each
+cold path behind a resource manager, as on /dev/tpmrm0, real machines' default); a panel
 whose table is missing is drawn empty with a note, so a partial run still renders. Plain SVG, no
 plotting library: the script runs wherever python3 does (Scripts/benchmarks.sh calls it).
 """
@@ -95,7 +96,7 @@ def gets_panel(table, top):
 
 
 def cold_paths_panel(table, top, height):
-    parts = [text(MARGIN, top + 24, "Cold paths under three TPM profiles (milliseconds, log scale)", 15, weight="bold")]
+    parts = [text(MARGIN, top + 24, "Cold paths behind a resource manager under three TPM profiles (milliseconds, log scale)", 15, weight="bold")]
     if table is None:
         parts.append(text(WIDTH / 2, top + height / 2, "no data: run the access suite", 13, "middle"))
         return parts
@@ -142,7 +143,7 @@ def main():
     directory, output = sys.argv[1], sys.argv[2]
     caption = sys.argv[3] if len(sys.argv) > 3 else ""
     gets = read_table(f"{directory}/gets-by-item-count.tsv")
-    cold = read_table(f"{directory}/cold-paths.tsv")
+    cold = read_table(f"{directory}/cold-paths-rm.tsv")
     cold_rows = len(cold[1]) if cold else 3
     cold_height = 100 + cold_rows * (12 * (len(cold[0]) - 2 if cold else 3) + 14)
     height = PANEL_HEIGHT + cold_height + 40

@@ -85,6 +85,12 @@ public final class RecordingTPMProxy: Sendable {
     /// Every byte that crossed the command channel in either direction, in the order it was read.
     public func recordedBytes() -> [UInt8] { forwarder.snapshot().bytes }
 
+    /// Flushes every transient object and loaded session the TPM holds, as a resource manager
+    /// does when a client closes its connection; not recorded. Tests that count the commands of
+    /// a client behind a resource manager (which flushes nothing at close) call it as each of the
+    /// client's connections closes.
+    public func flushLeftovers() { forwarder.flushLeftovers() }
+
     /// Forgets everything recorded so far, e.g. after a test's setup phase.
     public func reset() { forwarder.reset() }
 

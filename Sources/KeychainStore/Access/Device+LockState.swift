@@ -27,15 +27,17 @@ extension Device {
     /// and touches the lock stamp so that reuse windows in every process see the change.
     func writeLockState(unlocked: Bool, _ state: State, _ connection: TPMConnection) throws(KeychainError) {
         let index = state.indices.lockState
-        let data = SecretBytes(copying: [1, unlocked ? 1 : 0])
+        // Whether the device is unlocked is no secret (readable as lockState is): written in an
+        // HMAC session, without asking for a salted one.
+        let data: [UInt8] = [1, unlocked ? 1 : 0]
         do {
             do {
-                try connection.writeNV(index, data: data, authValue: state.nvAuthorization)
+                try connection.writePublicNV(index, data: data, authValue: state.nvAuthorization)
             } catch let error as TPMError where error.code == .handleNotFound {
                 // Gone (undefined by someone with owner authorization): defined again, then written.
                 try connection.defineNVIndex(
                     index, kind: .ordinary(size: 2), authValue: state.nvAuthorization, options: Self.lockStateOptions)
-                try connection.writeNV(index, data: data, authValue: state.nvAuthorization)
+                try connection.writePublicNV(index, data: data, authValue: state.nvAuthorization)
             }
         } catch let error as TPMError where error.code == .authorizationFailed {
             throw Self.taken(index, error)

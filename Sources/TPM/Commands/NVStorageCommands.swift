@@ -250,12 +250,14 @@ extension Engine {
     }
 
     /// TPM2_NV_Write of `data` at `offset`; the data is the first parameter and travels encrypted.
-    func writeNV(_ nvHandle: ESYS_TR, data: SecretBytes, offset: UInt16, session: ESYS_TR) throws {
+    func writeNV(
+        _ nvHandle: ESYS_TR, data: SecretBytes, offset: UInt16, session: ESYS_TR, continueSession: Bool = true
+    ) throws {
         try withZeroedStructure(TPM2B_MAX_NV_BUFFER.self) { buffer in
             try data.withUnsafeBytes { (bytes) throws(TPMError) in
                 try fillSized(buffer, with: bytes, what: "The NV data")
             }
-            try setAttributes(session, decrypt: true)
+            try setAttributes(session, decrypt: true, continueSession: continueSession)
             try check(
                 Esys_NV_Write(
                     esys, nvHandle, nvHandle, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),

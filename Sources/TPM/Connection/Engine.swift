@@ -28,6 +28,9 @@ final class Engine {
     var nvHandles: [UInt32: ESYS_TR] = [:]
     /// The kept NV handles whose names the TPM vouched for in this connection.
     var confirmedNVIndices: Set<UInt32> = []
+    /// A used transient object whose flush a resource manager makes unnecessary if the connection
+    /// closes first; see ``withFlushing(_:_:)``.
+    var objectAwaitingFlush: ESYS_TR?
     /// The HMAC sessions kept for the connection's commands; see ``withHMACSession(saltedWith:_:)``.
     var sharedSessions: (salted: ESYS_TR?, unsalted: ESYS_TR?) = (nil, nil)
 
@@ -141,6 +144,8 @@ final class Engine {
     /// manager flushes every object and session of a connection when it closes, so the flushes
     /// would only cost a real TPM one command each.
     func shutDown() {
+        let wasOpen = tcti != nil
+        defer { if wasOpen, let hook = TPMConfiguration.closeHook(configuration.tcti) { hook() } }
         if tcti != nil && !configuration.hasResourceManager {
             flushSharedSessions()
             for key in storageKeys.values where !key.isPersistent {
@@ -157,6 +162,7 @@ final class Engine {
         storageKeys.removeAll()
         nvHandles.removeAll() // freed with the context
         confirmedNVIndices.removeAll()
+        objectAwaitingFlush = nil
         sharedSessions = (nil, nil)
         guard tcti != nil else { return }
         var context: OpaquePointer? = esys
@@ -196,8 +202,19 @@ final class Engine {
     }
 
     /// Runs `body` with a transient object handle and flushes the object afterwards, whatever happens.
+    ///
+    /// Behind a resource manager the flush waits: the object is flushed when the next one is
+    /// loaded through ``withFlushing(_:_:)``, or not at all when the connection closes first (the
+    /// manager flushes it then). A connection that unseals once, as most do, saves the command,
+    /// and at most one such object is ever left loaded.
     func withFlushing<R>(_ handle: ESYS_TR, _ body: (ESYS_TR) throws -> R) throws -> R {
-        defer { flush(handle) }
+        if let pending = objectAwaitingFlush {
+            objectAwaitingFlush = nil
+            flush(pending)
+        }
+        defer {
+            if configuration.hasResourceManager { objectAwaitingFlush = handle } else { flush(handle) }
+        }
         return try body(handle)
     }
 

@@ -1,4 +1,5 @@
 public import Logging
+import Synchronization
 import SystemCalls
 
 #if canImport(Glibc)
@@ -199,10 +200,31 @@ public struct TPMConfiguration: Sendable, Hashable {
     }
 
     private static func impliesResourceManager(_ tcti: String) -> Bool {
-        if tcti.hasPrefix("tabrmd") { return true }
+        if tcti.hasPrefix("tabrmd") || closeHook(tcti) != nil { return true }
         if tcti.hasPrefix("device") { return tcti.contains("tpmrm") || tcti == "device" }
         return false
     }
+
+    /// Makes configurations made later in this process for `tcti` (without saying) treat it as
+    /// behind a resource manager, and runs `onClose` after each of their connections closes:
+    /// test support, so that a test can count what a client sends to /dev/tpmrm0 on a swtpm,
+    /// with `onClose` flushing what the connection left loaded, as the kernel does for a closed
+    /// file (TPMKeychainTesting's `RecordingTPMProxy.flushLeftovers()`).
+    package static func treatAsResourceManaged(_ tcti: String, onClose: @escaping @Sendable () -> Void) {
+        resourceManagedTCTIs.withLock { $0[tcti] = onClose }
+    }
+
+    /// Ends ``treatAsResourceManaged(_:onClose:)`` for `tcti` (before its proxy stops).
+    package static func stopTreatingAsResourceManaged(_ tcti: String) {
+        _ = resourceManagedTCTIs.withLock { $0.removeValue(forKey: tcti) }
+    }
+
+    /// What ``treatAsResourceManaged(_:onClose:)`` asked to run when a connection to `tcti` closes.
+    static func closeHook(_ tcti: String) -> (@Sendable () -> Void)? {
+        resourceManagedTCTIs.withLock { $0[tcti] }
+    }
+
+    private static let resourceManagedTCTIs = Mutex<[String: @Sendable () -> Void]>([:])
 
     /// A directory no other user can create first: `$XDG_RUNTIME_DIR`, else the user's
     /// `/run/user/<uid>` when it is theirs, else `$XDG_CACHE_HOME` or `~/.cache`. A fixed name in

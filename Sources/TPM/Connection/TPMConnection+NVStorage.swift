@@ -71,6 +71,19 @@ extension TPMConnection {
         }
     }
 
+    /// Writes NV data that is no secret (a lock state, a flag) in clear: authorized by `authValue`
+    /// in an HMAC session, which the authValue never crosses the bus in, but without asking for a
+    /// salted session when the connection has none.
+    ///
+    /// - Throws: ``TPMError``.
+    public func writePublicNV(_ index: UInt32, data: [UInt8], offset: UInt16 = 0, authValue: SecretBytes? = nil) throws
+    {
+        try withNVAuthorization(index, authValue: authValue, secretParameters: false) { engine, handle, session, keep in
+            try engine.writeNV(
+                handle, data: SecretBytes(copying: data), offset: offset, session: session, continueSession: keep)
+        }
+    }
+
     /// Reads NV data; it is encrypted on the bus.
     ///
     /// - Throws: ``TPMError``.

@@ -189,6 +189,40 @@ final class ProxyForwarder: Sendable {
         connection.finishOne(self)
     }
 
+    /// What a resource manager does when a client's connection closes: every transient object
+    /// and loaded session the TPM holds is flushed, over a connection of the proxy's own (not
+    /// recorded).
+    func flushLeftovers() {
+        guard
+            let upstream = try? LoopbackSocket.connectTCP(host: upstreamHost, port: upstreamPort, timeout: .seconds(10))
+        else { return }
+        defer { closeDescriptor(upstream) }
+        for first: UInt32 in [0x8000_0000, 0x0200_0000] {
+            // TPM2_GetCapability(TPM_CAP_HANDLES, first, 64), no sessions.
+            let command: [UInt8] =
+                [0x80, 0x01, 0, 0, 0, 22, 0, 0, 0x01, 0x7A, 0, 0, 0, 1] + bigEndian(first) + bigEndian(64)
+            guard let response = transact(upstream, command), response.count >= 19 else { return }
+            let count = Int(readBigEndian(response, at: 15))
+            for index in 0..<count where 19 + index * 4 + 4 <= response.count {
+                // TPM2_FlushContext(handle).
+                let handle = readBigEndian(response, at: 19 + index * 4)
+                _ = transact(upstream, [0x80, 0x01, 0, 0, 0, 14, 0, 0, 0x01, 0x65] + bigEndian(handle))
+            }
+        }
+    }
+
+    /// Sends one command and reads its whole response; nil on a socket error.
+    private func transact(_ socket: Int32, _ command: [UInt8]) -> [UInt8]? {
+        do {
+            try LoopbackSocket.sendAll(socket, command)
+            let header = try LoopbackSocket.receiveExactly(socket, count: 10)
+            let size = Int(readBigEndian(header, at: 2))
+            return header + (size > 10 ? try LoopbackSocket.receiveExactly(socket, count: size - 10) : [])
+        } catch {
+            return nil
+        }
+    }
+
     fileprivate func closeConnection(_ connection: Connection) {
         state.withLock { state in
             state.openDescriptors.remove(connection.client)
@@ -226,4 +260,10 @@ private func proxyThread(_ body: @escaping @Sendable () -> Void) throws(Recordin
     } catch {
         throw RecordingTPMProxyError(.threadCreationFailed, "cannot start a proxy thread", systemErrno: error.rawValue)
     }
+}
+
+private func bigEndian(_ value: UInt32) -> [UInt8] { [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: value >> $0) } }
+
+private func readBigEndian(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+    bytes[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
 }

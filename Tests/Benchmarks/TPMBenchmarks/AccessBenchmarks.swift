@@ -19,7 +19,8 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         try blocking { try await reuseWindow(simulator, directory) }
         try blocking { try await firstProtectedGet(simulator, directory) }
         try blocking { try await commandCounts(simulator, directory) }
-        try blocking { try await coldPathsAtTheirPace(simulator, directory) }
+        try blocking { try await coldPathsAtTheirPace(simulator, directory, resourceManaged: false) }
+        try blocking { try await coldPathsAtTheirPace(simulator, directory, resourceManaged: true) }
     }
 
     private func location(_ tcti: String, _ directory: String, _ name: String) throws -> KeychainLocation {
@@ -182,8 +183,16 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
     /// Each cold path once through a proxy that holds every command back by its cost in a
     /// `TPMLatencyProfile`: swtpm as it is, then a firmware TPM's pace and a discrete chip's. What a
     /// person would wait on each kind of machine; the profiles are models (see their sources).
-    private func coldPathsAtTheirPace(_ simulator: SoftwareTPM, _ directory: String) async throws {
+    ///
+    /// `resourceManaged`: as behind /dev/tpmrm0 (real machines' default): the client sends no
+    /// stale-handle sweep and no flushes at close, and what each connection left is flushed
+    /// straight on swtpm, unrecorded and without the profile's delay (the kernel flushes when the
+    /// file closes, which on a real TPM costs time too, but after the process has its answer).
+    private func coldPathsAtTheirPace(
+        _ simulator: SoftwareTPM, _ directory: String, resourceManaged: Bool
+    ) async throws {
         let profiles: [TPMLatencyProfile?] = [nil, .firmware, .discrete]
+        let mode = resourceManaged ? "rm" : "direct"
         var paths: [String] = []
         var commands: [String: Int] = [:]
         var times: [String: [Duration]] = [:]
@@ -191,7 +200,11 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         for (index, profile) in profiles.enumerated() {
             let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port, latency: profile)
             defer { proxy.stop() }
-            let location = try location(proxy.tcti, directory, "pace-\(index)")
+            if resourceManaged {
+                TPMConfiguration.treatAsResourceManaged(proxy.tcti) { [proxy] in proxy.flushLeftovers() }
+            }
+            defer { TPMConfiguration.stopTreatingAsResourceManaged(proxy.tcti) }
+            let location = try location(proxy.tcti, directory, "pace-\(mode)-\(index)")
             defer { Keychain.closeStore(location) }
             let keychain = try Keychain(service: "bench.pace", location: location)
             let face = SimulatedAuthenticator()
@@ -228,11 +241,13 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
             try await timed("unlock-keychain") { try KeychainDevice(location: location).unlock(passcode: passcode) }
         }
         PlotData.write(
-            "cold-paths", header: ["path", "commands"] + profiles.map { $0?.name ?? "swtpm" },
+            "cold-paths-\(mode)", header: ["path", "commands"] + profiles.map { $0?.name ?? "swtpm" },
             rows: paths.map { path in
                 [path, String(commands[path] ?? 0)] + (times[path] ?? []).map { String($0.seconds * 1e3) }
             })
-        print("cold paths at the pace of each TPM (one run each; the profiles are models):")
+        print(
+            "cold paths at the pace of each TPM, \(resourceManaged ? "behind a resource manager (/dev/tpmrm0)" : "sent directly (/dev/tpm0)") (one run each; the profiles are models):"
+        )
         print("| Path | Commands | " + profiles.map { $0?.name ?? "swtpm" }.joined(separator: " | ") + " |")
         print("| --- | --- |" + String(repeating: " --- |", count: profiles.count))
         for path in paths {
