@@ -171,10 +171,7 @@ import WireFormat
         "A connection starts one salted session and keeps it for every command that carries a secret, then flushes it: nothing stays loaded"
     )
     func oneSaltedSessionPerConnection() throws {
-        try withSimulator { simulator, _ in
-            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
-            defer { proxy.stop() }
-            let configuration = TPMConfiguration(tcti: proxy.tcti)
+        try withRecordingProxy { proxy, configuration, simulator in
             let nvAuth = SecretBytes(copying: Array("nv auth".utf8))
             try withConnection(configuration) { tpm in
                 let (key, sealed) = try tpm.generateSealedKey()

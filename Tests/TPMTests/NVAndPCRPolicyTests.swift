@@ -28,10 +28,7 @@ import Testing
         "A declared index is named without NV_ReadPublic when an HMAC session authorizes the command; ESAPI's own serialization of the index is byte for byte the one built from the declaration; a wrong declaration only costs a read"
     )
     func declaredIndicesNeedNoRead() throws {
-        try withSimulator { simulator, _ in
-            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
-            defer { proxy.stop() }
-            let configuration = TPMConfiguration(tcti: proxy.tcti)
+        try withRecordingProxy { proxy, configuration, _ in
             let auth = SecretBytes(copying: Array("counter auth".utf8))
             let index: UInt32 = 0x0150_0040
             try withConnection(configuration) { tpm in

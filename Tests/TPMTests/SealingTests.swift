@@ -108,10 +108,7 @@ import Testing
         "An object sealed with PolicyAuthValue alone also accepts its value in an HMAC session (userWithAuth): no policy commands, the PIN still checked; any other policy never carries userWithAuth, and a stored object claiming it beside another policy is refused"
     )
     func authValueAloneUnsealsInAnHMACSession() throws {
-        try withSimulator { simulator, _ in
-            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
-            defer { proxy.stop() }
-            let configuration = TPMConfiguration(tcti: proxy.tcti)
+        try withRecordingProxy { proxy, configuration, _ in
             let pin = SecretBytes(copying: Array("pin".utf8))
             let (key, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
             let pinned = try withConnection(configuration) { try $0.seal(SecretBytes(copying: [9]), authValue: pin) }

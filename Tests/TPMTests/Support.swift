@@ -11,6 +11,16 @@ func withSimulator<R>(_ body: (SoftwareTPM, TPMConfiguration) throws -> R) throw
     return try body(simulator, TPMConfiguration(tcti: simulator.tcti))
 }
 
+/// A fresh swtpm behind a recording proxy: `body` gets the proxy, a configuration that routes
+/// through it, and the simulator itself.
+func withRecordingProxy<R>(_ body: (RecordingTPMProxy, TPMConfiguration, SoftwareTPM) throws -> R) throws -> R {
+    try withSimulator { simulator, _ in
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+        defer { proxy.stop() }
+        return try body(proxy, TPMConfiguration(tcti: proxy.tcti), simulator)
+    }
+}
+
 /// Opens a connection, runs `body`, and closes it (swtpm serves one connection at a time).
 func withConnection<R>(
     _ configuration: TPMConfiguration, parameterEncryption: Bool = true,

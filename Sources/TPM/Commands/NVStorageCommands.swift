@@ -117,12 +117,7 @@ extension Engine {
             handle = built
             builtFromDefinition = true
         } else {
-            var read = ESYS_TR(ESYS_TR_NONE)
-            try check(
-                Esys_TR_FromTPMPublic(
-                    esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                    ESYS_TR(ESYS_TR_NONE), &read),
-                "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+            let read = try readNVHandle(index)
             nvHandles[index] = read
             confirmedNVIndices.insert(index)
             handle = read
@@ -140,6 +135,16 @@ extension Engine {
             forgetNVIndex(index)
             throw error
         }
+    }
+
+    /// A new ESAPI handle for the index, from its public area as the TPM reports it (TPM2_NV_ReadPublic).
+    private func readNVHandle(_ index: UInt32) throws(TPMError) -> ESYS_TR {
+        var handle = ESYS_TR(ESYS_TR_NONE)
+        try check(
+            Esys_TR_FromTPMPublic(
+                esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &handle),
+            "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+        return handle
     }
 
     /// An ESAPI handle for `definition`, written, made without the TPM (Esys_TR_Deserialize of
@@ -216,12 +221,7 @@ extension Engine {
         try Self.checkOwnerIndex(index)
         forgetNVIndex(index)
         expect(nil, at: index)
-        var handle = ESYS_TR(ESYS_TR_NONE)
-        try check(
-            Esys_TR_FromTPMPublic(
-                esys, index, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                ESYS_TR(ESYS_TR_NONE), &handle),
-            "Esys_TR_FromTPMPublic(0x\(String(index, radix: 16)))")
+        var handle = try readNVHandle(index)
         try setAuthValue(configuration.ownerAuthorization, of: ESYS_TR(ESYS_TR_RH_OWNER))
         defer { try? setAuthValue(nil, of: ESYS_TR(ESYS_TR_RH_OWNER)) }
         // With an owner password, an HMAC session: the password never crosses the bus.
