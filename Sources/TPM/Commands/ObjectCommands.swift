@@ -7,16 +7,19 @@ extension Engine {
     /// An authorization value is at most the size of the object's name-algorithm digest (SHA-256).
     static let maximumAuthValueSize = 32
 
-    /// TPM2_Create of a sealed-data object under `parent`.
+    /// TPM2_Create of a sealed-data object or a key under `parent`.
     ///
     /// `data` and `authValue` travel in the sensitive area, the command's first parameter, which
     /// the salted `session` encrypts (decrypt attribute). Returns the marshalled TPM2B_PUBLIC and
     /// TPM2B_PRIVATE; the private part is encrypted by the parent and safe to store.
+    ///
+    /// `data` is nil for a key the TPM makes itself (sensitiveDataOrigin): its sensitive data
+    /// must be empty.
     func create(
-        under parent: StorageRootKey, template: PublicTemplate, data: SecretBytes,
+        under parent: StorageRootKey, template: PublicTemplate, data: SecretBytes?,
         authValue: SecretBytes?, session: ESYS_TR
     ) throws -> (public: [UInt8], private: [UInt8]) {
-        guard data.count > 0, data.count <= Self.maximumSealedDataSize else {
+        if let data, data.count == 0 || data.count > Self.maximumSealedDataSize {
             throw TPMError(
                 .invalidArgument, "A sealed secret has 1 to \(Self.maximumSealedDataSize) bytes, not \(data.count)")
         }
@@ -34,7 +37,7 @@ extension Engine {
                         what: "The authorization value")
                 }
             }
-            try data.withUnsafeBytes { (bytes) throws(TPMError) in
+            try data?.withUnsafeBytes { (bytes) throws(TPMError) in
                 try fillSized(
                     raw + dataOffset, structureSize: MemoryLayout<TPM2B_SENSITIVE_DATA>.size, with: bytes,
                     what: "The secret")
@@ -42,7 +45,7 @@ extension Engine {
             return try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
                 try unmarshal(
                     template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal,
-                    "the sealed-object template")
+                    "the object template")
                 try setAttributes(session, decrypt: true)
                 var outsideInfo = TPM2B_DATA()
                 var creationPCR = TPML_PCR_SELECTION()
@@ -103,6 +106,31 @@ extension Engine {
                         decodedResponse: error.decodedResponse)
                 }
                 return handle
+            }
+        }
+    }
+
+    /// Loads an object (sealed data or a key) and runs `body` with it and a session that
+    /// authorizes its use: the connection's salted HMAC session for an object that accepts its
+    /// authorization value alone (its policy is then PolicyAuthValue alone), else a salted policy
+    /// session in which `policy` was run. `body` sends its one command with continueSession set
+    /// to the Bool it gets (a policy session ends with it). The object is flushed afterwards.
+    func withAuthorizedObject<R>(
+        publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
+        storageKeyName: [UInt8], authValueAlone: Bool, policy: Policy, nvAuthorizations: [UInt32: SecretBytes],
+        _ body: (ESYS_TR, ESYS_TR, Bool) throws -> R
+    ) throws -> R {
+        let parent = try storageKey(algorithm: storageKeyAlgorithm, pinnedName: storageKeyName)
+        let object = try load(under: parent, publicArea: publicArea, privateArea: privateArea)
+        return try withFlushing(object) { object in
+            if authValueAlone {
+                return try withHMACSession(saltedWith: parent) { session, keep in try body(object, session, keep) }
+            }
+            return try withSession(.policy, saltedWith: parent) { session, ended in
+                try run(policy, in: session, trial: false, nvAuthorizations: nvAuthorizations)
+                let result = try body(object, session, false)
+                ended = true
+                return result
             }
         }
     }

@@ -172,23 +172,12 @@ public final class TPMConnection: Sendable {
                 "The policy given (\(policy.digest)) is not the one the object was sealed with (\(sealed.authPolicy))")
         }
         return try withEngine { engine in
-            let parent = try engine.storageKey(algorithm: sealed.storageKeyAlgorithm, pinnedName: sealed.storageKeyName)
-            let object = try engine.load(under: parent, publicArea: sealed.publicArea, privateArea: sealed.privateArea)
-            return try engine.withFlushing(object) { object in
-                if sealed.unsealsWithAuthValue {
-                    // The policy is PolicyAuthValue alone (checked above): the shared HMAC session
-                    // proves the same value, and stays for the connection's next commands.
-                    return try engine.withHMACSession(saltedWith: parent) { session, keep in
-                        try engine.unseal(object, authValue: authValue, session: session, keepingSession: keep)
-                    }
-                }
-                return try engine.withSession(.policy, saltedWith: parent) { session, ended in
-                    try engine.run(policy, in: session, trial: false, nvAuthorizations: nvAuthorizations)
-                    let secret = try engine.unseal(
-                        object, authValue: authValue, session: session, keepingSession: false)
-                    ended = true
-                    return secret
-                }
+            try engine.withAuthorizedObject(
+                publicArea: sealed.publicArea, privateArea: sealed.privateArea,
+                storageKeyAlgorithm: sealed.storageKeyAlgorithm, storageKeyName: sealed.storageKeyName,
+                authValueAlone: sealed.unsealsWithAuthValue, policy: policy, nvAuthorizations: nvAuthorizations
+            ) { object, session, keep in
+                try engine.unseal(object, authValue: authValue, session: session, keepingSession: keep)
             }
         }
     }

@@ -8,6 +8,9 @@ enum AlgorithmID {
     static let ecc: UInt16 = 0x0023
     static let cfb: UInt16 = 0x0043
     static let eccNistP256: UInt16 = 0x0003
+    static let sha384: UInt16 = 0x000C
+    static let sha512: UInt16 = 0x000D
+    static let ecdsa: UInt16 = 0x0018
 }
 
 /// TPM 2.0 Part 2 §8.3 TPMA_OBJECT bits.
@@ -21,6 +24,7 @@ struct ObjectAttributes: OptionSet, Sendable {
     static let noDA = ObjectAttributes(rawValue: 0x0000_0400)
     static let restricted = ObjectAttributes(rawValue: 0x0001_0000)
     static let decrypt = ObjectAttributes(rawValue: 0x0002_0000)
+    static let sign = ObjectAttributes(rawValue: 0x0004_0000)
 }
 
 /// TPM 2.0 Part 2 §6.5 command codes that enter policy digests or audit records.
@@ -30,6 +34,8 @@ enum CommandCode {
     static let policyPCR: UInt32 = 0x0000_017F
     static let policyCommandCode: UInt32 = 0x0000_016C
     static let unseal: UInt32 = 0x0000_015E
+    static let sign: UInt32 = 0x0000_015D
+    static let ecdhZGen: UInt32 = 0x0000_0154
 }
 
 /// TPM 2.0 Part 2 §6.13 TPM_PT properties: PT_FIXED (0x100 + n), the TPM's identity, and PT_VAR

@@ -83,6 +83,30 @@ struct PublicTemplate: Equatable {
         return PublicTemplate(bytes: writer.bytes)
     }
 
+    /// An ECC P-256 key made in the TPM (sensitiveDataOrigin) for `usage`, bound to it and its
+    /// parent (fixedTPM, fixedParent), unrestricted, with no scheme or KDF of its own: TPM2_Sign
+    /// and TPM2_ECDH_ZGen name theirs, so one signing key serves ECDSA with SHA-256, -384 and
+    /// -512 digests. Authorization as for sealed data (``sealedData(policy:dictionaryAttackProtected:)``):
+    /// adminWithPolicy, userWithAuth only beside PolicyAuthValue alone, noDA without a PIN.
+    static func eccKey(_ usage: TPMKeyUsage, policy: PolicyDigest, dictionaryAttackProtected: Bool) -> PublicTemplate {
+        var attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .sensitiveDataOrigin, .adminWithPolicy]
+        attributes.insert(usage == .signing ? .sign : .decrypt)
+        if !dictionaryAttackProtected { attributes.insert(.noDA) }
+        if policy == Policy.authValue.digest { attributes.insert(.userWithAuth) }
+        var writer = WireWriter()
+        writer.append(AlgorithmID.ecc)
+        writer.append(AlgorithmID.sha256)
+        writer.append(attributes.rawValue)
+        writer.appendSized(policy.bytes)
+        writer.append(AlgorithmID.null) // symmetric: none (not a storage key)
+        writer.append(AlgorithmID.null) // scheme: chosen per command
+        writer.append(AlgorithmID.eccNistP256)
+        writer.append(AlgorithmID.null) // kdf
+        writer.appendSized([]) // unique x: made by the TPM
+        writer.appendSized([]) // unique y
+        return PublicTemplate(bytes: writer.bytes)
+    }
+
     /// The TPM2B_PUBLIC wrapping (size prefix) that Tss2_MU unmarshals.
     var sizedBytes: [UInt8] {
         var writer = WireWriter()
