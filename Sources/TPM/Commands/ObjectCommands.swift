@@ -79,7 +79,8 @@ extension Engine {
     /// The private area is encrypted to the parent and the parent's authorization is empty, so
     /// nothing secret is sent and a password session suffices.
     func load(under parent: StorageRootKey, publicArea: [UInt8], privateArea: [UInt8]) throws -> ESYS_TR {
-        try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
+        flushObjectAwaitingFlush()
+        return try withZeroedStructure(TPM2B_PUBLIC.self) { inPublic in
             try withZeroedStructure(TPM2B_PRIVATE.self) { inPrivate in
                 try unmarshal(
                     publicArea, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal, "the sealed object's public area"

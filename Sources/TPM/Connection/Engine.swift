@@ -203,19 +203,23 @@ final class Engine {
 
     /// Runs `body` with a transient object handle and flushes the object afterwards, whatever happens.
     ///
-    /// Behind a resource manager the flush waits: the object is flushed when the next one is
-    /// loaded through ``withFlushing(_:_:)``, or not at all when the connection closes first (the
-    /// manager flushes it then). A connection that unseals once, as most do, saves the command,
-    /// and at most one such object is ever left loaded.
+    /// Behind a resource manager the flush waits: the object is flushed before the next one is
+    /// loaded (``flushObjectAwaitingFlush()``), or not at all when the connection closes first
+    /// (the manager flushes it then). A connection that uses one object, as most do, saves the
+    /// command, and at most one such object is ever left loaded beside the storage key.
     func withFlushing<R>(_ handle: ESYS_TR, _ body: (ESYS_TR) throws -> R) throws -> R {
-        if let pending = objectAwaitingFlush {
-            objectAwaitingFlush = nil
-            flush(pending)
-        }
         defer {
             if configuration.hasResourceManager { objectAwaitingFlush = handle } else { flush(handle) }
         }
         return try body(handle)
+    }
+
+    /// Flushes the object ``withFlushing(_:_:)`` left loaded behind a resource manager, if any:
+    /// called before another object is loaded.
+    func flushObjectAwaitingFlush() {
+        guard let pending = objectAwaitingFlush else { return }
+        objectAwaitingFlush = nil
+        flush(pending)
     }
 
     /// Flushes a transient object or session; if the TPM refuses, ESAPI's record is closed anyway.
