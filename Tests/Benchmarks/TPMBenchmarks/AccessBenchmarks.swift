@@ -221,6 +221,8 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
             Keychain.closeStore(location)
             try await timed("cold open and a get") { _ = try keychain.string(forKey: "plain") }
             try await timed("set-passcode") { try KeychainDevice(location: location).setPasscode(passcode) }
+            // The first write of the handle starts the rollback counter's epoch: timed on its own.
+            try await timed("first write after the open") { try keychain.set("w", forKey: "first write") }
             try await timed("add a biometryCurrentSet item") {
                 try await keychain.set(
                     "v", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
