@@ -142,11 +142,7 @@ extension Engine {
     ///
     /// The secret comes back as the response's first parameter, encrypted under the salted session
     /// (encrypt attribute); ESAPI decrypts it into its buffer, which is scrubbed after the copy.
-    func unseal(
-        _ object: ESYS_TR, authValue: SecretBytes?, session: ESYS_TR, keepingSession: Bool
-    ) throws -> SecretBytes {
-        try setAuthValue(authValue, of: object)
-        defer { try? setAuthValue(nil, of: object) }
+    func unseal(_ object: ESYS_TR, session: ESYS_TR, keepingSession: Bool) throws -> SecretBytes {
         try setAttributes(session, encrypt: true, continueSession: keepingSession)
         var outData: UnsafeMutablePointer<TPM2B_SENSITIVE_DATA>?
         let rc = Esys_Unseal(esys, object, session, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), &outData)

@@ -73,27 +73,4 @@ extension TPMConnection {
             try engine.ecdhZGen(object, peerX: x, peerY: y, session: session, continueSession: keep)
         }
     }
-
-    /// Loads `key` and runs its one command in a session that satisfies its policy.
-    private func use<R: Sendable>(
-        _ key: TPMKey, policy: Policy, authValue: SecretBytes?, nvAuthorizations: [UInt32: SecretBytes],
-        _ command: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R
-    ) throws -> R {
-        guard policy.digest == key.authPolicy else {
-            throw TPMError(
-                .policyCheckFailed,
-                "The policy given (\(policy.digest)) is not the one the key was made with (\(key.authPolicy))")
-        }
-        return try withEngine { engine in
-            try engine.withAuthorizedObject(
-                publicArea: key.publicArea, privateArea: key.privateArea,
-                storageKeyAlgorithm: key.storageKeyAlgorithm, storageKeyName: key.storageKeyName,
-                authValueAlone: key.usableWithAuthValue, policy: policy, nvAuthorizations: nvAuthorizations
-            ) { object, session, keep in
-                try engine.setAuthValue(authValue, of: object)
-                defer { try? engine.setAuthValue(nil, of: object) }
-                return try command(engine, object, session, keep)
-            }
-        }
-    }
 }

@@ -166,18 +166,32 @@ public final class TPMConnection: Sendable {
         _ sealed: SealedObject, policy: Policy = .authValue, authValue: SecretBytes? = nil,
         nvAuthorizations: [UInt32: SecretBytes] = [:]
     ) throws -> SecretBytes {
-        guard policy.digest == sealed.authPolicy else {
+        try use(sealed, policy: policy, authValue: authValue, nvAuthorizations: nvAuthorizations) {
+            engine, object, session, keep in
+            try engine.unseal(object, session: session, keepingSession: keep)
+        }
+    }
+
+    /// Loads `object` and runs its one command in a session that satisfies its policy, with
+    /// `authValue` handed to ESAPI for the object and cleared afterwards.
+    func use<R: Sendable>(
+        _ object: some StoredTPMObject, policy: Policy, authValue: SecretBytes?,
+        nvAuthorizations: [UInt32: SecretBytes], _ command: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R
+    ) throws -> R {
+        guard policy.digest == object.authPolicy else {
             throw TPMError(
                 .policyCheckFailed,
-                "The policy given (\(policy.digest)) is not the one the object was sealed with (\(sealed.authPolicy))")
+                "The policy given (\(policy.digest)) is not the one the object was made with (\(object.authPolicy))")
         }
         return try withEngine { engine in
             try engine.withAuthorizedObject(
-                publicArea: sealed.publicArea, privateArea: sealed.privateArea,
-                storageKeyAlgorithm: sealed.storageKeyAlgorithm, storageKeyName: sealed.storageKeyName,
-                authValueAlone: sealed.unsealsWithAuthValue, policy: policy, nvAuthorizations: nvAuthorizations
-            ) { object, session, keep in
-                try engine.unseal(object, authValue: authValue, session: session, keepingSession: keep)
+                publicArea: object.publicArea, privateArea: object.privateArea,
+                storageKeyAlgorithm: object.storageKeyAlgorithm, storageKeyName: object.storageKeyName,
+                authValueAlone: object.acceptsAuthValueAlone, policy: policy, nvAuthorizations: nvAuthorizations
+            ) { handle, session, keep in
+                try engine.setAuthValue(authValue, of: handle)
+                defer { try? engine.setAuthValue(nil, of: handle) }
+                return try command(engine, handle, session, keep)
             }
         }
     }

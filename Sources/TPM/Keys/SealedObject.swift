@@ -15,7 +15,7 @@ import WireFormat
 /// an error. The public area must describe a fixedTPM, fixedParent, SHA-256 keyed-hash object
 /// with a policy; userWithAuth is accepted only with the policy PolicyAuthValue alone (which asks
 /// for no more than userWithAuth does). Anything else is rejected before the TPM is asked.
-public struct SealedObject: Sendable, Hashable {
+public struct SealedObject: StoredTPMObject, Sendable, Hashable {
     static let magic: [UInt8] = Array("TKSO".utf8)
     static let version: UInt16 = 1
     static let maximumNameSize = 2 + 64
@@ -39,6 +39,7 @@ public struct SealedObject: Sendable, Hashable {
     /// Whether the object also accepts its authorization value in an HMAC session (userWithAuth,
     /// only with the policy PolicyAuthValue alone): sealed objects made since 2026-11-27.
     public let unsealsWithAuthValue: Bool
+    var acceptsAuthValueAlone: Bool { unsealsWithAuthValue }
 
     init(
         publicArea: [UInt8], privateArea: [UInt8], storageKeyAlgorithm: StorageKeyAlgorithm,
@@ -82,19 +83,8 @@ public struct SealedObject: Sendable, Hashable {
             throw WireFormatError(
                 "Sealed object version \(version) is not supported (this build reads version \(Self.version))")
         }
-        let algorithm: StorageKeyAlgorithm
-        switch try reader.readUInt16() {
-        case AlgorithmID.ecc: algorithm = .eccP256
-        case AlgorithmID.rsa: algorithm = .rsa2048
-        case let other: throw WireFormatError("Unknown storage key algorithm 0x\(String(other, radix: 16))")
-        }
-        let name = try reader.readSized(maximum: Self.maximumNameSize)
-        let publicArea = try reader.readSized(maximum: Self.maximumPublicSize)
-        let privateArea = try reader.readSized(maximum: Self.maximumPrivateSize)
-        guard reader.remaining == 0 else {
-            throw WireFormatError("The sealed object has \(reader.remaining) trailing bytes")
-        }
-        return (name, publicArea, privateArea, algorithm)
+        let tail = try StoredObjectFields.read(&reader, what: "sealed object")
+        return (tail.storageKeyName, tail.publicArea, tail.privateArea, tail.storageKeyAlgorithm)
     }
 
     /// The bytes to store; see the type's documentation for the layout.
@@ -102,10 +92,7 @@ public struct SealedObject: Sendable, Hashable {
         var writer = WireWriter()
         writer.append(raw: Self.magic)
         writer.append(Self.version)
-        writer.append(storageKeyAlgorithm == .eccP256 ? AlgorithmID.ecc : AlgorithmID.rsa)
-        writer.appendSized(storageKeyName)
-        writer.appendSized(publicArea)
-        writer.appendSized(privateArea)
+        StoredObjectFields.append(self, to: &writer)
         return writer.bytes
     }
 
@@ -141,5 +128,46 @@ public struct SealedObject: Sendable, Hashable {
             )
         }
         return (try PolicyDigest(fields.policy), !fields.attributes.contains(.noDA), userWithAuth)
+    }
+}
+
+/// A blob of an object made under the storage key and stored outside the TPM: sealed data
+/// (``SealedObject``) or a key (``TPMKey``).
+protocol StoredTPMObject {
+    var publicArea: [UInt8] { get }
+    var privateArea: [UInt8] { get }
+    var storageKeyAlgorithm: StorageKeyAlgorithm { get }
+    var storageKeyName: [UInt8] { get }
+    var authPolicy: PolicyDigest { get }
+    /// userWithAuth (only beside the policy PolicyAuthValue alone).
+    var acceptsAuthValueAlone: Bool { get }
+}
+
+/// The fields both blob formats end with: parentAlgorithm, parentName, public, private.
+enum StoredObjectFields {
+    static func append(_ object: some StoredTPMObject, to writer: inout WireWriter) {
+        writer.append(object.storageKeyAlgorithm == .eccP256 ? AlgorithmID.ecc : AlgorithmID.rsa)
+        writer.appendSized(object.storageKeyName)
+        writer.appendSized(object.publicArea)
+        writer.appendSized(object.privateArea)
+    }
+
+    /// Reads them, and checks that nothing follows.
+    static func read(
+        _ reader: inout WireReader, what: String
+    ) throws(WireFormatError) -> (
+        storageKeyAlgorithm: StorageKeyAlgorithm, storageKeyName: [UInt8], publicArea: [UInt8], privateArea: [UInt8]
+    ) {
+        let algorithm: StorageKeyAlgorithm
+        switch try reader.readUInt16() {
+        case AlgorithmID.ecc: algorithm = .eccP256
+        case AlgorithmID.rsa: algorithm = .rsa2048
+        case let other: throw WireFormatError("Unknown storage key algorithm 0x\(String(other, radix: 16))")
+        }
+        let name = try reader.readSized(maximum: SealedObject.maximumNameSize)
+        let publicArea = try reader.readSized(maximum: SealedObject.maximumPublicSize)
+        let privateArea = try reader.readSized(maximum: SealedObject.maximumPrivateSize)
+        guard reader.remaining == 0 else { throw WireFormatError("The \(what) has \(reader.remaining) trailing bytes") }
+        return (algorithm, name, publicArea, privateArea)
     }
 }

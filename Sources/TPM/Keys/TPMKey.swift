@@ -27,7 +27,7 @@ public enum TPMKeyUsage: UInt8, Sendable, Hashable, Codable {
 ///
 /// The public area must describe exactly what ``TPMConnection/createKey(_:policy:authValue:)``
 /// makes for the usage: anything else is rejected before the TPM is asked.
-public struct TPMKey: Sendable, Hashable {
+public struct TPMKey: StoredTPMObject, Sendable, Hashable {
     static let magic: [UInt8] = Array("TKKY".utf8)
     static let version: UInt16 = 1
 
@@ -49,6 +49,7 @@ public struct TPMKey: Sendable, Hashable {
     /// Whether the key also accepts its authorization value in an HMAC session (userWithAuth,
     /// only beside the policy PolicyAuthValue alone).
     public let usableWithAuthValue: Bool
+    var acceptsAuthValueAlone: Bool { usableWithAuthValue }
     /// The public key in ANSI X9.63 form (0x04 ‖ x ‖ y, 65 bytes), as swift-crypto's
     /// `P256.Signing.PublicKey(x963Representation:)` and Apple's SecKey export take it.
     public let publicKey: [UInt8]
@@ -89,20 +90,8 @@ public struct TPMKey: Sendable, Hashable {
             guard let usage = TPMKeyUsage(rawValue: usageByte) else {
                 throw WireFormatError("Unknown TPM key usage \(usageByte)")
             }
-            let algorithm: StorageKeyAlgorithm
-            switch try reader.readUInt16() {
-            case AlgorithmID.ecc: algorithm = .eccP256
-            case AlgorithmID.rsa: algorithm = .rsa2048
-            case let other: throw WireFormatError("Unknown storage key algorithm 0x\(String(other, radix: 16))")
-            }
-            fields = (
-                usage, algorithm, try reader.readSized(maximum: SealedObject.maximumNameSize),
-                try reader.readSized(maximum: SealedObject.maximumPublicSize),
-                try reader.readSized(maximum: SealedObject.maximumPrivateSize)
-            )
-            guard reader.remaining == 0 else {
-                throw WireFormatError("The TPM key has \(reader.remaining) trailing bytes")
-            }
+            let tail = try StoredObjectFields.read(&reader, what: "TPM key")
+            fields = (usage, tail.storageKeyAlgorithm, tail.storageKeyName, tail.publicArea, tail.privateArea)
         } catch {
             throw TPMError(.malformedData, error.message)
         }
@@ -117,10 +106,7 @@ public struct TPMKey: Sendable, Hashable {
         writer.append(raw: Self.magic)
         writer.append(Self.version)
         writer.append(usage.rawValue)
-        writer.append(storageKeyAlgorithm == .eccP256 ? AlgorithmID.ecc : AlgorithmID.rsa)
-        writer.appendSized(storageKeyName)
-        writer.appendSized(publicArea)
-        writer.appendSized(privateArea)
+        StoredObjectFields.append(self, to: &writer)
         return writer.bytes
     }
 

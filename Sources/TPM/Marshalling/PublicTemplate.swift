@@ -70,9 +70,7 @@ struct PublicTemplate: Equatable {
     /// that followed its use (TPM 2.0 Part 1 §19.8.6), so a few killed processes would lock out
     /// every PIN on the machine. Only an object with a PIN is worth that protection.
     static func sealedData(policy: PolicyDigest, dictionaryAttackProtected: Bool) -> PublicTemplate {
-        var attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .adminWithPolicy]
-        if !dictionaryAttackProtected { attributes.insert(.noDA) }
-        if policy == Policy.authValue.digest { attributes.insert(.userWithAuth) }
+        let attributes = authorization(policy, dictionaryAttackProtected).union([.fixedTPM, .fixedParent])
         var writer = WireWriter()
         writer.append(AlgorithmID.keyedHash)
         writer.append(AlgorithmID.sha256)
@@ -89,10 +87,9 @@ struct PublicTemplate: Equatable {
     /// -512 digests. Authorization as for sealed data (``sealedData(policy:dictionaryAttackProtected:)``):
     /// adminWithPolicy, userWithAuth only beside PolicyAuthValue alone, noDA without a PIN.
     static func eccKey(_ usage: TPMKeyUsage, policy: PolicyDigest, dictionaryAttackProtected: Bool) -> PublicTemplate {
-        var attributes: ObjectAttributes = [.fixedTPM, .fixedParent, .sensitiveDataOrigin, .adminWithPolicy]
-        attributes.insert(usage == .signing ? .sign : .decrypt)
-        if !dictionaryAttackProtected { attributes.insert(.noDA) }
-        if policy == Policy.authValue.digest { attributes.insert(.userWithAuth) }
+        let attributes = authorization(policy, dictionaryAttackProtected).union([
+            .fixedTPM, .fixedParent, .sensitiveDataOrigin, usage == .signing ? .sign : .decrypt,
+        ])
         var writer = WireWriter()
         writer.append(AlgorithmID.ecc)
         writer.append(AlgorithmID.sha256)
@@ -105,6 +102,15 @@ struct PublicTemplate: Equatable {
         writer.appendSized([]) // unique x: made by the TPM
         writer.appendSized([]) // unique y
         return PublicTemplate(bytes: writer.bytes)
+    }
+
+    /// How an object made by this layer is authorized: adminWithPolicy always, userWithAuth only
+    /// beside the policy PolicyAuthValue alone (which asks no more), noDA without a PIN.
+    private static func authorization(_ policy: PolicyDigest, _ dictionaryAttackProtected: Bool) -> ObjectAttributes {
+        var attributes: ObjectAttributes = [.adminWithPolicy]
+        if !dictionaryAttackProtected { attributes.insert(.noDA) }
+        if policy == Policy.authValue.digest { attributes.insert(.userWithAuth) }
+        return attributes
     }
 
     /// The TPM2B_PUBLIC wrapping (size prefix) that Tss2_MU unmarshals.
