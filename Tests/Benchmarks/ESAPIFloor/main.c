@@ -11,8 +11,14 @@
 //         Load, StartAuthSession (salted), PolicyCommandCode(Unseal), Unseal, FlushContext x2,
 //         Esys_Finalize; the object is sealed under PolicyCommandCode(Unseal) with noDA.
 //
+//   sign (a signature with a P-256 key made in the TPM, in a fresh connection):
+//         TctiLdr_Initialize, Esys_Initialize, ContextLoad (the storage key's saved context),
+//         Load, StartAuthSession (salted HMAC), Sign (ECDSA, SHA-256 digest), FlushContext x3,
+//         Esys_Finalize; the key has userWithAuth, an empty authValue and noDA.
+//
 // Usage: esapi-floor TCTI ITERATIONS          (prints median and p90 in milliseconds)
 //        esapi-floor TCTI ITERATIONS record   (prints one "sample <ms>" line per iteration)
+//        esapi-floor TCTI ITERATIONS sign     (the same)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,14 +182,63 @@ static int record_mode(const char *tcti, int iterations) {
     return 0;
 }
 
+static int sign_mode(const char *tcti, int iterations) {
+    TSS2_TCTI_CONTEXT *tcti_context;
+    ESYS_CONTEXT *esys = connect_tpm(tcti, &tcti_context);
+    ESYS_TR srk = create_srk(esys);
+    TPMS_CONTEXT *saved;
+    TPM2B_SENSITIVE_CREATE sensitive = { 0 };
+    TPM2B_PUBLIC template = { .publicArea = {
+        .type = TPM2_ALG_ECC, .nameAlg = TPM2_ALG_SHA256,
+        .objectAttributes = TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT | TPMA_OBJECT_SENSITIVEDATAORIGIN |
+                            TPMA_OBJECT_USERWITHAUTH | TPMA_OBJECT_NODA | TPMA_OBJECT_SIGN_ENCRYPT,
+        .parameters.eccDetail = {
+            .symmetric.algorithm = TPM2_ALG_NULL, .scheme.scheme = TPM2_ALG_NULL,
+            .curveID = TPM2_ECC_NIST_P256, .kdf.scheme = TPM2_ALG_NULL } } };
+    TPM2B_DATA outside = { 0 };
+    TPML_PCR_SELECTION pcrs = { 0 };
+    TPM2B_PUBLIC *pub; TPM2B_PRIVATE *priv;
+    TPM2B_CREATION_DATA *data; TPM2B_DIGEST *hash; TPMT_TK_CREATION *ticket;
+    CHECK(Esys_Create(esys, srk, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &sensitive, &template, &outside,
+                      &pcrs, &priv, &pub, &data, &hash, &ticket));
+    Esys_Free(data); Esys_Free(hash); Esys_Free(ticket);
+    CHECK(Esys_ContextSave(esys, srk, &saved));
+    CHECK(Esys_FlushContext(esys, srk));
+    disconnect(esys, tcti_context);
+    TPM2B_DIGEST digest = { .size = 32 };
+    memset(digest.buffer, 0x5a, 32);
+    TPMT_SIG_SCHEME scheme = { .scheme = TPM2_ALG_ECDSA, .details.ecdsa.hashAlg = TPM2_ALG_SHA256 };
+    TPMT_TK_HASHCHECK validation = { .tag = TPM2_ST_HASHCHECK, .hierarchy = TPM2_RH_NULL };
+    for (int i = 0; i <= iterations; i++) {
+        double start = now_ms();
+        esys = connect_tpm(tcti, &tcti_context);
+        CHECK(Esys_ContextLoad(esys, saved, &srk));
+        ESYS_TR key;
+        CHECK(Esys_Load(esys, srk, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, priv, pub, &key));
+        ESYS_TR session = salted_session(esys, srk, TPM2_SE_HMAC);
+        CHECK(Esys_TRSess_SetAttributes(esys, session, TPMA_SESSION_CONTINUESESSION, 0xff));
+        TPMT_SIGNATURE *signature;
+        CHECK(Esys_Sign(esys, key, session, ESYS_TR_NONE, ESYS_TR_NONE, &digest, &scheme, &validation, &signature));
+        if (signature->sigAlg != TPM2_ALG_ECDSA) { fprintf(stderr, "wrong signature\n"); exit(1); }
+        Esys_Free(signature);
+        CHECK(Esys_FlushContext(esys, key));
+        CHECK(Esys_FlushContext(esys, session));
+        CHECK(Esys_FlushContext(esys, srk));
+        disconnect(esys, tcti_context);
+        if (i > 0) printf("sample %.4f\n", now_ms() - start);   /* the first run is the warm-up */
+    }
+    Esys_Free(saved); Esys_Free(pub); Esys_Free(priv);
+    return 0;
+}
+
 static void report(const char *what, double *samples, int count) {
     qsort(samples, count, sizeof(double), compare);
     printf("%s: median %.3f ms, p90 %.3f ms (n=%d)\n", what, samples[count / 2], samples[count * 9 / 10], count);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "record") == 0)) {
-        fprintf(stderr, "usage: esapi-floor TCTI ITERATIONS [record]\n");
+    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "record") == 0 || strcmp(argv[3], "sign") == 0))) {
+        fprintf(stderr, "usage: esapi-floor TCTI ITERATIONS [record|sign]\n");
         return 64;
     }
     setenv("TSS2_LOG", "all+NONE", 0);
@@ -192,7 +247,7 @@ int main(int argc, char **argv) {
     if (!cesapi_crypto_context_install()) fprintf(stderr, "esapi-floor: ESAPI's OpenSSL contexts could not be shared\n");
     const char *tcti = argv[1];
     int iterations = atoi(argv[2]);
-    if (argc == 4) return record_mode(tcti, iterations);
+    if (argc == 4) return strcmp(argv[3], "sign") == 0 ? sign_mode(tcti, iterations) : record_mode(tcti, iterations);
     double *samples = calloc(iterations, sizeof(double));
     TSS2_TCTI_CONTEXT *tcti_context;
     ESYS_CONTEXT *esys = connect_tpm(tcti, &tcti_context);

@@ -109,6 +109,11 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
     }
 
     private func floorSamples(_ tcti: String, _ count: Int) throws -> [Double] {
+        try Self.floorSamples(tcti, count, mode: "record")
+    }
+
+    /// One batch of `ESAPIFloor TCTI COUNT MODE`, in milliseconds per sample.
+    static func floorSamples(_ tcti: String, _ count: Int, mode: String) throws -> [Double] {
         let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("ESAPIFloor")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
@@ -116,7 +121,7 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         }
         let process = Process()
         process.executableURL = executable
-        process.arguments = [tcti, String(count), "record"]
+        process.arguments = [tcti, String(count), mode]
         let output = Pipe()
         process.standardOutput = output
         try process.run()

@@ -11,7 +11,7 @@ import Glibc
 ///     Scripts/benchmarks.sh [SUITE] [iterations]
 ///
 /// builds the C floor, this program and the CLI as it ships, then runs it. Suites: tpm, store
-/// (store-get, store-list), storage, rotate, secitem (secitem-get), access, cli; all by default.
+/// (store-get, store-list), storage, rotate, secitem (secitem-get), access, keys, cli; all by default.
 ///
 /// - tpm: the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor (ESAPIFloor,
 ///   the same round trips without this layer) run against the same TPM.
@@ -21,6 +21,7 @@ import Glibc
 /// - storage: KeychainStorageCompat with and without a Cipher, and changeCipher (StorageBenchmarks).
 /// - rotate: rotating the master key of 1,000 and 10,000 items (RotationBenchmarks).
 /// - secitem: SecurityCompat's SecItem calls next to the Keychain API on the same store (SecItemBenchmarks).
+/// - keys: a signature with a P-256 key made in the TPM, against the C floor's TPM2_Sign (KeyBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
 ///
@@ -40,12 +41,12 @@ struct TPMBenchmarks {
         let iterations = arguments.first.flatMap(Int.init)
         guard
             [
-                "tpm", "store", "store-get", "store-list", "cli", "access", "secitem", "secitem-get", "storage",
-                "rotate", "all",
+                "tpm", "store", "store-get", "store-list", "cli", "access", "keys", "secitem", "secitem-get",
+                "storage", "rotate", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|secitem|storage|rotate|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-list|cli|access|keys|secitem|storage|rotate|all] [iterations]"
             )
             exit(64)
         }
@@ -80,6 +81,9 @@ struct TPMBenchmarks {
         }
         if suite == "access" || suite == "all" {
             try AccessBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        if suite == "keys" || suite == "all" {
+            try KeyBenchmarks(summary: summary, iterations: iterations).run()
         }
         if suite == "cli" || suite == "all" {
             try CLIBenchmarks(summary: summary, iterations: iterations).run()
