@@ -49,10 +49,14 @@ import Testing
             #expect(!proxy.commandCodes.contains(0x169), "\(proxy.commandCodes.map(RecordingTPMProxy.commandName))")
 
             // Declared as something else: the HMAC fails on the name, the index is read, the read succeeds.
-            try withConnection(configuration) { tpm in tpm.expectNVIndex(index, kind: .ordinary(size: 8), options: []) }
+            try withConnection(configuration) { tpm in
+                tpm.expectNVIndex(index, kind: .ordinary(size: 8), options: .noDictionaryAttack)
+            }
             proxy.reset()
             #expect(try withConnection(configuration) { tpm in try tpm.readNVCounter(index, authValue: auth) } == value)
             #expect(proxy.commandCodes.contains(0x169)) // TPM2_NV_ReadPublic
+            // Sent twice: once under the declared (wrong) name, refused, then under the name read.
+            #expect(proxy.commandCodes.filter { $0 == 0x14E }.count == 2) // TPM2_NV_Read
             // A wrong authorization is still refused, with or without a declaration.
             try withConnection(configuration) { tpm in
                 tpm.expectNVIndex(index, kind: .counter, options: .noDictionaryAttack)

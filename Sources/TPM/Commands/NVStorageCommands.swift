@@ -97,7 +97,9 @@ extension Engine {
     /// session. Its HMAC covers the index's name as the TPM knows it, so a handle built from the
     /// definition this process expects there (``expectedNVIndices``, no TPM command) is checked
     /// by the TPM itself: a wrong name fails the command's authorization, and then the index is
-    /// read and `body` runs once more. A password session checks no name, so it never gets one.
+    /// read and `body` runs once more. A password session checks no name, so it never gets one;
+    /// nor does an index whose failed authorizations count toward the dictionary-attack lockout,
+    /// since a wrong authValue would then count twice.
     ///
     /// `fresh` asks for a name the TPM vouched for in this connection (read from it, or confirmed
     /// by an authorized command), for the checks that compare it with a definition.
@@ -111,7 +113,7 @@ extension Engine {
         if let kept = nvHandles[index] {
             handle = kept
         } else if authorized, let definition = expectedDefinition(of: index),
-            let built = handleWithoutTPM(for: definition)
+            definition.options.contains(.noDictionaryAttack), let built = handleWithoutTPM(for: definition)
         {
             nvHandles[index] = built
             handle = built

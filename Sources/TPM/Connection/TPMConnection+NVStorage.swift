@@ -164,7 +164,9 @@ extension TPMConnection {
     /// command authorized for the index in an HMAC session then names it without reading it first
     /// (one NV_ReadPublic fewer). Nothing is trusted on the strength of it: the TPM checks the
     /// name inside the command's HMAC, and a wrong one makes the connection read the index and
-    /// send the command again. Indices this process defines are declared already.
+    /// send the command again. Only NO_DA indices are named this way (``NVIndexOptions/noDictionaryAttack``):
+    /// for another, a wrong authValue would count twice toward the lockout. Indices this process
+    /// defines are declared already.
     public func expectNVIndex(_ index: UInt32, kind: NVIndexKind, options: NVIndexOptions) {
         _ = try? withEngine { engine in
             engine.expect(NVPublicArea(index: index, kind: kind, options: options), at: index)
