@@ -61,9 +61,10 @@ extension ItemStore {
                 if protection.biometry == .currentSet, let deviceState {
                     _ = try device.ensureCounter(deviceState.indices.enrollmentCounter, deviceState, connection)
                 }
-                let policy = try draft.sealedPolicy { (index) throws(KeychainError) in
-                    try device.tpmCall { try connection.nvIndexName(index) }
-                }
+                let policy = try draft.sealedPolicy(
+                    nvName: { (index) throws(KeychainError) in try device.tpmCall { try connection.nvIndexName(index) }
+                    },
+                    commandCode: LegacySealing.applies(to: root))
                 return try device.tpmCall { try connection.seal(sealedSecret, policy: policy) }
             }
         }

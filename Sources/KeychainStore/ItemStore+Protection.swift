@@ -298,15 +298,19 @@ extension ItemStore {
             }
             // The device's indices are named as the device defined them, written (no TPM command);
             // a policy that does not come out as sealed that way is computed again from the
-            // names the TPM reports.
-            var policy = try record.sealedPolicy { (index) throws(KeychainError) in
+            // names the TPM reports. Either way with and without PolicyCommandCode (records sealed
+            // before 2026-11-27 have it; see KeyRecord.sealedPolicy).
+            let expected = { (index: UInt32) throws(KeychainError) -> [UInt8] in
                 if let expected = connection.expectedNVIndexName(index) { return expected }
                 return try Self.reportedName(of: index, connection)
             }
-            if policy.digest != sealed.authPolicy {
-                policy = try record.sealedPolicy { (index) throws(KeychainError) in
-                    try Self.reportedName(of: index, connection)
-                }
+            let reported = { (index: UInt32) throws(KeychainError) -> [UInt8] in
+                try Self.reportedName(of: index, connection)
+            }
+            var policy = try record.sealedPolicy(nvName: expected, commandCode: false)
+            for (names, commandCode) in [(expected, true), (reported, false), (reported, true)]
+            where policy.digest != sealed.authPolicy {
+                policy = try record.sealedPolicy(nvName: names, commandCode: commandCode)
             }
             do {
                 return try connection.unseal(sealed, policy: policy, nvAuthorizations: authorizations)

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainStore
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
@@ -24,13 +25,13 @@ import Testing
         ("first write after the open (the rollback counter's epoch starts)", 5, 3),
         ("add a biometryCurrentSet item (a new key record)", 14, 8),
         ("add a devicePasscode item (a new key record)", 1, 0),
-        ("first get, biometryCurrentSet", 15, 10),
-        ("first get, devicePasscode", 13, 9),
+        ("first get, biometryCurrentSet", 14, 9),
+        ("first get, devicePasscode", 12, 8),
         ("lock-keychain", 3, 2),
-        ("unlock-keychain", 13, 9),
-        ("change-passcode", 16, 12),
+        ("unlock-keychain", 12, 8),
+        ("change-passcode", 15, 11),
         ("add a recovery key", 8, 4),
-        ("rotate keys (two protected items open in the context)", 39, 27),
+        ("rotate keys (two protected items open in the context)", 37, 25),
     ]
 
     static let passcode = SecretBytes(copying: Array("budget passcode".utf8))
@@ -125,5 +126,58 @@ import Testing
         }
 
         return counted
+    }
+}
+
+/// Key records and device passcode keys sealed before 2026-11-27 end their policies with
+/// PolicyCommandCode(Unseal); later ones leave it out. Both must open.
+@Suite struct PolicyCommandCodeCompatibilityTests {
+    static let passcode = SecretBytes(copying: Array("compatibility passcode".utf8))
+
+    @Test(
+        "A biometryCurrentSet record, a devicePasscode item and the passcode key sealed the old way (with PolicyCommandCode) still open and unlock; new ones are sealed without it and open too"
+    )
+    func bothPolicyShapesOpen() async throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+        defer { proxy.stop() }
+        let directory = NSTemporaryDirectory() + "tpm-keychain-policy-compat-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for legacy in [true, false] {
+            let base = directory + (legacy ? "/old" : "/new")
+            if legacy { LegacySealing.arm(forPathsContaining: base) }
+            var location = try KeychainLocation(path: base + "/store", tcti: proxy.tcti)
+            location.deviceDirectory = base + "/device"
+            defer { Keychain.closeStore(location) }
+            let keychain = try Keychain(service: "compat", location: location)
+            let device = KeychainDevice(location: location)
+            let face = SimulatedAuthenticator()
+            try device.setPasscode(Self.passcode)
+            try await keychain.set(
+                "bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryCurrentSet),
+                context: AuthenticationContext(authenticator: face, location: location))
+            try await keychain.set(
+                "pin", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+            if legacy { LegacySealing.disarm(base) }
+
+            proxy.reset()
+            let bio = try await keychain.get(
+                "bio", as: String.self, context: AuthenticationContext(authenticator: face, location: location))
+            #expect(bio == "bio")
+            let sentCommandCode = proxy.commandCodes.contains(0x16C) // TPM2_PolicyCommandCode
+            #expect(
+                sentCommandCode == legacy, "legacy \(legacy): \(proxy.commandCodes.map(RecordingTPMProxy.commandName))")
+            proxy.reset()
+            let pin = try await keychain.get(
+                "pin", as: String.self,
+                context: AuthenticationContext(passcode: .fixed(Self.passcode), location: location))
+            #expect(pin == "pin")
+            #expect(proxy.commandCodes.contains(0x16C) == legacy)
+            try device.lock()
+            try device.unlock(passcode: Self.passcode)
+            let wrong = SecretBytes(copying: Array("not the passcode".utf8))
+            #expect(throws: KeychainError.self) { try device.unlock(passcode: wrong) }
+        }
     }
 }

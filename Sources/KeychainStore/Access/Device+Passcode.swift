@@ -176,9 +176,12 @@ extension Device {
         _ connection: TPMConnection
     ) throws(KeychainError) -> DeviceFile.PasscodeKey {
         let salt = randomBytes(32)
-        let policy = Policy([
-            .authValue, try counterAssertion(state.indices.passcodeCounter, equals: epoch, connection), .unsealOnly,
+        // No PolicyCommandCode(Unseal) since 2026-11-27: beside the other assertions it adds
+        // nothing (KeyRecord.sealedPolicy says why), and costs a command at every unlock.
+        var policy = Policy([
+            .authValue, try counterAssertion(state.indices.passcodeCounter, equals: epoch, connection),
         ])
+        if LegacySealing.applies(to: directoryPath) { policy.assertions.append(.unsealOnly) }
         let sealed = try tpmCall {
             try connection.seal(seed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: salt))
         }
@@ -190,9 +193,12 @@ extension Device {
         _ key: DeviceFile.PasscodeKey, passcode: SecretBytes, _ state: State,
         _ connection: TPMConnection
     ) throws(KeychainError) -> SecretBytes {
-        let policy = Policy([
-            .authValue, try counterAssertion(state.indices.passcodeCounter, equals: key.epoch, connection), .unsealOnly,
-        ])
+        let assertions: [PolicyAssertion] = [
+            .authValue, try counterAssertion(state.indices.passcodeCounter, equals: key.epoch, connection),
+        ]
+        // Keys sealed before 2026-11-27 end with PolicyCommandCode(Unseal).
+        var policy = Policy(assertions)
+        if policy.digest != key.sealedSeed.authPolicy { policy = Policy(assertions + [.unsealOnly]) }
         do {
             return try connection.unseal(
                 key.sealedSeed, policy: policy, authValue: DeviceFile.authValue(passcode: passcode, salt: key.salt),

@@ -74,3 +74,21 @@ package enum FaultInjection {
         if let code { throw Errno(rawValue: code) }
     }
 }
+
+/// A seam for tests of stores written before 2026-11-27: while armed for a path, key records and
+/// device passcode keys under it are sealed as they were then, with PolicyCommandCode(Unseal) at
+/// the end of every policy (see `KeyRecord.sealedPolicy`), so that tests can show they still open.
+/// `package`, like ``FaultInjection``: only this package's tests arm it.
+package enum LegacySealing {
+    private static let paths = Locked<[String]>([])
+
+    /// Seals as before 2026-11-27 under every path containing `fragment` until ``disarm(_:)``.
+    package static func arm(forPathsContaining fragment: String) { paths.withLock { $0.append(fragment) } }
+
+    package static func disarm(_ fragment: String) { paths.withLock { $0.removeAll { $0 == fragment } } }
+
+    /// Whether `path` is sealed the old way now.
+    static func applies(to path: String) -> Bool {
+        paths.withLock { fragments in fragments.contains { path.contains($0) } }
+    }
+}

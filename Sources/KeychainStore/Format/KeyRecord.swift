@@ -78,7 +78,16 @@ struct KeyRecord: Sendable, Equatable {
 
     /// The sealed protector's policy: rebuilt from the authenticated fields, never read from the
     /// sealed object. `nvName` gives an NV index's name (which the TPM supplies).
-    func sealedPolicy(nvName: (UInt32) throws(KeychainError) -> [UInt8]) throws(KeychainError) -> Policy {
+    ///
+    /// Records sealed before 2026-11-27 end every policy with PolicyCommandCode(Unseal); later
+    /// ones (`commandCode` false) only a policy with no other assertion. The assertion adds
+    /// nothing beside others: adminWithPolicy makes every ADMIN-role use need a PolicyCommandCode
+    /// of its own, so a policy without one authorizes only the USER role, which for sealed data is
+    /// TPM2_Unseal (and TPM2_PolicySecret, which proves no more than unsealing would). Leaving it
+    /// out saves a command on every first protected get; an opener tries both.
+    func sealedPolicy(
+        nvName: (UInt32) throws(KeychainError) -> [UInt8], commandCode: Bool = false
+    ) throws(KeychainError) -> Policy {
         var assertions: [PolicyAssertion] = []
         let protection = try protection()
         let indices = DeviceIndices(base: nvBase)
@@ -97,7 +106,7 @@ struct KeyRecord: Sendable, Equatable {
                     index: indices.lockState, indexName: try nvName(indices.lockState), operand: [1], offset: offset,
                     comparison: .equal))
         }
-        assertions.append(.unsealOnly)
+        if commandCode || assertions.isEmpty { assertions.append(.unsealOnly) }
         return Policy(assertions)
     }
 
