@@ -63,24 +63,29 @@ import Testing
         }
     }
 
-    @Test("the sealed protector's policy is rebuilt from the record: enrollment epoch, lock state, unseal only")
+    @Test(
+        "the sealed protector's policy is rebuilt from the record: enrollment epoch, lock state, and PolicyCommandCode(Unseal) only where nothing else is asserted or the record predates 2026-11-27"
+    )
     func policyFromFields() throws {
         let record = try Self.record(
             sealed: try Self.sealedKey(), flags: .biometryCurrentSet, accessibility: .afterFirstUnlock, epoch: 41,
             lockBound: true)
-        let policy = try record.sealedPolicy { (index) throws(KeychainError) in
+        let name = { (index: UInt32) throws(KeychainError) -> [UInt8] in
             [UInt8](repeating: UInt8(index & 0xFF), count: 34)
         }
-        #expect(
-            policy.assertions == [
-                .nv(
-                    index: 0x0154_4B00, indexName: [UInt8](repeating: 0x00, count: 34),
-                    operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0, comparison: .equal),
-                .nv(
-                    index: 0x0154_4B02, indexName: [UInt8](repeating: 0x02, count: 34), operand: [1], offset: 0,
-                    comparison: .equal),
-                .unsealOnly,
-            ])
+        let terms: [PolicyAssertion] = [
+            .nv(
+                index: 0x0154_4B00, indexName: [UInt8](repeating: 0x00, count: 34),
+                operand: [0, 0, 0, 0, 0, 0, 0, 41], offset: 0, comparison: .equal),
+            .nv(
+                index: 0x0154_4B02, indexName: [UInt8](repeating: 0x02, count: 34), operand: [1], offset: 0,
+                comparison: .equal),
+        ]
+        #expect(try record.sealedPolicy(nvName: name).assertions == terms)
+        #expect(try record.sealedPolicy(nvName: name, commandCode: true).assertions == terms + [.unsealOnly])
+        // A record with nothing else to assert keeps PolicyCommandCode: its policy is never empty.
+        let bare = try Self.record(sealed: try Self.sealedKey(), flags: .biometryAny, accessibility: .whenUnlocked)
+        #expect(try bare.sealedPolicy { (_) throws(KeychainError) in [] }.assertions == [.unsealOnly])
         // A whenUnlocked record checks byte 1 (unlocked now), an afterFirstUnlock one byte 0.
         let unlocked = try Self.record(
             sealed: try Self.sealedKey(), flags: [], accessibility: .whenUnlocked, lockBound: true)
