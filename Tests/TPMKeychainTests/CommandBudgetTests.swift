@@ -58,19 +58,15 @@ import Testing
     /// Runs every path once on a fresh store and device, through a recording proxy in front of a
     /// swtpm of its own (acting as a resource manager when asked), and returns each path's commands.
     static func countCommands(resourceManaged: Bool) async throws -> [(path: String, codes: [UInt32])] {
-        let simulator = try SoftwareTPM.start()
-        defer { simulator.stop() }
-        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
-        defer { proxy.stop() }
+        let tpm = try RecordedTPM.start("budget")
+        defer { tpm.stop() }
+        let proxy = tpm.proxy
         if resourceManaged {
             // What /dev/tpmrm0 does: the client flushes nothing at close, the manager flushes it all.
             TPMConfiguration.treatAsResourceManaged(proxy.tcti) { [proxy] in proxy.flushLeftovers() }
         }
         defer { TPMConfiguration.stopTreatingAsResourceManaged(proxy.tcti) }
-        let directory = NSTemporaryDirectory() + "tpm-keychain-budget-" + UUID().uuidString
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        var location = try KeychainLocation(path: directory + "/store", tcti: proxy.tcti)
-        location.deviceDirectory = directory + "/device"
+        let location = try tpm.location("budget")
         defer { Keychain.closeStore(location) }
         let keychain = try Keychain(service: "budget", location: location)
         let device = KeychainDevice(location: location)
@@ -138,17 +134,13 @@ import Testing
         "A biometryCurrentSet record, a devicePasscode item and the passcode key sealed the old way (with PolicyCommandCode) still open and unlock; new ones are sealed without it and open too"
     )
     func bothPolicyShapesOpen() async throws {
-        let simulator = try SoftwareTPM.start()
-        defer { simulator.stop() }
-        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
-        defer { proxy.stop() }
-        let directory = NSTemporaryDirectory() + "tpm-keychain-policy-compat-" + UUID().uuidString
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let tpm = try RecordedTPM.start("policy-compat")
+        defer { tpm.stop() }
+        let proxy = tpm.proxy
         for legacy in [true, false] {
-            let base = directory + (legacy ? "/old" : "/new")
+            let base = tpm.directory + (legacy ? "/old" : "/new")
             if legacy { LegacySealing.arm(forPathsContaining: base) }
-            var location = try KeychainLocation(path: base + "/store", tcti: proxy.tcti)
-            location.deviceDirectory = base + "/device"
+            let location = try tpm.location(legacy ? "old" : "new")
             defer { Keychain.closeStore(location) }
             let keychain = try Keychain(service: "compat", location: location)
             let device = KeychainDevice(location: location)
@@ -179,5 +171,37 @@ import Testing
             let wrong = SecretBytes(copying: Array("not the passcode".utf8))
             #expect(throws: KeychainError.self) { try device.unlock(passcode: wrong) }
         }
+    }
+}
+
+/// A swtpm of its own behind a recording proxy, and a scratch directory for stores and devices.
+struct RecordedTPM {
+    let simulator: SoftwareTPM
+    let proxy: RecordingTPMProxy
+    let directory: String
+
+    static func start(_ name: String) throws -> RecordedTPM {
+        let simulator = try SoftwareTPM.start()
+        do {
+            let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+            let directory = NSTemporaryDirectory() + "tpm-keychain-\(name)-" + UUID().uuidString
+            return RecordedTPM(simulator: simulator, proxy: proxy, directory: directory)
+        } catch {
+            simulator.stop()
+            throw error
+        }
+    }
+
+    /// A store at `<directory>/<name>/store` with its device in `<directory>/<name>/device`, on the proxy.
+    func location(_ name: String) throws -> KeychainLocation {
+        var location = try KeychainLocation(path: directory + "/" + name + "/store", tcti: proxy.tcti)
+        location.deviceDirectory = directory + "/" + name + "/device"
+        return location
+    }
+
+    func stop() {
+        proxy.stop()
+        simulator.stop()
+        try? FileManager.default.removeItem(atPath: directory)
     }
 }
