@@ -63,14 +63,22 @@ extension Engine {
             try check(rc, "Esys_ECDH_ZGen")
             return try takeFromEsys(outPoint, "shared point") { (pointer) throws(TPMError) -> SecretBytes in
                 defer { ctss2_secure_zero(UnsafeMutableRawPointer(pointer), MemoryLayout<TPM2B_ECC_POINT>.size) }
-                var x = pointer.pointee.point.x
-                defer { withUnsafeMutableBytes(of: &x) { ctss2_secure_zero($0.baseAddress, $0.count) } }
-                return SecretBytes(copying: try Self.coordinate(&x, "shared secret"))
+                // Copied straight into SecretBytes, left-padded: no array of the secret is left behind.
+                let size = Int(pointer.pointee.point.x.size)
+                guard size <= 32 else {
+                    throw TPMError(.other, "The TPM's shared secret has \(size) bytes, more than P-256's 32")
+                }
+                let x = UnsafeRawPointer(pointer) + MemoryLayout<TPM2B_ECC_POINT>.offset(of: \.point.x.buffer)!
+                return SecretBytes(count: 32) { target in
+                    target.initializeMemory(as: UInt8.self, repeating: 0)
+                    (target.baseAddress! + 32 - size).copyMemory(from: x, byteCount: size)
+                }
             }
         }
     }
 
-    /// A P-256 coordinate or signature half, left-padded to 32 bytes (the TPM drops leading zeros).
+    /// A signature half, left-padded to 32 bytes (the TPM drops leading zeros). Not for secrets:
+    /// the array is not zeroized.
     private static func coordinate(_ parameter: inout TPM2B_ECC_PARAMETER, _ what: String) throws(TPMError) -> [UInt8] {
         let size = Int(parameter.size)
         guard size <= 32 else { throw TPMError(.other, "The TPM's \(what) has \(size) bytes, more than P-256's 32") }
