@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "TPMKeychainTesting", targets: ["TPMKeychainTesting"]),
         .library(name: "SecurityCompat", targets: ["SecurityCompat"]),
         .library(name: "LocalAuthenticationCompat", targets: ["LocalAuthenticationCompat"]),
+        .library(name: "SecureEnclaveCompat", targets: ["SecureEnclaveCompat"]),
         .library(name: "KeychainStorageCompat", targets: ["KeychainStorageCompat"]),
         .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
@@ -82,7 +83,19 @@ let package = Package(
         // canImport(Security) for every package in a build).
         .target(
             name: "SecurityCompat",
-            dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat"],
+            dependencies: [
+                "TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness),
+        // CryptoKit's SecureEnclave on the TPM, with swift-crypto's types at the edges, over SecurityCompat's SecKey.
+        .target(
+            name: "SecureEnclaveCompat",
+            dependencies: [
+                "SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness),
         // LAContext, LAPolicy, LABiometryType and LAError over TPMKeychain's AuthenticationContext.
         .target(
@@ -247,13 +260,13 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
-        // iOS keychain code in the seeds' style, compiled against SecurityCompat and
-        // LocalAuthenticationCompat and run on swtpm.
+        // iOS keychain code in the seeds' style and Apple's documented key code, compiled against
+        // SecurityCompat, LocalAuthenticationCompat and SecureEnclaveCompat and run on swtpm.
         .testTarget(
             name: "SecurityCompatTests",
             dependencies: [
-                "SecurityCompat", "LocalAuthenticationCompat", "TPMKeychain", "TPM", "TPMKeychainTesting",
-                "SystemCalls",
+                "SecurityCompat", "LocalAuthenticationCompat", "SecureEnclaveCompat", "TPMKeychain", "TPM",
+                "TPMKeychainTesting", "SystemCalls", "WireFormat", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

@@ -264,7 +264,7 @@ extension ItemStore {
     /// A record names the device that made it (its NV base) when it depends on that device's
     /// counters or passcode: another device's record is refused here, before its policy fails in
     /// a way that would read as an invalidation.
-    private func checkBelongsToDevice(
+    func checkBelongsToDevice(
         _ record: KeyRecord, _ deviceState: Device.State?, device: Device, path: String
     ) throws(KeychainError) {
         guard record.nvBase != 0, record.nvBase != deviceState?.file.nvBase else { return }
@@ -345,7 +345,7 @@ extension ItemStore {
     }
 
     /// The name the TPM reports for an index a record's policy names.
-    private static func reportedName(of index: UInt32, _ connection: TPMConnection) throws(KeychainError) -> [UInt8] {
+    static func reportedName(of index: UInt32, _ connection: TPMConnection) throws(KeychainError) -> [UInt8] {
         do {
             return try connection.nvIndexName(index)
         } catch let error as TPMError where error.code == .handleNotFound {
@@ -357,7 +357,7 @@ extension ItemStore {
 
     /// An NV index a record's policy names is not defined: undefined by someone with the TPM's
     /// owner authorization, or never defined on this TPM. It cannot be checked now, which proves nothing.
-    private static func missingIndex(_ index: UInt32?, _ error: TPMError) -> KeychainError {
+    static func missingIndex(_ index: UInt32?, _ error: TPMError) -> KeychainError {
         let which = index.map { "NV index 0x" + String($0, radix: 16) } ?? "An NV index"
         return KeychainError(
             .notAvailable,
@@ -367,7 +367,7 @@ extension ItemStore {
 
     /// A device without a passcode is always unlocked, as an iPhone without one is: its lock
     /// state is written whenever it reads locked (after a reboot).
-    private func ensureUnlockedWithoutPasscode(
+    func ensureUnlockedWithoutPasscode(
         _ device: Device, _ deviceState: Device.State, _ connection: TPMConnection
     ) throws(KeychainError) {
         guard deviceState.file.passcode == nil else { return }

@@ -34,14 +34,19 @@ extension ItemStore {
         package var device: Device
         package var enrollmentIdentifier: [UInt8]?
         package var recordKey: RecordKey?
+        /// The record a new protection must use, chosen before the write (a TPM key's policy was
+        /// made from it: ``ItemStore/makeTPMKey(_:device:protection:enrollmentIdentifier:)``).
+        package var record: [UInt8]?
 
         package init(
-            protection: Protection?, device: Device, enrollmentIdentifier: [UInt8]? = nil, recordKey: RecordKey? = nil
+            protection: Protection?, device: Device, enrollmentIdentifier: [UInt8]? = nil, recordKey: RecordKey? = nil,
+            record: [UInt8]? = nil
         ) {
             self.protection = protection
             self.device = device
             self.enrollmentIdentifier = enrollmentIdentifier
             self.recordKey = recordKey
+            self.record = record
         }
     }
 
@@ -103,7 +108,9 @@ extension ItemStore {
             attributes.setNanoseconds(now, for: AttributeTag.modificationDate)
             // A new protection chooses the record; otherwise the item keeps the one it has.
             let record: KeyRecord?
-            if let access, let protection = access.protection {
+            if let access, let pinned = access.record {
+                record = try keyRecord(pinned, state)
+            } else if let access, let protection = access.protection {
                 let device = access.device
                 let passcodeSet = { () throws(KeychainError) in try device.passcodeIsSet() }
                 if try protection.needsKeyRecord(passcodeSet: passcodeSet) {
@@ -163,7 +170,7 @@ extension ItemStore {
     private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(KeychainError) {
         // As on Apple's platforms, an absent primary-key attribute counts as empty: SecItem code
         // stores generic passwords without a service. The Keychain API requires names itself.
-        guard itemClass == .genericPassword || itemClass == .internetPassword else {
+        guard itemClass != .certificate else {
             throw KeychainError(
                 .invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
         }

@@ -109,10 +109,6 @@ public struct AccessControl: Sendable, Hashable, Codable, CustomStringConvertibl
         guard !flags.contains(.companion) else {
             throw KeychainError(.invalidParameter, ".companion (a paired watch or Mac) has no equivalent on Linux")
         }
-        guard !flags.contains(.privateKeyUsage) else {
-            throw KeychainError(
-                .invalidParameter, ".privateKeyUsage applies to key items, which this store does not hold yet")
-        }
         guard !flags.contains(.applicationPassword) else {
             throw KeychainError(
                 .invalidParameter,

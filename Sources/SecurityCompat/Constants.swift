@@ -166,6 +166,7 @@ public let errSecNoTrustSettings: OSStatus = -25263
 public let errSecPkcs12VerifyFailure: OSStatus = -25264
 public let errSecNotSigner: OSStatus = -26267
 public let errSecDecode: OSStatus = -26275
+public let errSecVerifyFailed: OSStatus = -67808
 public let errSecServiceNotAvailable: OSStatus = -67585
 public let errSecInsufficientClientID: OSStatus = -67586
 public let errSecDeviceReset: OSStatus = -67587

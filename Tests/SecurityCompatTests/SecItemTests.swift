@@ -303,7 +303,7 @@ import Testing
     }
 
     @Test(
-        "classes: internet passwords are stored; keys, certificates and identities are errSecUnimplemented; no class is errSecParam"
+        "classes: internet passwords are stored; certificates and identities are errSecUnimplemented; no class is errSecParam"
     )
     func classes() throws {
         let environment = try CompatEnvironment()
@@ -322,7 +322,7 @@ import Testing
                     kSecReturnAttributes as String: true,
                 ] as CFDictionary, &result) == errSecSuccess)
         #expect((result as? [String: Any])?[kSecAttrProtocol as String] as? String == "htps")
-        for itemClass in [kSecClassKey, kSecClassCertificate, kSecClassIdentity] {
+        for itemClass in [kSecClassCertificate, kSecClassIdentity] {
             #expect(
                 SecItemAdd([kSecClass as String: itemClass, kSecValueData as String: Data()] as CFDictionary, nil)
                     == errSecUnimplemented)

@@ -48,15 +48,16 @@ import Testing
     func flagValidation() throws {
         for invalid: AccessControl.Flags in [
             [.or, .and, .biometryAny, .devicePasscode], [.biometryAny, .biometryCurrentSet],
-            [.userPresence, .devicePasscode], [.userPresence, .or], [.companion], [.privateKeyUsage],
-            [.or], AccessControl.Flags(rawValue: 1 << 7),
+            [.userPresence, .devicePasscode], [.userPresence, .or], [.companion],
+            [.or], [.privateKeyUsage, .biometryAny, .biometryCurrentSet], AccessControl.Flags(rawValue: 1 << 7),
         ] {
             expectKeychainError(.invalidParameter) { _ = try AccessControl(.whenUnlocked, flags: invalid) }
         }
         for valid: AccessControl.Flags in [
             [], [.userPresence], [.biometryAny], [.biometryCurrentSet], [.devicePasscode],
             [.biometryCurrentSet, .or, .devicePasscode], [.biometryAny, .and, .devicePasscode],
-            [.biometryAny, .devicePasscode],
+            [.biometryAny, .devicePasscode], [.privateKeyUsage], [.privateKeyUsage, .biometryCurrentSet],
+            [.privateKeyUsage, .userPresence],
         ] {
             #expect(throws: Never.self) { _ = try AccessControl(.whenUnlockedThisDeviceOnly, flags: valid) }
         }

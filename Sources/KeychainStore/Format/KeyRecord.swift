@@ -88,6 +88,24 @@ struct KeyRecord: Sendable, Equatable {
     func sealedPolicy(
         nvName: (UInt32) throws(KeychainError) -> [UInt8], commandCode: Bool = false
     ) throws(KeychainError) -> Policy {
+        var assertions = try deviceAssertions(nvName: nvName)
+        if commandCode || assertions.isEmpty { assertions.append(.unsealOnly) }
+        return Policy(assertions)
+    }
+
+    /// The policy of a TPM key kept in an item under this record (a key item's ``TPMKeyValue``):
+    /// the record's device assertions (the enrollment counter for biometryCurrentSet, the lock
+    /// state for a lock-bound class), then PolicyAuthValue with the key's own authorization value,
+    /// which only the item's secret holds. The TPM itself then refuses the key once the enrollment
+    /// changes or the device locks, whoever holds its blob and authorization value.
+    func tpmKeyPolicy(nvName: (UInt32) throws(KeychainError) -> [UInt8]) throws(KeychainError) -> Policy {
+        Policy(try deviceAssertions(nvName: nvName) + [.authValue])
+    }
+
+    /// The assertions on the device's NV indices that the record's protection implies.
+    private func deviceAssertions(
+        nvName: (UInt32) throws(KeychainError) -> [UInt8]
+    ) throws(KeychainError) -> [PolicyAssertion] {
         var assertions: [PolicyAssertion] = []
         let protection = try protection()
         let indices = DeviceIndices(base: nvBase)
@@ -106,8 +124,7 @@ struct KeyRecord: Sendable, Equatable {
                     index: indices.lockState, indexName: try nvName(indices.lockState), operand: [1], offset: offset,
                     comparison: .equal))
         }
-        if commandCode || assertions.isEmpty { assertions.append(.unsealOnly) }
-        return Policy(assertions)
+        return assertions
     }
 
     func serialized(metadataKey: SymmetricKey) -> [UInt8] {

@@ -50,4 +50,20 @@ package enum AttributeTag {
     package static let accessibility = FourCharacterCode("pdmn")
     package static let creationDate = FourCharacterCode("cdat")
     package static let modificationDate = FourCharacterCode("mdat")
+    // Keys (kSecClassKey).
+    /// kSecAttrKeyClass: "0" public, "1" private, "2" symmetric.
+    package static let keyClass = FourCharacterCode("kcls")
+    /// kSecAttrApplicationLabel: for asymmetric keys, the SHA-1 of the public key.
+    package static let applicationLabel = FourCharacterCode("klbl")
+    /// kSecAttrApplicationTag: the application's own name for the key (data).
+    package static let applicationTag = FourCharacterCode("atag")
+    /// kSecAttrKeySizeInBits.
+    package static let keySizeInBits = FourCharacterCode("bsiz")
+    /// kSecAttrEffectiveKeySize.
+    package static let effectiveKeySize = FourCharacterCode("esiz")
+    /// kSecAttrTokenID: "com.apple.setoken" for a key that lives in the TPM.
+    package static let tokenID = FourCharacterCode("tkid")
+    /// The public key of a stored private key (X9.63 for EC, PKCS#1 for RSA): not Apple's, never
+    /// returned as an attribute; it lets the public key be read without opening the private one.
+    package static let publicKey = FourCharacterCode("TKPK")
 }

@@ -7,7 +7,7 @@ package enum ItemClass: UInt32, Sendable, Hashable, CaseIterable {
     case genericPassword = 0x6765_6E70 // "genp"
     /// kSecClassInternetPassword.
     case internetPassword = 0x696E_6574 // "inet"
-    /// kSecClassKey: reserved in the format, not written yet.
+    /// kSecClassKey: private keys (in software or in the TPM) and public keys.
     case key = 0x6B65_7973 // "keys"
     /// kSecClassCertificate: reserved in the format, not written yet.
     case certificate = 0x6365_7274 // "cert"
@@ -27,7 +27,15 @@ package enum ItemClass: UInt32, Sendable, Hashable, CaseIterable {
                 AttributeTag.account, AttributeTag.authenticationType, AttributeTag.securityDomain,
                 AttributeTag.synchronizable,
             ]
-        case .key, .certificate:
+        case .key:
+            // Apple's key primary key (without its start and end dates, which nothing sets), and
+            // the token: a TPM key and a software key of the same label are two items.
+            [
+                AttributeTag.accessGroup, AttributeTag.keyClass, AttributeTag.applicationLabel,
+                AttributeTag.applicationTag, AttributeTag.type, AttributeTag.keySizeInBits,
+                AttributeTag.effectiveKeySize, AttributeTag.tokenID, AttributeTag.synchronizable,
+            ]
+        case .certificate:
             []
         }
     }

@@ -8,6 +8,8 @@ package enum ValueKind: UInt8, Sendable, Hashable {
     case integer = 3
     case double = 4
     case json = 5
+    /// A key that lives in the TPM (its blob and authorization value): used, never returned.
+    case tpmKey = 6
 }
 
 /// Attributes a write sets; nil leaves the stored value (or nothing, for a new item) as it is,

@@ -19,12 +19,24 @@ enum AttributeCoding {
     }
 
     static let typesTag = FourCharacterCode("TKTY")
-    static let booleanTags: Set<FourCharacterCode> = [
-        AttributeTag.invisible, AttributeTag.negative, AttributeTag.synchronizable,
+    static let booleanTags: Set<FourCharacterCode> = Set(
+        [AttributeTag.invisible, AttributeTag.negative, AttributeTag.synchronizable] + keyAbilityTags)
+    static let numberTags: Set<FourCharacterCode> = [
+        AttributeTag.port, AttributeTag.creator, AttributeTag.type, AttributeTag.keySizeInBits,
+        AttributeTag.effectiveKeySize,
     ]
-    static let numberTags: Set<FourCharacterCode> = [AttributeTag.port, AttributeTag.creator, AttributeTag.type]
     static let dateTags: Set<FourCharacterCode> = [AttributeTag.creationDate, AttributeTag.modificationDate]
-    static let dataTags: Set<FourCharacterCode> = [AttributeTag.generic]
+    static let dataTags: Set<FourCharacterCode> = [
+        AttributeTag.generic, AttributeTag.applicationLabel, AttributeTag.applicationTag, AttributeTag.publicKey,
+    ]
+    /// A key's abilities and flags (kSecAttrCanSign, kSecAttrIsPermanent, …), stored as given.
+    static let keyAbilityTags: [FourCharacterCode] = [
+        FourCharacterCode("perm"), FourCharacterCode("sens"), FourCharacterCode("extr"), FourCharacterCode("encr"),
+        FourCharacterCode("decr"), FourCharacterCode("drve"), FourCharacterCode("sign"), FourCharacterCode("vrfy"),
+        FourCharacterCode("wrap"), FourCharacterCode("unwp"),
+    ]
+    /// Attributes of the store's own, never returned.
+    static let hiddenTags: Set<FourCharacterCode> = [typesTag, AttributeTag.publicKey]
 
     /// The attributes a class has (what SecItemAdd and SecItemUpdate accept).
     static func knownTags(_ itemClass: ItemClass) -> Set<FourCharacterCode> {
@@ -34,6 +46,15 @@ enum AttributeCoding {
             AttributeTag.negative, AttributeTag.synchronizable, AttributeTag.creationDate,
             AttributeTag.modificationDate,
         ]
+        if itemClass == .key {
+            return Set(
+                [
+                    AttributeTag.accessGroup, AttributeTag.label, AttributeTag.keyClass, AttributeTag.applicationLabel,
+                    AttributeTag.applicationTag, AttributeTag.type, AttributeTag.keySizeInBits,
+                    AttributeTag.effectiveKeySize, AttributeTag.tokenID, AttributeTag.synchronizable,
+                    AttributeTag.creationDate, AttributeTag.modificationDate,
+                ] + keyAbilityTags)
+        }
         if itemClass == .genericPassword {
             tags.formUnion([AttributeTag.service, AttributeTag.generic])
         } else {
@@ -130,7 +151,7 @@ enum AttributeCoding {
     static func dictionary(of list: AttributeList) -> [String: Any] {
         let kinds = self.kinds(in: list)
         var result: [String: Any] = [:]
-        for tag in list.tags where tag != typesTag {
+        for tag in list.tags where !hiddenTags.contains(tag) {
             guard let bytes = list[tag] else { continue }
             result[tag.description] = decode(bytes, kind: kinds[tag] ?? usualKind(tag))
         }

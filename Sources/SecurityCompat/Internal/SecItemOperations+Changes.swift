@@ -17,6 +17,9 @@ extension SecItemOperations {
         if control == nil, let accessibility = changes.accessibility {
             control = try mapped { () throws(KeychainError) in try AccessControl(accessibility) }
         }
+        if changes.valueData != nil || control != nil, found.contains(where: { $0.kind == .tpmKey }) {
+            throw SecStatus(errSecParam) // a TPM key's value and protection were fixed when the TPM made it
+        }
         for result in found {
             var updated = result.attributes
             try AttributeCoding.apply(changes.attributes, to: &updated, itemClass: result.itemClass)

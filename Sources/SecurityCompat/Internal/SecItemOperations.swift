@@ -7,6 +7,10 @@ enum SecItemOperations {
 
     static func add(_ request: SecItemRequest) throws(SecStatus) -> AnyObject? {
         let itemClass = try request.itemClass()
+        if itemClass == .key {
+            try KeyItems.add(request)
+            return nil
+        }
         let groups = KeychainEnvironment.accessGroups
         let group = request.accessGroup ?? groups[0]
         guard groups.contains(group) else { throw SecStatus(errSecMissingEntitlement) }
@@ -207,9 +211,23 @@ enum SecItemOperations {
                 } catch  where error.status == errSecItemNotFound && many {
                     continue // invalidated (and deleted) on the way, as iOS drops it
                 }
-                guard secret != nil else { continue }
+                // A TPM key has no data to return; with a reference or attributes, it is still found.
+                guard secret != nil || (result.kind == .tpmKey && returns != [.data]) else { continue }
             }
-            if returns == [.data], let secret {
+            if result.itemClass == .key, request.returns.contains(.ref) {
+                let key = try KeyItems.key(of: result, request, items: items)
+                guard !returns.isEmpty else {
+                    shaped.append(key)
+                    continue
+                }
+                var dictionary = returns.contains(.attributes) ? try attributes(of: result, items: items) : [:]
+                dictionary["v_Ref"] = key
+                if let secret { dictionary["v_Data"] = NSData(bytes: secret, length: secret.count) }
+                if returns.contains(.persistentRef) {
+                    dictionary["v_PersistentRef"] = NSData(bytes: result.reference, length: result.reference.count)
+                }
+                shaped.append(NSDictionary(dictionary: dictionary))
+            } else if returns == [.data], let secret {
                 shaped.append(NSData(bytes: secret, length: secret.count))
             } else if returns == [.persistentRef] {
                 shaped.append(NSData(bytes: result.reference, length: result.reference.count))
@@ -249,6 +267,8 @@ enum SecItemOperations {
     static func secret(
         of result: ItemQueryResult, _ request: SecItemRequest, items: ItemService
     ) throws(SecStatus) -> [UInt8]? {
+        // A TPM key's blob and authorization value are used, never returned.
+        guard result.kind != .tpmKey else { return nil }
         if let value = result.value { return value } // read with the attributes already
         let key = try openedKey(for: result, request, items: items)
         return try mapped { () throws(KeychainError) in try items.secret(of: result, key: key) }

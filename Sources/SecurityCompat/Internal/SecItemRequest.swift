@@ -4,7 +4,12 @@ import TPMKeychain
 /// A result code as an error, inside the layer; the public functions return it.
 struct SecStatus: Error {
     let status: OSStatus
-    init(_ status: OSStatus) { self.status = status }
+    /// What went wrong, for a CFError's description (SecKey's functions); nil: Apple's message for the code.
+    let message: String?
+    init(_ status: OSStatus, _ message: String? = nil) {
+        self.status = status
+        self.message = message
+    }
 }
 
 /// A SecItem dictionary, parsed by Apple's key shapes: a four-character key is an attribute;
@@ -33,8 +38,13 @@ struct SecItemRequest {
     var context: AuthenticationContext?
     var authenticationUI = AuthenticationUI.allow
     var prompt: String?
+    /// kSecValueRef: a SecKey to store.
+    var valueReference: Any?
+    /// The dictionary as given (key items read their parameters from it).
+    let dictionary: CFDictionary
 
     init(_ dictionary: CFDictionary) throws(SecStatus) {
+        self.dictionary = dictionary
         for (rawKey, value) in dictionary {
             guard let key = (rawKey as? String) ?? (rawKey as? NSString).map({ $0 as String }) else {
                 throw SecStatus(errSecParam)
@@ -103,7 +113,9 @@ struct SecItemRequest {
             if try Self.bool(value) { authenticationUI = .fail }
         case "u_OpPrompt":
             prompt = try Self.string(value)
-        case "nleg", "v_Ref":
+        case "v_Ref":
+            valueReference = value
+        case "nleg":
             break // kSecUseDataProtectionKeychain is a no-op, as in securityd
         default:
             if key.hasPrefix("m_") {
@@ -136,12 +148,13 @@ struct SecItemRequest {
         throw SecStatus(errSecParam)
     }
 
-    /// The item class; keys, certificates and identities are not stored here.
+    /// The item class; certificates and identities are not stored yet.
     func itemClass() throws(SecStatus) -> ItemClass {
         switch classCode {
         case "genp": .genericPassword
         case "inet": .internetPassword
-        case "keys", "cert", "idnt": throw SecStatus(errSecUnimplemented)
+        case "keys": .key
+        case "cert", "idnt": throw SecStatus(errSecUnimplemented)
         default: throw SecStatus(errSecParam)
         }
     }

@@ -9,9 +9,12 @@ extension TPMConnection {
     /// duplicates it. Every use satisfies `policy` (with `authValue` as the PIN where it includes
     /// PolicyAuthValue), as for sealed data.
     ///
+    /// - Parameter countsFailures: whether a wrong `authValue` counts toward the TPM's
+    ///   dictionary-attack lockout; by default when there is one. A random authorization value,
+    ///   which nobody can guess, should not count: a wrong one is then a bug, not an attack.
     /// - Throws: ``TPMError`` `.invalidArgument` for a PIN without PolicyAuthValue in `policy`.
     public func createKey(
-        _ usage: TPMKeyUsage, policy: Policy = .authValue, authValue: SecretBytes? = nil
+        _ usage: TPMKeyUsage, policy: Policy = .authValue, authValue: SecretBytes? = nil, countsFailures: Bool? = nil
     ) throws -> TPMKey {
         if let authValue, authValue.count > 0, !policy.usesAuthValue {
             throw TPMError(.invalidArgument, "A PIN only protects a key whose policy includes PolicyAuthValue")
@@ -19,7 +22,8 @@ extension TPMConnection {
         return try withEngine { engine in
             let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
             let template = PublicTemplate.eccKey(
-                usage, policy: policy.digest, dictionaryAttackProtected: (authValue?.count ?? 0) > 0)
+                usage, policy: policy.digest, dictionaryAttackProtected: countsFailures ?? ((authValue?.count ?? 0) > 0)
+            )
             let (publicArea, privateArea) = try engine.withHMACSession(saltedWith: parent) { session, _ in
                 try engine.create(under: parent, template: template, data: nil, authValue: authValue, session: session)
             }
@@ -38,7 +42,7 @@ extension TPMConnection {
         _ digest: [UInt8], with key: TPMKey, policy: Policy = .authValue, authValue: SecretBytes? = nil,
         nvAuthorizations: [UInt32: SecretBytes] = [:]
     ) throws -> [UInt8] {
-        guard key.usage == .signing else {
+        guard key.usage.signs else {
             throw TPMError(.invalidArgument, "A key-agreement key does not sign")
         }
         return try use(key, policy: policy, authValue: authValue, nvAuthorizations: nvAuthorizations) {
@@ -58,7 +62,7 @@ extension TPMConnection {
         with peerPublicKey: [UInt8], using key: TPMKey, policy: Policy = .authValue, authValue: SecretBytes? = nil,
         nvAuthorizations: [UInt32: SecretBytes] = [:]
     ) throws -> SecretBytes {
-        guard key.usage == .keyAgreement else {
+        guard key.usage.agreesOnKeys else {
             throw TPMError(.invalidArgument, "A signing key does not agree on keys")
         }
         guard peerPublicKey.count == 65, peerPublicKey.first == 0x04 else {

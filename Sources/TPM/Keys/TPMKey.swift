@@ -6,6 +6,22 @@ public enum TPMKeyUsage: UInt8, Sendable, Hashable, Codable {
     case signing = 1
     /// ECDH key agreement (TPM2_ECDH_ZGen).
     case keyAgreement = 2
+    /// Both, as an Apple Secure Enclave key does (SecKey, where one key signs and agrees).
+    case signingAndKeyAgreement = 3
+
+    /// Whether the key signs.
+    public var signs: Bool { self != .keyAgreement }
+    /// Whether the key agrees on keys.
+    public var agreesOnKeys: Bool { self != .signing }
+
+    /// The public area's sign and decrypt attributes for the usage.
+    var roles: ObjectAttributes {
+        switch self {
+        case .signing: .sign
+        case .keyAgreement: .decrypt
+        case .signingAndKeyAgreement: [.sign, .decrypt]
+        }
+    }
 }
 
 /// An ECC P-256 key made inside the TPM whose private part never leaves it in clear: what the
@@ -145,16 +161,17 @@ public struct TPMKey: StoredTPMObject, Sendable, Hashable {
             throw TPMError(.malformedData, error.message)
         }
         let required: ObjectAttributes = [.fixedTPM, .fixedParent, .sensitiveDataOrigin, .adminWithPolicy]
-        let role: ObjectAttributes = usage == .signing ? .sign : .decrypt
-        let other: ObjectAttributes = usage == .signing ? .decrypt : .sign
+        let roles = usage.roles
+        let others = ObjectAttributes([.sign, .decrypt]).subtracting(roles)
         let userWithAuth = fields.attributes.contains(.userWithAuth)
-        guard fields.attributes.isSuperset(of: required), fields.attributes.contains(role),
-            !fields.attributes.contains(other), !fields.attributes.contains(.restricted), fields.policy.count == 32,
+        guard fields.attributes.isSuperset(of: required), fields.attributes.isSuperset(of: roles),
+            fields.attributes.isDisjoint(with: others), !fields.attributes.contains(.restricted),
+            fields.policy.count == 32,
             !userWithAuth || fields.policy == Policy.authValue.digest.bytes
         else {
             throw TPMError(
                 .malformedData,
-                "The public area is not a \(usage == .signing ? "signing" : "key-agreement") key made in and bound to this TPM under its policy"
+                "The public area is not a \(usage.signs ? "signing" : "")\(usage == .signingAndKeyAgreement ? " and " : "")\(usage.agreesOnKeys ? "key-agreement" : "") key made in and bound to this TPM under its policy"
             )
         }
         return (

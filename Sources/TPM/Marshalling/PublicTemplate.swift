@@ -88,8 +88,8 @@ struct PublicTemplate: Equatable {
     /// adminWithPolicy, userWithAuth only beside PolicyAuthValue alone, noDA without a PIN.
     static func eccKey(_ usage: TPMKeyUsage, policy: PolicyDigest, dictionaryAttackProtected: Bool) -> PublicTemplate {
         let attributes = authorization(policy, dictionaryAttackProtected).union([
-            .fixedTPM, .fixedParent, .sensitiveDataOrigin, usage == .signing ? .sign : .decrypt,
-        ])
+            .fixedTPM, .fixedParent, .sensitiveDataOrigin,
+        ]).union(usage.roles)
         var writer = WireWriter()
         writer.append(AlgorithmID.ecc)
         writer.append(AlgorithmID.sha256)

@@ -88,6 +88,10 @@ package struct ItemService: Sendable {
         key: OpenedKey? = nil
     ) throws(KeychainError) {
         var changes = changes
+        if let control, control.flags.contains(.privateKeyUsage), itemClass != .key {
+            throw KeychainError(
+                .invalidParameter, ".privateKeyUsage applies to a key's private-key operations, not to a password item")
+        }
         guard let control else {
             guard let key else {
                 return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)

@@ -1,0 +1,91 @@
+import KeychainStore
+package import KeychainVocabulary
+package import TPM
+
+// Keys that live in the TPM, as key items: made under an item's protection, used (signing, key
+// agreement) only after that protection is satisfied, never returned.
+extension ItemService {
+    /// Makes a P-256 key in the TPM and stores it as a key item: `attributes` gives the item's
+    /// attributes (its primary key included) from the new key's public key (X9.63).
+    ///
+    /// - Parameter control: the key's access control (nil: under the master key, usable whenever
+    ///   the store is open). `enrollment` as for ``write(_:primary:mode:value:changes:control:enrollment:key:)``.
+    /// - Returns: the stored item's public key.
+    /// - Throws: ``KeychainError`` `.duplicateItem`, `.passcodeNotSet`, `.biometryNotEnrolled`,
+    ///   `.tpmUnavailable` and the other errors of a protected write.
+    package func createTPMKey(
+        _ usage: TPMKeyUsage, control: AccessControl?, enrollment: [UInt8]?,
+        attributes: (_ publicKey: [UInt8]) -> AttributeList
+    ) throws(KeychainError) -> [UInt8] {
+        let protection = control.map(Protection.init)
+        return try Devices.with(location) { (device) throws(KeychainError) in
+            let (value, record) = try store.makeTPMKey(
+                usage, device: device, protection: protection, enrollmentIdentifier: enrollment)
+            var changes = AttributeChanges()
+            changes.accessibility = control?.accessibility
+            let primary = attributes(value.key.publicKey)
+            try store.write(
+                .key, primary: primary, mode: .add, value: ItemValue(kind: .tpmKey, bytes: value.serialized()),
+                changes: changes,
+                access: record.map { ItemStore.AccessWrite(protection: protection, device: device, record: $0) })
+            return value.key.publicKey
+        }
+    }
+
+    /// Signs `digest` with the TPM key the item holds (ECDSA; r ‖ s). `key` is the item's opened
+    /// record key for a protected item (``openKey(for:context:allowsInteraction:)``).
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an item that holds no TPM signing key,
+    ///   `.interactionNotAllowed` for a protected one without its key, `.itemInvalidated` once
+    ///   the TPM refuses it for an enrollment change, `.tampered`.
+    package func sign(digest: [UInt8], with result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> [UInt8] {
+        try withTPMKey(result, key: key, usage: .signing) { connection, value, policy, authorizations in
+            try connection.sign(
+                digest, with: value.key, policy: policy, authValue: value.authValue, nvAuthorizations: authorizations)
+        }
+    }
+
+    /// The ECDH shared secret (the x-coordinate) of the TPM key the item holds and `peerPublicKey`
+    /// (X9.63), computed in the TPM.
+    ///
+    /// - Throws: as ``sign(digest:with:key:)``; `.invalidParameter` for a public key not on P-256.
+    package func sharedSecret(
+        with peerPublicKey: [UInt8], using result: ItemQueryResult, key: OpenedKey?
+    ) throws(KeychainError) -> SecretBytes {
+        try withTPMKey(result, key: key, usage: .keyAgreement) { connection, value, policy, authorizations in
+            try connection.sharedSecret(
+                with: peerPublicKey, using: value.key, policy: policy, authValue: value.authValue,
+                nvAuthorizations: authorizations)
+        }
+    }
+
+    /// The TPM key an item holds, when it holds one: its usage and public key, without a person
+    /// (a protected item's public key is in its attributes).
+    package static func holdsTPMKey(_ result: ItemQueryResult) -> Bool {
+        result.itemClass == .key && result.kind == .tpmKey
+    }
+
+    private func withTPMKey<R>(
+        _ result: ItemQueryResult, key: OpenedKey?, usage: TPMKeyUsage,
+        _ body: (TPMConnection, TPMKeyValue, Policy, [UInt32: SecretBytes]) throws -> R
+    ) throws(KeychainError) -> R {
+        guard Self.holdsTPMKey(result) else {
+            throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
+        }
+        guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
+            throw KeychainError(.itemNotFound, "The key item was deleted")
+        }
+        let value = try TPMKeyValue(parsing: secret)
+        guard usage == .signing ? value.key.usage.signs : value.key.usage.agreesOnKeys else {
+            throw KeychainError(
+                .invalidParameter,
+                usage == .signing ? "The key is a key-agreement key and does not sign" : "The key is a signing key")
+        }
+        let recordID = result.isProtected ? result.keyRecord : nil
+        return try Devices.with(location) { (device) throws(KeychainError) in
+            try store.useTPMKey(value, recordID: recordID, device: device) { connection, policy, authorizations in
+                try body(connection, value, policy, authorizations)
+            }
+        }
+    }
+}
