@@ -87,15 +87,29 @@ struct QueryTests {
         expectKeychainError(.invalidParameter) { _ = try opened.item(reference: [1, 2, 3]) }
     }
 
-    @Test("keys and certificates are reserved; an absent primary-key attribute counts as empty, as Apple's does")
+    @Test(
+        "certificates are reserved; keys are named by Apple's key primary key; an absent primary-key attribute counts as empty, as Apple's does"
+    )
     func reservedAndIncomplete() throws {
         let store = try EngineStore()
         let opened = try store.open()
         defer { opened.close() }
         expectKeychainError(.invalidParameter) {
             try opened.write(
-                .key, primary: AttributeList(), mode: .add, value: Self.value("k"), changes: AttributeChanges())
+                .certificate, primary: AttributeList(), mode: .add, value: Self.value("c"), changes: AttributeChanges())
         }
+        // Two keys that differ only in their application tag are two items; a label is not primary.
+        var key = AttributeList()
+        key.setString("1", for: AttributeTag.keyClass)
+        key[AttributeTag.applicationTag] = Array("first".utf8)
+        try opened.write(.key, primary: key, mode: .add, value: Self.value("k1"), changes: AttributeChanges())
+        key[AttributeTag.applicationTag] = Array("second".utf8)
+        try opened.write(.key, primary: key, mode: .add, value: Self.value("k2"), changes: AttributeChanges())
+        key.setString("a label", for: AttributeTag.label)
+        expectKeychainError(.duplicateItem) {
+            try opened.write(.key, primary: key, mode: .add, value: Self.value("k3"), changes: AttributeChanges())
+        }
+        #expect(try opened.query(ItemQuery(itemClass: .key)).count == 2)
         // SecItem code stores generic passwords without a service (keychain-swift keys by account
         // alone): absent names the same item as empty, and a second add is a duplicate.
         try opened.write(
