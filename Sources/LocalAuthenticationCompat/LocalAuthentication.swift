@@ -96,6 +96,33 @@ public struct LAError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+/// An NSError in LAErrorDomain casts to LAError (`error as? LAError`, `catch let error as LAError`),
+/// as Apple's bridged error types do: the NSError that `canEvaluatePolicy(_:error:)` leaves in its
+/// out-parameter reads back as the struct iOS code switches over.
+extension LAError: _ObjectiveCBridgeable {
+    public func _bridgeToObjectiveC() -> NSError { nsError }
+
+    public static func _forceBridgeFromObjectiveC(_ source: NSError, result: inout LAError?) {
+        result = LAError(bridging: source)
+    }
+
+    public static func _conditionallyBridgeFromObjectiveC(_ source: NSError, result: inout LAError?) -> Bool {
+        guard source.domain == LAErrorDomain, Code(rawValue: source.code) != nil else { return false }
+        result = LAError(bridging: source)
+        return true
+    }
+
+    public static func _unconditionallyBridgeFromObjectiveC(_ source: NSError?) -> LAError {
+        source.map(LAError.init(bridging:)) ?? LAError(.authenticationFailed)
+    }
+
+    private init(bridging error: NSError) {
+        self.init(
+            Code(rawValue: error.code) ?? .authenticationFailed,
+            error.userInfo[NSLocalizedDescriptionKey] as? String ?? "")
+    }
+}
+
 /// LADomainState (iOS 18): the enrolled biometry's state.
 public struct LADomainState: Sendable {
     public struct Biometry: Sendable {

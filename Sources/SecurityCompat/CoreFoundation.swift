@@ -41,6 +41,15 @@ nonisolated(unsafe) public let kCFBundleIdentifierKey: CFString! = "CFBundleIden
 /// No error.
 public let noErr: OSStatus = 0
 
+/// A CFString as a dictionary key is its String, as where Apple's constants bridge to String:
+/// `result[kSecAttrAccount]` on a `[AnyHashable: Any]` finds the value stored under "acct".
+/// Process-wide, as it is on Apple's platforms (Linux's Foundation hashes NSString apart).
+extension NSString: @retroactive _HasCustomAnyHashableRepresentation {
+    public func _toCustomAnyHashable() -> AnyHashable? {
+        AnyHashable(self as String)
+    }
+}
+
 public func CFErrorGetDomain(_ error: CFError!) -> CFErrorDomain! { error.domain as NSString }
 public func CFErrorGetCode(_ error: CFError!) -> CFIndex { error.code }
 public func CFErrorCopyUserInfo(_ error: CFError!) -> CFDictionary! { error.userInfo as NSDictionary }

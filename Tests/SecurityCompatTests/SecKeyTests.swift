@@ -468,3 +468,41 @@ enum OpenSSL {
         return output
     }
 }
+
+/// Bridging as on Apple's platforms, where ported code relies on it.
+extension SecItemTests {
+    @Test(
+        "Bridging: a result dictionary finds kSecAttrAccount as an AnyHashable key; an NSError out-parameter casts back to LAError"
+    )
+    func bridging() throws {
+        let environment = try CompatEnvironment()
+        let item: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "bridging",
+            kSecAttrAccount as String: "ada", kSecValueData as String: Data("v".utf8),
+        ]
+        #expect(SecItemAdd(item as CFDictionary, nil) == errSecSuccess)
+        var result: AnyObject?
+        let query: [String: Any] = [
+            kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: "bridging",
+            kSecReturnAttributes as String: true,
+        ]
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+        let attributes = try #require(result as? [AnyHashable: Any])
+        #expect(attributes[kSecAttrAccount] as? String == "ada")
+        #expect(attributes[kSecAttrService] as? String == "bridging")
+        #expect(AnyHashable(kSecAttrAccount) == AnyHashable("acct"))
+
+        environment.face.unenroll()
+        var error: NSError?
+        #expect(!LAContext().canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, error: &error))
+        let laError = try #require(error as? LAError)
+        #expect(laError.code == .biometryNotEnrolled)
+        let thrown: any Error = try #require(error)
+        switch thrown {
+        case LAError.biometryNotEnrolled: break
+        default: Issue.record("\(thrown) did not match LAError.biometryNotEnrolled")
+        }
+        // An NSError of another domain is no LAError.
+        #expect((NSError(domain: "other", code: -7) as any Error) as? LAError == nil)
+    }
+}
