@@ -44,6 +44,8 @@ public let noErr: OSStatus = 0
 /// A CFString as a dictionary key is its String, as where Apple's constants bridge to String:
 /// `result[kSecAttrAccount]` on a `[AnyHashable: Any]` finds the value stored under "acct".
 /// Process-wide, as it is on Apple's platforms (Linux's Foundation hashes NSString apart).
+// swift-format-ignore: AvoidRetroactiveConformances
+// Retroactive on purpose: Apple's Foundation has this conformance and Linux's lacks it.
 extension NSString: @retroactive _HasCustomAnyHashableRepresentation {
     public func _toCustomAnyHashable() -> AnyHashable? {
         AnyHashable(self as String)

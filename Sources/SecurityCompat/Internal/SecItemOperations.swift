@@ -309,8 +309,16 @@ enum SecItemOperations {
         return primary
     }
 
+    /// The store's error as a result code; why no TPM was found stays findable
+    /// (``KeychainEnvironment/lastUnavailableReason``, and the logger).
     static func mapped<R>(_ body: () throws(KeychainError) -> R) throws(SecStatus) -> R {
-        do { return try body() } catch { throw SecStatus(status(error.code)) }
+        do {
+            return try body()
+        } catch {
+            let code = status(error.code)
+            if code == errSecNotAvailable { KeychainEnvironment.recordUnavailable(error) }
+            throw SecStatus(code, error.message)
+        }
     }
 
     static func status(_ error: any Error) -> OSStatus {

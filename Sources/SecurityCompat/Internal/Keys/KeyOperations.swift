@@ -210,7 +210,9 @@ enum KeyOperations {
         do {
             return try body(items, result, key)
         } catch {
-            throw SecStatus(SecItemOperations.status(error.code), error.message)
+            let code = SecItemOperations.status(error.code)
+            if code == errSecNotAvailable { KeychainEnvironment.recordUnavailable(error) }
+            throw SecStatus(code, error.message)
         }
     }
 
