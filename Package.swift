@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.0"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.0"),
         .package(url: "https://github.com/swiftlang/swift-docc-plugin.git", from: "1.5.0"),
     ],
     targets: [
@@ -87,6 +89,8 @@ let package = Package(
                 "TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictness),
         // CryptoKit's SecureEnclave on the TPM, with swift-crypto's types at the edges, over SecurityCompat's SecKey.
@@ -267,6 +271,8 @@ let package = Package(
             dependencies: [
                 "SecurityCompat", "LocalAuthenticationCompat", "SecureEnclaveCompat", "TPMKeychain", "TPM",
                 "TPMKeychainTesting", "SystemCalls", "WireFormat", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictness
         ),

@@ -170,10 +170,6 @@ extension ItemStore {
     private static func validate(_ itemClass: ItemClass, _ primary: AttributeList) throws(KeychainError) {
         // As on Apple's platforms, an absent primary-key attribute counts as empty: SecItem code
         // stores generic passwords without a service. The Keychain API requires names itself.
-        guard itemClass != .certificate else {
-            throw KeychainError(
-                .invalidParameter, "Items of class \(itemClass.code) are reserved in the format and not stored yet")
-        }
         for tag in primary.tags {
             let limit =
                 tag == AttributeTag.generic

@@ -9,7 +9,7 @@ package enum ItemClass: UInt32, Sendable, Hashable, CaseIterable {
     case internetPassword = 0x696E_6574 // "inet"
     /// kSecClassKey: private keys (in software or in the TPM) and public keys.
     case key = 0x6B65_7973 // "keys"
-    /// kSecClassCertificate: reserved in the format, not written yet.
+    /// kSecClassCertificate: X.509 certificates (their DER is the value).
     case certificate = 0x6365_7274 // "cert"
 
     package var code: FourCharacterCode { FourCharacterCode(rawValue: rawValue) }
@@ -36,7 +36,11 @@ package enum ItemClass: UInt32, Sendable, Hashable, CaseIterable {
                 AttributeTag.effectiveKeySize, AttributeTag.tokenID, AttributeTag.synchronizable,
             ]
         case .certificate:
-            []
+            // Apple's: the certificate type, issuer and serial number.
+            [
+                AttributeTag.accessGroup, FourCharacterCode("ctyp"), FourCharacterCode("issr"),
+                FourCharacterCode("slnr"), AttributeTag.synchronizable,
+            ]
         }
     }
 

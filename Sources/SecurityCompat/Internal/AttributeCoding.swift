@@ -23,11 +23,17 @@ enum AttributeCoding {
         [AttributeTag.invisible, AttributeTag.negative, AttributeTag.synchronizable] + keyAbilityTags)
     static let numberTags: Set<FourCharacterCode> = [
         AttributeTag.port, AttributeTag.creator, AttributeTag.type, AttributeTag.keySizeInBits,
-        AttributeTag.effectiveKeySize,
+        AttributeTag.effectiveKeySize, FourCharacterCode("ctyp"), FourCharacterCode("cenc"),
     ]
     static let dateTags: Set<FourCharacterCode> = [AttributeTag.creationDate, AttributeTag.modificationDate]
-    static let dataTags: Set<FourCharacterCode> = [
+    static let dataTags: Set<FourCharacterCode> = certificateDataTags.union([
         AttributeTag.generic, AttributeTag.applicationLabel, AttributeTag.applicationTag, AttributeTag.publicKey,
+    ])
+    /// What a certificate item's attributes hold as data: subject, issuer, serial number, subject
+    /// key identifier, public key hash.
+    static let certificateDataTags: Set<FourCharacterCode> = [
+        FourCharacterCode("subj"), FourCharacterCode("issr"), FourCharacterCode("slnr"), FourCharacterCode("skid"),
+        FourCharacterCode("pkhh"),
     ]
     /// A key's abilities and flags (kSecAttrCanSign, kSecAttrIsPermanent, …), stored as given.
     static let keyAbilityTags: [FourCharacterCode] = [
@@ -46,6 +52,12 @@ enum AttributeCoding {
             AttributeTag.negative, AttributeTag.synchronizable, AttributeTag.creationDate,
             AttributeTag.modificationDate,
         ]
+        if itemClass == .certificate {
+            return certificateDataTags.union([
+                AttributeTag.accessGroup, AttributeTag.label, AttributeTag.synchronizable, AttributeTag.creationDate,
+                AttributeTag.modificationDate, FourCharacterCode("ctyp"), FourCharacterCode("cenc"),
+            ])
+        }
         if itemClass == .key {
             return Set(
                 [

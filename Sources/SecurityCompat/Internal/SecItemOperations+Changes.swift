@@ -71,6 +71,7 @@ extension SecItemOperations {
     // MARK: Delete
 
     static func delete(_ request: SecItemRequest) throws(SecStatus) {
+        if request.isIdentity { return try CertificateItems.deleteIdentities(request) }
         // kSecMatchLimitAll is accepted (macOS accepts it; wrappers send it on every non-iOS
         // platform); every match is deleted whatever the limit.
         var all = request

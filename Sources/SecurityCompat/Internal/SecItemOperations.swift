@@ -6,9 +6,17 @@ enum SecItemOperations {
     // MARK: Add
 
     static func add(_ request: SecItemRequest) throws(SecStatus) -> AnyObject? {
+        if request.isIdentity {
+            try CertificateItems.addIdentity(request)
+            return nil
+        }
         let itemClass = try request.itemClass()
         if itemClass == .key {
             try KeyItems.add(request)
+            return nil
+        }
+        if itemClass == .certificate {
+            try CertificateItems.add(request)
             return nil
         }
         let groups = KeychainEnvironment.accessGroups
@@ -65,6 +73,7 @@ enum SecItemOperations {
     // MARK: Copy matching
 
     static func copyMatching(_ request: SecItemRequest) throws(SecStatus) -> AnyObject? {
+        if request.isIdentity { return try CertificateItems.copyIdentities(request) }
         let items = try itemService()
         var found = try matches(request, items: items)
         if request.authenticationUI == .skip {
@@ -214,14 +223,13 @@ enum SecItemOperations {
                 // A TPM key has no data to return; with a reference or attributes, it is still found.
                 guard secret != nil || (result.kind == .tpmKey && returns != [.data]) else { continue }
             }
-            if result.itemClass == .key, request.returns.contains(.ref) {
-                let key = try KeyItems.key(of: result, request, items: items)
+            if request.returns.contains(.ref), let object = try reference(of: result, request, items: items) {
                 guard !returns.isEmpty else {
-                    shaped.append(key)
+                    shaped.append(object)
                     continue
                 }
                 var dictionary = returns.contains(.attributes) ? try attributes(of: result, items: items) : [:]
-                dictionary["v_Ref"] = key
+                dictionary["v_Ref"] = object
                 if let secret { dictionary["v_Data"] = NSData(bytes: secret, length: secret.count) }
                 if returns.contains(.persistentRef) {
                     dictionary["v_PersistentRef"] = NSData(bytes: result.reference, length: result.reference.count)
@@ -245,6 +253,18 @@ enum SecItemOperations {
         }
         guard !shaped.isEmpty else { throw SecStatus(errSecItemNotFound) }
         return many ? NSArray(array: shaped) : shaped[0] as AnyObject
+    }
+
+    /// What kSecReturnRef returns for a key (SecKey) or certificate (SecCertificate) item; nil
+    /// for passwords, which have no reference type.
+    static func reference(
+        of result: ItemQueryResult, _ request: SecItemRequest, items: ItemService
+    ) throws(SecStatus) -> AnyObject? {
+        switch result.itemClass {
+        case .key: try KeyItems.key(of: result, request, items: items)
+        case .certificate: try CertificateItems.certificate(of: result, request, items: items)
+        default: nil
+        }
     }
 
     /// The attributes dictionary of a result: class, every stored attribute with its type,

@@ -38,7 +38,9 @@ struct SecItemRequest {
     var context: AuthenticationContext?
     var authenticationUI = AuthenticationUI.allow
     var prompt: String?
-    /// kSecValueRef: a SecKey to store.
+    /// Whether the class is kSecClassIdentity.
+    var isIdentity: Bool { classCode == "idnt" }
+    /// kSecValueRef: a SecKey, SecCertificate or SecIdentity to store.
     var valueReference: Any?
     /// The dictionary as given (key items read their parameters from it).
     let dictionary: CFDictionary
@@ -148,13 +150,14 @@ struct SecItemRequest {
         throw SecStatus(errSecParam)
     }
 
-    /// The item class; certificates and identities are not stored yet.
+    /// The item class of a stored item (an identity is a certificate and a key item).
     func itemClass() throws(SecStatus) -> ItemClass {
         switch classCode {
         case "genp": .genericPassword
         case "inet": .internetPassword
         case "keys": .key
-        case "cert", "idnt": throw SecStatus(errSecUnimplemented)
+        case "cert": .certificate
+        case "idnt": throw SecStatus(errSecParam) // identities are pairs, answered by CertificateItems
         default: throw SecStatus(errSecParam)
         }
     }
