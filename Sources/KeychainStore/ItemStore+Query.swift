@@ -150,7 +150,8 @@ extension ItemStore {
         mutating func name(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
             let groupTag = itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
             let current: [[UInt8]?] = [
-                [UInt8(truncatingIfNeeded: itemClass.rawValue)], attributes[AttributeTag.accessGroup],
+                // The whole class code: "inet" and "cert" share their last byte.
+                BigEndian.bytes(itemClass.rawValue), attributes[AttributeTag.accessGroup],
                 attributes[groupTag],
             ]
             if current != fields {

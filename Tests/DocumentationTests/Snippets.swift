@@ -210,6 +210,10 @@ func configureKeychain() throws {
     KeychainEnvironment.authenticator = FprintdAuthenticator()             // what LAContext() uses
 }
 
+func giveTestsASimulatedTPM() throws {
+    try KeychainEnvironment.useSimulatedTPM()
+}
+
 // MARK: docs/PORTING.md (KeychainStorageCompat)
 
 func storeSession(token: Data, password: String, newPassword: String) throws {

@@ -88,15 +88,22 @@ struct QueryTests {
     }
 
     @Test(
-        "certificates are reserved; keys are named by Apple's key primary key; an absent primary-key attribute counts as empty, as Apple's does"
+        "certificates and keys are named by Apple's primary keys; an absent primary-key attribute counts as empty, as Apple's does"
     )
     func reservedAndIncomplete() throws {
         let store = try EngineStore()
         let opened = try store.open()
         defer { opened.close() }
-        expectKeychainError(.invalidParameter) {
+        // Two certificates with the same issuer and serial number are one item, whatever their label.
+        var certificate = AttributeList()
+        certificate[FourCharacterCode("issr")] = Array("issuer".utf8)
+        certificate[FourCharacterCode("slnr")] = [0x12, 0x34]
+        try opened.write(
+            .certificate, primary: certificate, mode: .add, value: Self.value("c1"), changes: AttributeChanges())
+        certificate.setString("another label", for: AttributeTag.label)
+        expectKeychainError(.duplicateItem) {
             try opened.write(
-                .certificate, primary: AttributeList(), mode: .add, value: Self.value("c"), changes: AttributeChanges())
+                .certificate, primary: certificate, mode: .add, value: Self.value("c2"), changes: AttributeChanges())
         }
         // Two keys that differ only in their application tag are two items; a label is not primary.
         var key = AttributeList()

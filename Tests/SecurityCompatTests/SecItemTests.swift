@@ -303,7 +303,7 @@ import Testing
     }
 
     @Test(
-        "classes: internet passwords are stored; certificates and identities are errSecUnimplemented; no class is errSecParam"
+        "classes: internet passwords are stored; a certificate that is not one is errSecParam; no class is errSecParam"
     )
     func classes() throws {
         let environment = try CompatEnvironment()
@@ -322,11 +322,13 @@ import Testing
                     kSecReturnAttributes as String: true,
                 ] as CFDictionary, &result) == errSecSuccess)
         #expect((result as? [String: Any])?[kSecAttrProtocol as String] as? String == "htps")
+        // Certificates and identities are stored (CertificateTests); data that is no certificate is
+        // errSecParam, and an empty keychain has no identity.
         for itemClass in [kSecClassCertificate, kSecClassIdentity] {
             #expect(
                 SecItemAdd([kSecClass as String: itemClass, kSecValueData as String: Data()] as CFDictionary, nil)
-                    == errSecUnimplemented)
-            #expect(SecItemCopyMatching([kSecClass as String: itemClass] as CFDictionary, nil) == errSecUnimplemented)
+                    == errSecParam)
+            #expect(SecItemCopyMatching([kSecClass as String: itemClass] as CFDictionary, nil) == errSecItemNotFound)
         }
         #expect(SecItemAdd([kSecAttrAccount as String: "x"] as CFDictionary, nil) == errSecParam)
         _ = environment
