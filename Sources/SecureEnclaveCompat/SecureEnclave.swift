@@ -41,20 +41,19 @@ public enum SecureEnclave {
                     authenticationContext: LAContext? = nil
                 ) throws {
                     key = try EnclaveKey(accessControl: accessControl, context: authenticationContext)
+                    publicKey = try Crypto.P256.Signing.PublicKey(x963Representation: key.publicKey)
                 }
 
                 /// The key a ``dataRepresentation`` names.
                 public init(dataRepresentation: Data, authenticationContext: LAContext? = nil) throws {
                     key = try EnclaveKey(dataRepresentation: dataRepresentation, context: authenticationContext)
+                    publicKey = try Crypto.P256.Signing.PublicKey(x963Representation: key.publicKey)
                 }
 
                 /// Names the key (its keychain item on this machine); no key material.
                 public var dataRepresentation: Data { key.dataRepresentation }
 
-                public var publicKey: Crypto.P256.Signing.PublicKey {
-                    // The TPM's public point was checked when the key was made or read.
-                    try! Crypto.P256.Signing.PublicKey(x963Representation: key.publicKey)
-                }
+                public let publicKey: Crypto.P256.Signing.PublicKey
 
                 /// An ECDSA signature of SHA-256(`data`), made in the TPM.
                 public func signature<D: DataProtocol>(for data: D) throws -> Crypto.P256.Signing.ECDSASignature {
@@ -80,17 +79,17 @@ public enum SecureEnclave {
                     authenticationContext: LAContext? = nil
                 ) throws {
                     key = try EnclaveKey(accessControl: accessControl, context: authenticationContext)
+                    publicKey = try Crypto.P256.KeyAgreement.PublicKey(x963Representation: key.publicKey)
                 }
 
                 public init(dataRepresentation: Data, authenticationContext: LAContext? = nil) throws {
                     key = try EnclaveKey(dataRepresentation: dataRepresentation, context: authenticationContext)
+                    publicKey = try Crypto.P256.KeyAgreement.PublicKey(x963Representation: key.publicKey)
                 }
 
                 public var dataRepresentation: Data { key.dataRepresentation }
 
-                public var publicKey: Crypto.P256.KeyAgreement.PublicKey {
-                    try! Crypto.P256.KeyAgreement.PublicKey(x963Representation: key.publicKey)
-                }
+                public let publicKey: Crypto.P256.KeyAgreement.PublicKey
 
                 /// ECDH with `publicKeyShare`, computed in the TPM.
                 public func sharedSecretFromKeyAgreement(
