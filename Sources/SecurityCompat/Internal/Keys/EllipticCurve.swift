@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import TPM
 
 /// The NIST curves SecKey's EC keys use (kSecAttrKeyTypeECSECPrimeRandom), over swift-crypto.
 /// Keys travel as Apple's external representations: X9.63 public (0x04 ‖ X ‖ Y) and private
@@ -97,8 +98,9 @@ enum EllipticCurve: Sendable, Hashable {
     }
 
     /// The ECDH shared secret: the x-coordinate of the shared point (the cofactor is 1 on these
-    /// curves, so the standard and cofactor variants agree).
-    func sharedSecret(privateKey: [UInt8], peer: [UInt8]) throws -> [UInt8] {
+    /// curves, so the standard and cofactor variants agree). Copied from swift-crypto's secret
+    /// straight into memory that is zeroized when released, never through a plain array.
+    func sharedSecret(privateKey: [UInt8], peer: [UInt8]) throws -> SecretBytes {
         let shared: SharedSecret
         switch self {
         case .p256:
@@ -111,7 +113,7 @@ enum EllipticCurve: Sendable, Hashable {
             shared = try P521.KeyAgreement.PrivateKey(x963Representation: privateKey).sharedSecretFromKeyAgreement(
                 with: try P521.KeyAgreement.PublicKey(x963Representation: peer))
         }
-        return shared.withUnsafeBytes { Array($0) }
+        return shared.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 
     /// An ECDSA signature r ‖ s (as a TPM returns it) in X9.62 DER.

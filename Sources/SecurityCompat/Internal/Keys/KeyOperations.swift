@@ -125,7 +125,7 @@ enum KeyOperations {
         }
         switch material {
         case .ec(let curve, let privateKey?, _) where curve == peerCurve:
-            let z = SecretBytes(copying: try crypto { try curve.sharedSecret(privateKey: privateKey, peer: peerKey) })
+            let z = try crypto { try curve.sharedSecret(privateKey: privateKey, peer: peerKey) }
             return try z.withUnsafeBytes { (z) throws(SecStatus) in try derive(z) }
         case .tpm(let item) where peerCurve == .p256:
             let z = try withTPMKey(item) { (items, result, key) throws(KeychainError) in
@@ -163,8 +163,7 @@ enum KeyOperations {
         case (.ec(let curve, let privateKey?, _), .ecies(let variableIV)):
             return try crypto {
                 try ECIES.open(ciphertext, curve: curve, variableIV: variableIV) { ephemeral in
-                    let z = try curve.sharedSecret(privateKey: privateKey, peer: ephemeral)
-                    return SecretBytes(copying: z)
+                    try curve.sharedSecret(privateKey: privateKey, peer: ephemeral)
                 }
             }
         case (.tpm(let item), .ecies(let variableIV)):
