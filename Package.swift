@@ -58,6 +58,7 @@ let package = Package(
                 "CTSS2", "CESAPICryptoContext", "SystemCalls", "WireFormat",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictness
         ),
@@ -162,8 +163,10 @@ let package = Package(
             name: "tpm-keychain",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
-                "TPMKeychainFprintd", "ToolSupport", "SecretService",
+                "TPMKeychainFprintd", "ToolSupport", "SecretService", "SecurityCompat",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),
@@ -212,6 +215,7 @@ let package = Package(
             dependencies: [
                 "TPM", "TPMKeychainTesting", "CTSS2", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"), "SystemCalls", "WireFormat",
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictness
         ),
@@ -238,7 +242,10 @@ let package = Package(
         .testTarget(
             name: "TPMKeychainCLITests",
             // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device).
-            dependencies: ["TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "KeychainStore"],
+            dependencies: [
+                "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "KeychainStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         // Real `git credential fill/approve/reject` (and a clone over HTTP with basic auth) through

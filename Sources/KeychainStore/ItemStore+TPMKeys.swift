@@ -13,10 +13,15 @@ extension ItemStore {
     ///
     /// - Parameter protection: the item's protection; nil, or one that needs no record: the key
     ///   is used with its authorization value alone, as an item under the master key is read.
+    /// - Parameter forKeyFile: make the key under the key-file parent with an empty authorization
+    ///   value and no policy beyond it, so that it can be written as a TPM 2.0 Key File
+    ///   (``TPMKey/tss2KeyFile(emptyAuth:)``) that other tools use. The item's protection then
+    ///   guards the keychain's copy only: whoever holds a written file and the TPM uses the key.
     /// - Throws: ``KeychainError`` as a protected write does (`.passcodeNotSet`,
     ///   `.biometryNotEnrolled`, `.notAvailable`), and `.tpmUnavailable` and the TPM's others.
     package func makeTPMKey(
-        _ usage: TPMKeyUsage, device: Device, protection: Protection?, enrollmentIdentifier: [UInt8]?
+        _ usage: TPMKeyUsage, device: Device, protection: Protection?, enrollmentIdentifier: [UInt8]?,
+        forKeyFile: Bool = false
     ) throws(KeychainError) -> (value: TPMKeyValue, record: [UInt8]?) {
         let record: KeyRecord? = try withWriteAccess { (state) throws(KeychainError) -> KeyRecord? in
             guard let protection,
@@ -26,17 +31,22 @@ extension ItemStore {
         }
         let authValue: SecretBytes
         do {
-            authValue = try SecretBytes.random(count: 32)
+            // A key file's tools ask for a password or none: the key-file key has an empty one.
+            authValue = forKeyFile ? SecretBytes(copying: []) : try SecretBytes.random(count: 32)
         } catch {
             throw KeychainError(.storageFailed, "No randomness for a TPM key's authorization value", underlying: error)
         }
         return try device.withConnection { (connection) throws(KeychainError) in
             let policy =
-                try record?.tpmKeyPolicy(nvName: { (index) throws(KeychainError) in
+                forKeyFile
+                ? .authValue
+                : try record?.tpmKeyPolicy(nvName: { (index) throws(KeychainError) in
                     try Self.reportedName(of: index, connection)
                 }) ?? .authValue
             let key = try device.tpmCall {
-                try connection.createKey(usage, policy: policy, authValue: authValue, countsFailures: false)
+                try connection.createKey(
+                    usage, policy: policy, authValue: authValue, countsFailures: false,
+                    parent: forKeyFile ? .keyFilePrimary : .storageKey)
             }
             return (TPMKeyValue(key: key, authValue: authValue), record?.recordID)
         }
@@ -54,7 +64,12 @@ extension ItemStore {
         _ body: (TPMConnection, Policy, [UInt32: SecretBytes]) throws -> R
     ) throws(KeychainError) -> R {
         let state = try current()
-        let record = try recordID.map { (recordID) throws(KeychainError) in try keyRecord(recordID, state) }
+        // A key-file key's policy is its (empty) authorization value alone, whatever its item's
+        // record: the record guarded reading the item, which the caller has done.
+        let keyFileKey = value.key.storageKeyAlgorithm == .eccP256KeyFile
+        let record =
+            keyFileKey
+            ? nil : try recordID.map { (recordID) throws(KeychainError) in try keyRecord(recordID, state) }
         let what = "The TPM key"
         return try device.withConnection { (connection) throws(KeychainError) in
             var policy = Policy.authValue

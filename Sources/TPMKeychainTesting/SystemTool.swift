@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 /// Runs a system administration tool the project's own tests need (mount, useradd, ...) and
 /// requires it to succeed. Package-only: users' tests have their own.
@@ -22,5 +22,41 @@ package enum SystemTool {
                 description:
                     "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
         }
+    }
+
+    /// Runs `executable` with `arguments` (and `environment` added to this process's), feeding it
+    /// `input`, and returns its standard output. Standard error is kept for the failure message.
+    ///
+    /// - Throws: ``Failure`` with the command and its standard error when it exits with anything
+    ///   but 0, or what starting it throws.
+    package static func output(
+        _ executable: String, _ arguments: [String], environment: [String: String] = [:], input: Data = Data()
+    ) throws -> Data {
+        let scratch = NSTemporaryDirectory() + "tpm-keychain-tool-" + UUID().uuidString
+        try FileManager.default.createDirectory(
+            atPath: scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        // Files, not pipes: a tool that writes much to one while the other fills would block.
+        try input.write(to: URL(fileURLWithPath: scratch + "/stdin"))
+        _ = FileManager.default.createFile(atPath: scratch + "/stdout", contents: nil)
+        _ = FileManager.default.createFile(atPath: scratch + "/stderr", contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: scratch + "/stdin"))
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: scratch + "/stdout"))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: scratch + "/stderr"))
+        try process.run()
+        process.waitUntilExit()
+        let output = try Data(contentsOf: URL(fileURLWithPath: scratch + "/stdout"))
+        guard process.terminationStatus == 0 else {
+            let errors = (try? String(contentsOfFile: scratch + "/stderr", encoding: .utf8)) ?? ""
+            throw Failure(
+                description:
+                    "\(executable) \(arguments.joined(separator: " ")) exited with \(process.terminationStatus): \(errors)"
+            )
+        }
+        return output
     }
 }

@@ -371,7 +371,7 @@ extension SecItemTests {
         return SecKeyVerifySignature(key, algorithm, data as CFData, signature as CFData, &error)
     }
 
-    private func externalRepresentation(_ key: SecKey) throws -> Data {
+    func externalRepresentation(_ key: SecKey) throws -> Data {
         var error: Unmanaged<CFError>?
         guard let data = SecKeyCopyExternalRepresentation(key, &error) as Data? else {
             throw error!.takeRetainedValue() as any Error

@@ -1,5 +1,14 @@
 internal import CTSS2
 
+/// The primary key a ``TPMKey`` is made under.
+public enum KeyParent: Sendable, Hashable {
+    /// The storage key that also parents sealed data (TCG provisioning guidance's SRK).
+    case storageKey
+    /// The P-256 primary key that TPM 2.0 Key Files name by parent 0x40000001 (empty `unique`),
+    /// which the tpm2 OpenSSL provider and ssh-tpm-agent derive to load such a file.
+    case keyFilePrimary
+}
+
 // Keys that live in the TPM: made there, used there, never exported in clear.
 extension TPMConnection {
     /// Makes a P-256 key in the TPM under the storage key, for signing or for key agreement.
@@ -12,15 +21,19 @@ extension TPMConnection {
     /// - Parameter countsFailures: whether a wrong `authValue` counts toward the TPM's
     ///   dictionary-attack lockout; by default when there is one. A random authorization value,
     ///   which nobody can guess, should not count: a wrong one is then a bug, not an attack.
+    /// - Parameter parent: ``KeyParent/keyFilePrimary`` for a key to be written as a TPM 2.0 Key
+    ///   File (``TPMKey/tss2KeyFile()``), which other tools load under the parent they derive.
     /// - Throws: ``TPMError`` `.invalidArgument` for a PIN without PolicyAuthValue in `policy`.
     public func createKey(
-        _ usage: TPMKeyUsage, policy: Policy = .authValue, authValue: SecretBytes? = nil, countsFailures: Bool? = nil
+        _ usage: TPMKeyUsage, policy: Policy = .authValue, authValue: SecretBytes? = nil, countsFailures: Bool? = nil,
+        parent: KeyParent = .storageKey
     ) throws -> TPMKey {
         if let authValue, authValue.count > 0, !policy.usesAuthValue {
             throw TPMError(.invalidArgument, "A PIN only protects a key whose policy includes PolicyAuthValue")
         }
         return try withEngine { engine in
-            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            let parent = try engine.storageKey(
+                algorithm: parent == .keyFilePrimary ? .eccP256KeyFile : nil, pinnedName: nil)
             let template = PublicTemplate.eccKey(
                 usage, policy: policy.digest, dictionaryAttackProtected: countsFailures ?? ((authValue?.count ?? 0) > 0)
             )

@@ -146,7 +146,7 @@ protocol StoredTPMObject {
 /// The fields both blob formats end with: parentAlgorithm, parentName, public, private.
 enum StoredObjectFields {
     static func append(_ object: some StoredTPMObject, to writer: inout WireWriter) {
-        writer.append(object.storageKeyAlgorithm == .eccP256 ? AlgorithmID.ecc : AlgorithmID.rsa)
+        writer.append(object.storageKeyAlgorithm.algorithmID)
         writer.appendSized(object.storageKeyName)
         writer.appendSized(object.publicArea)
         writer.appendSized(object.privateArea)

@@ -34,7 +34,10 @@ extension Engine {
             try Self.verify(cached.name, against: pinnedName)
             return cached
         }
-        if let pinnedName, let cached = try cachedStorageKey(named: pinnedName, algorithm: preferred) {
+        // The context file caches the store's storage key alone; the key-file parent is derived.
+        if let pinnedName, preferred != .eccP256KeyFile,
+            let cached = try cachedStorageKey(named: pinnedName, algorithm: preferred)
+        {
             storageKeys[preferred] = cached
             return cached
         }
@@ -69,7 +72,7 @@ extension Engine {
         configuration.logger.debug("derived the storage key", metadata: ["algorithm": "\(chosen.rawValue)"])
         let key = StorageRootKey(handle: created.handle, name: created.name, algorithm: chosen, isPersistent: false)
         if let context = try? saveContext(created.handle) {
-            contextCache?.saveStorageKeyContext(context)
+            if chosen != .eccP256KeyFile { contextCache?.saveStorageKeyContext(context) }
             Self.rememberedContexts.withLock {
                 $0[RememberedKey(tcti: configuration.tcti, algorithm: chosen)] = (context, created.name)
             }
@@ -104,7 +107,7 @@ extension Engine {
             return nil
         }
         // Later processes read the file cache, not this memory: keep it current.
-        if let contextCache, contextCache.loadStorageKeyContext() != remembered.context {
+        if algorithm != .eccP256KeyFile, let contextCache, contextCache.loadStorageKeyContext() != remembered.context {
             contextCache.saveStorageKeyContext(remembered.context)
         }
         return StorageRootKey(handle: handle, name: name, algorithm: algorithm, isPersistent: false)

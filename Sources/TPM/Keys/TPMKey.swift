@@ -34,8 +34,9 @@ public enum TPMKeyUsage: UInt8, Sendable, Hashable, Codable {
 /// ``serialized()`` produces the "TPM key" format of docs/FORMAT.md (all integers big-endian):
 ///
 ///     magic            4 bytes  "TKKY"
-///     version          UINT16   1
-///     usage            UINT8    1 signing, 2 key agreement
+///     version          UINT16   1, or 2 for a key under the key-file parent
+///     usage            UINT8    1 signing, 2 key agreement, 3 both
+///     parentTemplate   UINT8    version 2 only: 1, the key-file parent (empty `unique`)
 ///     parentAlgorithm  UINT16   TPM_ALG_ID of the storage key: 0x0023 ECC, 0x0001 RSA
 ///     parentName       UINT16 size + bytes (at most 66): the storage key's name when made
 ///     public           UINT16 size + bytes: the marshalled TPM2B_PUBLIC
@@ -46,6 +47,10 @@ public enum TPMKeyUsage: UInt8, Sendable, Hashable, Codable {
 public struct TPMKey: StoredTPMObject, Sendable, Hashable {
     static let magic: [UInt8] = Array("TKKY".utf8)
     static let version: UInt16 = 1
+    /// The version of keys under ``StorageKeyAlgorithm/eccP256KeyFile``, which older builds refuse
+    /// rather than look for under the wrong parent.
+    static let keyFileParentVersion: UInt16 = 2
+    static let keyFileParentTemplate: UInt8 = 1
 
     /// What the key does.
     public let usage: TPMKeyUsage
@@ -99,15 +104,30 @@ public struct TPMKey: StoredTPMObject, Sendable, Hashable {
                 throw WireFormatError("Not a TPMKeychain TPM key (bad magic)")
             }
             let version = try reader.readUInt16()
-            guard version == Self.version else {
-                throw WireFormatError("TPM key version \(version) is not supported (this build reads \(Self.version))")
+            guard version == Self.version || version == Self.keyFileParentVersion else {
+                throw WireFormatError(
+                    "TPM key version \(version) is not supported (this build reads \(Self.version) and \(Self.keyFileParentVersion))"
+                )
             }
             let usageByte = try reader.readUInt8()
             guard let usage = TPMKeyUsage(rawValue: usageByte) else {
                 throw WireFormatError("Unknown TPM key usage \(usageByte)")
             }
+            if version == Self.keyFileParentVersion {
+                let template = try reader.readUInt8()
+                guard template == Self.keyFileParentTemplate else {
+                    throw WireFormatError("Unknown parent template \(template)")
+                }
+            }
             let tail = try StoredObjectFields.read(&reader, what: "TPM key")
-            fields = (usage, tail.storageKeyAlgorithm, tail.storageKeyName, tail.publicArea, tail.privateArea)
+            var algorithm = tail.storageKeyAlgorithm
+            if version == Self.keyFileParentVersion {
+                guard algorithm == .eccP256 else {
+                    throw WireFormatError("The key-file parent is an ECC key, not \(algorithm.rawValue)")
+                }
+                algorithm = .eccP256KeyFile
+            }
+            fields = (usage, algorithm, tail.storageKeyName, tail.publicArea, tail.privateArea)
         } catch {
             throw TPMError(.malformedData, error.message)
         }
@@ -120,8 +140,10 @@ public struct TPMKey: StoredTPMObject, Sendable, Hashable {
     public func serialized() -> [UInt8] {
         var writer = WireWriter()
         writer.append(raw: Self.magic)
-        writer.append(Self.version)
+        let underKeyFileParent = storageKeyAlgorithm == .eccP256KeyFile
+        writer.append(underKeyFileParent ? Self.keyFileParentVersion : Self.version)
         writer.append(usage.rawValue)
+        if underKeyFileParent { writer.append(Self.keyFileParentTemplate) }
         StoredObjectFields.append(self, to: &writer)
         return writer.bytes
     }

@@ -7,6 +7,14 @@ public enum StorageKeyAlgorithm: String, Sendable, Hashable, Codable {
     case eccP256 = "ecc-p256"
     /// RSA-2048, for TPMs without ECC.
     case rsa2048 = "rsa-2048"
+    /// NIST P-256 from the template with empty `unique` fields (TCG EK Credential Profile B.4.5,
+    /// template H-2): the primary key that the TPM 2.0 Key File format names by parent 0x40000001,
+    /// which the tpm2 OpenSSL provider, tpm2-tss-engine and ssh-tpm-agent derive. Only keys made
+    /// to be written as key files (``TPMKey/tss2KeyFile()``) live under it.
+    case eccP256KeyFile = "ecc-p256-key-file"
+
+    /// The TPM_ALG_ID stored files record for the key's type.
+    var algorithmID: UInt16 { self == .rsa2048 ? AlgorithmID.rsa : AlgorithmID.ecc }
 }
 
 /// A TPMT_PUBLIC (TPM 2.0 Part 2 §12.2.4) in its canonical encoding.
@@ -19,7 +27,8 @@ struct PublicTemplate: Equatable {
 
     /// TCG TPM v2.0 Provisioning Guidance §7.5.1, "Storage Primary Key (SRK) Templates": the
     /// owner-hierarchy storage key every TCG-conformant tool derives, so a persistent SRK made by
-    /// other software is recognisable. `unique` is zero-filled to the key size, as the guidance says.
+    /// other software is recognisable. `unique` is zero-filled to the key size, as the guidance says,
+    /// except for ``StorageKeyAlgorithm/eccP256KeyFile``, the key-file parent, where it is empty.
     static func storageRootKey(_ algorithm: StorageKeyAlgorithm) -> PublicTemplate {
         let attributes: ObjectAttributes = [
             .fixedTPM, .fixedParent, .sensitiveDataOrigin, .userWithAuth,
@@ -28,7 +37,7 @@ struct PublicTemplate: Equatable {
         var writer = WireWriter()
         var unique = WireWriter()
         switch algorithm {
-        case .eccP256:
+        case .eccP256, .eccP256KeyFile:
             writer.append(AlgorithmID.ecc)
             writer.append(AlgorithmID.sha256)
             writer.append(attributes.rawValue)
@@ -37,8 +46,9 @@ struct PublicTemplate: Equatable {
             writer.append(AlgorithmID.null) // scheme
             writer.append(AlgorithmID.eccNistP256) // curveID
             writer.append(AlgorithmID.null) // kdf
-            unique.appendSized([UInt8](repeating: 0, count: 32))
-            unique.appendSized([UInt8](repeating: 0, count: 32))
+            let size = algorithm == .eccP256KeyFile ? 0 : 32
+            unique.appendSized([UInt8](repeating: 0, count: size))
+            unique.appendSized([UInt8](repeating: 0, count: size))
         case .rsa2048:
             writer.append(AlgorithmID.rsa)
             writer.append(AlgorithmID.sha256)

@@ -14,13 +14,14 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.duplicateItem`, `.passcodeNotSet`, `.biometryNotEnrolled`,
     ///   `.tpmUnavailable` and the other errors of a protected write.
     package func createTPMKey(
-        _ usage: TPMKeyUsage, control: AccessControl?, enrollment: [UInt8]?,
+        _ usage: TPMKeyUsage, control: AccessControl?, enrollment: [UInt8]?, forKeyFile: Bool = false,
         attributes: (_ publicKey: [UInt8]) -> AttributeList
     ) throws(KeychainError) -> [UInt8] {
         let protection = control.map(Protection.init)
         return try Devices.with(location) { (device) throws(KeychainError) in
             let (value, record) = try store.makeTPMKey(
-                usage, device: device, protection: protection, enrollmentIdentifier: enrollment)
+                usage, device: device, protection: protection, enrollmentIdentifier: enrollment,
+                forKeyFile: forKeyFile)
             var changes = AttributeChanges()
             changes.accessibility = control?.accessibility
             let primary = attributes(value.key.publicKey)
@@ -56,6 +57,33 @@ extension ItemService {
             try connection.sharedSecret(
                 with: peerPublicKey, using: value.key, policy: policy, authValue: value.authValue,
                 nvAuthorizations: authorizations)
+        }
+    }
+
+    /// The item's TPM key as a TPM 2.0 Key File ("TSS2 PRIVATE KEY" PEM), which the tpm2 OpenSSL
+    /// provider and ssh-tpm-agent load on this TPM. `key` as for ``sign(digest:with:key:)``.
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an item that holds no TPM key, or one
+    ///   not made for key files (``ItemStore/makeTPMKey(_:device:protection:enrollmentIdentifier:forKeyFile:)``),
+    ///   whose authorization the file could not carry; `.interactionNotAllowed` and the reading errors.
+    package func keyFile(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> String {
+        guard Self.holdsTPMKey(result) else {
+            throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
+        }
+        guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
+            throw KeychainError(.itemNotFound, "The key item was deleted")
+        }
+        let value = try TPMKeyValue(parsing: secret)
+        guard value.key.isWritableAsKeyFile, value.authValue.count == 0 else {
+            throw KeychainError(
+                .invalidParameter,
+                "The key was not made for key files: its authorization and parent are the keychain's own, which other tools cannot use (make one with tpm-keychain key create --key-file, or kSecAttrTPMKeyFile)"
+            )
+        }
+        do {
+            return try value.key.tss2KeyFile(emptyAuth: true)
+        } catch {
+            throw KeychainError(.invalidParameter, error.message)
         }
     }
 

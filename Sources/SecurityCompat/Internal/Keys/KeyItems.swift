@@ -88,7 +88,10 @@ enum KeyItems {
             isPrivate: true, type: "73", bits: 256, parameters, group: group, token: secureEnclaveToken)
         var primary = base
         let publicKey = try SecItemOperations.mapped { () throws(KeychainError) in
-            try items.createTPMKey(.signingAndKeyAgreement, control: control, enrollment: enrollment) { publicKey in
+            try items.createTPMKey(
+                .signingAndKeyAgreement, control: control, enrollment: enrollment,
+                forKeyFile: parameters.bool(kSecAttrTPMKeyFile as String) ?? false
+            ) { publicKey in
                 primary = completed(base, .ec(.p256, privateKey: nil, publicKey: publicKey))
                 return primary
             }
