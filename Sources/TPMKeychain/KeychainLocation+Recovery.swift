@@ -56,6 +56,17 @@ extension KeychainLocation {
         return RecoveryKey(secret: try store.addRecoveryKey())
     }
 
+    /// The kind of TPM the store's metadata says it was created on ("a TPM device", "a simulated
+    /// TPM", ...), read without the TPM; nil when there is no store, or it is older than that record.
+    public var recordedTPM: String? {
+        ItemStore.recordedTPMKind(at: path)?.description
+    }
+
+    /// Whether the store was created on a simulated TPM, by its metadata (nil: not recorded).
+    public var recordedTPMIsSimulated: Bool? {
+        ItemStore.recordedTPMKind(at: path)?.isSimulated
+    }
+
     /// Whether the store has a recovery key (found without the TPM).
     public var hasRecoveryKey: Bool {
         (try? ItemStore.hasRecoveryKey(at: path)) ?? false

@@ -19,7 +19,10 @@ extension TPMConnection {
                 recoveryInterval: properties[TPMProperty.lockoutInterval] ?? 0,
                 lockoutRecovery: properties[TPMProperty.lockoutRecovery] ?? 0,
                 inLockout: permanent & TPMProperty.inLockoutBit != 0,
-                nvCounters: properties[TPMProperty.nvCounters] ?? 0)
+                nvCounters: properties[TPMProperty.nvCounters] ?? 0,
+                nvCountersAvailable: properties[TPMProperty.nvCountersAvailable] ?? 0,
+                ownerAuthorizationSet: permanent & TPMProperty.ownerAuthSetBit != 0,
+                lockoutAuthorizationSet: permanent & TPMProperty.lockoutAuthSetBit != 0)
         }
     }
 }
@@ -40,7 +43,8 @@ extension TPMConnection {
 
 /// What ``TPMConnection/dictionaryAttackStatus()`` reports: TPM_PT_LOCKOUT_COUNTER (0x20E),
 /// TPM_PT_MAX_AUTH_FAIL (0x20F), TPM_PT_LOCKOUT_INTERVAL (0x210), TPM_PT_LOCKOUT_RECOVERY (0x211),
-/// TPMA_PERMANENT.inLockout (0x200, bit 9) and TPM_PT_NV_COUNTERS (0x20A).
+/// TPMA_PERMANENT.inLockout (0x200, bit 9), ownerAuthSet (bit 0) and lockoutAuthSet (bit 2),
+/// TPM_PT_NV_COUNTERS (0x20A) and TPM_PT_NV_COUNTERS_AVAIL (0x20B).
 public struct TPMDictionaryAttackStatus: Sendable, Hashable {
     /// Authorization failures currently counted against objects with dictionary-attack protection.
     public let failedAuthorizations: UInt32
@@ -54,4 +58,13 @@ public struct TPMDictionaryAttackStatus: Sendable, Hashable {
     public let inLockout: Bool
     /// NV indices of type counter currently defined (every owner, not only this library's).
     public let nvCounters: UInt32
+    /// How many more NV counters the TPM estimates it could define (TPM_PT_NV_COUNTERS_AVAIL,
+    /// 0x20B): each store's rollback counter and each device's counters take one.
+    public let nvCountersAvailable: UInt32
+    /// Whether the owner hierarchy has an authorization value (TPMA_PERMANENT.ownerAuthSet): the
+    /// storage key and NV indices then need it (`TPM_KEYCHAIN_OWNER_AUTH`).
+    public let ownerAuthorizationSet: Bool
+    /// Whether the lockout hierarchy has one (TPMA_PERMANENT.lockoutAuthSet): resetting the
+    /// lockout then needs it.
+    public let lockoutAuthorizationSet: Bool
 }

@@ -49,6 +49,8 @@ enum TPMProperty {
     /// TPM_PT_PERMANENT (TPMA_PERMANENT bits; inLockout is bit 9).
     static let permanent: UInt32 = 0x200
     static let inLockoutBit: UInt32 = 1 << 9
+    /// TPMA_PERMANENT.ownerAuthSet.
+    static let ownerAuthSetBit: UInt32 = 1 << 0
     /// TPMA_PERMANENT.lockoutAuthSet.
     static let lockoutAuthSetBit: UInt32 = 1 << 2
     /// TPM_PT_HR_LOADED: sessions loaded now; TPM_PT_HR_ACTIVE: sessions active (saved or loaded).
@@ -60,6 +62,8 @@ enum TPMProperty {
     /// second one while a record is opened): room for these means no stale handle is in the way.
     static let transientObjectsNeeded: UInt32 = 3
     static let nvCounters: UInt32 = 0x20A
+    /// TPM_PT_NV_COUNTERS_AVAIL: how many more NV counters could be defined (an estimate).
+    static let nvCountersAvailable: UInt32 = 0x20B
     static let lockoutCounter: UInt32 = 0x20E
     static let maxAuthFail: UInt32 = 0x20F
     static let lockoutInterval: UInt32 = 0x210
