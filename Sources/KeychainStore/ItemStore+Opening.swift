@@ -45,13 +45,21 @@ extension ItemStore {
     /// which TPM to ask. Nil when there is no store, a store from before version 6, or a file that
     /// cannot be read (opening reports why).
     package static func recordedTPMKind(at root: String) -> TPMKind? {
+        recordedMetadata(at: root)?.tpm
+    }
+
+    /// What store.meta at `root` records, read without the TPM and so not yet authenticated (for
+    /// reports such as `tpm-keychain doctor`); nil when it cannot be read.
+    package static func recordedMetadata(
+        at root: String
+    ) -> (layout: UInt16, rollbackCounter: UInt32?, tpm: TPMKind?)? {
         guard root.hasPrefix("/"),
             let directory = try? Directory.open(root, in: nil, create: false, storeRoot: true),
             let file = try? directory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize,
             let bytes = try? file.read(count: file.size, at: 0),
             let parsed = try? StoreMetadata.parse(bytes, path: file.path)
         else { return nil }
-        return parsed.metadata.facts?.tpm
+        return (parsed.metadata.version, parsed.metadata.rollbackCounter, parsed.metadata.facts?.tpm)
     }
 
     /// Opens the store at `root`; when there is none and `create` is set, creates it with a new

@@ -67,6 +67,18 @@ extension KeychainLocation {
         ItemStore.recordedTPMKind(at: path)?.isSimulated
     }
 
+    /// The NV index of the store's rollback counter as its metadata records it, read without the
+    /// TPM (not yet authenticated; opening checks it). Nil when the store has none or no store
+    /// can be read here.
+    public var recordedRollbackCounterIndex: UInt32? {
+        ItemStore.recordedMetadata(at: path)?.rollbackCounter
+    }
+
+    /// The store's item layout (1 to 3) as its metadata records it; nil when none can be read.
+    public var recordedLayout: Int? {
+        ItemStore.recordedMetadata(at: path).map { Int($0.layout) }
+    }
+
     /// Whether the store has a recovery key (found without the TPM).
     public var hasRecoveryKey: Bool {
         (try? ItemStore.hasRecoveryKey(at: path)) ?? false

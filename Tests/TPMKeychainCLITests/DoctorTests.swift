@@ -1,4 +1,6 @@
 import Foundation
+import TPM
+import TPMKeychain
 import TPMKeychainTesting
 import Testing
 
@@ -54,6 +56,7 @@ struct DoctorTests {
         let store = try #require(report.finding("store \(fixture.store)"))
         #expect(store.verdict == "warning" && store.remedy?.contains("add-recovery-key") == true, "\(store)")
         #expect(store.summary.contains("made on a simulated TPM"), "\(store)")
+        #expect(store.summary.contains("layout 2") && store.summary.contains("in the TPM"), "\(store)")
         #expect(Self.snapshot(fixture.directory) == before, "doctor changed a file")
 
         try fixture.succeed("add-recovery-key")
@@ -87,6 +90,29 @@ struct DoctorTests {
         let lockout = try #require(report.finding("lockout"))
         #expect(lockout.verdict == "problem" && lockout.summary.contains("lockout"), "\(lockout)")
         #expect(lockout.remedy?.contains("reset-lockout") == true)
+    }
+
+    @Test(
+        "A store whose rollback counter is gone from its TPM is a problem that names recover and accept-rollback-risk"
+    )
+    func missingCounterIsAProblem() throws {
+        let fixture = try CLIFixture()
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "acct", "-w", "secret")
+        let location = try KeychainLocation(path: fixture.store)
+        let index = try #require(location.recordedRollbackCounterIndex)
+        let connection = try TPMConnection(TPMConfiguration(tcti: fixture.simulator.tcti))
+        try connection.undefineNVIndex(index)
+        connection.close()
+
+        let (result, decoded) = try Self.doctor(fixture)
+        #expect(result.status == 69, "\(result)")
+        let report = try #require(decoded, "\(result)")
+        let store = try #require(report.finding("store \(fixture.store)"))
+        #expect(store.verdict == "problem" && store.summary.contains("is gone from the TPM"), "\(store)")
+        #expect(store.remedy?.contains("accept-rollback-risk") == true && store.remedy?.contains("recover") == true)
+        // What doctor said is what opening says.
+        let opened = try fixture.run("find-generic-password", "-s", "svc", "-a", "acct", "-w")
+        #expect(opened.status == 65, "\(opened)")
     }
 
     /// Every file under `directory` with its size, mode, modification time and contents.

@@ -241,6 +241,22 @@ struct ReadinessChecks {
                 remedy = "see the tpm device line"
             }
         }
+        if let layout = location.recordedLayout { notes.insert("layout \(layout)", at: 0) }
+        switch counterState(of: location) {
+        case .none:
+            notes.append("no rollback counter: older copies of its files would not be detected")
+            if verdict == .ok { verdict = .warning }
+        case .present(let index):
+            notes.append("rollback counter 0x\(String(index, radix: 16)) in the TPM")
+        case .notChecked(let index):
+            notes.append("rollback counter 0x\(String(index, radix: 16)) (not checked: its TPM is not reachable here)")
+        case .missing(let index):
+            notes.append(
+                "its rollback counter 0x\(String(index, radix: 16)) is gone from the TPM: the store will not open")
+            verdict = .problem
+            remedy =
+                "if the TPM was cleared: tpm-keychain recover; otherwise tpm-keychain accept-rollback-risk --confirm \(SecurityFormat.quoted(path)) (docs/SECURITY.md, \"Rollback and deletion\")"
+        }
         if location.hasRecoveryKey {
             notes.append("a recovery key exists")
         } else {
@@ -251,6 +267,34 @@ struct ReadinessChecks {
                 ?? "tpm-keychain add-recovery-key --keychain \(SecurityFormat.quoted(path)), and keep the key off the machine"
         }
         return Finding(check: check, verdict: verdict, summary: notes.joined(separator: "; "), remedy: remedy)
+    }
+
+    enum CounterState {
+        case none
+        case present(UInt32)
+        case missing(UInt32)
+        case notChecked(UInt32)
+    }
+
+    /// Whether the store's rollback counter is defined on the TPM the store uses, when that TPM
+    /// can be reached without starting a simulator (a read of the index's public area only).
+    func counterState(of location: KeychainLocation) -> CounterState {
+        guard let index = location.recordedRollbackCounterIndex else { return .none }
+        let tcti: String
+        if let chosen = TPMConfiguration.environmentTCTI {
+            tcti = chosen
+        } else if location.recordedTPMIsSimulated == false, TPMConfiguration.hardwareTPMIsUsable {
+            tcti = TPMConfiguration.defaultTCTI
+        } else {
+            return .notChecked(index)
+        }
+        do {
+            let connection = try TPMConnection(TPMConfiguration(tcti: tcti))
+            defer { connection.close() }
+            return try connection.nvIndexAttributes(index) == nil ? .missing(index) : .present(index)
+        } catch {
+            return .notChecked(index)
+        }
     }
 
     // MARK: Authenticators
