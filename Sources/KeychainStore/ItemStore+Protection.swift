@@ -277,6 +277,28 @@ extension ItemStore {
         )
     }
 
+    /// Whether a biometryCurrentSet record can no longer open because the enrollment changed since
+    /// it was made: asked before anyone is asked to match, so that nobody authenticates for an
+    /// item the TPM will refuse (as iOS does not prompt for one). Only when the device's state
+    /// file says the enrollment is not the one it last noted (no TPM command otherwise) is the
+    /// change noted (the enrollment counter moves, as a match would make it move) and the
+    /// counter compared with the record's epoch.
+    package func enrollmentChangeInvalidates(
+        _ recordID: [UInt8], enrollmentIdentifier: [UInt8], device: Device
+    ) throws(KeychainError) -> Bool {
+        guard device.enrollmentLooksChanged(enrollmentIdentifier) else { return false }
+        let record = try keyRecord(recordID, try current())
+        guard try record.protection().biometry == .currentSet else { return false }
+        return try device.withConnection { (connection) throws(KeychainError) -> Bool in
+            try device.checkEnrollment(identifier: enrollmentIdentifier, connection)
+            guard let deviceState = try device.state(connection), deviceState.file.nvBase == record.nvBase else {
+                return false
+            }
+            let counter = DeviceIndices(base: record.nvBase).enrollmentCounter
+            return try device.counter(counter, deviceState, connection) != record.enrollmentEpoch
+        }
+    }
+
     /// Unseals the sealed protector. On a policy failure, the counters say why.
     private func openSealed(
         _ record: KeyRecord, _ protection: Protection, device: Device, _ deviceState: Device.State?,

@@ -378,9 +378,12 @@ import Testing
             case "remove": touch.unenroll("index")
             default: touch.reenroll()
             }
+            let attempts = touch.attempts
             await expectAsyncKeychainError(.itemInvalidated, "\(change)") {
                 _ = try await fixture.keychain.get("current", as: String.self, context: context)
             }
+            // Nobody is asked to match for an item that can never open again.
+            #expect(touch.attempts == attempts, "\(change)")
             // Kept: a second read reports it again (a reader never deletes).
             await expectAsyncKeychainError(.itemInvalidated, "\(change)") {
                 _ = try await fixture.keychain.get("current", as: String.self, context: context)

@@ -118,6 +118,19 @@ extension Device {
         _ = try noteEnrollment(identifier: identifier, &state, directory, connection)
     }
 
+    /// Whether `identifier` is not the enrollment the device last noted, by its state file read
+    /// without the TPM and without authentication: a hint only, so that nobody is asked to match
+    /// for an item the TPM will refuse. A wrong hint costs a TPM check, or a match that the TPM
+    /// then refuses, never access.
+    func enrollmentLooksChanged(_ identifier: [UInt8]) -> Bool {
+        guard let directory = try? Directory.open(directoryPath, in: nil, create: false),
+            let file = try? directory.openFile(DeviceFile.fileName), file.size <= 16384,
+            let bytes = try? file.read(count: file.size, at: 0),
+            let parsed = try? DeviceFile.parse(bytes, path: file.path)
+        else { return false }
+        return parsed.file.enrollmentRecorded && parsed.file.enrollmentHash != Self.enrollmentHash(identifier)
+    }
+
     private static func enrollmentHash(_ identifier: [UInt8]?) -> [UInt8] {
         identifier.map { Array(SHA256.hash(data: $0)) } ?? [UInt8](repeating: 0, count: 32)
     }

@@ -36,6 +36,7 @@ extension AuthenticationContext {
         }
         var proof: ItemStore.BiometryProof?
         var passcode: SecretBytes?
+        var invalidatedByEnrollment = false
         if needs.biometry != nil {
             proof = try await mapAuthentication { () async throws(AuthenticationError) -> ItemStore.BiometryProof? in
                 guard let authenticator else {
@@ -54,6 +55,16 @@ extension AuthenticationContext {
                     if needs.passcode && needs.eitherSuffices { return nil }
                     throw AuthenticationError(.biometryNotEnrolled, "The item needs biometry and nothing is enrolled")
                 }
+                // An item the enrollment change has invalidated is not worth a match.
+                if needs.biometry == .currentSet,
+                    (try? Devices.with(location) { (device) throws(KeychainError) in
+                        try store.enrollmentChangeInvalidates(
+                            protection.recordID, enrollmentIdentifier: enrolled.identifier, device: device)
+                    }) == true
+                {
+                    invalidatedByEnrollment = true
+                    return nil
+                }
                 do throws(AuthenticationError) {
                     return ItemStore.BiometryProof(
                         enrollmentIdentifier: try await biometricMatch(
@@ -63,6 +74,12 @@ extension AuthenticationContext {
                     return nil
                 }
             }
+        }
+        if invalidatedByEnrollment && !(needs.passcode && needs.eitherSuffices) {
+            throw KeychainError(
+                .itemInvalidated,
+                "The biometric enrollment changed since the item was added, so it can never be read again (as on iOS); nobody was asked to match"
+            )
         }
         if needs.passcode && (proof == nil || needs.needsBothProtectors) {
             passcode = try await mapAuthentication { () async throws(AuthenticationError) in

@@ -2,7 +2,12 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The CLI at work on this machine's TPM (or a simulated one, said out loud): a short transcript
 /// of the `security`-style verbs on a demo store, each step timed.
@@ -13,6 +18,9 @@ struct Demo: ParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp("The demo store's directory.", valueName: "dir"), completion: .directory)
     var keychain: String = KeychainLocation.dataDirectory + "/demo"
+
+    @Flag(help: "Use the simulated Face ID even when a fingerprint reader with your fingers is there.")
+    var simulatedBiometry = false
 
     static let service = "com.example.tpm-keychain.demo"
     static let account = "alice"
@@ -72,7 +80,11 @@ struct Demo: ParsableCommand {
             ) {
                 try $0.perform(in: session, output: $1)
             }
-            try biometry(session, store: store)
+            if let reader = realReader() {
+                try fingerprint(session, store: store, reader: reader)
+            } else {
+                try biometry(session, store: store)
+            }
 
             Keychain.closeStore(session.location)
             _ = try measured(&elapsed) { try Keychain.allItems(in: session.location) }
@@ -134,6 +146,64 @@ struct Demo: ParsableCommand {
         print("$ tpm-keychain purge-invalidated --keychain \"$STORE\"")
         let purge = try session.location.purgeInvalidatedItems()
         print("purged: \(purge.items) item and \(purge.keyRecords) key record")
+    }
+
+    /// fprintd with a reader and this user's fingers, when a person is at the terminal to touch
+    /// it (and the simulated face was not asked for); nil otherwise, saying why.
+    private func realReader() -> FprintdAuthenticator? {
+        guard !simulatedBiometry else { return nil }
+        guard isatty(STDIN_FILENO) == 1 else {
+            print("\n(biometry: SIMULATED Face ID; nobody at a terminal to touch a fingerprint reader)")
+            return nil
+        }
+        let reader = FprintdAuthenticator(timeout: .seconds(20))
+        do {
+            guard try waitFor({ try await reader.enrollment() }) != nil else {
+                print("\n(biometry: SIMULATED Face ID; fprintd has a reader, but none of your fingers is enrolled)")
+                return nil
+            }
+            return reader
+        } catch {
+            let reason = (error as? AuthenticationError)?.message ?? "\(error)"
+            print("\n(biometry: SIMULATED Face ID; no fingerprint reader through fprintd: \(reason))")
+            return nil
+        }
+    }
+
+    /// A biometryCurrentSet item read with the person's own finger on the machine's reader,
+    /// through fprintd; the enrollment is theirs, so the demo does not change it.
+    private func fingerprint(_ session: StoreSession, store: [String], reader: FprintdAuthenticator) throws {
+        let context = AuthenticationContext(
+            authenticator: reader, passcode: nil, applicationIdentifier: "tpm-keychain demo", location: session.location
+        )
+        context.localizedReason = "show the demo item"
+        let account = "fingerprint-protected"
+        _ = try? Keychain(service: Self.service, location: session.location).remove(account)
+        let device = KeychainDevice(location: session.location)
+        print(
+            "\n# Access control: an item bound to your enrolled fingerprints (this machine's REAL reader, through fprintd)"
+        )
+        try step(
+            AddGenericPassword.self, ["add-generic-password"], store,
+            [
+                "-s", Self.service, "-a", account, "--access-control", "biometryCurrentSet", "--accessible",
+                "whenUnlockedThisDeviceOnly", "-w", Self.password,
+            ]
+        ) { command, output in
+            try command.perform(in: session, value: .text(Self.password), context: context)
+            output(
+                "(added; its key record is sealed under PolicyNV(enrollment counter = \(try device.status().enrollmentCounter ?? 0)))"
+            )
+        }
+        print("# Touch the fingerprint reader now (20 s)")
+        try step(FindGenericPassword.self, ["find-generic-password"], store, ["-s", Self.service, "-a", account, "-w"])
+        { command, output in
+            try command.perform(in: session, context: context) { output($0 + "    (after your finger matched)") }
+        }
+        print(
+            "# Enrolling another finger (fprintd-enroll) would invalidate this item for good; the demo leaves your enrollment alone"
+        )
+        _ = try Keychain(service: Self.service, location: session.location).remove(account)
     }
 
     private func describeTPM(_ selection: StoreTPM) throws {
