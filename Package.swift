@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
         .executable(name: "git-credential-tpm-keychain", targets: ["git-credential-tpm-keychain"]),
+        .executable(name: "tpm-keychain-enrollment", targets: ["tpm-keychain-enrollment"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -170,6 +171,13 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // The enrollment helper: run by root, tells each user a keyed hash of their own
+        // fingerprint files (fprintd's store), so re-enrolling a finger is seen. Nothing but crypto.
+        .executableTarget(
+            name: "tpm-keychain-enrollment",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
         // git's credential helper (get, store, erase) over the store: internet-password items, no ArgumentParser.
         .executableTarget(
             name: "git-credential-tpm-keychain",
@@ -266,7 +274,7 @@ let package = Package(
         .testTarget(
             name: "FprintdTests",
             dependencies: [
-                "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls",
+                "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls", "tpm-keychain-enrollment",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -1,7 +1,12 @@
 import DBus
 import Dispatch
+import Foundation
 import SystemCalls
 public import TPMKeychain
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A fingerprint reader through fprintd, the system D-Bus service `net.reactivated.Fprint`: Linux's
 /// Touch ID.
@@ -30,8 +35,10 @@ public import TPMKeychain
 ///   again under the same name, which is how a person would add someone else's print. Being a
 ///   hash of names, it also comes back: remove a finger and enroll it again, and the earlier
 ///   identifier returns. Apple's `biometryCurrentSet` sees both changes; this authenticator
-///   cannot. Where it matters, pair `biometryCurrentSet` with a passcode, or have a root helper
-///   hash the print files.
+///   cannot, unless the enrollment helper is installed (`tpm-keychain-enrollment`, a root
+///   service that tells each user a keyed hash of their own print files): the identifier then
+///   covers the prints too, and a device that noted the names alone adopts it without
+///   invalidating anything.
 public final class FprintdAuthenticator: Authenticator {
     /// Always `.touchID`: a fingerprint reader.
     public let biometryType: BiometryType = .touchID
@@ -39,6 +46,9 @@ public final class FprintdAuthenticator: Authenticator {
     public let busAddress: String?
     /// How long ``verify(reason:)`` waits for a finger before it gives up.
     public let timeout: Duration
+    /// The enrollment helper's socket (`tpm-keychain-enrollment`, run by root), asked for a hash
+    /// of this user's print files when it is there.
+    public let enrollmentHelperSocket: String
 
     private let verifications = DispatchQueue(label: "TPMKeychainFprintd.FprintdAuthenticator.verify")
     private let queries = DispatchQueue(label: "TPMKeychainFprintd.FprintdAuthenticator.enrollment")
@@ -49,9 +59,20 @@ public final class FprintdAuthenticator: Authenticator {
     ///     tests; nil for the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set, else
     ///     /run/dbus/system_bus_socket).
     ///   - timeout: how long a verification waits for a finger (pam_fprintd's default: 30 s).
-    public init(busAddress: String? = nil, timeout: Duration = .seconds(30)) {
+    ///   - enrollmentHelperSocket: where the enrollment helper listens; nil for
+    ///     `TPM_KEYCHAIN_ENROLLMENT_HELPER` when set, else /run/tpm-keychain-enrollment.sock.
+    public init(busAddress: String? = nil, timeout: Duration = .seconds(30), enrollmentHelperSocket: String? = nil) {
         self.busAddress = busAddress
         self.timeout = timeout
+        self.enrollmentHelperSocket =
+            enrollmentHelperSocket ?? ProcessInfo.processInfo.environment[EnrollmentHelperClient.socketVariable]
+            ?? EnrollmentHelperClient.defaultSocket
+    }
+
+    /// Whether the enrollment helper is installed (its socket is there), so that a finger enrolled
+    /// again under the same name is seen as an enrollment change.
+    public var enrollmentHelperIsInstalled: Bool {
+        access(enrollmentHelperSocket, F_OK) == 0
     }
 
     /// The default reader's enrolled fingers for the calling user, as an opaque identifier.
@@ -63,7 +84,9 @@ public final class FprintdAuthenticator: Authenticator {
     /// - Important: The identifier changes when a finger is added or removed, not when a finger is
     ///   enrolled again under the same name (see the type's documentation).
     public func enrollment() async throws(AuthenticationError) -> Enrollment? {
-        let client = FprintdClient(busAddress: busAddress, methodCallTimeout: Self.methodCallTimeout(timeout))
+        let client = FprintdClient(
+            busAddress: busAddress, methodCallTimeout: Self.methodCallTimeout(timeout),
+            helperSocket: enrollmentHelperSocket)
         return try await Self.run(on: queries) { () throws(AuthenticationError) in try client.enrollment() }
     }
 

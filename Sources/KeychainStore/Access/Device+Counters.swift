@@ -144,7 +144,11 @@ extension Device {
         let value = try ensureCounter(counterIndex, state, connection)
         if state.file.enrollmentRecorded && state.file.enrollmentHash == hash { return value }
         var epoch = value
-        if state.file.enrollmentRecorded {
+        // The same enrollment, identified better now (EnrollmentIdentifier): adopted, not a change.
+        let refinement = identifier.flatMap(EnrollmentIdentifier.superseded).map {
+            state.file.enrollmentHash == Self.enrollmentHash($0)
+        }
+        if state.file.enrollmentRecorded, refinement != true {
             try tpmCall { try connection.incrementNVCounter(counterIndex, authValue: state.nvAuthorization) }
             epoch = try counter(counterIndex, state, connection) ?? value + 1
         }

@@ -27,6 +27,15 @@ public struct Enrollment: Sendable, Hashable {
         self.biometryType = biometryType
         self.identifier = identifier
     }
+
+    /// An enrollment identified better than before, by an authenticator that could identify it
+    /// only by `superseded` until now (fprintd's finger names, before the enrollment helper): a
+    /// device that last noted `superseded` adopts `identifier` without treating it as a change, so
+    /// no biometryCurrentSet item is invalidated by the better identifier alone.
+    public init(biometryType: BiometryType, identifier: [UInt8], superseding superseded: [UInt8]) {
+        self.biometryType = biometryType
+        self.identifier = EnrollmentIdentifier.encode(identifier, superseding: superseded)
+    }
 }
 
 /// A way to tell that the device's owner is present: a fingerprint reader (fprintd), a simulated

@@ -29,6 +29,8 @@ enum Fprintd {
     /// The domain tag hashed ahead of the device and finger names, so this identifier cannot be
     /// mistaken for any other hash of the same strings.
     static let enrollmentTag = "TPMKeychainFprintd.enrollment.v1"
+    /// The tag ahead of the device, the finger names and the enrollment helper's print hash.
+    static let printsTag = "TPMKeychainFprintd.enrollment.prints.v1"
 }
 
 /// A verification's cancellation flag plus the wake-up that interrupts its wait.
@@ -50,6 +52,8 @@ final class VerificationCancellation: Sendable {
 struct FprintdClient {
     let busAddress: String?
     let methodCallTimeout: Duration
+    /// The enrollment helper's socket.
+    var helperSocket = EnrollmentHelperClient.defaultSocket
 
     /// GetDefaultDevice, then ListEnrolledFingers("") (the caller's own prints).
     func enrollment() throws(AuthenticationError) -> Enrollment? {
@@ -67,7 +71,32 @@ struct FprintdClient {
             throw AuthenticationError(error)
         }
         guard !fingers.isEmpty else { return nil }
-        return Enrollment(biometryType: .touchID, identifier: Self.identifier(device: device, fingers: fingers))
+        let names = Self.identifier(device: device, fingers: fingers)
+        switch try EnrollmentHelperClient(socketPath: helperSocket).ask() {
+        case .notInstalled:
+            return Enrollment(biometryType: .touchID, identifier: names)
+        case .noPrints:
+            // fprintd lists fingers whose files the helper does not find: another state directory.
+            throw AuthenticationError(
+                .biometryNotAvailable,
+                "fprintd lists enrolled fingers, but the enrollment helper finds no print of this user (is fprintd's state directory the helper's --prints?)"
+            )
+        case .prints(let prints):
+            return Enrollment(
+                biometryType: .touchID, identifier: Self.identifier(device: device, fingers: fingers, prints: prints),
+                superseding: names)
+        }
+    }
+
+    /// As ``identifier(device:fingers:)``, with the enrollment helper's hash of the print files
+    /// after the names: it changes when a finger is enrolled again, even under the same name.
+    static func identifier(device: String, fingers: [String], prints: [UInt8]) -> [UInt8] {
+        var hash = SHA256()
+        for field in [Fprintd.printsTag, device] + fingers.sorted() {
+            hash.update(data: Array(field.utf8) + [0])
+        }
+        hash.update(data: prints)
+        return Array(hash.finalize())
     }
 
     /// SHA-256 over the tag, the device's object path and the sorted finger names, each ended by

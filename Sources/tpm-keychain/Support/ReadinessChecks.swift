@@ -331,11 +331,19 @@ struct ReadinessChecks {
     }
 
     func enrollmentHelper() -> Finding {
-        Finding(
+        let reader = FprintdAuthenticator()
+        if reader.enrollmentHelperIsInstalled {
+            return Finding(
+                check: "enrollment helper", verdict: .ok,
+                summary:
+                    "installed (\(reader.enrollmentHelperSocket)): a finger enrolled again, even under the same name, invalidates biometryCurrentSet items"
+            )
+        }
+        return Finding(
             check: "enrollment helper", verdict: .warning,
             summary:
-                "not available: the enrollment is known by finger names, so a finger deleted and enrolled again under the same name does not invalidate biometryCurrentSet items (docs/SECURITY.md)"
-        )
+                "not installed: the enrollment is known by finger names, so a finger deleted and enrolled again under the same name does not invalidate biometryCurrentSet items",
+            remedy: "sudo Scripts/install-enrollment-helper.sh (docs/SECURITY.md, \"The enrollment helper\")")
     }
 
     func loginHook() -> Finding {
