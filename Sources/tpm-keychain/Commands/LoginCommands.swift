@@ -1,0 +1,216 @@
+import ArgumentParser
+import Foundation
+import TPM
+import TPMKeychain
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `login-unlock on|off|status`: whether logging in unlocks this user's keychain (`pam-hook`).
+struct LoginUnlock: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "login-unlock",
+        abstract: "Turn on or off unlocking the keychain with your login password (needs the PAM hook; README).",
+        discussion: """
+            Turn it on only when your keychain passcode is your login password: each login then \
+            unlocks the keychain with it, and closing your last session locks it. A login password \
+            that does not open the keychain counts one failure toward the TPM's lockout, once: the \
+            hook then turns this setting off and says so in `status`.
+            """)
+
+    enum Setting: String, ExpressibleByArgument, CaseIterable {
+        case on, off, status
+    }
+
+    @Argument(help: "on, off or status.")
+    var setting: Setting = .status
+
+    func run() throws {
+        let marker = LoginUnlockMarker.path
+        switch setting {
+        case .on:
+            try LoginUnlockMarker.write("on\n")
+            print("login unlock: on (\(marker))")
+        case .off:
+            unlink(marker)
+            print("login unlock: off")
+        case .status:
+            switch LoginUnlockMarker.read() {
+            case "on"?: print("login unlock: on")
+            case let reason?:
+                print("login unlock: off (the hook turned it off: \(reason))")
+            case nil: print("login unlock: off")
+            }
+        }
+    }
+}
+
+/// The per-user setting: `$XDG_CONFIG_HOME/tpm-keychain/unlock-at-login` (else `~/.config/...`),
+/// "on", or why the hook turned it off. Only this user's own regular file counts.
+enum LoginUnlockMarker {
+    static var directory: String {
+        let environment = ProcessInfo.processInfo.environment
+        let config =
+            environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.config"
+        return config + "/tpm-keychain"
+    }
+
+    static var path: String { directory + "/unlock-at-login" }
+
+    /// The first line of the marker; nil when there is none (or it is not this user's file).
+    static func read() -> String? {
+        var status = stat()
+        guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG, status.st_uid == geteuid(),
+            status.st_size < 4096, let text = try? String(contentsOfFile: path, encoding: .utf8)
+        else { return nil }
+        return text.split(separator: "\n").first.map(String.init)
+    }
+
+    static func write(_ text: String) throws {
+        for path in [(directory as NSString).deletingLastPathComponent, directory] {
+            if mkdir(path, 0o700) != 0 && errno != EEXIST {
+                throw CommandFailure(ExitStatus.ioError, "cannot make \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        let temporary = path + ".new"
+        unlink(temporary)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw CommandFailure(ExitStatus.ioError, "cannot write \(temporary): \(String(cString: strerror(errno)))")
+        }
+        let bytes = Array(text.utf8)
+        let written = Glibc.write(descriptor, bytes, bytes.count)
+        close(descriptor)
+        guard written == bytes.count, rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw CommandFailure(ExitStatus.ioError, "cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}
+
+/// `pam-hook`: run by pam_exec at login. With `expose_authtok` in the auth stack it unlocks the
+/// user's keychain with the login password, when the user turned `login-unlock` on; at
+/// close_session of the user's last session it locks it. It never fails a login: every outcome
+/// exits 0, and pam_exec's line is `optional`.
+///
+/// pam_exec runs it as root (for login, sshd, GDM) or as the user (a screen locker): as root it
+/// first becomes the user PAM_USER names, for good, before it reads any of that user's files.
+/// The password arrives on standard input and is held as SecretBytes only, never written.
+struct PAMHook: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pam-hook",
+        abstract: "Unlock the keychain at login and lock it at logout (run by pam_exec; see README).",
+        discussion: """
+            /etc/pam.d/<service>:
+              auth     optional  pam_exec.so expose_authtok quiet /usr/local/bin/tpm-keychain pam-hook
+              session  optional  pam_exec.so quiet /usr/local/bin/tpm-keychain pam-hook
+            Each user opts in with `tpm-keychain login-unlock on`.
+            """)
+
+    func run() throws {
+        let environment = ProcessInfo.processInfo.environment
+        guard let type = environment["PAM_TYPE"], let user = environment["PAM_USER"], !user.isEmpty else {
+            printError("tpm-keychain pam-hook: not run by pam_exec (PAM_TYPE and PAM_USER are not set)")
+            throw ExitCode(ExitStatus.usage)
+        }
+        guard ["auth", "close_session"].contains(type) else { return }
+        // Read what pam_exec wrote before anything else: it waits for us to take it.
+        let token = type == "auth" ? Self.readToken() : nil
+        guard Self.become(user) else { return }
+        guard LoginUnlockMarker.read() == "on" else { return }
+        let path = KeychainLocation.default.path
+        do {
+            // The device (passcode, lock state) is the user's on this TPM, with or without a
+            // store; a store with a simulated TPM of its own says which TPM that is.
+            let act = { (location: KeychainLocation) throws in
+                let device = KeychainDevice(location: location)
+                if type == "auth" {
+                    guard let token, token.count > 0, try device.status().passcodeIsSet else { return }
+                    try device.unlock(passcode: token)
+                } else if Self.isLastSession(of: user) {
+                    try device.lock()
+                }
+            }
+            if (try? KeychainLocation(path: path).storeExists) == true {
+                try StoreSession.withExisting(path) { try act($0.location) }
+            } else {
+                try act(try KeychainLocation(path: path))
+            }
+        } catch let error as KeychainError where error.code == .authenticationFailed {
+            // Not the keychain passcode: stop spending the TPM's lockout tries at every login.
+            try? LoginUnlockMarker.write(
+                "the login password did not open the keychain on \(Date()); make them the same (change-passcode), then login-unlock on\n"
+            )
+        } catch {
+            // A login is never refused for the keychain's sake; the next unlock-keychain says why.
+        }
+    }
+
+    /// The authentication token pam_exec writes (followed by a NUL), at most 4 KiB.
+    static func readToken() -> SecretBytes? {
+        var count = 0
+        let buffer = SecretBytes(count: 4097) { raw in
+            while count < raw.count {
+                let read = Glibc.read(STDIN_FILENO, raw.baseAddress! + count, raw.count - count)
+                if read < 0, errno == EINTR { continue }
+                guard read > 0 else { break }
+                count += read
+            }
+        }
+        guard count < buffer.count else { return nil }
+        return buffer.withUnsafeBytes { bytes in
+            let length = bytes[0..<count].firstIndex(of: 0).map { $0 - bytes.startIndex } ?? count
+            return SecretBytes(copying: UnsafeRawBufferPointer(rebasing: bytes[0..<length]))
+        }
+    }
+
+    /// As root, becomes `user` for good (groups, gid, uid) with that user's home and default
+    /// directories; as anyone else, goes on only when already that user.
+    static func become(_ user: String) -> Bool {
+        guard let entry = getpwnam(user) else { return false }
+        let uid = entry.pointee.pw_uid
+        let gid = entry.pointee.pw_gid
+        let home = String(cString: entry.pointee.pw_dir)
+        if geteuid() == 0 && uid != 0 {
+            guard initgroups(user, gid) == 0, setgid(gid) == 0, setuid(uid) == 0 else { return false }
+            // setuid from root is for good: getting root back must fail.
+            guard getuid() == uid, geteuid() == uid, setuid(0) != 0 else { return false }
+        } else if geteuid() != uid {
+            return false
+        }
+        setenv("HOME", home, 1)
+        setenv("USER", user, 1)
+        setenv("LOGNAME", user, 1)
+        for variable in ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"] {
+            unsetenv(variable)
+        }
+        var status = stat()
+        let runtime = "/run/user/\(uid)"
+        if stat(runtime, &status) == 0, status.st_uid == uid {
+            setenv("XDG_RUNTIME_DIR", runtime, 1)
+        } else {
+            unsetenv("XDG_RUNTIME_DIR")
+        }
+        return true
+    }
+
+    /// Whether the session closing is the user's last (logind lists it until it is gone); true
+    /// when logind cannot say.
+    static func isLastSession(of user: String) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/loginctl")
+        process.arguments = ["show-user", user, "--property=Sessions", "--value"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return true }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { return true }
+        let sessions = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)
+        return sessions.count <= 1
+    }
+}
