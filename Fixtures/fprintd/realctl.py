@@ -3,6 +3,7 @@
 for FprintdTests' RealFprintd.
 
     realctl.py ADDRESS allow-polkit SECONDS     waits for python-dbusmock's polkitd and allows every action
+    realctl.py ADDRESS deny-polkit              makes the polkitd mock refuse every action
     realctl.py ADDRESS wait SECONDS             until fprintd answers GetDefaultDevice
     realctl.py ADDRESS enroll SOCKET FINGER ID  claims the reader, enrolls FINGER by touching it with the
                                                 virtual finger ID until enroll-completed, releases it
@@ -70,6 +71,11 @@ def main():
         until(lambda: bus.name_has_owner('org.freedesktop.PolicyKit1'), 'the polkitd mock', arguments[0])
         authority = bus.get_object('org.freedesktop.PolicyKit1', '/org/freedesktop/PolicyKit1/Authority')
         authority.AllowUnknown(True, dbus_interface='org.freedesktop.DBus.Mock')
+        return
+    if command == 'deny-polkit':
+        authority = bus.get_object('org.freedesktop.PolicyKit1', '/org/freedesktop/PolicyKit1/Authority')
+        authority.AllowUnknown(False, dbus_interface='org.freedesktop.DBus.Mock')
+        authority.SetAllowed(dbus.Array([], signature='s'), dbus_interface='org.freedesktop.DBus.Mock')
         return
     if command == 'wait':
         until(lambda: bus.name_has_owner(NAME) and device(bus), 'fprintd and its reader', arguments[0])

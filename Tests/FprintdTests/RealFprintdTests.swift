@@ -1,4 +1,5 @@
 import Foundation
+import LocalAuthenticationCompat
 import TPMKeychain
 import TPMKeychainFprintd
 import TPMKeychainTesting
@@ -44,6 +45,40 @@ struct RealFprintdTests {
             let unplugged = startVerification(authenticator)
             try await real.unplugWhileVerifying()
             #expect(await unplugged.value?.code == .biometryNotAvailable)
+        } catch {
+            Issue.record("\(error)\n\(real.logs())")
+        }
+    }
+
+    @Test(
+        "LAContext over the real fprintd: Touch ID, a policy evaluated with the enrolled finger, a domain state that changes with the enrolled set; polkit refusing makes biometry unavailable"
+    )
+    func laContextAndPolkit() async throws {
+        let real = try await RealFprintd.start()
+        defer { real.stop() }
+        do {
+            try await real.enroll("right-index-finger", identity: "alice")
+            let reader = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(30))
+            let context = LAContext(AuthenticationContext(authenticator: reader))
+            var error: NSError?
+            #expect(context.canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, error: &error), "\(String(describing: error))")
+            #expect(context.biometryType == .touchID)
+            let state = context.evaluatedPolicyDomainState
+            let evaluation = Task {
+                try await context.evaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, localizedReason: "sign in")
+            }
+            try await real.touch("alice")
+            #expect(try await evaluation.value)
+
+            try await real.enroll("left-thumb", identity: "alice-thumb")
+            let later = LAContext(AuthenticationContext(authenticator: reader))
+            #expect(later.canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, error: nil))
+            #expect(later.evaluatedPolicyDomainState != state)
+
+            try await real.denyPolkit()
+            await expectAuthenticationError(.biometryNotAvailable) { () throws(AuthenticationError) in
+                _ = try await reader.enrollment()
+            }
         } catch {
             Issue.record("\(error)\n\(real.logs())")
         }

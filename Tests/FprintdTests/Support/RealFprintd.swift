@@ -78,6 +78,11 @@ final class RealFprintd: @unchecked Sendable {
         try await run(["enroll", readerSocket, finger, identity])
     }
 
+    /// Makes polkit refuse every action from now on, as a session that is not active would.
+    func denyPolkit() async throws {
+        try await run(["deny-polkit"])
+    }
+
     /// Deletes this user's prints.
     func deletePrints() async throws {
         try await run(["delete"])
