@@ -275,7 +275,7 @@ let package = Package(
             name: "FprintdTests",
             dependencies: [
                 "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls", "tpm-keychain-enrollment",
-                "LocalAuthenticationCompat",
+                "LocalAuthenticationCompat", "TPM",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -23,7 +23,8 @@ struct TPMKeychainCommand: ParsableCommand {
             CreateKeychain.self, DeleteKeychain.self, ListKeychains.self, RotateKeys.self, PurgeInvalidated.self,
             AddRecoveryKey.self, Recover.self, AcceptRollbackRisk.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, LockKeychain.self, UnlockKeychain.self,
-            TPMStatus.self, ResetLockout.self, Doctor.self, LoginUnlock.self, PAMHook.self, KeyCommand.self,
+            TPMStatus.self, ResetLockout.self, Doctor.self, LoginUnlock.self, PAMHook.self, FollowScreenLock.self,
+            KeyCommand.self,
             SecretServiceCommand.self, Demo.self,
         ])
 

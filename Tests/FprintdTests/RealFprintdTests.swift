@@ -61,7 +61,9 @@ struct RealFprintdTests {
             let reader = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(30))
             let context = LAContext(AuthenticationContext(authenticator: reader))
             var error: NSError?
-            #expect(context.canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, error: &error), "\(String(describing: error))")
+            #expect(
+                context.canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, error: &error),
+                "\(String(describing: error))")
             #expect(context.biometryType == .touchID)
             let state = context.evaluatedPolicyDomainState
             let evaluation = Task {

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TPM
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
 
 #if canImport(Glibc)
@@ -212,5 +213,51 @@ struct PAMHook: ParsableCommand {
         guard process.terminationStatus == 0 else { return true }
         let sessions = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)
         return sessions.count <= 1
+    }
+}
+
+/// `follow-screen-lock`: locks the keychain whenever the login session's screen locks, until the
+/// session ends. Run it as a systemd user service (README).
+struct FollowScreenLock: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "follow-screen-lock",
+        abstract: "Lock the keychain each time the screen locks (logind's LockedHint), until the session ends.",
+        discussion: """
+            Unlocking takes the passcode: the screen locker's PAM stack with `tpm-keychain \
+            pam-hook`, or unlock-keychain. Exits 0 when the session ends.
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    func run() throws {
+        try reportingErrors {
+            let sessionLock: LogindSessionLock
+            do {
+                sessionLock = try LogindSessionLock()
+            } catch {
+                throw CommandFailure(ExitStatus.unavailable, "cannot follow the session's screen lock: \(error)")
+            }
+            defer { sessionLock.stop() }
+            let path = store.path
+            let reason = ScreenLockFollower.run(
+                sessionLock: sessionLock,
+                lockKeychain: { try Self.lockDevice(path) },
+                onLock: { result in
+                    if case .failure(let error) = result {
+                        printError("tpm-keychain follow-screen-lock: the keychain could not be locked: \(error)")
+                    }
+                })
+            printError("tpm-keychain follow-screen-lock: stopped: \(reason.map { "\($0)" } ?? "asked to")")
+        }
+    }
+
+    /// Locks the user's device; a session only for the moment (a store's own simulated TPM is
+    /// not held between locks).
+    static func lockDevice(_ path: String) throws {
+        if (try? KeychainLocation(path: path).storeExists) == true {
+            try StoreSession.withExisting(path) { try KeychainDevice(location: $0.location).lock() }
+        } else {
+            try KeychainDevice(location: try KeychainLocation(path: path)).lock()
+        }
     }
 }
