@@ -355,14 +355,30 @@ struct ReadinessChecks {
                 !line.trimmingCharacters(in: .whitespaces).hasPrefix("#") && line.contains("tpm-keychain")
             }
         }
+        let setting = LoginUnlockMarker.read()
         if hooked.isEmpty {
             return Finding(
-                check: "login", verdict: .info,
-                summary: "no PAM service runs tpm-keychain: logging in does not unlock the keychain")
+                check: "login", verdict: setting == "on" ? .warning : .info,
+                summary: "no PAM service runs tpm-keychain: logging in does not unlock the keychain"
+                    + (setting == "on" ? ", although login-unlock is on for you" : ""),
+                remedy: setting == "on" ? "add the pam-hook lines (README, \"Unlock with your login\")" : nil)
         }
-        return Finding(
-            check: "login", verdict: .ok,
-            summary: "PAM runs tpm-keychain in \(hooked.map { directory + "/" + $0 }.joined(separator: ", "))")
+        let services = hooked.map { directory + "/" + $0 }.joined(separator: ", ")
+        switch setting {
+        case "on"?:
+            return Finding(
+                check: "login", verdict: .ok, summary: "PAM runs tpm-keychain in \(services); login-unlock is on")
+        case let reason?:
+            return Finding(
+                check: "login", verdict: .warning,
+                summary: "PAM runs tpm-keychain in \(services), but the hook turned login-unlock off: \(reason)",
+                remedy: "make the keychain passcode your login password (change-passcode), then login-unlock on")
+        case nil:
+            return Finding(
+                check: "login", verdict: .info,
+                summary:
+                    "PAM runs tpm-keychain in \(services); login-unlock is off for you (tpm-keychain login-unlock on)")
+        }
     }
 
     static func executable(named name: String) -> String? {
