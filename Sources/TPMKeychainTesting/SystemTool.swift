@@ -1,5 +1,9 @@
 package import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Runs a system administration tool the project's own tests need (mount, useradd, ...) and
 /// requires it to succeed. Package-only: users' tests have their own.
 package enum SystemTool {
@@ -58,5 +62,26 @@ package enum SystemTool {
             )
         }
         return output
+    }
+
+    /// Copies the executable at `source` to `path` (mode 0755), for other users to run: the
+    /// build directory may be private to root. Written through a close-on-exec descriptor:
+    /// through an inheritable one, a child another test forks meanwhile would hold the file open
+    /// for writing, and running the copy would fail with ETXTBSY.
+    package static func copyExecutable(_ source: String, to path: String) throws {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: source))
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
+        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { close(descriptor) }
+        var written = 0
+        try bytes.withUnsafeBytes { raw in
+            while written < raw.count {
+                let count = write(descriptor, raw.baseAddress! + written, raw.count - written)
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                written += count
+            }
+        }
+        guard fchmod(descriptor, 0o755) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
     }
 }

@@ -153,7 +153,7 @@ final class EnrollmentHelper: @unchecked Sendable {
         chmod(directory, 0o755)
         let helper = EnrollmentHelper(directory: directory, prints: prints ?? directory + "/prints")
         try FileManager.default.createDirectory(atPath: helper.prints, withIntermediateDirectories: true)
-        try Self.copyExecutable(to: helper.publicCopy)
+        try SystemTool.copyExecutable(executable, to: helper.publicCopy)
         helper.pid = try FprintdMock.spawn(
             executable, ["listen", helper.socketPath, "--prints", helper.prints, "--key", helper.keyPath],
             environment: ["PATH=/usr/bin:/bin"], standardOutput: directory + "/helper.log")
@@ -164,25 +164,6 @@ final class EnrollmentHelper: @unchecked Sendable {
         }
         helper.stop()
         throw FprintdMockError(description: "the enrollment helper did not answer on \(helper.socketPath)")
-    }
-
-    /// Through a close-on-exec descriptor: a child that another test forks meanwhile would
-    /// otherwise inherit it open for writing, and running the copy would fail (ETXTBSY).
-    private static func copyExecutable(to path: String) throws {
-        let bytes = try Data(contentsOf: URL(fileURLWithPath: executable))
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
-        guard descriptor >= 0 else { throw FprintdMockError(description: "\(path): \(Errno.current)") }
-        defer { close(descriptor) }
-        var written = 0
-        try bytes.withUnsafeBytes { raw in
-            while written < raw.count {
-                let count = write(descriptor, raw.baseAddress! + written, raw.count - written)
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { throw FprintdMockError(description: "\(path): \(Errno.current)") }
-                written += count
-            }
-        }
-        fchmod(descriptor, 0o755)
     }
 
     private init(directory: String, prints: String) {

@@ -41,20 +41,7 @@ enum CLI {
     /// any child another test spawns meanwhile would hold the copy open for writing, and running
     /// it would fail with ETXTBSY ("Text file busy"), as it once did in CI.
     static func install(at path: String) throws {
-        let bytes = try Data(contentsOf: URL(fileURLWithPath: executable))
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
-        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        defer { close(descriptor) }
-        var written = 0
-        try bytes.withUnsafeBytes { raw in
-            while written < raw.count {
-                let count = write(descriptor, raw.baseAddress! + written, raw.count - written)
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-                written += count
-            }
-        }
-        guard fchmod(descriptor, 0o755) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        try SystemTool.copyExecutable(executable, to: path)
     }
 
     /// The most a single CLI run may take before the test gives up on it and kills it.

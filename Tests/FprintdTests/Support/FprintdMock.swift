@@ -62,13 +62,18 @@ final class FprintdMock: @unchecked Sendable {
 
     /// Kills the children by PID, reaps them, and removes the directory. Idempotent.
     func stop() {
-        for pid in children.reversed() {
+        Self.killAndReap(children.reversed())
+        children = []
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Kills each child by its PID (SIGKILL) and reaps it.
+    static func killAndReap(_ children: [pid_t]) {
+        for pid in children {
             kill(pid, SIGKILL)
             var status: Int32 = 0
             _ = try? retryingInterrupts { waitpid(pid, &status, 0) }
         }
-        children = []
-        try? FileManager.default.removeItem(atPath: directory)
     }
 
     // MARK: Driving the mock

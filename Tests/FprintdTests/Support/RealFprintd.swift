@@ -61,11 +61,7 @@ final class RealFprintd: @unchecked Sendable {
     deinit { stop() }
 
     func stop() {
-        for pid in children.reversed() {
-            kill(pid, SIGKILL)
-            var status: Int32 = 0
-            _ = try? retryingInterrupts { waitpid(pid, &status, 0) }
-        }
+        FprintdMock.killAndReap(children.reversed())
         children = []
         try? FileManager.default.removeItem(atPath: directory)
     }
