@@ -183,14 +183,24 @@ extension ItemStore {
             try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
             storeID: storeID, path: file.path)
         let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        // Derived, not cached: a listing would only churn the get path's cache of item keys.
-        let key = ItemFileV2.itemKey(
-            parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+        let salt = header.salt[...]
+        let cached = caches.withLock { $0.listed[salt] }
+        let key =
+            cached?.key
+            ?? ItemFileV2.itemKey(
+                parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
         let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: key, path: file.path)
+        let fileName = cached?.file ?? ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys)
         try Self.checkPlacement(
-            fileMatches: ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys) == name,
+            fileMatches: fileName == name,
             groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
             file.path, directory.path)
+        if cached == nil {
+            caches.withLock { caches in
+                if caches.listed.count >= Caches.listingLimit { caches.listed.removeAll(keepingCapacity: true) }
+                caches.listed[salt] = (key, fileName)
+            }
+        }
         guard
             try checkGeneration(
                 header.generation, file: name, group: group, path: file.path, in: state.layout.items,

@@ -145,12 +145,16 @@ extension ItemStore {
     func checkListed(
         groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false
     ) throws(KeychainError) {
+        // Compared by manifest key: no file name is formatted for the items that are there.
+        let seenKeys = Set(seen.compactMap(Manifest.ItemKey.init(fileName:)))
         func missing() -> [(String, String)] {
             rollback.withLock { state in
-                (state?.manifest.entries ?? [:]).filter { $0.value.live && groups.contains($0.value.group) }.map {
-                    ($0.key.fileName, $0.value.group)
+                var missing: [(String, String)] = []
+                for (key, entry) in state?.manifest.entries ?? [:]
+                where entry.live && !seenKeys.contains(key) && groups.contains(entry.group) {
+                    missing.append((key.fileName, entry.group))
                 }
-                .filter { !seen.contains($0.0) }
+                return missing
             }
         }
         for (file, group) in missing() {

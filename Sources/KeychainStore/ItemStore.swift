@@ -74,6 +74,13 @@ package final class ItemStore: Sendable {
         /// Group and file names by encoded primary key, for class-generic lookups (SecItem), as
         /// ``names`` is for the Keychain API's identities.
         var primaryNames: [[UInt8]: (group: String, file: String)] = [:]
+        /// What a listing derives for each write it reads, by the write's random salt: the item
+        /// key and the file name the decrypted primary key gives. A salt names one write, whose
+        /// attributes only its key opens, so a hit still opens and authenticates every file and
+        /// still catches a renamed one. Kept apart from ``itemKeys`` so that listings do not churn
+        /// the get path's cache, and large enough for a listing of ``listingLimit`` items.
+        var listed: [ArraySlice<UInt8>: (key: SymmetricKey, file: String)] = [:]
+        static let listingLimit = 16_384
     }
 
     /// An item's group directory and file name, and its identity as the secret's AAD encodes it,

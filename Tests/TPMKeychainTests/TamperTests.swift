@@ -42,6 +42,9 @@ import Testing
         let keychain = try store.keychain()
         try keychain.set("alice's", forKey: "alice")
         try keychain.set("bob's", forKey: "bob")
+        // Listed first: what a listing keeps for each write (its key and file name) must not
+        // vouch for a file that has since moved.
+        #expect(try keychain.allKeys().sorted() == ["alice", "bob"])
         let files = try store.itemFiles()
         #expect(files.count == 2)
         let (first, second) = (try bytes(of: files[0]), try bytes(of: files[1]))
@@ -56,6 +59,7 @@ import Testing
         let store = try TestStore()
         let keychain = try store.keychain()
         try keychain.set("alice's", forKey: "alice")
+        #expect(try keychain.allKeys() == ["alice"])
         let path = try #require(try store.itemFiles().first)
         let renamed = (path as NSString).deletingLastPathComponent + "/00000000000000000000000000000000.item"
         try FileManager.default.moveItem(atPath: path, toPath: renamed)
