@@ -24,12 +24,15 @@ struct StoreBenchmarks {
     var getsOnly = false
     /// Only the listing (item 3): `TPMBenchmarks store-list N`, for profiling.
     var listingOnly = false
+    /// Only the durable set (item 2): `TPMBenchmarks store-set N`, for profiling.
+    var setOnly = false
 
     func run() throws {
         let directory = try makeTemporaryDirectory("tpm-keychain-store-bench")
         defer { removeTree(directory) }
         print("\n== Item store; files in \(directory) (\(fileSystemType(directory)))")
         if listingOnly { return try listing(in: directory) }
+        if setOnly { return try durableSet(in: directory) }
         try gets(in: directory)
         if getsOnly { return }
         try durableSet(in: directory)
