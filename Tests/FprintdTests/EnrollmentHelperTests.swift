@@ -80,7 +80,8 @@ struct EnrollmentHelperTests {
                 context: AuthenticationContext(authenticator: namesOnly, location: location))
 
             // The helper installed: the same enrollment, identified by its prints too, is adopted.
-            let withHelper = FprintdAuthenticator(busAddress: real.address, enrollmentHelperSocket: helper.socketPath)
+            let withHelper = FprintdAuthenticator(
+                busAddress: real.address, timeout: .seconds(120), enrollmentHelperSocket: helper.socketPath)
             #expect(withHelper.enrollmentHelperIsInstalled)
             let context = AuthenticationContext(authenticator: withHelper, location: location)
             let read = Task { try await keychain.get("token", as: String.self, context: context) }
@@ -157,8 +158,9 @@ final class EnrollmentHelper: @unchecked Sendable {
         helper.pid = try FprintdMock.spawn(
             executable, ["listen", helper.socketPath, "--prints", helper.prints, "--key", helper.keyPath],
             environment: ["PATH=/usr/bin:/bin"], standardOutput: directory + "/helper.log")
-        // Ready once its socket answers.
-        for _ in 0..<1000 {
+        // Ready once its socket answers (the bound only limits a failure, on a loaded machine).
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
             if (try? helper.query(as: nil))?.hasPrefix("1 ") == true { return helper }
             usleep(10_000)
         }

@@ -16,7 +16,7 @@ struct RealFprintdTests {
         let real = try await RealFprintd.start()
         defer { real.stop() }
         do {
-            let authenticator = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(30))
+            let authenticator = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(120))
             #expect(try await authenticator.enrollment() == nil)
             try await real.enroll("right-index-finger", identity: "alice")
             let enrolled = try #require(try await authenticator.enrollment())
@@ -58,7 +58,7 @@ struct RealFprintdTests {
         defer { real.stop() }
         do {
             try await real.enroll("right-index-finger", identity: "alice")
-            let reader = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(30))
+            let reader = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(120))
             let context = LAContext(AuthenticationContext(authenticator: reader))
             var error: NSError?
             #expect(
@@ -101,7 +101,7 @@ struct RealFprintdTests {
             location.deviceDirectory = directory + "/device"
             let keychain = try Keychain(service: "com.example.real-fprintd", location: location)
             try await real.enroll("right-index-finger", identity: "alice")
-            let authenticator = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(30))
+            let authenticator = FprintdAuthenticator(busAddress: real.address, timeout: .seconds(120))
             let context = AuthenticationContext(authenticator: authenticator, location: location)
             try await keychain.set(
                 "s3cret", forKey: "token",

@@ -13,6 +13,10 @@ import Glibc
 final class RealFprintd: @unchecked Sendable {
     static let fprintd = "/usr/libexec/fprintd"
     static let control = FprintdMock.fixtures.appendingPathComponent("realctl.py")
+    /// How long a touch waits for the reader to need a finger, in seconds: a bound on failure
+    /// only (the touch goes as soon as the verification waits), generous because on a loaded
+    /// two-core machine the verifying task may wait long for a thread.
+    static let patience = "120"
 
     let directory: String
     let address: String
@@ -28,12 +32,12 @@ final class RealFprintd: @unchecked Sendable {
         let real = RealFprintd(directory: String(cString: made))
         do {
             try real.startBus()
-            try await real.run(["wait-bus", "10"], script: FprintdMock.fixtures.appendingPathComponent("mockctl.py"))
+            try await real.run(["wait-bus", "60"], script: FprintdMock.fixtures.appendingPathComponent("mockctl.py"))
             real.children.append(
                 try FprintdMock.spawn(
                     FprintdMock.python, ["-m", "dbusmock", "--system", "--template", "polkitd"],
                     environment: real.environment, standardOutput: real.directory + "/polkitd.log"))
-            try await real.run(["allow-polkit", "10"])
+            try await real.run(["allow-polkit", "60"])
             try FileManager.default.createDirectory(atPath: real.stateDirectory, withIntermediateDirectories: true)
             try FileManager.default.createDirectory(atPath: real.directory + "/run", withIntermediateDirectories: true)
             real.children.append(
@@ -44,7 +48,7 @@ final class RealFprintd: @unchecked Sendable {
                         "FP_DRIVERS_ALLOWLIST=virtual_device", "STATE_DIRECTORY=\(real.stateDirectory)",
                         "RUNTIME_DIRECTORY=\(real.directory)/run",
                     ], standardOutput: real.directory + "/fprintd.log"))
-            try await real.run(["wait", "10"])
+            try await real.run(["wait", "60"])
         } catch {
             let logs = real.logs()
             real.stop()
@@ -86,12 +90,12 @@ final class RealFprintd: @unchecked Sendable {
 
     /// Once a verification waits for a finger, touches the reader with `identity`.
     func touch(_ identity: String) async throws {
-        try await run(["touch", readerSocket, "SCAN \(identity)", "20"])
+        try await run(["touch", readerSocket, "SCAN \(identity)", Self.patience])
     }
 
     /// Once a verification waits for a finger, unplugs the reader.
     func unplugWhileVerifying() async throws {
-        try await run(["touch", readerSocket, "UNPLUG", "20"])
+        try await run(["touch", readerSocket, "UNPLUG", Self.patience])
     }
 
     func logs() -> String {
