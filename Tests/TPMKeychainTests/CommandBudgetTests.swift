@@ -61,6 +61,9 @@ import Testing
         let tpm = try RecordedTPM.start("budget")
         defer { tpm.stop() }
         let proxy = tpm.proxy
+        // An earlier test's TPM may have had this loopback port: its remembered storage-key
+        // context would cost one failed ContextLoad here, which is not this path's.
+        TPMConnection.forgetRememberedStorageKeys(tcti: proxy.tcti)
         if resourceManaged {
             // What /dev/tpmrm0 does: the client flushes nothing at close, the manager flushes it all.
             TPMConfiguration.treatAsResourceManaged(proxy.tcti) { [proxy] in proxy.flushLeftovers() }

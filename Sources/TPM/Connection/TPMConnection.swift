@@ -77,6 +77,14 @@ public final class TPMConnection: Sendable {
 
     // MARK: - Identity
 
+    /// Forgets the storage-key contexts this process remembered for `tcti`, so that the next
+    /// connection derives or loads the key as a new process would. A remembered context of another
+    /// TPM that had the same TCTI (a simulator on a reused loopback port) costs one failed
+    /// TPM2_ContextLoad; tests that count a path's commands start without one.
+    package static func forgetRememberedStorageKeys(tcti: String) {
+        Engine.forgetRememberedContexts(tcti: tcti)
+    }
+
     /// Who made the TPM and whether it is a simulator.
     ///
     /// - Throws: ``TPMError`` if the TPM cannot be asked.

@@ -87,6 +87,14 @@ extension Engine {
     /// when they seal and no name is pinned. Process memory only: nothing here comes from a file.
     private static let rememberedContexts = Mutex<[RememberedKey: (context: [UInt8], name: [UInt8])]>([:])
 
+    /// Forgets what this process remembered for `tcti`: for tests that count a path's commands
+    /// through a TCTI (a loopback port) that an earlier TPM of the process may have had.
+    static func forgetRememberedContexts(tcti: String) {
+        rememberedContexts.withLock { remembered in
+            for key in remembered.keys where key.tcti == tcti { remembered.removeValue(forKey: key) }
+        }
+    }
+
     private struct RememberedKey: Hashable {
         let tcti: String
         let algorithm: StorageKeyAlgorithm
