@@ -11,8 +11,8 @@ enum KeyLookup {
         return query
     }
 
-    /// Every key `name` names, private keys first.
-    static func find(_ name: KeyName) throws -> [SecKey] {
+    /// Every key `name` names, private keys first, from one query.
+    static func find(_ name: KeyName) throws -> [(key: SecKey, isPrivate: Bool)] {
         var query = query(name)
         query[kSecReturnRef] = true
         query[kSecReturnAttributes] = true
@@ -21,13 +21,11 @@ enum KeyLookup {
         let status = SecItemCopyMatching(query as CFDictionary, &result)
         if status == errSecItemNotFound { return [] }
         guard status == errSecSuccess else { throw failure(status, "The keychain could not be searched") }
-        let found = (result as? [[String: Any]]) ?? []
-        let isPrivate = { (item: [String: Any]) in
-            (item[kSecAttrKeyClass as String] as? String) == kSecAttrKeyClassPrivate as String
+        let found = ((result as? [[String: Any]]) ?? []).compactMap { item -> (key: SecKey, isPrivate: Bool)? in
+            guard let key = item[kSecValueRef as String] as? SecKey else { return nil }
+            return (key, (item[kSecAttrKeyClass as String] as? String) == kSecAttrKeyClassPrivate as String)
         }
-        return (found.filter(isPrivate) + found.filter { !isPrivate($0) }).compactMap {
-            $0[kSecValueRef as String] as? SecKey
-        }
+        return found.filter(\.isPrivate) + found.filter { !$0.isPrivate }
     }
 
     /// The key `name` names: its private key, or its public key when the keychain has only that.
@@ -35,26 +33,18 @@ enum KeyLookup {
     /// - Throws: ``CommandFailure`` 44 when there is none, 64 when the label names several keys
     ///   and no tag tells them apart.
     static func one(_ name: KeyName) throws -> SecKey {
-        var query = query(name)
-        query[kSecReturnAttributes] = true
-        query[kSecMatchLimit] = kSecMatchLimitAll
-        var result: CFTypeRef?
-        let status = SecItemCopyMatching(query as CFDictionary, &result)
-        if status == errSecSuccess, let items = result as? [[String: Any]] {
-            let privateKeys = items.filter {
-                ($0[kSecAttrKeyClass as String] as? String) == kSecAttrKeyClassPrivate as String
-            }
-            if privateKeys.count > 1 {
-                throw CommandFailure(
-                    ExitStatus.usage,
-                    "\(privateKeys.count) keys are labelled \"\(name.label)\"\(name.tag == nil ? "" : " with that tag"); name one with --tag"
-                )
-            }
+        let found = try find(name)
+        let privateKeys = found.filter(\.isPrivate).count
+        if privateKeys > 1 {
+            throw CommandFailure(
+                ExitStatus.usage,
+                "\(privateKeys) keys are labelled \"\(name.label)\"\(name.tag == nil ? "" : " with that tag"); name one with --tag"
+            )
         }
-        guard let key = try find(name).first else {
+        guard let first = found.first else {
             throw CommandFailure(ExitStatus.itemNotFound, "No key labelled \"\(name.label)\" in the keychain")
         }
-        return key
+        return first.key
     }
 
     /// The key's TPM 2.0 Key File.
