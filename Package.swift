@@ -76,9 +76,10 @@ let package = Package(
         .target(
             name: "TPMKeychain",
             dependencies: [
-                "KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls",
+                "KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),
@@ -249,10 +250,11 @@ let package = Package(
         // Runs the built tpm-keychain binary as a user would.
         .testTarget(
             name: "TPMKeychainCLITests",
-            // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device).
+            // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device);
+            // ToolSupport and KeychainVocabulary for the readers of other keyrings' exports.
             dependencies: [
-                "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "KeychainStore",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "KeychainStore", "ToolSupport",
+                "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

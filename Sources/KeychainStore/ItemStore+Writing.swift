@@ -105,7 +105,7 @@ extension ItemStore {
             if attributes.nanoseconds(AttributeTag.creationDate) == nil {
                 attributes.setNanoseconds(now, for: AttributeTag.creationDate)
             }
-            attributes.setNanoseconds(now, for: AttributeTag.modificationDate)
+            attributes.setNanoseconds(changes.modificationDate ?? now, for: AttributeTag.modificationDate)
             // A new protection chooses the record; otherwise the item keeps the one it has.
             let record: KeyRecord?
             if let access, let pinned = access.record {

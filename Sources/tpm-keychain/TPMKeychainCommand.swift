@@ -24,7 +24,7 @@ struct TPMKeychainCommand: ParsableCommand {
             AddRecoveryKey.self, Recover.self, AcceptRollbackRisk.self,
             SetPasscode.self, ChangePasscode.self, RemovePasscode.self, LockKeychain.self, UnlockKeychain.self,
             TPMStatus.self, ResetLockout.self, Doctor.self, LoginUnlock.self, PAMHook.self, FollowScreenLock.self,
-            KeyCommand.self,
+            KeyCommand.self, Export.self, Import.self, DeviceKey.self,
             SecretServiceCommand.self, Demo.self,
         ])
 

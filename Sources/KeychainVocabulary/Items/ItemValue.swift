@@ -20,6 +20,9 @@ package struct AttributeChanges: Sendable {
     package var genericData: Data?
     package var accessibility: Accessibility?
     package var clearing: Set<FourCharacterCode>
+    /// The item's `mdat` (nanoseconds since 1970) instead of now: for an import, which moves an
+    /// item without changing it.
+    package var modificationDate: Int64?
 
     package init(
         label: String? = nil, comment: String? = nil, genericData: Data? = nil, accessibility: Accessibility? = nil,

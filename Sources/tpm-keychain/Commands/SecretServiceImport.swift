@@ -61,7 +61,8 @@ struct SecretServiceImport: ParsableCommand {
 }
 
 /// A one-line progress bar on a terminal's standard error; nothing when it is not a terminal.
-final class ProgressBar {
+/// Unchecked: an operation reports its progress from one task, one call after another.
+final class ProgressBar: @unchecked Sendable {
     private let enabled: Bool
     private var shown = false
 

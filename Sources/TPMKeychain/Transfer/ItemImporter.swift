@@ -1,0 +1,71 @@
+import KeychainStore
+package import KeychainVocabulary
+
+/// Writes incoming items (an archive's, another keyring's) into a store under a conflict
+/// policy: one item at a time, each write whole, so an import stopped anywhere has written a
+/// prefix of what it was given.
+package struct ItemImporter: Sendable {
+    package let service: ItemService
+    package let conflicts: KeychainArchive.ConflictPolicy
+
+    package init(service: ItemService, conflicts: KeychainArchive.ConflictPolicy) {
+        self.service = service
+        self.conflicts = conflicts
+    }
+
+    /// What writing `item` would do now.
+    package func plan(_ item: TransferItem) throws(KeychainError) -> KeychainArchive.PlannedChange {
+        let (action, reason, _) = try decide(item)
+        return KeychainArchive.PlannedChange(item: item.summary, action: action, reason: reason)
+    }
+
+    /// Writes `item` as the policy says.
+    ///
+    /// - Returns: what was done, and why for a skip.
+    /// - Throws: ``KeychainError`` from the write (`.invalidParameter` for an item over the
+    ///   store's limits, `.storageFailed`, `.timedOut`).
+    @discardableResult
+    package func write(_ item: TransferItem) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?) {
+        let (action, reason, attributes) = try decide(item)
+        guard action != .skip else { return (action, reason) }
+        var changes = AttributeChanges()
+        // The item's own dates: an import is not a change of the secret.
+        changes.modificationDate = item.attributes.nanoseconds(AttributeTag.modificationDate)
+        try service.write(
+            item.itemClass, primary: attributes, mode: action == .replace ? .upsert : .add, value: item.value,
+            changes: changes, control: AccessControl(unconstrained: item.accessibility))
+        return (action, nil)
+    }
+
+    private func decide(
+        _ item: TransferItem
+    ) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?, AttributeList) {
+        if item.value.kind == .tpmKey { return (.skip, .livesInTPM, item.attributes) }
+        if item.accessibility.isThisDeviceOnly { return (.skip, .thisDeviceOnly, item.attributes) }
+        guard let existing = try service.item(item.itemClass, primary: item.attributes, withSecret: false) else {
+            return (.add, nil, item.attributes)
+        }
+        switch conflicts {
+        case .replace:
+            if try service.needsPerson(existing) || ItemService.holdsTPMKey(existing) {
+                return (.skip, .protectedHere, item.attributes)
+            }
+            return (.replace, nil, item.attributes)
+        case .keepBoth:
+            guard item.itemClass == .genericPassword || item.itemClass == .internetPassword else {
+                return (.skip, .alreadyPresent, item.attributes)
+            }
+            let account = item.attributes.string(AttributeTag.account) ?? ""
+            for number in 1...100 {
+                var renamed = item.attributes
+                renamed.setString(account + (number == 1 ? " (imported)" : " (imported \(number))"), for: AttributeTag.account)
+                if try service.item(item.itemClass, primary: renamed, withSecret: false) == nil {
+                    return (.keepBoth, nil, renamed)
+                }
+            }
+            return (.skip, .alreadyPresent, item.attributes)
+        default:
+            return (.skip, .alreadyPresent, item.attributes)
+        }
+    }
+}

@@ -1,0 +1,251 @@
+import Crypto
+public import Foundation
+import KeychainStore
+import KeychainVocabulary
+import SystemCalls
+
+/// Moving secrets between stores and machines: an export archive of the items that may leave
+/// this device, protected by a passphrase or by another machine's TPM, and its import into any
+/// store.
+///
+/// What may leave is Apple's rule for encrypted backups and device migration: items of a
+/// `…ThisDeviceOnly` class and items bound to access control (biometry, the device passcode,
+/// user presence) never leave, and neither does a key that lives in the TPM. Everything else
+/// leaves with its attributes, class, access group and dates. Items only the lock state
+/// protects leave while the keychain is unlocked.
+///
+/// The archive (docs/FORMAT.md, "Export archives") is encrypted and authenticated as a whole:
+/// an import checks every byte of it before it writes anything, and writes its items one by one
+/// in the archive's order, each whole, so an interrupted import leaves a prefix of the archive.
+///
+/// - Important: a passphrase archive is as strong as its passphrase: anyone who has the file
+///   can guess passphrases offline, slowed only by scrypt. An archive for a device import key
+///   opens only in the TPM that holds that key. Neither protects items once imported into a
+///   store that is weaker than this one.
+public enum KeychainArchive {
+    /// scrypt's cost parameters (RFC 7914): N = 2^`log2N`, r = `blockSize`, p = `parallelism`;
+    /// the derivation needs 128·r·N bytes of memory.
+    public struct PassphraseCost: Sendable, Hashable, CustomStringConvertible {
+        public let log2N: UInt8
+        public let blockSize: UInt16
+        public let parallelism: UInt16
+
+        /// N = 2^17, r = 8, p = 1: 128 MiB and about half a second on a laptop, what every
+        /// export uses unless told otherwise.
+        public static let standard = PassphraseCost(log2N: 17, blockSize: 8, parallelism: 1)
+
+        /// - Important: lower costs make guessing the passphrase cheaper; they are for tests.
+        public init(log2N: UInt8, blockSize: UInt16, parallelism: UInt16) {
+            self.log2N = log2N
+            self.blockSize = blockSize
+            self.parallelism = parallelism
+        }
+
+        /// What an import accepts: N from 2^10 to 2^20, r up to 32, p up to 16, at most 1 GiB,
+        /// so a crafted header cannot make an import exhaust memory or time.
+        var isReadable: Bool {
+            (10...20).contains(log2N) && (1...32).contains(blockSize) && (1...16).contains(parallelism)
+                && 128 * Int(blockSize) << Int(log2N) <= 1 << 30
+        }
+
+        public var description: String { "scrypt N=2^\(log2N) r=\(blockSize) p=\(parallelism)" }
+    }
+
+    /// How an export is protected.
+    public enum Protection: Sendable {
+        /// Readable on any machine with the passphrase.
+        case passphrase(String, cost: PassphraseCost = .standard)
+        /// Readable only by the TPM that holds `key` (``deviceImportKey(for:)`` on the target).
+        case deviceKey(DeviceImportKey)
+    }
+
+    /// What an import does with an item the store has already (the same primary key: class,
+    /// access group, service or server, account, …).
+    public struct ConflictPolicy: Sendable, Hashable, CustomStringConvertible {
+        let name: String
+        /// Keep the store's item; the archived one is skipped.
+        public static let skip = ConflictPolicy(name: "skip")
+        /// Write the archived value and attributes over the store's item. An item here bound to
+        /// access control is never replaced by one that is not: it is skipped.
+        public static let replace = ConflictPolicy(name: "replace")
+        /// Keep both: a password is added under its account with " (imported)" appended (then
+        /// " (imported 2)", …). A key or certificate with the same primary key is the same key
+        /// or certificate, and is skipped.
+        public static let keepBoth = ConflictPolicy(name: "keep-both")
+        public var description: String { name }
+    }
+
+    /// Why an item did not move.
+    public struct SkipReason: Sendable, Hashable, CustomStringConvertible {
+        public let description: String
+        public static let thisDeviceOnly = SkipReason(description: "its class is ThisDeviceOnly")
+        public static let accessControl = SkipReason(
+            description: "it is bound to access control (biometry, passcode or user presence)")
+        public static let livesInTPM = SkipReason(description: "it is a key that lives in the TPM")
+        public static let deviceLocked = SkipReason(description: "the keychain is locked")
+        public static let invalidated = SkipReason(description: "it can no longer be opened on this device")
+        public static let alreadyPresent = SkipReason(description: "the store has it already")
+        public static let protectedHere = SkipReason(
+            description: "the store's item is bound to access control and is not replaced")
+    }
+
+    /// One item that did not move, and why.
+    public struct SkippedItem: Sendable, CustomStringConvertible {
+        /// The item's class and names (never its secret).
+        public let item: String
+        public let reason: SkipReason
+        public var description: String { "\(item): \(reason)" }
+    }
+
+    public struct ExportReport: Sendable {
+        public package(set) var exported = 0
+        public package(set) var skipped: [SkippedItem] = []
+    }
+
+    /// What an import did with one item (or would do, in a dry run).
+    public struct Action: Sendable, Hashable, CustomStringConvertible {
+        public let description: String
+        public static let add = Action(description: "add")
+        public static let replace = Action(description: "replace")
+        public static let keepBoth = Action(description: "add beside the existing item")
+        public static let skip = Action(description: "skip")
+    }
+
+    public struct PlannedChange: Sendable, CustomStringConvertible {
+        public let item: String
+        public let action: Action
+        /// Why, for a skip.
+        public let reason: SkipReason?
+        public var description: String { "\(action): \(item)" + (reason.map { " (\($0))" } ?? "") }
+    }
+
+    public struct ImportReport: Sendable {
+        public package(set) var added = 0
+        public package(set) var replaced = 0
+        public package(set) var keptBoth = 0
+        public package(set) var skipped: [SkippedItem] = []
+        /// Each item's change, in archive order: filled in a dry run only.
+        public package(set) var planned: [PlannedChange] = []
+        /// When the archive was made (a dry run and an import both read it).
+        public package(set) var created: Date?
+
+        package init() {}
+
+        /// Counts what ``ItemImporter/write(_:)`` did with `item`.
+        package mutating func record(_ item: TransferItem, _ outcome: (Action, SkipReason?)) {
+            switch outcome.0 {
+            case .add: added += 1
+            case .replace: replaced += 1
+            case .keepBoth: keptBoth += 1
+            default: skipped.append(SkippedItem(item: item.summary, reason: outcome.1 ?? .alreadyPresent))
+            }
+        }
+    }
+
+    /// How an archive is protected, read from its header without a key.
+    public enum Kind: Sendable, Hashable {
+        case passphrase
+        /// For the device import key with this fingerprint (``DeviceImportKey/fingerprint``).
+        case deviceKey(fingerprint: String)
+    }
+
+    /// Writes every item of `location` that may leave the device to a new file at `path`
+    /// (mode 0600; never over an existing file); items that may not are counted in the report.
+    ///
+    /// - Parameters:
+    ///   - context: opens items only the lock state protects; it never prompts.
+    ///   - progress: called with (items done, items in the store).
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an existing `path`, `.storageFailed`,
+    ///   and the errors of opening the store. The file is removed when the export fails.
+    public static func export(
+        from location: KeychainLocation = .default, to path: String, protection: Protection,
+        context: AuthenticationContext? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
+    ) async throws(KeychainError) -> ExportReport {
+        try await ArchiveExport.run(
+            ItemService(location: location), to: path, protection: protection,
+            context: context ?? AuthenticationContext(location: location), progress: progress)
+    }
+
+    /// How the archive at `path` is protected: whether an import needs a passphrase.
+    ///
+    /// - Throws: ``KeychainError`` `.decodingFailed` (not an archive), `.unsupportedVersion`,
+    ///   `.tampered`, `.storageFailed`.
+    public static func kind(ofArchiveAt path: String) throws(KeychainError) -> Kind {
+        let file = try ArchiveImport.open(path)
+        switch try ArchiveFormat.Header.read(from: file).protection {
+        case .passphrase: return .passphrase
+        case .deviceKey(let fingerprint, _): return .deviceKey(fingerprint: DeviceImportKey.fingerprint(fingerprint))
+        }
+    }
+
+    /// Imports the archive at `path` into `location`: checks the whole archive first, then
+    /// writes its items in order. An archive made for a device import key opens with
+    /// `location`'s own import key; a passphrase archive needs `passphrase`.
+    ///
+    /// - Parameters:
+    ///   - dryRun: check the archive and report what would change (``ImportReport/planned``),
+    ///     writing nothing.
+    ///   - progress: called with (items done, items in the archive) while writing.
+    /// - Throws: ``KeychainError`` `.authenticationFailed` (wrong passphrase), `.wrongTPM` (an
+    ///   archive for another TPM's import key), `.tampered` (altered, truncated or reordered:
+    ///   nothing was written), `.decodingFailed`, `.unsupportedVersion`, and the store's errors.
+    public static func importArchive(
+        at path: String, into location: KeychainLocation = .default, passphrase: String? = nil,
+        conflicts: ConflictPolicy = .skip, dryRun: Bool = false, context: AuthenticationContext? = nil,
+        progress: @Sendable (Int, Int) -> Void = { _, _ in }
+    ) async throws(KeychainError) -> ImportReport {
+        try await ArchiveImport.run(
+            path, into: ItemService(location: location), passphrase: passphrase, conflicts: conflicts, dryRun: dryRun,
+            context: context ?? AuthenticationContext(location: location), progress: progress)
+    }
+
+    /// `location`'s device import key, made in its TPM on first use: the public key another
+    /// machine exports to (``Protection/deviceKey(_:)``). Its private half never leaves the TPM.
+    /// It dies with the TPM's owner hierarchy (a TPM clear) and with the store.
+    ///
+    /// - Throws: ``KeychainError`` from opening the store and from the TPM.
+    public static func deviceImportKey(for location: KeychainLocation = .default) throws(KeychainError)
+        -> DeviceImportKey
+    {
+        try DeviceImportKey.ofStore(ItemService(location: location), create: true)
+    }
+}
+
+/// A device import key's public half, as `tpm-keychain device-key` prints it: "tkdk1:" and the
+/// key's X9.63 form (P-256) in base64.
+public struct DeviceImportKey: Sendable, Hashable, CustomStringConvertible {
+    /// X9.63 (uncompressed P-256 point, 65 bytes).
+    public let publicKey: [UInt8]
+
+    static let prefix = "tkdk1:"
+
+    /// - Throws: ``KeychainError`` `.invalidParameter` for text that is not a device import key.
+    public init(_ text: String) throws(KeychainError) {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard trimmed.hasPrefix(Self.prefix), let bytes = Data(base64Encoded: String(trimmed.dropFirst(Self.prefix.count)))
+        else {
+            throw KeychainError(
+                .invalidParameter, "Not a device import key: expected \"\(Self.prefix)…\" as tpm-keychain device-key prints it")
+        }
+        try self.init(publicKey: Array(bytes))
+    }
+
+    /// - Throws: ``KeychainError`` `.invalidParameter` for bytes that are not a P-256 point.
+    public init(publicKey: [UInt8]) throws(KeychainError) {
+        guard publicKey.count == 65, (try? P256.KeyAgreement.PublicKey(x963Representation: publicKey)) != nil else {
+            throw KeychainError(.invalidParameter, "A device import key is a P-256 public key (65 bytes, X9.63)")
+        }
+        self.publicKey = publicKey
+    }
+
+    /// The text form, for another machine's `export --to`.
+    public var description: String { Self.prefix + Data(publicKey).base64EncodedString() }
+
+    /// "SHA256:" and the base64 of the key's SHA-256, as OpenSSH prints fingerprints: compare it
+    /// on both machines before trusting a key that travelled over a channel someone could change.
+    public var fingerprint: String { Self.fingerprint(Array(SHA256.hash(data: publicKey))) }
+
+    static func fingerprint(_ digest: [UInt8]) -> String {
+        "SHA256:" + Data(digest).base64EncodedString().replacingOccurrences(of: "=", with: "")
+    }
+}

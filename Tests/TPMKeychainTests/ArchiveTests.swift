@@ -1,0 +1,286 @@
+import Foundation
+import TPM
+import TPMKeychain
+import TPMKeychainTesting
+import Testing
+
+/// Export archives on real swtpms: Apple's rule for what leaves, passphrase and device-key
+/// protection, and an archive refused whole when any byte of it is changed, cut or moved.
+@Suite struct ArchiveTests {
+    static let passcode = SecretBytes(copying: Array("correct horse 4711".utf8))
+    /// A cheap scrypt so each test derives in milliseconds; exports use ``KeychainArchive/PassphraseCost/standard``.
+    static let cheap = KeychainArchive.PassphraseCost(log2N: 10, blockSize: 8, parallelism: 1)
+    static let passphrase = "a long export passphrase"
+
+    /// A source store with items of every kind the rule tells apart: three that leave (one
+    /// bound to the lock state), one ThisDeviceOnly, one bound to the device passcode.
+    static func populatedSource() async throws -> TestStore {
+        let source = try TestStore()
+        try KeychainDevice(location: source.location).setPasscode(passcode)
+        let keychain = try source.keychain("com.example.mail")
+        try keychain.set("hunter2", forKey: "alice@example.com", label: "Mail", comment: "work account")
+        try keychain.set(Data([0, 1, 2, 255]), forKey: "token", accessibility: .afterFirstUnlock)
+        try keychain.set("stays", forKey: "device-bound", accessibility: .whenUnlockedThisDeviceOnly)
+        // A class with no constraint, under a passcode: the TPM refuses it while the device is locked.
+        try await keychain.set("while unlocked", forKey: "session", accessControl: try AccessControl(.whenUnlocked))
+        try await keychain.set(
+            "needs the passcode", forKey: "pin-protected",
+            accessControl: try AccessControl(.afterFirstUnlock, flags: .devicePasscode))
+        return source
+    }
+
+    func temporaryPath(_ store: TestStore, _ name: String = "export.tkar") -> String {
+        store.directory + "-" + name
+    }
+
+    @Test(
+        "a passphrase archive carries what may leave, with attributes and dates, to a store on another TPM; ThisDeviceOnly and access-controlled items stay and are counted"
+    )
+    func passphraseRoundTrip() async throws {
+        let source = try await Self.populatedSource()
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        let exported = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        #expect(exported.exported == 3)
+        #expect(
+            Set(exported.skipped.map(\.reason)) == [.thisDeviceOnly, .accessControl] && exported.skipped.count == 2,
+            "\(exported.skipped)")
+        #expect(try mode(of: archive) == 0o600)
+        let bytes = try bytes(of: archive)
+        for plaintext in ["hunter2", "alice@example.com", "com.example.mail", "work account", "Mail"] {
+            #expect(!contains(bytes, Array(plaintext.utf8)), "\(plaintext) is in the archive in clear")
+        }
+
+        let target = try TestStore()
+        let imported = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase)
+        #expect(imported.added == 3 && imported.skipped.isEmpty)
+        let before = try source.keychain("com.example.mail")
+        let after = try target.keychain("com.example.mail")
+        #expect(try after.string(forKey: "alice@example.com") == "hunter2")
+        #expect(try after.data(forKey: "token") == Data([0, 1, 2, 255]))
+        #expect(try after.allKeys().sorted() == ["alice@example.com", "session", "token"])
+        #expect(try after.string(forKey: "session") == "while unlocked")
+        let original = try #require(try before.attributes(forKey: "alice@example.com"))
+        let copy = try #require(try after.attributes(forKey: "alice@example.com"))
+        #expect(copy.label == "Mail" && copy.comment == "work account")
+        #expect(copy.creationDate == original.creationDate && copy.modificationDate == original.modificationDate)
+        #expect(try after.attributes(forKey: "token")?.accessibility == .afterFirstUnlock)
+    }
+
+    @Test("a locked keychain's lock-state items stay, counted as locked; nothing needing a person is ever asked for")
+    func lockedItemsStay() async throws {
+        let source = try await Self.populatedSource()
+        try KeychainDevice(location: source.location).lock()
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        let exported = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        // The session item, bound to the lock state, waits for an unlock; the others leave.
+        #expect(exported.exported == 2, "\(exported.skipped)")
+        #expect(exported.skipped.contains { $0.reason == .deviceLocked && $0.item.contains("session") })
+    }
+
+    @Test("a wrong passphrase is refused as an authentication failure and nothing is written")
+    func wrongPassphrase() async throws {
+        let source = try await Self.populatedSource()
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        let target = try TestStore()
+        await expectArchiveError(.authenticationFailed) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: target.location, passphrase: "not it at all")
+        }
+        await expectArchiveError(.authenticationFailed) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: target.location)
+        }
+        #expect(try Keychain.allItems(in: target.location).isEmpty)
+        await expectArchiveError(.invalidParameter) {
+            _ = try await KeychainArchive.export(
+                from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        }
+    }
+
+    @Test(
+        "every changed byte, cut, dropped, repeated or reordered chunk, and trailing byte is refused before anything is imported"
+    )
+    func tamperedArchivesRefusedWhole() async throws {
+        let source = try TestStore()
+        let keychain = try source.keychain()
+        for index in 0..<5 { try keychain.set("value \(index)", forKey: "key \(index)") }
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        let original = try bytes(of: archive)
+        // Header: magic, version, kind, log2N, r, p (5), salt (32).
+        let headerSize = 6 + 5 + 32
+        var chunks: [[UInt8]] = []
+        var offset = headerSize
+        while offset < original.count {
+            let length = Int(original[offset]) << 24 | Int(original[offset + 1]) << 16 | Int(original[offset + 2]) << 8
+                | Int(original[offset + 3])
+            chunks.append(Array(original[offset..<offset + 4 + length]))
+            offset += 4 + length
+        }
+        #expect(chunks.count == 7, "begin, five items, end")
+        let header = Array(original[0..<headerSize])
+
+        var variants: [(String, [UInt8])] = []
+        for position in stride(from: 0, to: original.count, by: max(1, original.count / 97)) + [original.count - 1] {
+            var changed = original
+            changed[position] ^= 0x20
+            variants.append(("byte \(position) changed", changed))
+        }
+        for cut in [1, 5, headerSize, headerSize + 3, headerSize + chunks[0].count, original.count - chunks[6].count,
+            original.count - 1]
+        {
+            variants.append(("cut to \(cut) bytes", Array(original[0..<cut])))
+        }
+        variants.append(("a middle chunk dropped", header + chunks[0] + chunks[1] + chunks[3...].joined()))
+        variants.append(("a chunk repeated", header + chunks[0...2].joined() + chunks[2...].joined()))
+        variants.append(("two chunks swapped", header + chunks[0] + chunks[2] + chunks[1] + chunks[3...].joined()))
+        variants.append(("the end chunk dropped", header + chunks[0..<6].joined()))
+        variants.append(("a byte appended", original + [0]))
+        variants.append(("a second archive appended", original + original))
+
+        let target = try TestStore()
+        let altered = temporaryPath(source, "altered.tkar")
+        defer { try? FileManager.default.removeItem(atPath: altered) }
+        for (what, bytes) in variants {
+            try? FileManager.default.removeItem(atPath: altered)
+            #expect(FileManager.default.createFile(atPath: altered, contents: Data(bytes)))
+            do {
+                let report = try await KeychainArchive.importArchive(
+                    at: altered, into: target.location, passphrase: Self.passphrase)
+                Issue.record("\(what): imported \(report.added) items")
+            } catch {
+                let accepted: [KeychainError.Code] = [.tampered, .authenticationFailed, .decodingFailed, .unsupportedVersion]
+                #expect(accepted.contains(error.code), "\(what): \(error)")
+            }
+            #expect(try Keychain.allItems(in: target.location).isEmpty, "\(what) imported something")
+        }
+        // The original still imports: the refusals were the changes, not the target.
+        let report = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase)
+        #expect(report.added == 5)
+    }
+
+    @Test(
+        "an archive for a device import key opens only in the TPM that holds it: another store, on another TPM, is refused as wrongTPM"
+    )
+    func deviceKeyArchive() async throws {
+        let source = try await Self.populatedSource()
+        let machineA = try TestStore()
+        let machineB = try TestStore()
+        let keyA = try KeychainArchive.deviceImportKey(for: machineA.location)
+        #expect(try KeychainArchive.deviceImportKey(for: machineA.location) == keyA, "made once, then reused")
+        #expect(try DeviceImportKey(keyA.description) == keyA)
+        #expect(keyA.fingerprint.hasPrefix("SHA256:"))
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        let exported = try await KeychainArchive.export(from: source.location, to: archive, protection: .deviceKey(keyA))
+        #expect(exported.exported == 3)
+        #expect(try KeychainArchive.kind(ofArchiveAt: archive) == .deviceKey(fingerprint: keyA.fingerprint))
+
+        // B has no import key, then one of its own: both refused.
+        await expectArchiveError(.wrongTPM) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: machineB.location)
+        }
+        _ = try KeychainArchive.deviceImportKey(for: machineB.location)
+        await expectArchiveError(.wrongTPM) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: machineB.location)
+        }
+        #expect(try Keychain.allItems(in: machineB.location).count == 0)
+
+        let imported = try await KeychainArchive.importArchive(at: archive, into: machineA.location)
+        #expect(imported.added == 3)
+        #expect(try machineA.keychain("com.example.mail").string(forKey: "alice@example.com") == "hunter2")
+        // The import key itself never leaves: it lives in the TPM and is ThisDeviceOnly.
+        let again = temporaryPath(machineA, "again.tkar")
+        defer { try? FileManager.default.removeItem(atPath: again) }
+        let second = try await KeychainArchive.export(
+            from: machineA.location, to: again, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        #expect(second.exported == 3 && second.skipped.map(\.reason) == [.thisDeviceOnly], "\(second.skipped)")
+    }
+
+    @Test(
+        "a dry run lists each change and writes nothing; skip keeps the store's item, replace writes over it, keep-both adds beside it"
+    )
+    func conflictPolicies() async throws {
+        let source = try TestStore()
+        try source.keychain().set("archived", forKey: "shared")
+        try source.keychain().set("only archived", forKey: "new")
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+
+        let target = try TestStore()
+        let keychain = try target.keychain()
+        try keychain.set("mine", forKey: "shared")
+        let plan = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, dryRun: true)
+        #expect(plan.planned.map(\.action) == [.skip, .add], "\(plan.planned)")
+        #expect(plan.planned[0].reason == .alreadyPresent)
+        #expect(try keychain.allKeys() == ["shared"], "a dry run wrote")
+
+        let skipped = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase)
+        #expect(skipped.added == 1 && skipped.skipped.count == 1)
+        #expect(try keychain.string(forKey: "shared") == "mine")
+
+        let kept = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, conflicts: .keepBoth)
+        #expect(kept.keptBoth == 2, "both names exist now")
+        #expect(try keychain.string(forKey: "shared (imported)") == "archived")
+        #expect(try keychain.string(forKey: "shared") == "mine")
+
+        let replaced = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, conflicts: .replace)
+        #expect(replaced.replaced == 2)
+        #expect(try keychain.string(forKey: "shared") == "archived")
+    }
+
+    @Test("an existing item bound to access control is not replaced by an archived one that is not")
+    func protectedItemsAreNotReplaced() async throws {
+        let source = try TestStore()
+        try source.keychain().set("archived", forKey: "pin")
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        let target = try TestStore()
+        try KeychainDevice(location: target.location).setPasscode(Self.passcode)
+        try await target.keychain().set(
+            "protected here", forKey: "pin", accessControl: try AccessControl(.whenUnlocked, flags: .devicePasscode))
+        let report = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, conflicts: .replace)
+        #expect(report.replaced == 0 && report.skipped.map(\.reason) == [.protectedHere])
+        #expect(try target.keychain().accessControl(forKey: "pin")?.flags == .devicePasscode)
+    }
+}
+
+func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+    guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+    for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
+        if Array(haystack[start..<start + needle.count]) == needle { return true }
+    }
+    return false
+}
+
+func expectArchiveError(
+    _ code: KeychainError.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
+) async {
+    do {
+        try await body()
+        Issue.record("expected KeychainError.\(code), but nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as KeychainError {
+        #expect(error.code == code, "got \(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("expected KeychainError.\(code), got \(error)", sourceLocation: sourceLocation)
+    }
+}
