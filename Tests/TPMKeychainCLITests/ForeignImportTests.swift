@@ -462,7 +462,7 @@ private func passStoreError(_ directory: String, gpg: String, environment: [Stri
 
 /// A private GnuPG home (mode 0700). Short and under /tmp: gpg-agent puts its sockets in the home
 /// when /run/user/<uid> does not exist, and a socket's path has at most 107 bytes.
-private func makeGnuPGHome() throws -> String {
+func makeGnuPGHome() throws -> String {
     var template = Array("/tmp/tpmkc-gnupg-XXXXXX".utf8CString)
     let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }
     guard made != nil else { throw CLIError("mkdtemp for a GnuPG home failed: errno \(errno)") }

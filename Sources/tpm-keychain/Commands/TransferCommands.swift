@@ -195,9 +195,7 @@ struct Import: ParsableCommand {
                 return
             }
             let read = try ForeignSource.read(source, format: format)
-            for (row, reason) in read.skipped.map({ ($0.row, $0.reason) }) {
-                printError("tpm-keychain: \(format == .pass ? "entry" : "row") \(row) not imported: \(reason)")
-            }
+            for skipped in read.skipped { printError("tpm-keychain: not imported: \(skipped.reason)") }
             let report = try StoreSession.with(store.path) { session in
                 try ForeignSource.write(read.items, into: session.location, policy: policy, dryRun: dryRun)
             }

@@ -8,7 +8,9 @@ enum ForeignSource {
     static func read(_ source: String, format: Import.Format) throws -> ForeignImportReport {
         switch format {
         case .pass:
-            return try PassStore.items(directory: source)
+            let bar = ProgressBar(enabled: isatty(2) == 1)
+            defer { bar.finish() }
+            return try PassStore.items(directory: source) { done, total in bar.show(done, of: total) }
         case .csv:
             guard let text = try? String(contentsOfFile: source, encoding: .utf8) else {
                 throw CommandFailure(ExitStatus.dataError, "\(source) is not readable UTF-8 text")

@@ -68,6 +68,13 @@ enum CommandErrorReport {
         case let failure as CommandFailure:
             printError("tpm-keychain: \(failure)")
             return failure.status
+        case let error as ForeignImportError:
+            printError("tpm-keychain: \(error)")
+            switch error.code {
+            case .unreadableSource: return ExitStatus.noInput
+            case .toolUnavailable: return ExitStatus.unavailable
+            default: return ExitStatus.dataError
+            }
         default:
             return nil
         }
