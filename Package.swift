@@ -216,7 +216,7 @@ let package = Package(
         // -sanitize=fuzzer); built normally, it replays corpus files (Fixtures/fuzz/).
         .target(name: "CFuzzing", path: "Tests/Fuzz/CFuzzing"),
         .executableTarget(
-            name: "tpm-keychain-fuzz", dependencies: ["CFuzzing", "KeychainStore", "ToolSupport"],
+            name: "tpm-keychain-fuzz", dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport"],
             path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",

@@ -33,7 +33,9 @@ struct ForeignImportTests {
         #expect(table.rowLines == [2, 4])
     }
 
-    @Test("CSV: a wrong field count, an unterminated quote, text after a closing quote and an empty text are errors naming the line, never the content")
+    @Test(
+        "CSV: a wrong field count, an unterminated quote, text after a closing quote and an empty text are errors naming the line, never the content"
+    )
     func csvErrors() throws {
         let wrongCount = try #require(csvTableError("a,b\n1,2\n\nsecret-3\n"))
         #expect(wrongCount.code == .malformedInput)
@@ -54,7 +56,8 @@ struct ForeignImportTests {
 
     // MARK: Password managers' CSV
 
-    @Test("Chrome and Edge CSV: URLs become internet passwords (host, protocol, port, path), the rest generic passwords")
+    @Test(
+        "Chrome and Edge CSV: URLs become internet passwords (host, protocol, port, path), the rest generic passwords")
     func chromeCSV() throws {
         let csv = """
             name,url,username,password,note
@@ -193,7 +196,8 @@ struct ForeignImportTests {
         #expect(wifi.attributes.string(AttributeTag.account) == "")
         #expect(wifi.value == ItemValue(kind: .string, bytes: Array("pw-9".utf8)))
 
-        let onePassword = try PasswordManagerExport.items(csv: "Title,Url,Username,Password,Notes\nMail,mail.example.com,jack,pw-10,\n")
+        let onePassword = try PasswordManagerExport.items(
+            csv: "Title,Url,Username,Password,Notes\nMail,mail.example.com,jack,pw-10,\n")
         try #require(onePassword.items.count == 1)
         #expect(onePassword.items[0].itemClass == .internetPassword)
         #expect(onePassword.items[0].attributes.string(AttributeTag.server) == "mail.example.com")
@@ -208,7 +212,7 @@ struct ForeignImportTests {
         #expect(noPassword.message.contains("password"), "\(noPassword)")
 
         let tooLong = String(repeating: "n", count: 4097)
-        let exactly = String(repeating: "\u{E9}", count: 2048)  // 4096 UTF-8 bytes
+        let exactly = String(repeating: "\u{E9}", count: 2048) // 4096 UTF-8 bytes
         let report = try PasswordManagerExport.items(
             csv: "name,password,notes\nlong,pw-11,\(tooLong)\nexact,pw-12,\(exactly)\n")
         try #require(report.items.count == 1)
@@ -323,11 +327,14 @@ struct ForeignImportTests {
 
     // MARK: pass
 
-    @Test("pass store: entries decrypted by gpg with a throwaway key; dot-directories, other files and linked directories not read; the store unchanged")
+    @Test(
+        "pass store: entries decrypted by gpg with a throwaway key; dot-directories, other files and linked directories not read; the store unchanged"
+    )
     func passStore() throws {
         let gpg = "/usr/bin/gpg"
         try #require(
-            FileManager.default.isExecutableFile(atPath: gpg), "gpg is missing: install gnupg (.ci/install-dependencies)")
+            FileManager.default.isExecutableFile(atPath: gpg),
+            "gpg is missing: install gnupg (.ci/install-dependencies)")
         let home = try makeGnuPGHome()
         defer {
             // The agent gpg started for this home, then the home itself.
@@ -337,7 +344,10 @@ struct ForeignImportTests {
         let gnupg = ["GNUPGHOME": home]
         _ = try SystemTool.output(
             gpg,
-            ["--batch", "--passphrase", "", "--quick-gen-key", "Test <test@example.invalid>", "default", "default", "never"],
+            [
+                "--batch", "--passphrase", "", "--quick-gen-key", "Test <test@example.invalid>", "default", "default",
+                "never",
+            ],
             environment: gnupg)
 
         let store = try makeScratchDirectory("pass-store")
@@ -372,7 +382,8 @@ struct ForeignImportTests {
         }
 
         #expect(progress == [[0, 4], [1, 4], [2, 4], [3, 4], [4, 4]])
-        #expect(report.items.map { $0.attributes.string(AttributeTag.service) } == ["email/work", "github", "web/shop"])
+        #expect(
+            report.items.map { $0.attributes.string(AttributeTag.service) } == ["email/work", "github", "web/shop"])
         try #require(report.items.count == 3)
         for item in report.items {
             #expect(item.itemClass == .genericPassword)
@@ -449,7 +460,9 @@ private func exportJSONError(_ text: String) -> ForeignImportError? {
     }
 }
 
-private func passStoreError(_ directory: String, gpg: String, environment: [String: String]? = nil)
+private func passStoreError(
+    _ directory: String, gpg: String, environment: [String: String]? = nil
+)
     -> ForeignImportError?
 {
     do {

@@ -41,7 +41,8 @@ struct TransferCLITests {
         let target = try CLIFixture()
         let wrong = try target.run("import", archive, "--passphrase-fd", "0", stdin: Data("not the passphrase\n".utf8))
         #expect(wrong.status == 77, "\(wrong)")
-        let dryRun = try target.run("import", archive, "--dry-run", "--passphrase-fd", "0", stdin: Data(Self.passphrase.utf8))
+        let dryRun = try target.run(
+            "import", archive, "--dry-run", "--passphrase-fd", "0", stdin: Data(Self.passphrase.utf8))
         #expect(dryRun.status == 0, "\(dryRun)")
         #expect(dryRun.stdout.contains("add: generic password \"mail\" / \"alice\""), "\(dryRun)")
         #expect(dryRun.stdout.contains("dry run: 2 items would be written"), "\(dryRun)")
@@ -49,10 +50,13 @@ struct TransferCLITests {
         #expect(missing.status == 44, "the dry run wrote: \(missing)")
 
         let imported = try target.run("import", archive, "--passphrase-fd", "0", stdin: Data(Self.passphrase.utf8))
-        #expect(imported.stdout == "imported: 2 added, 0 replaced, 0 kept beside an existing item, 0 skipped\n", "\(imported)")
+        #expect(
+            imported.stdout == "imported: 2 added, 0 replaced, 0 kept beside an existing item, 0 skipped\n",
+            "\(imported)")
         #expect(try target.succeed("find-generic-password", "-s", "mail", "-a", "alice", "-w").stdout == "hunter2\n")
         #expect(
-            try target.succeed("find-internet-password", "-s", "git.example.com", "-a", "bob", "-r", "htps", "-w").stdout
+            try target.succeed("find-internet-password", "-s", "git.example.com", "-a", "bob", "-r", "htps", "-w")
+                .stdout
                 == "tok3n\n")
         let second = try target.run(
             "import", archive, "--conflicts", "keep-both", "--passphrase-fd", "0", stdin: Data(Self.passphrase.utf8))
@@ -111,7 +115,8 @@ struct TransferCLITests {
 
             let target = try CLIFixture()
             let running = try CLI.start(
-                ["import", "--keychain", target.store, archive, "--passphrase-fd", "0"], environment: target.environment,
+                ["import", "--keychain", target.store, archive, "--passphrase-fd", "0"],
+                environment: target.environment,
                 stdinPipe: true)
             try running.write(Data((passphrase + "\n").utf8), closing: true)
             // Killed once items are arriving: observed progress, not a time.
@@ -122,7 +127,8 @@ struct TransferCLITests {
             }
             kill(running.processIdentifier, SIGKILL)
             let killed = try running.finish()
-            #expect(killed.killedBySignal && killed.status == SIGKILL, "the import ended before it was killed: \(killed)")
+            #expect(
+                killed.killedBySignal && killed.status == SIGKILL, "the import ended before it was killed: \(killed)")
 
             var targetLocation = try KeychainLocation(path: target.store, tcti: target.simulator.tcti)
             targetLocation.deviceDirectory = target.directory + "/device"
@@ -134,9 +140,12 @@ struct TransferCLITests {
             for key in keys { #expect(try checked.string(forKey: key) == "value of \(key)") }
             Keychain.closeStore(targetLocation)
 
-            let resumed = try target.run("import", archive, "--passphrase-fd", "0", stdin: Data((passphrase + "\n").utf8))
+            let resumed = try target.run(
+                "import", archive, "--passphrase-fd", "0", stdin: Data((passphrase + "\n").utf8))
             #expect(
-                resumed.stdout.hasPrefix("imported: \(count - keys.count) added, 0 replaced, 0 kept beside an existing item, \(keys.count) skipped"),
+                resumed.stdout.hasPrefix(
+                    "imported: \(count - keys.count) added, 0 replaced, 0 kept beside an existing item, \(keys.count) skipped"
+                ),
                 "\(resumed)")
         }
     }
@@ -145,13 +154,18 @@ struct TransferCLITests {
     func foreignSources() throws {
         let fixture = try CLIFixture()
         let csv = fixture.directory + "/passwords.csv"
-        let text = "name,url,username,password,note\nGitHub,https://github.com/login,octo,gh-secret,\nRouter,,admin,r0uter,\n"
+        let text =
+            "name,url,username,password,note\nGitHub,https://github.com/login,octo,gh-secret,\nRouter,,admin,r0uter,\n"
         try Data(text.utf8).write(to: URL(fileURLWithPath: csv))
         let imported = try fixture.run("import", csv)
-        #expect(imported.stdout == "imported: 2 added, 0 replaced, 0 kept beside an existing item, 0 skipped\n", "\(imported)")
         #expect(
-            try fixture.succeed("find-internet-password", "-s", "github.com", "-a", "octo", "-r", "htps", "-p", "/login", "-w")
-                .stdout == "gh-secret\n")
+            imported.stdout == "imported: 2 added, 0 replaced, 0 kept beside an existing item, 0 skipped\n",
+            "\(imported)")
+        #expect(
+            try fixture.succeed(
+                "find-internet-password", "-s", "github.com", "-a", "octo", "-r", "htps", "-p", "/login", "-w"
+            )
+            .stdout == "gh-secret\n")
         #expect(try fixture.succeed("find-generic-password", "-s", "Router", "-a", "admin", "-w").stdout == "r0uter\n")
         #expect(try String(contentsOfFile: csv, encoding: .utf8) == text)
 
@@ -164,13 +178,20 @@ struct TransferCLITests {
         }
         _ = try SystemTool.output(
             gpg,
-            ["--batch", "--passphrase", "", "--quick-gen-key", "Test <test@example.invalid>", "default", "default", "never"],
+            [
+                "--batch", "--passphrase", "", "--quick-gen-key", "Test <test@example.invalid>", "default", "default",
+                "never",
+            ],
             environment: ["GNUPGHOME": home])
         let store = fixture.directory + "/password-store"
         try FileManager.default.createDirectory(atPath: store + "/web", withIntermediateDirectories: true)
         try Data("test@example.invalid\n".utf8).write(to: URL(fileURLWithPath: store + "/.gpg-id"))
         _ = try SystemTool.output(
-            gpg, ["--batch", "--yes", "--trust-model", "always", "-r", "test@example.invalid", "-o", store + "/web/shop.gpg", "-e"],
+            gpg,
+            [
+                "--batch", "--yes", "--trust-model", "always", "-r", "test@example.invalid", "-o",
+                store + "/web/shop.gpg", "-e",
+            ],
             environment: ["GNUPGHOME": home], input: Data("pass-secret\nlogin: carol\n".utf8))
         var environment = fixture.environment
         environment["GNUPGHOME"] = home

@@ -120,7 +120,8 @@ import Testing
         var chunks: [[UInt8]] = []
         var offset = headerSize
         while offset < original.count {
-            let length = Int(original[offset]) << 24 | Int(original[offset + 1]) << 16 | Int(original[offset + 2]) << 8
+            let length =
+                Int(original[offset]) << 24 | Int(original[offset + 1]) << 16 | Int(original[offset + 2]) << 8
                 | Int(original[offset + 3])
             chunks.append(Array(original[offset..<offset + 4 + length]))
             offset += 4 + length
@@ -134,9 +135,10 @@ import Testing
             changed[position] ^= 0x20
             variants.append(("byte \(position) changed", changed))
         }
-        for cut in [1, 5, headerSize, headerSize + 3, headerSize + chunks[0].count, original.count - chunks[6].count,
-            original.count - 1]
-        {
+        for cut in [
+            1, 5, headerSize, headerSize + 3, headerSize + chunks[0].count, original.count - chunks[6].count,
+            original.count - 1,
+        ] {
             variants.append(("cut to \(cut) bytes", Array(original[0..<cut])))
         }
         variants.append(("a middle chunk dropped", header + chunks[0] + chunks[1] + chunks[3...].joined()))
@@ -157,7 +159,9 @@ import Testing
                     at: altered, into: target.location, passphrase: Self.passphrase)
                 Issue.record("\(what): imported \(report.added) items")
             } catch {
-                let accepted: [KeychainError.Code] = [.tampered, .authenticationFailed, .decodingFailed, .unsupportedVersion]
+                let accepted: [KeychainError.Code] = [
+                    .tampered, .authenticationFailed, .decodingFailed, .unsupportedVersion,
+                ]
                 #expect(accepted.contains(error.code), "\(what): \(error)")
             }
             #expect(try Keychain.allItems(in: target.location).isEmpty, "\(what) imported something")
@@ -181,7 +185,8 @@ import Testing
         #expect(keyA.fingerprint.hasPrefix("SHA256:"))
         let archive = temporaryPath(source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        let exported = try await KeychainArchive.export(from: source.location, to: archive, protection: .deviceKey(keyA))
+        let exported = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .deviceKey(keyA))
         #expect(exported.exported == 3)
         #expect(try KeychainArchive.kind(ofArchiveAt: archive) == .deviceKey(fingerprint: keyA.fingerprint))
 

@@ -48,7 +48,8 @@ enum ArchiveExport {
         } catch {
             throw KeychainError(
                 error.rawValue == EEXIST ? .invalidParameter : .storageFailed,
-                "Cannot create \(path): \(error)\(error.rawValue == EEXIST ? " (an export never overwrites a file)" : "")")
+                "Cannot create \(path): \(error)\(error.rawValue == EEXIST ? " (an export never overwrites a file)" : "")"
+            )
         }
         defer { file.abandon() }
         let writer = try ArchiveWriter(file: file, header: header, key: key)
@@ -64,7 +65,8 @@ enum ArchiveExport {
             switch try await leaving(result, service, context) {
             case .skip(let reason):
                 report.skipped.append(
-                    KeychainArchive.SkippedItem(item: TransferItem.summary(result.itemClass, result.attributes), reason: reason))
+                    KeychainArchive.SkippedItem(
+                        item: TransferItem.summary(result.itemClass, result.attributes), reason: reason))
             case .gone:
                 continue
             case .leaves(let item):
@@ -101,9 +103,9 @@ enum ArchiveExport {
                     return .skip(.accessControl)
                 }
                 key = try await service.openKey(for: result, context: context, allowsInteraction: false)
-            } catch where error.code == .interactionNotAllowed {
+            } catch  where error.code == .interactionNotAllowed {
                 return .skip(.deviceLocked)
-            } catch where error.code == .itemInvalidated {
+            } catch  where error.code == .itemInvalidated {
                 return .skip(.invalidated)
             }
         }

@@ -86,7 +86,8 @@ package enum ArchiveFormat {
             guard start[4] == ArchiveFormat.version else {
                 throw KeychainError(
                     .unsupportedVersion,
-                    "\(file.path) is an archive of version \(start[4]); this build reads version \(ArchiveFormat.version)")
+                    "\(file.path) is an archive of version \(start[4]); this build reads version \(ArchiveFormat.version)"
+                )
             }
             switch Kind(rawValue: start[5]) {
             case .passphrase:
@@ -219,7 +220,8 @@ package enum ArchiveFormat {
                     let accessibility = Accessibility(rawValue: try reader.readUInt8()),
                     let kind = ValueKind(rawValue: try reader.readUInt8())
                 else {
-                    throw KeychainError(.tampered, "\(path) holds an item of a class, accessibility or kind unknown here")
+                    throw KeychainError(
+                        .tampered, "\(path) holds an item of a class, accessibility or kind unknown here")
                 }
                 let attributeBytes = try reader.readBytes(Int(try reader.readUInt32()))
                 let attributes = try AttributeList(decoding: attributeBytes, path: path)
@@ -328,10 +330,12 @@ package final class ArchiveReader {
             record = Array(try AES.GCM.open(box, using: key, authenticating: lengthBytes))
         } catch {
             // Opening as a middle chunk tells an archive cut off right after this chunk.
-            if final, (try? AES.GCM.open(
-                AES.GCM.SealedBox(
-                    nonce: ArchiveFormat.nonce(index, final: false), ciphertext: chunk.dropLast(ArchiveFormat.tagSize),
-                    tag: chunk.suffix(ArchiveFormat.tagSize)), using: key, authenticating: lengthBytes)) != nil
+            if final,
+                (try? AES.GCM.open(
+                    AES.GCM.SealedBox(
+                        nonce: ArchiveFormat.nonce(index, final: false),
+                        ciphertext: chunk.dropLast(ArchiveFormat.tagSize),
+                        tag: chunk.suffix(ArchiveFormat.tagSize)), using: key, authenticating: lengthBytes)) != nil
             {
                 throw truncated()
             }

@@ -25,7 +25,9 @@ package struct ItemImporter: Sendable {
     /// - Throws: ``KeychainError`` from the write (`.invalidParameter` for an item over the
     ///   store's limits, `.storageFailed`, `.timedOut`).
     @discardableResult
-    package func write(_ item: TransferItem) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?) {
+    package func write(
+        _ item: TransferItem
+    ) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?) {
         let (action, reason, attributes) = try decide(item)
         guard action != .skip else { return (action, reason) }
         var changes = AttributeChanges()
@@ -58,7 +60,8 @@ package struct ItemImporter: Sendable {
             let account = item.attributes.string(AttributeTag.account) ?? ""
             for number in 1...100 {
                 var renamed = item.attributes
-                renamed.setString(account + (number == 1 ? " (imported)" : " (imported \(number))"), for: AttributeTag.account)
+                renamed.setString(
+                    account + (number == 1 ? " (imported)" : " (imported \(number))"), for: AttributeTag.account)
                 if try service.item(item.itemClass, primary: renamed, withSecret: false) == nil {
                     return (.keepBoth, nil, renamed)
                 }

@@ -153,6 +153,9 @@ public enum KeychainArchive {
     /// (mode 0600; never over an existing file); items that may not are counted in the report.
     ///
     /// - Parameters:
+    ///   - location: the store to export.
+    ///   - path: the archive to create.
+    ///   - protection: a passphrase, or another machine's device import key.
     ///   - context: opens items only the lock state protects; it never prompts.
     ///   - progress: called with (items done, items in the store).
     /// - Throws: ``KeychainError`` `.invalidParameter` for an existing `path`, `.storageFailed`,
@@ -168,6 +171,7 @@ public enum KeychainArchive {
 
     /// How the archive at `path` is protected: whether an import needs a passphrase.
     ///
+    /// - Parameter path: the archive.
     /// - Throws: ``KeychainError`` `.decodingFailed` (not an archive), `.unsupportedVersion`,
     ///   `.tampered`, `.storageFailed`.
     public static func kind(ofArchiveAt path: String) throws(KeychainError) -> Kind {
@@ -183,8 +187,13 @@ public enum KeychainArchive {
     /// `location`'s own import key; a passphrase archive needs `passphrase`.
     ///
     /// - Parameters:
+    ///   - path: the archive.
+    ///   - location: the store that receives the items.
+    ///   - passphrase: a passphrase archive's passphrase; nil for one made for a device import key.
+    ///   - conflicts: what to do with an item the store has already.
     ///   - dryRun: check the archive and report what would change (``ImportReport/planned``),
     ///     writing nothing.
+    ///   - context: opens the device import key when the lock state protects it; it never prompts.
     ///   - progress: called with (items done, items in the archive) while writing.
     /// - Throws: ``KeychainError`` `.authenticationFailed` (wrong passphrase), `.wrongTPM` (an
     ///   archive for another TPM's import key), `.tampered` (altered, truncated or reordered:
@@ -203,8 +212,11 @@ public enum KeychainArchive {
     /// machine exports to (``Protection/deviceKey(_:)``). Its private half never leaves the TPM.
     /// It dies with the TPM's owner hierarchy (a TPM clear) and with the store.
     ///
+    /// - Parameter location: the store whose TPM holds the key.
     /// - Throws: ``KeychainError`` from opening the store and from the TPM.
-    public static func deviceImportKey(for location: KeychainLocation = .default) throws(KeychainError)
+    public static func deviceImportKey(
+        for location: KeychainLocation = .default
+    ) throws(KeychainError)
         -> DeviceImportKey
     {
         try DeviceImportKey.ofStore(ItemService(location: location), create: true)
@@ -222,10 +234,12 @@ public struct DeviceImportKey: Sendable, Hashable, CustomStringConvertible {
     /// - Throws: ``KeychainError`` `.invalidParameter` for text that is not a device import key.
     public init(_ text: String) throws(KeychainError) {
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard trimmed.hasPrefix(Self.prefix), let bytes = Data(base64Encoded: String(trimmed.dropFirst(Self.prefix.count)))
+        guard trimmed.hasPrefix(Self.prefix),
+            let bytes = Data(base64Encoded: String(trimmed.dropFirst(Self.prefix.count)))
         else {
             throw KeychainError(
-                .invalidParameter, "Not a device import key: expected \"\(Self.prefix)…\" as tpm-keychain device-key prints it")
+                .invalidParameter,
+                "Not a device import key: expected \"\(Self.prefix)…\" as tpm-keychain device-key prints it")
         }
         try self.init(publicKey: Array(bytes))
     }

@@ -151,7 +151,9 @@ package enum PassStore {
     }
 
     /// `gpg` itself when it names a path, else the first executable of that name in `PATH`.
-    private static func executable(_ gpg: String, environment: [String: String]?) throws(ForeignImportError)
+    private static func executable(
+        _ gpg: String, environment: [String: String]?
+    ) throws(ForeignImportError)
         -> String
     {
         if gpg.contains("/") {
@@ -182,7 +184,9 @@ package enum PassStore {
     /// Runs gpg on `file`. Standard output (the plaintext) is read on this thread, standard error
     /// on another, so that neither pipe can fill and block gpg; both are read to their end
     /// before the wait.
-    private static func decrypt(_ file: String, gpg: String, environment: [String: String]?)
+    private static func decrypt(
+        _ file: String, gpg: String, environment: [String: String]?
+    )
         throws(ForeignImportError) -> Decryption
     {
         let process = Process()

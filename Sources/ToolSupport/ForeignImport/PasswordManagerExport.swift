@@ -229,7 +229,8 @@ package enum PasswordManagerExport {
         attributes.setString(service, for: AttributeTag.service)
         attributes.setString(service, for: AttributeTag.label)
         return .item(
-            TransferItem(itemClass: .genericPassword, accessibility: .whenUnlocked, attributes: attributes, value: value))
+            TransferItem(
+                itemClass: .genericPassword, accessibility: .whenUnlocked, attributes: attributes, value: value))
     }
 
     /// What an internet password takes from a URL.
@@ -355,7 +356,9 @@ package enum PasswordManagerExport {
         let lowered: [[String: FlatValue]] = objects.map { object in
             Dictionary(object.map { (Column.normalize($0.key), $0.value) }, uniquingKeysWith: { first, _ in first })
         }
-        guard lowered.isEmpty || lowered.contains(where: { object in Column.password.names.contains { object[$0] != nil } })
+        guard
+            lowered.isEmpty
+                || lowered.contains(where: { object in Column.password.names.contains { object[$0] != nil } })
         else {
             throw ForeignImportError(
                 .unrecognizedFormat,

@@ -78,7 +78,9 @@ struct Export: ParsableCommand {
                         "the passphrase is shorter than 8 characters; anyone with the archive could guess it")
                 }
                 var cost = KeychainArchive.PassphraseCost.standard
-                if let scryptLog2N { cost = KeychainArchive.PassphraseCost(log2N: scryptLog2N, blockSize: 8, parallelism: 1) }
+                if let scryptLog2N {
+                    cost = KeychainArchive.PassphraseCost(log2N: scryptLog2N, blockSize: 8, parallelism: 1)
+                }
                 protection = .passphrase(text, cost: cost)
             }
             let output = StoreDirectory.absolute(output)
@@ -87,14 +89,17 @@ struct Export: ParsableCommand {
                 defer { bar.finish() }
                 let location = session.location
                 return try waitFor {
-                    try await KeychainArchive.export(from: location, to: output, protection: protection) { done, total in
+                    try await KeychainArchive.export(from: location, to: output, protection: protection) {
+                        done, total in
                         bar.show(done, of: total)
                     }
                 }
             }
             print("exported \(report.exported) items to \(output)")
             if !report.skipped.isEmpty {
-                let counts = Dictionary(grouping: report.skipped, by: \.reason.description).map { "\($0.value.count) because \($0.key)" }
+                let counts = Dictionary(grouping: report.skipped, by: \.reason.description).map {
+                    "\($0.value.count) because \($0.key)"
+                }
                 print("left on this device: \(report.skipped.count) items (\(counts.sorted().joined(separator: "; ")))")
                 if listSkipped { for item in report.skipped { print("  \(item)") } }
             }
@@ -105,7 +110,8 @@ struct Export: ParsableCommand {
     static func deviceKey(_ argument: String) throws -> DeviceImportKey {
         if argument.hasPrefix("tkdk") { return try DeviceImportKey(argument) }
         guard let text = try? String(contentsOfFile: argument, encoding: .utf8) else {
-            throw CommandFailure(ExitStatus.noInput, "\(argument) is neither a device import key (tkdk1:…) nor a readable file")
+            throw CommandFailure(
+                ExitStatus.noInput, "\(argument) is neither a device import key (tkdk1:…) nor a readable file")
         }
         return try DeviceImportKey(text)
     }
@@ -207,7 +213,8 @@ struct Import: ParsableCommand {
         if dryRun {
             for change in report.planned { print(change) }
             let adds = report.planned.filter { $0.action != .skip }.count
-            print("dry run: \(adds) items would be written, \(report.planned.count - adds) skipped; nothing was changed")
+            print(
+                "dry run: \(adds) items would be written, \(report.planned.count - adds) skipped; nothing was changed")
             return
         }
         print(
@@ -221,7 +228,8 @@ struct Import: ParsableCommand {
 struct DeviceKey: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "device-key",
-        abstract: "Print this store's device import key, made in the TPM on first use, for another machine's export --to.",
+        abstract:
+            "Print this store's device import key, made in the TPM on first use, for another machine's export --to.",
         discussion: """
             The private half never leaves the TPM. An archive made for this key opens only here, \
             and no longer after the TPM is cleared. Compare the fingerprint (on standard error) on \

@@ -5,19 +5,32 @@
 //     tpm-keychain-fuzz --replay FILE...                 built normally: each file through its
 //                                                        target (named by its directory)
 //
-// Targets: ParserFuzzing.targets (the store's files) and "git-credential" (the git helper's input).
+// Targets: ParserFuzzing.targets (the store's files), "git-credential" (the git helper's input),
+// "archive-record" (an export archive's records, after their chunk authenticates) and
+// "password-csv", "password-json" (password managers' exports, read by `import`).
 // Seed corpora: Fixtures/fuzz/<target>/.
 import CFuzzing
 import Foundation
 import KeychainStore
+import TPMKeychain
 import ToolSupport
 
 enum Harness {
-    static let targets = ParserFuzzing.targets + ["git-credential"]
+    static let targets = ParserFuzzing.targets + ["git-credential", "archive-record", "password-csv", "password-json"]
 
     /// Runs one input; returns a description of a property that failed (a finding), else nil.
     static func run(_ target: String, _ bytes: [UInt8]) -> String? {
-        if target == "git-credential" { return gitCredential(bytes) }
+        switch target {
+        case "git-credential": return gitCredential(bytes)
+        case "archive-record": return archiveRecord(bytes)
+        case "password-csv":
+            _ = try? PasswordManagerExport.items(csv: String(decoding: bytes, as: UTF8.self))
+            return nil
+        case "password-json":
+            _ = try? PasswordManagerExport.items(json: bytes)
+            return nil
+        default: break
+        }
         switch ParserFuzzing.run(target, bytes) {
         case .handled: return nil
         case .violated(let property): return property
@@ -39,6 +52,13 @@ enum Harness {
             return "a credential description changed through a re-encoding"
         }
         return nil
+    }
+
+    /// An archive's record: an item that parses re-encodes to the same bytes (the encoding is
+    /// canonical, so what an export wrote is what an import reads).
+    static func archiveRecord(_ bytes: [UInt8]) -> String? {
+        guard case .item(let item) = try? ArchiveFormat.record(bytes, path: "fuzz") else { return nil }
+        return ArchiveFormat.itemRecord(item) == bytes ? nil : "an archive item record changed through a re-encoding"
     }
 
     nonisolated(unsafe) static var target = ""
