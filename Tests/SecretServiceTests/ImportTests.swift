@@ -77,3 +77,56 @@ extension SecretServiceSuites {
         }
     }
 }
+
+extension SecretServiceSuites.ImportTests {
+    @Test(
+        "collections are kept: the source's default collection goes into --into, another into a store named after its label, the session collection stays; --merge puts all in one"
+    )
+    func collectionsKept() throws {
+        // The source is another tpm-keychain provider, which creates collections without a prompt.
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        #expect(
+            try fixture.secretTool(
+                ["store", "--label", "home", "service", "home", "account", "h"], stdin: "home secret"
+            )
+            .status == 0)
+        _ = try fixture.createCollection(label: "Work Stuff", properties: "")
+        let created = try fixture.run(
+            SecretServiceFixture.python,
+            [
+                "-c",
+                """
+                import secretstorage
+                bus = secretstorage.dbus_init()
+                work = [c for c in secretstorage.get_all_collections(bus) if c.get_label() == 'Work Stuff'][0]
+                work.create_item('work item', {'service': 'work', 'account': 'w'}, b'work secret')
+                session = secretstorage.Collection(bus, '/org/freedesktop/secrets/collection/session')
+                session.create_item('session item', {'service': 'session', 'account': 's'}, b'gone at logout')
+                """,
+            ])
+        #expect(created.status == 0, "\(created)")
+
+        let kept = fixture.directory + "/kept"
+        let imported = try fixture.run(
+            SecretServiceFixture.tool, ["secret-service", "import", "--data-directory", kept])
+        #expect(imported.status == 0, "\(imported)")
+        #expect(imported.stdout.hasPrefix("Imported 2 items from 2 collections into "), "\(imported)")
+        let stores = try FileManager.default.contentsOfDirectory(atPath: kept).sorted()
+        #expect(stores == ["default", "work_stuff"], "\(stores)")
+        for (store, service, account, secret) in [
+            ("default", "home", "h", "home secret"), ("work_stuff", "work", "w", "work secret"),
+        ] {
+            let found = try fixture.run(
+                SecretServiceFixture.tool,
+                ["find-generic-password", "--keychain", kept + "/" + store, "-s", service, "-a", account, "-w"])
+            #expect(found.stdout == secret + "\n", "\(store): \(found)")
+        }
+
+        let merged = fixture.directory + "/merged"
+        let all = try fixture.run(
+            SecretServiceFixture.tool, ["secret-service", "import", "--data-directory", merged, "--merge"])
+        #expect(all.stdout.hasPrefix("Imported 2 items from 2 collections into default"), "\(all)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: merged) == ["default"])
+    }
+}

@@ -135,7 +135,10 @@ struct TransferCLITests {
             let keys = try Keychain(service: "bulk", location: targetLocation).allKeys().sorted()
             Keychain.closeStore(targetLocation)
             #expect(keys.count > 0 && keys.count < count, "\(keys.count) of \(count)")
-            #expect(keys == (0..<keys.count).map(name), "not a prefix of the archive")
+            // The archive's order, read by the second reader (Fixtures/archives/read-archive.py).
+            let order = try archiveAccounts(archive, passphrase: passphrase)
+            #expect(order.count == count)
+            #expect(keys == order.prefix(keys.count).sorted(), "not a prefix of the archive")
             let checked = try Keychain(service: "bulk", location: targetLocation)
             for key in keys { #expect(try checked.string(forKey: key) == "value of \(key)") }
             Keychain.closeStore(targetLocation)
@@ -200,6 +203,23 @@ struct TransferCLITests {
         #expect(
             try fixture.succeed("find-generic-password", "-s", "web/shop", "-a", "carol", "-w").stdout
                 == "pass-secret\nlogin: carol\n")
+    }
+}
+
+/// The accounts of a passphrase archive's items, in the archive's order.
+private func archiveAccounts(_ archive: String, passphrase: String) throws -> [String] {
+    struct Read: Decodable {
+        struct Item: Decodable { let attributes: [String: String] }
+        let items: [Item]
+    }
+    let reader = ProjectFixtures.directory.appendingPathComponent("archives/read-archive.py").path
+    let output = try SystemTool.output("/usr/bin/python3", [reader, archive], input: Data((passphrase + "\n").utf8))
+    return try JSONDecoder().decode(Read.self, from: output).items.map { item in
+        let hex = Array((item.attributes["acct"] ?? "").utf8)
+        let bytes = stride(from: 0, to: hex.count - 1, by: 2).compactMap {
+            UInt8(String(decoding: hex[$0...$0 + 1], as: UTF8.self), radix: 16)
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 

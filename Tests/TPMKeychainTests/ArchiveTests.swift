@@ -212,6 +212,38 @@ import Testing
     }
 
     @Test(
+        "after the target's TPM is cleared its store is recovered, but its device import key died with the TPM: the archive made for it is refused"
+    )
+    func clearedTPMKillsTheArchive() async throws {
+        let source = try await Self.populatedSource()
+        let target = try TestStore()
+        let key = try KeychainArchive.deviceImportKey(for: target.location)
+        let recoveryKey = try target.location.addRecoveryKey()
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(from: source.location, to: archive, protection: .deviceKey(key))
+
+        Keychain.closeStore(target.location)
+        // TPM2_Clear with the (empty) lockout authorization: a new storage seed.
+        let cleared = try TPM2Tools.run(["tpm2_clear", "-c", "l"], tcti: target.simulator.tcti)
+        #expect(cleared.status == 0, "\(cleared)")
+        await expectArchiveError(.wrongTPM) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: target.location)
+        }
+        // Recovered onto the cleared TPM: the key item, bound to the old TPM, is removed.
+        let report = try target.location.recover(with: recoveryKey)
+        #expect(report.itemsRemoved == 1, "the device import key")
+        await expectArchiveError(.wrongTPM) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: target.location)
+        }
+        let fresh = try KeychainArchive.deviceImportKey(for: target.location)
+        #expect(fresh != key, "a new key, in the new TPM")
+        await expectArchiveError(.wrongTPM) {
+            _ = try await KeychainArchive.importArchive(at: archive, into: target.location)
+        }
+    }
+
+    @Test(
         "a dry run lists each change and writes nothing; skip keeps the store's item, replace writes over it, keep-both adds beside it"
     )
     func conflictPolicies() async throws {
@@ -228,8 +260,11 @@ import Testing
         try keychain.set("mine", forKey: "shared")
         let plan = try await KeychainArchive.importArchive(
             at: archive, into: target.location, passphrase: Self.passphrase, dryRun: true)
-        #expect(plan.planned.map(\.action) == [.skip, .add], "\(plan.planned)")
-        #expect(plan.planned[0].reason == .alreadyPresent)
+        let byItem = Dictionary(uniqueKeysWithValues: plan.planned.map { ($0.item, $0) })
+        #expect(byItem.count == 2, "\(plan.planned)")
+        #expect(byItem.first { $0.key.contains("\"shared\"") }?.value.action == .skip, "\(plan.planned)")
+        #expect(byItem.first { $0.key.contains("\"shared\"") }?.value.reason == .alreadyPresent)
+        #expect(byItem.first { $0.key.contains("\"new\"") }?.value.action == .add, "\(plan.planned)")
         #expect(try keychain.allKeys() == ["shared"], "a dry run wrote")
 
         let skipped = try await KeychainArchive.importArchive(

@@ -4,10 +4,13 @@ import SystemCalls
 import TPMKeychain
 
 /// Moving in: every item of another running Secret Service provider (gnome-keyring, KWallet's
-/// Secret Service, KeePassXC, another tpm-keychain) copied into one of our collections, through
-/// the provider's own D-Bus API as any client reads it. Nothing is removed from the source. The
-/// secrets cross the bus encrypted (a DH session). Re-running it replaces what it copied before:
-/// an item with exactly the same attributes is rewritten, not duplicated.
+/// Secret Service, KeePassXC, another tpm-keychain) copied into our collections, through the
+/// provider's own D-Bus API as any client reads it, with its label and attributes. Collections
+/// are kept: the source's default collection goes into ``Options/into`` and each other one into
+/// a store named after its label (``Options/mergeCollections`` puts everything in ``Options/into``);
+/// the source's `session` collection, in memory by design, is left alone. Nothing is removed from
+/// the source. The secrets cross the bus encrypted (a DH session). Re-running it replaces what it
+/// copied before: an item with exactly the same attributes is rewritten, not duplicated.
 package enum ProviderImport {
     package struct Options: Sendable {
         /// The source's bus: nil for the session bus.
@@ -16,9 +19,12 @@ package enum ProviderImport {
         package var busName = SecretServiceDaemon.busName
         /// Only the collections with these labels (all when empty).
         package var collections: [String] = []
-        /// Our data directory, and the store (collection) that receives the items.
+        /// Our data directory, and the store (collection) that receives the source's default
+        /// collection.
         package var dataDirectory: String
         package var into = "default"
+        /// Everything into ``into``, instead of a store per source collection.
+        package var mergeCollections = false
 
         package init(address: String?, dataDirectory: String) {
             self.address = address
@@ -31,6 +37,8 @@ package enum ProviderImport {
         package var collections = 0
         /// Labels of the source's collections that stayed locked (the unlock was dismissed).
         package var locked: [String] = []
+        /// Our stores that received items, by name.
+        package var stores: [String] = []
     }
 
     package struct Failure: Error, CustomStringConvertible {
@@ -57,23 +65,35 @@ package enum ProviderImport {
         let source = Source(connection: connection, owner: owner, name: options.busName)
         let session = try source.openSession()
 
-        let target = try targetCollection(options)
-        defer { target.close() }
+        var targets: [String: SecretCollection] = [:]
+        defer { for target in targets.values { target.close() } }
         var report = Report()
-        var work: [(collection: String, items: [String])] = []
+        let defaultCollection = try? source.call(service, serviceInterface, "ReadAlias", [.string("default")]).first?
+            .objectPath
+        var work: [(store: String, items: [String])] = []
         for path in try source.objectPaths(service, serviceInterface, "Collections") {
             let label = (try? source.property(path, "org.freedesktop.Secret.Collection", "Label").string) ?? path
             guard options.collections.isEmpty || options.collections.contains(label) else { continue }
+            // The session collection lives in memory by design: its items are not meant to persist.
+            if path.hasSuffix("/collection/" + SecretCollection.sessionName) { continue }
             guard try source.unlock(path) else {
                 report.locked.append(label)
                 continue
             }
-            work.append((label, try source.objectPaths(path, "org.freedesktop.Secret.Collection", "Items")))
+            let items = try source.objectPaths(path, "org.freedesktop.Secret.Collection", "Items")
+            let store =
+                options.mergeCollections || path == defaultCollection ? options.into : Self.storeName(for: label)
+            if !items.isEmpty, targets[store] == nil {
+                targets[store] = try targetCollection(options, store)
+                report.stores.append(store)
+            }
+            work.append((store, items))
             report.collections += 1
         }
         let total = work.reduce(0) { $0 + $1.items.count }
         var done = 0
-        for (_, items) in work {
+        for (store, items) in work {
+            guard let target = targets[store] else { continue }
             // A batch per GetSecrets call: one round trip for many items.
             for start in stride(from: 0, to: items.count, by: 100) {
                 let batch = Array(items[start..<min(start + 100, items.count)])
@@ -100,17 +120,25 @@ package enum ProviderImport {
         return report
     }
 
+    /// The store a source collection labelled `label` goes into: the label in lower case, each
+    /// character other than a letter, digit, `-` or `_` made `_`; the same store on every run.
+    static func storeName(for label: String) -> String {
+        let name = String(
+            label.lowercased().map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" ? $0 : "_" }.prefix(64))
+        return name.isEmpty || name == SecretCollection.sessionName || name.hasPrefix(".") ? "imported" : name
+    }
+
     /// Our collection the items go into, created (as create-keychain does) when it does not exist.
-    private static func targetCollection(_ options: Options) throws(Failure) -> SecretCollection {
-        let path = options.dataDirectory + "/" + options.into
+    private static func targetCollection(_ options: Options, _ name: String) throws(Failure) -> SecretCollection {
+        let path = options.dataDirectory + "/" + name
         do {
             try createDirectories(options.dataDirectory)
             let location = try KeychainLocation(path: path, tpm: .automaticOrSimulated)
             if !location.storeExists { try location.createStore() }
         } catch {
-            throw Failure("the collection \(options.into) could not be created in \(options.dataDirectory): \(error)")
+            throw Failure("the collection \(name) could not be created in \(options.dataDirectory): \(error)")
         }
-        return SecretCollection(name: options.into, storePath: path)
+        return SecretCollection(name: name, storePath: path)
     }
 }
 

@@ -47,6 +47,14 @@ package struct ItemService: Sendable {
             ItemQuery(itemClass: itemClass, matching: matching, synchronizable: synchronizable, limit: .all))
     }
 
+    /// Every item of every class, without secrets, one at a time as the store reads them: for a
+    /// walk over the whole store (an export) whose memory must not grow with it.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` for a damaged, misplaced or missing file, and what `body` throws.
+    package func forEachItem(_ body: (ItemQueryResult) throws(KeychainError) -> Void) throws(KeychainError) {
+        try store.forEachItem(body)
+    }
+
     /// The item a persistent reference names, or nil when it is gone.
     package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
         try store.item(reference: reference)

@@ -9,7 +9,7 @@ import SystemCalls
 enum ArchiveExport {
     static func run(
         _ service: ItemService, to path: String, protection: KeychainArchive.Protection,
-        context: AuthenticationContext, progress: (Int, Int) -> Void
+        context: AuthenticationContext, progress: (Int) -> Void
     ) async throws(KeychainError) -> KeychainArchive.ExportReport {
         let salt = transferRandomBytes(ArchiveFormat.saltSize)
         let header: ArchiveFormat.Header
@@ -55,24 +55,36 @@ enum ArchiveExport {
         let writer = try ArchiveWriter(file: file, header: header, key: key)
         try writer.append(ArchiveFormat.beginRecord(created: Int64(Date().timeIntervalSince1970 * 1e9)))
 
-        var found: [ItemQueryResult] = []
-        for itemClass in ItemClass.allCases {
-            found += try service.query(ItemQuery(itemClass: itemClass, synchronizable: .any, limit: .all))
-        }
+        // Items under the master key are written as the store is read; only items bound to the
+        // lock state wait for their key records to open (asynchronously), after the walk.
         var report = KeychainArchive.ExportReport()
-        for (index, result) in found.enumerated() {
-            defer { progress(index + 1, found.count) }
-            switch try await leaving(result, service, context) {
-            case .skip(let reason):
-                report.skipped.append(
-                    KeychainArchive.SkippedItem(
-                        item: TransferItem.summary(result.itemClass, result.attributes), reason: reason))
-            case .gone:
-                continue
-            case .leaves(let item):
-                try writer.append(ArchiveFormat.itemRecord(item))
-                report.exported += 1
+        var lockBound: [ItemQueryResult] = []
+        var done = 0
+        try service.forEachItem { (result) throws(KeychainError) in
+            done += 1
+            progress(done)
+            if result.isProtected, let decision = try personOrDevice(result, service) {
+                if case .skip(let reason) = decision { report.skip(result, reason) }
+                return
             }
+            if result.isProtected {
+                lockBound.append(result)
+                return
+            }
+            try record(try leaving(result, service, key: nil), writer, &report, result)
+        }
+        for result in lockBound {
+            let key: ItemService.OpenedKey?
+            do {
+                key = try await service.openKey(for: result, context: context, allowsInteraction: false)
+            } catch  where error.code == .interactionNotAllowed {
+                report.skip(result, .deviceLocked)
+                continue
+            } catch  where error.code == .itemInvalidated {
+                report.skip(result, .invalidated)
+                continue
+            }
+            try record(try leaving(result, service, key: key), writer, &report, result)
         }
         try writer.append(ArchiveFormat.endRecord(count: UInt64(report.exported)), final: true)
         do {
@@ -90,29 +102,54 @@ enum ArchiveExport {
         case gone
     }
 
-    /// Apple's rule for one item, and its secret when it may leave.
-    private static func leaving(
-        _ result: ItemQueryResult, _ service: ItemService, _ context: AuthenticationContext
-    ) async throws(KeychainError) -> Decision {
+    private static func record(
+        _ decision: Decision, _ writer: ArchiveWriter, _ report: inout KeychainArchive.ExportReport,
+        _ result: ItemQueryResult
+    ) throws(KeychainError) {
+        switch decision {
+        case .skip(let reason): report.skip(result, reason)
+        case .gone: break
+        case .leaves(let item):
+            try writer.append(ArchiveFormat.itemRecord(item))
+            report.exported += 1
+        }
+    }
+
+    /// Apple's rule for what never leaves, from what the item's file says: nil when it may leave
+    /// (its secret readable under the master key or, for a lock-bound item, its opened record).
+    private static func personOrDevice(
+        _ result: ItemQueryResult, _ service: ItemService
+    ) throws(KeychainError) -> Decision? {
         if result.accessibility.isThisDeviceOnly { return .skip(.thisDeviceOnly) }
         if ItemService.holdsTPMKey(result) { return .skip(.livesInTPM) }
-        var key: ItemService.OpenedKey?
-        if result.isProtected {
-            do {
-                if let control = try service.accessControl(of: result), !control.flags.isEmpty {
-                    return .skip(.accessControl)
-                }
-                key = try await service.openKey(for: result, context: context, allowsInteraction: false)
-            } catch  where error.code == .interactionNotAllowed {
-                return .skip(.deviceLocked)
-            } catch  where error.code == .itemInvalidated {
-                return .skip(.invalidated)
+        guard result.isProtected else { return nil }
+        do {
+            if let control = try service.accessControl(of: result), !control.flags.isEmpty {
+                return .skip(.accessControl)
             }
+        } catch  where error.code == .itemInvalidated {
+            return .skip(.invalidated)
         }
+        return nil
+    }
+
+    /// The item, with its secret, when it may leave.
+    private static func leaving(
+        _ result: ItemQueryResult, _ service: ItemService, key: ItemService.OpenedKey?
+    ) throws(KeychainError) -> Decision {
+        if let decision = try personOrDevice(result, service) { return decision }
         guard let secret = try service.secret(of: result, key: key) else { return .gone }
         return .leaves(
             TransferItem(
                 itemClass: result.itemClass, accessibility: result.accessibility, attributes: result.attributes,
                 value: ItemValue(kind: result.kind, bytes: secret)))
+    }
+}
+
+extension KeychainArchive.ExportReport {
+    mutating func skip(_ result: ItemQueryResult, _ reason: KeychainArchive.SkipReason) {
+        skipped.append(
+            KeychainArchive.SkippedItem(item: TransferItem.summary(result.itemClass, result.attributes), reason: reason)
+        )
     }
 }

@@ -157,12 +157,12 @@ public enum KeychainArchive {
     ///   - path: the archive to create.
     ///   - protection: a passphrase, or another machine's device import key.
     ///   - context: opens items only the lock state protects; it never prompts.
-    ///   - progress: called with (items done, items in the store).
+    ///   - progress: called with the number of items read so far (the walk does not count them first).
     /// - Throws: ``KeychainError`` `.invalidParameter` for an existing `path`, `.storageFailed`,
     ///   and the errors of opening the store. The file is removed when the export fails.
     public static func export(
         from location: KeychainLocation = .default, to path: String, protection: Protection,
-        context: AuthenticationContext? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
+        context: AuthenticationContext? = nil, progress: @Sendable (Int) -> Void = { _ in }
     ) async throws(KeychainError) -> ExportReport {
         try await ArchiveExport.run(
             ItemService(location: location), to: path, protection: protection,

@@ -16,7 +16,9 @@ struct SecretServiceImport: ParsableCommand {
             "Copy every item of the Secret Service provider running now (gnome-keyring, KWallet, KeePassXC) into a store.",
         discussion: """
             Run it while the other provider still owns org.freedesktop.secrets, then start ours with \
-            `tpm-keychain secret-service --replace`. Nothing is removed from the source; a locked \
+            `tpm-keychain secret-service --replace`. The source's default collection goes into \
+            --into; each other collection into a store named after its label (--merge: all into \
+            --into). Nothing is removed from the source; a locked \
             collection is unlocked through the provider's own prompt. Items travel encrypted (a DH \
             session). Running it again rewrites the items it copied (same attributes) rather than \
             duplicating them.
@@ -28,8 +30,12 @@ struct SecretServiceImport: ParsableCommand {
     @Option(help: ArgumentHelp("Only the source's collections with this label (repeatable).", valueName: "label"))
     var collection: [String] = []
 
-    @Option(help: ArgumentHelp("The store (collection) that receives the items.", valueName: "name"))
+    @Option(
+        help: ArgumentHelp("The store (collection) that receives the source's default collection.", valueName: "name"))
     var into = "default"
+
+    @Flag(help: "Put every collection's items into the --into store, instead of a store per source collection.")
+    var merge = false
 
     @Option(
         name: .customLong("data-directory"),
@@ -43,6 +49,7 @@ struct SecretServiceImport: ParsableCommand {
             dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
         options.collections = collection
         options.into = into
+        options.mergeCollections = merge
         let bar = ProgressBar(enabled: isatty(2) == 1)
         let report: ProviderImport.Report
         do {
@@ -53,7 +60,9 @@ struct SecretServiceImport: ParsableCommand {
             throw ExitCode(ExitStatus.unavailable)
         }
         bar.finish()
-        print("Imported \(report.imported) items from \(report.collections) collections into \(options.into)")
+        print(
+            "Imported \(report.imported) items from \(report.collections) collections into \(report.stores.isEmpty ? options.into : report.stores.joined(separator: ", "))"
+        )
         if !report.locked.isEmpty {
             printError("tpm-keychain: left locked, not imported: \(report.locked.joined(separator: ", "))")
         }
@@ -76,6 +85,13 @@ final class ProgressBar: @unchecked Sendable {
             "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
             + "] \(done)/\(total)"
         FileHandle.standardError.write(Data(line.utf8))
+        shown = true
+    }
+
+    /// A count, for work whose total is not known in advance.
+    func show(count: Int, _ unit: String) {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\(count) \(unit)".utf8))
         shown = true
     }
 

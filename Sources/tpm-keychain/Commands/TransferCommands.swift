@@ -90,8 +90,8 @@ struct Export: ParsableCommand {
                 let location = session.location
                 return try waitFor {
                     try await KeychainArchive.export(from: location, to: output, protection: protection) {
-                        done, total in
-                        bar.show(done, of: total)
+                        done in
+                        if done % 100 == 0 { bar.show(count: done, "items read") }
                     }
                 }
             }

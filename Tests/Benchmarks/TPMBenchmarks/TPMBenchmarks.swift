@@ -24,6 +24,8 @@ import Glibc
 /// - keys: a signature with a P-256 key made in the TPM, against the C floor's TPM2_Sign (KeyBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
+/// - transfer: `tpm-keychain export` and `import` of 1,000 to 100,000 items, time and peak memory
+///   of each process (TransferBenchmarks).
 ///
 /// Each figure is the median and 90th percentile of timed runs after warm-up. `iterations`
 /// overrides every suite's default count; a bare number (`TPMBenchmarks 300`) runs the tpm suite.
@@ -43,11 +45,11 @@ struct TPMBenchmarks {
             [
                 "tpm", "store", "store-get", "store-set", "store-list", "cli", "access", "keys", "secitem",
                 "secitem-get",
-                "storage", "rotate", "all",
+                "storage", "rotate", "transfer", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|cli|access|keys|secitem|storage|rotate|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|cli|access|keys|secitem|storage|rotate|transfer|all] [iterations]"
             )
             exit(64)
         }
@@ -88,6 +90,13 @@ struct TPMBenchmarks {
         }
         if suite == "cli" || suite == "all" {
             try CLIBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        if suite == "transfer" || suite == "all" {
+            // `iterations` here is the largest store: 1,000, 10,000 and 100,000 items by default.
+            let largest = iterations ?? 100_000
+            try TransferBenchmarks(
+                summary: summary, sizes: Array(Set([1_000, 10_000, largest].filter { $0 <= largest })).sorted()
+            ).run()
         }
         summary.printTable()
     }
