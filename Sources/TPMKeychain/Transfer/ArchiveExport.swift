@@ -63,15 +63,13 @@ enum ArchiveExport {
         try service.forEachItem { (result) throws(KeychainError) in
             done += 1
             progress(done)
-            if result.isProtected, let decision = try personOrDevice(result, service) {
-                if case .skip(let reason) = decision { report.skip(result, reason) }
-                return
-            }
-            if result.isProtected {
+            if let reason = try staying(result, service) {
+                report.skip(result, reason)
+            } else if result.isProtected {
                 lockBound.append(result)
-                return
+            } else {
+                try record(try leaving(result, service, key: nil), writer, &report)
             }
-            try record(try leaving(result, service, key: nil), writer, &report, result)
         }
         for result in lockBound {
             let key: ItemService.OpenedKey?
@@ -84,7 +82,7 @@ enum ArchiveExport {
                 report.skip(result, .invalidated)
                 continue
             }
-            try record(try leaving(result, service, key: key), writer, &report, result)
+            try record(try leaving(result, service, key: key), writer, &report)
         }
         try writer.append(ArchiveFormat.endRecord(count: UInt64(report.exported)), final: true)
         do {
@@ -95,54 +93,42 @@ enum ArchiveExport {
         return report
     }
 
-    private enum Decision {
-        case leaves(TransferItem)
-        case skip(KeychainArchive.SkipReason)
-        /// Deleted since the listing.
-        case gone
-    }
-
+    /// Seals `item` into the archive; nil (an item deleted since the walk found it) writes nothing.
     private static func record(
-        _ decision: Decision, _ writer: ArchiveWriter, _ report: inout KeychainArchive.ExportReport,
-        _ result: ItemQueryResult
+        _ item: TransferItem?, _ writer: ArchiveWriter, _ report: inout KeychainArchive.ExportReport
     ) throws(KeychainError) {
-        switch decision {
-        case .skip(let reason): report.skip(result, reason)
-        case .gone: break
-        case .leaves(let item):
-            try writer.append(ArchiveFormat.itemRecord(item))
-            report.exported += 1
-        }
+        guard let item else { return }
+        var bytes = ArchiveFormat.itemRecord(item)
+        defer { bytes.zeroize() }
+        try writer.append(bytes)
+        report.exported += 1
     }
 
-    /// Apple's rule for what never leaves, from what the item's file says: nil when it may leave
-    /// (its secret readable under the master key or, for a lock-bound item, its opened record).
-    private static func personOrDevice(
+    /// Apple's rule for what never leaves, from what the item's file and key record say: why
+    /// the item stays, or nil when it may leave (read under the master key or, for an item bound
+    /// to the lock state, with its opened record).
+    private static func staying(
         _ result: ItemQueryResult, _ service: ItemService
-    ) throws(KeychainError) -> Decision? {
-        if result.accessibility.isThisDeviceOnly { return .skip(.thisDeviceOnly) }
-        if ItemService.holdsTPMKey(result) { return .skip(.livesInTPM) }
+    ) throws(KeychainError) -> KeychainArchive.SkipReason? {
+        if result.accessibility.isThisDeviceOnly { return .thisDeviceOnly }
+        if ItemService.holdsTPMKey(result) { return .livesInTPM }
         guard result.isProtected else { return nil }
         do {
-            if let control = try service.accessControl(of: result), !control.flags.isEmpty {
-                return .skip(.accessControl)
-            }
+            if let control = try service.accessControl(of: result), !control.flags.isEmpty { return .accessControl }
         } catch  where error.code == .itemInvalidated {
-            return .skip(.invalidated)
+            return .invalidated
         }
         return nil
     }
 
-    /// The item, with its secret, when it may leave.
+    /// The item with its secret, for an item that may leave; nil when it was deleted meanwhile.
     private static func leaving(
         _ result: ItemQueryResult, _ service: ItemService, key: ItemService.OpenedKey?
-    ) throws(KeychainError) -> Decision {
-        if let decision = try personOrDevice(result, service) { return decision }
-        guard let secret = try service.secret(of: result, key: key) else { return .gone }
-        return .leaves(
-            TransferItem(
-                itemClass: result.itemClass, accessibility: result.accessibility, attributes: result.attributes,
-                value: ItemValue(kind: result.kind, bytes: secret)))
+    ) throws(KeychainError) -> TransferItem? {
+        guard let secret = try service.secret(of: result, key: key) else { return nil }
+        return TransferItem(
+            itemClass: result.itemClass, accessibility: result.accessibility, attributes: result.attributes,
+            value: ItemValue(kind: result.kind, bytes: secret))
     }
 }
 

@@ -67,7 +67,8 @@ enum ArchiveImport {
     ) throws(KeychainError) {
         var items: UInt64 = 0
         var index = 0
-        while let (bytes, final) = try reader.next() {
+        while var (bytes, final) = try reader.next() {
+            defer { bytes.zeroize() }
             let record = try ArchiveFormat.record(bytes, path: path)
             switch (record, index, final) {
             case (.begin, 0, false): break

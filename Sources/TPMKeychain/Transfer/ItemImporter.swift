@@ -28,22 +28,41 @@ package struct ItemImporter: Sendable {
     package func write(
         _ item: TransferItem
     ) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?) {
-        let (action, reason, attributes) = try decide(item)
-        guard action != .skip else { return (action, reason) }
         var changes = AttributeChanges()
         // The item's own dates: an import is not a change of the secret.
         changes.modificationDate = item.attributes.nanoseconds(AttributeTag.modificationDate)
-        try service.write(
-            item.itemClass, primary: attributes, mode: action == .replace ? .upsert : .add, value: item.value,
-            changes: changes, control: AccessControl(unconstrained: item.accessibility))
+        func written(_ attributes: AttributeList, _ mode: ItemWriteMode) throws(KeychainError) {
+            try service.write(
+                item.itemClass, primary: attributes, mode: mode, value: item.value, changes: changes,
+                control: AccessControl(unconstrained: item.accessibility))
+        }
+        if conflicts == .skip, let refusal = Self.refusal(item) { return (.skip, refusal) }
+        if conflicts == .skip {
+            // The write finds an existing item itself: no separate look first.
+            do {
+                try written(item.attributes, .add)
+                return (.add, nil)
+            } catch  where error.code == .duplicateItem {
+                return (.skip, .alreadyPresent)
+            }
+        }
+        let (action, reason, attributes) = try decide(item)
+        guard action != .skip else { return (action, reason) }
+        try written(attributes, action == .replace ? .upsert : .add)
         return (action, nil)
+    }
+
+    /// Why an incoming item is refused whatever the store holds.
+    private static func refusal(_ item: TransferItem) -> KeychainArchive.SkipReason? {
+        if item.value.kind == .tpmKey { return .livesInTPM }
+        if item.accessibility.isThisDeviceOnly { return .thisDeviceOnly }
+        return nil
     }
 
     private func decide(
         _ item: TransferItem
     ) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?, AttributeList) {
-        if item.value.kind == .tpmKey { return (.skip, .livesInTPM, item.attributes) }
-        if item.accessibility.isThisDeviceOnly { return (.skip, .thisDeviceOnly, item.attributes) }
+        if let refusal = Self.refusal(item) { return (.skip, refusal, item.attributes) }
         guard let existing = try service.item(item.itemClass, primary: item.attributes, withSecret: false) else {
             return (.add, nil, item.attributes)
         }

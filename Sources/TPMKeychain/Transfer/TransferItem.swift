@@ -41,3 +41,11 @@ func transferRandomBytes(_ count: Int) -> [UInt8] {
     var generator = SystemRandomNumberGenerator()
     return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
 }
+
+extension Array where Element == UInt8 {
+    /// Overwrites the bytes with zeros: a record's plaintext once it is sealed or parsed (copies
+    /// made on the way, such as an item's value, are not reached).
+    mutating func zeroize() {
+        for index in indices { self[index] = 0 }
+    }
+}

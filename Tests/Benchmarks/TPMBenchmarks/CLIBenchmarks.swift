@@ -234,11 +234,22 @@ func siblingExecutable(_ name: String) -> String {
 /// posix_spawn with standard input, output and error on /dev/null, then waitpid: the whole life
 /// of a process as a caller (a shell, a script, a service manager) sees it.
 func spawnQuietly(_ arguments: [String], environment: [String], expecting what: String) throws {
+    _ = try spawnAndWait(arguments, environment: environment, expecting: what)
+}
+
+/// posix_spawn with standard input from `stdin` and output to `stdout` (created 0600), error on
+/// /dev/null, then wait4: the process's resource usage (its peak RSS, `ru_maxrss`, in KiB).
+///
+/// - Throws: ``BenchmarkError`` when it cannot start, or does not exit 0.
+func spawnAndWait(
+    _ arguments: [String], environment: [String], stdin: String = "/dev/null", stdout: String = "/dev/null",
+    expecting what: String
+) throws -> rusage {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 0, stdin, O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
     let argv = arguments.map { strdup($0) } + [nil]
     let envp = environment.map { strdup($0) } + [nil]
@@ -250,11 +261,13 @@ func spawnQuietly(_ arguments: [String], environment: [String], expecting what: 
     let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)
     guard result == 0 else { throw BenchmarkError("cannot start \(arguments[0]): errno \(result)") }
     var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 {
-        guard errno == EINTR else { throw BenchmarkError("waitpid failed: errno \(errno)") }
+    var usage = rusage()
+    while wait4(pid, &status, 0, &usage) < 0 {
+        guard errno == EINTR else { throw BenchmarkError("wait4 failed: errno \(errno)") }
     }
     // WIFEXITED and WEXITSTATUS, which Swift does not import as functions.
     guard status & 0x7F == 0, (status >> 8) & 0xFF == 0 else {
         throw BenchmarkError("\(what) failed: wait status \(status)")
     }
+    return usage
 }

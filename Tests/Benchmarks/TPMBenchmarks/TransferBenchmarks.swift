@@ -105,38 +105,17 @@ struct TransferBenchmarks {
         let peakResidentBytes: Int
     }
 
-    /// Runs `arguments` with standard input from `stdin` and output discarded; its wall time and
-    /// peak RSS (wait4's ru_maxrss, in KiB).
+    /// Runs `arguments` with standard input from `stdin`; its wall time and peak RSS.
     @discardableResult
     private func measuredRun(
         _ arguments: [String], environment: [String], stdin: String, stdout: String = "/dev/null"
     ) throws -> Run {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, stdin, O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        let argv = arguments.map { strdup($0) } + [nil]
-        let envp = environment.map { strdup($0) } + [nil]
-        defer {
-            for pointer in argv { free(pointer) }
-            for pointer in envp { free(pointer) }
-        }
         let clock = ContinuousClock()
         let started = clock.now
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)
-        guard result == 0 else { throw BenchmarkError("cannot start \(arguments[0]): errno \(result)") }
-        var status: Int32 = 0
-        var usage = rusage()
-        while wait4(pid, &status, 0, &usage) < 0 {
-            guard errno == EINTR else { throw BenchmarkError("wait4 failed: errno \(errno)") }
-        }
+        let usage = try spawnAndWait(
+            arguments, environment: environment, stdin: stdin, stdout: stdout,
+            expecting: arguments.dropFirst().prefix(1).joined())
         let elapsed = clock.now - started
-        guard status & 0x7F == 0, (status >> 8) & 0xFF == 0 else {
-            throw BenchmarkError("\(arguments.dropFirst().prefix(1).joined()) failed: wait status \(status)")
-        }
         return Run(
             seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
             peakResidentBytes: usage.ru_maxrss * 1024)
