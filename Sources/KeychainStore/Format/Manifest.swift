@@ -145,10 +145,43 @@ struct Manifest {
 
     /// The MAC chained after `previous`.
     static func mac(_ body: [UInt8], after previous: [UInt8], key: SymmetricKey) -> [UInt8] {
-        var hmac = HMAC<SHA256>(key: key)
-        hmac.update(data: previous)
-        hmac.update(data: body)
-        return Array(Array(hmac.finalize()).prefix(16))
+        RecordMAC(key: key).mac(body[...], after: previous)
+    }
+
+    /// The record MAC with its key set up once: a manifest of 100,000 records is checked on every
+    /// open, and keying HMAC (two SHA-256 blocks) per record through the generic
+    /// `update(data:)` cost more than the hashing itself. This is HMAC-SHA256 (RFC 2104) over
+    /// SHA-256 states keyed once and copied per record; ManifestTests check it against
+    /// swift-crypto's HMAC.
+    struct RecordMAC {
+        private let inner: SHA256
+        private let outer: SHA256
+
+        init(key: SymmetricKey) {
+            var block = key.withUnsafeBytes { raw -> [UInt8] in
+                raw.count > 64 ? Array(SHA256.hash(data: raw)) : Array(raw)
+            }
+            block += [UInt8](repeating: 0, count: 64 - block.count)
+            var inner = SHA256()
+            var outer = SHA256()
+            let innerPad = block.map { $0 ^ 0x36 }
+            let outerPad = block.map { $0 ^ 0x5C }
+            innerPad.withUnsafeBytes { inner.update(bufferPointer: $0) }
+            outerPad.withUnsafeBytes { outer.update(bufferPointer: $0) }
+            for index in block.indices { block[index] = 0 }
+            self.inner = inner
+            self.outer = outer
+        }
+
+        /// HMAC-SHA256(key, previous ‖ body), first 16 bytes.
+        func mac(_ body: ArraySlice<UInt8>, after previous: [UInt8]) -> [UInt8] {
+            var innerHash = inner
+            previous.withUnsafeBytes { innerHash.update(bufferPointer: $0) }
+            body.withUnsafeBytes { innerHash.update(bufferPointer: $0) }
+            var outerHash = outer
+            innerHash.finalize().withUnsafeBytes { outerHash.update(bufferPointer: $0) }
+            return outerHash.finalize().withUnsafeBytes { Array($0.prefix(16)) }
+        }
     }
 
     /// The bytes of `records` chained after `previous`.
@@ -156,9 +189,10 @@ struct Manifest {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(records.count * recordSize)
         var last = previous
+        let recordMAC = RecordMAC(key: key)
         for record in records {
             let body = record.body()
-            last = mac(body, after: last, key: key)
+            last = recordMAC.mac(body[...], after: last)
             bytes += body
             bytes += last
         }
@@ -206,10 +240,19 @@ struct Manifest {
         _ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String
     ) -> KeychainError? {
         guard offset == state.validSize else { return nil }
+        let macs = RecordMAC(key: key)
+        state.entries.reserveCapacity(state.entries.count + bytes.count / recordSize)
+        // Records of one group share its name: formatted once per run of them, not per record.
+        var lastGroup: (bytes: ArraySlice<UInt8>, name: String) = ([], "")
+        func groupName(_ bytes: ArraySlice<UInt8>) -> String {
+            if bytes.elementsEqual(lastGroup.bytes) { return lastGroup.name }
+            lastGroup = (bytes, Array(bytes).hexString)
+            return lastGroup.name
+        }
         var position = bytes.startIndex
         while position + recordSize <= bytes.endIndex {
             let body = Array(bytes[position..<position + 48])
-            let recordMAC = mac(body, after: state.lastMAC, key: key)
+            let recordMAC = macs.mac(body[...], after: state.lastMAC)
             guard constantTimeEqual(recordMAC, bytes[position + 48..<position + 64]), body[1] == version,
                 let kind = Kind(rawValue: body[0])
             else { break }
@@ -223,12 +266,12 @@ struct Manifest {
                 let key = ItemKey(body[32..<48])
                 var entry =
                     state.entries[key]
-                    ?? Entry(generation: 0, live: false, group: Array(body[16..<32]).hexString, finished: true)
+                    ?? Entry(generation: 0, live: false, group: groupName(body[16..<32]), finished: true)
                 entry.pending = value
                 state.entries[key] = entry
                 state.highWater = max(state.highWater, value)
             case .set, .deleting, .deleted:
-                let group = Array(body[16..<32]).hexString
+                let group = groupName(body[16..<32])
                 let entry = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
                 if let old = state.entries.updateValue(entry, forKey: ItemKey(body[32..<48])), old.live {
                     state.liveCount -= 1
@@ -280,4 +323,17 @@ func constantTimeEqual<A: Collection<UInt8>, B: Collection<UInt8>>(_ a: A, _ b: 
     var difference: UInt8 = 0
     for (x, y) in zip(a, b) { difference |= x ^ y }
     return difference == 0
+}
+
+/// The same over contiguous bytes, which the manifest's per-record check uses: the generic one
+/// walks both through their iterators, a cost a 100,000-record manifest pays on every open.
+func constantTimeEqual(_ a: [UInt8], _ b: ArraySlice<UInt8>) -> Bool {
+    guard a.count == b.count else { return false }
+    return a.withUnsafeBytes { x in
+        b.withUnsafeBytes { y in
+            var difference: UInt8 = 0
+            for index in 0..<x.count { difference |= x[index] ^ y[index] }
+            return difference == 0
+        }
+    }
 }

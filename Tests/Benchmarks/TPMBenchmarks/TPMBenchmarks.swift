@@ -24,6 +24,8 @@ import Glibc
 /// - keys: a signature with a P-256 key made in the TPM, against the C floor's TPM2_Sign (KeyBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
+/// - cold-lookup: `tpm-keychain find-generic-password` as a process in stores of 10,000 and
+///   100,000 items, against the same in a store of 100 (ColdLookupBenchmarks).
 /// - transfer: `tpm-keychain export` and `import` of 1,000 to 100,000 items, time and peak memory
 ///   of each process (TransferBenchmarks).
 ///
@@ -45,11 +47,11 @@ struct TPMBenchmarks {
             [
                 "tpm", "store", "store-get", "store-set", "store-list", "cli", "access", "keys", "secitem",
                 "secitem-get",
-                "storage", "rotate", "transfer", "all",
+                "storage", "rotate", "transfer", "cold-lookup", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|cli|access|keys|secitem|storage|rotate|transfer|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|cli|access|keys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
             )
             exit(64)
         }
@@ -90,6 +92,9 @@ struct TPMBenchmarks {
         }
         if suite == "cli" || suite == "all" {
             try CLIBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        if suite == "cold-lookup" || suite == "all" {
+            try ColdLookupBenchmarks(summary: summary, iterations: iterations).run()
         }
         if suite == "transfer" || suite == "all" {
             // `iterations` here is the largest store: 1,000, 10,000 and 100,000 items by default.

@@ -1,0 +1,41 @@
+import Crypto
+import Testing
+
+@testable import KeychainStore
+
+/// The manifest's record MAC, computed over SHA-256 states keyed once (Manifest.RecordMAC), is
+/// HMAC-SHA256 truncated to 16 bytes, as docs/FORMAT.md says and as every manifest already on
+/// disk was written: checked against swift-crypto's HMAC for keys shorter than, equal to and
+/// longer than SHA-256's block.
+@Suite struct ManifestMACTests {
+    @Test("RecordMAC equals swift-crypto's HMAC-SHA256, first 16 bytes, for every key length and input")
+    func equalsHMAC() {
+        var generator = SystemRandomNumberGenerator()
+        for keySize in [16, 32, 63, 64, 65, 100] {
+            let key = SymmetricKey(data: (0..<keySize).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            let recordMAC = Manifest.RecordMAC(key: key)
+            for bodySize in [0, 1, 48, 64, 200] {
+                let previous = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                let body = (0..<bodySize).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                var hmac = HMAC<SHA256>(key: key)
+                hmac.update(data: previous)
+                hmac.update(data: body)
+                let expected = Array(Array(hmac.finalize()).prefix(16))
+                #expect(recordMAC.mac(body[...], after: previous) == expected, "key \(keySize), body \(bodySize)")
+                #expect(Manifest.mac(body, after: previous, key: key) == expected)
+                // Used again: the keyed states are copied, never consumed.
+                #expect(recordMAC.mac(body[...], after: previous) == expected)
+            }
+        }
+    }
+
+    @Test("the contiguous constant-time comparison agrees with the generic one")
+    func comparison() {
+        let a: [UInt8] = Array(0..<16)
+        let container: [UInt8] = [9, 9] + Array(0..<16) + [9]
+        #expect(constantTimeEqual(a, container[2..<18]))
+        #expect(!constantTimeEqual(a, container[1..<17]))
+        #expect(!constantTimeEqual(a, container[2..<17]))
+        #expect(constantTimeEqual(a, container[2..<18]) == constantTimeEqual(a[...], container[2..<18]))
+    }
+}
