@@ -173,6 +173,39 @@ import Testing
     }
 
     @Test(
+        "a header asking for more scrypt than any export uses, a later version, an unknown protection or another file is refused before any derivation"
+    )
+    func headersRefusedBeforeDerivation() async throws {
+        let source = try TestStore()
+        try source.keychain().set("v", forKey: "k")
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        let original = try bytes(of: archive)
+        let target = try TestStore()
+        let altered = temporaryPath(source, "header.tkar")
+        defer { try? FileManager.default.removeItem(atPath: altered) }
+        // Offsets: 4 version, 5 protection, 6 log2 N, 7-8 r, 9-10 p.
+        let cases: [(String, Int, UInt8, KeychainError.Code)] = [
+            ("N = 2^30 (16 TiB with r = 8)", 6, 30, .tampered), ("N = 2^9", 6, 9, .tampered),
+            ("r = 0x2008", 7, 0x20, .tampered), ("version 2", 4, 2, .unsupportedVersion),
+            ("protection 9", 5, 9, .unsupportedVersion), ("magic", 0, UInt8(ascii: "X"), .decodingFailed),
+        ]
+        for (what, offset, value, code) in cases {
+            var changed = original
+            changed[offset] = value
+            try? FileManager.default.removeItem(atPath: altered)
+            #expect(FileManager.default.createFile(atPath: altered, contents: Data(changed)))
+            await expectArchiveError(code) {
+                _ = try await KeychainArchive.importArchive(at: altered, into: target.location, passphrase: Self.passphrase)
+            }
+            #expect(try Keychain.allItems(in: target.location).isEmpty, "\(what)")
+        }
+        #expect(try KeychainArchive.kind(ofArchiveAt: archive) == .passphrase)
+    }
+
+    @Test(
         "an archive for a device import key opens only in the TPM that holds it: another store, on another TPM, is refused as wrongTPM"
     )
     func deviceKeyArchive() async throws {
