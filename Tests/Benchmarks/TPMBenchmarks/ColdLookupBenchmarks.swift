@@ -14,7 +14,7 @@ import Glibc
 /// alternating batches with the 100-item store's, so the drift falls on both.
 ///
 /// `TPM_KEYCHAIN_BENCH_PERF=FILE` records one lookup in the largest store with `perf record -g`
-/// into FILE, for `perf report`.
+/// into FILE, for `perf report` (`TPM_KEYCHAIN_BENCH_PERF_ITEMS=100`: in the smallest).
 struct ColdLookupBenchmarks {
     let summary: Summary
     let iterations: Int?
@@ -90,13 +90,15 @@ struct ColdLookupBenchmarks {
             rows.append([String(size), String(median), String(smallMedian), String(peak)])
         }
         PlotData.write("cold-lookup", header: ["items", "seconds", "seconds_at_100", "peak_rss_bytes"], rows: rows)
-        if let profile = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_BENCH_PERF"], let path = stores[100_000] {
+        let profiled = Int(ProcessInfo.processInfo.environment["TPM_KEYCHAIN_BENCH_PERF_ITEMS"] ?? "") ?? 100_000
+        if let profile = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_BENCH_PERF"], let path = stores[profiled] {
             _ = try spawnAndWait(
                 [
-                    "/usr/bin/perf", "record", "-g", "-o", profile, "--", executable, "find-generic-password",
+                    "/usr/bin/perf", "record", "-F", "20000", "-g", "-o", profile, "--", executable,
+                    "find-generic-password",
                     "--keychain", path, "-s", service, "-a", "account-7", "-w",
                 ], environment: environment, expecting: "perf record")
-            print("perf record of one lookup in 100,000 items: \(profile)")
+            print("perf record of one lookup in \(profiled) items: \(profile)")
         }
     }
 }
