@@ -198,7 +198,8 @@ import Testing
             try? FileManager.default.removeItem(atPath: altered)
             #expect(FileManager.default.createFile(atPath: altered, contents: Data(changed)))
             await expectArchiveError(code) {
-                _ = try await KeychainArchive.importArchive(at: altered, into: target.location, passphrase: Self.passphrase)
+                _ = try await KeychainArchive.importArchive(
+                    at: altered, into: target.location, passphrase: Self.passphrase)
             }
             #expect(try Keychain.allItems(in: target.location).isEmpty, "\(what)")
         }
