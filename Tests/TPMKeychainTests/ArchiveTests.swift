@@ -318,6 +318,29 @@ import Testing
         #expect(try keychain.string(forKey: "shared") == "archived")
     }
 
+    @Test(
+        "an import into a locked keychain adds its items, as adding while locked does on iOS; they open once the keychain is unlocked"
+    )
+    func importWhileLocked() async throws {
+        let source = try TestStore()
+        try source.keychain().set("archived", forKey: "one")
+        let archive = temporaryPath(source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        let target = try TestStore()
+        let device = KeychainDevice(location: target.location)
+        try device.setPasscode(Self.passcode)
+        try device.lock()
+        let report = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase)
+        #expect(report.added == 1)
+        let keychain = try target.keychain()
+        #expect(throws: KeychainError.self) { _ = try keychain.string(forKey: "one") }
+        try device.unlock(passcode: Self.passcode)
+        #expect(try keychain.string(forKey: "one") == "archived")
+    }
+
     @Test("an existing item bound to access control is not replaced by an archived one that is not")
     func protectedItemsAreNotReplaced() async throws {
         let source = try TestStore()

@@ -36,8 +36,8 @@ package struct ItemImporter: Sendable {
                 item.itemClass, primary: attributes, mode: mode, value: item.value, changes: changes,
                 control: AccessControl(unconstrained: item.accessibility))
         }
-        if conflicts == .skip, let refusal = Self.refusal(item) { return (.skip, refusal) }
         if conflicts == .skip {
+            if let refusal = Self.refusal(item) { return (.skip, refusal) }
             // The write finds an existing item itself: no separate look first.
             do {
                 try written(item.attributes, .add)
