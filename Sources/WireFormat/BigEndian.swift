@@ -20,6 +20,27 @@ package enum BigEndian {
         }
     }
 
+    // Concrete overloads for the widths the formats use: a profile of a get showed the generic
+    // `append` called unspecialised from other modules (KeychainVocabulary's primary-key
+    // encoding), a twelfth of a get that misses the name and key caches.
+
+    @inlinable package static func append(_ value: UInt16, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(truncatingIfNeeded: value >> 8))
+        bytes.append(UInt8(truncatingIfNeeded: value))
+    }
+
+    @inlinable package static func append(_ value: UInt32, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(truncatingIfNeeded: value >> 24))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 16))
+        bytes.append(UInt8(truncatingIfNeeded: value >> 8))
+        bytes.append(UInt8(truncatingIfNeeded: value))
+    }
+
+    @inlinable package static func append(_ value: UInt64, to bytes: inout [UInt8]) {
+        append(UInt32(truncatingIfNeeded: value >> 32), to: &bytes)
+        append(UInt32(truncatingIfNeeded: value), to: &bytes)
+    }
+
     /// The integer the bytes encode, most significant first; the caller checked there are exactly
     /// `T.bitWidth / 8` of them (fewer read as a smaller number, more overflow into the high bits).
     @inlinable package static func integer<T: FixedWidthInteger>(

@@ -3,7 +3,8 @@ import Testing
 
 @testable import KeychainStore
 
-/// The manifest's record MAC, computed over SHA-256 states keyed once (Manifest.RecordMAC), is
+/// The manifest's record MAC and the store's names, computed over SHA-256 states keyed once
+/// (PreparedHMAC, Manifest.RecordMAC), are
 /// HMAC-SHA256 truncated to 16 bytes, as docs/FORMAT.md says and as every manifest already on
 /// disk was written: checked against swift-crypto's HMAC for keys shorter than, equal to and
 /// longer than SHA-256's block.
@@ -25,6 +26,8 @@ import Testing
                 #expect(Manifest.mac(body, after: previous, key: key) == expected)
                 // Used again: the keyed states are copied, never consumed.
                 #expect(recordMAC.mac(body[...], after: previous) == expected)
+                let prepared = PreparedHMAC(key: key)
+                #expect(Array(prepared.authenticationCode(previous[...], body[...])) == Array(hmac.finalize()))
             }
         }
     }

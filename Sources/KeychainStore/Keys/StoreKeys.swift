@@ -23,7 +23,7 @@ struct StoreKeys: Sendable {
     /// HMAC-SHA256 keyed with ``names``, before any data: copied for every name, so the key's
     /// two padded blocks are hashed once per store, not once per name (a listing makes one name
     /// per item).
-    private let namesMAC: HMAC<SHA256>
+    private let namesMAC: PreparedHMAC
 
     static let itemsInfo = Array("TPMKeychain v1 item keys".utf8)
     static let namesInfo = Array("TPMKeychain v1 names".utf8)
@@ -43,7 +43,7 @@ struct StoreKeys: Sendable {
             inputKeyMaterial: masterKey, salt: storeID, info: Self.manifestInfo, outputByteCount: 32)
         counterAuthorization = HKDF<SHA256>.deriveKey(
             inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo, outputByteCount: 32)
-        namesMAC = HMAC<SHA256>(key: names)
+        namesMAC = PreparedHMAC(key: names)
     }
 
     /// The AES-256-GCM key of one write: a fresh 32-byte salt per write means no (key, nonce) pair
@@ -68,12 +68,14 @@ struct StoreKeys: Sendable {
     /// An item file is named by its class's primary key ("item2"); its directory by the class,
     /// access group and service or server ("group2"): see ``ItemFileV2``.
     func name(_ domain: String, encoded: [UInt8]) -> String {
-        name(message: Array(domain.utf8) + encoded)
+        hex(namesMAC.authenticationCode(Array(domain.utf8)[...], encoded[...]))
     }
 
     private func name(message: [UInt8]) -> String {
-        var mac = namesMAC
-        mac.update(data: message)
-        return Array(mac.finalize()).prefix(16).hexString
+        hex(namesMAC.authenticationCode(message[...]))
+    }
+
+    private func hex(_ digest: SHA256.Digest) -> String {
+        digest.withUnsafeBytes { Array($0.prefix(16)) }.hexString
     }
 }

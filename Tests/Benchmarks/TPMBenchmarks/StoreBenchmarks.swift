@@ -26,6 +26,8 @@ struct StoreBenchmarks {
     var listingOnly = false
     /// Only the durable set (item 2): `TPMBenchmarks store-set N`, for profiling.
     var setOnly = false
+    /// Only the gets among many items (item 4): `TPMBenchmarks store-scale N`, for profiling.
+    var scaleOnly = false
 
     func run() throws {
         let directory = try makeTemporaryDirectory("tpm-keychain-store-bench")
@@ -33,6 +35,7 @@ struct StoreBenchmarks {
         print("\n== Item store; files in \(directory) (\(fileSystemType(directory)))")
         if listingOnly { return try listing(in: directory) }
         if setOnly { return try durableSet(in: directory) }
+        if scaleOnly { return try scale(in: directory) }
         try gets(in: directory)
         if getsOnly { return }
         try durableSet(in: directory)
@@ -171,7 +174,7 @@ struct StoreBenchmarks {
         print("scale: RSS after opening the stores: \(mebibytes(baseline))")
 
         var filled = 0
-        var rows: [(items: Int, samples: Samples, rss: Int, fill: Double, added: Int)] = []
+        var rows: [(items: Int, samples: Samples, floor: Samples, rss: Int, fill: Double, added: Int)] = []
         var generator = SplitMix64(seed: 0x5EED)
         for target in [100, 10_000, 100_000] {
             let clock = ContinuousClock()
@@ -192,33 +195,57 @@ struct StoreBenchmarks {
             // A different random existing item every time; the names are made before the clock runs.
             let accounts = (0..<count + 200).map { _ in Self.account(Int(generator.next() % UInt64(filled))) }
             var index = 0
-            let samples = try measure(count, warmup: 200) {
-                defer { index += 1 }
-                guard let value = try reader.data(forKey: accounts[index]) else {
-                    throw BenchmarkError("an item is missing")
-                }
-                sink &+= value.count
+            // The floor at this size: a random item file of the service's directory opened, read
+            // and closed, and one AES-GCM open of 32 bytes: what the file system makes of the size.
+            let groups = try FileManager.default.contentsOfDirectory(atPath: path + "/items2")
+            guard groups.count == 1, let group = groups.first else {
+                throw BenchmarkError("expected one group directory")
             }
+            let groupPath = path + "/items2/" + group
+            let files = try directoryEntries(groupPath).filter { $0.hasSuffix(".item") }
+            let floorFiles = (0..<count + 200).map { _ in
+                groupPath + "/" + files[Int(generator.next() % UInt64(files.count))]
+            }
+            let floorKey = SymmetricKey(size: .bits256)
+            let box = try AES.GCM.seal(randomBytes(32), using: floorKey)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            var floorIndex = 0
+            let (samples, floorSamples) = try measurePair(
+                count, warmup: 200,
+                {
+                    defer { index += 1 }
+                    guard let value = try reader.data(forKey: accounts[index % accounts.count]) else {
+                        throw BenchmarkError("an item is missing")
+                    }
+                    sink &+= value.count
+                },
+                {
+                    defer { floorIndex += 1 }
+                    try readWhole(floorFiles[floorIndex % floorFiles.count], into: &buffer)
+                    sink &+= try AES.GCM.open(box, using: floorKey).count
+                })
             let rssAfter = residentBytes()
             summary.add(
                 Figure(
                     name: "get 32 B, \(target) items in the service (random item)", ours: samples,
-                    floorName: nil, floor: nil, goal: nil))
+                    floorName: "open+read+close a random item file of the service + AES-GCM open 32 B",
+                    floor: floorSamples, goal: nil))
             print(
                 String(
                     format: "    fill: %d items in %.2f s (%.0f writes/s); RSS before gets %@, after %@ (%+.0f KiB)",
                     added, fillTime.seconds, Double(added) / fillTime.seconds, mebibytes(rssBefore),
                     mebibytes(rssAfter),
                     Double(rssAfter - rssBefore) / 1024))
-            rows.append((target, samples, rssAfter, fillTime.seconds, added))
+            rows.append((target, samples, floorSamples, rssAfter, fillTime.seconds, added))
         }
         PlotData.write(
             "gets-by-item-count", header: ["items", "median_us", "p90_us"],
             rows: rows.map { [String($0.items), String($0.samples.median * 1e6), String($0.samples.p90 * 1e6)] })
         print("scale summary:")
-        for (items, samples, rss, fill, added) in rows {
+        for (items, samples, floor, rss, fill, added) in rows {
             print(
-                "    \(items) items: get median \(format(samples.median)), p90 \(format(samples.p90)); RSS \(mebibytes(rss)); "
+                "    \(items) items: get median \(format(samples.median)), p90 \(format(samples.p90)); floor median \(format(floor.median)) ("
+                    + String(format: "%.2f×", samples.median / floor.median) + "); RSS \(mebibytes(rss)); "
                     + String(format: "fill of the last %d: %.2f s", added, fill))
         }
     }

@@ -11,7 +11,7 @@ import Glibc
 ///     Scripts/benchmarks.sh [SUITE] [iterations]
 ///
 /// builds the C floor, this program and the CLI as it ships, then runs it. Suites: tpm, store
-/// (store-get, store-set, store-list), storage, rotate, secitem (secitem-get), access, keys, cli; all by default.
+/// (store-get, store-set, store-list, store-scale), storage, rotate, secitem (secitem-get), access, keys, cli; all by default.
 ///
 /// - tpm: the TPM layer on swtpm (or the TPM in TPM_KEYCHAIN_TCTI), with the C floor (ESAPIFloor,
 ///   the same round trips without this layer) run against the same TPM.
@@ -45,13 +45,14 @@ struct TPMBenchmarks {
         let iterations = arguments.first.flatMap(Int.init)
         guard
             [
-                "tpm", "store", "store-get", "store-set", "store-list", "cli", "access", "keys", "secitem",
+                "tpm", "store", "store-get", "store-set", "store-list", "store-scale", "cli", "access", "keys",
+                "secitem",
                 "secitem-get",
                 "storage", "rotate", "transfer", "cold-lookup", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|cli|access|keys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|keys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
             )
             exit(64)
         }
@@ -71,7 +72,7 @@ struct TPMBenchmarks {
             if suite != "tpm" {
                 try StoreBenchmarks(
                     tpm: configuration, summary: summary, iterations: iterations, getsOnly: suite == "store-get",
-                    listingOnly: suite == "store-list", setOnly: suite == "store-set"
+                    listingOnly: suite == "store-list", setOnly: suite == "store-set", scaleOnly: suite == "store-scale"
                 ).run()
             }
         }
