@@ -33,6 +33,14 @@ import Testing
         store.directory + "-" + name
     }
 
+    /// `source` exported to a new archive under ``passphrase`` at the cheap cost; its path.
+    func passphraseArchive(of source: TestStore) async throws -> String {
+        let archive = temporaryPath(source)
+        _ = try await KeychainArchive.export(
+            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
+        return archive
+    }
+
     @Test(
         "a passphrase archive carries what may leave, with attributes and dates, to a store on another TPM; ThisDeviceOnly and access-controlled items stay and are counted"
     )
@@ -85,10 +93,8 @@ import Testing
     @Test("a wrong passphrase is refused as an authentication failure and nothing is written")
     func wrongPassphrase() async throws {
         let source = try await Self.populatedSource()
-        let archive = temporaryPath(source)
+        let archive = try await passphraseArchive(of: source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        _ = try await KeychainArchive.export(
-            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
         let target = try TestStore()
         await expectArchiveError(.authenticationFailed) {
             _ = try await KeychainArchive.importArchive(at: archive, into: target.location, passphrase: "not it at all")
@@ -110,10 +116,8 @@ import Testing
         let source = try TestStore()
         let keychain = try source.keychain()
         for index in 0..<5 { try keychain.set("value \(index)", forKey: "key \(index)") }
-        let archive = temporaryPath(source)
+        let archive = try await passphraseArchive(of: source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        _ = try await KeychainArchive.export(
-            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
         let original = try bytes(of: archive)
         // Header: magic, version, kind, log2N, r, p (5), salt (32).
         let headerSize = 6 + 5 + 32
@@ -178,10 +182,8 @@ import Testing
     func headersRefusedBeforeDerivation() async throws {
         let source = try TestStore()
         try source.keychain().set("v", forKey: "k")
-        let archive = temporaryPath(source)
+        let archive = try await passphraseArchive(of: source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        _ = try await KeychainArchive.export(
-            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
         let original = try bytes(of: archive)
         let target = try TestStore()
         let altered = temporaryPath(source, "header.tkar")
@@ -284,10 +286,8 @@ import Testing
         let source = try TestStore()
         try source.keychain().set("archived", forKey: "shared")
         try source.keychain().set("only archived", forKey: "new")
-        let archive = temporaryPath(source)
+        let archive = try await passphraseArchive(of: source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        _ = try await KeychainArchive.export(
-            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
 
         let target = try TestStore()
         let keychain = try target.keychain()
@@ -324,10 +324,8 @@ import Testing
     func importWhileLocked() async throws {
         let source = try TestStore()
         try source.keychain().set("archived", forKey: "one")
-        let archive = temporaryPath(source)
+        let archive = try await passphraseArchive(of: source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        _ = try await KeychainArchive.export(
-            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
         let target = try TestStore()
         let device = KeychainDevice(location: target.location)
         try device.setPasscode(Self.passcode)
@@ -345,10 +343,8 @@ import Testing
     func protectedItemsAreNotReplaced() async throws {
         let source = try TestStore()
         try source.keychain().set("archived", forKey: "pin")
-        let archive = temporaryPath(source)
+        let archive = try await passphraseArchive(of: source)
         defer { try? FileManager.default.removeItem(atPath: archive) }
-        _ = try await KeychainArchive.export(
-            from: source.location, to: archive, protection: .passphrase(Self.passphrase, cost: Self.cheap))
         let target = try TestStore()
         try KeychainDevice(location: target.location).setPasscode(Self.passcode)
         try await target.keychain().set(
