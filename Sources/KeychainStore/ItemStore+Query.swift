@@ -22,7 +22,8 @@ extension ItemStore {
         _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
         var found: [(entry: ScannedItem, created: Int64)] = []
-        for entry in try scan(query, state) where matches(entry, query) {
+        let tags = query.matching.tags.filter { $0 != AttributeTag.synchronizable }
+        for entry in try scan(query, state) where matches(entry, query, tags: tags) {
             found.append((entry, entry.attributes.nanoseconds(AttributeTag.creationDate) ?? 0))
         }
         found.sort { lhs, rhs in
@@ -52,16 +53,18 @@ extension ItemStore {
         _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
         var groupCheck = GroupCheck()
-        var seen: Set<String> = []
+        var seen: Set<Manifest.ItemKey> = []
         let groups = try state.layout.items.entries()
         for group in groups {
             guard let directory = try groupDirectory(group, create: false, state) else { continue }
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                seen.insert(name)
+                let key = Manifest.ItemKey(fileName: name)
+                if let key { seen.insert(key) }
                 guard
                     let entry = try scannedItem(
-                        file, named: name, in: directory, group: group, &groupCheck, state, groupLocked: false)
+                        file, named: name, key: key, in: directory, group: group, &groupCheck, state,
+                        groupLocked: false)
                 else { continue }
                 try body(
                     ItemQueryResult(
@@ -97,7 +100,11 @@ extension ItemStore {
     }
 
     static func reference(_ itemClass: ItemClass, _ itemID: [UInt8]) -> [UInt8] {
-        BigEndian.bytes(itemClass.rawValue) + itemID
+        var reference: [UInt8] = []
+        reference.reserveCapacity(4 + itemID.count)
+        BigEndian.append(itemClass.rawValue, to: &reference)
+        reference.append(contentsOf: itemID)
+        return reference
     }
 
     /// An item file read as far as its attributes, with where it was found.
@@ -112,9 +119,10 @@ extension ItemStore {
         var keyRecord = ItemFileV2.masterKeyRecord
     }
 
-    private func matches(_ entry: ScannedItem, _ query: ItemQuery) -> Bool {
+    /// - Parameter tags: the query's tags other than synchronizable, sorted once per query.
+    private func matches(_ entry: ScannedItem, _ query: ItemQuery, tags: [FourCharacterCode]) -> Bool {
         guard entry.itemClass == query.itemClass else { return false }
-        for tag in query.matching.tags where tag != AttributeTag.synchronizable {
+        for tag in tags {
             guard entry.attributes[tag] == query.matching[tag] else { return false }
         }
         let synchronizable = entry.attributes.bool(AttributeTag.synchronizable) ?? false
@@ -148,15 +156,17 @@ extension ItemStore {
     func scan(groups: [String], _ state: OpenState, groupLocked: Bool = false) throws(KeychainError) -> [ScannedItem] {
         var scanned: [ScannedItem] = []
         var groupCheck = GroupCheck()
-        var seen: Set<String> = []
+        var seen: Set<Manifest.ItemKey> = []
         for group in groups {
             guard let directory = try groupDirectory(group, create: false, state) else { continue }
             let stamp = try directory.stamp()
             for name in try directory.entries() where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
-                seen.insert(name)
+                let key = Manifest.ItemKey(fileName: name)
+                if let key { seen.insert(key) }
                 if let item = try scannedItem(
-                    file, named: name, in: directory, group: group, &groupCheck, state, groupLocked: groupLocked)
+                    file, named: name, key: key, in: directory, group: group, &groupCheck, state,
+                    groupLocked: groupLocked)
                 {
                     scanned.append(item)
                 }
@@ -177,26 +187,25 @@ extension ItemStore {
     /// The group name of the last item checked: the items of one directory share it, so a
     /// listing computes it once per group rather than once per item.
     private struct GroupCheck {
-        var fields: [[UInt8]?] = []
+        var fields: (itemClass: ItemClass, accessGroup: [UInt8]?, group: [UInt8]?)?
         var name = ""
 
         mutating func name(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
             let groupTag = itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
-            let current: [[UInt8]?] = [
-                // The whole class code: "inet" and "cert" share their last byte.
-                BigEndian.bytes(itemClass.rawValue), attributes[AttributeTag.accessGroup],
-                attributes[groupTag],
-            ]
-            if current != fields {
-                fields = current
-                name = ItemFileV2.groupName(of: itemClass, attributes, keys: keys)
+            let accessGroup = attributes[AttributeTag.accessGroup]
+            let group = attributes[groupTag]
+            if let fields, fields.itemClass == itemClass, fields.accessGroup == accessGroup, fields.group == group {
+                return name
             }
+            fields = (itemClass, accessGroup, group)
+            name = ItemFileV2.groupName(of: itemClass, attributes, keys: keys)
             return name
         }
     }
 
     private func scannedItem(
-        _ file: OpenFile, named name: String, in directory: Directory, group: String,
+        _ file: OpenFile, named name: String, key manifestKey: Manifest.ItemKey?, in directory: Directory,
+        group: String,
         _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool
     ) throws(KeychainError) -> ScannedItem? {
         if state.layout.version == 1 {
@@ -212,32 +221,50 @@ extension ItemStore {
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
+        // A small file is read whole, in one system call, as its floor reads it; a large secret
+        // is left unread.
+        let whole = file.size <= Self.listingWholeReadLimit ? try file.read(count: file.size, at: 0) : nil
+        let headerBytes: [UInt8]
+        if let whole { headerBytes = whole } else { headerBytes = try file.read(count: ItemFileV2.headerSize, at: 0) }
         let header = try ItemFileV2.decodeHeader(
-            try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-            storeID: storeID, path: file.path)
-        let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        let salt = header.salt[...]
+            headerBytes[...], fileSize: file.size, storeID: storeID, path: file.path)
+        let sealed: ArraySlice<UInt8>
+        if let whole {
+            sealed = whole[header.attributesRange]
+        } else {
+            sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
+        }
+        let salt = WriteSalt(header.salt)
         let cached = caches.withLock { $0.listed[salt] }
-        let key =
-            cached?.key
-            ?? ItemFileV2.itemKey(
-                parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
-        let attributes = try ItemFileV2.decryptAttributes(sealed[...], header: header, key: key, path: file.path)
-        let fileName = cached?.file ?? ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys)
+        let attributes: AttributeList
+        let fileName: String
+        if let cached, cached.holds(header: header.bytes, sealed: sealed) {
+            // Byte for byte what GCM authenticated before, under the same key, nonce and AAD:
+            // it decrypts to the same attributes.
+            attributes = cached.attributes
+            fileName = cached.file
+        } else {
+            let key =
+                cached?.key
+                ?? ItemFileV2.itemKey(
+                    parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+            attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
+            fileName = ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys)
+            let listed = ListedWrite(
+                key: key, file: fileName, header: header.bytes, sealed: Array(sealed), attributes: attributes)
+            caches.withLock { caches in
+                if caches.listed.count >= Caches.listingLimit { caches.listed.removeAll(keepingCapacity: true) }
+                caches.listed[salt] = listed
+            }
+        }
         try Self.checkPlacement(
             fileMatches: fileName == name,
             groupMatches: groupCheck.name(of: header.itemClass, attributes, keys: state.keys) == group,
             file.path, directory.path)
-        if cached == nil {
-            caches.withLock { caches in
-                if caches.listed.count >= Caches.listingLimit { caches.listed.removeAll(keepingCapacity: true) }
-                caches.listed[salt] = (key, fileName)
-            }
-        }
         guard
             try checkGeneration(
-                header.generation, file: name, group: group, path: file.path, in: state.layout.items,
-                groupLocked: groupLocked)
+                header.generation, file: name, key: manifestKey, group: group, path: file.path,
+                in: state.layout.items, groupLocked: groupLocked)
         else {
             return nil
         }
@@ -245,6 +272,10 @@ extension ItemStore {
             directory: directory, file: name, itemClass: header.itemClass, itemID: header.itemID,
             accessibility: header.accessibility, kind: header.kind, attributes: attributes, keyRecord: header.keyRecord)
     }
+
+    /// Files up to this size are read whole by a listing: a page, which holds any item without a
+    /// large secret.
+    private static let listingWholeReadLimit = 4096
 
     /// - Throws: ``KeychainError`` `.tampered` when a file is not where its decrypted primary key puts it.
     private static func checkPlacement(

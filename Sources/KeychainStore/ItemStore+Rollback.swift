@@ -143,10 +143,9 @@ extension ItemStore {
 
     /// Checks that every item the manifest lists in `groups` was seen by a listing.
     func checkListed(
-        groups: Set<String>, seen: Set<String>, in items: Directory, groupLocked: Bool = false
+        groups: Set<String>, seen seenKeys: Set<Manifest.ItemKey>, in items: Directory, groupLocked: Bool = false
     ) throws(KeychainError) {
         // Compared by manifest key: no file name is formatted for the items that are there.
-        let seenKeys = Set(seen.compactMap(Manifest.ItemKey.init(fileName:)))
         func missing() -> [(String, String)] {
             rollback.withLock { state in
                 var missing: [(String, String)] = []

@@ -64,7 +64,7 @@ package final class ItemStore: Sendable {
     struct Caches {
         static let limit = 4096
         var names: [ItemIdentity: ItemNames] = [:]
-        var itemKeys: [ArraySlice<UInt8>: SymmetricKey] = [:]
+        var itemKeys: [WriteSalt: SymmetricKey] = [:]
         var groups: [String: Directory] = [:]
         /// Group directories whose every item file was read and found where it belongs, with
         /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
@@ -74,12 +74,10 @@ package final class ItemStore: Sendable {
         /// Group and file names by encoded primary key, for class-generic lookups (SecItem), as
         /// ``names`` is for the Keychain API's identities.
         var primaryNames: [[UInt8]: (group: String, file: String)] = [:]
-        /// What a listing derives for each write it reads, by the write's random salt: the item
-        /// key and the file name the decrypted primary key gives. A salt names one write, whose
-        /// attributes only its key opens, so a hit still opens and authenticates every file and
-        /// still catches a renamed one. Kept apart from ``itemKeys`` so that listings do not churn
-        /// the get path's cache, and large enough for a listing of ``listingLimit`` items.
-        var listed: [ArraySlice<UInt8>: (key: SymmetricKey, file: String)] = [:]
+        /// What a listing derived from each write it read, by the write's random salt (see
+        /// ``ListedWrite``). Kept apart from ``itemKeys`` so that listings do not churn the get
+        /// path's cache, and large enough for a listing of ``listingLimit`` items.
+        var listed: [WriteSalt: ListedWrite] = [:]
         static let listingLimit = 16_384
     }
 
@@ -226,6 +224,7 @@ package final class ItemStore: Sendable {
 
     /// The item key of the write with `salt`, derived by `derive` on a cache miss.
     func itemKey(salt: ArraySlice<UInt8>, _ derive: () -> SymmetricKey) -> SymmetricKey {
+        let salt = WriteSalt(salt)
         if let cached = caches.withLock({ $0.itemKeys[salt] }) { return cached }
         let key = derive()
         caches.withLock { caches in
@@ -233,6 +232,64 @@ package final class ItemStore: Sendable {
             caches.itemKeys[salt] = key
         }
         return key
+    }
+}
+
+/// What a listing derived from one write: its item key, its attributes and the file name their
+/// primary key gives, with the header and sealed attributes section they came from. A later
+/// listing that reads exactly those bytes again (compared whole, not by hash) has the same
+/// ciphertext, tag, nonce and AAD under the same key, which GCM authenticated and which decrypt
+/// to the same attributes: it skips the decryption, and still checks the name, the group and the
+/// generation of the file it read. Different bytes under a known salt are opened with the key, and
+/// fail authentication unless they are that write.
+struct ListedWrite {
+    let key: SymmetricKey
+    let file: String
+    let header: [UInt8]
+    let sealed: [UInt8]
+    let attributes: AttributeList
+
+    func holds(header: [UInt8], sealed: ArraySlice<UInt8>) -> Bool {
+        Self.same(self.header[...], header[...]) && Self.same(self.sealed[...], sealed)
+    }
+
+    private static func same(_ lhs: ArraySlice<UInt8>, _ rhs: ArraySlice<UInt8>) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        return lhs.isEmpty
+            || lhs.withUnsafeBytes { left in
+                rhs.withUnsafeBytes { right in memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0 }
+            }
+    }
+}
+
+/// A write's 32-byte random salt as the caches' key: four words, hashed and compared as such,
+/// where a byte slice would be hashed byte by byte and kept alive with the whole header.
+struct WriteSalt: Hashable {
+    private let words: (UInt64, UInt64, UInt64, UInt64)
+
+    init(_ bytes: ArraySlice<UInt8>) {
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        for (index, byte) in bytes.prefix(32).enumerated() {
+            switch index >> 3 {
+            case 0: words.0 = words.0 << 8 | UInt64(byte)
+            case 1: words.1 = words.1 << 8 | UInt64(byte)
+            case 2: words.2 = words.2 << 8 | UInt64(byte)
+            default: words.3 = words.3 << 8 | UInt64(byte)
+            }
+        }
+        self.words = words
+    }
+
+    static func == (lhs: WriteSalt, rhs: WriteSalt) -> Bool {
+        lhs.words.0 == rhs.words.0 && lhs.words.1 == rhs.words.1 && lhs.words.2 == rhs.words.2
+            && lhs.words.3 == rhs.words.3
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(words.0)
+        hasher.combine(words.1)
+        hasher.combine(words.2)
+        hasher.combine(words.3)
     }
 }
 

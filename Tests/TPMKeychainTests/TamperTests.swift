@@ -37,6 +37,28 @@ import Testing
         }
     }
 
+    @Test("A listing that read an item before still reports every later change to its header or attributes")
+    func listingCacheAuthenticates() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("s3cret", forKey: "alice", label: "l")
+        try keychain.set("other", forKey: "bob")
+        // This listing keeps what it decrypted; the ones below find the same salts again.
+        #expect(try keychain.allItems().map(\.account) == ["alice", "bob"])
+        let path = try #require(try store.itemFiles().first)
+        let original = try bytes(of: path)
+        // The 124-byte header, then the attributes section: its length (bytes 116..<120) and a tag.
+        let attributesLength = original[116..<120].reduce(0) { $0 << 8 | Int($1) }
+        for position in 0..<(124 + attributesLength + 16) {
+            var tampered = original
+            tampered[position] ^= 0x01
+            try overwrite(path, with: tampered)
+            expectKeychainError(.tampered) { _ = try keychain.allItems() }
+        }
+        try overwrite(path, with: original)
+        #expect(try keychain.allItems().map(\.account) == ["alice", "bob"])
+    }
+
     @Test func swappedFilesAreDetected() throws {
         let store = try TestStore()
         let keychain = try store.keychain()

@@ -8,7 +8,8 @@ extension AttributeList {
     package init(decoding bytes: [UInt8], path: String) throws(KeychainError) {
         self = try KeychainError.parsing(
             { () throws in
-                var list = AttributeList()
+                // Each entry takes at least 8 bytes; most items have a dozen attributes or fewer.
+                var list = AttributeList(minimumCapacity: min(bytes.count / 8, 16))
                 var reader = WireReader(bytes)
                 var previous: FourCharacterCode?
                 while reader.remaining > 0 {

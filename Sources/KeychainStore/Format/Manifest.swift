@@ -67,12 +67,33 @@ struct Manifest {
             self.low = low
         }
 
-        /// The key of `<32 hex digits>.item`, or nil for any other name.
+        /// The key of `<32 hex digits>.item`, or nil for any other name. Parsed in place: a
+        /// listing parses one per file.
         init?(fileName: String) {
-            guard fileName.utf8.count == 32 + Manifest.itemSuffix.utf8.count, fileName.hasSuffix(Manifest.itemSuffix),
-                let bytes = [UInt8](hexString: String(decoding: fileName.utf8.prefix(32), as: UTF8.self))
-            else { return nil }
-            self.init(bytes[...])
+            var name = fileName
+            let parsed = name.withUTF8 { (utf8) -> (UInt64, UInt64)? in
+                guard utf8.count == 32 + Manifest.itemSuffix.utf8.count,
+                    utf8[32...].elementsEqual(Manifest.itemSuffix.utf8)
+                else { return nil }
+                var words: (UInt64, UInt64) = (0, 0)
+                for index in 0..<32 {
+                    guard let digit = Self.hexDigit(utf8[index]) else { return nil }
+                    if index < 16 { words.0 = words.0 << 4 | digit } else { words.1 = words.1 << 4 | digit }
+                }
+                return words
+            }
+            guard let parsed else { return nil }
+            self.high = parsed.0
+            self.low = parsed.1
+        }
+
+        private static func hexDigit(_ character: UInt8) -> UInt64? {
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt64(character - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt64(character - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt64(character - UInt8(ascii: "A") + 10)
+            default: nil
+            }
         }
 
         var bytes: [UInt8] {

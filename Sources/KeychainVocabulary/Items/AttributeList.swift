@@ -15,6 +15,11 @@ package struct AttributeList: Sendable, Hashable {
 
     package init() {}
 
+    /// An empty list with room for `count` attributes, so that decoding one grows no table.
+    package init(minimumCapacity count: Int) {
+        values = Dictionary(minimumCapacity: count)
+    }
+
     package var tags: [FourCharacterCode] { values.keys.sorted() }
 
     package subscript(tag: FourCharacterCode) -> [UInt8]? {
@@ -26,7 +31,9 @@ package struct AttributeList: Sendable, Hashable {
 
     /// UTF-8 text.
     package func string(_ tag: FourCharacterCode) -> String? {
-        values[tag].flatMap { String(validating: $0, as: UTF8.self) }
+        // Validated from the contiguous bytes: the generic collection path is slower per string,
+        // and a listing makes several per item.
+        values[tag]?.withUnsafeBufferPointer { String(validating: $0, as: UTF8.self) }
     }
 
     package mutating func setString(_ text: String?, for tag: FourCharacterCode) {
