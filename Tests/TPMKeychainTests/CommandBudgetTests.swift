@@ -55,6 +55,38 @@ import Testing
         }
     }
 
+    @Test("A context with a reuse window reads the TPM's reset count once per process, not once per context")
+    func startupEpochReadOncePerProcess() async throws {
+        let tpm = try RecordedTPM.start("epoch")
+        defer { tpm.stop() }
+        let location = try tpm.location("epoch")
+        defer { Keychain.closeStore(location) }
+        let keychain = try Keychain(service: "epoch", location: location)
+        let face = SimulatedAuthenticator()
+        try await keychain.set(
+            "bio", forKey: "bio", accessControl: try AccessControl(.whenUnlocked, flags: .biometryAny),
+            context: AuthenticationContext(authenticator: face, location: location))
+        var readClocks: [Int] = []
+        for _ in 0..<3 {
+            let context = AuthenticationContext(authenticator: face, location: location)
+            context.allowableReuseDuration = .seconds(60)
+            tpm.proxy.reset()
+            #expect(try await keychain.get("bio", as: String.self, context: context) == "bio")
+            // Inside the window: no prompt and no TPM command.
+            #expect(try await keychain.get("bio", as: String.self, context: context) == "bio")
+            #expect(context.promptCount == 1)
+            readClocks.append(tpm.proxy.commandCodes.filter { $0 == Self.readClock }.count)
+        }
+        // The first context may read it (unless an earlier test on this port's TCTI did); the
+        // others keep their keys with the count already read.
+        print("ReadClock per context: \(readClocks)")
+        #expect(readClocks[0] <= 1)
+        #expect(readClocks[1...] == [0, 0])
+    }
+
+    /// TPM2_ReadClock (TPM 2.0 Part 2 §6.5.2, TPM_CC_ReadClock).
+    static let readClock: UInt32 = 0x181
+
     /// Runs every path once on a fresh store and device, through a recording proxy in front of a
     /// swtpm of its own (acting as a resource manager when asked), and returns each path's commands.
     static func countCommands(resourceManaged: Bool) async throws -> [(path: String, codes: [UInt32])] {

@@ -104,10 +104,14 @@ extension AuthenticationContext {
     ) throws(KeychainError) -> KeptKey {
         try Devices.with(location) { (device) throws(KeychainError) in
             let keeps = state.withLock { $0.reuse > .zero }
+            // Read before the unseal, so never later than the epoch the key is opened in.
+            let known = StartupEpochs.last(for: device.tpm.tcti)
             let key = try store.openRecord(
-                recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps)
+                recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps && known == nil)
+            if let read = key.startupEpoch { StartupEpochs.record(read, for: device.tpm.tcti) }
             return KeptKey(
-                key: key, at: .now, epoch: key.startupEpoch ?? 0, lockStamp: device.lockStamp(), device: device)
+                key: key, at: .now, epoch: key.startupEpoch ?? known ?? 0, lockStamp: device.lockStamp(),
+                device: device)
         }
     }
 
@@ -159,7 +163,9 @@ extension AuthenticationContext {
         do {
             let connection = try TPMConnection(device.tpm)
             defer { connection.close() }
-            return try connection.startupEpoch()
+            let epoch = try connection.startupEpoch()
+            StartupEpochs.record(epoch, for: device.tpm.tcti)
+            return epoch
         } catch {
             throw KeychainError(deviceTPM: error)
         }
