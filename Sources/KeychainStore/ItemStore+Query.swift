@@ -244,14 +244,11 @@ extension ItemStore {
             attributes = cached.attributes
             fileName = cached.file
         } else {
-            let key =
-                cached?.key
-                ?? ItemFileV2.itemKey(
-                    parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
+            let key = ItemFileV2.itemKey(
+                parent: state.keys.items, salt: header.salt, storeID: storeID, keyRecord: header.keyRecord)
             attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
             fileName = ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys)
-            let listed = ListedWrite(
-                key: key, file: fileName, header: header.bytes, sealed: Array(sealed), attributes: attributes)
+            let listed = ListedWrite(header: header.bytes, sealed: sealed, attributes: attributes, file: fileName)
             caches.withLock { caches in
                 if caches.listed.count >= Caches.listingLimit { caches.listed.removeAll(keepingCapacity: true) }
                 caches.listed[salt] = listed

@@ -235,22 +235,34 @@ package final class ItemStore: Sendable {
     }
 }
 
-/// What a listing derived from one write: its item key, its attributes and the file name their
+/// What a listing derived from one write: its decrypted attributes and the file name their
 /// primary key gives, with the header and sealed attributes section they came from. A later
 /// listing that reads exactly those bytes again (compared whole, not by hash) has the same
 /// ciphertext, tag, nonce and AAD under the same key, which GCM authenticated and which decrypt
-/// to the same attributes: it skips the decryption, and still checks the name, the group and the
-/// generation of the file it read. Different bytes under a known salt are opened with the key, and
-/// fail authentication unless they are that write.
+/// to the same attributes: it skips the key derivation, the decryption and the decoding, and still
+/// checks the name, the group and the generation of the file it read. Any other bytes, also under
+/// a known salt, are opened and authenticated.
 struct ListedWrite {
-    let key: SymmetricKey
-    let file: String
-    let header: [UInt8]
-    let sealed: [UInt8]
+    /// The header, then the sealed attributes section (ciphertext and tag), as read.
+    private let sealedPrefix: [UInt8]
+    private let headerSize: Int
     let attributes: AttributeList
+    let file: String
+
+    init(header: [UInt8], sealed: ArraySlice<UInt8>, attributes: AttributeList, file: String) {
+        var prefix: [UInt8] = []
+        prefix.reserveCapacity(header.count + sealed.count)
+        prefix.append(contentsOf: header)
+        prefix.append(contentsOf: sealed)
+        sealedPrefix = prefix
+        headerSize = header.count
+        self.attributes = attributes
+        self.file = file
+    }
 
     func holds(header: [UInt8], sealed: ArraySlice<UInt8>) -> Bool {
-        Self.same(self.header[...], header[...]) && Self.same(self.sealed[...], sealed)
+        sealedPrefix.count == header.count + sealed.count && headerSize == header.count
+            && Self.same(sealedPrefix[..<headerSize], header[...]) && Self.same(sealedPrefix[headerSize...], sealed)
     }
 
     private static func same(_ lhs: ArraySlice<UInt8>, _ rhs: ArraySlice<UInt8>) -> Bool {

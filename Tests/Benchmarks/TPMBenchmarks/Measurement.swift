@@ -122,6 +122,16 @@ func residentBytes() -> Int {
     return pages * sysconf(Int32(_SC_PAGESIZE))
 }
 
+/// ``residentBytes()`` after glibc's malloc_trim(0) has returned the free memory of every arena,
+/// so that what was freed no longer counts (looked up at run time: Glibc's module lacks malloc.h).
+func trimmedResidentBytes() -> Int {
+    typealias Trim = @convention(c) (Int) -> Int32
+    if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") {
+        _ = unsafeBitCast(symbol, to: Trim.self)(0)
+    }
+    return residentBytes()
+}
+
 func mebibytes(_ bytes: Int) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
 
 /// A fresh private directory (0700) under the system temporary directory.
