@@ -240,9 +240,14 @@ enum ItemFileV1 {
         path: String
     ) throws(KeychainError) -> [UInt8] {
         do {
-            let box = try AES.GCM.SealedBox(
-                nonce: AES.GCM.Nonce(data: nonce), ciphertext: sealed.dropLast(tagSize),
-                tag: sealed.suffix(tagSize))
+            // One buffer in swift-crypto's combined layout (nonce, ciphertext, tag): the sealed
+            // section is already ciphertext then tag, so this is one allocation and two copies,
+            // where SealedBox(nonce:ciphertext:tag:) grows a Data three times on every read.
+            guard sealed.count >= tagSize else { throw CryptoKitError.incorrectParameterSize }
+            var combined = Data(capacity: nonce.count + sealed.count)
+            combined.append(contentsOf: nonce)
+            combined.append(contentsOf: sealed)
+            let box = try AES.GCM.SealedBox(combined: combined)
             return Array(try AES.GCM.open(box, using: key, authenticating: aad))
         } catch {
             throw KeychainError(
