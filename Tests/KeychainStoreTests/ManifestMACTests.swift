@@ -32,6 +32,38 @@ import Testing
         }
     }
 
+    @Test("OneBlockHKDF equals swift-crypto's HKDF-SHA256 of 32 bytes, and raw-keyed PreparedHMAC its HMAC")
+    func oneBlockHKDF() {
+        var generator = SystemRandomNumberGenerator()
+        func random(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) } }
+        for (keySize, saltSize, infoSizes) in [
+            (32, 32, [19, 16, 16]), (16, 0, [0]), (64, 65, [100, 1]), (33, 64, []),
+        ] {
+            let key = SymmetricKey(data: random(keySize))
+            let salt = random(saltSize)
+            let info = infoSizes.map { random($0) }
+            let expected = HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: key, salt: salt, info: info.flatMap { $0 }, outputByteCount: 32)
+            let derived: SymmetricKey
+            switch info.count {
+            case 0: derived = OneBlockHKDF.deriveKey(inputKeyMaterial: key, salt: salt[...])
+            case 1: derived = OneBlockHKDF.deriveKey(inputKeyMaterial: key, salt: salt[...], info: info[0][...])
+            case 2:
+                derived = OneBlockHKDF.deriveKey(
+                    inputKeyMaterial: key, salt: salt[...], info: info[0][...], info[1][...])
+            default:
+                derived = OneBlockHKDF.deriveKey(
+                    inputKeyMaterial: key, salt: salt[...], info: info[0][...], info[1][...], info[2][...])
+            }
+            #expect(derived == expected, "key \(keySize), salt \(saltSize), info \(infoSizes)")
+            let rawKeyed = salt.withUnsafeBytes { PreparedHMAC(keyBytes: $0) }
+            let message = random(70)
+            #expect(
+                Array(rawKeyed.authenticationCode(message[...]))
+                    == Array(HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: salt))))
+        }
+    }
+
     @Test("the contiguous constant-time comparison agrees with the generic one")
     func comparison() {
         let a: [UInt8] = Array(0..<16)

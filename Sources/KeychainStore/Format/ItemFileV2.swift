@@ -98,12 +98,13 @@ enum ItemFileV2 {
 
     /// The AES-256-GCM key of one write, from the item-key parent of the item's key record.
     static func itemKey(
-        parent: SymmetricKey, salt: some DataProtocol, storeID: [UInt8], keyRecord: [UInt8]
+        parent: SymmetricKey, salt: ArraySlice<UInt8>, storeID: [UInt8], keyRecord: [UInt8]
     ) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: parent, salt: salt, info: Array("TPMKeychain v2 item".utf8) + storeID + keyRecord,
-            outputByteCount: 32)
+        OneBlockHKDF.deriveKey(
+            inputKeyMaterial: parent, salt: salt, info: itemKeyLabel[...], storeID[...], keyRecord[...])
     }
+
+    private static let itemKeyLabel = Array("TPMKeychain v2 item".utf8)
 
     /// Encrypts `contents` into file bytes. `salt` (32 bytes) and `nonce` (12) must be fresh
     /// random bytes for every write; tests pass fixed ones to check known answers.
@@ -133,7 +134,7 @@ enum ItemFileV2 {
         header.append(UInt32(contents.value.count))
         precondition(header.bytes.count == headerSize, "the v2 header layout is fixed")
 
-        let key = itemKey(parent: itemKeyParent, salt: salt, storeID: storeID, keyRecord: contents.keyRecord)
+        let key = itemKey(parent: itemKeyParent, salt: salt[...], storeID: storeID, keyRecord: contents.keyRecord)
         let sealedAttributes = try AES.GCM.seal(
             attributes, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: header.bytes)
         let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)

@@ -10,27 +10,74 @@ struct PreparedHMAC {
     private let outer: SHA256
 
     init(key: SymmetricKey) {
-        var block = key.withUnsafeBytes { raw -> [UInt8] in
-            raw.count > 64 ? Array(SHA256.hash(data: raw)) : Array(raw)
+        (inner, outer) = key.withUnsafeBytes { Self.states(key: $0) }
+    }
+
+    /// Keyed with raw bytes (a salt, or a digest just computed), without making a key of them.
+    init(keyBytes: UnsafeRawBufferPointer) {
+        (inner, outer) = Self.states(key: keyBytes)
+    }
+
+    /// The states after the inner and outer pads; the padded key blocks are zeroed after use.
+    private static func states(key: UnsafeRawBufferPointer) -> (SHA256, SHA256) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { block in
+            block.initialize(repeating: 0)
+            defer { block.update(repeating: 0) }
+            if key.count > 64 {
+                SHA256.hash(data: key).withUnsafeBytes { digest in
+                    for (index, byte) in digest.enumerated() { block[index] = byte }
+                }
+            } else {
+                for (index, byte) in key.enumerated() { block[index] = byte }
+            }
+            var inner = SHA256()
+            var outer = SHA256()
+            for index in block.indices { block[index] ^= 0x36 }
+            inner.update(bufferPointer: UnsafeRawBufferPointer(block))
+            for index in block.indices { block[index] ^= 0x36 ^ 0x5C }
+            outer.update(bufferPointer: UnsafeRawBufferPointer(block))
+            return (inner, outer)
         }
-        block += [UInt8](repeating: 0, count: 64 - block.count)
-        var inner = SHA256()
-        var outer = SHA256()
-        let innerPad = block.map { $0 ^ 0x36 }
-        let outerPad = block.map { $0 ^ 0x5C }
-        innerPad.withUnsafeBytes { inner.update(bufferPointer: $0) }
-        outerPad.withUnsafeBytes { outer.update(bufferPointer: $0) }
-        for index in block.indices { block[index] = 0 }
-        self.inner = inner
-        self.outer = outer
     }
 
     /// HMAC-SHA256(key, the parts concatenated).
     func authenticationCode(_ parts: ArraySlice<UInt8>...) -> SHA256.Digest {
+        authenticationCode(parts: parts)
+    }
+
+    /// HMAC-SHA256(key, the parts concatenated).
+    func authenticationCode(parts: [ArraySlice<UInt8>]) -> SHA256.Digest {
         var innerHash = inner
         for part in parts { part.withUnsafeBytes { innerHash.update(bufferPointer: $0) } }
+        return finish(innerHash)
+    }
+
+    /// HMAC-SHA256(key, message) of raw bytes (key material, which is never copied into an array).
+    func authenticationCode(bytes message: UnsafeRawBufferPointer) -> SHA256.Digest {
+        var innerHash = inner
+        innerHash.update(bufferPointer: message)
+        return finish(innerHash)
+    }
+
+    private func finish(_ innerHash: SHA256) -> SHA256.Digest {
         var outerHash = outer
         innerHash.finalize().withUnsafeBytes { outerHash.update(bufferPointer: $0) }
         return outerHash.finalize()
+    }
+}
+
+/// HKDF-SHA256 (RFC 5869) of a 32-byte key, the length every key of the item files has: one
+/// extract, PRK = HMAC(salt, IKM), and one expand block, OKM = HMAC(PRK, info || 0x01), over
+/// ``PreparedHMAC``. A write derives one per item, as does a get or listing that meets a write it
+/// has not cached; swift-crypto's generic HKDF costs several times the hashing there. The same
+/// bytes as `HKDF<SHA256>.deriveKey(..., outputByteCount: 32)` (ManifestMACTests).
+enum OneBlockHKDF {
+    static func deriveKey(
+        inputKeyMaterial: SymmetricKey, salt: ArraySlice<UInt8>, info parts: ArraySlice<UInt8>...
+    ) -> SymmetricKey {
+        let extract = salt.withUnsafeBytes { PreparedHMAC(keyBytes: $0) }
+        let pseudoRandomKey = inputKeyMaterial.withUnsafeBytes { extract.authenticationCode(bytes: $0) }
+        let expand = pseudoRandomKey.withUnsafeBytes { PreparedHMAC(keyBytes: $0) }
+        return expand.authenticationCode(parts: parts + [[1][...]]).withUnsafeBytes { SymmetricKey(data: $0) }
     }
 }
