@@ -332,18 +332,7 @@ extension ItemStore {
                 .first
         }
         let encoded = itemClass.encodedPrimaryKey(of: primary)
-        let known = caches.withLock { $0.primaryNames[encoded] }
-        let (group, fileName) =
-            known ?? (
-                ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
-                ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
-            )
-        if known == nil {
-            caches.withLock { caches in
-                if caches.primaryNames.count >= Caches.limit { caches.primaryNames.removeAll(keepingCapacity: true) }
-                caches.primaryNames[encoded] = (group, fileName)
-            }
-        }
+        let (group, fileName) = primaryNames(itemClass, primary, encoded: encoded, state)
         let names = ItemNames(version: 2, group: group, file: fileName, encodedIdentity: encoded)
         guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
@@ -375,6 +364,23 @@ extension ItemStore {
         return ItemQueryResult(
             reference: Self.reference(itemClass, header.itemID), itemClass: itemClass, attributes: attributes,
             accessibility: header.accessibility, kind: header.kind, value: value, keyRecord: header.keyRecord)
+    }
+
+    /// The group and file names of the item whose encoded primary key is `encoded`: two keyed
+    /// hashes, computed once per item while the store is open (gets and writes by primary key).
+    func primaryNames(
+        _ itemClass: ItemClass, _ primary: AttributeList, encoded: [UInt8], _ state: OpenState
+    ) -> (group: String, file: String) {
+        if let known = caches.withLock({ $0.primaryNames[encoded] }) { return known }
+        let names = (
+            group: ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
+            file: ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
+        )
+        caches.withLock { caches in
+            if caches.primaryNames.count >= Caches.limit { caches.primaryNames.removeAll(keepingCapacity: true) }
+            caches.primaryNames[encoded] = names
+        }
+        return names
     }
 
     /// The protection a key record serves (what opening it needs).

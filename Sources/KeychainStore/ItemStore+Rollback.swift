@@ -209,18 +209,23 @@ extension ItemStore {
     }
 
     /// Reads what other processes appended (or the whole file, when it was compacted or replaced).
-    func refreshManifest() throws(KeychainError) {
+    ///
+    /// - Parameter writable: open the manifest for writing as well, for an append under its lock.
+    /// - Returns: the manifest as opened, or nil when this store keeps none or another process
+    ///   rotated its keys (the new manifest has another name).
+    @discardableResult
+    func refreshManifest(writable: Bool = false) throws(KeychainError) -> OpenFile? {
         guard
             let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
                 state.map {
                     ($0.fileName, $0.inode, $0.manifest.validSize, $0.manifest.counterIndex, $0.manifest.epoch)
                 }
             })
-        else { return }
+        else { return nil }
         let path = root + "/" + fileName
-        guard let file = try rootDirectory.openFile(fileName) else {
+        guard let file = try rootDirectory.openFile(fileName, writable: writable) else {
             // Another process rotated the master key: its manifest has the new key's name.
-            if try refreshIfRotated(try current()) { return }
+            if try refreshIfRotated(try current()) { return nil }
             throw KeychainError(
                 .rolledBack,
                 "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted"
@@ -252,18 +257,26 @@ extension ItemStore {
             }
             if let error { throw error }
         }
+        return file
     }
 
     /// Writes `records` at the end of what this handle has read (the caller holds the manifest's
-    /// lock and has just refreshed) and applies them.
-    private func appendLocked(_ records: [Manifest.Record], durable: Bool, keys: StoreKeys) throws(KeychainError) {
+    /// lock and has just refreshed) and applies them: through `manifest`, the descriptor that
+    /// refresh opened under the lock, or by name when there is none.
+    private func appendLocked(
+        _ records: [Manifest.Record], durable: Bool, keys: StoreKeys, through manifest: OpenFile? = nil
+    ) throws(KeychainError) {
         guard
-            let (fileName, validSize, lastMAC) = rollback.withLock({ state in
-                state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC) }
+            let (fileName, validSize, lastMAC, inode) = rollback.withLock({ state in
+                state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC, $0.inode) }
             })
         else { return }
         let bytes = Manifest.encode(records, after: lastMAC, key: keys.manifest)
-        try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
+        if let manifest, manifest.inode == inode {
+            try manifest.write(bytes, at: validSize, durable: durable)
+        } else {
+            try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
+        }
         let error = rollback.withLock { state -> KeychainError? in
             guard state != nil else { return nil }
             return Manifest.apply(
@@ -315,11 +328,32 @@ extension ItemStore {
     /// the manifest when it has grown well past what its live items need.
     private func append(_ records: [Manifest.Record], durable: Bool) throws(KeychainError) {
         guard let fileName = rollback.withLock({ $0?.fileName }) else { return }
-        let lock = try rootDirectory.lock(fileName + ".lock", timeout: lockTimeout)
-        defer { withExtendedLifetime(lock) {} }
-        try refreshManifest()
+        try withManifestLock(fileName) { () throws(KeychainError) in
+            try appendHoldingLock(records, durable: durable, fileName: fileName)
+        }
+    }
+
+    /// Runs `body` holding the lock of the manifest `fileName`: this process's other threads
+    /// wait on the mutex, other processes on the flock.
+    private func withManifestLock<R>(
+        _ fileName: String, _ body: () throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
+        let lockName = fileName + ".lock"
+        return try manifestLock.withLock { (held) throws(KeychainError) -> R in
+            if held?.name != lockName { held = (lockName, try rootDirectory.openLock(lockName)) }
+            let file = held!.file
+            try rootDirectory.relock(file, named: lockName, timeout: lockTimeout)
+            defer { file.unlock() }
+            return try body()
+        }
+    }
+
+    private func appendHoldingLock(_ records: [Manifest.Record], durable: Bool, fileName: String) throws(KeychainError)
+    {
+        // One descriptor for the refresh and the append, opened under the lock.
+        let manifest = try refreshManifest(writable: true)
         let keys = try current().keys
-        try appendLocked(records, durable: durable, keys: keys)
+        try appendLocked(records, durable: durable, keys: keys, through: manifest)
         let compact = rollback.withLock { state -> [UInt8]? in
             guard let manifest = state?.manifest, manifest.validSize > Manifest.compactionThreshold,
                 manifest.validSize > 4 * (manifest.liveCount + 2) * Manifest.recordSize

@@ -61,13 +61,13 @@ extension ItemStore {
     ) throws(KeychainError) {
         try Self.validate(value: value, changes: changes)
         try Self.validate(itemClass, primary)
-        let description = Self.describe(itemClass, primary)
+        // Formatted only for an error message.
+        let description = { Self.describe(itemClass, primary) }
         try withWriteAccess { (state) throws(KeychainError) in
-            let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
-            let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let primaryKey = itemClass.encodedPrimaryKey(of: primary)
+            let (group, fileName) = primaryNames(itemClass, primary, encoded: primaryKey, state)
             guard let directory = try groupDirectory(group, create: true, state) else {
-                throw KeychainError(.storageFailed, "Cannot create the directory for \(description)")
+                throw KeychainError(.storageFailed, "Cannot create the directory for \(description())")
             }
             let lock = try directory.lock(".lock", timeout: lockTimeout)
             defer { withExtendedLifetime(lock) {} }
@@ -89,9 +89,9 @@ extension ItemStore {
             }
             switch (mode, existing) {
             case (.add, .some):
-                throw KeychainError(.duplicateItem, "An item for \(description) already exists")
+                throw KeychainError(.duplicateItem, "An item for \(description()) already exists")
             case (.update, .none):
-                throw KeychainError(.itemNotFound, "No item for \(description)")
+                throw KeychainError(.itemNotFound, "No item for \(description())")
             default:
                 break
             }

@@ -49,6 +49,11 @@ package final class LockFile {
         }
     }
 
+    /// Lets the lock go, keeping the file open for the next ``lock(wait:shared:)``.
+    package func unlock() {
+        _ = flock(descriptor, LOCK_UN)
+    }
+
     /// Takes the lock, waiting at most `timeout`: a holder that never lets go (stopped, hung on a
     /// device) becomes an error its caller can report instead of a silent hang.
     ///

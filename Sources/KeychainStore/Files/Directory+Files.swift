@@ -12,12 +12,14 @@ extension Directory {
     ///
     /// - Returns: nil when the file does not exist.
     /// - Throws: ``KeychainError`` `.unsafeFileSystem` or `.storageFailed`.
-    func openFile(_ name: String) throws(KeychainError) -> OpenFile? {
+    ///
+    /// - Parameter writable: opened for reading and writing (``OpenFile/write(_:at:durable:)``).
+    func openFile(_ name: String, writable: Bool = false) throws(KeychainError) -> OpenFile? {
         let path = self.path + "/" + name
         let fileDescriptor: Int32
         do {
             fileDescriptor = try retryingInterrupts {
-                openat(descriptor, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                openat(descriptor, name, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
             }
         } catch  where error.rawValue == ENOENT {
             return nil
@@ -76,12 +78,21 @@ extension Directory {
     ///   replacements (the format upgrade); the file itself is still fsynced when `durable`.
     func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(KeychainError) {
         let temporary = name + Self.temporarySuffix
-        _ = unlinkat(descriptor, temporary, 0)
         let fileDescriptor: Int32
         do {
             try FaultInjection.check(.createTemporary, path: path + "/" + name)
-            fileDescriptor = try retryingInterrupts {
-                openat(descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            let create = { () throws(Errno) in
+                try retryingInterrupts {
+                    openat(self.descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+                }
+            }
+            do {
+                fileDescriptor = try create()
+            } catch  where error.rawValue == EEXIST {
+                // What a writer killed mid-write left (under the same lock, so nobody's live file):
+                // removed only when met, which saves every other write an unlink.
+                _ = unlinkat(descriptor, temporary, 0)
+                fileDescriptor = try create()
             }
         } catch {
             if error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
@@ -256,10 +267,19 @@ extension Directory {
     /// - Throws: ``KeychainError`` `.timedOut` naming the lock and its holder, `.unsafeFileSystem`
     ///   for a symlink, `.permissionDenied`, `.storageFailed`.
     func lock(_ name: String, timeout: Duration) throws(KeychainError) -> LockFile {
+        let file = try openLock(name)
+        try relock(file, named: name, timeout: timeout)
+        return file
+    }
+
+    /// The lock file `name`, opened (created when missing) but not locked: for a holder that
+    /// keeps it open and locks it with ``relock(_:named:timeout:)`` each time.
+    ///
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` (a symlink), `.storageFailed`.
+    func openLock(_ name: String) throws(KeychainError) -> LockFile {
         let lockPath = path + "/" + name
-        let file: LockFile
         do {
-            file = try LockFile(name, in: descriptor, mode: UInt32(sharing.fileMode))
+            return try LockFile(name, in: descriptor, mode: UInt32(sharing.fileMode))
         } catch  where error.rawValue == ELOOP {
             throw KeychainError(.unsafeFileSystem, "\(lockPath) is a symbolic link; refusing to follow it")
         } catch  where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
@@ -267,8 +287,13 @@ extension Directory {
         } catch {
             throw KeychainError(.storageFailed, "Cannot open the lock \(lockPath)", underlying: error)
         }
-        try Self.take(file, path: lockPath, timeout: timeout, purpose: "writing to it")
-        return file
+    }
+
+    /// Takes the lock of `file` (opened by ``openLock(_:)``), waiting at most `timeout`.
+    ///
+    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
+    func relock(_ file: LockFile, named name: String, timeout: Duration) throws(KeychainError) {
+        try Self.take(file, path: path + "/" + name, timeout: timeout, purpose: "writing to it")
     }
 
     /// Takes an flock on the directory itself, which needs no lock file: used while a store is

@@ -44,4 +44,33 @@ final class OpenFile {
         }
         return buffer
     }
+
+    /// Writes `bytes` at `offset` of a file opened writable, cuts off what lay beyond them, and
+    /// with `durable` waits for the data to reach the disk, as ``Directory/overwrite(_:at:with:durable:)``.
+    ///
+    /// - Throws: ``KeychainError`` `.storageFailed` (a full disk says so).
+    func write(_ bytes: [UInt8], at offset: Int, durable: Bool) throws(KeychainError) {
+        do {
+            try FaultInjection.check(.write, path: path)
+            var done = 0
+            while done < bytes.count {
+                let written = try retryingInterrupts {
+                    bytes.withUnsafeBytes { raw in
+                        pwrite(descriptor, raw.baseAddress! + done, raw.count - done, off_t(offset + done))
+                    }
+                }
+                done += written
+            }
+            if size > offset + bytes.count {
+                try retryingInterrupts { ftruncate(descriptor, off_t(offset + bytes.count)) }
+            }
+            size = offset + bytes.count
+            if durable {
+                try FaultInjection.check(.syncFile, path: path)
+                try retryingInterrupts { fdatasync(descriptor) }
+            }
+        } catch {
+            throw Directory.writeFailed("write", path, error)
+        }
+    }
 }

@@ -132,6 +132,13 @@ func trimmedResidentBytes() -> Int {
     return residentBytes()
 }
 
+/// The CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID), user and kernel.
+func threadCPUTime() -> Duration {
+    var time = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+    return .seconds(time.tv_sec) + .nanoseconds(time.tv_nsec)
+}
+
 func mebibytes(_ bytes: Int) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
 
 /// A fresh private directory (0700) under the system temporary directory.
