@@ -56,6 +56,17 @@ import Testing
                     inputKeyMaterial: key, salt: salt[...], info: info[0][...], info[1][...], info[2][...])
             }
             #expect(derived == expected, "key \(keySize), salt \(saltSize), info \(infoSizes)")
+            // From raw key material, as the device and key records derive theirs.
+            let raw = key.withUnsafeBytes { bytes in
+                OneBlockHKDF.deriveKey(inputKeyMaterial: bytes, salt: salt[...], info: info.flatMap { $0 }[...])
+            }
+            #expect(raw == expected)
+            if saltSize == 0 {
+                // No salt at all, as swift-crypto's HKDF without one: RFC 5869's zero salt.
+                let unsalted = HKDF<SHA256>.deriveKey(
+                    inputKeyMaterial: key, info: info.flatMap { $0 }, outputByteCount: 32)
+                #expect(OneBlockHKDF.deriveKey(inputKeyMaterial: key, info: info.flatMap { $0 }[...]) == unsalted)
+            }
             let rawKeyed = salt.withUnsafeBytes { PreparedHMAC(keyBytes: $0) }
             let message = random(70)
             #expect(

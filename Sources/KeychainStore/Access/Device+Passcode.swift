@@ -34,12 +34,12 @@ extension Device {
         } catch {
             throw KeychainError(.storageFailed, "No randomness from the operating system", underlying: error)
         }
-        let key = fromSystem.withUnsafeBytes { system in
-            fromTPM.withUnsafeBytes { tpm in
-                HKDF<SHA256>.deriveKey(
-                    inputKeyMaterial: SymmetricKey(data: Array(system) + Array(tpm)),
-                    info: Array("TPMKeychain passcode key seed".utf8), outputByteCount: 32)
-            }
+        // Both halves side by side in zeroized memory, never in an array.
+        let material = fromSystem.withUnsafeBytes { system in
+            fromTPM.withUnsafeBytes { tpm in KeyRecord.concatenated(system, tpm) }
+        }
+        let key = material.withUnsafeBytes {
+            OneBlockHKDF.deriveKey(inputKeyMaterial: $0, info: Array("TPMKeychain passcode key seed".utf8)[...])
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }

@@ -104,24 +104,19 @@ struct DeviceFile: Sendable, Equatable {
     /// The authorization value of the sealed passcode key: the passcode itself never reaches the TPM.
     static func authValue(passcode: SecretBytes, salt: [UInt8]) -> SecretBytes {
         let key = passcode.withUnsafeBytes { bytes in
-            HKDF<SHA256>.deriveKey(
-                inputKeyMaterial: SymmetricKey(data: bytes), salt: salt, info: passcodeInfo, outputByteCount: 32)
+            OneBlockHKDF.deriveKey(inputKeyMaterial: bytes, salt: salt[...], info: passcodeInfo[...])
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 
     /// The key of the file's MAC.
     static func macKey(secret: SecretBytes) -> SymmetricKey {
-        secret.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: macInfo, outputByteCount: 32)
-        }
+        secret.withUnsafeBytes { OneBlockHKDF.deriveKey(inputKeyMaterial: $0, info: macInfo[...]) }
     }
 
     /// The authorization value of the device's NV indices.
     static func nvAuthorization(secret: SecretBytes) -> SecretBytes {
-        let key = secret.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: $0), info: nvInfo, outputByteCount: 32)
-        }
+        let key = secret.withUnsafeBytes { OneBlockHKDF.deriveKey(inputKeyMaterial: $0, info: nvInfo[...]) }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
 

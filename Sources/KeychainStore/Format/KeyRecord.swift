@@ -255,8 +255,7 @@ struct KeyRecord: Sendable, Equatable {
         secret: SecretBytes, recordID: [UInt8]
     ) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
         let seed = secret.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(
-                inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: recordKeyInfo, outputByteCount: 32)
+            OneBlockHKDF.deriveKey(inputKeyMaterial: $0, salt: recordID[...], info: recordKeyInfo[...])
         }
         do {
             return try seed.withUnsafeBytes { try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) }
@@ -279,8 +278,7 @@ struct KeyRecord: Sendable, Equatable {
             wrapped.withUnsafeBytes { second in concatenated(first, second) }
         }
         let key = material.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(
-                inputKeyMaterial: SymmetricKey(data: $0), salt: recordID, info: combinedInfo, outputByteCount: 32)
+            OneBlockHKDF.deriveKey(inputKeyMaterial: $0, salt: recordID[...], info: combinedInfo[...])
         }
         return key.withUnsafeBytes { SecretBytes(copying: $0) }
     }
@@ -345,9 +343,9 @@ struct KeyRecord: Sendable, Equatable {
             shared.withUnsafeBytes { agreed in concatenated(attributes, agreed) }
         }
         return material.withUnsafeBytes {
-            HKDF<SHA256>.deriveKey(
-                inputKeyMaterial: SymmetricKey(data: $0), salt: recordPublicKey,
-                info: protectedSecretInfo + storeID + recordID, outputByteCount: 32)
+            OneBlockHKDF.deriveKey(
+                inputKeyMaterial: $0, salt: recordPublicKey[...], info: protectedSecretInfo[...], storeID[...],
+                recordID[...])
         }
     }
 }

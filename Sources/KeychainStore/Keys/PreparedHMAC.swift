@@ -71,12 +71,28 @@ struct PreparedHMAC {
 /// ``PreparedHMAC``. A write derives one per item, as does a get or listing that meets a write it
 /// has not cached; swift-crypto's generic HKDF costs several times the hashing there. The same
 /// bytes as `HKDF<SHA256>.deriveKey(..., outputByteCount: 32)` (ManifestMACTests).
+/// An absent salt is the empty one, which HMAC pads to the same key block as RFC 5869's HashLen
+/// zero bytes.
 enum OneBlockHKDF {
     static func deriveKey(
-        inputKeyMaterial: SymmetricKey, salt: ArraySlice<UInt8>, info parts: ArraySlice<UInt8>...
+        inputKeyMaterial: SymmetricKey, salt: ArraySlice<UInt8> = [], info parts: ArraySlice<UInt8>...
+    ) -> SymmetricKey {
+        inputKeyMaterial.withUnsafeBytes { deriveKey(inputKeyMaterial: $0, salt: salt, info: parts) }
+    }
+
+    /// From key material in memory that is zeroized elsewhere (a ``TPM/SecretBytes``), without
+    /// copying it into a key first.
+    static func deriveKey(
+        inputKeyMaterial: UnsafeRawBufferPointer, salt: ArraySlice<UInt8> = [], info parts: ArraySlice<UInt8>...
+    ) -> SymmetricKey {
+        deriveKey(inputKeyMaterial: inputKeyMaterial, salt: salt, info: parts)
+    }
+
+    private static func deriveKey(
+        inputKeyMaterial: UnsafeRawBufferPointer, salt: ArraySlice<UInt8>, info parts: [ArraySlice<UInt8>]
     ) -> SymmetricKey {
         let extract = salt.withUnsafeBytes { PreparedHMAC(keyBytes: $0) }
-        let pseudoRandomKey = inputKeyMaterial.withUnsafeBytes { extract.authenticationCode(bytes: $0) }
+        let pseudoRandomKey = extract.authenticationCode(bytes: inputKeyMaterial)
         let expand = pseudoRandomKey.withUnsafeBytes { PreparedHMAC(keyBytes: $0) }
         return expand.authenticationCode(parts: parts + [[1][...]]).withUnsafeBytes { SymmetricKey(data: $0) }
     }

@@ -9,6 +9,8 @@ import TPMKeychainTesting
 struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one task at a time
     let summary: Summary
     let iterations: Int?
+    /// Only the first protected get (`TPMBenchmarks access-first N`), for a profiler.
+    var firstGetOnly = false
 
     func run() throws {
         let simulator = try SoftwareTPM.start()
@@ -16,6 +18,7 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         let directory = try makeTemporaryDirectory("tpm-keychain-access-bench")
         defer { removeTree(directory) }
         print("\n== Access control; swtpm \(simulator.tcti)")
+        if firstGetOnly { return try blocking { try await firstProtectedGet(simulator, directory) } }
         try blocking { try await reuseWindow(simulator, directory) }
         try blocking { try await firstProtectedGet(simulator, directory) }
         try blocking { try await commandCounts(simulator, directory) }
@@ -86,9 +89,11 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         var floor: [Double] = []
         let rounds = 10
         let batch = max((iterations ?? 200) / 10, 2)
+        var oursCPU = Duration.zero
         for round in 0..<rounds {
             for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
                 if side == 0 {
+                    let cpuBefore = processCPUTime()
                     for _ in 0..<batch {
                         // A new context each time: no reuse, one record unseal in a fresh connection.
                         let context = AuthenticationContext(authenticator: face, location: location)
@@ -96,11 +101,16 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
                         sink &+= try await keychain.get("bio", as: String.self, context: context)?.count ?? 0
                         ours.append(clock.now - start)
                     }
+                    oursCPU += processCPUTime() - cpuBefore
                 } else {
                     floor += try floorSamples(simulator.tcti, batch)
                 }
             }
         }
+        // The floor's own CPU time is that of its process: `perf stat -e task-clock ESAPIFloor TCTI N record`.
+        print(
+            "first protected get: CPU time per get (this process, every thread, user and kernel): "
+                + format(seconds(oursCPU) / Double(ours.count)))
         summary.add(
             Figure(
                 name: "first protected get (one key-record unseal, fresh TPM connection)", ours: Samples(ours),

@@ -133,10 +133,20 @@ func trimmedResidentBytes() -> Int {
 }
 
 /// The CPU time this thread has used (CLOCK_THREAD_CPUTIME_ID), user and kernel.
-func threadCPUTime() -> Duration {
+func threadCPUTime() -> Duration { cpuTime(CLOCK_THREAD_CPUTIME_ID) }
+
+/// The CPU time every thread of this process has used (CLOCK_PROCESS_CPUTIME_ID), user and kernel.
+func processCPUTime() -> Duration { cpuTime(CLOCK_PROCESS_CPUTIME_ID) }
+
+private func cpuTime(_ clock: clockid_t) -> Duration {
     var time = timespec()
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+    clock_gettime(clock, &time)
     return .seconds(time.tv_sec) + .nanoseconds(time.tv_nsec)
+}
+
+/// A duration in seconds, as ``format(_:)`` takes it.
+func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
 }
 
 func mebibytes(_ bytes: Int) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }

@@ -170,9 +170,7 @@ struct StoreBenchmarks {
             for _ in 0..<30 { try floor() }
             floorCPU += threadCPUTime() - start
         }
-        func perSet(_ total: Duration) -> String {
-            format((Double(total.components.seconds) + Double(total.components.attoseconds) / 1e18) / 300)
-        }
+        func perSet(_ total: Duration) -> String { format(seconds(total) / 300) }
         print(
             "durable set: CPU time per set (this thread, user and kernel): ours \(perSet(oursCPU)),"
                 + " floor \(perSet(floorCPU))")

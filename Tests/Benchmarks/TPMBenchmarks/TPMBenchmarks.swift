@@ -45,14 +45,15 @@ struct TPMBenchmarks {
         let iterations = arguments.first.flatMap(Int.init)
         guard
             [
-                "tpm", "store", "store-get", "store-set", "store-list", "store-scale", "cli", "access", "keys",
+                "tpm", "store", "store-get", "store-set", "store-list", "store-scale", "cli", "access", "access-first",
+                "keys",
                 "secitem",
                 "secitem-get",
                 "storage", "rotate", "transfer", "cold-lookup", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|keys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|access-first|keys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
             )
             exit(64)
         }
@@ -85,8 +86,8 @@ struct TPMBenchmarks {
         if suite.hasPrefix("secitem") || suite == "all" {
             try SecItemBenchmarks(summary: summary, iterations: iterations, getsOnly: suite == "secitem-get").run()
         }
-        if suite == "access" || suite == "all" {
-            try AccessBenchmarks(summary: summary, iterations: iterations).run()
+        if suite.hasPrefix("access") || suite == "all" {
+            try AccessBenchmarks(summary: summary, iterations: iterations, firstGetOnly: suite == "access-first").run()
         }
         if suite == "keys" || suite == "all" {
             try KeyBenchmarks(summary: summary, iterations: iterations).run()
