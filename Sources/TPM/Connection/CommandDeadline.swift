@@ -1,4 +1,3 @@
-import Dispatch
 import SystemCalls
 
 #if canImport(Glibc)
@@ -42,10 +41,7 @@ struct CommandDeadline {
     func arm() -> Alarm? {
         guard let endpoint else { return nil }
         let alarm = Alarm(tcti: tcti, timeout: timeout)
-        let item = DispatchWorkItem { alarm.fire { endpoint.disconnectSockets() } }
-        alarm.item = item
-        DispatchQueue.global().asyncAfter(
-            deadline: .now() + .nanoseconds(Int(timeout / .nanoseconds(1))), execute: item)
+        alarm.token = DeadlineWatchdog.shared.schedule(after: timeout) { alarm.fire { endpoint.disconnectSockets() } }
         return alarm
     }
 
@@ -56,8 +52,8 @@ struct CommandDeadline {
         private let state = Locked(State.armed)
         private let tcti: String
         private let timeout: Duration
-        /// Set once, before the alarm is scheduled; read only by ``disarm()``.
-        fileprivate var item: DispatchWorkItem?
+        /// Set once, as the alarm is scheduled; read only by ``disarm()``.
+        fileprivate var token: UInt64?
 
         fileprivate init(tcti: String, timeout: Duration) {
             self.tcti = tcti
@@ -82,7 +78,7 @@ struct CommandDeadline {
         }
 
         func disarm() {
-            item?.cancel()
+            if let token { DeadlineWatchdog.shared.cancel(token) }
             state.withLock { state in
                 if state == .armed { state = .disarmed }
             }

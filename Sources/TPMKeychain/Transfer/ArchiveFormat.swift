@@ -1,7 +1,7 @@
 package import Crypto
 import CryptoExtras
 import Foundation
-package import KeychainStore
+import KeychainStore
 package import KeychainVocabulary
 package import SystemCalls
 import WireFormat

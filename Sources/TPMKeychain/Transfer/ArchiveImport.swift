@@ -67,7 +67,7 @@ enum ArchiveImport {
     ) throws(KeychainError) {
         var items: UInt64 = 0
         var index = 0
-        while var (bytes, final) = try reader.next() {
+        while case (var bytes, let final)? = try reader.next() {
             defer { bytes.zeroize() }
             let record = try ArchiveFormat.record(bytes, path: path)
             switch (record, index, final) {
