@@ -65,3 +65,13 @@ package func sleep(for duration: Duration) {
 package func closeDescriptor(_ fd: Int32) {
     _ = close(fd)
 }
+
+/// O_NOATIME, which Glibc's Swift module does not export (it is a GNU extension): opening a file
+/// with it leaves the file's access time alone. The asm-generic value, which x86_64 and aarch64
+/// use; 0 (no effect) elsewhere. The kernel allows it only to the file's owner (or CAP_FOWNER) and
+/// refuses it with EPERM otherwise.
+#if arch(x86_64) || arch(arm64)
+package let noAccessTimeFlag: Int32 = 0o1000000
+#else
+package let noAccessTimeFlag: Int32 = 0
+#endif

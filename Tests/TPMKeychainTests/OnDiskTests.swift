@@ -43,6 +43,25 @@ import Testing
         for directory in Set(directories) { #expect(try mode(of: directory) == 0o700, "\(directory)") }
     }
 
+    @Test("Reads leave the item files' access times alone (no inode written back for a read)")
+    func readsKeepAccessTimes() throws {
+        let store = try TestStore()
+        let keychain = try store.keychain()
+        try keychain.set("v", forKey: "k")
+        let path = try #require(try store.itemFiles().first)
+        // An access time before the modification time: relatime would move it on the next read.
+        var written = stat()
+        #expect(stat(path, &written) == 0)
+        var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), written.st_mtim]
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+        Keychain.closeStore(store.location)
+        #expect(try keychain.string(forKey: "k") == "v")
+        #expect(try keychain.allItems().count == 1)
+        var status = stat()
+        #expect(stat(path, &status) == 0)
+        #expect(status.st_atim.tv_sec == 1_000_000_000)
+    }
+
     @Test func symlinksAreRefused() throws {
         let store = try TestStore()
         let keychain = try store.keychain()

@@ -16,10 +16,21 @@ extension Directory {
     /// - Parameter writable: opened for reading and writing (``OpenFile/write(_:at:durable:)``).
     func openFile(_ name: String, writable: Bool = false) throws(KeychainError) -> OpenFile? {
         let path = self.path + "/" + name
+        let flags = (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK
         let fileDescriptor: Int32
         do {
-            fileDescriptor = try retryingInterrupts {
-                openat(descriptor, name, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+            // A read leaves the access time alone: the first read of each write would otherwise
+            // dirty its inode (relatime), a disk write per item a get or listing meets. Only an
+            // owner may ask, which every file of a private store has (a foreign one, refused
+            // below, is opened again without it); a shared store's files may be another member's.
+            if case .owner = sharing {
+                do {
+                    fileDescriptor = try retryingInterrupts { openat(descriptor, name, flags | noAccessTimeFlag) }
+                } catch  where error.rawValue == EPERM {
+                    fileDescriptor = try retryingInterrupts { openat(descriptor, name, flags) }
+                }
+            } else {
+                fileDescriptor = try retryingInterrupts { openat(descriptor, name, flags) }
             }
         } catch  where error.rawValue == ENOENT {
             return nil
