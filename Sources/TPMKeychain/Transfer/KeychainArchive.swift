@@ -26,14 +26,19 @@ public enum KeychainArchive {
     /// scrypt's cost parameters (RFC 7914): N = 2^`log2N`, r = `blockSize`, p = `parallelism`;
     /// the derivation needs 128·r·N bytes of memory.
     public struct PassphraseCost: Sendable, Hashable, CustomStringConvertible {
+        /// The base-2 logarithm of scrypt's CPU and memory cost N.
         public let log2N: UInt8
+        /// scrypt's block size r.
         public let blockSize: UInt16
+        /// scrypt's parallelisation p.
         public let parallelism: UInt16
 
         /// N = 2^17, r = 8, p = 1: 128 MiB and about half a second on a laptop, what every
         /// export uses unless told otherwise.
         public static let standard = PassphraseCost(log2N: 17, blockSize: 8, parallelism: 1)
 
+        /// A cost of N = 2^`log2N`, r = `blockSize`, p = `parallelism`.
+        ///
         /// - Important: lower costs make guessing the passphrase cheaper; they are for tests.
         public init(log2N: UInt8, blockSize: UInt16, parallelism: UInt16) {
             self.log2N = log2N
@@ -48,6 +53,7 @@ public enum KeychainArchive {
                 && 128 * Int(blockSize) << Int(log2N) <= 1 << 30
         }
 
+        /// The parameters as `scrypt N=2^17 r=8 p=1`.
         public var description: String { "scrypt N=2^\(log2N) r=\(blockSize) p=\(parallelism)" }
     }
 
@@ -72,19 +78,28 @@ public enum KeychainArchive {
         /// " (imported 2)", …). A key or certificate with the same primary key is the same key
         /// or certificate, and is skipped.
         public static let keepBoth = ConflictPolicy(name: "keep-both")
+        /// The policy as the CLI's `--conflicts` names it.
         public var description: String { name }
     }
 
     /// Why an item did not move.
     public struct SkipReason: Sendable, Hashable, CustomStringConvertible {
+        /// The reason in words, as the CLI's report prints it.
         public let description: String
+        /// Its accessibility class ends in ThisDeviceOnly: it never leaves the device.
         public static let thisDeviceOnly = SkipReason(description: "its class is ThisDeviceOnly")
+        /// It is bound to access control, which this device's TPM enforces: it never leaves.
         public static let accessControl = SkipReason(
             description: "it is bound to access control (biometry, passcode or user presence)")
+        /// A key made in the TPM, whose private part cannot leave it.
         public static let livesInTPM = SkipReason(description: "it is a key that lives in the TPM")
+        /// Bound to the lock state while the keychain is locked: an export does not prompt.
         public static let deviceLocked = SkipReason(description: "the keychain is locked")
+        /// An enrollment or passcode change invalidated it on this device.
         public static let invalidated = SkipReason(description: "it can no longer be opened on this device")
+        /// An import's ``ConflictPolicy/skip``: the store has an item with its primary key.
         public static let alreadyPresent = SkipReason(description: "the store has it already")
+        /// An import's ``ConflictPolicy/replace`` met an item here bound to access control.
         public static let protectedHere = SkipReason(
             description: "the store's item is bound to access control and is not replaced")
     }
@@ -93,36 +108,55 @@ public enum KeychainArchive {
     public struct SkippedItem: Sendable, CustomStringConvertible {
         /// The item's class and names (never its secret).
         public let item: String
+        /// Why it stayed.
         public let reason: SkipReason
+        /// The item and the reason, as the CLI's `--list-skipped` prints them.
         public var description: String { "\(item): \(reason)" }
     }
 
+    /// What an export wrote and what it left out.
     public struct ExportReport: Sendable {
+        /// Items written to the archive.
         public package(set) var exported = 0
+        /// Items that stayed, each with its reason.
         public package(set) var skipped: [SkippedItem] = []
     }
 
     /// What an import did with one item (or would do, in a dry run).
     public struct Action: Sendable, Hashable, CustomStringConvertible {
+        /// The action in words, as a dry run lists it.
         public let description: String
+        /// A new item.
         public static let add = Action(description: "add")
+        /// The store's item overwritten (``ConflictPolicy/replace``).
         public static let replace = Action(description: "replace")
+        /// A second item beside the store's (``ConflictPolicy/keepBoth``).
         public static let keepBoth = Action(description: "add beside the existing item")
+        /// Nothing written.
         public static let skip = Action(description: "skip")
     }
 
+    /// One item of an archive and what an import does with it.
     public struct PlannedChange: Sendable, CustomStringConvertible {
+        /// The item's class and names (never its secret).
         public let item: String
+        /// What the import does with it.
         public let action: Action
         /// Why, for a skip.
         public let reason: SkipReason?
+        /// The action, the item and any reason, as a dry run lists them.
         public var description: String { "\(action): \(item)" + (reason.map { " (\($0))" } ?? "") }
     }
 
+    /// What an import did (or, in a dry run, would do).
     public struct ImportReport: Sendable {
+        /// Items added.
         public package(set) var added = 0
+        /// Items of the store overwritten.
         public package(set) var replaced = 0
+        /// Items added beside an existing one.
         public package(set) var keptBoth = 0
+        /// Items not written, each with its reason.
         public package(set) var skipped: [SkippedItem] = []
         /// Each item's change, in archive order: filled in a dry run only.
         public package(set) var planned: [PlannedChange] = []
@@ -144,6 +178,7 @@ public enum KeychainArchive {
 
     /// How an archive is protected, read from its header without a key.
     public enum Kind: Sendable, Hashable {
+        /// For a passphrase (its scrypt cost is in the header too).
         case passphrase
         /// For the device import key with this fingerprint (``DeviceImportKey/fingerprint``).
         case deviceKey(fingerprint: String)
@@ -231,6 +266,8 @@ public struct DeviceImportKey: Sendable, Hashable, CustomStringConvertible {
 
     static let prefix = "tkdk1:"
 
+    /// The key from its text form, `tkdk1:` and base64, as `tpm-keychain device-key` prints it.
+    ///
     /// - Throws: ``KeychainError`` `.invalidParameter` for text that is not a device import key.
     public init(_ text: String) throws(KeychainError) {
         let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -244,6 +281,8 @@ public struct DeviceImportKey: Sendable, Hashable, CustomStringConvertible {
         try self.init(publicKey: Array(bytes))
     }
 
+    /// The key from its public point (X9.63, 65 bytes).
+    ///
     /// - Throws: ``KeychainError`` `.invalidParameter` for bytes that are not a P-256 point.
     public init(publicKey: [UInt8]) throws(KeychainError) {
         guard publicKey.count == 65, (try? P256.KeyAgreement.PublicKey(x963Representation: publicKey)) != nil else {
