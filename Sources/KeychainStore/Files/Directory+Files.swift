@@ -188,55 +188,12 @@ extension Directory {
     /// - Throws: ``KeychainError`` `.tampered` when the file is gone, `.unsafeFileSystem`,
     ///   `.permissionDenied`, `.storageFailed` naming the cause.
     func overwrite(_ name: String, at offset: Int, with bytes: [UInt8], durable: Bool) throws(KeychainError) {
-        let filePath = path + "/" + name
-        let fileDescriptor: Int32
-        do {
-            // O_NONBLOCK: a FIFO planted at the name must not block the writer forever (it fails with
-            // ENXIO without a reader, or is refused below); on a regular file it changes nothing.
-            fileDescriptor = try retryingInterrupts {
-                openat(descriptor, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-            }
-        } catch  where error.rawValue == ENOENT {
-            throw KeychainError(.tampered, "\(filePath) is missing")
-        } catch  where error.rawValue == ENXIO {
-            throw KeychainError(.unsafeFileSystem, "\(filePath) is not a regular file (a FIFO or a device)")
-        } catch  where error.rawValue == ELOOP {
-            throw KeychainError(.unsafeFileSystem, "\(filePath) is a symbolic link; refusing to follow it")
-        } catch  where error.rawValue == EACCES || error.rawValue == EPERM || error.rawValue == EROFS {
-            throw Self.permissionDenied(filePath, error)
-        } catch {
-            throw Self.writeFailed("open", filePath, error)
+        // O_NONBLOCK (in openFile): a FIFO planted at the name must not block the writer; it is
+        // refused as not a regular file.
+        guard let file = try openFile(name, writable: true) else {
+            throw KeychainError(.tampered, "\(path)/\(name) is missing")
         }
-        defer { closeDescriptor(fileDescriptor) }
-        var status = stat()
-        guard fstat(fileDescriptor, &status) == 0 else {
-            throw KeychainError(.storageFailed, "Cannot inspect \(filePath)", underlying: Errno.current)
-        }
-        guard status.st_mode & S_IFMT == S_IFREG, status.st_nlink <= 1 else {
-            throw KeychainError(.unsafeFileSystem, "\(filePath) is not a regular file with one link")
-        }
-        try Ownership.check(status, path: filePath, sharing: sharing)
-        do {
-            try FaultInjection.check(.write, path: filePath)
-            var done = 0
-            while done < bytes.count {
-                let written = try retryingInterrupts {
-                    bytes.withUnsafeBytes { raw in
-                        pwrite(fileDescriptor, raw.baseAddress! + done, raw.count - done, off_t(offset + done))
-                    }
-                }
-                done += written
-            }
-            if Int(status.st_size) > offset + bytes.count {
-                try retryingInterrupts { ftruncate(fileDescriptor, off_t(offset + bytes.count)) }
-            }
-            if durable {
-                try FaultInjection.check(.syncFile, path: filePath)
-                try retryingInterrupts { fdatasync(fileDescriptor) }
-            }
-        } catch {
-            throw Self.writeFailed("write", filePath, error)
-        }
+        try file.write(bytes, at: offset, durable: durable)
     }
 
     /// Removes a file. - Returns: false if it did not exist.
