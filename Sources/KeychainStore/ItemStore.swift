@@ -138,6 +138,7 @@ package final class ItemStore: Sendable {
         state.withLock { $0 = nil }
         caches.withLock { $0 = Caches() }
         rollback.withLock { $0 = nil }
+        manifestLock.withLock { $0 = nil }
     }
 
     /// The store's format version as this process sees it (1 until the first write upgrades it).
