@@ -97,7 +97,7 @@ extension ItemStore {
             throw KeychainError(.storageFailed, "Cannot create \(root)/\(Self.stagingDirectory)")
         }
         let target = OpenState(
-            keys: state.keys, layout: Layout(version: 2, items: staging), metadataInode: state.metadataInode)
+            keys: state.keys, layout: Layout(version: 2, items: staging), metadataIdentity: state.metadataIdentity)
         var groups: [String: Directory] = [:]
         var rewritten = 0
         for groupName in try state.layout.items.entries() {

@@ -215,7 +215,9 @@ extension ItemStore {
                     .init(tpm: kind, sharing: rootDirectory.sharing), in: &opened, rootDirectory: rootDirectory)
             } catch  where error.code == .permissionDenied || error.code == .storageFailed {
                 // Renamed but not made durable: the file is the new one, and this open follows it.
-                if let inode = try? rootDirectory.inode(of: StoreMetadata.fileName) { opened.metadataInode = inode }
+                if let identity = try? rootDirectory.identity(of: StoreMetadata.fileName) {
+                    opened.metadataIdentity = identity
+                }
             }
         }
         var rollback: RollbackState?
@@ -225,7 +227,8 @@ extension ItemStore {
                 counter: counterValue)
         }
         return ItemStore(
-            root: rootDirectory, storeID: storeID, layout: layout, keys: keys, metadataInode: opened.metadataInode,
+            root: rootDirectory, storeID: storeID, layout: layout, keys: keys,
+            metadataIdentity: opened.metadataIdentity,
             durable: durable, lockTimeout: tpm.timeout, lendTPM: lendTPM, rollback: rollback)
     }
 
@@ -265,14 +268,14 @@ extension ItemStore {
             throw KeychainError(
                 .storageFailed, "Another process created \(root)/\(StoreMetadata.fileName) at the same time")
         }
-        let inode = try metadataInode(in: rootDirectory, "while the store was locked")
+        let identity = try metadataIdentity(in: rootDirectory, "while the store was locked")
         if version == 1 {
             guard try Directory.open(itemsDirectory, in: rootDirectory, create: true) != nil else {
                 throw KeychainError(.storageFailed, "Cannot create \(root)/\(itemsDirectory)")
             }
         }
         return Unlocked(
-            storeID: storeID, keys: keys, version: version, metadataInode: inode, counterIndex: counter?.index,
+            storeID: storeID, keys: keys, version: version, metadataIdentity: identity, counterIndex: counter?.index,
             counter: counter.map { .success($0.value) }, facts: facts)
     }
 
@@ -280,11 +283,11 @@ extension ItemStore {
     /// another process replaced it).
     ///
     /// - Parameter moment: when it could have gone, for the error ("while the store was locked").
-    static func metadataInode(in rootDirectory: Directory, _ moment: String) throws(KeychainError) -> UInt64 {
-        guard let inode = try rootDirectory.inode(of: StoreMetadata.fileName) else {
+    static func metadataIdentity(in rootDirectory: Directory, _ moment: String) throws(KeychainError) -> FileIdentity {
+        guard let identity = try rootDirectory.identity(of: StoreMetadata.fileName) else {
             throw KeychainError(.storageFailed, "\(rootDirectory.path)/\(StoreMetadata.fileName) disappeared \(moment)")
         }
-        return inode
+        return identity
     }
 
     /// - Throws: as ``presence(at:)``.

@@ -13,7 +13,7 @@ import TPM
 // rotation killed before or after its commit) is removed by the next open, which holds the store
 // lock exclusively, or by the rotation itself right after its commit.
 //
-// Other processes that have the store open notice the new store.meta (its inode) when they write
+// Other processes that have the store open notice the new store.meta (its inode and change time) when they write
 // (under the store lock, shared) or miss an item (their directories are gone), unseal the new key
 // and carry on. Until the old directories are removed they may still read them: the same values,
 // since no write can happen between a commit and the removal.
@@ -100,7 +100,7 @@ extension ItemStore {
         let target = OpenState(
             keys: keys,
             layout: Layout(version: 2, items: items, records: recordsName, manifest: Manifest.fileName + "-" + tag),
-            metadataInode: 0)
+            metadataIdentity: FileIdentity(inode: 0, changed: 0))
         let copied: (items: Int, records: Int)
         do {
             copied = try copy(state, to: target, opened: opened)
@@ -126,7 +126,7 @@ extension ItemStore {
             // its files are the store, and the copy goes now rather than at the next open. If the
             // rename did happen (only the directory's fsync failed), the new key is in charge and
             // its files must stay: this process and others follow it as after any rotation.
-            if (try? rootDirectory.inode(of: StoreMetadata.fileName)) == state.metadataInode {
+            if (try? rootDirectory.identity(of: StoreMetadata.fileName)) == state.metadataIdentity {
                 _ = try? rootDirectory.removeTree(itemsName)
                 _ = try? rootDirectory.removeTree(recordsName)
                 _ = try? rootDirectory.remove(RecoveryFile.nextFileName, durable: false)
@@ -135,8 +135,8 @@ extension ItemStore {
             }
             throw error
         }
-        let inode = try Self.metadataInode(in: rootDirectory, "after the key rotation")
-        let rotated = OpenState(keys: keys, layout: target.layout, metadataInode: inode)
+        let identity = try Self.metadataIdentity(in: rootDirectory, "after the key rotation")
+        let rotated = OpenState(keys: keys, layout: target.layout, metadataIdentity: identity)
         adopt(rotated)
         if let counter {
             let reloaded = try Self.loadManifest(
@@ -238,8 +238,8 @@ extension ItemStore {
     /// - Returns: whether the keys changed.
     /// - Throws: ``KeychainError`` as opening does (`.tampered`, `.wrongTPM`, `.tpmUnavailable`, ...).
     func refreshIfRotated(_ state: OpenState) throws(KeychainError) -> Bool {
-        guard state.layout.version == 2, let inode = try rootDirectory.inode(of: StoreMetadata.fileName),
-            inode != state.metadataInode
+        guard state.layout.version == 2, let identity = try rootDirectory.identity(of: StoreMetadata.fileName),
+            identity != state.metadataIdentity
         else { return false }
         let unlocked = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.unlock(rootDirectory, tpm: tpm, cache: StorageKeyContextFile(directory: rootDirectory))
@@ -254,7 +254,7 @@ extension ItemStore {
                 rootDirectory, name: layout.manifest, keys: unlocked.keys, storeID: storeID,
                 counterIndex: index, counter: value)
         }
-        adopt(OpenState(keys: unlocked.keys, layout: layout, metadataInode: unlocked.metadataInode))
+        adopt(OpenState(keys: unlocked.keys, layout: layout, metadataIdentity: unlocked.metadataIdentity))
         rollback.withLock { $0 = rollbackState }
         return true
     }

@@ -30,8 +30,10 @@ extension ItemStore {
         protected.rollbackCounter = counter.index
         try rootDirectory.replace(
             StoreMetadata.fileName, with: protected.serialized(metadataKey: opened.keys.metadata), durable: true)
-        let inode = try metadataInode(in: rootDirectory, "while the store was locked")
-        (opened.counterIndex, opened.counter, opened.metadataInode) = (counter.index, .success(counter.value), inode)
+        let identity = try metadataIdentity(in: rootDirectory, "while the store was locked")
+        (opened.counterIndex, opened.counter, opened.metadataIdentity) = (
+            counter.index, .success(counter.value), identity
+        )
     }
 
     /// Rewrites store.meta (held locked, authenticated by this open) as version 6 with `facts`.
@@ -42,7 +44,7 @@ extension ItemStore {
         metadata.facts = facts
         try rootDirectory.replace(
             StoreMetadata.fileName, with: metadata.serialized(metadataKey: opened.keys.metadata), durable: true)
-        opened.metadataInode = try metadataInode(in: rootDirectory, "while the store was locked")
+        opened.metadataIdentity = try metadataIdentity(in: rootDirectory, "while the store was locked")
         opened.facts = facts
     }
 

@@ -46,13 +46,15 @@ extension ItemStore {
             migrated.sealedMasterKey = resealed
             try rootDirectory.replace(
                 StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
-            let inode = try metadataInode(in: rootDirectory, "while it was resealed")
+            let identity = try metadataIdentity(in: rootDirectory, "while it was resealed")
             return Unlocked(
-                storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: inode,
+                storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version,
+                metadataIdentity: identity,
                 counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
         }
         return Unlocked(
-            storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version, metadataInode: file.inode,
+            storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version,
+            metadataIdentity: file.identity,
             counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
     }
 
@@ -61,7 +63,7 @@ extension ItemStore {
         let storeID: [UInt8]
         let keys: StoreKeys
         let version: UInt16
-        var metadataInode: UInt64
+        var metadataIdentity: FileIdentity
         var counterIndex: UInt32?
         /// The counter's value, or why it could not be read: reported after the layout is checked,
         /// since a store.meta put back from before a rotation names a counter the rotation deleted.

@@ -44,9 +44,11 @@ package final class ItemStore: Sendable {
     struct OpenState: Sendable {
         var keys: StoreKeys
         var layout: Layout
-        /// The inode of the store.meta these keys came from: another one there means another
-        /// process rotated the master key (see ItemStore+Rotation.swift).
-        var metadataInode: UInt64
+        /// The version (inode and change time) of the store.meta these keys came from: another
+        /// one there means another process rotated the master key (see ItemStore+Rotation.swift).
+        /// The inode number alone came back after two rotations in a row, and a writer that slept
+        /// through them wrote into the directories of a key already removed.
+        var metadataIdentity: FileIdentity
     }
 
     /// Where the items and key records are and in which format; changes when the store is
@@ -113,14 +115,15 @@ package final class ItemStore: Sendable {
     }
 
     init(
-        root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataInode: UInt64, durable: Bool,
+        root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataIdentity: FileIdentity,
+        durable: Bool,
         lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackState? = nil
     ) {
         self.rollback = Locked(rollback)
         self.root = root.path
         self.rootDirectory = root
         self.storeID = storeID
-        self.state = Locked(OpenState(keys: keys, layout: layout, metadataInode: metadataInode))
+        self.state = Locked(OpenState(keys: keys, layout: layout, metadataIdentity: metadataIdentity))
         self.durable = durable
         self.lockTimeout = lockTimeout
         self.lendTPM = lendTPM

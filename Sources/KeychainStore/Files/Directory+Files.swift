@@ -59,6 +59,7 @@ extension Directory {
         try Ownership.check(status, path: path, sharing: sharing)
         file.size = Int(status.st_size)
         file.inode = UInt64(status.st_ino)
+        file.identity = FileIdentity(status)
         return file
     }
 
@@ -69,6 +70,17 @@ extension Directory {
     func inode(of name: String) throws(KeychainError) -> UInt64? {
         var status = stat()
         if fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0 { return UInt64(status.st_ino) }
+        if errno == ENOENT { return nil }
+        throw KeychainError(.storageFailed, "Cannot inspect \(path)/\(name)", underlying: Errno.current)
+    }
+
+    /// The version of the entry `name` (not followed if a symbolic link), or nil when there is
+    /// none: one fstatat, to notice a file replaced by rename, also when its inode number came back.
+    ///
+    /// - Throws: ``KeychainError`` `.storageFailed`.
+    func identity(of name: String) throws(KeychainError) -> FileIdentity? {
+        var status = stat()
+        if fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0 { return FileIdentity(status) }
         if errno == ENOENT { return nil }
         throw KeychainError(.storageFailed, "Cannot inspect \(path)/\(name)", underlying: Errno.current)
     }

@@ -11,6 +11,8 @@ final class OpenFile {
     let path: String
     var size = 0
     var inode: UInt64 = 0
+    /// The inode and its change time when opened: which version of the name this is.
+    var identity = FileIdentity(inode: 0, changed: 0)
 
     init(descriptor: Int32, path: String) {
         self.descriptor = descriptor
@@ -72,5 +74,25 @@ final class OpenFile {
         } catch {
             throw Directory.writeFailed("write", path, error)
         }
+    }
+}
+
+/// One version of a file that is replaced by rename: its inode number and the time its inode last
+/// changed (ctime, to the nanosecond; a rename sets it). An inode number alone names a version
+/// only until the file system reuses it, which ext4 does at once for a file created just after
+/// another was freed: a process that remembered the number of a file replaced twice since could
+/// take the second replacement for the version it knows.
+struct FileIdentity: Hashable, Sendable {
+    let inode: UInt64
+    let changed: Int64
+
+    init(inode: UInt64, changed: Int64) {
+        self.inode = inode
+        self.changed = changed
+    }
+
+    init(_ status: stat) {
+        inode = UInt64(status.st_ino)
+        changed = Int64(status.st_ctim.tv_sec) * 1_000_000_000 + Int64(status.st_ctim.tv_nsec)
     }
 }
