@@ -368,14 +368,19 @@ extension ItemStore {
 
     /// The group and file names of the item whose encoded primary key is `encoded`: two keyed
     /// hashes, computed once per item while the store is open (gets and writes by primary key).
+    /// Only a password's names are cached: its group (access group, service or server) is part of
+    /// its primary key; another class's group also reads the service, which its primary key lacks
+    /// and `primary` may hold.
     func primaryNames(
         _ itemClass: ItemClass, _ primary: AttributeList, encoded: [UInt8], _ state: OpenState
     ) -> (group: String, file: String) {
-        if let known = caches.withLock({ $0.primaryNames[encoded] }) { return known }
+        let cacheable = itemClass == .genericPassword || itemClass == .internetPassword
+        if cacheable, let known = caches.withLock({ $0.primaryNames[encoded] }) { return known }
         let names = (
             group: ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
             file: ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
         )
+        guard cacheable else { return names }
         caches.withLock { caches in
             if caches.primaryNames.count >= Caches.limit { caches.primaryNames.removeAll(keepingCapacity: true) }
             caches.primaryNames[encoded] = names

@@ -65,16 +65,7 @@ extension ItemStore {
         let description = { Self.describe(itemClass, primary) }
         try withWriteAccess { (state) throws(KeychainError) in
             let primaryKey = itemClass.encodedPrimaryKey(of: primary)
-            // A password's group (access group, service or server) is part of its primary key, so
-            // the names cached by primary key are its names; another class's group also reads the
-            // service, which its primary key does not hold and `primary` may: computed here.
-            let (group, fileName) =
-                itemClass == .genericPassword || itemClass == .internetPassword
-                ? primaryNames(itemClass, primary, encoded: primaryKey, state)
-                : (
-                    ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
-                    ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
-                )
+            let (group, fileName) = primaryNames(itemClass, primary, encoded: primaryKey, state)
             guard let directory = try groupDirectory(group, create: true, state) else {
                 throw KeychainError(.storageFailed, "Cannot create the directory for \(description())")
             }

@@ -3,6 +3,7 @@ import Foundation
 import KeychainVocabulary
 import SystemCalls
 package import TPM
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -268,8 +269,8 @@ struct ListedWrite {
     }
 
     func holds(header: [UInt8], sealed: ArraySlice<UInt8>) -> Bool {
-        sealedPrefix.count == header.count + sealed.count && headerSize == header.count
-            && Self.same(sealedPrefix[..<headerSize], header[...]) && Self.same(sealedPrefix[headerSize...], sealed)
+        headerSize == header.count && Self.same(sealedPrefix[..<headerSize], header[...])
+            && Self.same(sealedPrefix[headerSize...], sealed)
     }
 
     private static func same(_ lhs: ArraySlice<UInt8>, _ rhs: ArraySlice<UInt8>) -> Bool {
@@ -287,16 +288,8 @@ struct WriteSalt: Hashable {
     private let words: (UInt64, UInt64, UInt64, UInt64)
 
     init(_ bytes: ArraySlice<UInt8>) {
-        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        for (index, byte) in bytes.prefix(32).enumerated() {
-            switch index >> 3 {
-            case 0: words.0 = words.0 << 8 | UInt64(byte)
-            case 1: words.1 = words.1 << 8 | UInt64(byte)
-            case 2: words.2 = words.2 << 8 | UInt64(byte)
-            default: words.3 = words.3 << 8 | UInt64(byte)
-            }
-        }
-        self.words = words
+        func word(_ index: Int) -> UInt64 { BigEndian.integer(bytes.dropFirst(8 * index).prefix(8)) }
+        words = (word(0), word(1), word(2), word(3))
     }
 
     static func == (lhs: WriteSalt, rhs: WriteSalt) -> Bool {

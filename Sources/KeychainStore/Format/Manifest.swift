@@ -58,13 +58,8 @@ struct Manifest {
         let low: UInt64
 
         init(_ bytes: ArraySlice<UInt8>) {
-            var high: UInt64 = 0
-            var low: UInt64 = 0
-            for (index, byte) in bytes.prefix(16).enumerated() {
-                if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
-            }
-            self.high = high
-            self.low = low
+            high = BigEndian.integer(bytes.prefix(8))
+            low = BigEndian.integer(bytes.dropFirst(8).prefix(8))
         }
 
         /// The key of `<32 hex digits>.item`, or nil for any other name. Parsed in place: a
