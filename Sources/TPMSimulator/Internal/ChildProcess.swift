@@ -49,10 +49,8 @@ enum ChildProcess {
             try spawnResult { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
         }
         // Other threads (parallel tests) may have descriptors without CLOEXEC open right now;
-        // a child holding a copy of, say, a proxy's socket would keep it alive after close.
-        if let addCloseFrom = GNUExtensions.addCloseFrom {
-            try spawnResult { addCloseFrom(&actions, 3) }
-        }
+        // a child holding a copy of, say, a TSS's socket would keep it alive after close.
+        try closeInheritedDescriptors(&actions)
 
         var attributes = posix_spawnattr_t()
         try spawnResult { posix_spawnattr_init(&attributes) }

@@ -1,7 +1,7 @@
 // Swift's Glibc module is imported without _GNU_SOURCE, so the atomic close-on-exec calls
-// (pipe2, accept4) and posix_spawn_file_actions_addclosefrom_np (glibc 2.34+) are invisible to
-// Swift even though libc exports them. They are resolved at run time instead; without them a
-// descriptor could leak into a child spawned concurrently by another thread.
+// (pipe2, accept4) are invisible to Swift even though libc exports them. They are resolved at
+// run time instead; without them a descriptor could leak into a child spawned concurrently by
+// another thread.
 
 import SystemCalls
 
@@ -15,12 +15,10 @@ enum GNUExtensions {
     typealias Pipe2 = @convention(c) (UnsafeMutablePointer<Int32>?, Int32) -> Int32
     typealias Accept4 =
         @convention(c) (Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32) -> Int32
-    typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>?, Int32) -> Int32
 
     // C function pointers from libc are immutable and callable from any thread.
     static let pipe2: Pipe2? = symbol("pipe2")
     static let accept4: Accept4? = symbol("accept4")
-    static let addCloseFrom: AddCloseFrom? = symbol("posix_spawn_file_actions_addclosefrom_np")
 
     private static func symbol<Function>(_ name: String) -> Function? {
         // A nil handle is RTLD_DEFAULT: search the global symbol scope (libc is always in it).

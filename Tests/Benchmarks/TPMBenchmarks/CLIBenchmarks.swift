@@ -1,4 +1,5 @@
 import Foundation
+import SystemCalls
 import TPMKeychainTesting
 
 #if canImport(Glibc)
@@ -251,6 +252,7 @@ func spawnAndWait(
     posix_spawn_file_actions_addopen(&actions, 0, stdin, O_RDONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    try closeInheritedDescriptors(&actions)
     let argv = arguments.map { strdup($0) } + [nil]
     let envp = environment.map { strdup($0) } + [nil]
     defer {

@@ -267,6 +267,8 @@ final class FprintdMock: @unchecked Sendable {
         } else {
             try spawnResult { posix_spawn_file_actions_adddup2(&actions, 1, 2) }
         }
+        // Parallel tests' TSS sockets lack CLOEXEC: a mock holding a copy would stall their swtpm.
+        try closeInheritedDescriptors(&actions)
         var attributes = posix_spawnattr_t()
         try spawnResult { posix_spawnattr_init(&attributes) }
         defer { posix_spawnattr_destroy(&attributes) }
