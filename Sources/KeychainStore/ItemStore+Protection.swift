@@ -310,7 +310,7 @@ extension ItemStore {
         if protection.biometry != nil {
             guard let biometry else { throw KeychainError(.interactionNotAllowed, "This item needs biometry") }
             // Any change of the enrollment moves the counter before the match is honoured.
-            try device.checkEnrollment(identifier: biometry.enrollmentIdentifier, connection)
+            try device.checkEnrollment(identifier: biometry.enrollmentIdentifier, connection, stateRead: deviceState)
         }
         do {
             // The record names this device (checked before), so its policy reads this device's indices.

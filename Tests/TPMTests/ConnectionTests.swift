@@ -236,4 +236,37 @@ import WireFormat
         }
         #expect(try listedHandles("transient", simulator).isEmpty)
     }
+
+    @Test(
+        "The TCTI loader is given the library's file name once it is loaded for good; names it cannot load, paths and the default are passed on unchanged"
+    )
+    func tctiLibrariesStayLoaded() {
+        #expect(
+            TCTILibraries.loaderConfiguration(for: "swtpm:host=127.0.0.1,port=2321")
+                == "libtss2-tcti-swtpm.so.0:host=127.0.0.1,port=2321")
+        #expect(TCTILibraries.loaderConfiguration(for: "device:/dev/tpmrm0") == "libtss2-tcti-device.so.0:/dev/tpmrm0")
+        #expect(TCTILibraries.loaderConfiguration(for: "swtpm") == "libtss2-tcti-swtpm.so.0")
+        for unchanged in [
+            "", "no-such-tcti:x", "libtss2-tcti-mssim.so.0:port=2321",
+            "/usr/lib/x86_64-linux-gnu/libtss2-tcti-swtpm.so.0:",
+        ] {
+            #expect(TCTILibraries.loaderConfiguration(for: unchanged) == unchanged)
+        }
+        // RTLD_NOLOAD finds it only if it is loaded: it stays so after the loader's dlclose.
+        #expect(dlopen("libtss2-tcti-swtpm.so.0", RTLD_NOW | RTLD_NOLOAD) != nil)
+    }
+
+    @Test("A TPM lock directory removed while the process runs (a runtime directory at logout) is made again")
+    func removedLockDirectoryIsMadeAgain() throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let root = NSTemporaryDirectory() + "tpm-lock-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let configuration = TPMConfiguration(tcti: simulator.tcti, lockDirectory: root + "/locks")
+        #expect(try withConnection(configuration) { try $0.randomBytes(count: 8) }.count == 8)
+        try FileManager.default.removeItem(atPath: root)
+        #expect(try withConnection(configuration) { try $0.randomBytes(count: 8) }.count == 8)
+        var info = stat()
+        #expect(stat(root + "/locks", &info) == 0 && info.st_mode & 0o777 == 0o700)
+    }
 }

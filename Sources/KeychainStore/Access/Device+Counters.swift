@@ -106,9 +106,17 @@ extension Device {
 
     /// Before a match is honoured: moves the enrollment counter when the enrollment differs from
     /// the one last seen. The common case (unchanged) reads the state and sends nothing more.
-    func checkEnrollment(identifier: [UInt8]?, _ connection: TPMConnection) throws(KeychainError) {
+    ///
+    /// - Parameter stateRead: the state as the caller read it through `connection`, so that it is
+    ///   not read and authenticated again. A change noted by another process since then has moved
+    ///   the counter, and the TPM refuses the record anyway.
+    func checkEnrollment(
+        identifier: [UInt8]?, _ connection: TPMConnection, stateRead: State? = nil
+    ) throws(KeychainError) {
         let hash = Self.enrollmentHash(identifier)
-        if let state = try state(connection), state.file.enrollmentRecorded, state.file.enrollmentHash == hash {
+        let seen: State?
+        if let stateRead { seen = stateRead } else { seen = try state(connection) }
+        if let seen, seen.file.enrollmentRecorded, seen.file.enrollmentHash == hash {
             return
         }
         let directory = try directory()

@@ -81,9 +81,8 @@ package final class Device: Sendable {
             }
             return nil
         }
-        if var next = try read(DeviceFile.nextFileName, in: directory, connection),
-            next.file.nvBase == current.file.nvBase
-        {
+        let next = try read(DeviceFile.nextFileName, in: directory, connection)
+        if var next, next.file.nvBase == current.file.nvBase {
             // A change wrote its next state, then may or may not have moved the counter: the
             // counter decides which file is the device's state.
             let value = try counter(current.indices.passcodeCounter, current, connection)
@@ -94,7 +93,7 @@ package final class Device: Sendable {
                 return next
             }
         }
-        _ = try directory.remove(DeviceFile.nextFileName, durable: true)
+        if next != nil { _ = try directory.remove(DeviceFile.nextFileName, durable: true) }
         return current
     }
 

@@ -48,7 +48,7 @@ final class Engine {
         var loadedTCTI: OpaquePointer?
         // The swtpm TCTI already asks the simulator's control channel while it initialises.
         let alarm = deadline.arm()
-        let tctiRC = Tss2_TctiLdr_Initialize(configuration.tcti, &loadedTCTI)
+        let tctiRC = Tss2_TctiLdr_Initialize(TCTILibraries.loaderConfiguration(for: configuration.tcti), &loadedTCTI)
         alarm?.disarm()
         if let alarm, alarm.hasFired {
             if tctiRC == TSS2_RC_SUCCESS { Tss2_TctiLdr_Finalize(&loadedTCTI) }

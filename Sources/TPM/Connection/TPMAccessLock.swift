@@ -25,11 +25,7 @@ final class TPMAccessLock {
         try Self.prepareDirectory(directory)
         let digest = SHA256.hash(data: Array(configuration.tcti.utf8)).prefix(12)
         let path = directory + "/tcti-" + Array(digest).hexString + ".lock"
-        do {
-            file = try LockFile(path)
-        } catch {
-            throw TPMError(.invalidArgument, "Cannot open the TPM lock file \(path): \(error)")
-        }
+        file = try Self.openLockFile(path, in: directory)
         // Bounded, so a process that never lets go surfaces as `.busy`.
         let locked: Bool
         do {
@@ -46,7 +42,29 @@ final class TPMAccessLock {
         }
     }
 
+    /// The lock file, making its directory again when it went since this process prepared it
+    /// (a runtime directory is removed when its user's last session ends).
+    private static func openLockFile(_ path: String, in directory: String) throws(TPMError) -> LockFile {
+        var madeAgain = false
+        while true {
+            do throws(Errno) {
+                return try LockFile(path)
+            } catch  where error.rawValue == ENOENT && !madeAgain {
+                madeAgain = true
+                preparedDirectories.withLock { _ = $0.remove(directory) }
+                try prepareDirectory(directory)
+            } catch {
+                throw TPMError(.invalidArgument, "Cannot open the TPM lock file \(path): \(error)")
+            }
+        }
+    }
+
+    /// Lock directories made or found private by this process. They stay so: their parents are
+    /// this user's, so nobody else can replace them, and every lock file is opened O_NOFOLLOW.
+    private static let preparedDirectories = Locked<Set<String>>([])
+
     private static func prepareDirectory(_ path: String) throws(TPMError) {
+        if preparedDirectories.withLock({ $0.contains(path) }) { return }
         // Parents such as ~/.cache may not exist yet; existing ones are left as they are.
         let parent = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
         if !parent.isEmpty { try? createDirectories(parent) }
@@ -60,5 +78,6 @@ final class TPMAccessLock {
                 "The TPM lock directory \(path) must be a directory owned by this user with mode 0700, and it is not (another user may have created it); remove it, or set XDG_RUNTIME_DIR to a private directory"
             )
         }
+        preparedDirectories.withLock { _ = $0.insert(path) }
     }
 }

@@ -109,8 +109,9 @@ extension AuthenticationContext {
             let key = try store.openRecord(
                 recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps && known == nil)
             if let read = key.startupEpoch { StartupEpochs.record(read, for: device.tpm.tcti) }
+            // A key that is not kept never has its window checked: no stat of the lock stamp.
             return KeptKey(
-                key: key, at: .now, epoch: key.startupEpoch ?? known ?? 0, lockStamp: device.lockStamp(),
+                key: key, at: .now, epoch: key.startupEpoch ?? known ?? 0, lockStamp: keeps ? device.lockStamp() : nil,
                 device: device)
         }
     }
