@@ -49,6 +49,21 @@ package final class LockFile {
         }
     }
 
+    /// The file's first byte, nil when the file is empty or unreadable: a note the lock's last
+    /// holder left for the next.
+    package func firstByte() -> UInt8? {
+        var byte: UInt8 = 0
+        return pread(descriptor, &byte, 1, 0) == 1 ? byte : nil
+    }
+
+    /// Writes the file's first byte.
+    /// - Returns: whether the byte was written.
+    @discardableResult
+    package func setFirstByte(_ byte: UInt8) -> Bool {
+        var byte = byte
+        return pwrite(descriptor, &byte, 1, 0) == 1
+    }
+
     /// Lets the lock go, keeping the file open for the next ``lock(wait:shared:)``.
     package func unlock() {
         _ = flock(descriptor, LOCK_UN)

@@ -269,4 +269,68 @@ import WireFormat
         var info = stat()
         #expect(stat(root + "/locks", &info) == 0 && info.st_mode & 0o777 == 0o700)
     }
+
+    @Test(
+        "Without a resource manager, a connection sweeps stale handles unless the access lock's last holder closed cleanly; one that was abandoned, as by a process that died, makes the next sweep"
+    )
+    func sweepOnlyAfterAnUncleanClose() throws {
+        try withRecordingProxy { proxy, _, simulator in
+            let lockDirectory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: lockDirectory) }
+            let configuration = TPMConfiguration(tcti: proxy.tcti, lockDirectory: lockDirectory + "/locks")
+            let getCapability: UInt32 = 0x17A
+            func commands(_ body: () throws -> Void) rethrows -> [UInt32] {
+                let before = proxy.commandCodes.count
+                try body()
+                return Array(proxy.commandCodes[before...])
+            }
+            // No note yet: the first holder sweeps.
+            #expect(
+                try commands { _ = try withConnection(configuration) { try $0.randomBytes(count: 8) } }.first
+                    == getCapability)
+            // Closed cleanly: the next asks the TPM nothing about what is loaded.
+            let second = try commands { _ = try withConnection(configuration) { try $0.randomBytes(count: 8) } }
+            #expect(
+                second.contains(0x17B) && !second.contains(getCapability),
+                "\(second.map(RecordingTPMProxy.commandName))")
+            // A connection that dies with its storage key loaded and writes no note.
+            let (key, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
+            let dying = try TPMConnection(configuration)
+            #expect(try dying.unseal(sealed) == key)
+            dying.abandonForTesting()
+            #expect(try listedHandles("transient", simulator).count == 1)
+            var unsealed: SecretBytes?
+            let afterDeath = try commands { unsealed = try withConnection(configuration) { try $0.unseal(sealed) } }
+            #expect(unsealed == key)
+            #expect(afterDeath.first == getCapability)
+            #expect(try listedHandles("transient", simulator).isEmpty)
+            #expect(try listedHandles("loaded-session", simulator).isEmpty)
+        }
+    }
+
+    @Test(
+        "After a clean close, what a program that takes no lock left (tpm2-tools) is swept once a command finds the TPM full, and the command succeeds; this connection's own handles stay"
+    )
+    func leftoversOfOtherProgramsAreSweptWhenTheTPMIsFull() throws {
+        try withRecordingProxy { proxy, _, simulator in
+            let directory = try temporaryDirectory()
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let configuration = TPMConfiguration(tcti: proxy.tcti, lockDirectory: directory + "/locks")
+            let (key, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
+            // tpm2-tools leave these loaded: all three of swtpm's object slots, and a session.
+            for name in ["a", "b", "c"] {
+                try tool(["tpm2_createprimary", "-C", "o", "-G", "ecc", "-c", "\(name).ctx"], simulator, in: directory)
+            }
+            try tool(["tpm2_startauthsession", "-S", "session.ctx"], simulator, in: directory)
+            #expect(try listedHandles("transient", simulator).count == 3)
+            let before = proxy.commandCodes.count
+            // The storage key's load finds no slot; the unseal then needs the loaded key kept.
+            #expect(try withConnection(configuration) { try $0.unseal(sealed) } == key)
+            let sent = proxy.commandCodes[before...]
+            #expect(sent.first != 0x17A, "swept at connect: \(sent.map(RecordingTPMProxy.commandName))")
+            #expect(sent.contains(0x17A), "never swept: \(sent.map(RecordingTPMProxy.commandName))")
+            #expect(try listedHandles("transient", simulator).isEmpty)
+            #expect(try listedHandles("loaded-session", simulator).isEmpty)
+        }
+    }
 }

@@ -19,16 +19,19 @@ extension Engine {
     func loadContext(_ bytes: [UInt8]) throws -> ESYS_TR {
         try withZeroedStructure(TPMS_CONTEXT.self) { context in
             try unmarshal(bytes, into: context, using: Tss2_MU_TPMS_CONTEXT_Unmarshal, "a saved context")
-            var handle = ESYS_TR(ESYS_TR_NONE)
-            try check(Esys_ContextLoad(esys, context, &handle), "Esys_ContextLoad")
-            return handle
+            return try withRoomForHandle { () throws(TPMError) -> ESYS_TR in
+                var handle = ESYS_TR(ESYS_TR_NONE)
+                try check(Esys_ContextLoad(esys, context, &handle), "Esys_ContextLoad")
+                return handle
+            }
         }
     }
 
     /// With no resource manager the TPM still holds whatever a process that died left loaded,
     /// and swtpm has only three object slots. Holding the access lock means no other live process
-    /// owns anything loaded now, so all of it is stale.
-    func flushStaleHandles() throws {
+    /// owns anything loaded now, so all of it is stale, except what this connection loaded itself
+    /// (`kept`, when the sweep runs late: see ``withRoomForHandle(_:)``).
+    func flushStaleHandles(keeping kept: Set<TPM2_HANDLE> = []) throws {
         let sys = try systemContext()
         var flushed: [UInt32] = []
         // One query says whether anything is in the way: sessions left behind, or too few free
@@ -42,7 +45,7 @@ extension Engine {
         var ranges: [UInt32] = objectsInTheWay ? [HandleRange.transientFirst] : []
         if sessionsLeft { ranges += [HandleRange.loadedSessionFirst, HandleRange.activeSessionFirst] }
         for first in ranges {
-            for handle in try handles(from: first) {
+            for handle in try handles(from: first) where !kept.contains(handle) {
                 // A session may already have gone; what matters is that nothing stays loaded.
                 _ = Tss2_Sys_FlushContext(sys, handle)
                 flushed.append(handle)

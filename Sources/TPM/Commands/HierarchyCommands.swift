@@ -30,24 +30,27 @@ extension Engine {
                 try unmarshal(
                     template.sizedBytes, into: inPublic, using: Tss2_MU_TPM2B_PUBLIC_Unmarshal,
                     "the storage key template")
-                var outsideInfo = TPM2B_DATA()
-                var creationPCR = TPML_PCR_SELECTION()
-                var handle = ESYS_TR(ESYS_TR_NONE)
-                var outPublic: UnsafeMutablePointer<TPM2B_PUBLIC>?
-                var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
-                var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
-                var creationTicket: UnsafeMutablePointer<TPMT_TK_CREATION>?
-                try check(
-                    Esys_CreatePrimary(
-                        esys, ESYS_TR(ESYS_TR_RH_OWNER), session,
-                        ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), sensitive, inPublic,
-                        &outsideInfo, &creationPCR, &handle, &outPublic, &creationData,
-                        &creationHash, &creationTicket),
-                    "Esys_CreatePrimary")
-                discardFromEsys(outPublic)
-                discardFromEsys(creationData)
-                discardFromEsys(creationHash)
-                discardFromEsys(creationTicket)
+                let handle = try withRoomForHandle { () throws(TPMError) -> ESYS_TR in
+                    var outsideInfo = TPM2B_DATA()
+                    var creationPCR = TPML_PCR_SELECTION()
+                    var handle = ESYS_TR(ESYS_TR_NONE)
+                    var outPublic: UnsafeMutablePointer<TPM2B_PUBLIC>?
+                    var creationData: UnsafeMutablePointer<TPM2B_CREATION_DATA>?
+                    var creationHash: UnsafeMutablePointer<TPM2B_DIGEST>?
+                    var creationTicket: UnsafeMutablePointer<TPMT_TK_CREATION>?
+                    try check(
+                        Esys_CreatePrimary(
+                            esys, ESYS_TR(ESYS_TR_RH_OWNER), session,
+                            ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), sensitive, inPublic,
+                            &outsideInfo, &creationPCR, &handle, &outPublic, &creationData,
+                            &creationHash, &creationTicket),
+                        "Esys_CreatePrimary")
+                    discardFromEsys(outPublic)
+                    discardFromEsys(creationData)
+                    discardFromEsys(creationHash)
+                    discardFromEsys(creationTicket)
+                    return handle
+                }
                 do {
                     return (handle, try name(of: handle))
                 } catch {

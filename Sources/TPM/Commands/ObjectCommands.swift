@@ -88,13 +88,16 @@ extension Engine {
                 try unmarshal(
                     privateArea, into: inPrivate, using: Tss2_MU_TPM2B_PRIVATE_Unmarshal,
                     "the sealed object's private area")
-                var handle = ESYS_TR(ESYS_TR_NONE)
                 do {
-                    try check(
-                        Esys_Load(
-                            esys, parent.handle, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
-                            ESYS_TR(ESYS_TR_NONE), inPrivate, inPublic, &handle),
-                        "Esys_Load")
+                    return try withRoomForHandle { () throws(TPMError) -> ESYS_TR in
+                        var handle = ESYS_TR(ESYS_TR_NONE)
+                        try check(
+                            Esys_Load(
+                                esys, parent.handle, ESYS_TR(ESYS_TR_PASSWORD), ESYS_TR(ESYS_TR_NONE),
+                                ESYS_TR(ESYS_TR_NONE), inPrivate, inPublic, &handle),
+                            "Esys_Load")
+                        return handle
+                    }
                 } catch let error as TPMError
                     where error.layer == .tpm && error.responseCode & ResponseCodes.format1 != 0
                 {
@@ -106,7 +109,6 @@ extension Engine {
                         operation: error.operation, layer: error.layer, responseCode: error.responseCode,
                         decodedResponse: error.decodedResponse)
                 }
-                return handle
             }
         }
     }

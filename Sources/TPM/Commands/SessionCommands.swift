@@ -30,14 +30,16 @@ extension Engine {
             symmetric.algorithm = TPMI_ALG_SYM(TPM2_ALG_NULL)
         }
         let tpmKey = protected ? (key?.handle ?? ESYS_TR(ESYS_TR_NONE)) : ESYS_TR(ESYS_TR_NONE)
-        var session = ESYS_TR(ESYS_TR_NONE)
-        try check(
-            Esys_StartAuthSession(
-                esys, tpmKey, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
-                ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), nil, kind.sessionType,
-                &symmetric, TPMI_ALG_HASH(TPM2_ALG_SHA256), &session),
-            "Esys_StartAuthSession")
-        return session
+        return try withRoomForHandle { () throws(TPMError) -> ESYS_TR in
+            var session = ESYS_TR(ESYS_TR_NONE)
+            try check(
+                Esys_StartAuthSession(
+                    esys, tpmKey, ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE),
+                    ESYS_TR(ESYS_TR_NONE), ESYS_TR(ESYS_TR_NONE), nil, kind.sessionType,
+                    &symmetric, TPMI_ALG_HASH(TPM2_ALG_SHA256), &session),
+                "Esys_StartAuthSession")
+            return session
+        }
     }
 
     /// Sets what the session does on its next command.

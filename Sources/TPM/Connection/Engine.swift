@@ -33,6 +33,16 @@ final class Engine {
     var objectAwaitingFlush: ESYS_TR?
     /// The HMAC sessions kept for the connection's commands; see ``withHMACSession(saltedWith:_:)``.
     var sharedSessions: (salted: ESYS_TR?, unsalted: ESYS_TR?) = (nil, nil)
+    /// No stale-handle sweep ran at connect, because the access lock's last holder closed cleanly.
+    /// What a program that does not take the lock left (tpm2-tools, another TSS) is then swept
+    /// only once a command finds the TPM full; see ``withRoomForHandle(_:)``.
+    var sweepDeferred = false
+    /// The TPM handles this connection loaded or started while the sweep is deferred, which that
+    /// sweep leaves alone.
+    var ownHandles: Set<TPM2_HANDLE> = []
+    /// Whether the TPM refused a flush: something of this connection may still be loaded, so its
+    /// close is not clean.
+    var flushRefused = false
 
     init(configuration: TPMConfiguration, parameterEncryption: Bool, contextCache: (any StorageKeyContextCache)?) throws
     {
@@ -76,7 +86,9 @@ final class Engine {
                     "rc": "0x\(String(callbacksRC, radix: 16))"
                 ])
         }
-        if !configuration.hasResourceManager {
+        if accessLock?.previousHolderClosedCleanly == true {
+            sweepDeferred = true
+        } else if !configuration.hasResourceManager {
             do {
                 try deadline.guarding("flushing handles a dead process left") { try flushStaleHandles() }
             } catch let error as TPMError where error.code == .timedOut {
@@ -148,10 +160,8 @@ final class Engine {
         defer { if wasOpen, let hook = TPMConfiguration.closeHook(configuration.tcti) { hook() } }
         if tcti != nil && !configuration.hasResourceManager {
             flushSharedSessions()
-            for key in storageKeys.values where !key.isPersistent {
-                var handle = key.handle
-                if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS { _ = Esys_TR_Close(esys, &handle) }
-            }
+            for key in storageKeys.values where !key.isPersistent { flush(key.handle) }
+            if !flushRefused { accessLock?.recordCleanClose() }
         }
         abandon()
     }
@@ -226,7 +236,33 @@ final class Engine {
     func flush(_ handle: ESYS_TR) {
         var handle = handle
         if Esys_FlushContext(esys, handle) != TSS2_RC_SUCCESS {
+            flushRefused = true
             _ = Esys_TR_Close(esys, &handle)
         }
+    }
+
+    /// Sends a command that takes an object or session slot (`body` returns the new handle).
+    ///
+    /// When the sweep was deferred (``sweepDeferred``) and the TPM has no slot left, whatever
+    /// fills it was not loaded through the access lock, or this connection would know it: a
+    /// program that does not take the lock left it. It is swept, this connection's own handles
+    /// kept, and the command sent once more.
+    func withRoomForHandle(_ body: () throws(TPMError) -> ESYS_TR) throws(TPMError) -> ESYS_TR {
+        guard sweepDeferred else { return try body() }
+        let handle: ESYS_TR
+        do {
+            handle = try body()
+        } catch  where error.layer == .tpm && ResponseCodes.outOfHandleSpace.contains(error.responseCode & 0xFFF) {
+            sweepDeferred = false
+            do {
+                try flushStaleHandles(keeping: ownHandles)
+            } catch {
+                throw error as? TPMError ?? TPMError(.other, "Sweeping handles left on the TPM failed: \(error)")
+            }
+            return try body()
+        }
+        var tpmHandle = TPM2_HANDLE(0)
+        if Esys_TR_GetTpmHandle(esys, handle, &tpmHandle) == TSS2_RC_SUCCESS { ownHandles.insert(tpmHandle) }
+        return handle
     }
 }

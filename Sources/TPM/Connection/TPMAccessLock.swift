@@ -13,8 +13,18 @@ import Glibc
 /// Holding an exclusive `flock` for the whole life of a connection makes this process the TPM's
 /// only user, so whatever is loaded when the lock is taken was left by a process that died, and
 /// may be flushed. The kernel drops the lock when its holder dies, however it dies.
+///
+/// The lock file also carries a note for the next holder: `C` when the last holder closed its
+/// connection cleanly, every object and session it loaded flushed, `U` while a holder that found
+/// `C` uses the TPM. A holder that dies leaves `U` (or whatever it found), so its successor
+/// sweeps; after a clean close, the successor need not ask the TPM what is loaded.
 final class TPMAccessLock {
     private let file: LockFile
+    /// Whether the previous holder closed cleanly (see above), now noted as in use again.
+    let previousHolderClosedCleanly: Bool
+
+    private static let closedCleanly = UInt8(ascii: "C")
+    private static let inUse = UInt8(ascii: "U")
 
     /// - Throws: ``TPMError`` `.busy` when another process holds the TPM past `timeout`, or
     ///   `.invalidArgument` when the lock directory is unsafe (a symlink, another owner, group or
@@ -40,6 +50,13 @@ final class TPMAccessLock {
                 "Another process\(holder) has been using the TPM at \(configuration.tcti) for longer than \(timeout); it holds \(path)"
             )
         }
+        // Trusted only once it is overwritten: otherwise a crash of this process would pass it on.
+        previousHolderClosedCleanly = file.firstByte() == Self.closedCleanly && file.setFirstByte(Self.inUse)
+    }
+
+    /// Notes for the next holder that this one flushed everything it loaded.
+    func recordCleanClose() {
+        file.setFirstByte(Self.closedCleanly)
     }
 
     /// The lock file, making its directory again when it went since this process prepared it

@@ -51,6 +51,15 @@ public final class TPMConnection: Sendable {
         }
     }
 
+    /// Ends the connection as a process that dies ends it: nothing flushed, no note for the access
+    /// lock's next holder.
+    func abandonForTesting() {
+        engine.withLock { engine in
+            engine?.abandon()
+            engine = nil
+        }
+    }
+
     /// Runs `body` on the engine under the connection's lock and the TPM's deadline. A command
     /// that timed out leaves ESAPI mid-command, so the connection is abandoned (closed without
     /// talking to the TPM again) and later calls throw `.connectionClosed`.

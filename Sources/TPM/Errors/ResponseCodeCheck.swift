@@ -120,6 +120,8 @@ enum ResponseCodes {
     static let memory = warning + 0x004
     static let sessionHandles = warning + 0x005
     static let objectHandles = warning + 0x006
+    /// The TPM has no room for another object or session.
+    static let outOfHandleSpace: Set<UInt32> = [objectMemory, sessionMemory, memory, sessionHandles, objectHandles]
     static let lockout = warning + 0x021
     static let retry = warning + 0x022
 }
