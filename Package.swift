@@ -121,13 +121,10 @@ let package = Package(
         .target(
             name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls", "WireFormat"],
             swiftSettings: strictness),
-        // libsystemd's sd-bus. Only the DBus target imports it.
-        .systemLibrary(
-            name: "CSystemdBus",
-            path: "Sources/CSystemdBus",
-            pkgConfig: "libsystemd",
-            providers: [.apt(["libsystemd-dev"])]
-        ),
+        // libsystemd's sd-bus (headers from libsystemd-dev), loaded with dlopen when a bus is first
+        // used rather than linked, so that programs which never open a bus do not load it at start.
+        // Only the DBus target imports it.
+        .target(name: "CSystemdBus", path: "Sources/CSystemdBus", linkerSettings: [.linkedLibrary("dl")]),
         // D-Bus over sd-bus, both sides: calls, signals and their senders for the fprintd and logind
         // clients; names, served object trees, values of any type and callers' credentials for the
         // Secret Service daemon. The only target that imports CSystemdBus.

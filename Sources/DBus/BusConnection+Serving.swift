@@ -63,7 +63,7 @@ extension BusConnection {
     package func requestName(_ name: String, replacing: Bool) throws(BusError) -> NameRequestOutcome {
         // SD_BUS_NAME_ALLOW_REPLACEMENT (1 << 1), plus SD_BUS_NAME_REPLACE_EXISTING (1 << 0).
         let flags: UInt64 = (1 << 1) | (replacing ? 1 : 0)
-        let result = sd_bus_request_name(bus, name, flags)
+        let result = tk_sd_bus_request_name(bus, name, flags)
         if result == -EEXIST { return .ownedByAnother }
         if result == -EALREADY { return .acquired }
         try Self.check("RequestName \(name)", result)
@@ -79,7 +79,7 @@ extension BusConnection {
         let subtree = ServedSubtree(connection: self, handler: handler)
         var slot: OpaquePointer? = nil
         let userdata = Unmanaged.passUnretained(subtree).toOpaque()
-        try Self.check("serve \(prefix)", sd_bus_add_fallback(bus, &slot, prefix, dispatchToSubtree, userdata))
+        try Self.check("serve \(prefix)", tk_sd_bus_add_fallback(bus, &slot, prefix, dispatchToSubtree, userdata))
         subtree.slot = slot
         servedSubtrees.append(subtree)
     }
@@ -89,11 +89,11 @@ extension BusConnection {
     /// - Throws: `BusError` when the signal cannot be built or queued.
     package func emit(path: String, interface: String, member: String, values: [BusValue]) throws(BusError) {
         var signal: OpaquePointer? = nil
-        try Self.check(member, sd_bus_message_new_signal(bus, &signal, path, interface, member))
-        defer { sd_bus_message_unref(signal) }
+        try Self.check(member, tk_sd_bus_message_new_signal(bus, &signal, path, interface, member))
+        defer { tk_sd_bus_message_unref(signal) }
         guard let signal else { return }
         try append(values, to: signal)
-        try Self.check(member, sd_bus_send(bus, signal, nil))
+        try Self.check(member, tk_sd_bus_send(bus, signal, nil))
     }
 
     /// Calls a method with arguments of any type and returns the reply's values: the client side
@@ -105,16 +105,16 @@ extension BusConnection {
         timeout: Duration? = nil
     ) throws(BusError) -> [BusValue] {
         var request: OpaquePointer? = nil
-        try Self.check(member, sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
-        defer { sd_bus_message_unref(request) }
+        try Self.check(member, tk_sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
+        defer { tk_sd_bus_message_unref(request) }
         guard let request else { throw BusError(operation: member, name: nil, message: "no message", errno: ENOMEM) }
         try append(values, to: request)
         var error = sd_bus_error()
-        defer { sd_bus_error_free(&error) }
+        defer { tk_sd_bus_error_free(&error) }
         var reply: OpaquePointer? = nil
         let microseconds: UInt64 = timeout.map { UInt64($0.components.seconds) * 1_000_000 } ?? 0
-        let result = sd_bus_call(bus, request, microseconds, &error, &reply)
-        defer { sd_bus_message_unref(reply) }
+        let result = tk_sd_bus_call(bus, request, microseconds, &error, &reply)
+        defer { tk_sd_bus_message_unref(reply) }
         if result < 0 {
             throw BusError(
                 operation: member, name: error.name.map { String(cString: $0) },
@@ -140,8 +140,8 @@ extension BusConnection {
         var slot: OpaquePointer? = nil
         try Self.check(
             "AddMatch \(member)",
-            sd_bus_match_signal(bus, &slot, sender, path, interface, member, storeSignal, userdata))
-        defer { sd_bus_slot_unref(slot) }
+            tk_sd_bus_match_signal(bus, &slot, sender, path, interface, member, storeSignal, userdata))
+        defer { tk_sd_bus_slot_unref(slot) }
         try action()
         while received.values == nil {
             if try process() { continue }
@@ -158,16 +158,16 @@ extension BusConnection {
         // SD_BUS_CREDS_PID (1 << 0), _UID (1 << 3), _EUID (1 << 4), _EXE (1 << 14), _AUGMENT (1 << 63).
         let mask: UInt64 = (1 << 0) | (1 << 3) | (1 << 4) | (1 << 14) | (1 << 63)
         var credentials: OpaquePointer? = nil
-        try Self.check("GetConnectionCredentials", sd_bus_get_name_creds(bus, sender, mask, &credentials))
-        defer { sd_bus_creds_unref(credentials) }
+        try Self.check("GetConnectionCredentials", tk_sd_bus_get_name_creds(bus, sender, mask, &credentials))
+        defer { tk_sd_bus_creds_unref(credentials) }
         var uid: uid_t = 0
-        if sd_bus_creds_get_uid(credentials, &uid) < 0 {
-            try Self.check("GetConnectionCredentials", sd_bus_creds_get_euid(credentials, &uid))
+        if tk_sd_bus_creds_get_uid(credentials, &uid) < 0 {
+            try Self.check("GetConnectionCredentials", tk_sd_bus_creds_get_euid(credentials, &uid))
         }
         var pid: pid_t = 0
-        try Self.check("GetConnectionCredentials", sd_bus_creds_get_pid(credentials, &pid))
+        try Self.check("GetConnectionCredentials", tk_sd_bus_creds_get_pid(credentials, &pid))
         var executable: UnsafePointer<CChar>? = nil
-        let path = sd_bus_creds_get_exe(credentials, &executable) >= 0 ? executable.map { String(cString: $0) } : nil
+        let path = tk_sd_bus_creds_get_exe(credentials, &executable) >= 0 ? executable.map { String(cString: $0) } : nil
         return BusPeer(sender: sender, uid: uid, pid: pid, executable: path)
     }
 }
@@ -185,7 +185,7 @@ final class ServedSubtree {
     }
 
     func end() {
-        if let slot { sd_bus_slot_unref(slot) }
+        if let slot { tk_sd_bus_slot_unref(slot) }
         slot = nil
     }
 
@@ -194,11 +194,11 @@ final class ServedSubtree {
         let reply: BusReply
         do {
             let call = BusMethodCall(
-                sender: sd_bus_message_get_sender(message).map { String(cString: $0) } ?? "",
-                path: sd_bus_message_get_path(message).map { String(cString: $0) } ?? "",
-                interface: sd_bus_message_get_interface(message).map { String(cString: $0) } ?? "",
-                member: sd_bus_message_get_member(message).map { String(cString: $0) } ?? "",
-                signature: sd_bus_message_get_signature(message, 1).map { String(cString: $0) } ?? "",
+                sender: tk_sd_bus_message_get_sender(message).map { String(cString: $0) } ?? "",
+                path: tk_sd_bus_message_get_path(message).map { String(cString: $0) } ?? "",
+                interface: tk_sd_bus_message_get_interface(message).map { String(cString: $0) } ?? "",
+                member: tk_sd_bus_message_get_member(message).map { String(cString: $0) } ?? "",
+                signature: tk_sd_bus_message_get_signature(message, 1).map { String(cString: $0) } ?? "",
                 arguments: try readArguments(message))
             reply = handler(call)
         } catch {
@@ -207,8 +207,8 @@ final class ServedSubtree {
         switch reply {
         case .values(let values):
             var answer: OpaquePointer? = nil
-            guard sd_bus_message_new_method_return(message, &answer) >= 0, let answer else { return 1 }
-            defer { sd_bus_message_unref(answer) }
+            guard tk_sd_bus_message_new_method_return(message, &answer) >= 0, let answer else { return 1 }
+            defer { tk_sd_bus_message_unref(answer) }
             do {
                 try append(values, to: answer)
             } catch {
@@ -216,7 +216,7 @@ final class ServedSubtree {
                 return sendError(
                     to: message, name: "org.freedesktop.DBus.Error.Failed", message: "The reply could not be built")
             }
-            _ = sd_bus_send(connection.bus, answer, nil)
+            _ = tk_sd_bus_send(connection.bus, answer, nil)
             return 1
         case .error(let name, let text):
             return sendError(to: message, name: name, message: text)
@@ -225,9 +225,9 @@ final class ServedSubtree {
 
     private func sendError(to message: OpaquePointer, name: String, message text: String) -> Int32 {
         var error = sd_bus_error()
-        defer { sd_bus_error_free(&error) }
-        _ = sd_bus_error_set(&error, name, text)
-        _ = sd_bus_reply_method_error(message, &error)
+        defer { tk_sd_bus_error_free(&error) }
+        _ = tk_sd_bus_error_set(&error, name, text)
+        _ = tk_sd_bus_reply_method_error(message, &error)
         return 1
     }
 }
@@ -236,7 +236,7 @@ final class ServedSubtree {
 private func dispatchToSubtree(
     _ message: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ error: UnsafeMutablePointer<sd_bus_error>?
 ) -> Int32 {
-    guard let message, let userdata, sd_bus_message_is_method_call(message, nil, nil) > 0 else { return 0 }
+    guard let message, let userdata, tk_sd_bus_message_is_method_call(message, nil, nil) > 0 else { return 0 }
     return Unmanaged<ServedSubtree>.fromOpaque(userdata).takeUnretainedValue().answer(message)
 }
 

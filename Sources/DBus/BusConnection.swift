@@ -34,23 +34,23 @@ package final class BusConnection {
     ) throws(BusError) {
         var opened: OpaquePointer? = nil
         if let address {
-            try Self.check("connect", sd_bus_new(&opened))
+            try Self.check("connect", tk_sd_bus_new(&opened))
             guard let created = opened else {
-                throw BusError(operation: "connect", name: nil, message: "sd_bus_new returned no bus", errno: ENOMEM)
+                throw BusError(operation: "connect", name: nil, message: "tk_sd_bus_new returned no bus", errno: ENOMEM)
             }
             do {
-                try Self.check("connect", sd_bus_set_address(created, address))
-                try Self.check("connect", sd_bus_set_bus_client(created, 1))
-                try Self.check("connect", sd_bus_set_description(created, description))
-                try Self.check("connect", sd_bus_start(created))
+                try Self.check("connect", tk_sd_bus_set_address(created, address))
+                try Self.check("connect", tk_sd_bus_set_bus_client(created, 1))
+                try Self.check("connect", tk_sd_bus_set_description(created, description))
+                try Self.check("connect", tk_sd_bus_start(created))
             } catch {
-                sd_bus_flush_close_unref(created)
+                tk_sd_bus_flush_close_unref(created)
                 throw error
             }
         } else if sessionBus {
-            try Self.check("connect", sd_bus_open_user_with_description(&opened, description))
+            try Self.check("connect", tk_sd_bus_open_user_with_description(&opened, description))
         } else {
-            try Self.check("connect", sd_bus_open_system_with_description(&opened, description))
+            try Self.check("connect", tk_sd_bus_open_system_with_description(&opened, description))
         }
         guard let opened else {
             throw BusError(operation: "connect", name: nil, message: "sd-bus returned no bus", errno: ENOMEM)
@@ -59,9 +59,9 @@ package final class BusConnection {
         let microseconds = Self.microseconds(methodCallTimeout)
         if microseconds > 0 {
             do {
-                try Self.check("connect", sd_bus_set_method_call_timeout(bus, microseconds))
+                try Self.check("connect", tk_sd_bus_set_method_call_timeout(bus, microseconds))
             } catch {
-                sd_bus_flush_close_unref(bus)
+                tk_sd_bus_flush_close_unref(bus)
                 throw error
             }
         }
@@ -70,7 +70,7 @@ package final class BusConnection {
     deinit {
         for subscription in subscriptions { subscription.end() }
         for subtree in servedSubtrees { subtree.end() }
-        sd_bus_flush_close_unref(bus)
+        tk_sd_bus_flush_close_unref(bus)
     }
 
     /// Calls `member` with string arguments and hands the reply to `read`.
@@ -81,25 +81,25 @@ package final class BusConnection {
         read: (inout BusMessageReader) -> T = { _ in () }
     ) throws(BusError) -> T {
         var request: OpaquePointer? = nil
-        try Self.check(member, sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
-        defer { sd_bus_message_unref(request) }
+        try Self.check(member, tk_sd_bus_message_new_method_call(bus, &request, destination, path, interface, member))
+        defer { tk_sd_bus_message_unref(request) }
         for argument in arguments {
             let result: Int32
             switch argument {
             case .string(let string):
                 result = string.withCString {
-                    sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0)
+                    tk_sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "s")), $0)
                 }
             case .uint32(var number):
-                result = sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "u")), &number)
+                result = tk_sd_bus_message_append_basic(request, CChar(bitPattern: UInt8(ascii: "u")), &number)
             }
             try Self.check(member, result)
         }
         var error = sd_bus_error()
-        defer { sd_bus_error_free(&error) }
+        defer { tk_sd_bus_error_free(&error) }
         var reply: OpaquePointer? = nil
-        let result = sd_bus_call(bus, request, 0, &error, &reply)
-        defer { sd_bus_message_unref(reply) }
+        let result = tk_sd_bus_call(bus, request, 0, &error, &reply)
+        defer { tk_sd_bus_message_unref(reply) }
         if result < 0 {
             throw BusError(
                 operation: member,
@@ -140,15 +140,15 @@ package final class BusConnection {
         let subscription = Subscription(sender: sender, handler: handler)
         let userdata = Unmanaged.passUnretained(subscription).toOpaque()
         var slot: OpaquePointer? = nil
-        // sd_bus_match_signal waits for the bus to acknowledge the match, so no signal sent after it
+        // tk_sd_bus_match_signal waits for the bus to acknowledge the match, so no signal sent after it
         // returns can be missed.
-        let result = sd_bus_match_signal(bus, &slot, name, path, interface, member, dispatchToSubscription, userdata)
+        let result = tk_sd_bus_match_signal(bus, &slot, name, path, interface, member, dispatchToSubscription, userdata)
         try Self.check("AddMatch \(interface).\(member)", result)
         subscription.slot = slot
         subscriptions.append(subscription)
     }
 
-    /// Subscribes to the messages a full match rule selects (for keys `sd_bus_match_signal` has no
+    /// Subscribes to the messages a full match rule selects (for keys `tk_sd_bus_match_signal` has no
     /// parameter for, such as `arg0`); `handler` runs inside ``process()`` on this thread, for as
     /// long as the connection lives, for signals `sender` sent.
     ///
@@ -159,8 +159,8 @@ package final class BusConnection {
         let subscription = Subscription(sender: sender, handler: handler)
         let userdata = Unmanaged.passUnretained(subscription).toOpaque()
         var slot: OpaquePointer? = nil
-        // Like sd_bus_match_signal, sd_bus_add_match waits for the bus to acknowledge the match.
-        let result = sd_bus_add_match(bus, &slot, rule, dispatchToSubscription, userdata)
+        // Like tk_sd_bus_match_signal, tk_sd_bus_add_match waits for the bus to acknowledge the match.
+        let result = tk_sd_bus_add_match(bus, &slot, rule, dispatchToSubscription, userdata)
         try Self.check("AddMatch \(rule)", result)
         subscription.slot = slot
         subscriptions.append(subscription)
@@ -171,7 +171,7 @@ package final class BusConnection {
     /// - Returns: true when something was processed (call again), false when nothing is pending.
     /// - Throws: `BusError` when the connection failed (the bus or the peer went away).
     package func process() throws(BusError) -> Bool {
-        let result = sd_bus_process(bus, nil)
+        let result = tk_sd_bus_process(bus, nil)
         try Self.check("process", result)
         return result > 0
     }
@@ -180,12 +180,12 @@ package final class BusConnection {
     ///
     /// - Throws: `BusError` when the connection is unusable, or as `poll` fails.
     package func wait(until deadline: ContinuousClock.Instant, wakeup: Int32) throws(BusError) -> BusWaitOutcome {
-        let descriptor = sd_bus_get_fd(bus)
+        let descriptor = tk_sd_bus_get_fd(bus)
         try Self.check("poll", descriptor)
-        let events = sd_bus_get_events(bus)
+        let events = tk_sd_bus_get_events(bus)
         try Self.check("poll", events)
         var busTimeout: UInt64 = 0
-        try Self.check("poll", sd_bus_get_timeout(bus, &busTimeout))
+        try Self.check("poll", tk_sd_bus_get_timeout(bus, &busTimeout))
 
         let remaining = deadline - ContinuousClock.now
         guard remaining > .zero else { return .timedOut }
@@ -219,7 +219,11 @@ package final class BusConnection {
     /// Turns an sd-bus return code (negative errno on failure) into a `BusError`.
     static func check(_ operation: String, _ result: Int32) throws(BusError) {
         guard result < 0 else { return }
-        throw BusError(operation: operation, name: nil, message: String(cString: strerror(-result)), errno: -result)
+        // libsystemd is loaded on first use: without it every call fails with ENOSYS, which says why.
+        let message =
+            result == -ENOSYS ? tk_sd_bus_load_error().map { String(cString: $0) } : nil
+        throw BusError(
+            operation: operation, name: nil, message: message ?? String(cString: strerror(-result)), errno: -result)
     }
 
     private static func microseconds(_ duration: Duration) -> UInt64 {
@@ -273,8 +277,8 @@ package final class SignalSender {
     package static var busDriver: SignalSender { SignalSender(BusDriver.name) }
 
     fileprivate func accepts(_ message: OpaquePointer) -> Bool {
-        guard let uniqueName, acceptsUnicast || sd_bus_message_get_destination(message) == nil,
-            let sender = sd_bus_message_get_sender(message)
+        guard let uniqueName, acceptsUnicast || tk_sd_bus_message_get_destination(message) == nil,
+            let sender = tk_sd_bus_message_get_sender(message)
         else { return false }
         return String(cString: sender) == uniqueName
     }
@@ -306,7 +310,7 @@ private final class Subscription {
 
     /// Removes the match. Called before the connection closes, while the bus is still alive.
     func end() {
-        if let slot { sd_bus_slot_unref(slot) }
+        if let slot { tk_sd_bus_slot_unref(slot) }
         slot = nil
     }
 }

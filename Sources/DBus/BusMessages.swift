@@ -63,7 +63,7 @@ package struct BusMessageReader: ~Copyable {
     package mutating func readString(_ type: Character = "s") -> String? {
         var value: UnsafePointer<CChar>? = nil
         let result = withUnsafeMutablePointer(to: &value) {
-            sd_bus_message_read_basic(message, Self.typeCode(type), $0)
+            tk_sd_bus_message_read_basic(message, Self.typeCode(type), $0)
         }
         guard result > 0, let value else { return nil }
         return String(cString: value)
@@ -72,24 +72,24 @@ package struct BusMessageReader: ~Copyable {
     /// Reads a boolean ("b"), which sd-bus stores as a C int.
     package mutating func readBool() -> Bool? {
         var value: Int32 = 0
-        guard sd_bus_message_read_basic(message, Self.typeCode("b"), &value) > 0 else { return nil }
+        guard tk_sd_bus_message_read_basic(message, Self.typeCode("b"), &value) > 0 else { return nil }
         return value != 0
     }
 
     /// Reads an array of strings ("as").
     package mutating func readStringArray() -> [String]? {
-        guard sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }
+        guard tk_sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }
         var strings: [String] = []
         while true {
             var value: UnsafePointer<CChar>? = nil
             let result = withUnsafeMutablePointer(to: &value) {
-                sd_bus_message_read_basic(message, Self.typeCode("s"), $0)
+                tk_sd_bus_message_read_basic(message, Self.typeCode("s"), $0)
             }
             if result < 0 { return nil }
             guard result > 0, let value else { break }
             strings.append(String(cString: value))
         }
-        guard sd_bus_message_exit_container(message) >= 0 else { return nil }
+        guard tk_sd_bus_message_exit_container(message) >= 0 else { return nil }
         return strings
     }
 
@@ -98,17 +98,17 @@ package struct BusMessageReader: ~Copyable {
     ///
     /// - Returns: false at the end of an array, or when the next value is not such a container.
     package mutating func enter(_ type: Character, _ contents: String) -> Bool {
-        sd_bus_message_enter_container(message, Self.typeCode(type), contents) > 0
+        tk_sd_bus_message_enter_container(message, Self.typeCode(type), contents) > 0
     }
 
     /// Leaves the container entered last, which must have been read to its end.
     package mutating func exit() -> Bool {
-        sd_bus_message_exit_container(message) >= 0
+        tk_sd_bus_message_exit_container(message) >= 0
     }
 
     /// Skips values of the complete types `types` ("v", "sv", ...), unread.
     package mutating func skip(_ types: String) -> Bool {
-        sd_bus_message_skip(message, types) >= 0
+        tk_sd_bus_message_skip(message, types) >= 0
     }
 
     /// Reads a variant ("v") that holds a boolean; nil when it holds anything else.

@@ -22,7 +22,7 @@ func readArguments(_ message: OpaquePointer) throws(BusError) -> [BusValue] {
 private func readValue(_ message: OpaquePointer) throws(BusError) -> BusValue? {
     var type: CChar = 0
     var contentsPointer: UnsafePointer<CChar>? = nil
-    let peeked = sd_bus_message_peek_type(message, &type, &contentsPointer)
+    let peeked = tk_sd_bus_message_peek_type(message, &type, &contentsPointer)
     try checkRead(peeked)
     if peeked == 0 { return nil }
     let contents = contentsPointer.map { String(cString: $0) } ?? ""
@@ -31,7 +31,7 @@ private func readValue(_ message: OpaquePointer) throws(BusError) -> BusValue? {
         if contents == "y" {
             var bytes: UnsafeRawPointer? = nil
             var size = 0
-            try checkRead(sd_bus_message_read_array(message, CChar(UInt8(ascii: "y")), &bytes, &size))
+            try checkRead(tk_sd_bus_message_read_array(message, CChar(UInt8(ascii: "y")), &bytes, &size))
             guard let bytes else { return .bytes([]) }
             return .bytes(Array(UnsafeRawBufferPointer(start: bytes, count: size)))
         }
@@ -48,7 +48,7 @@ private func readValue(_ message: OpaquePointer) throws(BusError) -> BusValue? {
         return .dictionaryEntry(pair[0], pair[1])
     case UInt8(ascii: "s"), UInt8(ascii: "o"), UInt8(ascii: "g"):
         var text: UnsafePointer<CChar>? = nil
-        try checkRead(withUnsafeMutablePointer(to: &text) { sd_bus_message_read_basic(message, type, $0) })
+        try checkRead(withUnsafeMutablePointer(to: &text) { tk_sd_bus_message_read_basic(message, type, $0) })
         let string = text.map { String(cString: $0) } ?? ""
         switch UInt8(bitPattern: type) {
         case UInt8(ascii: "o"): return .objectPath(string)
@@ -71,17 +71,17 @@ private func readValue(_ message: OpaquePointer) throws(BusError) -> BusValue? {
 }
 
 private func readContainer(_ message: OpaquePointer, _ type: CChar, _ contents: String) throws(BusError) -> [BusValue] {
-    try checkRead(sd_bus_message_enter_container(message, type, contents))
+    try checkRead(tk_sd_bus_message_enter_container(message, type, contents))
     var values: [BusValue] = []
     while let value = try readValue(message) { values.append(value) }
-    try checkRead(sd_bus_message_exit_container(message))
+    try checkRead(tk_sd_bus_message_exit_container(message))
     return values
 }
 
 private func readBasic<T: BitwiseCopyable>(_ message: OpaquePointer, _ type: CChar, _ initial: T) throws(BusError) -> T
 {
     var value = initial
-    try checkRead(sd_bus_message_read_basic(message, type, &value))
+    try checkRead(tk_sd_bus_message_read_basic(message, type, &value))
     return value
 }
 
@@ -105,42 +105,42 @@ private func append(_ value: BusValue, to message: OpaquePointer) throws(BusErro
     let type = CChar(bitPattern: value.signature.utf8.first ?? 0)
     switch value {
     case .string(let text), .objectPath(let text), .signature(let text):
-        try checkWrite(text.withCString { sd_bus_message_append_basic(message, type, $0) })
-    case .byte(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
+        try checkWrite(text.withCString { tk_sd_bus_message_append_basic(message, type, $0) })
+    case .byte(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
     case .bool(let flag):
         var number: Int32 = flag ? 1 : 0
-        try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .int16(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .uint16(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .int32(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .uint32(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .int64(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .uint64(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
-    case .double(var number): try checkWrite(sd_bus_message_append_basic(message, type, &number))
+        try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .int16(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .uint16(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .int32(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .uint32(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .int64(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .uint64(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .double(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
     case .bytes(let bytes):
         try checkWrite(
             bytes.withUnsafeBytes {
-                sd_bus_message_append_array(message, CChar(UInt8(ascii: "y")), $0.baseAddress, $0.count)
+                tk_sd_bus_message_append_array(message, CChar(UInt8(ascii: "y")), $0.baseAddress, $0.count)
             })
     case .array(let element, let elements):
-        try checkWrite(sd_bus_message_open_container(message, type, element))
+        try checkWrite(tk_sd_bus_message_open_container(message, type, element))
         for element in elements { try append(element, to: message) }
-        try checkWrite(sd_bus_message_close_container(message))
+        try checkWrite(tk_sd_bus_message_close_container(message))
     case .structure(let fields):
         try checkWrite(
-            sd_bus_message_open_container(message, CChar(UInt8(ascii: "r")), fields.map(\.signature).joined()))
+            tk_sd_bus_message_open_container(message, CChar(UInt8(ascii: "r")), fields.map(\.signature).joined()))
         for field in fields { try append(field, to: message) }
-        try checkWrite(sd_bus_message_close_container(message))
+        try checkWrite(tk_sd_bus_message_close_container(message))
     case .dictionaryEntry(let key, let entryValue):
         try checkWrite(
-            sd_bus_message_open_container(message, CChar(UInt8(ascii: "e")), key.signature + entryValue.signature))
+            tk_sd_bus_message_open_container(message, CChar(UInt8(ascii: "e")), key.signature + entryValue.signature))
         try append(key, to: message)
         try append(entryValue, to: message)
-        try checkWrite(sd_bus_message_close_container(message))
+        try checkWrite(tk_sd_bus_message_close_container(message))
     case .variant(let inner):
-        try checkWrite(sd_bus_message_open_container(message, type, inner.signature))
+        try checkWrite(tk_sd_bus_message_open_container(message, type, inner.signature))
         try append(inner, to: message)
-        try checkWrite(sd_bus_message_close_container(message))
+        try checkWrite(tk_sd_bus_message_close_container(message))
     }
 }
 

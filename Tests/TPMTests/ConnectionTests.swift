@@ -274,10 +274,7 @@ import WireFormat
         "Without a resource manager, a connection sweeps stale handles unless the access lock's last holder closed cleanly; one that was abandoned, as by a process that died, makes the next sweep"
     )
     func sweepOnlyAfterAnUncleanClose() throws {
-        try withRecordingProxy { proxy, _, simulator in
-            let lockDirectory = try temporaryDirectory()
-            defer { try? FileManager.default.removeItem(atPath: lockDirectory) }
-            let configuration = TPMConfiguration(tcti: proxy.tcti, lockDirectory: lockDirectory + "/locks")
+        try withRecordingProxyAndOwnLock { proxy, configuration, simulator, _ in
             let getCapability: UInt32 = 0x17A
             func commands(_ body: () throws -> Void) rethrows -> [UInt32] {
                 let before = proxy.commandCodes.count
@@ -312,10 +309,7 @@ import WireFormat
         "After a clean close, what a program that takes no lock left (tpm2-tools) is swept once a command finds the TPM full, and the command succeeds; this connection's own handles stay"
     )
     func leftoversOfOtherProgramsAreSweptWhenTheTPMIsFull() throws {
-        try withRecordingProxy { proxy, _, simulator in
-            let directory = try temporaryDirectory()
-            defer { try? FileManager.default.removeItem(atPath: directory) }
-            let configuration = TPMConfiguration(tcti: proxy.tcti, lockDirectory: directory + "/locks")
+        try withRecordingProxyAndOwnLock { proxy, configuration, simulator, directory in
             let (key, sealed) = try withConnection(configuration) { try $0.generateSealedKey() }
             // tpm2-tools leave these loaded: all three of swtpm's object slots, and a session.
             for name in ["a", "b", "c"] {

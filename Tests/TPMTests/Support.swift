@@ -31,6 +31,20 @@ func withConnection<R>(
     return try body(connection)
 }
 
+/// ``withRecordingProxy(_:)`` with a lock directory of the test's own inside a scratch
+/// directory (`body`'s last argument), so the TPM access lock's note starts empty whatever an
+/// earlier run on the same port left.
+func withRecordingProxyAndOwnLock<R>(
+    _ body: (RecordingTPMProxy, TPMConfiguration, SoftwareTPM, String) throws -> R
+) throws -> R {
+    try withRecordingProxy { proxy, _, simulator in
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let configuration = TPMConfiguration(tcti: proxy.tcti, lockDirectory: directory + "/locks")
+        return try body(proxy, configuration, simulator, directory)
+    }
+}
+
 /// A recognisable secret: `count` bytes that cannot occur by accident in TPM traffic.
 func distinctSecret(_ seed: UInt8, count: Int = 32) -> [UInt8] {
     (0..<count).map { UInt8(truncatingIfNeeded: Int(seed) &+ $0 &* 37 &+ 11) }
