@@ -327,4 +327,23 @@ import WireFormat
             #expect(try listedHandles("loaded-session", simulator).isEmpty)
         }
     }
+
+    @Test(
+        "The device TCTI's descriptor is close-on-exec: a child the process starts does not inherit the connection to the TPM"
+    )
+    func deviceDescriptorIsCloseOnExec() throws {
+        // A FIFO stands in for /dev/tpmrm0: the device TCTI's start writes one command and reads
+        // an answer back, which here is its own command, and that is all it checks. Behind a
+        // resource manager the connection sends nothing more until it is used.
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let device = directory + "/tpm"
+        #expect(mkfifo(device, 0o600) == 0)
+        let connection = try TPMConnection(TPMConfiguration(tcti: "device:" + device, hasResourceManager: true))
+        defer { connection.close() }
+        let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").compactMap(Int32.init)
+            .filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == device }
+        #expect(descriptors.count == 1)
+        for descriptor in descriptors { #expect(fcntl(descriptor, F_GETFD) & FD_CLOEXEC != 0) }
+    }
 }

@@ -67,6 +67,8 @@ final class Engine {
         guard tctiRC == TSS2_RC_SUCCESS, let loadedTCTI else {
             throw Self.connectionError(tctiRC, configuration: configuration)
         }
+        // Before anything is loaded through it: a child started from now on does not inherit it.
+        _ = ctss2_tcti_mark_close_on_exec(loadedTCTI)
         var context: OpaquePointer?
         let esysRC = Esys_Initialize(&context, loadedTCTI, nil)
         guard esysRC == TSS2_RC_SUCCESS, let context else {
