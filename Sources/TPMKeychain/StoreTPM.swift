@@ -134,9 +134,12 @@ public final class StoreTPM: Sendable {
         switch location.tpm {
         case .tcti(let tcti):
             // Started by the tool that gave its TCTI, which also stops it.
-            let source: Source =
-                location.tctiIsTheStoresOwnSimulator ? .simulatedInStore(stateDirectory: stateDirectory) : .explicit
-            return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: source)
+            if location.tctiIsTheStoresOwnSimulator {
+                return StoreTPM(
+                    configuration: ownSimulatorConfiguration(tcti: tcti, logger: location.logger),
+                    source: .simulatedInStore(stateDirectory: stateDirectory))
+            }
+            return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .explicit)
         case .automatic, .automaticOrSimulated:
             if let tcti = TPMConfiguration.environmentTCTI {
                 return StoreTPM(
@@ -203,6 +206,17 @@ public final class StoreTPM: Sendable {
         return true
     }
 
+    /// The configuration for a store's own simulator (`swtpm:path=<directory>/<socket>`). Its TPM
+    /// access lock file goes in the socket's directory: private, used by the one process that
+    /// started the simulator, and removed with it. In the user's lock directory every run (a new
+    /// socket path, so a new TCTI string) would leave a lock file of its own.
+    private static func ownSimulatorConfiguration(tcti: String, logger: Logger) -> TPMConfiguration {
+        let prefix = "swtpm:path="
+        let socket = tcti.hasPrefix(prefix) ? tcti.dropFirst(prefix.count) : ""
+        let directory = socket.lastIndex(of: "/").map { String(socket[..<$0]) }.flatMap { $0.isEmpty ? nil : $0 }
+        return TPMConfiguration(tcti: tcti, lockDirectory: directory, logger: logger)
+    }
+
     private static func startSimulator(
         for store: String, stateDirectory: String, logger: Logger
     ) throws(KeychainError) -> StoreTPM {
@@ -239,7 +253,7 @@ public final class StoreTPM: Sendable {
                 .tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
         }
         return StoreTPM(
-            configuration: TPMConfiguration(tcti: simulator.tcti, logger: logger),
+            configuration: ownSimulatorConfiguration(tcti: simulator.tcti, logger: logger),
             source: .simulatedInStore(stateDirectory: stateDirectory),
             simulatorStartup: clock.now - start, running: Running(simulator: simulator, lock: lock))
     }

@@ -218,6 +218,33 @@ struct EmbeddedSimulatorTests {
     }
 
     @Test(
+        "runs on the embedded simulator leave no TPM lock file behind: each simulator's lock lives and goes with its socket directory"
+    )
+    func simulatorRunsLeaveNoLockFiles() throws {
+        let directory = try makeScratchDirectory("embedded-locks")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let runtime = directory + "/runtime"
+        #expect(mkdir(runtime, 0o700) == 0)
+        var environment = Self.environment(directory)
+        environment["XDG_RUNTIME_DIR"] = runtime
+        let store = directory + "/keychain"
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w", "v"],
+            environment: environment)
+        #expect(added.status == 0, "\(added)")
+        for _ in 0..<2 {
+            let found = try CLI.run(
+                ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "alice", "-w"],
+                environment: environment)
+            #expect(found.stdout == "v\n", "\(found)")
+        }
+        guard !Self.hardwareIsUsable else { return }
+        #expect(added.stderr.contains("SIMULATED"), "\(added)")
+        let locks = (try? FileManager.default.contentsOfDirectory(atPath: runtime + "/tpm-keychain")) ?? []
+        #expect(locks.filter { $0.hasPrefix("tcti-") }.isEmpty, "\(locks)")
+    }
+
+    @Test(
         "a swtpm/ directory that appears in a store made on a TPM device is never started in its place: the command fails naming it, and the planted state stays untouched"
     )
     func plantedSimulatorInADeviceStore() throws {
