@@ -51,7 +51,7 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         var plain: [Duration] = []
         var protected: [Duration] = []
         let rounds = 20
-        let batch = (iterations ?? 1000) / 20
+        let batch = max((iterations ?? 1000) / 20, 1)
         for round in 0..<rounds {
             // Alternating batches: the machine's drift falls on both alike.
             for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
