@@ -162,7 +162,11 @@ extension ItemStore {
     }
 
     private func verdict(_ generation: UInt64, file: Manifest.ItemKey) -> Verdict? {
-        rollback.withLock { state in state.map { Self.verdict(generation, file: file, $0.manifest) } }
+        // Only the manifest is read: `state.map` copied the whole rollback state, on every get.
+        rollback.withLock { state in
+            guard let manifest = state?.manifest else { return nil }
+            return Self.verdict(generation, file: file, manifest)
+        }
     }
 
     private func isListed(_ file: Manifest.ItemKey) -> Bool {

@@ -85,6 +85,8 @@ package final class ItemStore: Sendable {
         /// path's cache, and large enough for a listing of ``listingLimit`` items.
         var listed: [WriteSalt: ListedWrite] = [:]
         static let listingLimit = 16_384
+        /// Item files kept open for the next get of the same item (``HeldItemFile``).
+        var heldFiles: [HeldItemFile.Key: HeldItemFile] = [:]
     }
 
     /// An item's group directory and file name, and its identity as the secret's AAD encodes it,
@@ -225,9 +227,32 @@ package final class ItemStore: Sendable {
         caches.withLock { _ = $0.groups.removeValue(forKey: name) }
     }
 
-    /// The item's file, or nil.
+    /// The item's file, or nil: a held one when nothing can have replaced it (``HeldItemFile``),
+    /// else opened, and held for the next get once its directory has settled.
     func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
-        try groupDirectory(names.group, create: false, state)?.openFile(names.file)
+        let key = HeldItemFile.Key(group: names.group, file: names.file)
+        let (cached, held) = caches.withLock { ($0.groups[names.group], $0.heldFiles[key]) }
+        guard let cached, let stamp = try cached.revalidatedStamp() else {
+            if cached != nil { forgetGroupDirectory(names.group) }
+            return try groupDirectory(names.group, create: false, state)?.openFile(names.file)
+        }
+        if let held, held.directory === cached, held.stamp == stamp, let file = try held.reopen() {
+            return file
+        }
+        let file = try cached.openFile(names.file)
+        let hold = file.flatMap { file in
+            HeldItemFile.isSettled(stamp)
+                ? HeldItemFile(directory: cached, stamp: stamp, owner: file.owner, path: file.path) : nil
+        }
+        if held != nil || hold != nil {
+            caches.withLock { caches in
+                if hold != nil, caches.heldFiles[key] == nil, caches.heldFiles.count >= HeldItemFile.limit {
+                    caches.heldFiles.remove(at: caches.heldFiles.startIndex)
+                }
+                caches.heldFiles[key] = hold
+            }
+        }
+        return file
     }
 
     /// The item key of the write with `salt`, derived by `derive` on a cache miss.

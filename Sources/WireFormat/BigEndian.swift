@@ -63,7 +63,7 @@ package enum BigEndian {
         T(truncatingIfNeeded: bits(bytes[...]))
     }
 
-    @usableFromInline static func bits(_ bytes: ArraySlice<UInt8>) -> UInt64 {
+    @inlinable static func bits(_ bytes: ArraySlice<UInt8>) -> UInt64 {
         var value: UInt64 = 0
         for byte in bytes { value = value << 8 | UInt64(byte) }
         return value

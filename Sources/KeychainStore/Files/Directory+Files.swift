@@ -41,11 +41,18 @@ extension Directory {
         } catch {
             throw KeychainError(.storageFailed, "Cannot open \(path)", underlying: error)
         }
-        let file = OpenFile(descriptor: fileDescriptor, path: path)
+        let owner = DescriptorOwner(fileDescriptor)
         var status = stat()
         guard fstat(fileDescriptor, &status) == 0 else {
             throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
+        try Self.checkItemFile(status, path: path, sharing: sharing)
+        return OpenFile(owner: owner, path: path, status: status)
+    }
+
+    /// What every file the store reads must be: a regular file with at most one link, owned and
+    /// moded as ``Ownership`` requires.
+    static func checkItemFile(_ status: stat, path: String, sharing: Sharing) throws(KeychainError) {
         guard status.st_mode & S_IFMT == S_IFREG else {
             throw KeychainError(.unsafeFileSystem, "\(path) is not a regular file")
         }
@@ -57,10 +64,6 @@ extension Directory {
                 .unsafeFileSystem, "\(path) has \(status.st_nlink) hard links; a store file has exactly one")
         }
         try Ownership.check(status, path: path, sharing: sharing)
-        file.size = Int(status.st_size)
-        file.inode = UInt64(status.st_ino)
-        file.identity = FileIdentity(status)
-        return file
     }
 
     /// The inode of the entry `name` (not followed if a symbolic link), or nil when there is none:

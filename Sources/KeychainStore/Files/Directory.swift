@@ -108,12 +108,19 @@ package final class Directory: Sendable {
     /// - Returns: false when it was removed from the file system while we held it open.
     /// - Throws: ``KeychainError`` `.unsafeFileSystem` when its owner or mode changed.
     func revalidate() throws(KeychainError) -> Bool {
+        try revalidatedStamp() != nil
+    }
+
+    /// As ``revalidate()``, from the same fstat: the directory's ``Stamp``, or nil when it was
+    /// removed.
+    func revalidatedStamp() throws(KeychainError) -> Stamp? {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
             throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         try Ownership.check(status, path: path, sharing: sharing)
-        return status.st_nlink > 0
+        guard status.st_nlink > 0 else { return nil }
+        return Stamp(status)
     }
 
     /// The user who owns the directory.
@@ -133,6 +140,12 @@ package final class Directory: Sendable {
         let inode: UInt64
         let seconds: Int
         let nanoseconds: Int
+
+        init(_ status: stat) {
+            inode = UInt64(status.st_ino)
+            seconds = status.st_mtim.tv_sec
+            nanoseconds = status.st_mtim.tv_nsec
+        }
     }
 
     /// - Throws: ``KeychainError`` `.storageFailed` if fstat fails.
@@ -141,6 +154,6 @@ package final class Directory: Sendable {
         guard fstat(descriptor, &status) == 0 else {
             throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
-        return Stamp(inode: UInt64(status.st_ino), seconds: status.st_mtim.tv_sec, nanoseconds: status.st_mtim.tv_nsec)
+        return Stamp(status)
     }
 }

@@ -7,19 +7,23 @@ import Glibc
 
 /// A file open for reading; closed when released.
 final class OpenFile {
-    let descriptor: Int32
+    /// Closes the file when the last user lets go: this open file, and ``HeldItemFiles`` when it
+    /// keeps the descriptor for the next get.
+    let owner: DescriptorOwner
     let path: String
-    var size = 0
-    var inode: UInt64 = 0
+    var size: Int
     /// The inode and its change time when opened: which version of the name this is.
-    var identity = FileIdentity(inode: 0, changed: 0)
+    let identity: FileIdentity
+    var inode: UInt64 { identity.inode }
+    var descriptor: Int32 { owner.descriptor }
 
-    init(descriptor: Int32, path: String) {
-        self.descriptor = descriptor
+    /// `status` is the descriptor's fstat, which the caller has checked.
+    init(owner: DescriptorOwner, path: String, status: stat) {
+        self.owner = owner
         self.path = path
+        size = Int(status.st_size)
+        identity = FileIdentity(status)
     }
-
-    deinit { closeDescriptor(descriptor) }
 
     /// Reads exactly `count` bytes at `offset`.
     ///
@@ -75,6 +79,15 @@ final class OpenFile {
             throw Directory.writeFailed("write", path, error)
         }
     }
+}
+
+/// An open descriptor, closed when the last reference goes.
+final class DescriptorOwner: Sendable {
+    let descriptor: Int32
+
+    init(_ descriptor: Int32) { self.descriptor = descriptor }
+
+    deinit { closeDescriptor(descriptor) }
 }
 
 /// One version of a file that is replaced by rename: its inode number and the time its inode last

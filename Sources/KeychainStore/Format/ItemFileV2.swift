@@ -66,7 +66,7 @@ enum ItemFileV2 {
         var keyRecord: [UInt8] { Array(bytes[52..<68]) }
         /// The item-key cache's key: a view, so a cache hit allocates nothing.
         var salt: ArraySlice<UInt8> { bytes[72..<104] }
-        var nonce: [UInt8] { Array(bytes[104..<116]) }
+        var nonce: ArraySlice<UInt8> { bytes[104..<116] }
 
         var attributesRange: Range<Int> {
             ItemFileV2.headerSize..<ItemFileV2.headerSize + attributesLength + ItemFileV2.tagSize
@@ -214,7 +214,8 @@ enum ItemFileV2 {
         path: String
     ) throws(KeychainError) -> AttributeList {
         try AttributeList(
-            decoding: open(sealed, key: key, nonce: header.nonce, aad: header.bytes, path: path), path: path)
+            decoding: open(sealed, key: key, nonce: header.nonce, secretSection: false, aad: header.bytes, path: path),
+            path: path)
     }
 
     /// The secret section alone, for the item whose class primary key is `primaryKey`: the
@@ -230,7 +231,7 @@ enum ItemFileV2 {
         aad.append(contentsOf: primaryKey)
         aad.append(contentsOf: file[header.attributesRange])
         return try open(
-            file[header.secretRange], key: key, nonce: ItemFileV1.secretNonce(header.nonce), aad: aad, path: path)
+            file[header.secretRange], key: key, nonce: header.nonce, secretSection: true, aad: aad, path: path)
     }
 
     /// Room for every known attribute at its limit and for tags a later version adds.
@@ -238,9 +239,10 @@ enum ItemFileV2 {
     static let maximumFileSize = headerSize + maximumAttributesSize + tagSize + ItemValue.maximumSize + tagSize
 
     private static func open(
-        _ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: [UInt8], aad: [UInt8],
-        path: String
+        _ sealed: ArraySlice<UInt8>, key: SymmetricKey, nonce: ArraySlice<UInt8>, secretSection: Bool,
+        aad: [UInt8], path: String
     ) throws(KeychainError) -> [UInt8] {
-        try ItemFileV1.open(sealed, key: key, nonce: nonce, authenticating: aad, path: path)
+        try ItemFileV1.open(
+            sealed, key: key, nonce: nonce, secretSection: secretSection, authenticating: aad, path: path)
     }
 }

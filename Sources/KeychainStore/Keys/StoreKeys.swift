@@ -8,7 +8,10 @@ import WireFormat
 ///
 /// The master key itself is dropped once these exist; `SymmetricKey` zeroizes its storage when
 /// released, so closing the store erases every key.
-struct StoreKeys: Sendable {
+///
+/// A class: every get copies the store's open state, and with the keys inline that copy
+/// retained and released each of the five keys and the prepared HMAC.
+final class StoreKeys: Sendable {
     /// Parent of the per-write item keys.
     let items: SymmetricKey
     /// Keys the file and directory names, so names reveal nothing about services and accounts.
