@@ -12,6 +12,7 @@
 #include "CESAPICryptoContext.h"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
 #include <openssl/rand.h>
@@ -407,4 +408,12 @@ static const CESAPICryptoCallbacks table = {
 
 const void *cesapi_crypto_callbacks(void) {
     return ready() ? &table : NULL;
+}
+
+bool cesapi_openssl_start_lean(void) {
+    /* Each of these runs once per process: asked first, the NO_ variants use up the one run of
+     * ADD_ALL_CIPHERS, ADD_ALL_DIGESTS and LOAD_CONFIG, so later default initialisations
+     * (EVP_MD_fetch's first name map) skip them. */
+    return OPENSSL_init_crypto(
+               OPENSSL_INIT_NO_ADD_ALL_CIPHERS | OPENSSL_INIT_NO_ADD_ALL_DIGESTS | OPENSSL_INIT_NO_LOAD_CONFIG, NULL) == 1;
 }

@@ -23,8 +23,10 @@ package enum ProcessGuard {
     nonisolated(unsafe) private static var crashMessage: UnsafeMutableBufferPointer<UInt8>?
 
     /// Call first in `main`, once. Decrypted secrets live in this process's memory, so it never
-    /// writes a core file.
+    /// writes a core file. libcrypto, which only ESAPI uses here (in a private context), starts
+    /// without its legacy name tables and openssl.cnf (``ESAPICryptoContext/startOpenSSLLean()``).
     package static func install(programName: String) {
+        ESAPICryptoContext.startOpenSSLLean()
         name.withLock { $0 = programName }
         let message = Array("\(programName): terminated by a crash signal\n".utf8)
         let buffer = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: message.count)

@@ -63,6 +63,16 @@ const void *cesapi_crypto_callbacks(void);
 
 CESAPICryptoContextStatus cesapi_crypto_context_status(void);
 
+/* For a process of this project's own (the CLI, the git helper), whose only OpenSSL user is
+ * ESAPI through the private context above: tells libcrypto, before anything else has used it,
+ * not to build its legacy cipher and digest name tables and not to read openssl.cnf for its
+ * global context. Each new library context copies the legacy tables into its name map on first
+ * use; providers name their algorithms themselves, so a context fetches the same algorithms
+ * without them. Never call it in a library: a host program's EVP_get_cipherbyname needs the
+ * tables, and its global context its configuration. False when libcrypto had already started or
+ * refused. */
+bool cesapi_openssl_start_lean(void);
+
 /* A short static sentence for a status, for a log line. */
 const char *cesapi_crypto_context_status_description(CESAPICryptoContextStatus status);
 

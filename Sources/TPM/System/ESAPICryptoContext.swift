@@ -72,6 +72,15 @@ package enum ESAPICryptoContext {
         cesapi_crypto_context_install()
     }
 
+    /// For this project's own processes (the CLI, the git helper) only, first thing in `main`:
+    /// libcrypto skips its legacy name tables and openssl.cnf, which nothing in them uses (ESAPI's
+    /// crypto runs in the private context, swift-crypto on BoringSSL). About 0.7 ms of a lookup.
+    /// A library must not call it: its host's OpenSSL calls may need both.
+    @discardableResult
+    package static func startOpenSSLLean() -> Bool {
+        cesapi_openssl_start_lean()
+    }
+
     /// Gives a new ESAPI context (an `ESYS_CONTEXT *`) the crypto callbacks when ``status`` is
     /// `callbacks`; does nothing otherwise.
     ///
