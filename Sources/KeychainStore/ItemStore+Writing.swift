@@ -252,6 +252,7 @@ extension ItemStore {
         let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
+        caches.withLock { $0.releaseHeldFiles(inGroup: groupName(service: service, accessGroup: accessGroup, state)) }
         let names = try directory.entries()
         // In a protected store: every delete recorded (durably) before any file goes, and marked
         // done once all are gone.
@@ -330,8 +331,14 @@ extension ItemStore {
     private func changing<R>(
         _ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
+        // Held item files of the directory are let go: the change makes them stale anyway, and a
+        // removed or replaced file's inode should not outlive it in this process.
+        let known = caches.withLock { caches in
+            caches.releaseHeldFiles(inGroup: serviceName)
+            return caches.consistent[serviceName]
+        }
         // Nothing to carry forward for a directory never checked: spare the write path two fstats.
-        guard let known = caches.withLock({ $0.consistent[serviceName] }) else { return try body() }
+        guard let known else { return try body() }
         let unchangedBefore = try directory.stamp() == known
         let result = try body()
         if unchangedBefore {

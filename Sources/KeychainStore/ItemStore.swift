@@ -87,6 +87,12 @@ package final class ItemStore: Sendable {
         static let listingLimit = 16_384
         /// Item files kept open for the next get of the same item (``HeldItemFile``).
         var heldFiles: [HeldItemFile.Key: HeldItemFile] = [:]
+
+        /// Lets go of the held files of one group directory, which this process is changing.
+        mutating func releaseHeldFiles(inGroup group: String) {
+            if heldFiles.isEmpty { return }
+            heldFiles = heldFiles.filter { $0.key.group != group }
+        }
     }
 
     /// An item's group directory and file name, and its identity as the secret's AAD encodes it,
