@@ -116,7 +116,7 @@ let package = Package(
             ],
             swiftSettings: strictness),
         // swtpm as a child process: used by the CLI's embedded default and by tests.
-        .target(name: "TPMSimulator", dependencies: ["SystemCalls", "WireFormat"], swiftSettings: strictness),
+        .target(name: "TPMSimulator", dependencies: ["TPM", "SystemCalls", "WireFormat"], swiftSettings: strictness),
         // What users import in their own tests: the simulator plus recording helpers.
         .target(
             name: "TPMKeychainTesting", dependencies: ["TPMKeychain", "TPMSimulator", "SystemCalls", "WireFormat"],

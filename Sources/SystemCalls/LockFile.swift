@@ -49,6 +49,37 @@ package final class LockFile {
         }
     }
 
+    /// Whether `name` (relative to `directory`, or a path) is still this file: false once it was
+    /// removed or replaced. A lock file that may be removed (``removeIfUnused(_:)``) is trusted
+    /// only after this holds with the lock taken, since the lock may have been taken on a file
+    /// removed meanwhile, while others lock the one made after it.
+    package func isStill(at name: String, in directory: Int32? = nil) -> Bool {
+        var held = stat()
+        var named = stat()
+        guard fstat(descriptor, &held) == 0,
+            fstatat(directory ?? AT_FDCWD, name, &named, AT_SYMLINK_NOFOLLOW) == 0
+        else { return false }
+        return held.st_dev == named.st_dev && held.st_ino == named.st_ino
+    }
+
+    /// Removes the lock file at `path` if nobody holds its lock, taking the lock to do it, so a
+    /// process that opened it before the removal finds out with ``isStill(at:in:)``.
+    ///
+    /// - Returns: whether it was removed (false: there is none, or someone holds it).
+    @discardableResult
+    package static func removeIfUnused(_ path: String) -> Bool {
+        let descriptor = openat(AT_FDCWD, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { closeDescriptor(descriptor) }
+        var held = stat()
+        var named = stat()
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, fstat(descriptor, &held) == 0,
+            fstatat(AT_FDCWD, path, &named, AT_SYMLINK_NOFOLLOW) == 0,
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino
+        else { return false }
+        return unlink(path) == 0
+    }
+
     /// The file's first byte, nil when the file is empty or unreadable: a note the lock's last
     /// holder left for the next.
     package func firstByte() -> UInt8? {

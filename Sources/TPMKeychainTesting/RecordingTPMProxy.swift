@@ -1,4 +1,5 @@
 import SystemCalls
+import TPM
 
 /// Why a ``RecordingTPMProxy`` could not start.
 public struct RecordingTPMProxyError: Error, CustomStringConvertible, Sendable, Equatable {
@@ -59,7 +60,7 @@ public final class RecordingTPMProxy: Sendable {
     }
 
     deinit {
-        forwarder.stop()
+        stop()
     }
 
     /// Starts forwarding 127.0.0.1:Q to `host:port` and Q+1 to `host:port+1`.
@@ -94,7 +95,11 @@ public final class RecordingTPMProxy: Sendable {
     /// Forgets everything recorded so far, e.g. after a test's setup phase.
     public func reset() { forwarder.reset() }
 
-    /// Stops listening, disconnects clients and waits for all forwarding threads. Idempotent;
-    /// also runs from deinit.
-    public func stop() { forwarder.stop() }
+    /// Stops listening, disconnects clients and waits for all forwarding threads, then removes
+    /// the proxy's TPM access lock file unless someone holds it (as a stopped simulator does).
+    /// Idempotent; also runs from deinit.
+    public func stop() {
+        forwarder.stop()
+        TPMConfiguration.removeUnusedAccessLock(tcti: tcti)
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import SystemCalls
+import TPM
 
 #if canImport(Glibc)
 import Glibc
@@ -227,6 +228,9 @@ public final class SoftwareTPM: Sendable {
         if case .unixSocket(let directory) = endpoint {
             try? FileManager.default.removeItem(atPath: directory)
         }
+        // Its TPM access lock file: no TPM answers at this TCTI any more, and the next simulator
+        // on the same port makes a new one (TPMAccessLock checks the file it locked is still there).
+        TPMConfiguration.removeUnusedAccessLock(tcti: tcti)
         InstanceRegistry.unregister(ObjectIdentifier(self))
     }
 

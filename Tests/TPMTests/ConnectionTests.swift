@@ -1,4 +1,5 @@
 import Foundation
+import SystemCalls
 import TPMKeychainTesting
 import Testing
 import WireFormat
@@ -268,6 +269,51 @@ import WireFormat
         #expect(try withConnection(configuration) { try $0.randomBytes(count: 8) }.count == 8)
         var info = stat()
         #expect(stat(root + "/locks", &info) == 0 && info.st_mode & 0o777 == 0o700)
+    }
+
+    @Test("A stopped simulator's TPM access lock file is removed: each test's simulator left one behind for good")
+    func stoppedSimulatorsLeaveNoLockFile() throws {
+        let simulator = try SoftwareTPM.start()
+        let configuration = TPMConfiguration(tcti: simulator.tcti)
+        let path = TPMAccessLock.path(tcti: simulator.tcti, in: configuration.lockDirectory)
+        #expect(try withConnection(configuration) { try $0.randomBytes(count: 8) }.count == 8)
+        #expect(access(path, F_OK) == 0, "the connection made \(path)")
+        simulator.stop()
+        #expect(access(path, F_OK) != 0, "\(path) is still there")
+    }
+
+    @Test(
+        "A connection that waited for a lock file which was removed meanwhile takes the lock of the file there now, so it still excludes the others"
+    )
+    func lockOnARemovedFileIsTakenAgain() async throws {
+        let root = NSTemporaryDirectory() + "tpm-lock-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let configuration = TPMConfiguration(
+            tcti: "swtpm:host=127.0.0.1,port=1", lockDirectory: root, timeout: .seconds(60))
+        let path = TPMAccessLock.path(tcti: configuration.tcti, in: root)
+        var first: TPMAccessLock? = try TPMAccessLock(configuration: configuration)
+        let waiter = Task.detached { () throws -> Bool in
+            let second = try TPMAccessLock(configuration: configuration)
+            // The waiter holds the file at the path now: a third cannot lock it.
+            let third = try LockFile(path)
+            let excluded = try !third.lock(wait: false)
+            withExtendedLifetime(second) {}
+            return excluded
+        }
+        // Progress, not a fixed wait: the waiter has the lock file open too (it polls for the lock).
+        func openCount() -> Int {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            return entries.filter {
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == path
+            }
+            .count
+        }
+        while openCount() < 2 { try await Task.sleep(for: .milliseconds(1)) }
+        // Removed while held and waited for, as removeUnused never does but a user could.
+        #expect(unlink(path) == 0)
+        withExtendedLifetime(first) {}
+        first = nil
+        #expect(try await waiter.value, "the waiter locked the removed file and excludes nobody")
     }
 
     @Test(

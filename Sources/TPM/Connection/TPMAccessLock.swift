@@ -31,27 +31,52 @@ final class TPMAccessLock {
     ///   world access).
     init(configuration: TPMConfiguration) throws(TPMError) {
         let timeout = configuration.timeout
+        let deadline = ContinuousClock.now + timeout
         let directory = configuration.lockDirectory
         try Self.prepareDirectory(directory)
-        let digest = SHA256.hash(data: Array(configuration.tcti.utf8)).prefix(12)
-        let path = directory + "/tcti-" + Array(digest).hexString + ".lock"
-        file = try Self.openLockFile(path, in: directory)
-        // Bounded, so a process that never lets go surfaces as `.busy`.
-        let locked: Bool
-        do {
-            locked = try file.lock(timeout: timeout)
-        } catch {
-            throw TPMError(.other, "Cannot lock \(path): \(error)")
-        }
-        guard locked else {
-            let holder = file.holderProcessID.map { " (process \($0))" } ?? ""
-            throw TPMError(
-                .busy,
-                "Another process\(holder) has been using the TPM at \(configuration.tcti) for longer than \(timeout); it holds \(path)"
-            )
+        let path = Self.path(tcti: configuration.tcti, in: directory)
+        while true {
+            let file = try Self.openLockFile(path, in: directory)
+            // Bounded, so a process that never lets go surfaces as `.busy`.
+            let locked: Bool
+            do {
+                locked = try file.lock(timeout: max(deadline - ContinuousClock.now, .zero))
+            } catch {
+                throw TPMError(.other, "Cannot lock \(path): \(error)")
+            }
+            guard locked else {
+                let holder = file.holderProcessID.map { " (process \($0))" } ?? ""
+                throw TPMError(
+                    .busy,
+                    "Another process\(holder) has been using the TPM at \(configuration.tcti) for longer than \(timeout); it holds \(path)"
+                )
+            }
+            // A stopped simulator's lock file is removed (removeUnused(tcti:)): a lock taken on
+            // the file removed while this waited excludes nobody, so take the one there now.
+            if file.isStill(at: path) {
+                self.file = file
+                break
+            }
         }
         // Trusted only once it is overwritten: otherwise a crash of this process would pass it on.
         previousHolderClosedCleanly = file.firstByte() == Self.closedCleanly && file.setFirstByte(Self.inUse)
+    }
+
+    /// The lock file of the TPM at `tcti`: named by a digest of the TCTI string, so one TPM
+    /// reached by one string shares one lock.
+    static func path(tcti: String, in directory: String) -> String {
+        let digest = SHA256.hash(data: Array(tcti.utf8)).prefix(12)
+        return directory + "/tcti-" + Array(digest).hexString + ".lock"
+    }
+
+    /// Removes the lock file of a TPM that is gone (a simulator that stopped) from `directory`,
+    /// unless someone holds it; a process that opened it before sees that it went and takes the
+    /// new one.
+    ///
+    /// - Returns: whether a file was removed.
+    @discardableResult
+    static func removeUnused(tcti: String, in directory: String) -> Bool {
+        LockFile.removeIfUnused(path(tcti: tcti, in: directory))
     }
 
     /// Notes for the next holder that this one flushed everything it loaded.

@@ -226,6 +226,16 @@ public struct TPMConfiguration: Sendable, Hashable {
 
     private static let resourceManagedTCTIs = Mutex<[String: @Sendable () -> Void]>([:])
 
+    /// Removes the TPM access lock file of `tcti` from the default lock directory, unless it is
+    /// held: for a simulator that stopped, whose TCTI (a port, a socket path) no TPM answers any
+    /// more. Each test's simulator would otherwise leave one file behind for good.
+    ///
+    /// - Returns: whether a file was removed.
+    @discardableResult
+    package static func removeUnusedAccessLock(tcti: String) -> Bool {
+        TPMAccessLock.removeUnused(tcti: tcti, in: defaultLockDirectory())
+    }
+
     /// A directory no other user can create first: `$XDG_RUNTIME_DIR`, else the user's
     /// `/run/user/<uid>` when it is theirs, else `$XDG_CACHE_HOME` or `~/.cache`. A fixed name in
     /// a world-writable directory such as /tmp could be squatted by any local user (a directory or
