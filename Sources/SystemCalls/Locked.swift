@@ -11,8 +11,9 @@ package import Musl
 /// the (uninstrumented) standard library, so ThreadSanitizer cannot see its synchronisation and
 /// reports every access it protects as a race (a two-thread program that only touches a
 /// dictionary inside `Mutex.withLock` is reported). pthread mutexes are intercepted by the
-/// sanitizer, so `Scripts/tsan.sh` checks this project's locking for real. The cost is one
-/// allocation per lock and a few nanoseconds per acquisition.
+/// sanitizer, so `Scripts/tsan.sh` checks this project's locking for real. The cost is two
+/// allocations per lock (the mutex, and the value kept behind a pointer) and a few nanoseconds per
+/// acquisition.
 ///
 /// Give it a value with a size, even when it guards no state of its own (`Locked<UInt8>`, not
 /// `Locked<()>`): a zero-sized value has the address of the memory after it, and ThreadSanitizer

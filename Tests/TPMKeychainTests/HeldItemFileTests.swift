@@ -1,6 +1,7 @@
 import Foundation
 import KeychainStore
 import KeychainVocabulary
+import SystemCalls
 import TPM
 import TPMKeychainTesting
 import Testing
@@ -163,6 +164,53 @@ import Glibc
             #expect(rename(files[0], aside) == 0 && rename(files[1], files[0]) == 0 && rename(aside, files[1]) == 0)
             expectRefused("alice", .tampered)
             expectRefused("bob", .tampered)
+        }
+    }
+
+    @Test(
+        "four threads reading held files while another instance rewrites the items: every get returns a value that was written, never an error",
+        .tags(.concurrency))
+    func concurrentGetsThroughHeldFiles() throws {
+        try Self.withStores { reader, writer, root in
+            let accounts = ["a", "b", "c"]
+            for account in accounts {
+                try writer.write(
+                    Self.identity(account), mode: .add, value: Self.value("0"), changes: AttributeChanges())
+                _ = try Self.readUntilHeld(reader, account, count: accounts.firstIndex(of: account)! + 1, root: root)
+            }
+            let failures = Locked<[String]>([])
+            let seen = Locked<Set<String>>([])
+            let rounds = 300
+            let readers = try (0..<4).map { index in
+                try JoinableThread {
+                    for round in 0..<rounds {
+                        let account = accounts[(round + index) % accounts.count]
+                        do {
+                            guard let value = try reader.value(Self.identity(account)) else {
+                                failures.withLock { $0.append("\(account) missing") }
+                                continue
+                            }
+                            let text = String(decoding: value.bytes, as: UTF8.self)
+                            seen.withLock { _ = $0.insert(text) }
+                            if Int(text) == nil { failures.withLock { $0.append("\(account): \(text)") } }
+                        } catch {
+                            failures.withLock { $0.append("\(account): \(error)") }
+                        }
+                    }
+                }
+            }
+            for version in 1...30 {
+                try writer.write(
+                    Self.identity(accounts[version % accounts.count]), mode: .update, value: Self.value("\(version)"),
+                    changes: AttributeChanges())
+            }
+            for thread in readers { thread.join() }
+            #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 }.prefix(5))")
+            #expect(!seen.withLock { $0 }.isEmpty)
+            for (index, account) in accounts.enumerated() {
+                let last = (1...30).last { $0 % accounts.count == index }!
+                #expect(try reader.value(Self.identity(account))?.bytes == Array("\(last)".utf8))
+            }
         }
     }
 
