@@ -1,5 +1,5 @@
 internal import CTSS2
-import Synchronization
+import SystemCalls
 import WireFormat
 
 #if canImport(Glibc)
@@ -320,7 +320,7 @@ extension Engine {
 extension Engine {
     /// What this process expects at NV handles, by TPM (TCTI): the indices it defined, and those
     /// its callers declared with ``TPMConnection/expectNVIndex(_:kind:options:)``.
-    private static let expectedNVIndices = Mutex<[String: [UInt32: NVPublicArea]]>([:])
+    private static let expectedNVIndices = Locked<[String: [UInt32: NVPublicArea]]>([:])
 
     func expectedDefinition(of index: UInt32) -> NVPublicArea? {
         Self.expectedNVIndices.withLock { $0[configuration.tcti]?[index] }

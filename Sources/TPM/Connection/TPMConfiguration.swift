@@ -1,5 +1,4 @@
 public import Logging
-import Synchronization
 import SystemCalls
 
 #if canImport(Glibc)
@@ -224,7 +223,7 @@ public struct TPMConfiguration: Sendable, Hashable {
         resourceManagedTCTIs.withLock { $0[tcti] }
     }
 
-    private static let resourceManagedTCTIs = Mutex<[String: @Sendable () -> Void]>([:])
+    private static let resourceManagedTCTIs = Locked<[String: @Sendable () -> Void]>([:])
 
     /// Removes the TPM access lock file of `tcti` from the default lock directory, unless it is
     /// held: for a simulator that stopped, whose TCTI (a port, a socket path) no TPM answers any

@@ -1,6 +1,6 @@
 internal import CTSS2
 import Logging
-import Synchronization
+import SystemCalls
 import WireFormat
 
 /// The owner-hierarchy storage key that parents every sealed object and salts every session.
@@ -85,7 +85,7 @@ extension Engine {
     /// key had: later connections of the process load the key (one TPM2_ContextLoad) instead of
     /// deriving it again (TPM2_CreatePrimary, the most expensive command on a real TPM), also
     /// when they seal and no name is pinned. Process memory only: nothing here comes from a file.
-    private static let rememberedContexts = Mutex<[RememberedKey: (context: [UInt8], name: [UInt8])]>([:])
+    private static let rememberedContexts = Locked<[RememberedKey: (context: [UInt8], name: [UInt8])]>([:])
 
     /// Forgets what this process remembered for `tcti`: for tests that count a path's commands
     /// through a TCTI (a loopback port) that an earlier TPM of the process may have had.
