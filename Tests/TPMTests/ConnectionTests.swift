@@ -283,6 +283,35 @@ import WireFormat
     }
 
     @Test(
+        "Stale lock files go: only tcti-*.lock regular files untouched for the given age that nobody holds; recent, held and other files stay"
+    )
+    func staleLockFilesAreRemoved() throws {
+        let root = NSTemporaryDirectory() + "tpm-lock-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        func make(_ name: String, daysOld: Int) throws -> String {
+            let path = root + "/" + name
+            #expect(FileManager.default.createFile(atPath: path, contents: Data("C".utf8)))
+            let old = Date().addingTimeInterval(-Double(daysOld) * 86_400)
+            try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: path)
+            return path
+        }
+        let stale = try make("tcti-000000000000000000000001.lock", daysOld: 8)
+        let recent = try make("tcti-000000000000000000000002.lock", daysOld: 1)
+        let held = try make("tcti-000000000000000000000003.lock", daysOld: 8)
+        let other = try make("notes.lock", daysOld: 8)
+        #expect(symlink(stale + ".target", root + "/tcti-000000000000000000000004.lock") == 0)
+        let holder = try LockFile(held)
+        #expect(try holder.lock(wait: false))
+        #expect(TPMAccessLock.removeStale(in: root, olderThan: .seconds(7 * 86_400)) == 1)
+        #expect(access(stale, F_OK) != 0)
+        for kept in [recent, held, other] { #expect(access(kept, F_OK) == 0, "\(kept)") }
+        var status = stat()
+        #expect(lstat(root + "/tcti-000000000000000000000004.lock", &status) == 0)
+        withExtendedLifetime(holder) {}
+    }
+
+    @Test(
         "A connection that waited for a lock file which was removed meanwhile takes the lock of the file there now, so it still excludes the others"
     )
     func lockOnARemovedFileIsTakenAgain() throws {

@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import SystemCalls
 import WireFormat
 
@@ -77,6 +78,31 @@ final class TPMAccessLock {
     @discardableResult
     static func removeUnused(tcti: String, in directory: String) -> Bool {
         LockFile.removeIfUnused(path(tcti: tcti, in: directory))
+    }
+
+    /// Removes the lock files in `directory` that nobody has taken for `age` and nobody holds:
+    /// those of simulators stopped before their files were removed with them (every test run
+    /// of earlier versions left one per simulator). A TPM still in use has its file written at
+    /// each connection (the note above), so only files of TPMs unused that long go, and a later
+    /// user of such a TPM makes a new one.
+    ///
+    /// - Returns: how many were removed.
+    @discardableResult
+    static func removeStale(in directory: String, olderThan age: Duration) -> Int {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return 0 }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let cutoff = Int64(now.tv_sec) - age.components.seconds
+        var removed = 0
+        for entry in entries where entry.hasPrefix("tcti-") && entry.hasSuffix(".lock") {
+            let path = directory + "/" + entry
+            var status = stat()
+            guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG,
+                Int64(status.st_mtim.tv_sec) < cutoff
+            else { continue }
+            if LockFile.removeIfUnused(path) { removed += 1 }
+        }
+        return removed
     }
 
     /// Notes for the next holder that this one flushed everything it loaded.

@@ -235,6 +235,23 @@ public struct TPMConfiguration: Sendable, Hashable {
         TPMAccessLock.removeUnused(tcti: tcti, in: defaultLockDirectory())
     }
 
+    /// Once per process: removes the lock files of the default lock directory that nobody has
+    /// taken for a day and nobody holds (``TPMAccessLock``), which stopped simulators of earlier
+    /// versions left behind. For test support, which starts simulators.
+    ///
+    /// - Returns: how many were removed by this call (0 after the first).
+    @discardableResult
+    package static func removeStaleAccessLocksOnce() -> Int {
+        let first = staleLocksSwept.withLock { swept in
+            defer { swept = true }
+            return !swept
+        }
+        guard first else { return 0 }
+        return TPMAccessLock.removeStale(in: defaultLockDirectory(), olderThan: .seconds(24 * 3600))
+    }
+
+    private static let staleLocksSwept = Locked(false)
+
     /// A directory no other user can create first: `$XDG_RUNTIME_DIR`, else the user's
     /// `/run/user/<uid>` when it is theirs, else `$XDG_CACHE_HOME` or `~/.cache`. A fixed name in
     /// a world-writable directory such as /tmp could be squatted by any local user (a directory or
