@@ -106,8 +106,10 @@ public final class SoftwareTPM: Sendable {
     ///   ``SoftwareTPMError/Code/launchFailed`` (message includes swtpm's stderr) or
     ///   ``SoftwareTPMError/Code/startupTimedOut``.
     public static func start(_ configuration: Configuration = .init()) throws(SoftwareTPMError) -> SoftwareTPM {
-        // Lock files that simulators of earlier versions left in the TPM lock directory.
-        TPMConfiguration.removeStaleAccessLocksOnce()
+        // Lock files that simulators of earlier versions left in the TPM lock directory: swept by
+        // the first throwaway simulator of a process, a test's, not by a store's own persistent
+        // one, which starts with every CLI command that needs it.
+        if configuration.stateDirectory == nil { TPMConfiguration.removeStaleAccessLocksOnce() }
         guard let executablePath = ChildProcess.resolveExecutable(configuration.executable) else {
             let path = getenv("PATH").map { String(cString: $0) } ?? "(unset)"
             throw SoftwareTPMError(
