@@ -54,11 +54,16 @@ package final class LockFile {
     /// only after this holds with the lock taken, since the lock may have been taken on a file
     /// removed meanwhile, while others lock the one made after it.
     package func isStill(at name: String, in directory: Int32? = nil) -> Bool {
+        Self.isFile(descriptor, at: name, in: directory ?? AT_FDCWD)
+    }
+
+    /// Whether `name` names the file open as `descriptor` (same device and inode, not followed).
+    private static func isFile(_ descriptor: Int32, at name: String, in directory: Int32) -> Bool {
         var held = stat()
         var named = stat()
-        guard fstat(descriptor, &held) == 0,
-            fstatat(directory ?? AT_FDCWD, name, &named, AT_SYMLINK_NOFOLLOW) == 0
-        else { return false }
+        guard fstat(descriptor, &held) == 0, fstatat(directory, name, &named, AT_SYMLINK_NOFOLLOW) == 0 else {
+            return false
+        }
         return held.st_dev == named.st_dev && held.st_ino == named.st_ino
     }
 
@@ -71,12 +76,9 @@ package final class LockFile {
         let descriptor = openat(AT_FDCWD, path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
         guard descriptor >= 0 else { return false }
         defer { closeDescriptor(descriptor) }
-        var held = stat()
-        var named = stat()
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, fstat(descriptor, &held) == 0,
-            fstatat(AT_FDCWD, path, &named, AT_SYMLINK_NOFOLLOW) == 0,
-            held.st_dev == named.st_dev && held.st_ino == named.st_ino
-        else { return false }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, isFile(descriptor, at: path, in: AT_FDCWD) else {
+            return false
+        }
         return unlink(path) == 0
     }
 

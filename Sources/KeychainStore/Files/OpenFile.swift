@@ -7,7 +7,7 @@ import Glibc
 
 /// A file open for reading; closed when released.
 final class OpenFile {
-    /// Closes the file when the last user lets go: this open file, and ``HeldItemFiles`` when it
+    /// Closes the file when the last user lets go: this open file, and ``HeldItemFile`` when it
     /// keeps the descriptor for the next get.
     let owner: DescriptorOwner
     let path: String
