@@ -198,6 +198,9 @@ let package = Package(
             swiftSettings: strictness),
         // The crash tests' handle on tpm-keychain-stress: its process and where to kill it.
         .target(name: "StressProcess", path: "Tests/Support/StressProcess", swiftSettings: strictness),
+        // The turns test targets take at SecItem's process-wide configuration.
+        .target(
+            name: "KeychainEnvironmentTurns", path: "Tests/Support/KeychainEnvironmentTurns", swiftSettings: strictness),
         // Benchmarks are an executable, not timed tests: `swift run -c release TPMBenchmarks`.
         .executableTarget(
             name: "TPMBenchmarks",
@@ -259,7 +262,10 @@ let package = Package(
         // the built git-credential-tpm-keychain, on a private swtpm.
         .testTarget(
             name: "GitCredentialTests",
-            dependencies: ["git-credential-tpm-keychain", "SecurityCompat", "TPMKeychain", "TPMKeychainTesting"],
+            dependencies: [
+                "git-credential-tpm-keychain", "SecurityCompat", "TPMKeychain", "TPMKeychainTesting",
+                "KeychainEnvironmentTurns",
+            ],
             swiftSettings: strictness
         ),
         // Every Swift snippet of README.md and docs/RECIPES.md, compiled (and the test recipes run).
@@ -286,7 +292,7 @@ let package = Package(
             dependencies: [
                 "SecurityCompat", "LocalAuthenticationCompat", "SecureEnclaveCompat", "TPMKeychain", "TPM",
                 "TPMKeychainTesting", "SystemCalls", "WireFormat", .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
+                "KeychainEnvironmentTurns", .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strictness

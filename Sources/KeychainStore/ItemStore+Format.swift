@@ -33,8 +33,8 @@ extension ItemStore {
         startingEpoch: Bool = true, _ body: (OpenState) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         try upgradeIfNeeded()
-        let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "writing to it", shared: true)
-        defer { withExtendedLifetime(lock) {} }
+        let lock = try lockStoreForWriting()
+        defer { unlockStore(lock) }
         if try refreshIfRotated(try current()) {
             // A rotation committed; its cleanup may not have run (it was killed): remove the old
             // key's directories before writing, so no reader that still uses them sees an old value.

@@ -178,12 +178,20 @@ extension ItemStore {
     /// without `withSecret` the value is left empty (the secret section is not decrypted).
     func readContents(
         _ bytes: [UInt8], path: String, expectedPrimaryKey: [UInt8], withSecret: Bool = true,
-        recordKey: RecordKey? = nil, _ state: OpenState
+        recordKey: RecordKey? = nil, writtenAs fileName: String? = nil, _ state: OpenState
     ) throws(KeychainError) -> ItemFileV2.Contents {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
-        let key = v2ItemKey(header, state.keys)
-        let attributes = try ItemFileV2.decryptAttributes(
-            bytes[header.attributesRange], header: header, key: key, path: path)
+        let sealed = bytes[header.attributesRange]
+        let attributes: AttributeList
+        let written = fileName.flatMap { name in caches.withLock { $0.written[name] } }
+        if let written, written.holds(header: header.bytes, sealed: sealed) {
+            // Byte for byte what this process sealed, under the same key, nonce and AAD: it
+            // decrypts to the attributes that were sealed.
+            attributes = written.attributes
+        } else {
+            attributes = try ItemFileV2.decryptAttributes(
+                sealed, header: header, key: v2ItemKey(header, state.keys), path: path)
+        }
         let primaryKey = header.itemClass.encodedPrimaryKey(of: attributes)
         guard primaryKey == expectedPrimaryKey else {
             throw KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")

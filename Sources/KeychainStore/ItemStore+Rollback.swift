@@ -47,7 +47,14 @@ extension ItemStore {
     static let legacyCounterRange: Range<UInt32> = 0x0155_0000..<0x0156_0000
 
     /// Whether the store detects rollback and deletion (it has a counter in the TPM and a manifest).
-    package var isRollbackProtected: Bool { rollback.withLock { $0 != nil } }
+    package var isRollbackProtected: Bool {
+        // A pattern without a binding: `!= nil` copied the manifest state (two writes' records
+        // ask twice each).
+        rollback.withLock { (state) -> Bool in
+            if case .none = state { return false }
+            return true
+        }
+    }
     /// The NV index of the store's rollback counter, or nil.
     package var rollbackCounterIndex: UInt32? { rollback.withLock { $0?.manifest.counterIndex } }
     /// The latest epoch in the manifest as this handle last read it: the counter's value since
@@ -218,7 +225,7 @@ extension ItemStore {
     /// - Returns: the manifest as opened, or nil when this store keeps none or another process
     ///   rotated its keys (the new manifest has another name).
     @discardableResult
-    func refreshManifest(writable: Bool = false) throws(KeychainError) -> OpenFile? {
+    func refreshManifest(writable: Bool = false, reusing held: OpenFile? = nil) throws(KeychainError) -> OpenFile? {
         guard
             let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
                 state.map {
@@ -227,7 +234,10 @@ extension ItemStore {
             })
         else { return nil }
         let path = root + "/" + fileName
-        guard let file = try rootDirectory.openFile(fileName, writable: writable) else {
+        var reopened: OpenFile?
+        if let held { reopened = try rootDirectory.reopenFile(fileName, heldAs: held) }
+        if reopened == nil { reopened = try rootDirectory.openFile(fileName, writable: writable) }
+        guard let file = reopened else {
             // Another process rotated the master key: its manifest has the new key's name.
             if try refreshIfRotated(try current()) { return nil }
             throw KeychainError(
@@ -257,7 +267,8 @@ extension ItemStore {
             let tail = try file.read(count: file.size - validSize, at: validSize)
             let error = rollback.withLock { state -> KeychainError? in
                 guard state != nil else { return nil }
-                return Manifest.apply(tail[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: path)
+                return Manifest.apply(
+                    tail[...], at: validSize, to: &state!.manifest, macs: keys.manifestMAC, path: path)
             }
             if let error { throw error }
         }
@@ -275,7 +286,7 @@ extension ItemStore {
                 state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC, $0.inode) }
             })
         else { return }
-        let bytes = Manifest.encode(records, after: lastMAC, key: keys.manifest)
+        let bytes = Manifest.encode(records, after: lastMAC, macs: keys.manifestMAC)
         if let manifest, manifest.inode == inode {
             try manifest.write(bytes, at: validSize, durable: durable)
         } else {
@@ -284,7 +295,8 @@ extension ItemStore {
         let error = rollback.withLock { state -> KeychainError? in
             guard state != nil else { return nil }
             return Manifest.apply(
-                bytes[...], at: validSize, to: &state!.manifest, key: keys.manifest, path: root + "/" + fileName)
+                bytes[...], at: validSize, to: &state!.manifest, macs: keys.manifestMAC, path: root + "/" + fileName,
+                encodedAfter: lastMAC)
         }
         if let error { throw error }
     }
@@ -332,30 +344,34 @@ extension ItemStore {
     /// the manifest when it has grown well past what its live items need.
     private func append(_ records: [Manifest.Record], durable: Bool) throws(KeychainError) {
         guard let fileName = rollback.withLock({ $0?.fileName }) else { return }
-        try withManifestLock(fileName) { () throws(KeychainError) in
-            try appendHoldingLock(records, durable: durable, fileName: fileName)
+        try withManifestLock(fileName) { (held) throws(KeychainError) in
+            try appendHoldingLock(records, durable: durable, fileName: fileName, held: &held)
         }
     }
 
     /// Runs `body` holding the lock of the manifest `fileName`: this process's other threads
-    /// wait on the mutex, other processes on the flock.
+    /// wait on the mutex, other processes on the flock. `body` gets the manifest the last append
+    /// opened (writable), to use again if the name still names it, and leaves the one it used.
     private func withManifestLock<R>(
-        _ fileName: String, _ body: () throws(KeychainError) -> R
+        _ fileName: String, _ body: (inout OpenFile?) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         let lockName = fileName + ".lock"
         return try manifestLock.withLock { (held) throws(KeychainError) -> R in
-            if held?.name != lockName { held = (lockName, try rootDirectory.openLock(lockName)) }
+            if held?.name != lockName { held = (lockName, try rootDirectory.openLock(lockName), nil) }
             let file = held!.file
             try rootDirectory.relock(file, named: lockName, timeout: lockTimeout)
             defer { file.unlock() }
-            return try body()
+            return try body(&held!.manifest)
         }
     }
 
-    private func appendHoldingLock(_ records: [Manifest.Record], durable: Bool, fileName: String) throws(KeychainError)
-    {
-        // One descriptor for the refresh and the append, opened under the lock.
-        let manifest = try refreshManifest(writable: true)
+    private func appendHoldingLock(
+        _ records: [Manifest.Record], durable: Bool, fileName: String, held: inout OpenFile?
+    ) throws(KeychainError) {
+        // One descriptor for the refresh and the append, opened under the lock, or the one the
+        // last append opened while the name still names its inode.
+        let manifest = try refreshManifest(writable: true, reusing: held)
+        held = manifest
         let keys = try current().keys
         try appendLocked(records, durable: durable, keys: keys, through: manifest)
         let compact = rollback.withLock { state -> [UInt8]? in
@@ -367,6 +383,7 @@ extension ItemStore {
         if let compact {
             // Under the manifest's lock: every appender re-reads the file (a new inode) before writing.
             try rootDirectory.replace(fileName, with: compact, durable: true)
+            held = nil
             try refreshManifest()
         }
     }

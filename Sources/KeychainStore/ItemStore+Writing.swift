@@ -69,8 +69,8 @@ extension ItemStore {
             guard let directory = try groupDirectory(group, create: true, state) else {
                 throw KeychainError(.storageFailed, "Cannot create the directory for \(description())")
             }
-            let lock = try directory.lock(".lock", timeout: lockTimeout)
-            defer { withExtendedLifetime(lock) {} }
+            let lock = try lockGroup(directory, named: group)
+            defer { unlock(lock, pooledAs: group, in: directory) }
 
             // Only an update without a value needs the old secret; an upsert reads header and attributes.
             // A file older than the manifest records is refused (its attributes would come back);
@@ -79,7 +79,7 @@ extension ItemStore {
             if let file = try directory.openFile(fileName) {
                 let contents = try readContents(
                     try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
-                    withSecret: value == nil, recordKey: access?.recordKey, state)
+                    withSecret: value == nil, recordKey: access?.recordKey, writtenAs: fileName, state)
                 existing =
                     try checkGeneration(
                         contents.generation, file: fileName, group: group, path: file.path, in: state.layout.items,
@@ -146,6 +146,26 @@ extension ItemStore {
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
             try recordInManifest(.set, [(path, contents.generation)])
+            remember(bytes, of: contents, file: fileName)
+        }
+    }
+
+    /// Caches what a write just sealed (see ``Caches/written``), so that the next upsert of the
+    /// item skips its attributes' key derivation and decryption. The attributes are decoded
+    /// from the very plaintext that was sealed, as a decryption would decode them.
+    private func remember(_ bytes: [UInt8], of contents: ItemFileV2.Contents, file: String) {
+        // Both only fail on bytes this process did not make; no message is shown.
+        guard
+            let header = try? ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file),
+            let attributes = try? AttributeList(decoding: contents.attributes.encoded(), path: file)
+        else { return }
+        let write = ListedWrite(
+            header: header.bytes, sealed: bytes[header.attributesRange], attributes: attributes, file: file)
+        caches.withLock { caches in
+            if caches.written.count >= Caches.writtenLimit, caches.written[file] == nil {
+                caches.written.removeAll(keepingCapacity: true)
+            }
+            caches.written[file] = write
         }
     }
 
@@ -155,8 +175,8 @@ extension ItemStore {
         return try withWriteAccess { (state) throws(KeychainError) -> Bool in
             let group = ItemFileV2.groupName(of: itemClass, primary, keys: state.keys)
             guard let directory = try groupDirectory(group, create: false, state) else { return false }
-            let lock = try directory.lock(".lock", timeout: lockTimeout)
-            defer { withExtendedLifetime(lock) {} }
+            let lock = try lockGroup(directory, named: group)
+            defer { unlock(lock, pooledAs: group, in: directory) }
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let generation = try recordDeletion(of: fileName, in: directory, group: group)
             let removed = try changing(directory, named: group) { () throws(KeychainError) in
@@ -222,8 +242,8 @@ extension ItemStore {
         try withWriteAccess { (state) throws(KeychainError) -> Bool in
             let names = names(identity, state)
             guard let directory = try groupDirectory(names.group, create: false, state) else { return false }
-            let lock = try directory.lock(".lock", timeout: lockTimeout)
-            defer { withExtendedLifetime(lock) {} }
+            let lock = try lockGroup(directory, named: names.group)
+            defer { unlock(lock, pooledAs: names.group, in: directory) }
             let generation =
                 names.version == 2 ? try recordDeletion(of: names.file, in: directory, group: names.group) : nil
             let removed = try changing(directory, named: names.group) { () throws(KeychainError) in

@@ -37,9 +37,11 @@ package final class ItemStore: Sendable {
     let caches = Locked(Caches())
     /// The manifest as last read, for a rollback-protected store (nil for one without a counter).
     let rollback: Locked<RollbackState?>
-    /// The manifest's lock file, kept open between appends (two system calls fewer per record).
-    /// Its mutex keeps this process's threads apart, which one flock description cannot.
-    let manifestLock = Locked<(name: String, file: LockFile)?>(nil)
+    /// The manifest's lock file, kept open between appends (two system calls fewer per record),
+    /// and the manifest itself as the last append opened it (an fstatat instead of an open and a
+    /// close per record while no other process replaced it). The mutex keeps this process's
+    /// threads apart, which one flock description cannot.
+    let manifestLock = Locked<(name: String, file: LockFile, manifest: OpenFile?)?>(nil)
 
     /// What an open store needs on every operation, read under one lock: nil once closed.
     struct OpenState: Sendable {
@@ -85,6 +87,13 @@ package final class ItemStore: Sendable {
         /// path's cache, and large enough for a listing of ``listingLimit`` items.
         var listed: [WriteSalt: ListedWrite] = [:]
         static let listingLimit = 16_384
+        /// What this process's last writes sealed, by item file name: the next upsert of such
+        /// an item finds its old attributes here instead of decrypting them. One entry per item,
+        /// the latest write's, for the last ``writtenLimit`` items written.
+        var written: [String: ListedWrite] = [:]
+        static let writtenLimit = 64
+        /// Lock files kept open between writes.
+        var locks = LockPool()
         /// Item files kept open for the next get of the same item (``HeldItemFile``).
         var heldFiles: [HeldItemFile.Key: HeldItemFile] = [:]
 

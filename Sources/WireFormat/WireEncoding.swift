@@ -24,6 +24,12 @@ package struct WireWriter {
     package mutating func append(_ value: UInt32) { BigEndian.append(value, to: &bytes) }
     package mutating func append(_ value: UInt64) { BigEndian.append(value, to: &bytes) }
     package mutating func append(raw: some Sequence<UInt8>) { bytes.append(contentsOf: raw) }
+    // Arrays and slices, the common case, without the generic append's per-element path: the
+    // generic one is not specialized for callers in other modules (an item write's header was
+    // measurably slower through it).
+    package mutating func append(raw: [UInt8]) { bytes.append(contentsOf: raw) }
+    package mutating func append(raw: ArraySlice<UInt8>) { bytes.append(contentsOf: raw) }
+    package mutating func reserveCapacity(_ count: Int) { bytes.reserveCapacity(count) }
     /// A TPM2B: UINT16 size followed by the bytes.
     package mutating func appendSized(_ raw: [UInt8]) {
         append(UInt16(raw.count))

@@ -1,4 +1,5 @@
 import Foundation
+import KeychainEnvironmentTurns
 import SecurityCompat
 import TPMKeychain
 import TPMKeychainTesting
@@ -124,7 +125,9 @@ import Testing
             ])
     }
 
-    @Test("items are internet passwords SecItem code can find; the secrets are only in the sealed value")
+    @Test(
+        "items are internet passwords SecItem code can find; the secrets are only in the sealed value",
+        .keychainEnvironment)
     func storageLayout() throws {
         let fixture = try GitFixture()
         try fixture.helper(
@@ -169,7 +172,8 @@ import Testing
     }
 
     @Test(
-        "a stored value with a line break is never handed to git (it would add attributes of its writer's choosing), and none is stored"
+        "a stored value with a line break is never handed to git (it would add attributes of its writer's choosing), and none is stored",
+        .keychainEnvironment
     )
     func lineBreaksNeverReachGit() throws {
         let fixture = try GitFixture()

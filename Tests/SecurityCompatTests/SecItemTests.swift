@@ -1,4 +1,5 @@
 import Foundation
+import KeychainEnvironmentTurns
 import LocalAuthenticationCompat
 import SecurityCompat
 import SystemCalls
@@ -8,7 +9,7 @@ import TPMKeychainTesting
 import Testing
 
 /// SecItem and LAContext on swtpm. Serialized: SecItem's configuration is process-wide.
-@Suite(.serialized, .tags(.concurrency)) struct SecItemTests {
+@Suite(.serialized, .keychainEnvironment, .tags(.concurrency)) struct SecItemTests {
     // MARK: Code in the seeds' style
 
     @Test("session storage: add, update on duplicate, load into AnyObject?, exists without data, delete")

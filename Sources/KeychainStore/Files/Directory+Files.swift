@@ -50,6 +50,22 @@ extension Directory {
         return OpenFile(owner: owner, path: path, status: status)
     }
 
+    /// The file `name` again through the descriptor of `held`, an earlier open of it, when the
+    /// name still names that inode on that device: one fstatat instead of openat, fstat and
+    /// close. The held descriptor keeps its inode allocated, so no other file can have taken its
+    /// number meanwhile. The file's checks are repeated on the new status.
+    ///
+    /// - Returns: nil when the name now names another file or none: the caller opens it again.
+    /// - Throws: ``KeychainError`` `.unsafeFileSystem` (mode, owner, links).
+    func reopenFile(_ name: String, heldAs held: OpenFile) throws(KeychainError) -> OpenFile? {
+        var status = stat()
+        guard fstatat(descriptor, name, &status, AT_SYMLINK_NOFOLLOW) == 0,
+            UInt64(status.st_ino) == held.inode, UInt64(status.st_dev) == held.device
+        else { return nil }
+        try Self.checkItemFile(status, path: held.path, sharing: sharing)
+        return OpenFile(owner: held.owner, path: held.path, status: status)
+    }
+
     /// What every file the store reads must be: a regular file with at most one link, owned and
     /// moded as ``Ownership`` requires.
     static func checkItemFile(_ status: stat, path: String, sharing: Sharing) throws(KeychainError) {
@@ -284,31 +300,46 @@ extension Directory {
     ///
     /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
     func lockItself(timeout: Duration, purpose: String, shared: Bool = false) throws(KeychainError) -> LockFile {
-        let file: LockFile
-        do {
-            file = try LockFile(directory: descriptor)
-        } catch {
-            throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
-        }
-        try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
+        let file = try openLockOnItself()
+        try relockItself(file, timeout: timeout, purpose: purpose, shared: shared)
         return file
     }
 
+    /// `path` is formatted only for an error.
+    /// A new open file description of this directory, to lock it with
+    /// ``relockItself(_:timeout:purpose:shared:)`` each time.
+    ///
+    /// - Throws: ``KeychainError`` `.storageFailed`.
+    func openLockOnItself() throws(KeychainError) -> LockFile {
+        do {
+            return try LockFile(directory: descriptor)
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot open \(path) to lock it", underlying: error)
+        }
+    }
+
+    /// Takes the lock of `file`, opened by ``openLockOnItself()``, waiting at most `timeout`.
+    ///
+    /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
+    func relockItself(_ file: LockFile, timeout: Duration, purpose: String, shared: Bool) throws(KeychainError) {
+        try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
+    }
+
     private static func take(
-        _ file: LockFile, path: String, timeout: Duration, purpose: String,
+        _ file: LockFile, path: @autoclosure () -> String, timeout: Duration, purpose: String,
         shared: Bool = false
     ) throws(KeychainError) {
         let locked: Bool
         do {
             locked = try file.lock(timeout: timeout, shared: shared)
         } catch {
-            throw KeychainError(.storageFailed, "Cannot lock \(path)", underlying: error)
+            throw KeychainError(.storageFailed, "Cannot lock \(path())", underlying: error)
         }
         guard locked else {
             let holder = file.holderProcessID.map { "process \($0)" } ?? "another process"
             throw KeychainError(
                 .timedOut,
-                "Waited \(timeout) for the lock on \(path) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again"
+                "Waited \(timeout) for the lock on \(path()) (\(purpose)); \(holder) still holds it. If that process is stuck, stop it and try again"
             )
         }
     }

@@ -14,6 +14,8 @@ final class OpenFile {
     var size: Int
     /// The inode and its change time when opened: which version of the name this is.
     let identity: FileIdentity
+    /// The file system the file is on: with the inode, which file this is while it is open.
+    let device: UInt64
     var inode: UInt64 { identity.inode }
     var descriptor: Int32 { owner.descriptor }
 
@@ -23,6 +25,7 @@ final class OpenFile {
         self.path = path
         size = Int(status.st_size)
         identity = FileIdentity(status)
+        device = UInt64(status.st_dev)
     }
 
     /// Reads exactly `count` bytes at `offset`.

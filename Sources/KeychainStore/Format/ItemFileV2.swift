@@ -117,6 +117,7 @@ enum ItemFileV2 {
     ) throws -> [UInt8] {
         let attributes = contents.attributes.encoded()
         var header = WireWriter()
+        header.reserveCapacity(headerSize)
         header.append(raw: ItemFileV1.magic)
         header.append(version)
         header.append(UInt16(headerSize))

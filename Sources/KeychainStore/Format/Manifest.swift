@@ -167,7 +167,9 @@ struct Manifest {
     /// The record MAC with its key set up once: a manifest of 100,000 records is checked on every
     /// open, and keying HMAC per record, through the generic `update(data:)`, cost more than the
     /// hashing itself. ManifestMACTests check it against swift-crypto's HMAC.
-    struct RecordMAC {
+    /// A store keeps one in its keys (``StoreKeys/manifestMAC``): each append encodes and applies
+    /// its records with it, and preparing it per call was two SHA-256 blocks each time.
+    struct RecordMAC: Sendable {
         private let keyed: PreparedHMAC
 
         init(key: SymmetricKey) { keyed = PreparedHMAC(key: key) }
@@ -180,10 +182,14 @@ struct Manifest {
 
     /// The bytes of `records` chained after `previous`.
     static func encode(_ records: [Record], after previous: [UInt8], key: SymmetricKey) -> [UInt8] {
+        encode(records, after: previous, macs: RecordMAC(key: key))
+    }
+
+    /// The bytes of `records` chained after `previous`, with the store's prepared record MAC.
+    static func encode(_ records: [Record], after previous: [UInt8], macs recordMAC: RecordMAC) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(records.count * recordSize)
         var last = previous
-        let recordMAC = RecordMAC(key: key)
         for record in records {
             let body = record.body()
             last = recordMAC.mac(body[...], after: last)
@@ -220,7 +226,9 @@ struct Manifest {
         var state = State(
             storeID: storeID, counterIndex: counterIndex, highWater: integer(headerBody, at: 8),
             lastMAC: Array(bytes[48..<64]), validSize: recordSize)
-        if let error = apply(bytes[recordSize...], at: recordSize, to: &state, key: key, path: path) { throw error }
+        if let error = apply(bytes[recordSize...], at: recordSize, to: &state, macs: RecordMAC(key: key), path: path) {
+            throw error
+        }
         return state
     }
 
@@ -230,15 +238,24 @@ struct Manifest {
     /// in place: callers keep it uniquely referenced, so a large manifest is not copied per write.
     ///
     /// - Returns: an error for a second header (a spliced file); nil otherwise.
+    ///
+    /// `encodedAfter` is given for bytes that ``encode(_:after:macs:)`` just returned to this
+    /// process, chained after that MAC: when it is still `state`'s last MAC, their MACs are taken
+    /// as they are instead of being computed a second time. Bytes read from the file are always
+    /// checked.
     static func apply(
-        _ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, key: SymmetricKey, path: String
+        _ bytes: ArraySlice<UInt8>, at offset: Int, to state: inout State, macs: RecordMAC, path: String,
+        encodedAfter: [UInt8]? = nil
     ) -> KeychainError? {
         guard offset == state.validSize else { return nil }
-        let macs = RecordMAC(key: key)
+        let encodedHere = encodedAfter == state.lastMAC
         state.entries.reserveCapacity(state.entries.count + bytes.count / recordSize)
-        // Records of one group share its name: formatted once per run of them, not per record.
+        // Records of one group share its name: formatted once per run of them, not per record,
+        // and not at all when the item's entry already has it (an item's group never changes:
+        // its file name keys its whole primary key).
         var lastGroup: (bytes: ArraySlice<UInt8>, name: String) = ([], "")
-        func groupName(_ bytes: ArraySlice<UInt8>) -> String {
+        func groupName(_ bytes: ArraySlice<UInt8>, known: String?) -> String {
+            if let known, Self.hexEqual(known, bytes) { return known }
             if bytes.elementsEqual(lastGroup.bytes) { return lastGroup.name }
             lastGroup = (bytes, Array(bytes).hexString)
             return lastGroup.name
@@ -246,10 +263,14 @@ struct Manifest {
         var position = bytes.startIndex
         while position + recordSize <= bytes.endIndex {
             let body = Array(bytes[position..<position + 48])
-            let recordMAC = macs.mac(body[...], after: state.lastMAC)
-            guard constantTimeEqual(recordMAC, bytes[position + 48..<position + 64]), body[1] == version,
-                let kind = Kind(rawValue: body[0])
-            else { break }
+            let recordMAC: [UInt8]
+            if encodedHere {
+                recordMAC = Array(bytes[position + 48..<position + 64])
+            } else {
+                recordMAC = macs.mac(body[...], after: state.lastMAC)
+                guard constantTimeEqual(recordMAC, bytes[position + 48..<position + 64]) else { break }
+            }
+            guard body[1] == version, let kind = Kind(rawValue: body[0]) else { break }
             let value = integer(body, at: 8)
             switch kind {
             case .header:
@@ -260,14 +281,15 @@ struct Manifest {
                 let key = ItemKey(body[32..<48])
                 var entry =
                     state.entries[key]
-                    ?? Entry(generation: 0, live: false, group: groupName(body[16..<32]), finished: true)
+                    ?? Entry(generation: 0, live: false, group: groupName(body[16..<32], known: nil), finished: true)
                 entry.pending = value
                 state.entries[key] = entry
                 state.highWater = max(state.highWater, value)
             case .set, .deleting, .deleted:
-                let group = groupName(body[16..<32])
+                let key = ItemKey(body[32..<48])
+                let group = groupName(body[16..<32], known: state.entries[key]?.group)
                 let entry = Entry(generation: value, live: kind == .set, group: group, finished: kind == .deleted)
-                if let old = state.entries.updateValue(entry, forKey: ItemKey(body[32..<48])), old.live {
+                if let old = state.entries.updateValue(entry, forKey: key), old.live {
                     state.liveCount -= 1
                 }
                 if entry.live { state.liveCount += 1 }
@@ -301,6 +323,19 @@ struct Manifest {
         }
         records.append(Record(kind: .epoch, value: state.epoch))
         return encode(records, after: [UInt8](repeating: 0, count: 16), key: key)
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    /// Whether `hex` is the lower-case hex of `bytes`, compared without formatting them.
+    private static func hexEqual(_ hex: String, _ bytes: ArraySlice<UInt8>) -> Bool {
+        var utf8 = hex.utf8.makeIterator()
+        for byte in bytes {
+            guard utf8.next() == hexDigits[Int(byte >> 4)], utf8.next() == hexDigits[Int(byte & 0x0F)] else {
+                return false
+            }
+        }
+        return utf8.next() == nil
     }
 
     private static func integer(_ bytes: [UInt8], at offset: Int) -> UInt64 {

@@ -27,6 +27,9 @@ final class StoreKeys: Sendable {
     /// two padded blocks are hashed once per store, not once per name (a listing makes one name
     /// per item).
     private let namesMAC: PreparedHMAC
+    /// The manifest's record MAC keyed with ``manifest``, set up once: every write encodes and
+    /// applies two records.
+    let manifestMAC: Manifest.RecordMAC
 
     static let itemsInfo = Array("TPMKeychain v1 item keys".utf8)
     static let namesInfo = Array("TPMKeychain v1 names".utf8)
@@ -47,6 +50,7 @@ final class StoreKeys: Sendable {
         counterAuthorization = HKDF<SHA256>.deriveKey(
             inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo, outputByteCount: 32)
         namesMAC = PreparedHMAC(key: names)
+        manifestMAC = Manifest.RecordMAC(key: manifest)
     }
 
     /// The AES-256-GCM key of one write: a fresh 32-byte salt per write means no (key, nonce) pair
