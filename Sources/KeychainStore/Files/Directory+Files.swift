@@ -305,7 +305,6 @@ extension Directory {
         return file
     }
 
-    /// `path` is formatted only for an error.
     /// A new open file description of this directory, to lock it with
     /// ``relockItself(_:timeout:purpose:shared:)`` each time.
     ///
@@ -325,6 +324,7 @@ extension Directory {
         try Self.take(file, path: path, timeout: timeout, purpose: purpose, shared: shared)
     }
 
+    /// `path` is formatted only for an error.
     private static func take(
         _ file: LockFile, path: @autoclosure () -> String, timeout: Duration, purpose: String,
         shared: Bool = false

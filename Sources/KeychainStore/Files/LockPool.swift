@@ -44,7 +44,4 @@ struct LockPool {
         files.append((directory, file))
         idle[key] = files
     }
-
-    /// Idle descriptors kept, for tests.
-    var idleCount: Int { idle.values.reduce(0) { $0 + $1.count } }
 }
