@@ -144,29 +144,25 @@ import Glibc
             let groupLocks = Self.openFiles(under: root, endingWith: "/.lock")
             #expect(groupLocks.count == 1, "the group's lock file is kept open: \(groupLocks)")
             let lockPath = try #require(groupLocks.first)
-            do {
-                let holder = try LockFile(lockPath)
+            /// A write while `holder` has a lock another writer needs: held back until it times out.
+            func expectHeldBack(by holder: LockFile, _ what: String) throws {
                 #expect(try holder.lock(wait: false))
                 do {
-                    try store.write(alice, mode: .upsert, value: Self.value("two"), changes: AttributeChanges())
-                    Issue.record("a write went ahead while another holder had the group's lock")
-                } catch let error as KeychainError {
+                    try store.write(alice, mode: .upsert, value: Self.value("held"), changes: AttributeChanges())
+                    Issue.record("a write went ahead while another holder had \(what)")
+                } catch {
                     #expect(error.code == .timedOut, "\(error)")
                 }
+                holder.unlock()
+                try store.write(alice, mode: .upsert, value: Self.value("free"), changes: AttributeChanges())
             }
-            try store.write(alice, mode: .upsert, value: Self.value("two"), changes: AttributeChanges())
-
-            // The store's own lock, taken exclusive as a rotation takes it, holds writes back too.
-            let storeLock = try LockFile(directory: open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC))
-            #expect(try storeLock.lock(wait: false))
             do {
-                try store.write(alice, mode: .upsert, value: Self.value("three"), changes: AttributeChanges())
-                Issue.record("a write went ahead while another holder had the store's lock exclusive")
-            } catch let error as KeychainError {
-                #expect(error.code == .timedOut, "\(error)")
+                try expectHeldBack(by: try LockFile(lockPath), "the group's lock")
             }
-            storeLock.unlock()
-            try store.write(alice, mode: .upsert, value: Self.value("three"), changes: AttributeChanges())
+            // The store's own lock, taken exclusive as a rotation takes it, holds writes back too.
+            let rootDescriptor = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            defer { close(rootDescriptor) }
+            try expectHeldBack(by: try LockFile(directory: rootDescriptor), "the store's lock exclusive")
 
             for index in 0..<40 {
                 try store.write(
