@@ -108,7 +108,7 @@ package final class LockFile {
     /// - Returns: false when the lock was still held after `timeout`.
     /// - Throws: `Errno` for any failure other than contention.
     package func lock(timeout: Duration, shared: Bool = false) throws(Errno) -> Bool {
-        // The clock is read only when the lock is taken: a write takes three uncontended.
+        // The clock is read only when the lock is busy: a write takes four locks, as a rule free.
         if try lock(wait: false, shared: shared) { return true }
         let deadline = ContinuousClock.now + timeout
         var pause = Duration.microseconds(200)
