@@ -4,7 +4,7 @@
 #
 #     Scripts/benchmark-secret-service.sh [--quick]      (--quick: 100 and 1,000 only)
 #
-# Builds the CLI as it ships (release, --static-swift-stdlib, in .build-static), then runs
+# Builds the CLI as it ships (Scripts/release-build.sh, in .build-static), then runs
 # Tests/Benchmarks/SecretService/bench.py: each provider on its own private dbus-daemon and HOME,
 # the same items, and every measurement alternated between the providers in small batches (this
 # machine's speed drifts within minutes). Needs gnome-keyring, secret-tool and python3-dbus
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 for tool in gnome-keyring-daemon secret-tool dbus-daemon swtpm; do
     command -v "$tool" >/dev/null || { echo "benchmark-secret-service.sh: $tool is required" >&2; exit 1; }
 done
-swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain >&2
+Scripts/release-build.sh --scratch-path .build-static --product tpm-keychain >&2
 ours="$PWD/.build-static/release/tpm-keychain secret-service --address {address} --data-directory {home}/tpm-keychain"
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores"
 /usr/bin/python3 Tests/Benchmarks/SecretService/bench.py --items 100,1000 --batches 10 --batch-size 20 \

@@ -5,7 +5,7 @@
 #     Scripts/benchmarks.sh [SUITE] [iterations]      (no SUITE: every suite)
 #
 # Builds the C floor (ESAPIFloor) and TPMBenchmarks in release mode, and the CLI as it ships
-# (--static-swift-stdlib, in .build-static), then runs TPMBenchmarks with TPM_KEYCHAIN_CLI set to
+# (Scripts/release-build.sh, in .build-static), then runs TPMBenchmarks with TPM_KEYCHAIN_CLI set to
 # that CLI. Fails, rather than skipping a suite, when tpm2-tools or systemd-creds is missing.
 # The store and access suites also redraw docs/performance.svg (Scripts/plot-benchmarks.py): gets
 # against the number of items, and each cold path under the swtpm, firmware and discrete profiles.
@@ -17,7 +17,7 @@ for tool in swtpm tpm2_unseal systemd-creds; do
 done
 swift build -c release --product ESAPIFloor >&2
 swift build -c release --product TPMBenchmarks >&2
-swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain >&2
+Scripts/release-build.sh --scratch-path .build-static --product tpm-keychain >&2
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 echo "commit: $commit, $(date -u +%Y-%m-%d)"
 # The store and access suites leave their figures here for the plot (docs/performance.svg).

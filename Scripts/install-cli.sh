@@ -101,11 +101,11 @@ else
 fi
 
 # 2. The binary, with the Swift runtime linked in (it halves the start-up time).
-run swift build -c release --static-swift-stdlib --product tpm-keychain
+run Scripts/release-build.sh --product tpm-keychain
 if $dry_run; then
     binary=.build/release/tpm-keychain
 else
-    binary="$(swift build -c release --static-swift-stdlib --show-bin-path)/tpm-keychain"
+    binary="$(Scripts/release-build.sh --show-bin-path)/tpm-keychain"
     [ -x "$binary" ] || { echo "install-cli.sh: $binary was not built" >&2; exit 1; }
 fi
 

@@ -44,7 +44,7 @@ if ! $dry_run && [ "$(id -u)" -ne 0 ]; then
     echo "install-enrollment-helper.sh: run it as root (it installs a system service)" >&2
     exit 77
 fi
-run swift build -c release --static-swift-stdlib --product tpm-keychain-enrollment
+run Scripts/release-build.sh --product tpm-keychain-enrollment
 run install -d -m 755 "$libexec"
 run install -m 755 .build/release/tpm-keychain-enrollment "$libexec/tpm-keychain-enrollment"
 run install -m 644 Scripts/enrollment-helper/tpm-keychain-enrollment.socket "$units/tpm-keychain-enrollment.socket"

@@ -211,23 +211,34 @@ static bool slotsLeadTo(const SlotList *list, const Library *library, void *func
     return true;
 }
 
-/* The protection of the page as the kernel has it, from /proc/self/maps; -1 when unreadable. */
-static int protectionFromMaps(uintptr_t page) {
+/* The protection of each page as the kernel has it, from one reading of /proc/self/maps: -1 for
+ * a page no mapping holds, or when the file is unreadable. One reading, because the kernel writes
+ * out every mapping each time and a lookup CLI has about a hundred. */
+static void protectionsFromMaps(const uintptr_t *pages, int *protections, size_t count) {
+    for (size_t index = 0; index < count; index++) protections[index] = -1;
     FILE *maps = fopen("/proc/self/maps", "re");
-    if (maps == NULL) return -1;
-    int protection = -1;
+    if (maps == NULL) return;
+    size_t found = 0;
     char *line = NULL;
     size_t capacity = 0;
-    while (protection < 0 && getline(&line, &capacity, maps) > 0) {
-        unsigned long start, end;
-        char flags[5];
-        if (sscanf(line, "%lx-%lx %4s", &start, &end, flags) != 3 || page < start || page >= end) continue;
-        protection = (flags[0] == 'r' ? PROT_READ : 0) | (flags[1] == 'w' ? PROT_WRITE : 0) |
-                     (flags[2] == 'x' ? PROT_EXEC : 0);
+    while (found < count && getline(&line, &capacity, maps) > 0) {
+        // "start-end rwxp ...": two hex numbers and the flags, parsed without scanf.
+        char *cursor = line;
+        unsigned long start = strtoul(cursor, &cursor, 16);
+        if (*cursor != '-') continue;
+        unsigned long end = strtoul(cursor + 1, &cursor, 16);
+        if (*cursor != ' ' || strlen(cursor + 1) < 3) continue;
+        const char *flags = cursor + 1;
+        int protection = (flags[0] == 'r' ? PROT_READ : 0) | (flags[1] == 'w' ? PROT_WRITE : 0) |
+                         (flags[2] == 'x' ? PROT_EXEC : 0);
+        for (size_t index = 0; index < count; index++) {
+            if (protections[index] >= 0 || pages[index] < start || pages[index] >= end) continue;
+            protections[index] = protection;
+            found++;
+        }
     }
     free(line);
     fclose(maps);
-    return protection;
 }
 
 /* Without /proc: what glibc's _dl_protect_relro made read-only, both ends rounded down to the
@@ -344,12 +355,17 @@ static CESAPICryptoContextStatus patchESAPI(void) {
         void *replacement = kind == 0 ? (void *)releaseContextFromESAPI : (void *)sharedContextForESAPI;
         for (size_t index = 0; index < list->count; index++) {
             uintptr_t page = list->addresses[index] & ~(pageSize - 1);
-            int protection = protectionFromMaps(page);
-            if (protection < 0) protection = protectionFromRELRO(&library, page, pageSize);
             _Atomic(void *) *address = (_Atomic(void *) *)list->addresses[index];
-            slots[count++] = (Slot){address, atomic_load(address), replacement, page, protection, kind == 1};
+            slots[count++] = (Slot){address, atomic_load(address), replacement, page, -1, kind == 1};
         }
     }
+    uintptr_t pages[2 * MAX_SLOTS];
+    int protections[2 * MAX_SLOTS];
+    for (size_t index = 0; index < count; index++) pages[index] = slots[index].page;
+    protectionsFromMaps(pages, protections, count);
+    for (size_t index = 0; index < count; index++)
+        slots[index].protection =
+            protections[index] >= 0 ? protections[index] : protectionFromRELRO(&library, slots[index].page, pageSize);
     // Under lazy binding, a first call into ESAPI on another thread could still have the dynamic
     // linker bind a slot over ours; Engine installs before it uses ESAPI.
     return writeSlots(slots, count, pageSize);

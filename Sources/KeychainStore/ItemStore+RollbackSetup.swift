@@ -62,14 +62,16 @@ extension ItemStore {
 
     /// The counter's value, read with its authorization (the TPM authenticates the answer).
     ///
+    /// - Parameter last: nothing after this read uses a TPM session in `tpm`; the read ends the one
+    ///   it shares (``TPM/TPMConnection/readNVCounter(_:authValue:endingSessions:)``).
     /// - Throws: ``KeychainError`` `.rollbackCounterMissing` when the index is gone.
     static func readCounter(
-        _ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String
+        _ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String, last: Bool = false
     ) throws(KeychainError) -> UInt64 {
         // Defined by the store as below: the read names it without NV_ReadPublic, checked by its HMAC.
         tpm.expectNVIndex(index, kind: .counter, options: .noDictionaryAttack)
         do {
-            return try tpm.readNVCounter(index, authValue: counterAuthorization(keys))
+            return try tpm.readNVCounter(index, authValue: counterAuthorization(keys), endingSessions: last)
         } catch let error as TPMError where error.code == .handleNotFound || error.code == .nvIndexUninitialized {
             throw counterMissing(index, store: store, underlying: error)
         } catch let error as TPMError {

@@ -36,8 +36,10 @@ extension ItemStore {
             }
             // Authenticated before the counter is read with a key derived from it.
             try parsed.verify(metadataKey: keys.metadata)
-            let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root) }
-            return (keys, sealed.isDictionaryAttackProtected ? try tpm.seal(key) : nil, counter)
+            // The read is the connection's last command in a session unless the key is resealed.
+            let reseals = sealed.isDictionaryAttackProtected
+            let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root, last: !reseals) }
+            return (keys, reseals ? try tpm.seal(key) : nil, counter)
         }
         if let resealed {
             // Authenticated first, so a forged file is never rewritten as genuine. The old file
@@ -77,10 +79,10 @@ extension ItemStore {
     }
 
     static func counterResult(
-        _ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String
+        _ index: UInt32, keys: StoreKeys, tpm: TPMConnection, store: String, last: Bool = false
     ) -> Result<UInt64, KeychainError> {
         do {
-            return .success(try readCounter(index, keys: keys, tpm: tpm, store: store))
+            return .success(try readCounter(index, keys: keys, tpm: tpm, store: store, last: last))
         } catch {
             return .failure(error)
         }

@@ -15,7 +15,7 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     /// The store's directory (absolute, normalised).
     public let path: String
     /// How the TPM is found: see ``TPMChoice``.
-    public let tpm: TPMChoice
+    public private(set) var tpm: TPMChoice
     /// Where the device's state lives (its passcode key, last-seen enrollment; docs/FORMAT.md,
     /// "Device state"), shared by the user's stores on one TPM. nil chooses: `TPM_KEYCHAIN_DEVICE_DIR`
     /// when set; `<store>/device` for a store with its own simulated TPM; else
@@ -67,6 +67,14 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     private init(validatedPath path: String, tpm: TPMChoice) {
         self.path = (path as NSString).standardizingPath
         self.tpm = tpm
+    }
+
+    /// This location with `tpm` chosen instead: the path as it was normalised already, without
+    /// the walk over its symbolic links that normalising takes again.
+    package func choosing(_ tpm: TPMChoice) -> KeychainLocation {
+        var location = self
+        location.tpm = tpm
+        return location
     }
 
     /// The store named `name` under `$XDG_DATA_HOME/tpm-keychain`, else `~/.local/share/tpm-keychain`.

@@ -18,14 +18,23 @@ package final class StoreSession {
     ///   - choice: ``TPMChoice/automaticOrSimulated`` for commands that may create a store.
     ///   - announceSimulation: say on stderr when a simulated TPM stands in for the hardware;
     ///     commands whose own output says so turn it off.
-    package init(path: String, choice: TPMChoice = .automaticOrSimulated, announceSimulation: Bool = true) throws {
+    package convenience init(
+        path: String, choice: TPMChoice = .automaticOrSimulated, announceSimulation: Bool = true
+    ) throws {
+        try self.init(
+            path: path, at: try KeychainLocation(path: path), choice: choice, announceSimulation: announceSimulation)
+    }
+
+    /// - Parameter found: the location of `path`, made once: each location made from a path
+    ///   resolves its symbolic links again.
+    private init(path: String, at found: KeychainLocation, choice: TPMChoice, announceSimulation: Bool) throws {
         self.path = path
-        existedBefore = (try? KeychainLocation(path: path).storeExists) ?? true
-        let tpm = try StoreTPM.choose(for: try KeychainLocation(path: path, tpm: choice))
+        existedBefore = found.storeExists
+        let tpm = try StoreTPM.choose(for: found.choosing(choice))
         self.tpm = tpm
         // Interrupted: stop the simulated TPM in order (TPM2_Shutdown), then die of the signal.
         interruptionToken = ProcessGuard.onInterruption { tpm.stop() }
-        var location = try KeychainLocation(path: path, tcti: tpm.configuration.tcti)
+        var location = found.choosing(.tcti(tpm.configuration.tcti))
         // A store with its own simulated TPM keeps its device state beside it; otherwise the
         // library's default applies (one device directory per user and TPM).
         if case .simulatedInStore = tpm.source {
@@ -72,7 +81,10 @@ package final class StoreSession {
     ///
     /// - Throws: ``KeychainError`` `.storeNotFound` naming the path, before any TPM is chosen.
     package static func withExisting<R>(_ path: String, _ body: (StoreSession) throws -> R) throws -> R {
-        try KeychainLocation(path: path).checkStore()
-        return try with(path, body)
+        let found = try KeychainLocation(path: path)
+        try found.checkStore()
+        let session = try StoreSession(path: path, at: found, choice: .automaticOrSimulated, announceSimulation: true)
+        defer { session.close() }
+        return try body(session)
     }
 }

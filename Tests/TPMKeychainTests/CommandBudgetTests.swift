@@ -21,7 +21,7 @@ import Testing
     /// devicePasscode get 7, protected add 8, unlock 10, set-passcode 12.
     static let budget: [(path: String, direct: Int, resourceManaged: Int)] = [
         ("create a store", 20, 13),
-        ("cold open and a get", 8, 5),
+        ("cold open and a get", 7, 5),
         ("get from an open store", 0, 0),
         ("set-passcode", 15, 13),
         ("first write after the open (the rollback counter's epoch starts)", 4, 3),

@@ -25,4 +25,30 @@ import Testing
         expectKeychainError(.storeNotFound) { try first.removeStore() }
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory).allSatisfy { !$0.contains("removed") })
     }
+
+    @Test(
+        "A location with another TPM chosen keeps its path as normalised when it was made (no second walk over symbolic links) and its other settings"
+    )
+    func choosingKeepsThePath() throws {
+        let base = NSTemporaryDirectory() + "tpm-location-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        for name in ["one", "two"] {
+            try FileManager.default.createDirectory(atPath: base + "/" + name, withIntermediateDirectories: true)
+        }
+        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/one")
+        var location = try KeychainLocation(path: base + "/link/./store/../store")
+        location.deviceDirectory = "/elsewhere"
+        #expect(location.path.hasSuffix("/one/store"), "\(location.path)")
+        #expect(location.tcti == nil)
+
+        // The link now leads elsewhere: a location made again follows it, a chosen one keeps its path.
+        try FileManager.default.removeItem(atPath: base + "/link")
+        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/two")
+        let chosen = location.choosing(.tcti("swtpm:host=127.0.0.1,port=1"))
+        #expect(chosen.path == location.path)
+        #expect(chosen.tcti == "swtpm:host=127.0.0.1,port=1")
+        #expect(chosen.deviceDirectory == "/elsewhere")
+        #expect(chosen != location)
+        #expect(try KeychainLocation(path: base + "/link/store").path.hasSuffix("/two/store"))
+    }
 }

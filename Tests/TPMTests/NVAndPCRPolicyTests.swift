@@ -83,6 +83,44 @@ import Testing
         }
     }
 
+    @Test(
+        "A counter read that ends the connection's sessions spares the close one FlushContext and leaves no session loaded"
+    )
+    func counterReadEndingTheKeptSession() throws {
+        try withRecordingProxy { proxy, configuration, simulator in
+            let auth = SecretBytes(copying: Array("counter auth".utf8))
+            let index: UInt32 = 0x0150_0041
+            let secret = SecretBytes(copying: distinctSecret(7))
+            try withConnection(configuration) { tpm in
+                try tpm.defineNVIndex(index, kind: .counter, authValue: auth, options: .noDictionaryAttack)
+                try tpm.incrementNVCounter(index, authValue: auth)
+            }
+            let sealed = try withConnection(configuration) { tpm in try tpm.seal(secret) }
+            var flushes: [Bool: Int] = [:]
+            var values: [Bool: UInt64] = [:]
+            for ending in [false, true] {
+                proxy.reset()
+                try withConnection(configuration) { tpm in
+                    tpm.expectNVIndex(index, kind: .counter, options: .noDictionaryAttack)
+                    // The unseal starts the connection's salted session; the read shares it.
+                    #expect(try tpm.unseal(sealed) == secret)
+                    values[ending] = try tpm.readNVCounter(index, authValue: auth, endingSessions: ending)
+                }
+                let names = proxy.commandCodes.map(RecordingTPMProxy.commandName)
+                #expect(proxy.commandCodes.filter { $0 == 0x176 }.count == 1, "\(names)") // one StartAuthSession
+                flushes[ending] = proxy.commandCodes.filter { $0 == 0x165 }.count // TPM2_FlushContext
+                #expect(try listedHandles("loaded-session", simulator).isEmpty, "ending: \(ending), \(names)")
+                #expect(try listedHandles("transient", simulator).isEmpty, "ending: \(ending), \(names)")
+            }
+            #expect(values[true] == values[false])
+            #expect(flushes[true] == (flushes[false] ?? 0) - 1, "\(flushes)")
+            // The next connection starts a session of its own and reads the same value.
+            #expect(
+                try withConnection(configuration) { tpm in try tpm.readNVCounter(index, authValue: auth) }
+                    == values[true])
+        }
+    }
+
     @Test func nvDataWriteReadWithAnAuthValue() throws {
         try withSimulator { _, configuration in
             try withConnection(configuration) { tpm in

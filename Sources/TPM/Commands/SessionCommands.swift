@@ -74,14 +74,23 @@ extension Engine {
     ///
     /// A command that fails ends the session's use: it is flushed, so a session whose nonces ESAPI
     /// and the TPM may no longer agree on is never reused.
-    func withHMACSession<R>(saltedWith key: StorageRootKey?, _ body: (ESYS_TR, Bool) throws -> R) throws -> R {
+    ///
+    /// `endingKept`: the caller knows this is the connection's last command in a session, so a
+    /// kept session it uses ends with it (continueSession clear) instead of being flushed at close:
+    /// one command fewer. `body` must send its command with the continueSession it is given.
+    func withHMACSession<R>(
+        saltedWith key: StorageRootKey?, endingKept: Bool = false, _ body: (ESYS_TR, Bool) throws -> R
+    ) throws -> R {
         let salted = key != nil && parameterEncryption
         let session: ESYS_TR
         var keep = true
+        var endsKept = false
         if let kept = sharedSessions.salted {
             session = kept
+            endsKept = endingKept
         } else if !salted, let kept = sharedSessions.unsalted {
             session = kept
+            endsKept = endingKept
         } else if salted {
             session = try startSession(.hmac, saltedWith: key)
             sharedSessions.salted = session
@@ -92,8 +101,15 @@ extension Engine {
             session = try startSession(.hmac, saltedWith: nil)
             keep = false
         }
+        if endsKept { keep = false }
         do {
-            return try body(session, keep)
+            let result = try body(session, keep)
+            if endsKept {
+                // The TPM ended it with the command: there is nothing left to flush at close.
+                if sharedSessions.salted == session { sharedSessions.salted = nil }
+                if sharedSessions.unsalted == session { sharedSessions.unsalted = nil }
+            }
+            return result
         } catch {
             if sharedSessions.salted == session { sharedSessions.salted = nil }
             if sharedSessions.unsalted == session { sharedSessions.unsalted = nil }

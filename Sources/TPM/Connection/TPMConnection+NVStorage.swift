@@ -52,11 +52,17 @@ extension TPMConnection {
 
     /// The value of an NV counter.
     ///
+    /// - Parameter endingSessions: this read is the connection's last command in a session: the
+    ///   session it shares with earlier commands ends with it (continueSession clear), which saves
+    ///   the FlushContext the connection's close would send. A later command starts a new one.
     /// - Throws: ``TPMError`` `.nvIndexUninitialized` before the first increment.
-    public func readNVCounter(_ index: UInt32, authValue: SecretBytes? = nil) throws -> UInt64 {
+    public func readNVCounter(
+        _ index: UInt32, authValue: SecretBytes? = nil, endingSessions: Bool = false
+    ) throws -> UInt64 {
         // A counter's value is no secret: without a PIN no salted session (and so no storage key) is needed.
-        let bytes = try withNVAuthorization(index, authValue: authValue, secretParameters: false) {
-            engine, handle, session, keep in
+        let bytes = try withNVAuthorization(
+            index, authValue: authValue, secretParameters: false, endingKeptSession: endingSessions
+        ) { engine, handle, session, keep in
             try engine.readNV(handle, count: 8, offset: 0, session: session, continueSession: keep)
         }
         return bytes.withUnsafeBytes { BigEndian.integer($0) }
@@ -188,8 +194,11 @@ extension TPMConnection {
     /// unsalted HMAC session: its HMACs are keyed with the authValue, so the TPM's answer is still
     /// authenticated and the authValue never crosses the bus, without the salt's key exchange. The
     /// connection's salted session serves it when there is one.
+    ///
+    /// `endingKeptSession`: a kept session the command uses ends with it; only for a body that
+    /// sends its command with the continueSession it is given.
     private func withNVAuthorization<R: Sendable>(
-        _ index: UInt32, authValue: SecretBytes?, secretParameters: Bool,
+        _ index: UInt32, authValue: SecretBytes?, secretParameters: Bool, endingKeptSession: Bool = false,
         _ body: (Engine, ESYS_TR, ESYS_TR, Bool) throws -> R
     ) throws -> R {
         try withEngine { engine in
@@ -200,8 +209,8 @@ extension TPMConnection {
                     return try body(engine, handle, ESYS_TR(ESYS_TR_PASSWORD), true)
                 }
                 let parent = secretParameters ? try engine.storageKey(algorithm: nil, pinnedName: nil) : nil
-                return try engine.withHMACSession(saltedWith: parent) { session, keep in
-                    try body(engine, handle, session, keep)
+                return try engine.withHMACSession(saltedWith: parent, endingKept: endingKeptSession) {
+                    session, keep in try body(engine, handle, session, keep)
                 }
             }
         }

@@ -21,11 +21,11 @@ struct CLIBenchmarks {
     let iterations: Int?
 
     func run() throws {
-        // The shipped CLI is linked with --static-swift-stdlib (its own build directory); name it here.
+        // The shipped CLI is built by Scripts/release-build.sh (its own build directory); name it here.
         let executable = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_CLI"] ?? siblingExecutable("tpm-keychain")
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             print(
-                "\n== CLI: build it first with `swift build -c release --static-swift-stdlib --scratch-path .build-static --product tpm-keychain`"
+                "\n== CLI: build it first with `Scripts/release-build.sh --scratch-path .build-static --product tpm-keychain`"
             )
             return
         }
