@@ -2,6 +2,7 @@ import Foundation
 import KeychainStore
 public import KeychainVocabulary
 public import Logging
+import SystemCalls
 
 /// Where a keychain store lives and which TPM seals its master key.
 ///
@@ -65,9 +66,29 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     }
 
     private init(validatedPath path: String, tpm: TPMChoice) {
-        self.path = (path as NSString).standardizingPath
+        self.path = Self.normalized(path)
         self.tpm = tpm
     }
+
+    /// `path` with `~`, `.`, `..` and symbolic links resolved (Foundation's `standardizingPath`).
+    ///
+    /// Normalising walks the path with a readlink per component, through Foundation: about
+    /// 0.25 ms for a short path. A tool normalises the path it is given and then makes its
+    /// location from the result, so a result this process made lately is recognised and returned
+    /// as is: normalising it again would give it back (it has no `.`, `..` or link left, unless
+    /// one was made since, which a second walk a moment later could miss as well).
+    package static func normalized(_ path: String) -> String {
+        if lastNormalized.withLock({ $0.contains(path) }) { return path }
+        let result = (path as NSString).standardizingPath
+        lastNormalized.withLock { recent in
+            if recent.count == 8 { recent.removeFirst() }
+            recent.append(result)
+        }
+        return result
+    }
+
+    /// The last few paths ``normalized(_:)`` returned.
+    private static let lastNormalized = Locked<[String]>([])
 
     /// This location with `tpm` chosen instead: the path as it was normalised already, without
     /// the walk over its symbolic links that normalising takes again.

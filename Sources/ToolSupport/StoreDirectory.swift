@@ -1,4 +1,5 @@
 import Foundation
+import TPMKeychain
 
 /// The store directory as the tools see it, before (and without) opening the store.
 package enum StoreDirectory {
@@ -6,6 +7,6 @@ package enum StoreDirectory {
     package static func absolute(_ path: String) -> String {
         let expanded = (path as NSString).expandingTildeInPath
         let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
-        return (absolute as NSString).standardizingPath
+        return KeychainLocation.normalized(absolute)
     }
 }

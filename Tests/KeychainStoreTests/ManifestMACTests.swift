@@ -32,6 +32,27 @@ import Testing
         }
     }
 
+    @Test(
+        "A store's keys and item keys are the bytes FORMAT.md gives: HKDF-SHA256 of the master key, as swift-crypto derives them"
+    )
+    func storeKeysAreRFC5869() {
+        var generator = SystemRandomNumberGenerator()
+        let master = SymmetricKey(data: (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        let storeID = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let keys = StoreKeys(masterKey: master, storeID: storeID)
+        func hkdf(_ key: SymmetricKey, salt: [UInt8], _ info: [UInt8]) -> SymmetricKey {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: key, salt: salt, info: info, outputByteCount: 32)
+        }
+        #expect(keys.items == hkdf(master, salt: storeID, StoreKeys.itemsInfo))
+        #expect(keys.names == hkdf(master, salt: storeID, StoreKeys.namesInfo))
+        #expect(keys.metadata == hkdf(master, salt: [], StoreKeys.metadataInfo))
+        #expect(keys.manifest == hkdf(master, salt: storeID, StoreKeys.manifestInfo))
+        #expect(keys.counterAuthorization == hkdf(master, salt: storeID, StoreKeys.counterInfo))
+        let salt = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        #expect(
+            keys.itemKey(salt: salt, storeID: storeID) == hkdf(keys.items, salt: salt, StoreKeys.itemKeyInfo + storeID))
+    }
+
     @Test("OneBlockHKDF equals swift-crypto's HKDF-SHA256 of 32 bytes, and raw-keyed PreparedHMAC its HMAC")
     func oneBlockHKDF() {
         var generator = SystemRandomNumberGenerator()

@@ -51,4 +51,27 @@ import Testing
         #expect(chosen != location)
         #expect(try KeychainLocation(path: base + "/link/store").path.hasSuffix("/two/store"))
     }
+
+    @Test(
+        "Normalising resolves ., .. and links; a path this process normalised lately comes back as is, without a second walk"
+    )
+    func normalisedPathsAreFixedPoints() throws {
+        let base = NSTemporaryDirectory() + "tpm-normalised-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        for name in ["one", "two"] {
+            try FileManager.default.createDirectory(atPath: base + "/" + name, withIntermediateDirectories: true)
+        }
+        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/one")
+        let normalised = KeychainLocation.normalized(base + "//link/./store/../store")
+        #expect(normalised == KeychainLocation.normalized(base) + "/one/store", "\(normalised)")
+        #expect(KeychainLocation.normalized(normalised) == normalised)
+        #expect(try KeychainLocation(path: normalised).path == normalised)
+
+        // "one" becomes a link: the recent result is recognised and kept (no walk); any other
+        // spelling is walked and follows the new link.
+        try FileManager.default.removeItem(atPath: base + "/one")
+        try FileManager.default.createSymbolicLink(atPath: base + "/one", withDestinationPath: base + "/two")
+        #expect(KeychainLocation.normalized(normalised) == normalised)
+        #expect(KeychainLocation.normalized(normalised + "/.").hasSuffix("/two/store"))
+    }
 }

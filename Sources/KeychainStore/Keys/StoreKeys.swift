@@ -39,16 +39,17 @@ final class StoreKeys: Sendable {
     static let counterInfo = Array("TPMKeychain rollback counter authorization".utf8)
 
     init(masterKey: SymmetricKey, storeID: [UInt8]) {
-        items = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo, outputByteCount: 32)
-        names = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo, outputByteCount: 32)
-        metadata = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: masterKey, salt: [UInt8](), info: Self.metadataInfo, outputByteCount: 32)
-        manifest = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: masterKey, salt: storeID, info: Self.manifestInfo, outputByteCount: 32)
-        counterAuthorization = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo, outputByteCount: 32)
+        // OneBlockHKDF: the same bytes as swift-crypto's HKDF<SHA256> of 32 bytes (ManifestMACTests).
+        // Every open derives these; swift-crypto's generic HKDF makes its key from a Slice through
+        // unspecialized code, whose first use walks the binary's conformance records (0.3 ms of a
+        // CLI lookup).
+        let storeID = storeID[...]
+        items = OneBlockHKDF.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.itemsInfo[...])
+        names = OneBlockHKDF.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.namesInfo[...])
+        metadata = OneBlockHKDF.deriveKey(inputKeyMaterial: masterKey, info: Self.metadataInfo[...])
+        manifest = OneBlockHKDF.deriveKey(inputKeyMaterial: masterKey, salt: storeID, info: Self.manifestInfo[...])
+        counterAuthorization = OneBlockHKDF.deriveKey(
+            inputKeyMaterial: masterKey, salt: storeID, info: Self.counterInfo[...])
         namesMAC = PreparedHMAC(key: names)
         manifestMAC = Manifest.RecordMAC(key: manifest)
     }
@@ -56,8 +57,7 @@ final class StoreKeys: Sendable {
     /// The AES-256-GCM key of one write: a fresh 32-byte salt per write means no (key, nonce) pair
     /// can repeat in practice, however many items a store sees.
     func itemKey(salt: [UInt8], storeID: [UInt8]) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: items, salt: salt, info: Self.itemKeyInfo + storeID, outputByteCount: 32)
+        OneBlockHKDF.deriveKey(inputKeyMaterial: items, salt: salt[...], info: Self.itemKeyInfo[...], storeID[...])
     }
 
     /// 128 bits of HMAC-SHA256 over length-prefixed fields, as lower-case hex.
