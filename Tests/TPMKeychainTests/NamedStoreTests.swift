@@ -30,48 +30,51 @@ import Testing
         "A location with another TPM chosen keeps its path as normalised when it was made (no second walk over symbolic links) and its other settings"
     )
     func choosingKeepsThePath() throws {
-        let base = NSTemporaryDirectory() + "tpm-location-" + UUID().uuidString
-        defer { try? FileManager.default.removeItem(atPath: base) }
-        for name in ["one", "two"] {
-            try FileManager.default.createDirectory(atPath: base + "/" + name, withIntermediateDirectories: true)
-        }
-        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/one")
-        var location = try KeychainLocation(path: base + "/link/./store/../store")
-        location.deviceDirectory = "/elsewhere"
-        #expect(location.path.hasSuffix("/one/store"), "\(location.path)")
-        #expect(location.tcti == nil)
+        try Self.withLinkedDirectories { base in
+            var location = try KeychainLocation(path: base + "/link/./store/../store")
+            location.deviceDirectory = "/elsewhere"
+            #expect(location.path.hasSuffix("/one/store"), "\(location.path)")
+            #expect(location.tcti == nil)
 
-        // The link now leads elsewhere: a location made again follows it, a chosen one keeps its path.
-        try FileManager.default.removeItem(atPath: base + "/link")
-        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/two")
-        let chosen = location.choosing(.tcti("swtpm:host=127.0.0.1,port=1"))
-        #expect(chosen.path == location.path)
-        #expect(chosen.tcti == "swtpm:host=127.0.0.1,port=1")
-        #expect(chosen.deviceDirectory == "/elsewhere")
-        #expect(chosen != location)
-        #expect(try KeychainLocation(path: base + "/link/store").path.hasSuffix("/two/store"))
+            // The link now leads elsewhere: a location made again follows it, a chosen one keeps its path.
+            try FileManager.default.removeItem(atPath: base + "/link")
+            try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/two")
+            let chosen = location.choosing(.tcti("swtpm:host=127.0.0.1,port=1"))
+            #expect(chosen.path == location.path)
+            #expect(chosen.tcti == "swtpm:host=127.0.0.1,port=1")
+            #expect(chosen.deviceDirectory == "/elsewhere")
+            #expect(chosen != location)
+            #expect(try KeychainLocation(path: base + "/link/store").path.hasSuffix("/two/store"))
+        }
     }
 
     @Test(
         "Normalising resolves ., .. and links; a path this process normalised lately comes back as is, without a second walk"
     )
     func normalisedPathsAreFixedPoints() throws {
-        let base = NSTemporaryDirectory() + "tpm-normalised-" + UUID().uuidString
+        try Self.withLinkedDirectories { base in
+            let normalised = KeychainLocation.normalized(base + "//link/./store/../store")
+            #expect(normalised == KeychainLocation.normalized(base) + "/one/store", "\(normalised)")
+            #expect(KeychainLocation.normalized(normalised) == normalised)
+            #expect(try KeychainLocation(path: normalised).path == normalised)
+
+            // "one" becomes a link: the recent result is recognised and kept (no walk); any other
+            // spelling is walked and follows the new link.
+            try FileManager.default.removeItem(atPath: base + "/one")
+            try FileManager.default.createSymbolicLink(atPath: base + "/one", withDestinationPath: base + "/two")
+            #expect(KeychainLocation.normalized(normalised) == normalised)
+            #expect(KeychainLocation.normalized(normalised + "/.").hasSuffix("/two/store"))
+        }
+    }
+
+    /// A fresh directory holding `one` and `two`, and `link` leading to `one`; removed afterwards.
+    private static func withLinkedDirectories(_ body: (String) throws -> Void) throws {
+        let base = NSTemporaryDirectory() + "tpm-location-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: base) }
         for name in ["one", "two"] {
             try FileManager.default.createDirectory(atPath: base + "/" + name, withIntermediateDirectories: true)
         }
         try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/one")
-        let normalised = KeychainLocation.normalized(base + "//link/./store/../store")
-        #expect(normalised == KeychainLocation.normalized(base) + "/one/store", "\(normalised)")
-        #expect(KeychainLocation.normalized(normalised) == normalised)
-        #expect(try KeychainLocation(path: normalised).path == normalised)
-
-        // "one" becomes a link: the recent result is recognised and kept (no walk); any other
-        // spelling is walked and follows the new link.
-        try FileManager.default.removeItem(atPath: base + "/one")
-        try FileManager.default.createSymbolicLink(atPath: base + "/one", withDestinationPath: base + "/two")
-        #expect(KeychainLocation.normalized(normalised) == normalised)
-        #expect(KeychainLocation.normalized(normalised + "/.").hasSuffix("/two/store"))
+        try body(base)
     }
 }
