@@ -71,7 +71,14 @@ package final class StoreSession {
 
     /// Opens a session on `path`, runs `body`, and closes the session whatever happens.
     package static func with<R>(_ path: String, _ body: (StoreSession) throws -> R) throws -> R {
-        let session = try StoreSession(path: path)
+        try with(path, at: try KeychainLocation(path: path), body)
+    }
+
+    /// As ``with(_:_:)`` with the location of `path` made already.
+    private static func with<R>(
+        _ path: String, at found: KeychainLocation, _ body: (StoreSession) throws -> R
+    ) throws -> R {
+        let session = try StoreSession(path: path, at: found, choice: .automaticOrSimulated, announceSimulation: true)
         defer { session.close() }
         return try body(session)
     }
@@ -83,8 +90,6 @@ package final class StoreSession {
     package static func withExisting<R>(_ path: String, _ body: (StoreSession) throws -> R) throws -> R {
         let found = try KeychainLocation(path: path)
         try found.checkStore()
-        let session = try StoreSession(path: path, at: found, choice: .automaticOrSimulated, announceSimulation: true)
-        defer { session.close() }
-        return try body(session)
+        return try with(path, at: found, body)
     }
 }
