@@ -17,9 +17,11 @@ import Glibc
 // an older copy, or an item file deleted, is reported (`.rolledBack`) instead of read.
 //
 // Costs, and why they are where they are:
-// - A write appends one record without fsync. The item file itself is durable first; after a
-//   crash a file newer than the manifest is the write the manifest missed, and is accepted
-//   (a generation above the manifest's is one nobody can have restored: it was never recorded).
+// - A write appends its records without fsync: "S" after the rename, and "W" before it only for
+//   an item the manifest does not list as live (an upsert of a listed item appends one record).
+//   The item file itself is durable first; after a crash a file newer than the manifest is the
+//   write the manifest missed, and is accepted (a generation above the manifest's is one nobody
+//   can have restored: it was never recorded).
 // - A delete appends its record durably before unlinking: a missing file must never be confused
 //   with a delete the manifest missed.
 // - The counter moves once per epoch, not per write: at a handle's first write, and again on a
@@ -233,7 +235,6 @@ extension ItemStore {
                 }
             })
         else { return nil }
-        let path = root + "/" + fileName
         var reopened: OpenFile?
         if let held { reopened = try rootDirectory.reopenFile(fileName, heldAs: held) }
         if reopened == nil { reopened = try rootDirectory.openFile(fileName, writable: writable) }
@@ -242,10 +243,12 @@ extension ItemStore {
             if try refreshIfRotated(try current()) { return nil }
             throw KeychainError(
                 .rolledBack,
-                "The manifest \(path) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted"
+                "The manifest \(root)/\(fileName) of this rollback-protected store disappeared: the store was put back from an incomplete copy, or the file was deleted"
             )
         }
         let keys = try current().keys
+        // The name the descriptor was opened by, formatted when it was opened.
+        let path = file.path
         if file.inode != inode || file.size < validSize {
             let reloaded = try Manifest.parse(
                 try Self.readManifest(file, path: path), key: keys.manifest, storeID: storeID,
@@ -322,6 +325,17 @@ extension ItemStore {
             guard let entry = state?.manifest.entries[key] else { return state == nil }
             return entry.live && entry.generation == generation
         }
+    }
+
+    /// Whether a write of `file` must append its "W" record before the rename. Not when the
+    /// manifest lists the item as live: its entry alone makes any higher generation current (a
+    /// writer killed after its rename leaves a file newer than recorded, which is accepted), and
+    /// a compaction keeps a live entry. A new item, or a deleted one written again, needs it:
+    /// other items' records may raise the high-water mark past the file's generation before its
+    /// "S", and a compaction drops a finished delete, after which only the "W" vouches for the file.
+    func writeNeedsAnnouncement(_ file: String) -> Bool {
+        guard let key = Manifest.ItemKey(fileName: file) else { return true }
+        return rollback.withLock { state in !(state?.manifest.entries[key]?.live ?? false) }
     }
 
     /// Records writes about to happen (`.writing`, before the rename), writes done (`.set`),

@@ -133,15 +133,17 @@ extension ItemStore {
                     ?? .whenUnlocked,
                 kind: newValue.kind, attributes: attributes, value: newValue.bytes)
             let bytes = try encode(contents, record: record, state)
-            // Announced before the rename: a writer killed between the rename and its "S" record
-            // leaves a file the manifest already expects.
             let path = Manifest.ItemPath(group: group, file: fileName)
             if let existing, !isRecorded(fileName, generation: existing.generation) {
                 // The file is one the manifest accepted without recording it (a writer that died
                 // after its rename): recorded first, so that it stays accepted if this write dies too.
                 try recordInManifest(.set, [(path, existing.generation)])
             }
-            try recordInManifest(.writing, [(path, contents.generation)])
+            // Announced before the rename when the manifest needs it to accept the new file should
+            // this writer be killed before its "S" record (see `writeNeedsAnnouncement`).
+            if writeNeedsAnnouncement(fileName) {
+                try recordInManifest(.writing, [(path, contents.generation)])
+            }
             try changing(directory, named: group) { () throws(KeychainError) in
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
@@ -215,7 +217,10 @@ extension ItemStore {
     func encode(
         _ contents: ItemFileV2.Contents, record: KeyRecord? = nil, _ state: OpenState
     ) throws(KeychainError) -> [UInt8] {
-        var salt = randomBytes(32)
+        // Salt and nonce from one read of the system's generator (one system call per write).
+        let random = randomBytes(32 + 12)
+        var salt = Array(random[..<32])
+        let nonce = Array(random[32...])
         var secretKey: ((SymmetricKey) -> SymmetricKey)?
         if let record {
             (salt, secretKey) = try Self.protectedWriteKeys(
@@ -224,7 +229,7 @@ extension ItemStore {
         do {
             return try ItemFileV2.encode(
                 contents, itemKeyParent: state.keys.items, storeID: storeID, salt: salt,
-                nonce: randomBytes(12), secretKey: secretKey)
+                nonce: nonce, secretKey: secretKey)
         } catch {
             throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }

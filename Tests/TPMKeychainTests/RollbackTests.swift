@@ -184,6 +184,94 @@ import Testing
             try opened.value(try ItemIdentity(accessGroup: "", service: "s", account: "b"))?.bytes == Array("b".utf8))
     }
 
+    /// The manifest's size, and the manifest cut back to `size` bytes: what a writer killed
+    /// after its rename and before its record leaves (its records are appended without fsync).
+    private func manifestSize(_ store: TestStore) throws -> Int {
+        try bytes(of: store.location.path + "/manifest").count
+    }
+
+    private func cutManifest(_ store: TestStore, to size: Int) {
+        #expect(truncate(store.location.path + "/manifest", off_t(size)) == 0)
+    }
+
+    @Test(
+        "an upsert of an item the manifest lists appends one record; its writer killed before that record leaves the new version read by every handle, and the old one put back is still rolledBack"
+    )
+    func upsertOfAListedItemAppendsOneRecord() throws {
+        let store = try TestStore()
+        try store.keychain().set("first", forKey: "first")
+        Keychain.closeStore(store.location)
+        let writer = try openStore(store)
+        let alice = try ItemIdentity(accessGroup: "", service: "s", account: "alice")
+        let others = Set(try store.itemFiles())
+        try writer.write(alice, mode: .add, value: value("one"), changes: AttributeChanges())
+        let file = try #require(try store.itemFiles().first { !others.contains($0) })
+        let versionOne = try bytes(of: file)
+        let before = try manifestSize(store)
+        try writer.write(alice, mode: .upsert, value: value("two"), changes: AttributeChanges())
+        #expect(try manifestSize(store) == before + 64, "one \"S\", no \"W\"")
+        writer.close()
+
+        cutManifest(store, to: before)
+        let next = try openStore(store)
+        defer { next.close() }
+        #expect(try next.value(alice)?.bytes == Array("two".utf8))
+        // Another item first: this handle's first write also starts its epoch (an "E" record).
+        try next.write(
+            try ItemIdentity(accessGroup: "", service: "s", account: "bob"), mode: .add, value: value("b"),
+            changes: AttributeChanges())
+        let beforeThree = try manifestSize(store)
+        // The next write of alice records the version the manifest missed, then its own.
+        try next.write(alice, mode: .upsert, value: value("three"), changes: AttributeChanges())
+        #expect(try manifestSize(store) == beforeThree + 128)
+        let reader = try openStore(store)
+        #expect(try reader.value(alice)?.bytes == Array("three".utf8))
+        reader.close()
+
+        // Put back as a restore does: a new file (the store's mode) renamed over the current one.
+        try Data(versionOne).write(to: URL(fileURLWithPath: file + ".restored"))
+        #expect(chmod(file + ".restored", 0o600) == 0 && rename(file + ".restored", file) == 0)
+        let late = try openStore(store)
+        defer { late.close() }
+        do {
+            let read = try late.value(alice)
+            Issue.record("version one put back was read: \(String(decoding: read?.bytes ?? [], as: UTF8.self))")
+        } catch {
+            #expect(error.code == .rolledBack, "\(error)")
+        }
+    }
+
+    @Test(
+        "a new item's write still announces itself: its record lost, new items written after it do not make it read as deleted"
+    )
+    func newItemsStillAnnounceTheirWrite() throws {
+        let store = try TestStore()
+        try store.keychain().set("first", forKey: "first")
+        Keychain.closeStore(store.location)
+        let writer = try openStore(store)
+        try writer.write(
+            try ItemIdentity(accessGroup: "", service: "s", account: "before"), mode: .add, value: value("b"),
+            changes: AttributeChanges())
+        let carol = try ItemIdentity(accessGroup: "", service: "s", account: "carol")
+        let before = try manifestSize(store)
+        try writer.write(carol, mode: .add, value: value("c"), changes: AttributeChanges())
+        #expect(try manifestSize(store) == before + 128, "\"W\" before the rename, \"S\" after it")
+        writer.close()
+
+        cutManifest(store, to: try manifestSize(store) - 64) // its "S"
+        let next = try openStore(store)
+        defer { next.close() }
+        for number in 0..<3 {
+            try next.write(
+                try ItemIdentity(accessGroup: "", service: "s", account: "after\(number)"), mode: .add,
+                value: value("a"), changes: AttributeChanges())
+        }
+        #expect(try next.value(carol)?.bytes == Array("c".utf8))
+        let reader = try openStore(store)
+        defer { reader.close() }
+        #expect(try reader.value(carol)?.bytes == Array("c".utf8))
+    }
+
     @Test("the manifest modified is tampered; missing is rolledBack; both name the file")
     func manifestDamage() throws {
         let store = try TestStore()
