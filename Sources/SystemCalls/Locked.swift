@@ -1,8 +1,9 @@
-// Package imports: the inlinable lock below names pthread_mutex_t in its callers' modules.
+// Public imports: the inlinable lock below names pthread_mutex_t in its callers' modules, and an
+// inlinable body that other modules compile may only name public declarations.
 #if canImport(Glibc)
-package import Glibc
+public import Glibc
 #elseif canImport(Musl)
-package import Musl
+public import Musl
 #endif
 
 /// A value behind a pthread mutex: the lock every target uses for shared state.
@@ -22,14 +23,19 @@ package import Musl
 /// Inlinable, like the standard library's lock, so that each caller gets `withLock` specialised
 /// for its value and result: the generic version (value witnesses, metadata lookups per call)
 /// made a get half as slow again.
-package final class Locked<Value>: @unchecked Sendable {
+///
+/// `public`, not `package`: Swift 6.3 neither inlines nor specialises an `@inlinable` member of a
+/// `package` type in another module (in a two-module package the call stays a call to the
+/// generic body), while it does for a `public` one. SystemCalls is no product, so no client of
+/// this package sees it.
+public final class Locked<Value>: @unchecked Sendable {
     @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
     /// Behind a pointer rather than a stored `var`: `body(&value)` on a class property made every
     /// acquisition a dynamic exclusivity check (swift_beginAccess), which the mutex makes
     /// redundant; on a get's four acquisitions that was measurable.
     @usableFromInline let storage: UnsafeMutablePointer<Value>
 
-    @inlinable package init(_ value: Value) {
+    @inlinable public init(_ value: Value) {
         storage = UnsafeMutablePointer<Value>.allocate(capacity: 1)
         storage.initialize(to: value)
         mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
@@ -46,7 +52,7 @@ package final class Locked<Value>: @unchecked Sendable {
     }
 
     /// Runs `body` with the value, holding the lock.
-    @inlinable package func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
+    @inlinable public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&storage.pointee)

@@ -3,24 +3,26 @@
 // place and every failure surfaces as a typed `Errno` instead of a bare -1.
 // Modeled on apple/swift-system's Internals/Syscalls.swift.
 
+// Public imports and a public `Errno`: `retryingInterrupts` is inlinable, and an inlinable body
+// that other modules compile may only name public declarations. SystemCalls is no product.
 #if canImport(Glibc)
-import Glibc
+public import Glibc
 #elseif canImport(Musl)
-import Musl
+public import Musl
 #elseif canImport(Darwin)
-import Darwin
+public import Darwin
 #endif
 
 /// A POSIX error number, thrown by the syscall wrappers.
-package struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertible {
-    package let rawValue: Int32
+public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
 
-    package init(rawValue: Int32) { self.rawValue = rawValue }
+    public init(rawValue: Int32) { self.rawValue = rawValue }
 
     /// The calling thread's current `errno`.
     package static var current: Errno { Errno(rawValue: errno) }
 
-    package var description: String {
+    public var description: String {
         // strerror returns static strings for every errno glibc knows; copy it out immediately.
         "\(String(cString: strerror(rawValue))) (errno \(rawValue))"
     }
@@ -30,8 +32,11 @@ package struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConverti
 /// signal. Test runners deliver signals to arbitrary threads, so EINTR is an ordinary outcome.
 ///
 /// - Throws: `Errno` for any failure other than EINTR.
-@discardableResult
-package func retryingInterrupts<T: FixedWidthInteger>(_ body: () -> T) throws(Errno) -> T {
+///
+/// Inlinable so that each call site gets it specialised for its result type: the generic body
+/// asked the integer's witness table for `isSigned` and `bitWidth` on every system call.
+@inlinable @discardableResult
+public func retryingInterrupts<T: FixedWidthInteger>(_ body: () -> T) throws(Errno) -> T {
     while true {
         let result = body()
         if result != -1 { return result }

@@ -3,7 +3,9 @@
 ///
 /// Inlinable, so each caller gets a version specialised for its integer and collection types: the
 /// generic one (metadata lookups, witness calls per byte) was a sixth of a SecItem lookup.
-package enum BigEndian {
+/// `public` for that (its members stay `package`): see `Locked` in SystemCalls; an `@inlinable`
+/// member of a `package` type is not inlined into other modules. WireFormat is no product.
+public enum BigEndian {
     /// `value` as `T.bitWidth / 8` bytes, most significant first.
     @inlinable package static func bytes<T: FixedWidthInteger>(_ value: T) -> [UInt8] {
         var result: [UInt8] = []
