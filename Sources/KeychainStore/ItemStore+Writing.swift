@@ -133,6 +133,10 @@ extension ItemStore {
                     ?? .whenUnlocked,
                 kind: newValue.kind, attributes: attributes, value: newValue.bytes)
             let bytes = try encode(contents, record: record, state)
+            // Remembered now, while the sealing's code and data are still in the CPU's caches (the
+            // fsyncs below leave them cold): the entry serves only a file that holds exactly these
+            // bytes, so a write that fails from here on leaves it unused.
+            remember(bytes, of: contents, file: fileName)
             let path = Manifest.ItemPath(group: group, file: fileName)
             if let existing, !isRecorded(fileName, generation: existing.generation) {
                 // The file is one the manifest accepted without recording it (a writer that died
@@ -148,7 +152,6 @@ extension ItemStore {
                 try directory.replace(fileName, with: bytes, durable: durable)
             }
             try recordInManifest(.set, [(path, contents.generation)])
-            remember(bytes, of: contents, file: fileName)
         }
     }
 
