@@ -136,14 +136,26 @@ enum ItemFileV2 {
         precondition(header.bytes.count == headerSize, "the v2 header layout is fixed")
 
         let key = itemKey(parent: itemKeyParent, salt: salt[...], storeID: storeID, keyRecord: contents.keyRecord)
-        let sealedAttributes = try AES.GCM.seal(
-            attributes, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: header.bytes)
-        let attributesSection = Array(sealedAttributes.ciphertext) + Array(sealedAttributes.tag)
+        let attributesSection = try sealedSection(attributes, key: key, nonce: nonce, authenticating: header.bytes)
         let aad = header.bytes + contents.itemClass.encodedPrimaryKey(of: contents.attributes) + attributesSection
-        let sealedSecret = try AES.GCM.seal(
-            contents.value, using: secretKey?(key) ?? key, nonce: AES.GCM.Nonce(data: ItemFileV1.secretNonce(nonce)),
-            authenticating: aad)
-        return header.bytes + attributesSection + Array(sealedSecret.ciphertext) + Array(sealedSecret.tag)
+        let secretSection = try sealedSection(
+            contents.value, key: secretKey?(key) ?? key, nonce: ItemFileV1.secretNonce(nonce), authenticating: aad)
+        var file = header.bytes
+        file.reserveCapacity(file.count + attributesSection.count + secretSection.count)
+        file += attributesSection
+        file += secretSection
+        return file
+    }
+
+    /// Ciphertext ‖ tag of one AES-GCM seal, copied once out of the box's combined form (nonce ‖
+    /// ciphertext ‖ tag): the ciphertext and tag properties are two more copies and a concatenation.
+    private static func sealedSection(
+        _ plaintext: [UInt8], key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8]
+    ) throws -> [UInt8] {
+        let box = try AES.GCM.seal(plaintext, using: key, nonce: AES.GCM.Nonce(data: nonce), authenticating: aad)
+        // Nil only for a nonce of another size than 12 bytes, which the format never uses.
+        guard let combined = box.combined else { throw CryptoKitError.incorrectParameterSize }
+        return combined.withUnsafeBytes { Array($0[nonce.count...]) }
     }
 
     /// Parses and bounds-checks a version-2 header; nothing in it is trusted until a section decrypts.
