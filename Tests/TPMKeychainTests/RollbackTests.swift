@@ -31,6 +31,14 @@ import Testing
         NSTemporaryDirectory() + "rollback-aside-" + String(UInt64(bitPattern: Int64(path.hashValue)), radix: 16)
     }
 
+    /// A new store holding one item, with its handle closed: the next open is a handle of its own.
+    private func storeWithOneItem() throws -> TestStore {
+        let store = try TestStore()
+        try store.keychain().set("first", forKey: "first")
+        Keychain.closeStore(store.location)
+        return store
+    }
+
     private func openStore(_ store: TestStore) throws -> ItemStore {
         try ItemStore.open(at: store.location.path, tpm: TPMConfiguration(tcti: store.simulator.tcti), create: false)
     }
@@ -142,9 +150,7 @@ import Testing
         "the counter moves once per epoch: a handle's first write, not every write; the manifest's epoch is the counter's value; a fresh store is protected by default"
     )
     func counterMovesOncePerEpoch() throws {
-        let store = try TestStore()
-        try store.keychain().set("first", forKey: "first")
-        Keychain.closeStore(store.location)
+        let store = try storeWithOneItem()
         let opened = try openStore(store)
         defer { opened.close() }
         #expect(opened.isRollbackProtected)
@@ -198,9 +204,7 @@ import Testing
         "an upsert of an item the manifest lists appends one record; its writer killed before that record leaves the new version read by every handle, and the old one put back is still rolledBack"
     )
     func upsertOfAListedItemAppendsOneRecord() throws {
-        let store = try TestStore()
-        try store.keychain().set("first", forKey: "first")
-        Keychain.closeStore(store.location)
+        let store = try storeWithOneItem()
         let writer = try openStore(store)
         let alice = try ItemIdentity(accessGroup: "", service: "s", account: "alice")
         let others = Set(try store.itemFiles())
@@ -233,21 +237,14 @@ import Testing
         #expect(chmod(file + ".restored", 0o600) == 0 && rename(file + ".restored", file) == 0)
         let late = try openStore(store)
         defer { late.close() }
-        do {
-            let read = try late.value(alice)
-            Issue.record("version one put back was read: \(String(decoding: read?.bytes ?? [], as: UTF8.self))")
-        } catch {
-            #expect(error.code == .rolledBack, "\(error)")
-        }
+        expectKeychainError(.rolledBack) { _ = try late.value(alice) }
     }
 
     @Test(
         "a new item's write still announces itself: its record lost, new items written after it do not make it read as deleted"
     )
     func newItemsStillAnnounceTheirWrite() throws {
-        let store = try TestStore()
-        try store.keychain().set("first", forKey: "first")
-        Keychain.closeStore(store.location)
+        let store = try storeWithOneItem()
         let writer = try openStore(store)
         try writer.write(
             try ItemIdentity(accessGroup: "", service: "s", account: "before"), mode: .add, value: value("b"),
