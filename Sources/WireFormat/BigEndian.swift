@@ -22,9 +22,11 @@ public enum BigEndian {
         }
     }
 
-    // Concrete overloads for the widths the formats use: a profile of a get showed the generic
-    // `append` called unspecialised from other modules (KeychainVocabulary's primary-key
-    // encoding), a twelfth of a get that misses the name and key caches.
+    // Concrete overloads for the widths the formats use. They were added when a profile of a get
+    // showed the generic `append` called unspecialised from other modules (KeychainVocabulary's
+    // primary-key encoding); the cause was that `BigEndian` was a `package` type, whose
+    // `@inlinable` members other modules do not inline. Now that it is public the generic one is
+    // specialised too; these stay as the plain form for the widths every format writes.
 
     @inlinable package static func append(_ value: UInt16, to bytes: inout [UInt8]) {
         bytes.append(UInt8(truncatingIfNeeded: value >> 8))
