@@ -30,6 +30,16 @@ extension SecretServiceSuites {
             #expect(run.status == 0 && run.stdout.contains("ok \(scenario)"), "\(run)\n\(fixture.daemonLogs())")
         }
 
+        @Test(
+            "libsecret's own library: a client holding the default collection survives its asynchronous store after create_sync (it died of SIGSEGV on an invalidated Items), and sees another app's item come and go",
+            arguments: ["crash", "watch"])
+        func libsecretClient(scenario: String) throws {
+            let fixture = try SecretServiceFixture()
+            defer { fixture.stop() }
+            let run = try fixture.python("libsecret_client.py", [scenario])
+            #expect(run.status == 0 && run.stdout.contains("ok \(scenario)"), "\(run)\n\(fixture.daemonLogs())")
+        }
+
         @Test("python3-keyring's SecretService backend sets, gets and deletes")
         func pythonKeyring() throws {
             let fixture = try SecretServiceFixture()

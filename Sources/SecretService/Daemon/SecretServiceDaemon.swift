@@ -139,13 +139,18 @@ package enum SecretServiceDaemon {
             do {
                 while try connection.process() {
                     if ending != nil { break }
+                    // A stream of calls (a bulk fill) still sends its batched Items values.
+                    _ = provider.sendDueItemsSignals()
                 }
                 if ending != nil { break }
                 provider.followSessionLock(options.sessionLock)
                 // Following the session lock: a look each second (LogindSessionLock answers from
-                // its own cache); otherwise the loop sleeps until a message or the wake-up.
+                // its own cache); a batched Items signal when it is due; otherwise the loop sleeps
+                // until a message or the wake-up.
+                let nextLook = ContinuousClock.now + .seconds(options.sessionLock == nil ? 3600 : 1)
+                let nextSignal = provider.sendDueItemsSignals()
                 let outcome = try connection.wait(
-                    until: .now + .seconds(options.sessionLock == nil ? 3600 : 1), wakeup: stopper.wakeup.descriptor)
+                    until: min(nextLook, nextSignal ?? nextLook), wakeup: stopper.wakeup.descriptor)
                 if outcome == .woken {
                     stopper.wakeup.drain()
                     if stopper.stopped.withLock({ $0 }) { ending = .stopped }

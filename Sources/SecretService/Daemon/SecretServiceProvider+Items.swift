@@ -37,12 +37,11 @@ extension SecretServiceProvider {
             let path = itemPath(item, in: collection)
             audit?.record(
                 peer: peer, action: isNew ? "create" : "replace", collection: collection.label, item: item.label)
+            // The new list first, so that libsecret finds the item in it at ItemCreated.
+            if isNew { itemsChanged(in: collection) }
             emit(
                 collection.path, Introspection.collectionInterface, isNew ? "ItemCreated" : "ItemChanged",
                 [.objectPath(path)])
-            if isNew {
-                emitPropertiesChanged(collection.path, Introspection.collectionInterface, [:], invalidated: ["Items"])
-            }
             return [.objectPath(path), .objectPath(ObjectPaths.none)]
         case "Delete":
             try Self.expect(call, "")
@@ -83,8 +82,8 @@ extension SecretServiceProvider {
             try Self.expect(call, "")
             try collection.delete(item)
             audit?.record(peer: peer, action: "delete", collection: collection.label, item: item.label)
+            itemsChanged(in: collection)
             emit(collection.path, Introspection.collectionInterface, "ItemDeleted", [.objectPath(path)])
-            emitPropertiesChanged(collection.path, Introspection.collectionInterface, [:], invalidated: ["Items"])
             return [.objectPath(ObjectPaths.none)]
         default:
             throw Self.unknownMethod(call)
@@ -93,6 +92,27 @@ extension SecretServiceProvider {
 
     func itemPaths(of collection: SecretCollection) throws(SecretServiceError) -> BusValue {
         .objectPaths(try collection.items().map { itemPath($0, in: collection) })
+    }
+
+    /// The collection's items changed: its `Items` value goes out now, or with the next batch
+    /// (``ItemsSignalSchedule``).
+    func itemsChanged(in collection: SecretCollection) {
+        guard itemsSignals.itemsChanged(collection.id, at: .now) else { return }
+        emitItems(of: collection)
+    }
+
+    /// Sends the `Items` values that waited and are due; when the next one will be.
+    func sendDueItemsSignals() -> ContinuousClock.Instant? {
+        for id in itemsSignals.takeDue(at: .now) {
+            if let collection = collections[id] { emitItems(of: collection) }
+        }
+        return itemsSignals.nextDue
+    }
+
+    private func emitItems(of collection: SecretCollection) {
+        // A listing that fails now (the store went away) sends nothing; a client reads it again.
+        guard let paths = try? itemPaths(of: collection) else { return }
+        emitPropertiesChanged(collection.path, Introspection.collectionInterface, ["Items": paths])
     }
 
     private func deleteCollection(_ collection: SecretCollection) throws(SecretServiceError) {
@@ -104,6 +124,7 @@ extension SecretServiceProvider {
             throw SecretServiceError(error)
         }
         collections[collection.id] = nil
+        itemsSignals.forget(collection.id)
         aliases.forget(collection)
         emit(ObjectPaths.service, Introspection.serviceInterface, "CollectionDeleted", [.objectPath(collection.path)])
         emitPropertiesChanged(ObjectPaths.service, Introspection.serviceInterface, ["Collections": collectionPaths()])

@@ -291,17 +291,14 @@ extension SecretServiceProvider {
             collection.path, Introspection.collectionInterface, ["Locked": .bool(collection.isLocked)])
     }
 
-    /// PropertiesChanged. A collection's `Items` is only ever named as invalidated: its value
-    /// grows with the collection, and a signal carrying it on every write would make a fill
-    /// quadratic; clients that follow it read it again.
-    func emitPropertiesChanged(
-        _ path: String, _ interface: String, _ changed: [String: BusValue], invalidated: [String] = []
-    ) {
+    /// PropertiesChanged, always with the values: libsecret does not handle a property named as
+    /// invalidated (``ItemsSignalSchedule``).
+    func emitPropertiesChanged(_ path: String, _ interface: String, _ changed: [String: BusValue]) {
         emit(
             path, Introspection.propertiesInterface, "PropertiesChanged",
             [
                 .string(interface), .properties(changed.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }),
-                .array(element: "s", invalidated.map { .string($0) }),
+                .array(element: "s", []),
             ])
     }
 }

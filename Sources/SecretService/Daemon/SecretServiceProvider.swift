@@ -34,6 +34,8 @@ final class SecretServiceProvider {
     let confirm: (@Sendable (String) async -> Bool)?
     /// The login session's lock state at the last look (``followSessionLock(_:)``).
     var sessionWasLocked = false
+    /// When each collection's `Items` value next goes out (``itemsChanged(in:)``).
+    var itemsSignals = ItemsSignalSchedule()
     /// Written by prompts' tasks, read on the loop after ``wakeup``.
     let promptOutcomes = Locked<[PromptOutcome]>([])
     let wakeup: Wakeup
