@@ -64,6 +64,22 @@ final class SecretCollection {
     var path: String { ObjectPaths.collection(id) }
     var isInMemory: Bool { storePath == nil }
 
+    /// The TPM the store's key is sealed to, as its metadata records it, for the
+    /// `org.tpmkeychain.Collection.TPM` property and the daemon's warnings: "SIMULATED: ..." when
+    /// nothing in it is bound to hardware (README's rule).
+    var tpmDescription: String {
+        guard let storePath else { return "none: the session collection lives in the daemon's memory" }
+        let location = try? KeychainLocation(path: storePath)
+        guard let kind = location?.recordedTPM else { return "not recorded (a store older than that record)" }
+        return location?.recordedTPMIsSimulated == true
+            ? "SIMULATED: \(kind); nothing in it is bound to hardware" : kind
+    }
+
+    /// Whether the store's metadata says its key is sealed to a simulated TPM.
+    var isSimulated: Bool {
+        storePath.map { (try? KeychainLocation(path: $0))?.recordedTPMIsSimulated == true } ?? false
+    }
+
     // MARK: Items
 
     /// Every item, oldest first.

@@ -28,17 +28,17 @@ final class AuditLog {
     }
 
     func record(peer: BusPeer, action: String, collection: String, item: String?) {
-        var line = "uid=\(peer.uid) pid=\(peer.pid) exe=\(Self.quoted(peer.executable ?? "?"))"
+        var line = "uid=\(peer.uid) pid=\(peer.pid) exe=\(DisplayText.quoted(peer.executable ?? "?"))"
         if let executable = peer.executable { line += " exe_sha256=\(digest(of: executable))" }
         line += " \(action)"
-        line += " collection=\(Self.quoted(collection))"
-        if let item { line += " item=\(Self.quoted(item))" }
+        line += " collection=\(DisplayText.quoted(collection))"
+        if let item { line += " item=\(DisplayText.quoted(item))" }
         write(line)
     }
 
     /// An event no caller is present for (a prompt that ended after its caller left).
     func record(event: String, collection: String) {
-        write("\(event) collection=\(Self.quoted(collection))")
+        write("\(event) collection=\(DisplayText.quoted(collection))")
     }
 
     private func write(_ line: String) {
@@ -58,19 +58,5 @@ final class AuditLog {
         let digest = Array(SHA256.hash(data: contents)).hexString
         digests[path] = (stamp, digest)
         return digest
-    }
-
-    /// A label as one token: quotes and control characters escaped, so a label cannot forge a line.
-    private static func quoted(_ text: String) -> String {
-        var result = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"", "\\": result += "\\" + String(scalar)
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                result += "\\u{\(String(scalar.value, radix: 16))}"
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result + "\""
     }
 }

@@ -28,6 +28,10 @@ package enum SecretServiceDaemon {
         /// The login session's lock (logind): when it locks, every collection locks and its
         /// opened keys are dropped.
         package var sessionLock: (any SessionLockState)?
+        /// Whether a new collection may be sealed to a simulated TPM kept in its store when no TPM
+        /// is usable (`--allow-simulated`, `TPM_KEYCHAIN_ALLOW_SIMULATED=1`); otherwise creating
+        /// it fails with what to do. Such a collection is reported as SIMULATED.
+        package var allowsSimulatedTPM = false
 
         package init(address: String?, dataDirectory: String) {
             self.address = address
@@ -95,13 +99,16 @@ package enum SecretServiceDaemon {
         let provider = SecretServiceProvider(
             connection: connection, dataDirectory: options.dataDirectory, audit: audit,
             authenticator: options.authenticator, passcode: options.passcode, confirm: options.confirm,
-            wakeup: stopper.wakeup)
+            newStoreTPM: options.allowsSimulatedTPM ? .automaticOrSimulated : .automatic, wakeup: stopper.wakeup)
         defer { provider.close() }
         do {
             try provider.ensureDefaultCollection()
         } catch {
             // The daemon still serves: CreateCollection can make it later, and says why it cannot.
             warn("the default collection could not be created: \(error.message)")
+        }
+        for collection in provider.sortedCollections() where collection.isSimulated {
+            warn("the collection \"\(collection.name)\" is sealed to a simulated TPM: \(collection.tpmDescription)")
         }
         var ending: Ending?
         do {

@@ -17,15 +17,16 @@ extension SecretServiceProvider {
         switch call.member {
         case "SearchItems":
             try Self.expect(call, "a{ss}")
+            try authorize(.readMetadata, collection, for: peer)
             let found = try collection.search(arguments[0].stringDictionary ?? [:])
             return [.objectPaths(found.map { itemPath($0, in: collection) })]
         case "CreateItem":
             try Self.expect(call, "a{sv}(oayays)b")
-            try checkRules(of: collection, for: peer)
+            try authorize(.write, collection, for: peer)
             guard let properties = arguments[0].dictionary else {
                 throw SecretServiceError(.invalidArgs, "CreateItem's properties repeat a name")
             }
-            let label = properties[Self.itemLabelProperty]?.unwrapped.string ?? ""
+            let label = try Self.string(properties[Self.itemLabelProperty], named: Self.itemLabelProperty) ?? ""
             guard
                 let attributes = (properties[Self.itemAttributesProperty]?.unwrapped ?? .stringDictionary([:]))
                     .stringDictionary
@@ -49,6 +50,7 @@ extension SecretServiceProvider {
                 throw SecretServiceError(
                     .notSupported, "The session collection ends with the daemon; it cannot be deleted")
             }
+            try authorize(.delete, collection, for: peer)
             try deleteCollection(collection)
             audit?.record(peer: peer, action: "delete collection", collection: collection.label, item: nil)
             return [.objectPath(ObjectPaths.none)]
@@ -73,6 +75,7 @@ extension SecretServiceProvider {
             return [secret]
         case "SetSecret":
             try Self.expect(call, "(oayays)")
+            try authorize(.write, collection, for: peer)
             let secret = try secret(from: call.arguments[0], sender: call.sender)
             _ = try collection.update(item, secret: secret)
             audit?.record(peer: peer, action: "write", collection: collection.label, item: item.label)
@@ -80,6 +83,7 @@ extension SecretServiceProvider {
             return []
         case "Delete":
             try Self.expect(call, "")
+            try authorize(.delete, collection, for: peer)
             try collection.delete(item)
             audit?.record(peer: peer, action: "delete", collection: collection.label, item: item.label)
             itemsChanged(in: collection)

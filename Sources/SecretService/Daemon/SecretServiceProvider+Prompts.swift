@@ -61,6 +61,9 @@ extension SecretServiceProvider {
         }
     }
 
+    /// The most characters of a label or path a question shows.
+    static let shownLength = 120
+
     /// A prompt that unlocks `collections` for `caller`; its path.
     func newUnlockPrompt(for collections: [SecretCollection], paths: [String], caller: String) -> String {
         let prompt = PendingPrompt(
@@ -136,7 +139,12 @@ extension SecretServiceProvider {
         if !toConfirm.isEmpty && confirm == nil {
             failure = "The collection confirms each access, and the daemon has no --confirm-command"
         }
-        let who = peers[prompt.owner].map { "\($0.executable ?? "an unknown program") (pid \($0.pid))" } ?? "a program"
+        // Labels and executable paths are the callers' choice: quoted and escaped before a person
+        // reads them (--confirm-command), so none can add a line or reword the question.
+        let who =
+            peers[prompt.owner].map {
+                "\($0.executable.map { DisplayText.quoted($0, limit: Self.shownLength) } ?? "an unknown program") (pid \($0.pid))"
+            } ?? "a program"
         let confirm = confirm
         let authenticator = authenticator
         let passcode = passcode
@@ -144,13 +152,14 @@ extension SecretServiceProvider {
         let labels = (requests.values.map(\.label) + toConfirm.map(\.label)).sorted().joined(separator: ", ")
         let outcomes = promptOutcomes
         let wakeup = wakeup
+        let shownLength = Self.shownLength
         return Task {
             var unlocked: [String: SecretCollection.UnlockedKeys]? = failure == nil ? [:] : nil
             var message = failure ?? ""
             for (id, request) in requests where unlocked != nil {
                 let context = AuthenticationContext(
                     authenticator: authenticator, passcode: passcode, location: request.service.location)
-                context.localizedReason = "Unlock the keyring \"\(request.label)\""
+                context.localizedReason = "Unlock the keyring \(DisplayText.quoted(request.label, limit: shownLength))"
                 do throws(KeychainError) {
                     var keys: [[UInt8]: ItemService.OpenedKey] = [:]
                     for record in request.records {
@@ -169,7 +178,10 @@ extension SecretServiceProvider {
             }
             var confirmed: [String] = []
             for (id, label) in toConfirm where unlocked != nil {
-                if let confirm, await confirm("Allow \(who) to read a secret of the keyring \"\(label)\"?"),
+                if let confirm,
+                    await confirm(
+                        "Allow \(who) to read a secret of the keyring \(DisplayText.quoted(label, limit: shownLength))?"
+                    ),
                     !Task.isCancelled
                 {
                     confirmed.append(id)

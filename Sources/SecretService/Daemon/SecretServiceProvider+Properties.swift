@@ -2,11 +2,13 @@ import DBus
 
 // org.freedesktop.DBus.Properties and Introspectable for every object.
 extension SecretServiceProvider {
-    func properties(_ call: BusMethodCall, target: ObjectPaths.Target) throws(SecretServiceError) -> [BusValue] {
+    func properties(
+        _ call: BusMethodCall, target: ObjectPaths.Target, peer: BusPeer
+    ) throws(SecretServiceError) -> [BusValue] {
         switch call.member {
         case "Get":
             try Self.expect(call, "ss")
-            let all = try allProperties(of: target, interface: call.arguments[0].string ?? "", caller: call.sender)
+            let all = try allProperties(of: target, interface: call.arguments[0].string ?? "", peer: peer)
             let name = call.arguments[1].string ?? ""
             guard let value = all.first(where: { $0.0 == name })?.1 else {
                 throw SecretServiceError(.unknownProperty, "No property \(name) at \(call.path)")
@@ -16,13 +18,12 @@ extension SecretServiceProvider {
             try Self.expect(call, "s")
             return [
                 .properties(
-                    try allProperties(of: target, interface: call.arguments[0].string ?? "", caller: call.sender))
+                    try allProperties(of: target, interface: call.arguments[0].string ?? "", peer: peer))
             ]
         case "Set":
             try Self.expect(call, "ssv")
             try setProperty(
-                of: target, name: call.arguments[1].string ?? "", value: call.arguments[2].unwrapped,
-                sender: call.sender)
+                of: target, name: call.arguments[1].string ?? "", value: call.arguments[2].unwrapped, peer: peer)
             return []
         default:
             throw Self.unknownMethod(call)
@@ -31,8 +32,9 @@ extension SecretServiceProvider {
 
     /// The properties of the object `target` names, for `interface` (empty: its main interface).
     private func allProperties(
-        of target: ObjectPaths.Target, interface: String, caller: String
+        of target: ObjectPaths.Target, interface: String, peer: BusPeer
     ) throws(SecretServiceError) -> [(String, BusValue)] {
+        let caller = peer.sender
         func requireInterface(_ expected: String) throws(SecretServiceError) {
             guard interface.isEmpty || interface == expected else {
                 throw SecretServiceError(.unknownProperty, "No interface \(interface) on this object")
@@ -42,9 +44,14 @@ extension SecretServiceProvider {
         case .service:
             try requireInterface(Introspection.serviceInterface)
             return [("Collections", collectionPaths())]
+        case .collection(let id, let alias) where interface == Self.ownCollectionInterface:
+            let collection = try collection(id, alias: alias)
+            try authorize(.readMetadata, collection, for: peer)
+            return [("TPM", .string(collection.tpmDescription))]
         case .collection(let id, let alias):
             try requireInterface(Introspection.collectionInterface)
             let collection = try collection(id, alias: alias)
+            try authorize(.readMetadata, collection, for: peer)
             return [
                 ("Items", try itemPaths(of: collection)), ("Label", .string(collection.label)),
                 ("Locked", .bool(isLocked(collection, for: caller))), ("Created", .uint64(collection.created)),
@@ -54,13 +61,24 @@ extension SecretServiceProvider {
             try requireInterface(Introspection.itemInterface)
             let collection = try collection(collectionID, alias: alias)
             let item = try item(id, in: collection)
+            try authorize(.readMetadata, collection, for: peer)
             return [
                 ("Locked", .bool(isLocked(collection, for: caller))),
                 ("Attributes", .stringDictionary(item.attributes)),
                 ("Label", .string(item.label)), ("Type", .string(item.contentType)),
                 ("Created", .uint64(item.created)), ("Modified", .uint64(item.modified)),
             ]
-        case .session, .prompt, .directory:
+        case .session(let path):
+            // The specification gives sessions and prompts no properties; one that does not
+            // exist, or is another connection's, is no object at all.
+            _ = try session(path, of: caller)
+            return []
+        case .prompt(let path):
+            guard prompts[path]?.owner == caller else {
+                throw SecretServiceError(.noSuchObject, "No prompt \(path) of this connection")
+            }
+            return []
+        case .directory:
             return []
         case .unknown:
             throw SecretServiceError(.unknownObject, "No such object")
@@ -68,19 +86,21 @@ extension SecretServiceProvider {
     }
 
     private func setProperty(
-        of target: ObjectPaths.Target, name: String, value: BusValue, sender: String
+        of target: ObjectPaths.Target, name: String, value: BusValue, peer: BusPeer
     ) throws(SecretServiceError) {
         switch target {
         case .collection(let id, let alias):
             let collection = try collection(id, alias: alias)
             guard name == "Label" else { throw readOnly(name) }
             guard let label = value.string else { throw SecretServiceError(.invalidArgs, "Label is a string") }
+            try authorize(.write, collection, for: peer)
             try collection.setLabel(label)
             emitCollectionChanged(collection)
             emitPropertiesChanged(collection.path, Introspection.collectionInterface, ["Label": .string(label)])
         case .item(let id, let collectionID, let alias):
             let collection = try collection(collectionID, alias: alias)
             let item = try item(id, in: collection)
+            try authorize(.write, collection, for: peer)
             let updated: SecretItem
             switch name {
             case "Label":
@@ -104,6 +124,10 @@ extension SecretServiceProvider {
             throw readOnly(name)
         }
     }
+
+    /// Our own properties of a collection, beside the specification's: `TPM`, what its store is
+    /// sealed to ("SIMULATED: ..." when nothing is bound to hardware).
+    static let ownCollectionInterface = "org.tpmkeychain.Collection"
 
     private func readOnly(_ name: String) -> SecretServiceError {
         SecretServiceError(.propertyReadOnly, "The property \(name) cannot be set")

@@ -22,6 +22,7 @@ extension SecretServiceProvider {
             var unlocked: [String] = []
             var locked: [String] = []
             for collection in sortedCollections() {
+                try authorize(.readMetadata, collection, for: peer)
                 let found = try collection.search(arguments[0].stringDictionary ?? [:])
                 let paths = found.map { itemPath($0, in: collection) }
                 if isLocked(collection, for: call.sender) { locked += paths } else { unlocked += paths }
@@ -29,12 +30,15 @@ extension SecretServiceProvider {
             return [.objectPaths(unlocked), .objectPaths(locked)]
         case "Unlock":
             try Self.expect(call, "ao")
-            return try unlock(arguments[0].objectPathArray ?? [], caller: call.sender)
+            return try unlock(arguments[0].objectPathArray ?? [], peer: peer)
         case "Lock":
             try Self.expect(call, "ao")
+            let paths = arguments[0].objectPathArray ?? []
+            // Every collection is decided before any is locked: a refusal changes nothing.
+            let targets = try paths.map { (path) throws(SecretServiceError) in try resolve(path).0 }
+            for collection in targets { try authorize(.lock, collection, for: peer) }
             var locked: [String] = []
-            for path in arguments[0].objectPathArray ?? [] {
-                let (collection, _) = try resolve(path)
+            for (path, collection) in zip(paths, targets) {
                 let wasLocked = collection.isLocked
                 collection.lock()
                 if !wasLocked { emitCollectionChanged(collection) }
@@ -47,12 +51,12 @@ extension SecretServiceProvider {
             var entries: [BusValue] = []
             for path in arguments[0].objectPathArray ?? [] {
                 let (collection, item) = try resolve(path)
-                // Locked items are left out, as the specification says; the caller unlocks first.
-                guard let item, !isLocked(collection, for: call.sender) else { continue }
+                guard let item else { continue }
                 do {
                     let secret = try secretStruct(of: item, in: collection, session: session, peer: peer)
                     entries.append(.dictionaryEntry(.objectPath(path), secret))
                 } catch  where error.name == .isLocked {
+                    // Locked items are left out, as the specification says; the caller unlocks first.
                     continue
                 }
             }
@@ -64,18 +68,26 @@ extension SecretServiceProvider {
         case "ReadAlias":
             try Self.expect(call, "s")
             let id = aliases.collectionID(for: arguments[0].string ?? "", among: collections)
-            return [.objectPath(id.flatMap { collections[$0]?.path } ?? ObjectPaths.none)]
+            guard let collection = id.flatMap({ collections[$0] }) else { return [.objectPath(ObjectPaths.none)] }
+            try authorize(.readMetadata, collection, for: peer)
+            return [.objectPath(collection.path)]
         case "SetAlias":
             try Self.expect(call, "so")
             let name = arguments[0].string ?? ""
             let target = arguments[1].objectPath ?? ObjectPaths.none
-            if target == ObjectPaths.none {
-                try aliases.set(name, to: nil)
-            } else {
+            var newCollection: SecretCollection?
+            if target != ObjectPaths.none {
                 let (collection, item) = try resolve(target)
                 guard item == nil else { throw SecretServiceError(.invalidArgs, "An alias names a collection") }
-                try aliases.set(name, to: collection)
+                newCollection = collection
             }
+            // Re-pointing changes what both collections stand for (where clients of "default"
+            // write): the caller must be allowed to change each, and each must be unlocked.
+            if let id = aliases.collectionID(for: name, among: collections), let current = collections[id] {
+                try authorize(.repoint, current, for: peer)
+            }
+            if let newCollection { try authorize(.repoint, newCollection, for: peer) }
+            try aliases.set(name, to: newCollection)
             return []
         default:
             throw Self.unknownMethod(call)
@@ -84,6 +96,7 @@ extension SecretServiceProvider {
 
     private func openSession(algorithm: String, input: BusValue, owner: String) throws(SecretServiceError) -> [BusValue]
     {
+        try Self.checkLimit(sessions.values.count { $0.owner == owner }, Self.sessionsPerConnection, of: "sessions")
         let path = newObjectPath(ObjectPaths.sessionPrefix)
         switch algorithm {
         case TransferSession.plainName:
@@ -106,12 +119,14 @@ extension SecretServiceProvider {
 
     /// Unlocks collections (and the collections of items). A collection without access control
     /// unlocks at once; the others wait for a prompt, whose path is returned.
-    private func unlock(_ paths: [String], caller: String) throws(SecretServiceError) -> [BusValue] {
+    private func unlock(_ paths: [String], peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
+        let caller = peer.sender
+        let targets = try paths.map { (path) throws(SecretServiceError) in try resolve(path).0 }
+        for collection in targets { try authorize(.unlock, collection, for: peer) }
         var unlocked: [String] = []
         var waiting: [SecretCollection] = []
         var waitingPaths: [String] = []
-        for path in paths {
-            let (collection, _) = try resolve(path)
+        for (path, collection) in zip(paths, targets) {
             if !isLocked(collection, for: caller) {
                 unlocked.append(path)
             } else if (!collection.isLocked || collection.unlockWithoutPrompt()) && !isLocked(collection, for: caller) {
@@ -123,6 +138,7 @@ extension SecretServiceProvider {
             }
         }
         guard !waiting.isEmpty else { return [.objectPaths(unlocked), .objectPath(ObjectPaths.none)] }
+        try Self.checkLimit(prompts.values.count { $0.owner == caller }, Self.promptsPerConnection, of: "prompts")
         return [
             .objectPaths(unlocked), .objectPath(newUnlockPrompt(for: waiting, paths: waitingPaths, caller: caller)),
         ]
@@ -143,21 +159,30 @@ extension SecretServiceProvider {
             return [.objectPath(existing.path), .objectPath(ObjectPaths.none)]
         }
         let label =
-            properties["org.freedesktop.Secret.Collection.Label"]?.unwrapped.string
+            try Self.string(properties[Self.collectionLabelProperty], named: Self.collectionLabelProperty)
             ?? (alias.isEmpty ? "collection" : alias)
         let control = try Self.accessControl(properties[Self.accessControlProperty]?.unwrapped)
+        let allowed = try Self.allowedExecutables(properties[Self.allowedExecutablesProperty]?.unwrapped)
+        let confirmsProperty = properties[Self.confirmEachAccessProperty]?.unwrapped
+        guard let confirms = confirmsProperty.map(\.bool) ?? false else {
+            throw SecretServiceError(.invalidArgs, "\(Self.confirmEachAccessProperty) is a boolean")
+        }
         let name = newStoreName(preferring: alias.isEmpty ? label : alias)
         let path = dataDirectory + "/" + name
         do {
-            // As the CLI's create-keychain: the TPM device, else a simulator kept in the store.
-            try KeychainLocation(path: path, tpm: .automaticOrSimulated).createStore()
+            // The TPM device, or TPM_KEYCHAIN_TCTI's; a simulator kept in the store only when the
+            // daemon was allowed one (its collections then say SIMULATED).
+            try KeychainLocation(path: path, tpm: newStoreTPM).createStore()
+        } catch  where error.code == .tpmUnavailable && newStoreTPM != .automaticOrSimulated {
+            throw SecretServiceError(
+                .failed,
+                "\(error.message). For the Secret Service daemon: start it with --allow-simulated (or \(StoreTPM.allowSimulatedVariable)=1) to keep new collections on a simulated TPM, reported as SIMULATED"
+            )
         } catch {
             throw SecretServiceError(error)
         }
         let collection = SecretCollection(name: name, storePath: path)
         collections[collection.id] = collection
-        let allowed = try Self.allowedExecutables(properties[Self.allowedExecutablesProperty]?.unwrapped)
-        let confirms = properties[Self.confirmEachAccessProperty]?.unwrapped.bool ?? false
         if control != nil || allowed != nil || confirms {
             try collection.setUp(
                 label: label, accessControl: control,
@@ -173,6 +198,8 @@ extension SecretServiceProvider {
             ObjectPaths.service, Introspection.serviceInterface, ["Collections": collectionPaths()])
         return [.objectPath(collection.path), .objectPath(ObjectPaths.none)]
     }
+
+    static let collectionLabelProperty = "org.freedesktop.Secret.Collection.Label"
 
     /// CreateCollection's property for a collection whose unlock asks for a person: flag names
     /// joined by commas (`devicePasscode`, `biometryCurrentSet,or,devicePasscode`, `userPresence`).

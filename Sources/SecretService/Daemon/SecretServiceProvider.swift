@@ -41,12 +41,16 @@ final class SecretServiceProvider {
     let wakeup: Wakeup
     let authenticator: (any Authenticator)?
     let passcode: PasscodeSource?
+    /// The TPM a new collection's store is created on (simulated only when allowed).
+    let newStoreTPM: TPMChoice
 
     init(
         connection: BusConnection, dataDirectory: String, audit: AuditLog?, authenticator: (any Authenticator)?,
-        passcode: PasscodeSource?, confirm: (@Sendable (String) async -> Bool)?, wakeup: Wakeup
+        passcode: PasscodeSource?, confirm: (@Sendable (String) async -> Bool)?, newStoreTPM: TPMChoice,
+        wakeup: Wakeup
     ) {
         self.confirm = confirm
+        self.newStoreTPM = newStoreTPM
         self.connection = connection
         self.dataDirectory = dataDirectory
         self.audit = audit
@@ -104,14 +108,15 @@ final class SecretServiceProvider {
     /// Answers one method call.
     func handle(_ call: BusMethodCall) -> BusReply {
         do throws(SecretServiceError) {
-            let peer = try authorize(call.sender)
+            let peer = try identify(call.sender)
             return .values(try dispatch(call, from: peer))
         } catch {
             return error.reply
         }
     }
 
-    private func authorize(_ sender: String) throws(SecretServiceError) -> BusPeer {
+    /// The caller, identified once per connection; only the daemon's own user gets further.
+    private func identify(_ sender: String) throws(SecretServiceError) -> BusPeer {
         if let known = peers[sender] { return try check(known) }
         let peer: BusPeer
         do {
@@ -138,7 +143,7 @@ final class SecretServiceProvider {
             guard call.member == "Introspect" else { throw Self.unknownMethod(call) }
             return [.string(try introspect(target))]
         case Introspection.propertiesInterface:
-            return try properties(call, target: target)
+            return try properties(call, target: target, peer: peer)
         case Introspection.peerInterface:
             return []
         default:
@@ -151,7 +156,6 @@ final class SecretServiceProvider {
             return try collectionMethod(call, collection: try collection(id, alias: alias), peer: peer)
         case .item(let id, let collectionID, let alias):
             let collection = try collection(collectionID, alias: alias)
-            try checkRules(of: collection, for: peer)
             return try itemMethod(call, item: try item(id, in: collection), in: collection, peer: peer)
         case .session(let path):
             guard call.member == "Close", call.interface.isEmpty || call.interface == Introspection.sessionInterface
@@ -230,27 +234,11 @@ final class SecretServiceProvider {
         confirmations[caller]?.remove(collection.id)
     }
 
-    /// Refuses a caller whose executable the collection's rules do not name.
-    func checkRules(of collection: SecretCollection, for peer: BusPeer) throws(SecretServiceError) {
-        guard collection.allows(executable: peer.executable) else {
-            audit?.record(
-                peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
-            throw SecretServiceError(
-                .accessDenied,
-                "The collection \"\(collection.label)\" may be used only by \(collection.allowedExecutables?.joined(separator: ", ") ?? ""), not by \(peer.executable ?? "an unknown executable")"
-            )
-        }
-    }
-
     /// The `(oayays)` secret struct for `item`, encrypted for `session`.
     func secretStruct(
         of item: SecretItem, in collection: SecretCollection, session: TransferSession, peer: BusPeer
     ) throws(SecretServiceError) -> BusValue {
-        try checkRules(of: collection, for: peer)
-        guard !isLocked(collection, for: peer.sender) else {
-            throw SecretServiceError(
-                .isLocked, "The collection \"\(collection.label)\" confirms each access: call Unlock, then read")
-        }
+        try authorize(.readSecret, collection, for: peer)
         let (secret, contentType) = try collection.secret(of: item)
         audit?.record(peer: peer, action: "read", collection: collection.label, item: item.label)
         let (parameters, value) = try session.encrypt(secret)
@@ -280,6 +268,33 @@ final class SecretServiceProvider {
             .unknownMethod,
             "No method \(call.interface.isEmpty ? "" : call.interface + ".")\(call.member)(\(call.signature)) at \(call.path)"
         )
+    }
+
+    /// A property given as a string, or nil when it is not given.
+    ///
+    /// - Throws: ``SecretServiceError`` `.invalidArgs` when it is given as anything else.
+    static func string(_ property: BusValue?, named name: String) throws(SecretServiceError) -> String? {
+        guard let property else { return nil }
+        guard let text = property.unwrapped.string else {
+            throw SecretServiceError(.invalidArgs, "\(name) is a string")
+        }
+        return text
+    }
+
+    /// How many sessions, and prompts, one connection may hold at once: far above what a client
+    /// uses (libsecret and secretstorage open one session each), low enough that a connection
+    /// cannot grow the daemon without bound.
+    static let sessionsPerConnection = 64
+    static let promptsPerConnection = 16
+
+    /// Refuses a connection that already holds `limit` of the objects `held` counts.
+    static func checkLimit(
+        _ held: Int, _ limit: Int, of what: String
+    ) throws(SecretServiceError) {
+        guard held < limit else {
+            throw SecretServiceError(
+                .limitsExceeded, "This connection holds \(held) \(what), the most one may: close some first")
+        }
     }
 
     /// Checks a call's signature before its arguments are used.

@@ -25,6 +25,9 @@ package enum ProviderImport {
         package var into = "default"
         /// Everything into ``into``, instead of a store per source collection.
         package var mergeCollections = false
+        /// Whether a store created for the import may be sealed to a simulated TPM kept in it when
+        /// no TPM is usable; otherwise the import fails with what to do.
+        package var allowsSimulatedTPM = false
 
         package init(address: String?, dataDirectory: String) {
             self.address = address
@@ -133,7 +136,8 @@ package enum ProviderImport {
         let path = options.dataDirectory + "/" + name
         do {
             try createDirectories(options.dataDirectory)
-            let location = try KeychainLocation(path: path, tpm: .automaticOrSimulated)
+            let location = try KeychainLocation(
+                path: path, tpm: options.allowsSimulatedTPM ? .automaticOrSimulated : .automatic)
             if !location.storeExists { try location.createStore() }
         } catch {
             throw Failure("the collection \(name) could not be created in \(options.dataDirectory): \(error)")

@@ -119,8 +119,11 @@ enum DiffieHellmanGroup2 {
         return result
     }
 
-    /// 1 < y < p - 1, compared as big-endian numbers.
+    /// 1 < y < p - 1, compared as big-endian numbers, in at most the prime's 128 bytes (no
+    /// padding of leading zeros beyond it). In a safe-prime group the only elements of small order
+    /// are 1 and p - 1, so this range leaves no small subgroup to confine the key to.
     fileprivate static func isAcceptable(_ value: [UInt8]) -> Bool {
+        guard value.count <= size else { return false }
         let trimmed = Array(value.drop { $0 == 0 })
         guard trimmed.count <= size, !(trimmed.count == 1 && trimmed[0] <= 1), !trimmed.isEmpty else { return false }
         guard trimmed.count == size else { return true }

@@ -91,11 +91,19 @@ struct SecretServiceServe: ParsableCommand {
     )
     var logindSession: String?
 
+    @Flag(
+        name: .customLong("allow-simulated"),
+        help:
+            "Where no TPM is usable, create new collections on a simulated TPM kept in their store (nothing bound to hardware; reported as SIMULATED; also TPM_KEYCHAIN_ALLOW_SIMULATED=1)."
+    )
+    var allowSimulated = false
+
     func run() throws {
         var options = SecretServiceDaemon.Options(
             address: address,
             dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
         options.replace = replace
+        options.allowsSimulatedTPM = allowSimulated || StoreTPM.simulationAllowedByEnvironment
         options.auditLog = auditLog.map(StoreDirectory.absolute)
         if fprintd || fprintdAddress != nil { options.authenticator = FprintdAuthenticator(busAddress: fprintdAddress) }
         options.passcode = passcodeCommand.map(PasscodeCommand.source)

@@ -43,6 +43,13 @@ struct SecretServiceImport: ParsableCommand {
         completion: .directory)
     var dataDirectory: String?
 
+    @Flag(
+        name: .customLong("allow-simulated"),
+        help:
+            "Where no TPM is usable, create the receiving store on a simulated TPM kept in it (nothing bound to hardware; also TPM_KEYCHAIN_ALLOW_SIMULATED=1)."
+    )
+    var allowSimulated = false
+
     func run() throws {
         var options = ProviderImport.Options(
             address: address,
@@ -50,6 +57,7 @@ struct SecretServiceImport: ParsableCommand {
         options.collections = collection
         options.into = into
         options.mergeCollections = merge
+        options.allowsSimulatedTPM = allowSimulated || StoreTPM.simulationAllowedByEnvironment
         let bar = ProgressBar(enabled: isatty(2) == 1)
         let report: ProviderImport.Report
         do {

@@ -115,8 +115,13 @@ final class SecretServiceFixture: @unchecked Sendable {
     }
 
     /// Starts the daemon and waits until it says it serves the name.
-    func startDaemon(extraArguments: [String] = []) throws {
+    /// - Parameter withoutTCTI: no `TPM_KEYCHAIN_TCTI`, as on a desktop without a TPM setting.
+    /// - Returns: the daemon's log file.
+    @discardableResult
+    func startDaemon(extraArguments: [String] = [], withoutTCTI: Bool = false) throws -> String {
         let log = "\(directory)/daemon-\(UUID().uuidString).log"
+        var environment = environment
+        if withoutTCTI { environment["TPM_KEYCHAIN_TCTI"] = nil }
         let process = try Self.launch(
             Self.tool,
             ["secret-service", "--address", address, "--data-directory", dataDirectory] + extraArguments,
@@ -125,6 +130,7 @@ final class SecretServiceFixture: @unchecked Sendable {
         try waitUntil("the daemon owns org.freedesktop.secrets", process: process, log: log) {
             ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving org.freedesktop.secrets")
         }
+        return log
     }
 
     /// Stops the daemon with SIGTERM (an orderly end) and returns its exit status.
