@@ -35,7 +35,7 @@ struct DoctorTests {
     }
 
     @Test(
-        "On a simulated TPM with a store that has no recovery key, doctor says ready with warnings (exit 0): the TPM is simulated, the lockout counter, NV room and owner hierarchy are fine, and the store needs add-recovery-key; it changes no file"
+        "On a simulated TPM with a store that has no recovery key, doctor says ready with warnings (exit 0): the TPM is simulated, the lockout counter and NV room are fine, the owner hierarchy has no password (anyone may delete NV indices), and the store needs add-recovery-key; it changes no file"
     )
     func readyWithWarnings() throws {
         let fixture = try CLIFixture()
@@ -50,7 +50,9 @@ struct DoctorTests {
         #expect(report.finding("tpm")?.verdict == "warning")
         #expect(report.finding("tpm")?.summary.contains("simulated TPM") == true)
         #expect(report.finding("lockout")?.verdict == "ok")
-        #expect(report.finding("owner hierarchy")?.verdict == "ok")
+        let owner = try #require(report.finding("owner hierarchy"))
+        #expect(owner.verdict == "warning" && owner.summary.contains("can delete NV indices"), "\(owner)")
+        #expect(owner.remedy?.contains("tpm2_changeauth -c owner") == true, "\(owner)")
         #expect(report.finding("nv room")?.verdict == "ok")
         #expect(report.finding("fingerprint")?.verdict == "info")
         let store = try #require(report.finding("store \(fixture.store)"))
@@ -66,7 +68,7 @@ struct DoctorTests {
         // The human form: one line per check with its verdict, the remedy under it, a verdict line.
         let (human, _) = try Self.doctor(fixture, json: false)
         #expect(human.stdout.contains("warning  tpm: "), "\(human)")
-        #expect(human.stdout.hasSuffix("verdict: ready, with 2 warnings\n"), "\(human)")
+        #expect(human.stdout.hasSuffix("verdict: ready, with 3 warnings\n"), "\(human)")
     }
 
     @Test("A TPM in dictionary-attack lockout is a problem: doctor says not ready, what to do, and exits 69")

@@ -163,7 +163,16 @@ struct ReadinessChecks {
 
     func ownerHierarchy(_ status: TPMDictionaryAttackStatus) -> Finding {
         guard status.ownerAuthorizationSet else {
-            return Finding(check: "owner hierarchy", verdict: .ok, summary: "no owner password: storage keys need none")
+            // Most machines ship so. Then NV_UndefineSpace needs no secret: any user who may open
+            // the TPM can delete every keychain's passcode counter, lock state and rollback
+            // counter (review 3, N1), which SECURITY.md "Other local users" lists as what stays.
+            return Finding(
+                check: "owner hierarchy", verdict: .warning,
+                summary:
+                    "no owner password: storage keys need none, but any user who may open the TPM can delete NV indices, this keychain's passcode counter, lock state and rollback counter among them (passcode-protected items then cannot be opened)",
+                remedy:
+                    "set one (as root: tpm2_changeauth -c owner) and give it in a file only you can read: \(TPMConfiguration.ownerAuthorizationFileVariable)=/path/to/file; keep a recovery key (add-recovery-key)"
+            )
         }
         let given = [TPMConfiguration.ownerAuthorizationVariable, TPMConfiguration.ownerAuthorizationFileVariable]
             .filter { environment[$0].map { !$0.isEmpty } ?? false }
