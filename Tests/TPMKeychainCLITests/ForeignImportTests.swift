@@ -332,23 +332,9 @@ struct ForeignImportTests {
     )
     func passStore() throws {
         let gpg = "/usr/bin/gpg"
-        try #require(
-            FileManager.default.isExecutableFile(atPath: gpg),
-            "gpg is missing: install gnupg (.ci/install-dependencies)")
-        let home = try makeGnuPGHome()
-        defer {
-            // The agent gpg started for this home, then the home itself.
-            _ = try? SystemTool.output("/usr/bin/gpgconf", ["--kill", "all"], environment: ["GNUPGHOME": home])
-            try? FileManager.default.removeItem(atPath: home)
-        }
+        let home = try makeGnuPGHomeWithKey(gpg: gpg)
+        defer { removeGnuPGHome(home) }
         let gnupg = ["GNUPGHOME": home]
-        _ = try SystemTool.output(
-            gpg,
-            [
-                "--batch", "--passphrase", "", "--quick-gen-key", "Test <test@example.invalid>", "default", "default",
-                "never",
-            ],
-            environment: gnupg)
 
         let store = try makeScratchDirectory("pass-store")
         defer { try? FileManager.default.removeItem(atPath: store) }
@@ -414,6 +400,49 @@ struct ForeignImportTests {
         #expect(try passStoreSnapshot(store) == before, "the pass store was modified")
     }
 
+    @Test(
+        "pass store (review 3, N13): an entry that is a symbolic link is not read, a file over the entry limit is not handed to gpg, and a plaintext over an item's limit is refused; each with its reason"
+    )
+    func passStoreHostileEntries() throws {
+        let gpg = "/usr/bin/gpg"
+        let home = try makeGnuPGHomeWithKey(gpg: gpg)
+        defer { removeGnuPGHome(home) }
+        let store = try makeScratchDirectory("pass-store-hostile")
+        let elsewhere = try makeScratchDirectory("pass-store-elsewhere")
+        defer {
+            try? FileManager.default.removeItem(atPath: store)
+            try? FileManager.default.removeItem(atPath: elsewhere)
+        }
+        func encrypt(_ plaintext: Data, to path: String) throws {
+            _ = try SystemTool.output(
+                gpg, ["--batch", "--yes", "--trust-model", "always", "-r", "test@example.invalid", "-o", path, "-e"],
+                environment: ["GNUPGHOME": home], input: plaintext)
+        }
+        // A file of someone else's, linked into the store as an entry: it decrypts, so only the
+        // link can keep it out.
+        try encrypt(Data("not the store's\n".utf8), to: elsewhere + "/outside.gpg")
+        try FileManager.default.createSymbolicLink(
+            atPath: store + "/linked.gpg", withDestinationPath: elsewhere + "/outside.gpg")
+        try encrypt(Data("kept\n".utf8), to: store + "/good.gpg")
+        // Compressed zeros: a few KB of file, more plaintext than an item holds.
+        try encrypt(Data(count: ItemValue.maximumSize + 4096), to: store + "/bomb.gpg")
+        // Over the entry limit before any decryption (gpg would call it damaged).
+        _ = FileManager.default.createFile(atPath: store + "/huge.gpg", contents: nil)
+        let huge = try FileHandle(forWritingTo: URL(fileURLWithPath: store + "/huge.gpg"))
+        try huge.truncate(atOffset: UInt64(PassStore.maximumEntryFileSize + 1))
+        try huge.close()
+
+        var environment = ProcessInfo.processInfo.environment
+        environment["GNUPGHOME"] = home
+        let report = try PassStore.items(directory: store, gpg: gpg, environment: environment)
+        #expect(report.items.map { $0.value.bytes } == [Array("kept".utf8)], "\(report.items.count) items")
+        let reasons = report.skipped.map(\.reason)
+        #expect(reasons.count == 3, "\(reasons)")
+        #expect(reasons.contains { $0.hasPrefix("bomb: ") && $0.contains("more than an item holds") }, "\(reasons)")
+        #expect(reasons.contains { $0.hasPrefix("huge: ") && $0.contains("not decrypted") }, "\(reasons)")
+        #expect(reasons.contains { $0.hasPrefix("linked: ") && $0.contains("symbolic link") }, "\(reasons)")
+    }
+
     @Test("pass store: a gpg that cannot be found, and a store that is not a directory, are errors")
     func passStoreErrors() throws {
         let store = try makeScratchDirectory("pass-store-errors")
@@ -475,6 +504,28 @@ private func passStoreError(
 
 /// A private GnuPG home (mode 0700). Short and under /tmp: gpg-agent puts its sockets in the home
 /// when /run/user/<uid> does not exist, and a socket's path has at most 107 bytes.
+/// A GnuPG home with a throwaway key for test@example.invalid (no passphrase).
+func makeGnuPGHomeWithKey(gpg: String) throws -> String {
+    guard FileManager.default.isExecutableFile(atPath: gpg) else {
+        throw CLIError("gpg is missing: install gnupg (.ci/install-dependencies)")
+    }
+    let home = try makeGnuPGHome()
+    _ = try SystemTool.output(
+        gpg,
+        [
+            "--batch", "--passphrase", "", "--quick-gen-key", "Test <test@example.invalid>", "default", "default",
+            "never",
+        ],
+        environment: ["GNUPGHOME": home])
+    return home
+}
+
+/// The agent gpg started for `home`, then the home itself.
+func removeGnuPGHome(_ home: String) {
+    _ = try? SystemTool.output("/usr/bin/gpgconf", ["--kill", "all"], environment: ["GNUPGHOME": home])
+    try? FileManager.default.removeItem(atPath: home)
+}
+
 func makeGnuPGHome() throws -> String {
     var template = Array("/tmp/tpmkc-gnupg-XXXXXX".utf8CString)
     let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }

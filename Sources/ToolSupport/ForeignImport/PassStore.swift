@@ -13,11 +13,13 @@ import Glibc
 ///
 /// - Entries: files whose name ends in `.gpg`, found by walking the directory; directories and
 ///   files whose name starts with a dot (`.git`, `.extensions`, `.gpg-id`) are not read, as
-///   `pass ls` does not list them. A symbolic link to a directory is not followed; one to a
-///   regular file is read. Entries are read in the byte order of their relative paths.
-/// - Each is decrypted with `gpg --quiet --batch --yes --decrypt -- <file>`; gpg asks for the
-///   key's passphrase through its agent's pinentry as `pass` would. Nothing in the store is
-///   written.
+///   `pass ls` does not list them. A symbolic link is not followed: to a directory it is passed
+///   over, as an entry it is skipped with its reason (a planted link must not import a file from
+///   elsewhere). Entries are read in the byte order of their relative paths.
+/// - Each is opened here and handed to `gpg --quiet --batch --yes --decrypt` on standard input,
+///   only when its file is at most ``maximumEntryFileSize`` bytes; at most an item's size of
+///   plaintext is read. gpg asks for the key's passphrase through its agent's pinentry as `pass`
+///   would. Nothing in the store is written.
 /// - The item: service and label = the entry's name (its path relative to the store without
 ///   `.gpg`, such as `email/work`); account = `x` from the first line, after the first line,
 ///   of the form `login: x`, `username: x` or `user: x` (key in any case, `x` trimmed), else
@@ -68,7 +70,7 @@ package enum PassStore {
         progress(0, entries.count)
         for (offset, relativePath) in entries.enumerated() {
             let name = String(relativePath.dropLast(".gpg".count))
-            switch try decrypt(root + "/" + relativePath, gpg: program, environment: environment) {
+            switch try decrypt(relativePath, in: root, gpg: program, environment: environment) {
             case .failed(let reason):
                 report.skipped.append(.init(row: offset + 1, reason: "\(name): \(reason)"))
             case .plaintext(var text):
@@ -140,8 +142,8 @@ package enum PassStore {
                 case S_IFREG where name.hasSuffix(".gpg"):
                     found.append(path)
                 case S_IFLNK where name.hasSuffix(".gpg"):
-                    var target = stat()
-                    if stat(full, &target) == 0, target.st_mode & S_IFMT == S_IFREG { found.append(path) }
+                    // Listed, so that the report says why it was not read (decrypt refuses it).
+                    found.append(path)
                 default:
                     continue
                 }
@@ -181,21 +183,45 @@ package enum PassStore {
         case failed(String)
     }
 
-    /// Runs gpg on `file`. Standard output (the plaintext) is read on this thread, standard error
-    /// on another, so that neither pipe can fill and block gpg; both are read to their end
-    /// before the wait.
+    /// The most bytes an entry's file may have: an item's value, with room for OpenPGP's packets
+    /// and ASCII armour around it. Larger files are not handed to gpg at all.
+    package static let maximumEntryFileSize = 2 * ItemValue.maximumSize + (1 << 20)
+
+    /// Runs gpg on the entry `relativePath` of the store at `root`. The entry is opened here,
+    /// without following a link (an entry is a file of the store, not a way to read a file
+    /// elsewhere), its size checked, and handed to gpg on standard input, so that what is checked
+    /// is what gpg reads. Standard output (the plaintext) is read on this thread, at most one byte
+    /// past an item's limit, gpg then stopped; standard error on another, so that neither pipe can
+    /// fill and block gpg.
     private static func decrypt(
-        _ file: String, gpg: String, environment: [String: String]?
+        _ relativePath: String, in root: String, gpg: String, environment: [String: String]?
     )
         throws(ForeignImportError) -> Decryption
     {
+        let file = root + "/" + relativePath
+        let descriptor = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            return .failed(
+                errno == ELOOP
+                    ? "a symbolic link, not read: an entry must be a file of the store"
+                    : "cannot open it: \(String(cString: strerror(errno)))")
+        }
+        let input = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            return .failed("not a regular file, not read")
+        }
+        guard Int(status.st_size) <= maximumEntryFileSize else {
+            return .failed(
+                "\(status.st_size) bytes, over the \(maximumEntryFileSize) an entry may have; not decrypted")
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: gpg)
-        process.arguments = ["--quiet", "--batch", "--yes", "--decrypt", "--", file]
+        process.arguments = ["--quiet", "--batch", "--yes", "--decrypt"]
         if let environment { process.environment = environment }
         let output = Pipe()
         let errors = Pipe()
-        process.standardInput = FileHandle.nullDevice
+        process.standardInput = input
         process.standardOutput = output
         process.standardError = errors
         do {
@@ -208,13 +234,20 @@ package enum PassStore {
         let diagnostics = Locked<[UInt8]>([])
         let reader = DispatchGroup()
         DispatchQueue.global().async(group: reader) { PassStore.drain(errorDescriptor, into: diagnostics) }
-        var data = output.fileHandleForReading.readDataToEndOfFile()
+        var plaintext = PassStore.read(output.fileHandleForReading.fileDescriptor, atMost: ItemValue.maximumSize + 1)
+        if plaintext.count > ItemValue.maximumSize {
+            // A small file can decompress to gigabytes: stop gpg rather than read on.
+            process.terminate()
+        }
+        try? output.fileHandleForReading.close()
         reader.wait()
         process.waitUntilExit()
-        withExtendedLifetime(errors) {}
+        withExtendedLifetime((errors, input)) {}
 
-        var plaintext = [UInt8](data)
-        data.resetBytes(in: 0..<data.count)
+        guard plaintext.count <= ItemValue.maximumSize else {
+            zero(&plaintext)
+            return .failed("its decrypted text is over \(ItemValue.maximumSize) bytes, more than an item holds")
+        }
         guard process.terminationReason == .exit, process.terminationStatus == 0 else {
             zero(&plaintext)
             let how =
@@ -223,11 +256,34 @@ package enum PassStore {
             let diagnosis = diagnostics.withLock { PassStore.lastLine(of: $0) }
             return .failed("gpg could not decrypt it (\(how))" + (diagnosis.isEmpty ? "" : ": \(diagnosis)"))
         }
-        guard plaintext.count <= ItemValue.maximumSize + 1 else {
-            zero(&plaintext)
-            return .failed("its decrypted text is over \(ItemValue.maximumSize) bytes, more than an item holds")
-        }
         return .plaintext(plaintext)
+    }
+
+    /// Reads `descriptor` until its end or until `limit` bytes are in.
+    private static func read(_ descriptor: Int32, atMost limit: Int) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        defer { zero(&buffer) }
+        while bytes.count < limit {
+            let wanted = min(buffer.count, limit - bytes.count)
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, wanted) }
+            if count > 0 {
+                // Grown by copying: the old storage keeps plaintext, so it is zeroed first.
+                if bytes.count + count > bytes.capacity {
+                    var grown = [UInt8]()
+                    grown.reserveCapacity(max(2 * bytes.capacity, bytes.count + count))
+                    grown.append(contentsOf: bytes)
+                    zero(&bytes)
+                    bytes = grown
+                }
+                bytes.append(contentsOf: buffer[0..<count])
+            } else if count < 0, errno == EINTR {
+                continue
+            } else {
+                break
+            }
+        }
+        return bytes
     }
 
     /// Reads `descriptor` to its end into `collected`, keeping the last 64 KiB (gpg's
@@ -235,7 +291,7 @@ package enum PassStore {
     private static func drain(_ descriptor: Int32, into collected: Locked<[UInt8]>) {
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
             if count > 0 {
                 collected.withLock { bytes in
                     bytes.append(contentsOf: buffer[0..<count])
