@@ -45,7 +45,7 @@ struct AddGenericPassword: ParsableCommand {
     @Option(
         name: .customLong("accessible"),
         help: ArgumentHelp(
-            "When the item is readable (kSecAttrAccessible): whenUnlocked (default), afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly.",
+            "When the item is readable (kSecAttrAccessible): whenUnlocked (default), afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly. The lock-state classes are enforced by the TPM only for items written while a device passcode is set (set-passcode): without one the device is always unlocked, and a whenUnlocked item is as readable as an always one.",
             valueName: "class"))
     var accessible: String?
 
