@@ -150,6 +150,15 @@ public final class LogindSessionLock: SessionLockState {
         try cache.isLocked()
     }
 
+    /// How many times the session went from unlocked to locked since this lock started following
+    /// it (a session locked at the start counts one), each `LockedHint` or `Lock` signal counted as
+    /// it arrived: a lock undone before anyone looked still counts.
+    ///
+    /// - Throws: as ``isLocked()``.
+    public func timesLocked() throws(LogindSessionLockError) -> UInt64? {
+        try cache.timesLocked()
+    }
+
     /// Stops following the session: the thread closes its connection and ends before this
     /// returns (waiting for a call to logind in progress, at most the `timeout` given at
     /// initialisation). Afterwards ``isLocked()`` throws `.stopped`. Calling it again does

@@ -12,7 +12,14 @@ public import TPMKeychain
 public enum ScreenLockFollower {
     /// Follows `sessionLock` until it can no longer say (the session ended, the bus went away) or
     /// `shouldStop` says so, calling `lockKeychain` each time the session goes from unlocked to
-    /// locked (a session already locked when this starts is not locked again).
+    /// locked (a session already locked when this starts is not locked again). Every lock is
+    /// seen, also one undone between two looks, where the session lock counts them
+    /// (``SessionLockState/timesLocked()``, as ``LogindSessionLock`` does).
+    ///
+    /// It fails closed: when the session's state can no longer be known for any reason but the
+    /// session's end or a stop (the bus or logind went away, an answer could not be read), it
+    /// locks the keychain before it returns, since the screen may have locked unseen. Run it
+    /// under a supervisor that starts it again (systemd's `Restart=on-failure`).
     ///
     /// - Parameters:
     ///   - lockKeychain: locks the device (``KeychainDevice/lock()``); called on this thread.
@@ -24,26 +31,44 @@ public enum ScreenLockFollower {
         pollInterval: Duration = .milliseconds(200), shouldStop: () -> Bool = { false },
         onLock: (Result<Void, any Error>) -> Void = { _ in }
     ) -> (any Error)? {
-        var previous: Bool?
-        while !shouldStop() {
-            let locked: Bool
+        func lock() {
             do {
-                locked = try sessionLock.isLocked()
+                try lockKeychain()
+                onLock(.success(()))
             } catch {
+                onLock(.failure(error))
+            }
+        }
+        var previous: (locked: Bool, timesLocked: UInt64?)?
+        while !shouldStop() {
+            let now: (locked: Bool, timesLocked: UInt64?)
+            do {
+                now = (try sessionLock.isLocked(), try sessionLock.timesLocked())
+            } catch {
+                if endsQuietly(error) { return error }
+                lock()
                 return error
             }
-            if locked, previous == false {
-                do {
-                    try lockKeychain()
-                    onLock(.success(()))
-                } catch {
-                    onLock(.failure(error))
-                }
+            if let previous {
+                let lockedSince =
+                    if let before = previous.timesLocked, let after = now.timesLocked {
+                        after > before
+                    } else {
+                        now.locked && !previous.locked
+                    }
+                if lockedSince { lock() }
             }
-            previous = locked
+            previous = now
             let (seconds, attoseconds) = pollInterval.components
             Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
         }
         return nil
+    }
+
+    /// Whether `error` is a stop without a doubt about the lock: the session ended (its last
+    /// close locks through the PAM module) or the follower was stopped.
+    public static func endsQuietly(_ error: any Error) -> Bool {
+        guard let error = error as? LogindSessionLockError else { return false }
+        return error.code == .noSession || error.code == .stopped
     }
 }

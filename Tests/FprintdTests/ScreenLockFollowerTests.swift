@@ -63,6 +63,106 @@ struct ScreenLockFollowerTests {
         #expect(ended.withLock { $0 } != "stopped")
     }
 
+    /// A device with a passcode, unlocked, on a real swtpm; the session `c1` on the mock.
+    static func unlockedDevice(
+        simulator: SoftwareTPM, directory: String
+    ) throws -> KeychainDevice {
+        var location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
+        location.deviceDirectory = directory + "/device"
+        let device = KeychainDevice(location: location)
+        try device.setPasscode(Self.passcode)
+        try device.unlock(passcode: Self.passcode)
+        return device
+    }
+
+    /// Lets the follower look at the session only when the test says: a look is taken once per
+    /// ``allowLook()``, so what happens between two looks does not depend on the machine's speed.
+    final class GatedSessionLock: SessionLockState {
+        let inner: LogindSessionLock
+        private let allowed = Locked(1)
+        private let taken = Locked(0)
+        init(_ inner: LogindSessionLock) { self.inner = inner }
+
+        func allowLook() { allowed.withLock { $0 += 1 } }
+        var looksTaken: Int { taken.withLock { $0 } }
+
+        func isLocked() throws -> Bool {
+            while taken.withLock({ $0 }) >= allowed.withLock({ $0 }) { usleep(1_000) }
+            taken.withLock { $0 += 1 }
+            return try inner.isLocked()
+        }
+
+        func timesLocked() throws -> UInt64? { try inner.timesLocked() }
+    }
+
+    @Test(
+        "A screen lock undone before the follower looks again still locks the keychain (logind's signals are counted as they arrive)"
+    )
+    func shortLockIsSeen() async throws {
+        let mock = try await LogindMock.start()
+        defer { mock.stop() }
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let directory = NSTemporaryDirectory() + "screen-lock-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let device = try Self.unlockedDevice(simulator: simulator, directory: directory)
+        try await mock.addSession("c1")
+        let sessionLock = try LogindSessionLock(busAddress: mock.address, session: "c1")
+        defer { sessionLock.stop() }
+        let gated = GatedSessionLock(sessionLock)
+        let stop = Locked(false)
+        let follower = try JoinableThread {
+            _ = ScreenLockFollower.run(
+                sessionLock: gated, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(1),
+                shouldStop: { stop.withLock { $0 } })
+        }
+        defer {
+            stop.withLock { $0 = true }
+            gated.allowLook()
+            follower.join()
+        }
+        try await Self.eventually("the follower's first look") { gated.looksTaken == 1 }
+
+        // Locked and unlocked between two looks.
+        try await mock.setLockedHint("c1", true)
+        try await mock.setLockedHint("c1", false)
+        try await Self.eventually("both signals are in") {
+            try sessionLock.timesLocked() == 1 && !sessionLock.isLocked()
+        }
+        #expect(try device.status().unlocked == true)
+        gated.allowLook()
+        try await Self.eventually("the keychain is locked") { try device.status().unlocked == false }
+    }
+
+    @Test(
+        "When logind leaves the bus, the follower locks the keychain before it stops (fail closed), and says why"
+    )
+    func logindGoneLocks() async throws {
+        let mock = try await LogindMock.start()
+        defer { mock.stop() }
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let directory = NSTemporaryDirectory() + "screen-lock-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let device = try Self.unlockedDevice(simulator: simulator, directory: directory)
+        try await mock.addSession("c1")
+        let sessionLock = try LogindSessionLock(busAddress: mock.address, session: "c1")
+        defer { sessionLock.stop() }
+        let ended = Locked<String?>(nil)
+        let follower = try JoinableThread {
+            let reason = ScreenLockFollower.run(
+                sessionLock: sessionLock, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(10))
+            ended.withLock { $0 = reason.map { "\($0)" } ?? "stopped" }
+        }
+        defer { follower.join() }
+        #expect(try device.status().unlocked == true)
+
+        mock.killService()
+        try await Self.eventually("the follower stops") { ended.withLock { $0 } != nil }
+        #expect(try device.status().unlocked == false)
+        #expect(ended.withLock { $0 }?.contains("left the bus") == true, "\(ended.withLock { $0 } ?? "")")
+    }
+
     /// Waits for `condition`, driven by what is observed; the limit only bounds a failure.
     static func eventually(_ what: String, _ condition: () throws -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(30)

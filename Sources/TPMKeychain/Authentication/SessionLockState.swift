@@ -14,6 +14,17 @@ public protocol SessionLockState: Sendable {
     ///
     /// - Throws: when the state cannot be known; the read then fails as if locked.
     func isLocked() throws -> Bool
+
+    /// How many times the session has gone from unlocked to locked, counting a lock that was
+    /// undone before anyone looked (a short screen lock between two looks); nil when the source
+    /// cannot count, and then only ``isLocked()`` is seen. Read from a cache, as ``isLocked()``.
+    ///
+    /// - Throws: when the state cannot be known.
+    func timesLocked() throws -> UInt64?
+}
+
+extension SessionLockState {
+    public func timesLocked() throws -> UInt64? { nil }
 }
 
 extension KeychainLocation {

@@ -166,7 +166,9 @@ extension LogindFollower {
         } else if let failure = followed.readFailure {
             cache.fail(failure)
         } else {
-            cache.set(lockedHint: followed.lockedHint, lockRequested: followed.lockRequested)
+            cache.set(
+                lockedHint: followed.lockedHint, lockRequested: followed.lockRequested,
+                timesLocked: followed.timesLocked)
         }
     }
 

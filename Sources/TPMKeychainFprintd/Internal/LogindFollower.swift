@@ -35,7 +35,7 @@ enum Logind {
 final class LockStateCache: Sendable {
     private enum State {
         case starting
-        case known(lockedHint: Bool, lockRequested: Bool)
+        case known(lockedHint: Bool, lockRequested: Bool, timesLocked: UInt64)
         case unknown(LogindSessionLockError)
         case stopped
     }
@@ -43,9 +43,17 @@ final class LockStateCache: Sendable {
     private let state = Locked<State>(.starting)
 
     func isLocked() throws(LogindSessionLockError) -> Bool {
+        try known().locked
+    }
+
+    func timesLocked() throws(LogindSessionLockError) -> UInt64 {
+        try known().timesLocked
+    }
+
+    private func known() throws(LogindSessionLockError) -> (locked: Bool, timesLocked: UInt64) {
         switch state.withLock({ $0 }) {
-        case .known(let lockedHint, let lockRequested):
-            return lockedHint || lockRequested
+        case .known(let lockedHint, let lockRequested, let timesLocked):
+            return (lockedHint || lockRequested, timesLocked)
         case .unknown(let error):
             throw error
         case .starting:
@@ -55,8 +63,8 @@ final class LockStateCache: Sendable {
         }
     }
 
-    func set(lockedHint: Bool, lockRequested: Bool) {
-        update(.known(lockedHint: lockedHint, lockRequested: lockRequested))
+    func set(lockedHint: Bool, lockRequested: Bool, timesLocked: UInt64) {
+        update(.known(lockedHint: lockedHint, lockRequested: lockRequested, timesLocked: timesLocked))
     }
 
     func fail(_ error: LogindSessionLockError) { update(.unknown(error)) }
@@ -93,9 +101,12 @@ final class FollowerStartup: Sendable {
 /// What the signals said so far; touched only by the follower's thread.
 final class FollowedSession {
     let path: String
-    var lockedHint = false
+    var lockedHint = false { didSet { countLock(wasLocked: oldValue || lockRequested) } }
     /// A Lock signal not yet followed by a LockedHint notification or an Unlock signal.
-    var lockRequested = false
+    var lockRequested = false { didSet { countLock(wasLocked: lockedHint || oldValue) } }
+    /// How many times the session went from unlocked to locked, signal by signal: a lock and an
+    /// unlock that arrive together, between two looks of a reader, still count one.
+    private(set) var timesLocked: UInt64 = 0
     var logindOnBus = true
     /// logind's unique name now: only its broadcasts are followed (see ``SignalSender``).
     let logind = SignalSender(nil)
@@ -107,6 +118,10 @@ final class FollowedSession {
     var readFailure: LogindSessionLockError?
 
     init(path: String) { self.path = path }
+
+    private func countLock(wasLocked: Bool) {
+        if !wasLocked && (lockedHint || lockRequested) { timesLocked += 1 }
+    }
 }
 
 /// Finds the session, then follows its LockedHint until the wakeup is signalled or the connection
