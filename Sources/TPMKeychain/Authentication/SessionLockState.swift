@@ -24,6 +24,7 @@ public protocol SessionLockState: Sendable {
 }
 
 extension SessionLockState {
+    /// nil: a source that only says whether the session is locked now.
     public func timesLocked() throws -> UInt64? { nil }
 }
 
