@@ -5,7 +5,7 @@ public import TPMKeychain
 /// NV index that whenUnlocked items' policies read) follows the session's lock
 /// (``LogindSessionLock``), so a locked screen locks whenUnlocked items for every process, not
 /// only for those that ask logind. Unlocking takes the passcode again: the screen locker's PAM
-/// stack with `tpm-keychain pam-hook` gives it (README, "Unlock with your login"), or
+/// stack with pam_tpm_keychain.so gives it (README, "Unlock with your login"), or
 /// `unlock-keychain`.
 ///
 /// `tpm-keychain follow-screen-lock` runs one for the user's session (a systemd user service).

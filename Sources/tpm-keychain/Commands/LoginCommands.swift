@@ -13,7 +13,7 @@ import Glibc
 struct LoginUnlock: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "login-unlock",
-        abstract: "Turn on or off unlocking the keychain with your login password (needs the PAM hook; README).",
+        abstract: "Turn on or off unlocking the keychain with your login password (needs pam_tpm_keychain.so; README).",
         discussion: """
             Turn it on only when your keychain passcode is your login password: each login then \
             unlocks the keychain with it, and closing your last session locks it. A login password \
@@ -92,34 +92,53 @@ enum LoginUnlockMarker {
     }
 }
 
-/// `pam-hook`: run by pam_exec at login. With `expose_authtok` in the auth stack it unlocks the
-/// user's keychain with the login password, when the user turned `login-unlock` on; at
-/// close_session of the user's last session it locks it. It never fails a login: every outcome
-/// exits 0, and pam_exec's line is `optional`.
+/// `pam-hook`: run by pam_tpm_keychain.so (Sources/PAMModule), the PAM module that keeps the
+/// login password from the auth stack until PAM has accepted it. At open_session (and at setcred,
+/// which is how a screen locker reports a successful re-authentication) it unlocks the user's
+/// keychain with that password, when the user turned `login-unlock` on; at close_session of the
+/// user's last session it locks it. It never fails a login: every outcome exits 0, and the
+/// module's lines are `optional`.
 ///
-/// pam_exec runs it as root (for login, sshd, GDM) or as the user (a screen locker): as root it
-/// first becomes the user PAM_USER names, for good, before it reads any of that user's files.
-/// The password arrives on standard input and is held as SecretBytes only, never written.
+/// The module runs it as the user PAM_USER names, with a clean environment; run as root anyway
+/// (an old pam_exec session line), it first becomes that user for good, before it reads any of
+/// the user's files. The password arrives on standard input and is held as SecretBytes only,
+/// never written. An old pam_exec auth line (PAM_TYPE=auth) is not acted on: it runs for every
+/// password typed, also one the password module before it has just rejected.
 struct PAMHook: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pam-hook",
-        abstract: "Unlock the keychain at login and lock it at logout (run by pam_exec; see README).",
+        abstract: "Unlock the keychain at login and lock it at logout (run by pam_tpm_keychain.so; see README).",
         discussion: """
-            /etc/pam.d/<service>:
-              auth     optional  pam_exec.so expose_authtok quiet /usr/local/bin/tpm-keychain pam-hook
-              session  optional  pam_exec.so quiet /usr/local/bin/tpm-keychain pam-hook
-            Each user opts in with `tpm-keychain login-unlock on`.
+            Install the module with Scripts/install-pam-module.sh, then in /etc/pam.d/<service>:
+              auth     optional  pam_tpm_keychain.so    (right after the password check)
+              session  optional  pam_tpm_keychain.so
+            The module runs this command as the user once PAM has accepted the password: at \
+            open_session, or at setcred for a screen locker, with the password on standard input. \
+            pam_exec auth lines are no longer acted on. Each user opts in with \
+            `tpm-keychain login-unlock on`.
             """)
 
     func run() throws {
         let environment = ProcessInfo.processInfo.environment
         guard let type = environment["PAM_TYPE"], let user = environment["PAM_USER"], !user.isEmpty else {
-            printError("tpm-keychain pam-hook: not run by pam_exec (PAM_TYPE and PAM_USER are not set)")
+            printError("tpm-keychain pam-hook: not run by PAM (PAM_TYPE and PAM_USER are not set)")
             throw ExitCode(ExitStatus.usage)
         }
-        guard ["auth", "close_session"].contains(type) else { return }
-        // Read what pam_exec wrote before anything else: it waits for us to take it.
-        let token = type == "auth" ? Self.readToken() : nil
+        switch type {
+        case "open_session", "setcred", "close_session":
+            break
+        case "auth":
+            printError(
+                "tpm-keychain pam-hook: pam_exec auth lines are no longer acted on (they see every password typed, also rejected ones); use pam_tpm_keychain.so (README, \"Unlock with your login\")"
+            )
+            return
+        default:
+            return
+        }
+        let unlocking = type != "close_session"
+        // The whole input first: the module wrote the password and closed the pipe before it
+        // started us; nothing else is read before the user's identity is taken.
+        let token = unlocking ? Self.readToken() : nil
         guard Self.become(user) else { return }
         guard LoginUnlockMarker.read() == "on" else { return }
         let path = KeychainLocation.default.path
@@ -128,7 +147,7 @@ struct PAMHook: ParsableCommand {
             // store; a store with a simulated TPM of its own says which TPM that is.
             let act = { (location: KeychainLocation) throws in
                 let device = KeychainDevice(location: location)
-                if type == "auth" {
+                if unlocking {
                     guard let token, token.count > 0, try device.status().passcodeIsSet else { return }
                     try device.unlock(passcode: token)
                 } else if Self.isLastSession(of: user) {
@@ -150,7 +169,9 @@ struct PAMHook: ParsableCommand {
         }
     }
 
-    /// The authentication token pam_exec writes (followed by a NUL), at most 4 KiB.
+    /// The password on standard input, read to its end: at most 4 KiB, as the module writes
+    /// (nil when there is more). pam_exec wrote a NUL after it; what follows a NUL is not
+    /// part of it.
     static func readToken() -> SecretBytes? {
         var count = 0
         let buffer = SecretBytes(count: 4097) { raw in
@@ -223,8 +244,10 @@ struct FollowScreenLock: ParsableCommand {
         commandName: "follow-screen-lock",
         abstract: "Lock the keychain each time the screen locks (logind's LockedHint), until the session ends.",
         discussion: """
-            Unlocking takes the passcode: the screen locker's PAM stack with `tpm-keychain \
-            pam-hook`, or unlock-keychain. Exits 0 when the session ends.
+            Unlocking takes the passcode: the screen locker's PAM stack with \
+            pam_tpm_keychain.so, or unlock-keychain. Exits 0 when the session ends. When the \
+            session's state can no longer be known (the bus or logind went away), it locks the \
+            keychain and exits 69, for its unit to start it again (Restart=on-failure, README).
             """)
 
     @OptionGroup var store: KeychainOptions
@@ -248,6 +271,10 @@ struct FollowScreenLock: ParsableCommand {
                     }
                 })
             printError("tpm-keychain follow-screen-lock: stopped: \(reason.map { "\($0)" } ?? "asked to")")
+            if let reason, !ScreenLockFollower.endsQuietly(reason) {
+                // The keychain was locked (fail closed); non-zero so that systemd restarts us.
+                throw ExitCode(ExitStatus.unavailable)
+            }
         }
     }
 

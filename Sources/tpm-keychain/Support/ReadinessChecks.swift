@@ -358,35 +358,55 @@ struct ReadinessChecks {
     func loginHook() -> Finding {
         let directory = "/etc/pam.d"
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        let hooked = files.sorted().filter { name in
-            guard let text = try? String(contentsOfFile: directory + "/" + name, encoding: .utf8) else { return false }
-            return text.split(separator: "\n").contains { line in
-                !line.trimmingCharacters(in: .whitespaces).hasPrefix("#") && line.contains("tpm-keychain")
+        /// The services of /etc/pam.d with an uncommented line that `matches`.
+        func services(where matches: (Substring) -> Bool) -> [String] {
+            files.sorted().filter { name in
+                guard let text = try? String(contentsOfFile: directory + "/" + name, encoding: .utf8) else {
+                    return false
+                }
+                return text.split(separator: "\n").contains { line in
+                    !line.trimmingCharacters(in: .whitespaces).hasPrefix("#") && matches(line)
+                }
             }
+        }
+        let hooked = services { $0.contains("pam_tpm_keychain.so") }
+        // The lines of versions before the module: pam_exec handed the hook every password typed.
+        let pamExec = services { $0.contains("pam_exec") && $0.contains("pam-hook") }
+        if !pamExec.isEmpty {
+            return Finding(
+                check: "login", verdict: .warning,
+                summary:
+                    "\(pamExec.map { directory + "/" + $0 }.joined(separator: ", ")) run tpm-keychain pam-hook through pam_exec, which no longer unlocks (pam_exec hands it every password typed, rejected ones too)",
+                remedy:
+                    "replace those lines with pam_tpm_keychain.so (Scripts/install-pam-module.sh; README, \"Unlock with your login\")"
+            )
         }
         let setting = LoginUnlockMarker.read()
         if hooked.isEmpty {
             return Finding(
                 check: "login", verdict: setting == "on" ? .warning : .info,
-                summary: "no PAM service runs tpm-keychain: logging in does not unlock the keychain"
+                summary: "no PAM service runs pam_tpm_keychain.so: logging in does not unlock the keychain"
                     + (setting == "on" ? ", although login-unlock is on for you" : ""),
-                remedy: setting == "on" ? "add the pam-hook lines (README, \"Unlock with your login\")" : nil)
+                remedy: setting == "on"
+                    ? "install the module and add its lines (README, \"Unlock with your login\")" : nil)
         }
         let services = hooked.map { directory + "/" + $0 }.joined(separator: ", ")
         switch setting {
         case "on"?:
             return Finding(
-                check: "login", verdict: .ok, summary: "PAM runs tpm-keychain in \(services); login-unlock is on")
+                check: "login", verdict: .ok, summary: "PAM runs pam_tpm_keychain.so in \(services); login-unlock is on"
+            )
         case let reason?:
             return Finding(
                 check: "login", verdict: .warning,
-                summary: "PAM runs tpm-keychain in \(services), but the hook turned login-unlock off: \(reason)",
+                summary: "PAM runs pam_tpm_keychain.so in \(services), but the hook turned login-unlock off: \(reason)",
                 remedy: "make the keychain passcode your login password (change-passcode), then login-unlock on")
         case nil:
             return Finding(
                 check: "login", verdict: .info,
                 summary:
-                    "PAM runs tpm-keychain in \(services); login-unlock is off for you (tpm-keychain login-unlock on)")
+                    "PAM runs pam_tpm_keychain.so in \(services); login-unlock is off for you (tpm-keychain login-unlock on)"
+            )
         }
     }
 
