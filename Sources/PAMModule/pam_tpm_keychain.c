@@ -454,6 +454,12 @@ static void run_hook(pam_handle_t *pamh, const struct options *options, const ch
     struct stat runtime_status;
     bool has_runtime = lstat(runtime, &runtime_status) == 0 && S_ISDIR(runtime_status.st_mode)
                        && runtime_status.st_uid == entry->pw_uid;
+    /* The logind session this is (pam_systemd's, in the PAM environment), so that the hook can
+     * tell it from the user's other sessions at close; passed only as logind spells IDs. */
+    const char *session_id = pam_getenv(pamh, "XDG_SESSION_ID");
+    bool has_session_id = session_id != NULL && *session_id != '\0' && strlen(session_id) <= 64
+                          && strspn(session_id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+                                 == strlen(session_id);
     if (!add_variable(environment, &variables, "PATH", "/usr/local/bin:/usr/bin:/bin")
         || !add_variable(environment, &variables, "HOME", entry->pw_dir ? entry->pw_dir : "/")
         || !add_variable(environment, &variables, "USER", entry->pw_name)
@@ -462,7 +468,8 @@ static void run_hook(pam_handle_t *pamh, const struct options *options, const ch
         || !add_variable(environment, &variables, "PAM_TYPE", type)
         || !add_variable(environment, &variables, "PAM_USER", user)
         || !add_variable(environment, &variables, "PAM_SERVICE", service)
-        || (has_runtime && !add_variable(environment, &variables, "XDG_RUNTIME_DIR", runtime)))
+        || (has_runtime && !add_variable(environment, &variables, "XDG_RUNTIME_DIR", runtime))
+        || (has_session_id && !add_variable(environment, &variables, "XDG_SESSION_ID", session_id)))
         goto done;
 
     /* The password goes into the pipe before fork, and the write end is closed before fork too:

@@ -69,13 +69,18 @@ struct LoginUnlockTests {
             try setLoginPassword(LoginUnlockTests.password)
             // What a distribution's /etc/pam.d/<service> gains (README); the TCTI only because the
             // test's TPM is a swtpm on a loopback port.
-            let hook = "/usr/bin/env TPM_KEYCHAIN_TCTI=\(cli.simulator.tcti) \(tool) pam-hook"
+            // PATH: a test may put a loginctl of its own first (bin/, see fakeLogind).
+            let hook =
+                "/usr/bin/env PATH=\(directory)/bin:/usr/local/bin:/usr/bin:/bin TPM_KEYCHAIN_TCTI=\(cli.simulator.tcti) \(tool) pam-hook"
             let options = "timeout=60 log=\(logPath)"
+            // pam_env gives the session an XDG_SESSION_ID when a test writes pam-env, as
+            // pam_systemd does on a real login.
             let configuration = """
                 \(stack.authLines)
                 auth     optional  \(module) \(options) \(hook)
                 account  required  pam_permit.so
                 session  required  pam_permit.so
+                session  optional  pam_env.so readenv=1 envfile=\(directory)/pam-env user_readenv=0
                 session  optional  \(module) \(options) \(hook)
 
                 """
@@ -136,6 +141,28 @@ struct LoginUnlockTests {
             let status = try asUser(["tpm-status"])
             return status.stdout.split(separator: "\n").first { $0.contains("lockout counter:") }.map(String.init)
                 ?? "\(status)"
+        }
+
+        /// A loginctl of the test's, first in the hook's PATH: the user has the sessions in
+        /// `states` (ID and logind's State), and the session PAM opens is `current`.
+        func fakeLogind(current: String, states: [(String, String)]) throws {
+            try FileManager.default.createDirectory(atPath: directory + "/bin", withIntermediateDirectories: true)
+            try "XDG_SESSION_ID=\(current)\n".write(toFile: directory + "/pam-env", atomically: true, encoding: .utf8)
+            try (states.map(\.0).joined(separator: " ") + "\n").write(
+                toFile: directory + "/sessions", atomically: true, encoding: .utf8)
+            try states.map { "\($0.0) \($0.1)\n" }.joined().write(
+                toFile: directory + "/states", atomically: true, encoding: .utf8)
+            let script = """
+                #!/bin/sh
+                case "$1" in
+                  show-user) cat \(directory)/sessions ;;
+                  show-session) sed -n "s/^$2 //p" \(directory)/states ;;
+                  *) exit 1 ;;
+                esac
+
+                """
+            try script.write(toFile: directory + "/bin/loginctl", atomically: true, encoding: .utf8)
+            chmod(directory + "/bin/loginctl", 0o755)
         }
 
         /// The keychain's passcode set to the login password, locked, with login unlock on or off.
@@ -199,6 +226,30 @@ struct LoginUnlockTests {
             let contents = (try? Data(contentsOf: URL(fileURLWithPath: path))) ?? Data()
             #expect(!contents.contains(Self.password), "\(path) holds the password")
         }
+    }
+
+    @Test(
+        "A session's close locks the keychain only when no other session of the user is open: another active session keeps it unlocked, one that lingers after its logout (logind's closing) does not",
+        .enabled(if: geteuid() == 0, "needs root: PAM runs as root for a user made with useradd"))
+    func lastSessionCountsLingeringSessionsAsGone() throws {
+        let fixture = try PAMFixture(stack: .debianCommonAuth)
+        try fixture.prepare(loginUnlock: true)
+        try fixture.pam(["authenticate", "open_session"]).expectSuccess()
+        #expect(try fixture.lockState().contains(" unlocked ("), "\(fixture.log)")
+
+        try fixture.fakeLogind(current: "c1", states: [("c1", "active"), ("c2", "active")])
+        try fixture.pam(["open_session", "close_session"]).expectSuccess()
+        #expect(try fixture.lockState().contains(" unlocked ("), "c2 is open: \(fixture.log)")
+        // The closing session itself already "closing" (pam_systemd's close ran first): told
+        // apart by its ID, which the module passes from the PAM environment.
+        try fixture.fakeLogind(current: "c1", states: [("c1", "closing"), ("c2", "active")])
+        try fixture.pam(["open_session", "close_session"]).expectSuccess()
+        #expect(try fixture.lockState().contains(" unlocked ("), "c2 is open: \(fixture.log)")
+
+        try fixture.fakeLogind(current: "c1", states: [("c1", "active"), ("c2", "closing")])
+        try fixture.pam(["open_session", "close_session"]).expectSuccess()
+        let locked = try fixture.lockState()
+        #expect(!locked.contains(" unlocked ("), "c2 only lingers: \(locked)\n\(fixture.log)")
     }
 
     /// A password the stack rejects: pamtester fails, and the keychain sees nothing of it (still

@@ -219,21 +219,36 @@ struct PAMHook: ParsableCommand {
         return true
     }
 
-    /// Whether the session closing is the user's last (logind lists it until it is gone); true
-    /// when logind cannot say.
+    /// Whether the session closing is the user's last: no other session of the user is in a state
+    /// but "closing". A session that lingers after its logout (processes left running, as with
+    /// KillUserProcesses=no) is "closing" and does not keep the keychain unlocked; neither does
+    /// this session, named by `XDG_SESSION_ID` when the module passed it (pam_systemd's). True
+    /// when logind cannot say: the keychain then locks.
     static func isLastSession(of user: String) -> Bool {
+        guard let sessions = loginctl(["show-user", user, "--property=Sessions", "--value"]) else { return true }
+        let closing = ProcessInfo.processInfo.environment["XDG_SESSION_ID"]
+        let others = sessions.split(whereSeparator: \.isWhitespace).map(String.init).filter { $0 != closing }
+        let open = others.filter { session in
+            let state = loginctl(["show-session", session, "--property=State", "--value"])
+            return state.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) != "closing" } ?? false
+        }
+        // Without this session's ID, it is among the others, and counts as one of them.
+        return open.count <= (closing == nil ? 1 : 0)
+    }
+
+    /// loginctl's output (found in PATH, which the module sets), or nil when it fails.
+    private static func loginctl(_ arguments: [String]) -> String? {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/loginctl")
-        process.arguments = ["show-user", user, "--property=Sessions", "--value"]
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["loginctl"] + arguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return true }
+        guard (try? process.run()) != nil else { return nil }
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        guard process.terminationStatus == 0 else { return true }
-        let sessions = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)
-        return sessions.count <= 1
+        guard process.terminationStatus == 0 else { return nil }
+        return String(decoding: data, as: UTF8.self)
     }
 }
 
