@@ -45,6 +45,47 @@ struct OtherUsersTests {
     }
 
     @Test(
+        "review 3, N1 (what stays): with the owner hierarchy's empty authorization another user undefines every NV index in the TPM; the owner's passcode is reported as gone (69, naming the owner password), nothing is deleted or unlocked, and the items no passcode protects read again once the owner accepts the rollback risk",
+        .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
+    func anotherUserUndefinesEveryIndex() throws {
+        let fixture = try CLIFixture()
+        let users = try Users(count: 1)
+        defer { users.remove() }
+        let mallory = users.names[0]
+        let tcti = fixture.simulator.tcti
+        let passcode = Data((Self.passcode + "\n").utf8)
+        try fixture.succeed("set-passcode", "--passcode-fd", "0", stdin: passcode)
+        try fixture.succeed("add-generic-password", "-s", "svc", "-a", "plain", "--accessible", "always", "-w", "open")
+        try fixture.succeed(
+            "add-generic-password", "-s", "svc", "-a", "pin", "--access-control", "devicePasscode",
+            "--accessible", "whenUnlockedThisDeviceOnly", "-w", "behind the passcode")
+        let files = regularFiles(under: fixture.store).sorted()
+
+        // Every index in the range, without knowing whose is whose.
+        let listed = try Self.tpm2(mallory, tcti: tcti, ["tpm2_getcap", "handles-nv-index"])
+        let indices = listed.stdout.matches(of: /0x[0-9A-Fa-f]+/).map { String($0.output) }
+        #expect(indices.count >= 4, "\(listed)")
+        for index in indices {
+            let undefined = try Self.tpm2(mallory, tcti: tcti, ["tpm2_nvundefine", index, "-C", "o"])
+            #expect(undefined.status == 0, "\(undefined)")
+        }
+
+        let unlock = try fixture.run("unlock-keychain", "--passcode-fd", "0", stdin: passcode)
+        #expect(unlock.status == 69, "\(unlock)")
+        #expect(unlock.stderr.contains("passcode counter") && unlock.stderr.contains("owner password"), "\(unlock)")
+        // The store's rollback counter went too: the owner decides to accept the files as they are.
+        let refused = try fixture.run("find-generic-password", "-s", "svc", "-a", "plain", "-w")
+        #expect(refused.status != 0 && refused.stderr.contains("rollback counter"), "\(refused)")
+        try fixture.succeed("accept-rollback-risk", "--confirm", fixture.store)
+        #expect(try fixture.succeed("find-generic-password", "-s", "svc", "-a", "plain", "-w").stdout == "open\n")
+        let pin = try fixture.run(
+            "find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0", stdin: passcode)
+        #expect(pin.status != 0 && pin.stdout.isEmpty, "\(pin)")
+        // Nothing deleted: every file of the store is still there.
+        #expect(Set(files).isSubset(of: Set(regularFiles(under: fixture.store))), "\(files)")
+    }
+
+    @Test(
         "another user can neither move the counters nor write or read the lock state; a lock survives them; an index they define again in its place is reported as taken, and nothing of the owner's is deleted or unlocked",
         .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
     func anotherUserCannotUseTheIndices() throws {

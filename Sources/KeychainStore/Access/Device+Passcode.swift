@@ -215,6 +215,12 @@ extension Device {
                     .itemInvalidated,
                     "The device passcode key in \(directoryPath) belongs to an older passcode (the passcode counter moved on): it was restored from a backup or replaced",
                     underlying: error)
+            case .handleNotFound:
+                // Review 3, N1: what stays (docs/SECURITY.md, "Other local users").
+                throw KeychainError(
+                    .notAvailable,
+                    "The device's passcode counter (TPM NV index 0x\(String(state.indices.passcodeCounter, radix: 16))) is gone: someone with the TPM owner's authorization deleted it (on a machine whose owner hierarchy has no password, any user of the TPM can), or the TPM was cleared. The passcode can no longer be checked, so items that need it cannot be opened; nothing was deleted. tpm-keychain doctor says how to keep it from happening (an owner password)",
+                    underlying: error)
             default:
                 throw KeychainError(deviceTPM: error)
             }
