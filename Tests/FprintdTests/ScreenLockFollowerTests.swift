@@ -15,55 +15,61 @@ struct ScreenLockFollowerTests {
         "Each time the session's screen locks, the keychain is locked in the TPM (a session locked at start is left alone); the follower ends when the session does"
     )
     func screenLockLocksTheKeychain() async throws {
+        try await Self.followingSession { mock, device, sessionLock in
+            #expect(try device.status().unlocked == true)
+
+            let stop = Locked(false)
+            let locks = Locked(0)
+            let ended = Locked<String?>(nil)
+            let follower = try JoinableThread {
+                let reason = ScreenLockFollower.run(
+                    sessionLock: sessionLock, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(20),
+                    shouldStop: { stop.withLock { $0 } },
+                    onLock: { if case .success = $0 { locks.withLock { $0 += 1 } } })
+                ended.withLock { $0 = reason.map { "\($0)" } ?? "stopped" }
+            }
+            defer {
+                stop.withLock { $0 = true }
+                follower.join()
+            }
+
+            try await mock.setLockedHint("c1", true)
+            try await Self.eventually("the keychain is locked") { try device.status().unlocked == false }
+            #expect(locks.withLock { $0 } == 1)
+
+            // Unlocked again with the passcode (the screen locker's PAM hook); the next lock locks again.
+            try device.unlock(passcode: Self.passcode)
+            try await mock.setLockedHint("c1", false)
+            try await Self.eventually("the unlock is seen") { try !sessionLock.isLocked() }
+            #expect(try device.status().unlocked == true)
+            try await mock.setLockedHint("c1", true)
+            try await Self.eventually("the keychain is locked again") { try device.status().unlocked == false }
+
+            try await mock.removeSession("c1")
+            try await Self.eventually("the follower ends with the session") { ended.withLock { $0 } != nil }
+            #expect(ended.withLock { $0 } != "stopped")
+        }
+    }
+
+    /// Runs `body` with a logind mock whose session `c1` a LogindSessionLock follows, and a device
+    /// with a passcode, unlocked, on a real swtpm; all stopped and removed afterwards.
+    static func followingSession(
+        _ body: (LogindMock, KeychainDevice, LogindSessionLock) async throws -> Void
+    ) async throws {
         let mock = try await LogindMock.start()
         defer { mock.stop() }
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
         let directory = NSTemporaryDirectory() + "screen-lock-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        var location = try KeychainLocation(path: directory + "/store", tcti: simulator.tcti)
-        location.deviceDirectory = directory + "/device"
-        let device = KeychainDevice(location: location)
-        try device.setPasscode(Self.passcode)
-        try device.unlock(passcode: Self.passcode)
-        #expect(try device.status().unlocked == true)
-
+        let device = try unlockedDevice(simulator: simulator, directory: directory)
         try await mock.addSession("c1")
         let sessionLock = try LogindSessionLock(busAddress: mock.address, session: "c1")
         defer { sessionLock.stop() }
-        let stop = Locked(false)
-        let locks = Locked(0)
-        let ended = Locked<String?>(nil)
-        let follower = try JoinableThread {
-            let reason = ScreenLockFollower.run(
-                sessionLock: sessionLock, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(20),
-                shouldStop: { stop.withLock { $0 } },
-                onLock: { if case .success = $0 { locks.withLock { $0 += 1 } } })
-            ended.withLock { $0 = reason.map { "\($0)" } ?? "stopped" }
-        }
-        defer {
-            stop.withLock { $0 = true }
-            follower.join()
-        }
-
-        try await mock.setLockedHint("c1", true)
-        try await Self.eventually("the keychain is locked") { try device.status().unlocked == false }
-        #expect(locks.withLock { $0 } == 1)
-
-        // Unlocked again with the passcode (the screen locker's PAM hook); the next lock locks again.
-        try device.unlock(passcode: Self.passcode)
-        try await mock.setLockedHint("c1", false)
-        try await Self.eventually("the unlock is seen") { try !sessionLock.isLocked() }
-        #expect(try device.status().unlocked == true)
-        try await mock.setLockedHint("c1", true)
-        try await Self.eventually("the keychain is locked again") { try device.status().unlocked == false }
-
-        try await mock.removeSession("c1")
-        try await Self.eventually("the follower ends with the session") { ended.withLock { $0 } != nil }
-        #expect(ended.withLock { $0 } != "stopped")
+        try await body(mock, device, sessionLock)
     }
 
-    /// A device with a passcode, unlocked, on a real swtpm; the session `c1` on the mock.
+    /// A device with a passcode, unlocked, on a real swtpm.
     static func unlockedDevice(
         simulator: SoftwareTPM, directory: String
     ) throws -> KeychainDevice {
@@ -99,68 +105,52 @@ struct ScreenLockFollowerTests {
         "A screen lock undone before the follower looks again still locks the keychain (logind's signals are counted as they arrive)"
     )
     func shortLockIsSeen() async throws {
-        let mock = try await LogindMock.start()
-        defer { mock.stop() }
-        let simulator = try SoftwareTPM.start()
-        defer { simulator.stop() }
-        let directory = NSTemporaryDirectory() + "screen-lock-" + UUID().uuidString
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let device = try Self.unlockedDevice(simulator: simulator, directory: directory)
-        try await mock.addSession("c1")
-        let sessionLock = try LogindSessionLock(busAddress: mock.address, session: "c1")
-        defer { sessionLock.stop() }
-        let gated = GatedSessionLock(sessionLock)
-        let stop = Locked(false)
-        let follower = try JoinableThread {
-            _ = ScreenLockFollower.run(
-                sessionLock: gated, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(1),
-                shouldStop: { stop.withLock { $0 } })
-        }
-        defer {
-            stop.withLock { $0 = true }
-            gated.allowLook()
-            follower.join()
-        }
-        try await Self.eventually("the follower's first look") { gated.looksTaken == 1 }
+        try await Self.followingSession { mock, device, sessionLock in
+            let gated = GatedSessionLock(sessionLock)
+            let stop = Locked(false)
+            let follower = try JoinableThread {
+                _ = ScreenLockFollower.run(
+                    sessionLock: gated, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(1),
+                    shouldStop: { stop.withLock { $0 } })
+            }
+            defer {
+                stop.withLock { $0 = true }
+                gated.allowLook()
+                follower.join()
+            }
+            try await Self.eventually("the follower's first look") { gated.looksTaken == 1 }
 
-        // Locked and unlocked between two looks.
-        try await mock.setLockedHint("c1", true)
-        try await mock.setLockedHint("c1", false)
-        try await Self.eventually("both signals are in") {
-            try sessionLock.timesLocked() == 1 && !sessionLock.isLocked()
+            // Locked and unlocked between two looks.
+            try await mock.setLockedHint("c1", true)
+            try await mock.setLockedHint("c1", false)
+            try await Self.eventually("both signals are in") {
+                try sessionLock.timesLocked() == 1 && !sessionLock.isLocked()
+            }
+            #expect(try device.status().unlocked == true)
+            gated.allowLook()
+            try await Self.eventually("the keychain is locked") { try device.status().unlocked == false }
         }
-        #expect(try device.status().unlocked == true)
-        gated.allowLook()
-        try await Self.eventually("the keychain is locked") { try device.status().unlocked == false }
     }
 
     @Test(
         "When logind leaves the bus, the follower locks the keychain before it stops (fail closed), and says why"
     )
     func logindGoneLocks() async throws {
-        let mock = try await LogindMock.start()
-        defer { mock.stop() }
-        let simulator = try SoftwareTPM.start()
-        defer { simulator.stop() }
-        let directory = NSTemporaryDirectory() + "screen-lock-" + UUID().uuidString
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let device = try Self.unlockedDevice(simulator: simulator, directory: directory)
-        try await mock.addSession("c1")
-        let sessionLock = try LogindSessionLock(busAddress: mock.address, session: "c1")
-        defer { sessionLock.stop() }
-        let ended = Locked<String?>(nil)
-        let follower = try JoinableThread {
-            let reason = ScreenLockFollower.run(
-                sessionLock: sessionLock, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(10))
-            ended.withLock { $0 = reason.map { "\($0)" } ?? "stopped" }
-        }
-        defer { follower.join() }
-        #expect(try device.status().unlocked == true)
+        try await Self.followingSession { mock, device, sessionLock in
+            let ended = Locked<String?>(nil)
+            let follower = try JoinableThread {
+                let reason = ScreenLockFollower.run(
+                    sessionLock: sessionLock, lockKeychain: { try device.lock() }, pollInterval: .milliseconds(10))
+                ended.withLock { $0 = reason.map { "\($0)" } ?? "stopped" }
+            }
+            defer { follower.join() }
+            #expect(try device.status().unlocked == true)
 
-        mock.killService()
-        try await Self.eventually("the follower stops") { ended.withLock { $0 } != nil }
-        #expect(try device.status().unlocked == false)
-        #expect(ended.withLock { $0 }?.contains("left the bus") == true, "\(ended.withLock { $0 } ?? "")")
+            mock.killService()
+            try await Self.eventually("the follower stops") { ended.withLock { $0 } != nil }
+            #expect(try device.status().unlocked == false)
+            #expect(ended.withLock { $0 }?.contains("left the bus") == true, "\(ended.withLock { $0 } ?? "")")
+        }
     }
 
     /// Waits for `condition`, driven by what is observed; the limit only bounds a failure.
