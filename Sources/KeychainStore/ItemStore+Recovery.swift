@@ -47,6 +47,65 @@ extension ItemStore {
         return recoveryKey
     }
 
+    /// Escrows the device passcode key (its seed, public half and the device's NV base) to the
+    /// store's recovery key, as `passcode.escrow`, for ``openPasscodeEscrow(at:recoveryKey:)``;
+    /// false (nothing written) when the store has no recovery key. The recovery public key is
+    /// taken only from a `recovery.key` this store authenticates, as a rotation takes it.
+    ///
+    /// - Throws: ``KeychainError`` `.tampered` for a recovery key file of another store or key.
+    package func escrowPasscode(seed: SecretBytes, publicKey: [UInt8], deviceBase: UInt32) throws(KeychainError) -> Bool
+    {
+        let lock = try rootDirectory.lockItself(timeout: lockTimeout, purpose: "escrowing the device passcode")
+        defer { withExtendedLifetime(lock) {} }
+        let state = try current()
+        guard let file = try rootDirectory.openFile(RecoveryFile.fileName) else { return false }
+        guard file.size == RecoveryFile.size else {
+            throw KeychainError(
+                .tampered, "\(file.path) is not an authenticated recovery key: add a new one (add-recovery-key)")
+        }
+        let header = try RecoveryFile.authenticatedHeader(
+            try file.read(count: file.size, at: 0), metadataKey: state.keys.metadata, path: file.path)
+        guard header.storeID == storeID, header.keyGeneration == Self.keyGeneration(state.keys) else {
+            throw KeychainError(
+                .tampered, "\(file.path) belongs to another store or master key: add a new recovery key")
+        }
+        let sealed = try PasscodeEscrowFile.seal(
+            seed: seed, passcodePublicKey: publicKey, deviceBase: deviceBase,
+            recoveryPublicKey: header.recoveryPublicKey, storeID: storeID)
+        try rootDirectory.replace(PasscodeEscrowFile.fileName, with: sealed, durable: true)
+        return true
+    }
+
+    /// The device passcode key's seed escrowed in the store at `root`, opened with the store's
+    /// recovery key; read without the TPM (the device checks the seed against its authenticated
+    /// state before it uses it).
+    ///
+    /// - Throws: ``KeychainError`` `.storeNotFound`; `.notAvailable` when nothing was escrowed in
+    ///   the store; `.authenticationFailed` for another recovery key; `.tampered`.
+    package static func openPasscodeEscrow(
+        at root: String, recoveryKey: SecretBytes
+    ) throws(KeychainError) -> (seed: SecretBytes, publicKey: [UInt8], deviceBase: UInt32) {
+        guard root.hasPrefix("/"),
+            let rootDirectory = try Directory.open(root, in: nil, create: false, storeRoot: true),
+            let metadataFile = try rootDirectory.openFile(StoreMetadata.fileName),
+            metadataFile.size <= StoreMetadata.maximumFileSize
+        else {
+            throw KeychainError(.storeNotFound, "No keychain store at \(root)")
+        }
+        let parsed = try StoreMetadata.parse(
+            try metadataFile.read(count: metadataFile.size, at: 0), path: metadataFile.path)
+        guard let file = try rootDirectory.openFile(PasscodeEscrowFile.fileName), file.size <= 4096 else {
+            throw KeychainError(
+                .notAvailable,
+                "The keychain at \(root) holds no escrowed passcode: the passcode was set or changed before the store had a recovery key, or with another store"
+            )
+        }
+        let (escrow, seed) = try PasscodeEscrowFile.open(
+            try file.read(count: file.size, at: 0), recoveryKey: recoveryKey, storeID: parsed.metadata.storeID,
+            path: file.path)
+        return (seed, escrow.passcodePublicKey, escrow.deviceBase)
+    }
+
     /// The 8 bytes a recovery file records of the master key it holds.
     static func keyGeneration(_ keys: StoreKeys) -> [UInt8] {
         [UInt8](hexString: keyGenerationTag(keys)) ?? []

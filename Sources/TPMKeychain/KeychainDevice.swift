@@ -64,11 +64,13 @@ public struct KeychainDevice: Sendable {
     }
 
     /// Sets the first device passcode (4 to 1024 bytes). It is never stored: the TPM holds a
-    /// key sealed with it, under dictionary-attack protection.
+    /// key sealed with it, under dictionary-attack protection. When the location's store has a
+    /// recovery key, the passcode key is escrowed to it (``reestablishPasscode(recoveryKey:newPasscode:)``).
     ///
     /// - Throws: ``KeychainError`` `.duplicateItem` when one is set, `.invalidParameter`.
     public func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
-        try withDevice { (device) throws(KeychainError) in try device.setPasscode(passcode) }
+        let escrow = try escrowToStore()
+        try withDevice { (device) throws(KeychainError) in try device.setPasscode(passcode, escrow: escrow) }
     }
 
     /// Changes the passcode. One sealed key is replaced; no item is rewritten; a copy of the old
@@ -77,7 +79,39 @@ public struct KeychainDevice: Sendable {
     /// - Throws: ``KeychainError`` `.authenticationFailed` (wrong passcode, counted by the TPM),
     ///   `.lockout`, `.passcodeNotSet`, `.invalidParameter`.
     public func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(KeychainError) {
-        try withDevice { (device) throws(KeychainError) in try device.changePasscode(from: old, to: new) }
+        let escrow = try escrowToStore()
+        try withDevice { (device) throws(KeychainError) in
+            try device.changePasscode(from: old, to: new, escrow: escrow)
+        }
+    }
+
+    /// Makes the passcode work again after the TPM lost the device's passcode counter (anyone who
+    /// may use a TPM whose owner hierarchy has no password can delete it; docs/SECURITY.md), with
+    /// the recovery key of the location's store, to which the passcode key was escrowed when the
+    /// passcode was last set or changed. The same passcode key is sealed under `newPasscode`, so
+    /// every item protected by the passcode opens again with it; the device starts locked.
+    /// Items bound to the enrollment (biometryCurrentSet) stay invalid when its counter was lost.
+    ///
+    /// - Throws: ``KeychainError`` `.notAvailable` when nothing was escrowed in the store,
+    ///   `.authenticationFailed` for another recovery key or a key that is no longer the
+    ///   device's, `.passcodeNotSet`, `.invalidParameter`, `.storeNotFound`.
+    public func reestablishPasscode(recoveryKey: RecoveryKey, newPasscode: SecretBytes) throws(KeychainError) {
+        let escrowed = try ItemStore.openPasscodeEscrow(at: location.path, recoveryKey: recoveryKey.secret)
+        try withDevice { (device) throws(KeychainError) in
+            try device.reestablishPasscode(
+                seed: escrowed.seed, deviceBase: escrowed.deviceBase, newPasscode: newPasscode)
+        }
+    }
+
+    /// What escrows a new passcode key to the store's recovery key; nil when the store has none.
+    /// The store is opened first: escrowing then needs no TPM, whose connection the device holds
+    /// while it calls this (a second one would wait for it on a TPM without a resource manager).
+    private func escrowToStore() throws(KeychainError) -> Device.PasscodeEscrow? {
+        guard location.storeExists, location.hasRecoveryKey else { return nil }
+        let store = try OpenStores.store(at: location)
+        return { (seed, publicKey, base) throws(KeychainError) in
+            _ = try store.escrowPasscode(seed: seed, publicKey: publicKey, deviceBase: base)
+        }
     }
 
     /// Removes the passcode; items that require it become unreadable for good.

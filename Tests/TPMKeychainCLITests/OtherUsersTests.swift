@@ -45,7 +45,7 @@ struct OtherUsersTests {
     }
 
     @Test(
-        "review 3, N1 (what stays): with the owner hierarchy's empty authorization another user undefines every NV index in the TPM; the owner's passcode is reported as gone (69, naming the owner password), nothing is deleted or unlocked, and the items no passcode protects read again once the owner accepts the rollback risk",
+        "review 3, N1: with the owner hierarchy's empty authorization another user undefines every NV index in the TPM and squats one; the owner's passcode is reported as gone (69, naming the owner password), nothing is deleted or unlocked; the owner accepts the rollback risk and, with the store's recovery key, makes the passcode work again: every item reads, the old passcode does not",
         .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
     func anotherUserUndefinesEveryIndex() throws {
         let fixture = try CLIFixture()
@@ -54,11 +54,16 @@ struct OtherUsersTests {
         let mallory = users.names[0]
         let tcti = fixture.simulator.tcti
         let passcode = Data((Self.passcode + "\n").utf8)
-        try fixture.succeed("set-passcode", "--passcode-fd", "0", stdin: passcode)
         try fixture.succeed("add-generic-password", "-s", "svc", "-a", "plain", "--accessible", "always", "-w", "open")
+        let recoveryKey = try fixture.succeed("add-recovery-key").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // Set with a recovery key in place: the passcode key is escrowed to it.
+        try fixture.succeed("set-passcode", "--passcode-fd", "0", stdin: passcode)
         try fixture.succeed(
             "add-generic-password", "-s", "svc", "-a", "pin", "--access-control", "devicePasscode",
             "--accessible", "whenUnlockedThisDeviceOnly", "-w", "behind the passcode")
+        try fixture.succeed(
+            "add-generic-password", "-s", "svc", "-a", "locked", "--accessible", "whenUnlocked", "-w", "lock-bound")
+        let lockState = try #require(Self.handles(try fixture.succeed("tpm-status").stdout).last)
         let files = regularFiles(under: fixture.store).sorted()
 
         // Every index in the range, without knowing whose is whose.
@@ -69,6 +74,14 @@ struct OtherUsersTests {
             let undefined = try Self.tpm2(mallory, tcti: tcti, ["tpm2_nvundefine", index, "-C", "o"])
             #expect(undefined.status == 0, "\(undefined)")
         }
+        // And one of their own where the lock state was, with their own authorization.
+        let squatted = try Self.tpm2(
+            mallory, tcti: tcti,
+            [
+                "tpm2_nvdefine", lockState, "-C", "o", "-s", "2", "-a", "authread|authwrite|no_da|clear_stclear", "-p",
+                "x",
+            ])
+        #expect(squatted.status == 0, "\(squatted)")
 
         let unlock = try fixture.run("unlock-keychain", "--passcode-fd", "0", stdin: passcode)
         #expect(unlock.status == 69, "\(unlock)")
@@ -83,6 +96,25 @@ struct OtherUsersTests {
         #expect(pin.status != 0 && pin.stdout.isEmpty, "\(pin)")
         // Nothing deleted: every file of the store is still there.
         #expect(Set(files).isSubset(of: Set(regularFiles(under: fixture.store))), "\(files)")
+
+        // The recovery key and a new passcode: the same passcode key, sealed anew; locked at first.
+        let newPasscode = "owner's new passcode"
+        let wrongKey = try fixture.run(
+            "recover-passcode", "--passcode-fd", "0",
+            stdin: Data(
+                "cbcbcbcb-cbcbcbcb-cbcbcbcb-cbcbcbcb-cbcbcbcb-cbcbcbcb-cbcbcbcb-cbcbcbcb\n\(newPasscode)\n".utf8))
+        #expect(wrongKey.status != 0, "\(wrongKey)")
+        try fixture.succeed(
+            "recover-passcode", "--passcode-fd", "0", stdin: Data("\(recoveryKey)\n\(newPasscode)\n".utf8))
+        #expect(try fixture.run("find-generic-password", "-s", "svc", "-a", "locked", "-w").status == 77)
+        try fixture.succeed("unlock-keychain", "--passcode-fd", "0", stdin: Data("\(newPasscode)\n".utf8))
+        #expect(
+            try fixture.succeed("find-generic-password", "-s", "svc", "-a", "locked", "-w").stdout == "lock-bound\n")
+        let opened = try fixture.succeed(
+            "find-generic-password", "-s", "svc", "-a", "pin", "-w", "--passcode-fd", "0",
+            stdin: Data("\(newPasscode)\n".utf8))
+        #expect(opened.stdout == "behind the passcode\n")
+        #expect(try fixture.run("unlock-keychain", "--passcode-fd", "0", stdin: passcode).status != 0)
     }
 
     @Test(

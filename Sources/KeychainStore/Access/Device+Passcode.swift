@@ -7,10 +7,16 @@ package import TPM
 // The device passcode: set, change and remove it, the passcode key sealed under it, and
 // unlocking and locking with it.
 extension Device {
+    /// Keeps a copy of the passcode key outside the TPM, for ``reestablishPasscode(seed:deviceBase:newPasscode:)``:
+    /// given the key's seed, its public half and the device's NV base, before the device's state
+    /// names the key. A failure stops the change that would have named it.
+    package typealias PasscodeEscrow = (SecretBytes, [UInt8], UInt32) throws(KeychainError) -> Void
+
     /// Sets the first passcode.
     ///
+    /// - Parameter escrow: given the new passcode key before it is made the device's.
     /// - Throws: ``KeychainError`` `.duplicateItem` when one is set (change it instead), `.invalidParameter`.
-    package func setPasscode(_ passcode: SecretBytes) throws(KeychainError) {
+    package func setPasscode(_ passcode: SecretBytes, escrow: PasscodeEscrow? = nil) throws(KeychainError) {
         try Self.validate(passcode)
         try withDevice { (state, directory, connection) throws(KeychainError) in
             guard state.file.passcode == nil else {
@@ -19,6 +25,7 @@ extension Device {
             let epoch = try ensureCounter(state.indices.passcodeCounter, state, connection)
             let seed = try randomSeed(connection)
             state.file.passcode = try sealPasscodeKey(seed: seed, passcode: passcode, epoch: epoch, state, connection)
+            try escrow?(seed, state.file.passcode?.publicKey ?? [], state.file.nvBase)
             try write(&state, as: DeviceFile.fileName, in: directory, connection)
             try writeLockState(unlocked: true, state, connection)
         }
@@ -49,10 +56,89 @@ extension Device {
     ///
     /// - Throws: ``KeychainError`` `.passcodeNotSet`, `.authenticationFailed` (wrong passcode, counted
     ///   by the TPM's dictionary-attack protection), `.lockout`.
-    package func changePasscode(from old: SecretBytes, to new: SecretBytes) throws(KeychainError) {
+    package func changePasscode(
+        from old: SecretBytes, to new: SecretBytes, escrow: PasscodeEscrow? = nil
+    ) throws(KeychainError) {
         try Self.validate(new)
         try replacePasscode(old) { (state, seed, epoch, connection) throws(KeychainError) in
             state.file.passcode = try sealPasscodeKey(seed: seed, passcode: new, epoch: epoch, state, connection)
+            try escrow?(seed, state.file.passcode?.publicKey ?? [], state.file.nvBase)
+        }
+    }
+
+    /// Makes the passcode work again after the TPM lost the device's passcode counter (someone
+    /// with the owner hierarchy's authorization undefined it, review 3, N1), given the passcode
+    /// key's seed from its escrow: the same key, sealed under `newPasscode`, so that every key
+    /// record wrapped to it opens again. Indices someone else defined at the device's handles are
+    /// deleted (with the owner's authorization, as theirs were), the device's own defined again
+    /// there, with the names records expect; the lock state starts locked. A counter defined again
+    /// starts above every value it had: biometryCurrentSet records bound to the old enrollment
+    /// counter stay invalid, as after a re-enrollment.
+    ///
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`; `.authenticationFailed` when `seed` is not the
+    ///   device's passcode key; `.invalidParameter`; the TPM's errors.
+    package func reestablishPasscode(
+        seed: SecretBytes, deviceBase: UInt32, newPasscode: SecretBytes
+    ) throws(KeychainError) {
+        try Self.validate(newPasscode)
+        try withDevice { (state, directory, connection) throws(KeychainError) in
+            guard let current = state.file.passcode else {
+                throw KeychainError(.passcodeNotSet, "No device passcode is set: set one (set-passcode)")
+            }
+            guard state.file.nvBase == deviceBase else {
+                throw KeychainError(
+                    .authenticationFailed,
+                    "The escrowed passcode key is another device's (another user, or another state directory)")
+            }
+            guard Array(try Self.agreementKey(seed: seed).publicKey.rawRepresentation) == current.publicKey else {
+                throw KeychainError(
+                    .authenticationFailed,
+                    "The escrowed key is not this device's passcode key (the passcode was changed or set anew since it was escrowed, or it belongs to another device)"
+                )
+            }
+            try reclaimIndices(state, connection)
+            _ = try ensureCounter(state.indices.enrollmentCounter, state, connection)
+            let value = try ensureCounter(state.indices.passcodeCounter, state, connection)
+            // As a change: the next state first, then the counter moves, so that a copy of the
+            // old sealed key, should its counter still exist, no longer opens.
+            state.file.passcode = try sealPasscodeKey(
+                seed: seed, passcode: newPasscode, epoch: value + 1, state, connection)
+            try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
+            try tpmCall {
+                try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization)
+            }
+            try write(&state, as: DeviceFile.fileName, in: directory, connection)
+            _ = try directory.remove(DeviceFile.nextFileName, durable: true)
+            try writeLockState(unlocked: false, state, connection)
+        }
+    }
+
+    /// Deletes what someone else defined at the device's handles (an index that refuses the
+    /// device's authorization, or is of another shape), with the owner hierarchy's authorization.
+    private func reclaimIndices(_ state: State, _ connection: TPMConnection) throws(KeychainError) {
+        let indices = state.indices
+        let shapes: [(UInt32, NVIndexKind, NVIndexOptions)] = [
+            (indices.enrollmentCounter, .counter, .noDictionaryAttack),
+            (indices.passcodeCounter, .counter, .noDictionaryAttack),
+            (indices.lockState, .ordinary(size: 2), Self.lockStateOptions),
+        ]
+        for (index, kind, options) in shapes {
+            guard
+                let asDefined = try tpmCall({ try connection.nvIndexIsAsDefined(index, kind: kind, options: options) })
+            else { continue }
+            var ours = asDefined
+            if ours {
+                do {
+                    if case .counter = kind {
+                        _ = try counter(index, state, connection)
+                    } else {
+                        _ = try lockState(state, connection)
+                    }
+                } catch  where error.code == .notAvailable {
+                    ours = false
+                }
+            }
+            if !ours { try tpmCall { try connection.undefineNVIndex(index) } }
         }
     }
 

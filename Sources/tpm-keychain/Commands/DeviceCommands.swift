@@ -48,6 +48,39 @@ struct ChangePasscode: ParsableCommand {
     }
 }
 
+/// `recover-passcode`: the passcode made to work again with the store's recovery key, after the
+/// TPM lost the device's passcode counter.
+struct RecoverPasscode: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recover-passcode",
+        abstract:
+            "Make the device passcode work again with the store's recovery key, after the TPM lost its passcode counter.",
+        discussion: """
+            Anyone who may use a TPM whose owner hierarchy has no password can delete the device's \
+            passcode counter; the passcode then cannot be checked (unlock-keychain says so). When \
+            the passcode was set or last changed while this store had a recovery key, its key was \
+            escrowed to that recovery key: this seals the same key under a new passcode, so every \
+            item protected by the passcode opens again, and the keychain starts locked. Reads the \
+            recovery key, then the new passcode (twice on a terminal; from --passcode-fd, one line \
+            each).
+            """)
+
+    @OptionGroup var store: KeychainOptions
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    func run() throws {
+        try reportingErrors {
+            let input = PasscodeInput(passcodeOptions)
+            let key = try RecoveryKey(typed: try input.read(prompt: "recovery key for \(store.path): "))
+            let new = try input.read(prompt: "new device passcode: ")
+            try StoreSession.with(store.path) {
+                try KeychainDevice(location: $0.location).reestablishPasscode(recoveryKey: key, newPasscode: new)
+            }
+            print("the device passcode works again (the new one); the keychain is locked: unlock-keychain")
+        }
+    }
+}
+
 /// `remove-passcode`: items that need the passcode become unreadable for good.
 struct RemovePasscode: ParsableCommand {
     static let configuration = CommandConfiguration(

@@ -148,8 +148,10 @@ struct AddRecoveryKey: ParsableCommand {
         discussion: """
             The key (8 groups of 8 letters) is printed on standard output and kept nowhere on this \
             machine: write it down, or store it away from the machine. With it, `recover` seals \
-            the store to a new or cleared TPM. Whoever has it and a copy of the store's files can \
-            read the items without the TPM.
+            the store to a new or cleared TPM, and `recover-passcode` makes the device passcode \
+            work again should the TPM lose its passcode counter (the passcode key is escrowed to it \
+            when the passcode is next set or changed). Whoever has it and a copy of the store's \
+            files can read the items without the TPM.
             """)
 
     @OptionGroup var store: KeychainOptions
@@ -159,6 +161,12 @@ struct AddRecoveryKey: ParsableCommand {
             let path = store.path
             try StoreSession.withExisting(path) { session in
                 RecoveryKeyOutput.show(try session.location.addRecoveryKey(), for: path)
+                if (try? KeychainDevice(location: session.location).status().passcodeIsSet) == true {
+                    // The passcode key is escrowed when the passcode is set or changed.
+                    printError(
+                        "tpm-keychain: to escrow the device passcode to this recovery key (recover-passcode), change it once: tpm-keychain change-passcode (the same passcode may be given again)"
+                    )
+                }
             }
         }
     }
