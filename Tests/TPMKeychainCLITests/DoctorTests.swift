@@ -55,6 +55,8 @@ struct DoctorTests {
         #expect(owner.remedy?.contains("tpm2_changeauth -c owner") == true, "\(owner)")
         #expect(report.finding("nv room")?.verdict == "ok")
         #expect(report.finding("fingerprint")?.verdict == "info")
+        let binding = try #require(report.finding("user binding"))
+        #expect(binding.verdict == "info" && binding.summary.contains("any other user"), "\(binding)")
         let store = try #require(report.finding("store \(fixture.store)"))
         #expect(store.verdict == "warning" && store.remedy?.contains("add-recovery-key") == true, "\(store)")
         #expect(store.summary.contains("made on a simulated TPM"), "\(store)")

@@ -42,6 +42,7 @@ struct ReadinessChecks {
         findings += stores.map(store)
         findings.append(fingerprintReader())
         findings.append(enrollmentHelper())
+        findings.append(userBinding())
         findings.append(loginHook())
         return findings
     }
@@ -353,6 +354,17 @@ struct ReadinessChecks {
             summary:
                 "not installed: the enrollment is known by finger names, so a finger deleted and enrolled again under the same name does not invalidate biometryCurrentSet items",
             remedy: "sudo Scripts/install-enrollment-helper.sh (docs/SECURITY.md, \"The enrollment helper\")")
+    }
+
+    /// Stores are not bound to their user (review 3): what that means for a copy of one.
+    func userBinding() -> Finding {
+        Finding(
+            check: "user binding", verdict: .info,
+            summary:
+                "stores are bound to this TPM, not to your user: a copy of a store's files opens for any other user who may use this TPM, for every item no passcode or biometry protects",
+            remedy:
+                "keep stores private (0700, as they are made); protect what matters with --access-control devicePasscode (docs/SECURITY.md, \"Other local users\")"
+        )
     }
 
     func loginHook() -> Finding {
