@@ -77,6 +77,33 @@ import Testing
         #expect(try after.attributes(forKey: "token")?.accessibility == .afterFirstUnlock)
     }
 
+    @Test(
+        "an import never writes a Secret Service collection's own settings item (label and rules): an archive carrying one skips it, and the target's own is unchanged"
+    )
+    func importSkipsCollectionSettings() async throws {
+        let source = try TestStore()
+        try source.keychain("org.freedesktop.secrets.collection").set("rules lifted", forKey: "properties")
+        try source.keychain("com.example.app").set("kept", forKey: "user")
+        let archive = try await passphraseArchive(of: source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+
+        let target = try TestStore()
+        try target.keychain("org.freedesktop.secrets.collection").set("the target's own", forKey: "properties")
+        for conflicts in [KeychainArchive.ConflictPolicy.replace, .skip] {
+            let report = try await KeychainArchive.importArchive(
+                at: archive, into: target.location, passphrase: Self.passphrase, conflicts: conflicts)
+            // The first pass adds the other item; the second finds it present.
+            let expected: [KeychainArchive.SkipReason] =
+                conflicts == .replace ? [.collectionSettings] : [.alreadyPresent, .collectionSettings]
+            #expect(Set(report.skipped.map(\.reason)) == Set(expected), "\(report.skipped)")
+            #expect(report.skipped.count == expected.count, "\(report.skipped)")
+        }
+        #expect(try target.keychain("com.example.app").string(forKey: "user") == "kept")
+        #expect(
+            try target.keychain("org.freedesktop.secrets.collection").string(forKey: "properties")
+                == "the target's own")
+    }
+
     @Test("a locked keychain's lock-state items stay, counted as locked; nothing needing a person is ever asked for")
     func lockedItemsStay() async throws {
         let source = try await Self.populatedSource()

@@ -1,6 +1,10 @@
 /// Who an item belongs to: the triple that names it, validated before it reaches the disk.
 package struct ItemIdentity: Sendable, Hashable {
     package static let maximumNameBytes = 1024
+    /// The service of the generic password in which the Secret Service daemon keeps a
+    /// collection's own settings (its label, access control and rules): not an item of the
+    /// collection, and never written by an import.
+    package static let secretServiceCollectionService = "org.freedesktop.secrets.collection"
 
     package let accessGroup: String
     package let service: String

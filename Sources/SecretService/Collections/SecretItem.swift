@@ -46,7 +46,7 @@ enum SecretItemMapping {
     /// The service of items created through the Secret Service that name no service of their own.
     static let itemService = "org.freedesktop.secrets"
     /// The item holding a collection's label and access rules; not an item of the collection.
-    static let collectionService = "org.freedesktop.secrets.collection"
+    static let collectionService = ItemIdentity.secretServiceCollectionService
     static let defaultContentType = "text/plain"
 
     static func encode(_ attributes: [String: String]) -> [UInt8] {

@@ -55,6 +55,11 @@ package struct ItemImporter: Sendable {
     /// Why an incoming item is refused whatever the store holds.
     private static func refusal(_ item: TransferItem) -> KeychainArchive.SkipReason? {
         if item.value.kind == .tpmKey { return .livesInTPM }
+        if item.itemClass == .genericPassword,
+            item.attributes.string(AttributeTag.service) == ItemIdentity.secretServiceCollectionService
+        {
+            return .collectionSettings
+        }
         if item.accessibility.isThisDeviceOnly { return .thisDeviceOnly }
         return nil
     }
