@@ -99,16 +99,10 @@ extension Device {
             try reclaimIndices(state, connection)
             _ = try ensureCounter(state.indices.enrollmentCounter, state, connection)
             let value = try ensureCounter(state.indices.passcodeCounter, state, connection)
-            // As a change: the next state first, then the counter moves, so that a copy of the
-            // old sealed key, should its counter still exist, no longer opens.
+            // As a change, so that a copy of the old sealed key no longer opens.
             state.file.passcode = try sealPasscodeKey(
                 seed: seed, passcode: newPasscode, epoch: value + 1, state, connection)
-            try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
-            try tpmCall {
-                try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization)
-            }
-            try write(&state, as: DeviceFile.fileName, in: directory, connection)
-            _ = try directory.remove(DeviceFile.nextFileName, durable: true)
+            try commitPasscodeChange(&state, directory, connection)
             try writeLockState(unlocked: false, state, connection)
         }
     }
@@ -165,14 +159,22 @@ extension Device {
             try change(&state, seed, current.epoch + 1, connection)
             // A change keeps the key (the same seed, sealed again); a removal retires it.
             if state.file.passcode?.publicKey != current.publicKey { state.file.retire(current) }
-            try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
-            try tpmCall {
-                try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization)
-            }
-            try write(&state, as: DeviceFile.fileName, in: directory, connection)
-            _ = try directory.remove(DeviceFile.nextFileName, durable: true)
+            try commitPasscodeChange(&state, directory, connection)
             try writeLockState(unlocked: true, state, connection)
         }
+    }
+
+    /// Makes `state`, whose passcode key is sealed at the passcode counter's next value, the
+    /// device's: the next state written, the counter moved, then the state renamed into place.
+    private func commitPasscodeChange(
+        _ state: inout State, _ directory: Directory, _ connection: TPMConnection
+    ) throws(KeychainError) {
+        try write(&state, as: DeviceFile.nextFileName, in: directory, connection)
+        try tpmCall {
+            try connection.incrementNVCounter(state.indices.passcodeCounter, authValue: state.nvAuthorization)
+        }
+        try write(&state, as: DeviceFile.fileName, in: directory, connection)
+        _ = try directory.remove(DeviceFile.nextFileName, durable: true)
     }
 
     /// What this device's state says of a passcode key a key record was wrapped to.

@@ -18,12 +18,9 @@ import WireFormat
 ///     24     4     the device's NV base handle B
 ///     28     32    the device passcode public key P (X25519) the seed belongs to
 ///     60     32    recovery public key P_R (from the store's authenticated recovery.key)
-///     92     32    ephemeral public key E (X25519, new for every write)
-///     124    12    nonce (random)
-///     136    48    AES-256-GCM(K, nonce, seed (32 bytes), AAD = bytes 0 ..< 136): ciphertext ‖ tag
+///     92     92    the seed (32 bytes) in a ``RecoveryBox`` (E, nonce, ciphertext ‖ tag)
 ///
-/// K = HKDF-SHA256(IKM = X25519(e, P_R), salt = E ‖ P_R, info = "TPMKeychain passcode escrow" ‖
-/// store ID). No MAC: a reader trusts the seed only when its public half is the P the device's
+/// The box is a ``RecoveryBox`` with info "TPMKeychain passcode escrow". No MAC: a reader trusts the seed only when its public half is the P the device's
 /// authenticated state names, which a planted file cannot arrange.
 struct PasscodeEscrowFile {
     static let fileName = "passcode.escrow"
@@ -43,9 +40,6 @@ struct PasscodeEscrowFile {
         storeID: [UInt8]
     ) throws(KeychainError) -> [UInt8] {
         do {
-            let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-            let shared = try ephemeral.sharedSecretFromKeyAgreement(
-                with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
             var header = WireWriter()
             header.append(raw: magic)
             header.append(version)
@@ -54,15 +48,8 @@ struct PasscodeEscrowFile {
             header.append(deviceBase)
             header.append(raw: passcodePublicKey)
             header.append(raw: recoveryPublicKey)
-            header.append(raw: Array(ephemeral.publicKey.rawRepresentation))
-            header.append(raw: randomBytes(12))
-            let bytes = header.bytes
-            let key = Self.key(shared, ephemeral: Array(bytes[92..<124]), recovery: recoveryPublicKey, storeID: storeID)
-            let box = try seed.withUnsafeBytes { plaintext in
-                try AES.GCM.seal(
-                    plaintext, using: key, nonce: try AES.GCM.Nonce(data: bytes[124..<136]), authenticating: bytes)
-            }
-            return bytes + Array(box.ciphertext) + Array(box.tag)
+            return try RecoveryBox.seal(
+                seed, after: header.bytes, recoveryPublicKey: recoveryPublicKey, info: info, storeID: storeID)
         } catch {
             throw KeychainError(
                 .storageFailed, "Encrypting the passcode key's escrow to the recovery key failed", underlying: error)
@@ -90,33 +77,17 @@ struct PasscodeEscrowFile {
             )
         }
         do {
-            let shared = try recoveryKey.withUnsafeBytes { raw in
-                try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw)
-                    .sharedSecretFromKeyAgreement(
-                        with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes[92..<124]))
-            }
-            let key = Self.key(
-                shared, ephemeral: Array(bytes[92..<124]), recovery: recoveryPublicKey, storeID: storeID)
-            let box = try AES.GCM.SealedBox(
-                nonce: try AES.GCM.Nonce(data: bytes[124..<136]), ciphertext: bytes[136..<168], tag: bytes[168..<184])
-            var opened = try AES.GCM.open(box, using: key, authenticating: bytes[0..<136])
-            defer { opened.resetBytes(in: 0..<opened.count) }
-            let base = UInt32(bytes[24]) << 24 | UInt32(bytes[25]) << 16 | UInt32(bytes[26]) << 8 | UInt32(bytes[27])
+            let seed = try RecoveryBox.open(
+                bytes, headerSize: 92, recoveryKey: recoveryKey, recoveryPublicKey: recoveryPublicKey, info: info,
+                storeID: storeID)
+            let base: UInt32 = BigEndian.integer(bytes[24..<28])
             return (
-                PasscodeEscrowFile(storeID: storeID, deviceBase: base, passcodePublicKey: Array(bytes[28..<60])),
-                opened.withUnsafeBytes { SecretBytes(copying: $0) }
+                PasscodeEscrowFile(storeID: storeID, deviceBase: base, passcodePublicKey: Array(bytes[28..<60])), seed
             )
         } catch {
             throw KeychainError(
                 .tampered, "\(path) is damaged: the recovery key is right but the file fails authentication",
                 underlying: error)
         }
-    }
-
-    private static func key(
-        _ shared: SharedSecret, ephemeral: [UInt8], recovery: [UInt8], storeID: [UInt8]
-    ) -> SymmetricKey {
-        shared.hkdfDerivedSymmetricKey(
-            using: SHA256.self, salt: ephemeral + recovery, sharedInfo: info + storeID, outputByteCount: 32)
     }
 }

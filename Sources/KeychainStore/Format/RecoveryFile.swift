@@ -67,9 +67,6 @@ struct RecoveryFile {
         metadataKey: SymmetricKey
     ) throws(KeychainError) -> [UInt8] {
         do {
-            let ephemeral = Curve25519.KeyAgreement.PrivateKey()
-            let shared = try ephemeral.sharedSecretFromKeyAgreement(
-                with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: recoveryPublicKey))
             var header = WireWriter()
             header.append(raw: magic)
             header.append(version)
@@ -77,15 +74,8 @@ struct RecoveryFile {
             header.append(raw: storeID)
             header.append(raw: Array(keyGeneration.prefix(8)))
             header.append(raw: recoveryPublicKey)
-            header.append(raw: Array(ephemeral.publicKey.rawRepresentation))
-            header.append(raw: randomBytes(12))
-            let bytes = header.bytes
-            let key = Self.key(shared, ephemeral: Array(bytes[64..<96]), recovery: recoveryPublicKey, storeID: storeID)
-            let box = try masterKey.withUnsafeBytes { plaintext in
-                try AES.GCM.seal(
-                    plaintext, using: key, nonce: try AES.GCM.Nonce(data: bytes[96..<108]), authenticating: bytes)
-            }
-            let body = bytes + Array(box.ciphertext) + Array(box.tag)
+            let body = try RecoveryBox.seal(
+                masterKey, after: header.bytes, recoveryPublicKey: recoveryPublicKey, info: info, storeID: storeID)
             return body + mac(body, metadataKey: metadataKey)
         } catch {
             throw KeychainError(
@@ -156,31 +146,15 @@ struct RecoveryFile {
             )
         }
         do {
-            let shared = try recoveryKey.withUnsafeBytes { raw in
-                try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw)
-                    .sharedSecretFromKeyAgreement(
-                        with: try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes[64..<96]))
-            }
-            let key = Self.key(
-                shared, ephemeral: Array(bytes[64..<96]), recovery: header.recoveryPublicKey, storeID: storeID)
-            let box = try AES.GCM.SealedBox(
-                nonce: try AES.GCM.Nonce(data: bytes[96..<108]), ciphertext: bytes[108..<140], tag: bytes[140..<156])
-            var opened = try AES.GCM.open(box, using: key, authenticating: bytes[0..<108])
-            // Copied into locked memory, and the decrypted bytes in ordinary memory overwritten.
-            defer { opened.resetBytes(in: 0..<opened.count) }
-            return opened.withUnsafeBytes { SecretBytes(copying: $0) }
+            return try RecoveryBox.open(
+                bytes, headerSize: 64, recoveryKey: recoveryKey, recoveryPublicKey: header.recoveryPublicKey,
+                info: info,
+                storeID: storeID)
         } catch {
             throw KeychainError(
                 .tampered, "\(path) is damaged: the recovery key is right but the file fails authentication",
                 underlying: error)
         }
-    }
-
-    private static func key(
-        _ shared: SharedSecret, ephemeral: [UInt8], recovery: [UInt8], storeID: [UInt8]
-    ) -> SymmetricKey {
-        shared.hkdfDerivedSymmetricKey(
-            using: SHA256.self, salt: ephemeral + recovery, sharedInfo: info + storeID, outputByteCount: 32)
     }
 
     // MARK: The key as a person writes it down
