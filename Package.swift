@@ -275,12 +275,13 @@ let package = Package(
             swiftSettings: strictness
         ),
         // FprintdAuthenticator against a python-dbusmock fprintd on a private dbus-daemon (Fixtures/fprintd/),
-        // LogindSessionLock against a python-dbusmock logind (Fixtures/logind/), with a keychain on swtpm.
+        // LogindSessionLock against a python-dbusmock logind (Fixtures/logind/), with a keychain on swtpm;
+        // the CLI's follow-screen-lock against the same mock.
         .testTarget(
             name: "FprintdTests",
             dependencies: [
                 "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls", "tpm-keychain-enrollment",
-                "LocalAuthenticationCompat", "TPM",
+                "tpm-keychain", "LocalAuthenticationCompat", "TPM",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -15,7 +15,8 @@ struct ScreenLockFollowerTests {
         "Each time the session's screen locks, the keychain is locked in the TPM (a session locked at start is left alone); the follower ends when the session does"
     )
     func screenLockLocksTheKeychain() async throws {
-        try await Self.followingSession { mock, device, sessionLock in
+        try await Self.followingSession { session in
+            let (mock, device, sessionLock) = (session.mock, session.device, session.sessionLock)
             #expect(try device.status().unlocked == true)
 
             let stop = Locked(false)
@@ -51,11 +52,19 @@ struct ScreenLockFollowerTests {
         }
     }
 
+    /// What ``followingSession(_:)`` sets up for a test.
+    struct Following {
+        let mock: LogindMock
+        let device: KeychainDevice
+        let sessionLock: LogindSessionLock
+        /// The device's TPM and directory, for a process of its own.
+        let tcti: String
+        let deviceDirectory: String
+    }
+
     /// Runs `body` with a logind mock whose session `c1` a LogindSessionLock follows, and a device
     /// with a passcode, unlocked, on a real swtpm; all stopped and removed afterwards.
-    static func followingSession(
-        _ body: (LogindMock, KeychainDevice, LogindSessionLock) async throws -> Void
-    ) async throws {
+    static func followingSession(_ body: (Following) async throws -> Void) async throws {
         let mock = try await LogindMock.start()
         defer { mock.stop() }
         let simulator = try SoftwareTPM.start()
@@ -66,7 +75,10 @@ struct ScreenLockFollowerTests {
         try await mock.addSession("c1")
         let sessionLock = try LogindSessionLock(busAddress: mock.address, session: "c1")
         defer { sessionLock.stop() }
-        try await body(mock, device, sessionLock)
+        try await body(
+            Following(
+                mock: mock, device: device, sessionLock: sessionLock, tcti: simulator.tcti,
+                deviceDirectory: directory + "/device"))
     }
 
     /// A device with a passcode, unlocked, on a real swtpm.
@@ -105,7 +117,8 @@ struct ScreenLockFollowerTests {
         "A screen lock undone before the follower looks again still locks the keychain (logind's signals are counted as they arrive)"
     )
     func shortLockIsSeen() async throws {
-        try await Self.followingSession { mock, device, sessionLock in
+        try await Self.followingSession { session in
+            let (mock, device, sessionLock) = (session.mock, session.device, session.sessionLock)
             let gated = GatedSessionLock(sessionLock)
             let stop = Locked(false)
             let follower = try JoinableThread {
@@ -136,7 +149,8 @@ struct ScreenLockFollowerTests {
         "When logind leaves the bus, the follower locks the keychain before it stops (fail closed), and says why"
     )
     func logindGoneLocks() async throws {
-        try await Self.followingSession { mock, device, sessionLock in
+        try await Self.followingSession { session in
+            let (mock, device, sessionLock) = (session.mock, session.device, session.sessionLock)
             let ended = Locked<String?>(nil)
             let follower = try JoinableThread {
                 let reason = ScreenLockFollower.run(
@@ -150,6 +164,43 @@ struct ScreenLockFollowerTests {
             try await Self.eventually("the follower stops") { ended.withLock { $0 } != nil }
             #expect(try device.status().unlocked == false)
             #expect(ended.withLock { $0 }?.contains("left the bus") == true, "\(ended.withLock { $0 } ?? "")")
+        }
+    }
+
+    @Test(
+        "tpm-keychain follow-screen-lock locks the keychain when logind leaves the bus, and exits 69 for its unit to start it again"
+    )
+    func commandFailsClosed() async throws {
+        try await Self.followingSession { session in
+            let bundle =
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0]
+            let tool = URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent("tpm-keychain")
+                .path
+            let output = session.deviceDirectory + "-follower.log"
+            defer { unlink(output) }
+            let pid = try FprintdMock.spawn(
+                tool, ["follow-screen-lock", "--keychain", session.deviceDirectory + "-store"],
+                environment: [
+                    "DBUS_SYSTEM_BUS_ADDRESS=\(session.mock.address)", "XDG_SESSION_ID=c1",
+                    "TPM_KEYCHAIN_TCTI=\(session.tcti)", "TPM_KEYCHAIN_DEVICE_DIR=\(session.deviceDirectory)",
+                    "HOME=\(session.deviceDirectory)", "PATH=/usr/bin:/bin",
+                ], standardOutput: output)
+            var status: Int32 = 0
+            defer {
+                if kill(pid, 0) == 0 {
+                    kill(pid, SIGKILL)
+                    _ = waitpid(pid, &status, 0)
+                }
+            }
+            func log() -> String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
+            try await Self.eventually("the command follows the session") { log().contains("following") }
+            #expect(try session.device.status().unlocked == true)
+
+            session.mock.killService()
+            try await Self.eventually("the command ends") { waitpid(pid, &status, WNOHANG) == pid }
+            #expect(status >> 8 & 0xFF == 69, "exit status \(status)\n\(log())")
+            #expect(try session.device.status().unlocked == false, "\(log())")
         }
     }
 

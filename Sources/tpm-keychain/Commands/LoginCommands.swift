@@ -276,6 +276,7 @@ struct FollowScreenLock: ParsableCommand {
                 throw CommandFailure(ExitStatus.unavailable, "cannot follow the session's screen lock: \(error)")
             }
             defer { sessionLock.stop() }
+            printError("tpm-keychain follow-screen-lock: following \(sessionLock.sessionPath)")
             let path = store.path
             let reason = ScreenLockFollower.run(
                 sessionLock: sessionLock,
