@@ -229,6 +229,47 @@ struct LoginUnlockTests {
     }
 
     @Test(
+        "A hook that never ends (a TPM that does not answer) is killed after timeout=, with what it started, and the login goes on",
+        .enabled(if: geteuid() == 0, "needs root: PAM runs as root for a user made with useradd"))
+    func hangingHookDoesNotHoldTheLogin() throws {
+        let fixture = try PAMFixture(stack: .debianCommonAuth)
+        // A hook that starts a child of its own and never exits; both write their PIDs first.
+        let pids = fixture.home + "/hook-pids"
+        let hook = fixture.directory + "/hanging-hook"
+        try "#!/bin/sh\nsleep 1000 &\necho $! $$ > \(pids)\nwait\n".write(
+            toFile: hook, atomically: true, encoding: .utf8)
+        chmod(hook, 0o755)
+        let service = fixture.service + "-hanging"
+        try """
+        \(Stack.debianCommonAuth.authLines)
+        auth     optional  \(fixture.module) timeout=1 \(hook)
+        account  required  pam_permit.so
+        session  optional  \(fixture.module) timeout=1 \(hook)
+
+        """.write(toFile: "/etc/pam.d/" + service, atomically: true, encoding: .utf8)
+        defer { unlink("/etc/pam.d/" + service) }
+        let login = try CLI.run(
+            [service, fixture.user, "authenticate", "open_session"], environment: [:],
+            stdin: Data((Self.password + "\n").utf8), executable: "/usr/bin/pamtester")
+        #expect(login.status == 0, "\(login)")
+        // The hook ran (as the user, for pids is theirs) and neither it nor its child is left.
+        let started = ((try? String(contentsOfFile: pids, encoding: .utf8)) ?? "").split(separator: " ")
+            .compactMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        #expect(started.count == 2, "the hook did not run")
+        // Killed with its process group: gone once the kernel has delivered the signal (a zombie
+        // nobody reaps counts as gone). The bound only limits a failure.
+        func running(_ pid: pid_t) -> Bool {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let state = stat.split(separator: ")").last?.split(separator: " ").first
+            else { return false }
+            return state != "Z"
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while started.contains(where: running) && ContinuousClock.now < deadline { usleep(10_000) }
+        for pid in started { #expect(!running(pid), "process \(pid) of the hook is still running") }
+    }
+
+    @Test(
         "A session's close locks the keychain only when no other session of the user is open: another active session keeps it unlocked, one that lingers after its logout (logind's closing) does not",
         .enabled(if: geteuid() == 0, "needs root: PAM runs as root for a user made with useradd"))
     func lastSessionCountsLingeringSessionsAsGone() throws {
