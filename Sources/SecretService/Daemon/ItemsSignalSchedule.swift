@@ -30,6 +30,8 @@ struct ItemsSignalSchedule {
 
     /// The collections whose value is due by `now`, counted as sent.
     mutating func takeDue(at now: ContinuousClock.Instant) -> [String] {
+        // Called after every message the daemon answers: nothing to build when nothing waits.
+        guard !due.isEmpty else { return [] }
         let ready = due.filter { $0.value <= now }.map(\.key)
         for id in ready {
             due[id] = nil

@@ -369,17 +369,16 @@ struct ReadinessChecks {
 
     func loginHook() -> Finding {
         let directory = "/etc/pam.d"
-        let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        // Each service's uncommented lines, read once for both questions below.
+        let serviceLines = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted().map {
+            name in
+            let text = (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? ""
+            let lines = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("#") }
+            return (name, lines)
+        }
         /// The services of /etc/pam.d with an uncommented line that `matches`.
         func services(where matches: (Substring) -> Bool) -> [String] {
-            files.sorted().filter { name in
-                guard let text = try? String(contentsOfFile: directory + "/" + name, encoding: .utf8) else {
-                    return false
-                }
-                return text.split(separator: "\n").contains { line in
-                    !line.trimmingCharacters(in: .whitespaces).hasPrefix("#") && matches(line)
-                }
-            }
+            serviceLines.filter { $0.1.contains(where: matches) }.map(\.0)
         }
         let hooked = services { $0.contains("pam_tpm_keychain.so") }
         // The lines of versions before the module: pam_exec handed the hook every password typed.
