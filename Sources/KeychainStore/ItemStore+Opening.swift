@@ -52,14 +52,15 @@ extension ItemStore {
     /// reports such as `tpm-keychain doctor`); nil when it cannot be read.
     package static func recordedMetadata(
         at root: String
-    ) -> (layout: UInt16, rollbackCounter: UInt32?, tpm: TPMKind?)? {
+    ) -> (layout: UInt16, rollbackCounter: UInt32?, tpm: TPMKind?, boundUser: UInt32?)? {
         guard root.hasPrefix("/"),
             let directory = try? Directory.open(root, in: nil, create: false, storeRoot: true),
             let file = try? directory.openFile(StoreMetadata.fileName), file.size <= StoreMetadata.maximumFileSize,
             let bytes = try? file.read(count: file.size, at: 0),
             let parsed = try? StoreMetadata.parse(bytes, path: file.path)
         else { return nil }
-        return (parsed.metadata.version, parsed.metadata.rollbackCounter, parsed.metadata.facts?.tpm)
+        let facts = parsed.metadata.facts
+        return (parsed.metadata.version, parsed.metadata.rollbackCounter, facts?.tpm, facts?.boundUser)
     }
 
     /// Opens the store at `root`; when there is none and `create` is set, creates it with a new
@@ -100,7 +101,9 @@ extension ItemStore {
                 lendTPM: lender, sharedGroup: sharedGroup)
         }
         guard create else { throw storeNotFound(root) }
-        let sealedKey = try withTPM(tpm, root: root, cache: nil) { try $0.generateSealedKey() }
+        // Asked before the TPM is: the helper's answer must not hold the TPM's access lock.
+        let binding = newStoreVersion >= 2 ? newBinding(for: sharedGroup.map { .group($0) } ?? .owner) : nil
+        let sealedKey = try withTPM(tpm, root: root, cache: nil) { try generateMasterKey(binding: binding, tpm: $0) }
         if sharedGroup == nil {
             try createParents(of: root)
         } else if !FileManager.default.fileExists(
@@ -117,7 +120,7 @@ extension ItemStore {
         }
         return try open(
             directory, tpm: tpm, kind: kind, durable: durable, create: create, newStoreVersion: newStoreVersion,
-            sealedKey: sealedKey,
+            sealedKey: (sealedKey.key, sealedKey.sealed, binding == nil ? nil : UserBinding.currentUser),
             lendTPM: lender, sharedGroup: sharedGroup)
     }
 
@@ -158,12 +161,12 @@ extension ItemStore {
         }
     }
 
-    /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet;
-    ///   unused when another process created the store meanwhile.
+    /// - Parameter sealedKey: a master key already sealed for a store that did not exist yet, and
+    ///   the user it is bound to; unused when another process created the store meanwhile.
     private static func open(
         _ rootDirectory: Directory, tpm: TPMConfiguration, kind: TPMKind, durable: Bool, create: Bool,
         newStoreVersion: UInt16,
-        sealedKey: (key: SecretBytes, sealed: SealedObject)?, lendTPM: @escaping TPMLender,
+        sealedKey: (key: SecretBytes, sealed: SealedObject, boundUser: UInt32?)?, lendTPM: @escaping TPMLender,
         sharedGroup: UInt32?
     ) throws(KeychainError) -> ItemStore {
         let root = rootDirectory.path
@@ -173,7 +176,7 @@ extension ItemStore {
         var opened: Unlocked
         switch try presence(in: rootDirectory) {
         case .present:
-            opened = try unlock(rootDirectory, tpm: tpm, cache: cache)
+            opened = try unlock(rootDirectory, tpm: tpm, cache: cache, bind: true)
             try checkFacts(opened.facts, of: rootDirectory, openedWith: kind)
         case .absent:
             guard create else { throw storeNotFound(root) }
@@ -236,17 +239,20 @@ extension ItemStore {
     /// rollback counter and empty manifest where the TPM can hold one, then store.meta, created
     /// exclusively, as the commit.
     private static func createStore(
-        in rootDirectory: Directory, version: UInt16, sealedKey: (key: SecretBytes, sealed: SealedObject)?,
+        in rootDirectory: Directory, version: UInt16,
+        sealedKey: (key: SecretBytes, sealed: SealedObject, boundUser: UInt32?)?,
         tpm: TPMConfiguration, kind: TPMKind, cache: StorageKeyContextFile
     ) throws(KeychainError) -> Unlocked {
         let root = rootDirectory.path
-        let generated: (key: SecretBytes, sealed: SealedObject)
+        let generated: (key: SecretBytes, sealed: SealedObject, boundUser: UInt32?)
         if let sealedKey {
             generated = sealedKey
         } else {
-            generated = try withTPM(tpm, root: root, cache: cache) { try $0.generateSealedKey() }
+            let binding = version >= 2 ? newBinding(for: rootDirectory.sharing) : nil
+            let made = try withTPM(tpm, root: root, cache: cache) { try generateMasterKey(binding: binding, tpm: $0) }
+            generated = (made.key, made.sealed, binding == nil ? nil : UserBinding.currentUser)
         }
-        let (masterKey, sealed) = generated
+        let (masterKey, sealed, boundUser) = generated
         let storeID = randomBytes(16)
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         let counter = version >= 2 ? try defineCounterIfPossible(keys: keys, tpm: tpm, root: root, cache: cache) : nil
@@ -256,7 +262,8 @@ extension ItemStore {
                 counterIndex: counter.index, epoch: counter.value)
         }
         // Layout 1 exists only for tests of the upgrade from it, and has no version with facts.
-        let facts = version >= 2 ? StoreMetadata.Facts(tpm: kind, sharing: rootDirectory.sharing) : nil
+        let facts =
+            version >= 2 ? StoreMetadata.Facts(tpm: kind, sharing: rootDirectory.sharing, boundUser: boundUser) : nil
         let metadata = StoreMetadata(
             version: version, storeID: storeID, createdMilliseconds: StoreMetadata.now,
             sealedMasterKey: sealed, rollbackCounter: counter?.index, facts: facts)

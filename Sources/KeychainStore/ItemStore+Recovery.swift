@@ -252,7 +252,12 @@ extension ItemStore {
         let counts = try removeItemsBoundToTheOldTPM(
             layout, in: rootDirectory, keys: keys, storeID: parsed.metadata.storeID)
         let cache = StorageKeyContextFile(directory: rootDirectory)
-        let sealed = try withTPM(tpm, root: root, cache: cache) { try $0.seal(masterKey) }
+        // Bound to the user who recovers it, where the helper gives a binding: recovery is also
+        // how a store whose binding no longer opens it (the helper's key lost) is bound again.
+        let binding = parsed.metadata.version >= 2 ? newBinding(for: rootDirectory.sharing) : nil
+        let sealed = try withTPM(tpm, root: root, cache: cache) {
+            try sealMasterKey(masterKey, binding: binding, tpm: $0)
+        }
         // The files are accepted as they are now: a new counter (the old one belongs to the old
         // TPM, or was deleted) and a manifest listing them, before store.meta names both.
         var counter: (index: UInt32, value: UInt64)?
@@ -273,7 +278,10 @@ extension ItemStore {
         }
         var metadata = parsed.metadata
         (metadata.sealedMasterKey, metadata.rollbackCounter) = (sealed, counter?.index)
-        if parsed.metadata.version >= 2 { metadata.facts = .init(tpm: kind, sharing: rootDirectory.sharing) }
+        if parsed.metadata.version >= 2 {
+            metadata.facts = .init(
+                tpm: kind, sharing: rootDirectory.sharing, boundUser: binding == nil ? nil : UserBinding.currentUser)
+        }
         try rootDirectory.replace(
             StoreMetadata.fileName, with: metadata.serialized(metadataKey: keys.metadata), durable: true)
         return counts
@@ -301,7 +309,10 @@ extension ItemStore {
         }
         let cache = StorageKeyContextFile(directory: rootDirectory)
         let storeID = parsed.metadata.storeID
-        let masterKey = try withTPM(tpm, root: root, cache: cache) { try $0.unseal(parsed.metadata.sealedMasterKey) }
+        let binding = try bindingSecret(of: parsed.metadata, root: root)
+        let masterKey = try withTPM(tpm, root: root, cache: cache) {
+            try unsealMasterKey(parsed.metadata.sealedMasterKey, binding: binding, tpm: $0, root: root)
+        }
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         try parsed.verify(metadataKey: keys.metadata)
         try checkFacts(parsed.metadata.facts, of: rootDirectory, openedWith: tpmKind ?? TPMKind(tpm))
@@ -417,8 +428,10 @@ extension ItemStore {
         keys: StoreKeys
     ) throws(KeychainError) -> SecretBytes {
         let metadata = try authenticatedMetadata(of: rootDirectory, keys: keys, storeID: storeID)
-        return try withTPM(tpm, root: rootDirectory.path, cache: StorageKeyContextFile(directory: rootDirectory)) {
-            try $0.unseal(metadata.sealedMasterKey)
+        let root = rootDirectory.path
+        let binding = try bindingSecret(of: metadata, root: root)
+        return try withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) {
+            try unsealMasterKey(metadata.sealedMasterKey, binding: binding, tpm: $0, root: root)
         }
     }
 }

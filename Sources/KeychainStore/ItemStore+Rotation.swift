@@ -78,10 +78,13 @@ extension ItemStore {
         let opened = Dictionary(recordKeys.map { ($0.recordID, $0) }, uniquingKeysWith: { first, _ in first })
 
         let oldCounter = rollback.withLock { $0?.manifest.counterIndex }
+        // The new key keeps the store's binding to its user, asked for before the TPM is.
+        let binding = try Self.bindingSecret(
+            of: try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys), root: root)
         // A protected store gets a new counter with the new key: its authorization derives from it.
         let (masterKey, sealed, counter) = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { connection in
-                let (masterKey, sealed) = try connection.generateSealedKey()
+                let (masterKey, sealed) = try Self.generateMasterKey(binding: binding, tpm: connection)
                 guard oldCounter != nil else { return (masterKey, sealed, nil as (index: UInt32, value: UInt64)?) }
                 let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
                 return (masterKey, sealed, try Self.defineCounter(keys: keys, tpm: connection, store: root))

@@ -13,8 +13,11 @@ import Glibc
 extension ItemStore {
     /// Reads and authenticates store.meta, unsealing the master key (and resealing it as noDA
     /// when an older version sealed it with dictionary-attack protection).
+    ///
+    /// - Parameter bind: whether a private store not yet bound to its user is bound now, where
+    ///   the enrollment helper gives a binding secret (only with the store lock held exclusively).
     static func unlock(
-        _ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile
+        _ rootDirectory: Directory, tpm: TPMConfiguration, cache: StorageKeyContextFile, bind: Bool = false
     )
         throws(KeychainError) -> Unlocked
     {
@@ -29,30 +32,49 @@ extension ItemStore {
         let parsed = try StoreMetadata.parse(try file.read(count: file.size, at: 0), path: metadataPath)
         let sealed = parsed.metadata.sealedMasterKey
         let counterIndex = parsed.metadata.rollbackCounter
+        let binding = try bindingSecret(of: parsed.metadata, root: root)
+        // Only a store that records its facts can record its user (a pre-version-6 store is
+        // bound by the open after the one that records them).
+        let newBinding =
+            bind && binding == nil && parsed.metadata.facts?.sharing == .owner && rootDirectory.sharing == .owner
+            ? newBinding(for: .owner) : nil
         let (keys, resealed, counterValue) = try withTPM(tpm, root: root, cache: cache) { tpm in
-            let key = try tpm.unseal(sealed)
+            let key = try unsealMasterKey(sealed, binding: binding, tpm: tpm, root: root)
             let keys = key.withUnsafeBytes {
                 StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID)
             }
             // Authenticated before the counter is read with a key derived from it.
             try parsed.verify(metadataKey: keys.metadata)
             // The read is the connection's last command in a session unless the key is resealed.
-            let reseals = sealed.isDictionaryAttackProtected
+            let reseals = sealed.isDictionaryAttackProtected || newBinding != nil
             let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root, last: !reseals) }
-            return (keys, reseals ? try tpm.seal(key) : nil, counter)
+            return (keys, reseals ? try sealMasterKey(key, binding: binding ?? newBinding, tpm: tpm) : nil, counter)
         }
         if let resealed {
             // Authenticated first, so a forged file is never rewritten as genuine. The old file
-            // keeps working until the rename; the new one differs only in the sealed object.
+            // keeps working until the rename; the new one differs in the sealed object and, when
+            // bound now, the user it names.
             var migrated = parsed.metadata
             migrated.sealedMasterKey = resealed
-            try rootDirectory.replace(
-                StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
+            if newBinding != nil { migrated.facts?.boundUser = UserBinding.currentUser }
+            do {
+                try rootDirectory.replace(
+                    StoreMetadata.fileName, with: migrated.serialized(metadataKey: keys.metadata), durable: true)
+            } catch
+                where newBinding != nil && !sealed.isDictionaryAttackProtected
+                && (error.code == .permissionDenied || error.code == .storageFailed)
+            {
+                // A store this open cannot write (a read-only mount) is bound by a later open.
+                return Unlocked(
+                    storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version,
+                    metadataIdentity: file.identity,
+                    counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
+            }
             let identity = try metadataIdentity(in: rootDirectory, "while it was resealed")
             return Unlocked(
                 storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version,
                 metadataIdentity: identity,
-                counterIndex: counterIndex, counter: counterValue, facts: parsed.metadata.facts)
+                counterIndex: counterIndex, counter: counterValue, facts: migrated.facts)
         }
         return Unlocked(
             storeID: parsed.metadata.storeID, keys: keys, version: parsed.metadata.version,

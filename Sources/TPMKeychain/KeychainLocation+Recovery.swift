@@ -79,6 +79,12 @@ extension KeychainLocation {
         ItemStore.recordedMetadata(at: path).map { Int($0.layout) }
     }
 
+    /// The user ID the store says it is bound to (docs/SECURITY.md, "User binding"), as its
+    /// metadata records it, before anything authenticates it; nil for a store not bound.
+    public var recordedBoundUser: UInt32? {
+        ItemStore.recordedMetadata(at: path)?.boundUser
+    }
+
     /// Whether the store has a recovery key (found without the TPM).
     public var hasRecoveryKey: Bool {
         (try? ItemStore.hasRecoveryKey(at: path)) ?? false

@@ -209,3 +209,11 @@ extension KeychainLocation {
         return RollbackProtection(counterIndex: index, epoch: epoch)
     }
 }
+
+extension KeychainLocation {
+    /// Whether this user's private stores are bound to them as they are created or opened (the
+    /// enrollment helper gives a binding secret; docs/SECURITY.md, "User binding"), and why not.
+    public static var userBinding: (bound: Bool, reason: String) {
+        UserBinding.availability()
+    }
+}

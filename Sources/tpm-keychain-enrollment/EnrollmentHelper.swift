@@ -23,8 +23,14 @@ import Glibc
 /// Options (serve, listen): `--prints DIR` (default /var/lib/fprint), `--key FILE` (default
 /// /var/lib/tpm-keychain-enrollment/key, made with 32 random bytes at first use, mode 0600).
 ///
-/// The answer is one line: `1 <64 hex digits>`, `1 none` when the user has no prints, or
-/// `0 <reason>`.
+/// It also gives each user a secret of their own that their stores' master keys are sealed with
+/// (docs/SECURITY.md, "User binding"): HMAC-SHA256 of the user ID under a key derived from the
+/// same root-only key, so a copy of a user's store opens for no other user of the TPM.
+///
+/// A client sends one request line, `enrollment` or `user-binding`; a client that sends nothing
+/// (versions before requests) is answered as for `enrollment`. The answer is one line:
+/// `1 <64 hex digits>` or `1 none` (no prints) for `enrollment`, `binding <64 hex digits>` for
+/// `user-binding`, or `0 <reason>`.
 @main
 struct EnrollmentHelper {
     static let defaultSocket = "/run/tpm-keychain-enrollment.sock"
@@ -57,11 +63,20 @@ struct EnrollmentHelper {
 
     // MARK: Answering
 
-    /// Answers one connection: the peer's uid, its print files, the keyed hash.
+    /// Answers one connection: the peer's uid, then its print files' keyed hash or its binding.
     static func answer(on connection: Int32, prints: String, keyPath: String) {
         let reply: String
         do {
             let uid = try peerUID(connection)
+            switch try request(on: connection) {
+            case "", "enrollment": break
+            case "user-binding":
+                let key = try loadOrMakeKey(keyPath)
+                reply = "binding " + userBinding(of: uid, key: key).map { String(format: "%02x", $0) }.joined()
+                writeAll(connection, Array((reply + "\n").utf8))
+                return
+            case let other: throw HelperError("unknown request \(other.prefix(32))")
+            }
             guard let entry = getpwuid(uid) else { throw HelperError("uid \(uid) has no user name") }
             let user = String(cString: entry.pointee.pw_name)
             guard !user.isEmpty, !user.contains("/"), user != ".", user != ".." else {
@@ -77,6 +92,39 @@ struct EnrollmentHelper {
             reply = "0 \(error)"
         }
         writeAll(connection, Array((reply + "\n").utf8))
+    }
+
+    /// The request line, without its newline: empty when the client sends nothing or hangs up
+    /// first (clients from before requests only read). Two seconds in all for the line, so a
+    /// client that trickles bytes holds a helper no longer than one that sends none.
+    static func request(on connection: Int32) throws -> String {
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        let deadline = ContinuousClock.now + .seconds(2)
+        while line.count <= 64 {
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { return line.isEmpty ? "" : String(decoding: line, as: UTF8.self) }
+            var ready = pollfd(fd: connection, events: Int16(POLLIN), revents: 0)
+            let polled = poll(
+                &ready, 1, Int32(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
+            if polled < 0, errno == EINTR { continue }
+            guard polled > 0 else { continue }
+            let count = read(connection, &byte, 1)
+            if count < 0, errno == EINTR { continue }
+            guard count == 1 else { return String(decoding: line, as: UTF8.self) }
+            if byte == UInt8(ascii: "\n") { return String(decoding: line, as: UTF8.self) }
+            line.append(byte)
+        }
+        throw HelperError("the request is too long")
+    }
+
+    /// The user's binding secret: HMAC-SHA256 of the user ID (4 bytes, big-endian) under a key
+    /// derived from the helper's key for this use alone, so it says nothing of the print hashes.
+    static func userBinding(of uid: uid_t, key: SymmetricKey) -> [UInt8] {
+        let bindingKey = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: key, info: Array("tpm-keychain user binding v1".utf8), outputByteCount: 32)
+        let user = (0..<4).map { UInt8(truncatingIfNeeded: uid >> (24 - 8 * $0)) }
+        return Array(HMAC<SHA256>.authenticationCode(for: user, using: bindingKey))
     }
 
     /// HMAC-SHA256 under `key` of every regular file under `directory` (sorted by relative path:
@@ -185,6 +233,7 @@ struct EnrollmentHelper {
             return 69
         }
         defer { close(connection) }
+        writeAll(connection, Array("enrollment\n".utf8))
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 256)
         while reply.count < 4096 {

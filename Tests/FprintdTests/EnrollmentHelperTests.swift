@@ -46,6 +46,16 @@ struct EnrollmentHelperTests {
             ])
         #expect(String(decoding: activated, as: UTF8.self) == rootAnswer)
 
+        // The user binding: HMAC-SHA256 of the user ID under a key derived from the same key,
+        // as docs/SECURITY.md ("User binding") says; an unknown request is refused.
+        let bindingKey = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: key, info: Array("tpm-keychain user binding v1".utf8), outputByteCount: 32)
+        let rootBinding = HMAC<SHA256>.authenticationCode(for: [0, 0, 0, 0] as [UInt8], using: bindingKey)
+        #expect(
+            try helper.ask("user-binding")
+                == "binding " + Array(rootBinding).map { String(format: "%02x", $0) }.joined() + "\n")
+        #expect(try helper.ask("give me everything").hasPrefix("0 unknown request"))
+
         // The key is root's alone; a changed print changes the answer.
         #expect(permissions(helper.keyPath) == 0o600 && permissions(helper.keyDirectory) == 0o700)
         try helper.writePrint(user: "root", "virtual_device/0/7", Data("someone else's print".utf8))
@@ -191,6 +201,18 @@ final class EnrollmentHelper: @unchecked Sendable {
         try FileManager.default.createDirectory(
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try contents.write(to: URL(fileURLWithPath: path))
+    }
+
+    /// The answer to one `request` line, as this process's user.
+    func ask(_ request: String) throws -> String {
+        let output = try SystemTool.output(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ns.sendall(sys.argv[2].encode() + b'\\n')\nprint(s.recv(200).decode(), end='')",
+                socketPath, request,
+            ])
+        return String(decoding: output, as: UTF8.self)
     }
 
     /// `query` as this process's user (nil) or as `user` (runuser).

@@ -41,6 +41,12 @@ import WireFormat
 ///     48     L     the sealed master key
 ///     48+L   32    HMAC-SHA256(metadata key, every byte before it as read from disk)
 ///
+/// Version 7 is version 6 for a store bound to its user (docs/SECURITY.md, "User binding"): sharing
+/// is 2, "this user alone, bound", the next field is that user's ID, and the sealed master key's
+/// authorization value is the user's binding secret from `tpm-keychain-enrollment` (noDA, so a
+/// wrong one costs no dictionary-attack try). A build that knows only version 6 refuses it
+/// rather than failing to unseal.
+///
 /// The metadata key is derived from the master key, so everything is authenticated once the TPM
 /// has unsealed the key. The MAC is checked over the bytes exactly as they are on disk, never over
 /// a re-encoding: a field a parser ignores or normalises (the reserved bytes) cannot change unnoticed.
@@ -54,7 +60,9 @@ struct StoreMetadata {
     static let rotatedVersion: UInt16 = 3
     /// The on-disk version that records ``Facts``.
     static let factsVersion: UInt16 = 6
-    static let supportedVersions: ClosedRange<UInt16> = 1...6
+    /// The on-disk version of a store bound to its user (``Facts/boundUser``).
+    static let boundVersion: UInt16 = 7
+    static let supportedVersions: ClosedRange<UInt16> = 1...7
     /// Added to the layout's version when the store has a rollback counter (versions 4 and 5).
     static let rollbackProtectedOffset: UInt16 = 2
     static let maximumSealedKeySize = 4096
@@ -66,6 +74,9 @@ struct StoreMetadata {
     struct Facts: Equatable {
         var tpm: TPMKind
         var sharing: Sharing
+        /// The user whose binding secret authorizes the master key; nil for a store not bound.
+        /// Only a private store (``Sharing/owner``) is bound.
+        var boundUser: UInt32? = nil
     }
 
     /// The item layout: 1, 2 or 3.
@@ -95,7 +106,7 @@ struct StoreMetadata {
 
     /// The version written to disk.
     var storedVersion: UInt16 {
-        if facts != nil { return Self.factsVersion }
+        if let facts { return facts.boundUser == nil ? Self.factsVersion : Self.boundVersion }
         return rollbackCounter == nil ? version : version + Self.rollbackProtectedOffset
     }
 
@@ -117,8 +128,8 @@ struct StoreMetadata {
             writer.append(facts.tpm.rawValue)
             switch facts.sharing {
             case .owner:
-                writer.append(UInt8(0))
-                writer.append(UInt32(0))
+                writer.append(UInt8(facts.boundUser == nil ? 0 : 2))
+                writer.append(facts.boundUser ?? 0)
             case .group(let group):
                 writer.append(UInt8(1))
                 writer.append(group)
@@ -153,7 +164,7 @@ struct StoreMetadata {
                 guard supportedVersions.contains(storedVersion) else {
                     throw KeychainError(
                         .unsupportedVersion,
-                        "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 6: upgrade TPMKeychain"
+                        "The store at \(path) has format version \(storedVersion); this build reads versions 1 to 7: upgrade TPMKeychain"
                     )
                 }
                 guard try reader.readUInt16() == 0 else {
@@ -165,7 +176,7 @@ struct StoreMetadata {
                 let counter: UInt32?
                 let facts: Facts?
                 let sealed: SealedObject
-                if storedVersion == factsVersion {
+                if storedVersion >= factsVersion {
                     version = try reader.readUInt16()
                     guard version == currentVersion || version == rotatedVersion else {
                         throw KeychainError(.tampered, "\(path) is damaged: item layout \(version) is not 2 or 3")
@@ -175,9 +186,10 @@ struct StoreMetadata {
                     }
                     let sharingKind = try reader.readUInt8()
                     let group = try reader.readUInt32()
-                    switch (sharingKind, group) {
-                    case (0, 0): facts = Facts(tpm: tpm, sharing: .owner)
-                    case (1, _): facts = Facts(tpm: tpm, sharing: .group(group))
+                    switch (sharingKind, group, storedVersion) {
+                    case (0, 0, factsVersion): facts = Facts(tpm: tpm, sharing: .owner)
+                    case (1, _, factsVersion): facts = Facts(tpm: tpm, sharing: .group(group))
+                    case (2, _, boundVersion): facts = Facts(tpm: tpm, sharing: .owner, boundUser: group)
                     default: throw KeychainError(.tampered, "\(path) is damaged: its sharing field is not valid")
                     }
                     let index = try reader.readUInt32()

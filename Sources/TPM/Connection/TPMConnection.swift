@@ -137,10 +137,13 @@ public final class TPMConnection: Sendable {
     /// - Parameters:
     ///   - policy: what unsealing will require; it must include ``PolicyAssertion/authValue`` for a PIN.
     ///   - authValue: the PIN (at most 32 bytes), or nil.
+    ///   - dictionaryAttackProtected: whether failed authorizations count toward the TPM's
+    ///     lockout; by default, when there is an `authValue`. A full-strength random secret
+    ///     needs no such protection, and must not let someone burn the TPM's tries with it.
     /// - Returns: the key, for immediate use, and the sealed object to store.
     /// - Throws: ``TPMError``.
     public func generateSealedKey(
-        policy: Policy = .authValue, authValue: SecretBytes? = nil
+        policy: Policy = .authValue, authValue: SecretBytes? = nil, dictionaryAttackProtected: Bool? = nil
     ) throws
         -> (key: SecretBytes, sealed: SealedObject)
     {
@@ -150,7 +153,9 @@ public final class TPMConnection: Sendable {
                 let tpmRandom = try engine.randomBytes(32, session: session)
                 let osRandom = try SecretBytes.random(count: 32)
                 let key = Self.combine(osRandom, tpmRandom)
-                let sealed = try engine.seal(key, under: parent, policy: policy, authValue: authValue, session: session)
+                let sealed = try engine.seal(
+                    key, under: parent, policy: policy, authValue: authValue,
+                    dictionaryAttackProtected: dictionaryAttackProtected, session: session)
                 return (key, sealed)
             }
         }
@@ -158,15 +163,19 @@ public final class TPMConnection: Sendable {
 
     /// Seals `secret` (1 to 128 bytes) to this TPM under `policy`.
     ///
+    /// - Parameter dictionaryAttackProtected: as for ``generateSealedKey(policy:authValue:dictionaryAttackProtected:)``.
     /// - Throws: ``TPMError`` `.invalidArgument` for sizes out of range or a PIN without
     ///   PolicyAuthValue in `policy`.
     public func seal(
-        _ secret: SecretBytes, policy: Policy = .authValue, authValue: SecretBytes? = nil
+        _ secret: SecretBytes, policy: Policy = .authValue, authValue: SecretBytes? = nil,
+        dictionaryAttackProtected: Bool? = nil
     ) throws -> SealedObject {
         try withEngine { engine in
             let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
             return try engine.withHMACSession(saltedWith: parent) { session, _ in
-                try engine.seal(secret, under: parent, policy: policy, authValue: authValue, session: session)
+                try engine.seal(
+                    secret, under: parent, policy: policy, authValue: authValue,
+                    dictionaryAttackProtected: dictionaryAttackProtected, session: session)
             }
         }
     }
@@ -298,13 +307,14 @@ extension Engine {
     /// TPM2_Create of a sealed object holding `secret` under `parent`, in the salted `session`.
     func seal(
         _ secret: SecretBytes, under parent: StorageRootKey, policy: Policy, authValue: SecretBytes?,
-        session: ESYS_TR
+        dictionaryAttackProtected: Bool? = nil, session: ESYS_TR
     ) throws -> SealedObject {
         if let authValue, authValue.count > 0, !policy.usesAuthValue {
             throw TPMError(.invalidArgument, "A PIN only protects an object whose policy includes PolicyAuthValue")
         }
         let template = PublicTemplate.sealedData(
-            policy: policy.digest, dictionaryAttackProtected: (authValue?.count ?? 0) > 0)
+            policy: policy.digest, dictionaryAttackProtected: dictionaryAttackProtected ?? ((authValue?.count ?? 0) > 0)
+        )
         let (publicArea, privateArea) = try create(
             under: parent, template: template, data: secret,
             authValue: authValue, session: session)

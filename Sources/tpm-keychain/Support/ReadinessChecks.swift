@@ -252,6 +252,7 @@ struct ReadinessChecks {
             }
         }
         if let layout = location.recordedLayout { notes.insert("layout \(layout)", at: 0) }
+        if let user = location.recordedBoundUser { notes.append("bound to user ID \(user)") }
         switch counterState(of: location) {
         case .none:
             notes.append("no rollback counter: older copies of its files would not be detected")
@@ -356,14 +357,23 @@ struct ReadinessChecks {
             remedy: "sudo Scripts/install-enrollment-helper.sh (docs/SECURITY.md, \"The enrollment helper\")")
     }
 
-    /// Stores are not bound to their user (review 3): what that means for a copy of one.
+    /// Whether private stores are bound to their user (the enrollment helper), and what a copy
+    /// of one allows when they are not.
     func userBinding() -> Finding {
-        Finding(
+        let binding = KeychainLocation.userBinding
+        if binding.bound {
+            return Finding(
+                check: "user binding", verdict: .ok,
+                summary:
+                    "\(binding.reason): your private stores are bound to you as they are created or next opened, so a copy of one opens for no other user"
+            )
+        }
+        return Finding(
             check: "user binding", verdict: .info,
             summary:
-                "stores are bound to this TPM, not to your user: a copy of a store's files opens for any other user who may use this TPM, for every item no passcode or biometry protects",
+                "\(binding.reason): stores are bound to this TPM, not to your user, so a copy of a store's files opens for any other user who may use this TPM, for every item no passcode or biometry protects",
             remedy:
-                "keep stores private (0700, as they are made); protect what matters with --access-control devicePasscode (docs/SECURITY.md, \"Other local users\")"
+                "sudo Scripts/install-enrollment-helper.sh binds them; meanwhile keep stores private (0700, as they are made) and protect what matters with --access-control devicePasscode (docs/SECURITY.md, \"User binding\")"
         )
     }
 

@@ -1,0 +1,103 @@
+import Foundation
+import KeychainVocabulary
+import SystemCalls
+import TPM
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A private store's master key sealed with its user's binding secret (docs/SECURITY.md, "User
+/// binding"): a copy of the store's files then opens for nobody else who may use the TPM, as an
+/// iOS keychain opens only for its user.
+///
+/// The secret comes from `tpm-keychain-enrollment`, which runs as root and derives it from the
+/// caller's user ID (SO_PEERCRED) under a key only root reads: no other user can ask for it or
+/// compute it. Where no helper is installed nothing is bound, which `doctor` reports.
+package enum UserBinding {
+    package static let socketVariable = "TPM_KEYCHAIN_ENROLLMENT_HELPER"
+    package static let defaultSocket = "/run/tpm-keychain-enrollment.sock"
+
+    /// The helper's socket: `TPM_KEYCHAIN_ENROLLMENT_HELPER`, else the installed one.
+    package static var socketPath: String {
+        ProcessInfo.processInfo.environment[socketVariable].flatMap { $0.isEmpty ? nil : $0 } ?? defaultSocket
+    }
+
+    /// This process's user.
+    static var currentUser: UInt32 { UInt32(geteuid()) }
+
+    /// This user's binding secret for a store being created or first bound; nil where no helper
+    /// binds users (none installed, or one from before user binding), so the store is not bound.
+    ///
+    /// - Throws: ``KeychainError`` `.notAvailable` when a helper is installed but does not answer:
+    ///   a store made unbound then would silently lack the protection its user installed.
+    static func secretIfInstalled() throws(KeychainError) -> SecretBytes? {
+        switch ask() {
+        case .success(let secret): return secret
+        case .failure(.notInstalled): return nil
+        case .failure(.unavailable(let reason)):
+            throw KeychainError(
+                .notAvailable,
+                "The enrollment helper, which binds stores to their user, is installed but \(reason): start it (systemctl start tpm-keychain-enrollment.socket) and try again"
+            )
+        }
+    }
+
+    /// The secret that opens a store bound to `user`.
+    ///
+    /// - Throws: ``KeychainError`` `.permissionDenied` when this process runs as another user;
+    ///   `.notAvailable` when the helper is not there or does not answer.
+    static func secret(forStoreBoundTo user: UInt32, at root: String) throws(KeychainError) -> SecretBytes {
+        guard user == currentUser else {
+            throw KeychainError(
+                .permissionDenied,
+                "The keychain at \(root) is bound to user \(userName(user)): it opens only for them, and this process runs as \(userName(currentUser))"
+            )
+        }
+        switch ask() {
+        case .success(let secret?): return secret
+        case .success(nil), .failure(.notInstalled):
+            throw KeychainError(
+                .notAvailable,
+                "The keychain at \(root) is bound to its user through the enrollment helper, which is not installed at \(socketPath): install it again (sudo Scripts/install-enrollment-helper.sh) with its key in /var/lib/tpm-keychain-enrollment, or recover the store with its recovery key"
+            )
+        case .failure(.unavailable(let reason)):
+            throw KeychainError(
+                .notAvailable,
+                "The keychain at \(root) is bound to its user through the enrollment helper, which \(reason): start it (systemctl start tpm-keychain-enrollment.socket) and try again"
+            )
+        }
+    }
+
+    /// Whether stores opened by this user now are bound to them, and if not, why.
+    package static func availability() -> (bound: Bool, reason: String) {
+        switch ask() {
+        case .success(.some): return (true, "the enrollment helper at \(socketPath) gives this user a binding secret")
+        case .success(.none): return (false, "the enrollment helper at \(socketPath) is older than user binding")
+        case .failure(.notInstalled): return (false, "no enrollment helper is installed at \(socketPath)")
+        case .failure(.unavailable(let reason)): return (false, "the enrollment helper \(reason)")
+        }
+    }
+
+    /// The helper's answer: the secret; nil from a helper that does not bind users (it answers
+    /// every request as an enrollment query).
+    private static func ask() -> Result<SecretBytes?, RootHelperSocket.Failure> {
+        let line: String
+        do {
+            line = try RootHelperSocket(path: socketPath).ask("user-binding")
+        } catch {
+            return .failure(error)
+        }
+        if line.hasPrefix("binding "), var bytes = RootHelperSocket.bytes(hex: line.dropFirst(8)), bytes.count == 32 {
+            defer { bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
+            return .success(bytes.withUnsafeBytes { SecretBytes(copying: $0) })
+        }
+        if line.hasPrefix("1 ") { return .success(nil) }
+        return .failure(.unavailable("refused: \(line.isEmpty ? "no answer" : line)"))
+    }
+
+    private static func userName(_ user: UInt32) -> String {
+        guard let entry = getpwuid(uid_t(user)) else { return "ID \(user)" }
+        return "\(String(cString: entry.pointee.pw_name)) (ID \(user))"
+    }
+}

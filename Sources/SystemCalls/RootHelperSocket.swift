@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A question to a helper that runs as root behind a Unix socket (`tpm-keychain-enrollment`):
+/// one request line out, one answer line back. The socket and the process behind it must both be
+/// root's; a socket anyone could have made is never asked, since its answer would be trusted.
+public struct RootHelperSocket: Sendable {
+    /// Why there is no answer.
+    public enum Failure: Error, Equatable, Sendable {
+        /// Nothing is at the path: the helper is not installed.
+        case notInstalled
+        /// Something is there but it is not the helper, or it does not answer.
+        case unavailable(String)
+    }
+
+    public let path: String
+
+    public init(path: String) {
+        self.path = path
+    }
+
+    /// Sends `request` (a line, without its newline; nil sends nothing, as clients before
+    /// requests did) and returns the answer's first line.
+    ///
+    /// - Parameter timeoutSeconds: how long a read may wait: a helper that hangs costs its
+    ///   caller this much at most.
+    public func ask(_ request: String?, timeoutSeconds: Int = 10) throws(Failure) -> String {
+        var status = stat()
+        guard lstat(path, &status) == 0 else {
+            if errno == ENOENT { throw .notInstalled }
+            throw .unavailable("cannot check \(path): \(Errno.current)")
+        }
+        guard status.st_mode & S_IFMT == S_IFSOCK, status.st_uid == 0 else {
+            throw .unavailable("\(path) is not a socket of root's, so it is not the helper")
+        }
+        let connection = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard connection >= 0 else { throw .unavailable("socket: \(Errno.current)") }
+        defer { close(connection) }
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        guard Self.connect(connection, path) == 0 else {
+            throw .unavailable("the helper at \(path) does not answer: \(Errno.current)")
+        }
+        // struct ucred (pid, uid, gid), which Glibc's module does not export without _GNU_SOURCE.
+        var credentials: [Int32] = [0, 0, 0]
+        var length = socklen_t(MemoryLayout<Int32>.size * 3)
+        guard getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, credentials[1] == 0 else {
+            throw .unavailable("the process behind \(path) is not root's, so it is not the helper")
+        }
+        if let request {
+            let bytes = Array((request + "\n").utf8)
+            var written = 0
+            while written < bytes.count {
+                let count = bytes[written...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, 0) }
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { throw .unavailable("the helper at \(path) hung up: \(Errno.current)") }
+                written += count
+            }
+        }
+        var reply: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while reply.count < 4096, !reply.contains(UInt8(ascii: "\n")) {
+            let count = read(connection, &buffer, buffer.count)
+            if count < 0, errno == EINTR { continue }
+            if count < 0 { throw .unavailable("the helper at \(path) did not answer: \(Errno.current)") }
+            guard count > 0 else { break }
+            reply += buffer[0..<count]
+        }
+        let line = reply.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).first ?? []
+        return String(decoding: line, as: UTF8.self)
+    }
+
+    /// Lowercase hexadecimal digits to bytes; nil for anything else.
+    public static func bytes(hex: some StringProtocol) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
+    }
+
+    private static func connect(_ descriptor: Int32, _ path: String) -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            errno = ENAMETOOLONG
+            return -1
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+    }
+}
