@@ -51,7 +51,9 @@ let package = Package(
         // encoding that every format uses (WireReader/WireWriter), and the one hex printer and parser.
         .target(name: "WireFormat", swiftSettings: strictness),
         // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
-        .target(name: "SystemCalls", dependencies: ["WireFormat"], swiftSettings: strictness),
+        .target(name: "SystemCalls", dependencies: ["WireFormat", "CKernelKeyring"], swiftSettings: strictness),
+        // keyrings(7) through syscall(2), which Swift cannot call: for SystemCalls only.
+        .target(name: "CKernelKeyring", path: "Sources/CKernelKeyring"),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
         .target(
             name: "TPM",
@@ -148,7 +150,7 @@ let package = Package(
         .target(
             name: "TPMKeychainFprintd",
             dependencies: [
-                "TPMKeychain", "DBus", "SystemCalls", .product(name: "Crypto", package: "swift-crypto"),
+                "TPMKeychain", "DBus", "SystemCalls", "WireFormat", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

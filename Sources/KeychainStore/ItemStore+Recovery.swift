@@ -311,7 +311,7 @@ extension ItemStore {
         let storeID = parsed.metadata.storeID
         let binding = try bindingSecret(of: parsed.metadata, root: root)
         let masterKey = try withTPM(tpm, root: root, cache: cache) {
-            try unsealMasterKey(parsed.metadata.sealedMasterKey, binding: binding, tpm: $0, root: root)
+            try unsealMasterKey(of: parsed.metadata, binding: binding, tpm: $0, root: root)
         }
         let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
         try parsed.verify(metadataKey: keys.metadata)
@@ -431,7 +431,7 @@ extension ItemStore {
         let root = rootDirectory.path
         let binding = try bindingSecret(of: metadata, root: root)
         return try withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) {
-            try unsealMasterKey(metadata.sealedMasterKey, binding: binding, tpm: $0, root: root)
+            try unsealMasterKey(of: metadata, binding: binding, tpm: $0, root: root)
         }
     }
 }

@@ -84,7 +84,7 @@ extension ItemStore {
         // A protected store gets a new counter with the new key: its authorization derives from it.
         let (masterKey, sealed, counter) = try withLentTPM { (tpm) throws(KeychainError) in
             try Self.withTPM(tpm, root: root, cache: StorageKeyContextFile(directory: rootDirectory)) { connection in
-                let (masterKey, sealed) = try Self.generateMasterKey(binding: binding, tpm: connection)
+                let (masterKey, sealed) = try Self.generateMasterKey(binding: binding?.bytes, tpm: connection)
                 guard oldCounter != nil else { return (masterKey, sealed, nil as (index: UInt32, value: UInt64)?) }
                 let keys = masterKey.withUnsafeBytes { StoreKeys(masterKey: SymmetricKey(data: $0), storeID: storeID) }
                 return (masterKey, sealed, try Self.defineCounter(keys: keys, tpm: connection, store: root))

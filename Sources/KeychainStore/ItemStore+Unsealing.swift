@@ -39,7 +39,7 @@ extension ItemStore {
             bind && binding == nil && parsed.metadata.facts?.sharing == .owner && rootDirectory.sharing == .owner
             ? newBinding(for: .owner) : nil
         let (keys, resealed, counterValue) = try withTPM(tpm, root: root, cache: cache) { tpm in
-            let key = try unsealMasterKey(sealed, binding: binding, tpm: tpm, root: root)
+            let key = try unsealMasterKey(of: parsed.metadata, binding: binding, tpm: tpm, root: root)
             let keys = key.withUnsafeBytes {
                 StoreKeys(masterKey: SymmetricKey(data: $0), storeID: parsed.metadata.storeID)
             }
@@ -48,7 +48,9 @@ extension ItemStore {
             // The read is the connection's last command in a session unless the key is resealed.
             let reseals = sealed.isDictionaryAttackProtected || newBinding != nil
             let counter = counterIndex.map { counterResult($0, keys: keys, tpm: tpm, store: root, last: !reseals) }
-            return (keys, reseals ? try sealMasterKey(key, binding: binding ?? newBinding, tpm: tpm) : nil, counter)
+            return (
+                keys, reseals ? try sealMasterKey(key, binding: binding?.bytes ?? newBinding, tpm: tpm) : nil, counter
+            )
         }
         if let resealed {
             // Authenticated first, so a forged file is never rewritten as genuine. The old file

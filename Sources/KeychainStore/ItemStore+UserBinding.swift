@@ -1,5 +1,6 @@
 import Foundation
 import KeychainVocabulary
+import SystemCalls
 import TPM
 
 // The master key and its user (docs/SECURITY.md, "User binding"): sealed with the user's binding
@@ -9,7 +10,7 @@ extension ItemStore {
     /// store is bound, else none.
     ///
     /// - Throws: ``KeychainError`` `.permissionDenied` (another user), `.notAvailable` (no helper).
-    static func bindingSecret(of metadata: StoreMetadata, root: String) throws(KeychainError) -> SecretBytes? {
+    static func bindingSecret(of metadata: StoreMetadata, root: String) throws(KeychainError) -> UserBinding.Secret? {
         guard let user = metadata.facts?.boundUser else { return nil }
         return try UserBinding.secret(forStoreBoundTo: user, at: root)
     }
@@ -39,11 +40,18 @@ extension ItemStore {
     }
 
     /// Unseals the master key; a binding the TPM refuses is told as such, not as a wrong PIN.
+    /// A refused secret from the keyring is asked of the helper again, once.
     static func unsealMasterKey(
-        _ sealed: SealedObject, binding: SecretBytes?, tpm: TPMConnection, root: String
+        of metadata: StoreMetadata, binding: UserBinding.Secret?, tpm: TPMConnection, root: String
     ) throws -> SecretBytes {
         do {
-            return try tpm.unseal(sealed, authValue: binding)
+            return try tpm.unseal(metadata.sealedMasterKey, authValue: binding?.bytes)
+        } catch let error as TPMError where error.code == .authorizationFailed && binding?.cached == true {
+            UserKeyring.remove(UserBinding.cacheName)
+            let fresh = try metadata.facts?.boundUser.map { (user) throws(KeychainError) in
+                try UserBinding.secret(forStoreBoundTo: user, at: root, fresh: true)
+            }
+            return try unsealMasterKey(of: metadata, binding: fresh, tpm: tpm, root: root)
         } catch let error as TPMError where error.code == .authorizationFailed && binding != nil {
             throw KeychainError(
                 .permissionDenied,

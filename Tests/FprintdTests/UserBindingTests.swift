@@ -1,4 +1,5 @@
 import Foundation
+import SystemCalls
 import TPMKeychainTesting
 import Testing
 
@@ -135,7 +136,32 @@ struct UserBindingTests {
         let doctor = try run(bob, ["doctor"]).output
         #expect(doctor.contains("bound to user ID \(try Self.userID(bob))"), "\(doctor)")
         #expect(doctor.contains("gives this user a binding secret"), "\(doctor)")
+
+        // The secret a helper gave stays a while in the owner's kernel keyring: lookups go on
+        // with that helper stopped; the other user cannot even see the entry.
+        func keys(as user: String) throws -> String {
+            let output = try SystemTool.output("/usr/sbin/runuser", ["-u", user, "--", "/bin/cat", "/proc/keys"])
+            return String(decoding: output, as: UTF8.self)
+        }
+        let entry = "tpm-keychain:user-binding:v1:" + replaced.socketPath
+        #expect(try !keys(as: bob).contains(entry))
+        replaced.stop(keepingSocket: true)
+        let cachedRead = try read(alice, "before", socket: replaced.socketPath)
+        if Self.kernelKeyringIsUsable {
+            #expect(try keys(as: alice).contains(entry))
+            #expect(cachedRead.output == "made unbound\n")
+        } else {
+            // A container whose seccomp profile refuses keyctl: no cache, so the helper is needed.
+            #expect(cachedRead.status == 69, "\(cachedRead)")
+        }
     }
+
+    /// Whether this kernel (and seccomp profile) lets a process keep a key in its user keyring.
+    static let kernelKeyringIsUsable: Bool = {
+        let name = "tpm-keychain:test-probe:" + UUID().uuidString
+        defer { UserKeyring.remove(name) }
+        return [UInt8](repeating: 7, count: 4).withUnsafeBytes { UserKeyring.store(name, $0, timeoutSeconds: 60) }
+    }()
 
     static let cli: String = {
         let bundle =

@@ -2,6 +2,7 @@ import Foundation
 import KeychainVocabulary
 import SystemCalls
 import TPM
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -26,6 +27,20 @@ package enum UserBinding {
     /// This process's user.
     static var currentUser: UInt32 { UInt32(geteuid()) }
 
+    /// How long a binding secret the helper gave stays in the user's kernel keyring, so that
+    /// lookups in a row skip the helper's round trip (a process spawn under systemd).
+    static let cacheSeconds: UInt32 = 600
+
+    /// The keyring entry of the helper at ``socketPath``'s answer: another helper (another key)
+    /// never meets a secret this one gave.
+    static var cacheName: String { "tpm-keychain:user-binding:v1:" + socketPath }
+
+    /// A binding secret, and whether it came from the keyring rather than the helper just now.
+    struct Secret {
+        let bytes: SecretBytes
+        let cached: Bool
+    }
+
     /// This user's binding secret for a store being created or first bound; nil where no helper
     /// binds users (none installed, or one from before user binding), so the store is not bound.
     ///
@@ -47,15 +62,23 @@ package enum UserBinding {
     ///
     /// - Throws: ``KeychainError`` `.permissionDenied` when this process runs as another user;
     ///   `.notAvailable` when the helper is not there or does not answer.
-    static func secret(forStoreBoundTo user: UInt32, at root: String) throws(KeychainError) -> SecretBytes {
+    ///
+    /// - Parameter fresh: ask the helper even when the keyring holds a secret (which the TPM
+    ///   just refused: the helper's key may have changed since).
+    static func secret(
+        forStoreBoundTo user: UInt32, at root: String, fresh: Bool = false
+    ) throws(KeychainError) -> Secret {
         guard user == currentUser else {
             throw KeychainError(
                 .permissionDenied,
                 "The keychain at \(root) is bound to user \(userName(user)): it opens only for them, and this process runs as \(userName(currentUser))"
             )
         }
+        if !fresh, let cached = UserKeyring.read(cacheName, count: 32, { SecretBytes(copying: $0) }) {
+            return Secret(bytes: cached, cached: true)
+        }
         switch ask() {
-        case .success(let secret?): return secret
+        case .success(let secret?): return Secret(bytes: secret, cached: false)
         case .success(nil), .failure(.notInstalled):
             throw KeychainError(
                 .notAvailable,
@@ -88,8 +111,9 @@ package enum UserBinding {
         } catch {
             return .failure(error)
         }
-        if line.hasPrefix("binding "), var bytes = RootHelperSocket.bytes(hex: line.dropFirst(8)), bytes.count == 32 {
+        if line.hasPrefix("binding "), var bytes = [UInt8](hexString: String(line.dropFirst(8))), bytes.count == 32 {
             defer { bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
+            bytes.withUnsafeBytes { _ = UserKeyring.store(cacheName, $0, timeoutSeconds: cacheSeconds) }
             return .success(bytes.withUnsafeBytes { SecretBytes(copying: $0) })
         }
         if line.hasPrefix("1 ") { return .success(nil) }

@@ -1,5 +1,6 @@
 import Foundation
 import SystemCalls
+import WireFormat
 import TPMKeychain
 
 #if canImport(Glibc)
@@ -38,7 +39,7 @@ struct EnrollmentHelperClient {
             }
         }
         if line == "1 none" { return .noPrints }
-        if line.hasPrefix("1 "), let bytes = RootHelperSocket.bytes(hex: line.dropFirst(2)), bytes.count == 32 {
+        if line.hasPrefix("1 "), let bytes = [UInt8](hexString: String(line.dropFirst(2))), bytes.count == 32 {
             return .prints(bytes)
         }
         throw unavailable("the enrollment helper refused: \(line.isEmpty ? "no answer" : line)")
