@@ -1,7 +1,7 @@
 import Foundation
 import SystemCalls
-import WireFormat
 import TPMKeychain
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
