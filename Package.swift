@@ -172,10 +172,10 @@ let package = Package(
             swiftSettings: strictness
         ),
         // The enrollment helper: run by root, tells each user a keyed hash of their own
-        // fingerprint files (fprintd's store), so re-enrolling a finger is seen. Nothing but crypto.
+        // fingerprint files (fprintd's store), so re-enrolling a finger is seen, and binds stores to users.
         .executableTarget(
             name: "tpm-keychain-enrollment",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["SystemCalls", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strictness
         ),
         // git's credential helper (get, store, erase) over the store: internet-password items, no ArgumentParser.

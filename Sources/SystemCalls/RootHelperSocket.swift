@@ -40,7 +40,7 @@ public struct RootHelperSocket: Sendable {
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        guard Self.connect(connection, path) == 0 else {
+        guard withUnixSocketAddress(path, { Glibc.connect(connection, $0, $1) }) == 0 else {
             throw .unavailable("the helper at \(path) does not answer: \(Errno.current)")
         }
         // struct ucred (pid, uid, gid), which Glibc's module does not export without _GNU_SOURCE.
@@ -70,24 +70,5 @@ public struct RootHelperSocket: Sendable {
         }
         let line = reply.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).first ?? []
         return String(decoding: line, as: UTF8.self)
-    }
-
-    private static func connect(_ descriptor: Int32, _ path: String) -> Int32 {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-            errno = ENAMETOOLONG
-            return -1
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
     }
 }

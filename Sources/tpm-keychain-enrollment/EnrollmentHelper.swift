@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import SystemCalls
 
 #if canImport(Glibc)
 import Glibc
@@ -248,31 +249,11 @@ struct EnrollmentHelper {
     }
 
     private static func bind(_ descriptor: Int32, _ path: String) -> Int32 {
-        withAddress(path) { Glibc.bind(descriptor, $0, $1) }
+        withUnixSocketAddress(path) { Glibc.bind(descriptor, $0, $1) }
     }
 
     private static func connect(_ descriptor: Int32, _ path: String) -> Int32 {
-        withAddress(path) { Glibc.connect(descriptor, $0, $1) }
-    }
-
-    private static func withAddress(
-        _ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Int32
-    ) -> Int32 {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard bytes.count < capacity else {
-            errno = ENAMETOOLONG
-            return -1
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        withUnixSocketAddress(path) { Glibc.connect(descriptor, $0, $1) }
     }
 
     // MARK: Files

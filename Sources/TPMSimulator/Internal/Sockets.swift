@@ -94,22 +94,10 @@ package enum LoopbackSocket {
     ///
     /// - Throws: `Errno` (ENOENT or ECONNREFUSED while nothing listens yet, ENAMETOOLONG).
     package static func connectUnix(path: String, timeout: Duration?) throws(Errno) -> Int32 {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard bytes.count < capacity else { throw Errno(rawValue: ENAMETOOLONG) }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in bytes.enumerated() { raw[index] = byte }
-        }
         let fd = try retryingInterrupts { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0) }
         do throws(Errno) {
             if let timeout { try setTimeouts(fd, timeout) }
-            let length = socklen_t(MemoryLayout<sockaddr_un>.size)
-            let result = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, length) }
-            }
-            if result == -1 { throw Errno.current }
+            if withUnixSocketAddress(path, { Glibc.connect(fd, $0, $1) }) == -1 { throw Errno.current }
             return fd
         } catch {
             closeDescriptor(fd)
