@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the enrollment helper (run as root): tpm-keychain-enrollment, a socket-activated
 # system service that tells each user a keyed hash of their own fingerprint files, so that a
-# finger deleted and enrolled again under the same name invalidates biometryCurrentSet items.
+# finger deleted and enrolled again under the same name invalidates biometryCurrentSet items,
+# and binds each user's private stores to them (docs/SECURITY.md, "User binding").
 #
 #   sudo Scripts/install-enrollment-helper.sh [--libexec DIR] [--dry-run] [--uninstall]
 #
@@ -9,6 +10,8 @@
 # linked in), /etc/systemd/system/tpm-keychain-enrollment.socket and
 # tpm-keychain-enrollment@.service, and starts the socket. Items bound before keep working: the
 # first read after it adopts the better identifier (docs/SECURITY.md, "The enrollment helper").
+# --uninstall keeps its key (/var/lib/tpm-keychain-enrollment): bound stores open again once it
+# is back.
 set -euo pipefail
 
 libexec=/usr/local/libexec
@@ -20,7 +23,7 @@ while [ $# -gt 0 ]; do
                    libexec="$2"; shift 2 ;;
         --dry-run) dry_run=true; shift ;;
         --uninstall) uninstall=true; shift ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install-enrollment-helper.sh: unknown argument: $1" >&2; exit 64 ;;
     esac
 done
@@ -38,6 +41,7 @@ if $uninstall; then
     run rm -f "$units/tpm-keychain-enrollment.socket" "$units/tpm-keychain-enrollment@.service" "$libexec/tpm-keychain-enrollment"
     run systemctl daemon-reload
     echo "Removed. biometryCurrentSet items bound since it was installed are invalidated at their next read (the identifier goes back to the finger names)."
+    echo "Stores bound to their users do not open until the helper is installed again; its key is kept in /var/lib/tpm-keychain-enrollment."
     exit 0
 fi
 if ! $dry_run && [ "$(id -u)" -ne 0 ]; then
