@@ -51,14 +51,19 @@ let package = Package(
         // encoding that every format uses (WireReader/WireWriter), and the one hex printer and parser.
         .target(name: "WireFormat", swiftSettings: strictness),
         // libc calls with EINTR retry and typed errno, shared by every target that makes syscalls.
-        .target(name: "SystemCalls", dependencies: ["WireFormat", "CKernelKeyring"], swiftSettings: strictness),
-        // keyrings(7) through syscall(2), which Swift cannot call: for SystemCalls only.
-        .target(name: "CKernelKeyring", path: "Sources/CKernelKeyring"),
+        .target(name: "SystemCalls", dependencies: ["WireFormat", "CSystemCalls"], swiftSettings: strictness),
+        // C: the calls Swift cannot make (keyctl through syscall(2), getrandom, explicit_bzero,
+        // madvise), for SystemCalls and Secrets only.
+        .target(name: "CSystemCalls", path: "Sources/CSystemCalls"),
+        // Secrets in memory and randomness, below the TPM layer so that a face holds a secret
+        // without importing TPM: SecretBytes, SecretMemory, SystemRandom. Re-exported by TPM and
+        // TPMKeychain.
+        .target(name: "Secrets", dependencies: ["SystemCalls", "CSystemCalls"], swiftSettings: strictness),
         // Layer 1: Swift over ESAPI. The only target that imports CTSS2.
         .target(
             name: "TPM",
             dependencies: [
-                "CTSS2", "CESAPICryptoContext", "SystemCalls", "WireFormat",
+                "CTSS2", "CESAPICryptoContext", "SystemCalls", "Secrets", "WireFormat",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -78,7 +83,7 @@ let package = Package(
         .target(
             name: "TPMKeychain",
             dependencies: [
-                "KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
+                "KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "Secrets", "WireFormat",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -91,7 +96,7 @@ let package = Package(
         .target(
             name: "SecurityCompat",
             dependencies: [
-                "TPMKeychain", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat",
+                "TPMKeychain", "KeychainVocabulary", "SystemCalls", "Secrets", "WireFormat",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),

@@ -9,7 +9,7 @@
 // - Important: do not also `import CoreFoundation`: its CFDictionary would make the name ambiguous.
 
 @_exported import Foundation
-import TPM
+import Secrets
 
 public typealias OSStatus = Int32
 /// Apple's CFTypeRef: any object.

@@ -1,4 +1,4 @@
-import CKernelKeyring
+import CSystemCalls
 
 /// Small secrets kept for a while in the kernel's user keyring (keyrings(7)): readable by this
 /// user's processes and no other user's, never on disk or in swap, gone after their timeout or

@@ -1,3 +1,5 @@
 // The vocabulary is defined once, below the engine, and is TPMKeychain's public API: importing
-// TPMKeychain brings KeychainError, Accessibility, AccessControl and ItemAttributes.
+// TPMKeychain brings KeychainError, Accessibility, AccessControl and ItemAttributes; and
+// SecretBytes, which passcodes and recovery keys are handed in, without importing TPM.
 @_exported public import KeychainVocabulary
+@_exported public import Secrets

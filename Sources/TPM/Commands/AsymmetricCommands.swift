@@ -62,7 +62,7 @@ extension Engine {
             defer { scrubResponseBuffer() }
             try check(rc, "Esys_ECDH_ZGen")
             return try takeFromEsys(outPoint, "shared point") { (pointer) throws(TPMError) -> SecretBytes in
-                defer { ctss2_secure_zero(UnsafeMutableRawPointer(pointer), MemoryLayout<TPM2B_ECC_POINT>.size) }
+                defer { secureZero(UnsafeMutableRawPointer(pointer), count: MemoryLayout<TPM2B_ECC_POINT>.size) }
                 // Copied straight into SecretBytes, left-padded: no array of the secret is left behind.
                 let size = Int(pointer.pointee.point.x.size)
                 guard size <= 32 else {

@@ -201,7 +201,7 @@ final class Engine {
         var size = 0
         var buffer: UnsafePointer<UInt8>?
         guard Tss2_Sys_GetRpBuffer(sys, &size, &buffer) == TSS2_RC_SUCCESS, let buffer, size > 0 else { return }
-        ctss2_secure_zero(UnsafeMutableRawPointer(mutating: buffer), size)
+        secureZero(UnsafeMutableRawPointer(mutating: buffer), count: size)
     }
 
     /// The response parameters currently in ESAPI's buffer (tests check that secrets were scrubbed).

@@ -14,7 +14,7 @@ func withZeroedStructure<T, R, E: Error>(
     pointer.initializeMemory(as: UInt8.self, repeating: 0, count: MemoryLayout<T>.size)
     let typed = pointer.bindMemory(to: T.self, capacity: 1)
     defer {
-        ctss2_secure_zero(pointer, MemoryLayout<T>.size)
+        secureZero(pointer, count: MemoryLayout<T>.size)
         pointer.deallocate()
     }
     return try body(typed)
@@ -67,7 +67,7 @@ func takeFromEsys<T, R, E: Error>(
 ) throws -> R {
     guard let pointer else { throw TPMError(.malformedData, "ESAPI returned no \(what)") }
     defer {
-        ctss2_secure_zero(pointer, MemoryLayout<T>.size)
+        secureZero(pointer, count: MemoryLayout<T>.size)
         Esys_Free(pointer)
     }
     return try read(pointer)
@@ -76,7 +76,7 @@ func takeFromEsys<T, R, E: Error>(
 /// Releases an ESAPI output the caller does not need, zeroizing it first.
 func discardFromEsys<T>(_ pointer: UnsafeMutablePointer<T>?) {
     guard let pointer else { return }
-    ctss2_secure_zero(pointer, MemoryLayout<T>.size)
+    secureZero(pointer, count: MemoryLayout<T>.size)
     Esys_Free(pointer)
 }
 

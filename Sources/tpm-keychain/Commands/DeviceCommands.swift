@@ -1,6 +1,5 @@
 import ArgumentParser
 import Foundation
-import TPM
 import TPMKeychain
 import ToolSupport
 

@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import SystemCalls
-import TPM
 import TPMKeychain
 import ToolSupport
 

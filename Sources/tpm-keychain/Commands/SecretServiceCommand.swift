@@ -3,7 +3,6 @@ import Dispatch
 import Foundation
 import SecretService
 import SystemCalls
-import TPM
 import TPMKeychain
 import TPMKeychainFprintd
 import ToolSupport

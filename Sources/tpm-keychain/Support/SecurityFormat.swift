@@ -1,6 +1,5 @@
 import Foundation
 import KeychainVocabulary
-import TPM
 import WireFormat
 
 /// Output in the shape of macOS `security`'s item listings, so people and scripts that know

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import TPM
+import Secrets
 
 /// The NIST curves SecKey's EC keys use (kSecAttrKeyTypeECSECPrimeRandom), over swift-crypto.
 /// Keys travel as Apple's external representations: X9.63 public (0x04 ‖ X ‖ Y) and private

@@ -2,7 +2,6 @@ import Crypto
 import CryptoExtras
 import Foundation
 import KeychainVocabulary
-import TPM
 import TPMKeychain
 
 /// Keys as keychain items (kSecClassKey): made by SecKeyCreateRandomKey or added with

@@ -2,7 +2,6 @@ import Crypto
 import CryptoExtras
 import Foundation
 import KeychainVocabulary
-import TPM
 import TPMKeychain
 
 /// What a SecKey is: a software key (EC or RSA, private or public) over swift-crypto, or a

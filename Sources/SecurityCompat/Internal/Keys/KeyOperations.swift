@@ -2,7 +2,6 @@ import Crypto
 import CryptoExtras
 import Foundation
 import KeychainVocabulary
-import TPM
 import TPMKeychain
 
 /// SecKey's operations on each kind of key: swift-crypto for software keys, the TPM (through the

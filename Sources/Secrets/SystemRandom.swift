@@ -1,5 +1,5 @@
-internal import CTSS2
-import SystemCalls
+internal import CSystemCalls
+package import SystemCalls
 
 #if canImport(Glibc)
 import Glibc
@@ -8,11 +8,11 @@ import Glibc
 /// The kernel's CSPRNG.
 package enum SystemRandom {
     /// - Throws: `Errno` if `getrandom` fails for a reason other than EINTR.
-    static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws(Errno) {
+    package static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws(Errno) {
         var offset = 0
         while offset < buffer.count {
             let read = try retryingInterrupts {
-                ctss2_getrandom(buffer.baseAddress! + offset, buffer.count - offset)
+                tk_getrandom(buffer.baseAddress! + offset, buffer.count - offset)
             }
             offset += read
         }

@@ -1,4 +1,4 @@
-#include "CKernelKeyring.h"
+#include "CSystemCalls.h"
 
 #include <errno.h>
 #include <linux/keyctl.h>

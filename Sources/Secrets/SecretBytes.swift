@@ -1,5 +1,5 @@
-internal import CTSS2
-import SystemCalls
+internal import CSystemCalls
+public import SystemCalls
 
 #if canImport(Glibc)
 import Glibc
@@ -32,7 +32,7 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
         storage.initializeMemory(as: UInt8.self, repeating: 0)
         // Best effort: RLIMIT_MEMLOCK may be small; an unlocked secret is still zeroized.
         locked = mlock(storage.baseAddress, storage.count) == 0
-        _ = ctss2_exclude_from_core_dumps(storage.baseAddress, storage.count)
+        _ = tk_exclude_from_core_dumps(storage.baseAddress, storage.count)
         do {
             try initializer(UnsafeMutableRawBufferPointer(rebasing: storage[0..<count]))
         } catch {
@@ -55,16 +55,16 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
 
     /// `count` bytes from the operating system's CSPRNG (`getrandom`).
     ///
-    /// - Throws: ``TPMError`` if the kernel cannot supply randomness.
-    public static func random(count: Int) throws(TPMError) -> SecretBytes {
+    /// - Throws: `Errno` if the kernel cannot supply randomness.
+    public static func random(count: Int) throws(Errno) -> SecretBytes {
         do {
             return try SecretBytes(count: count) { buffer in
                 try SystemRandom.fill(buffer)
             }
-        } catch let error as TPMError {
+        } catch let error as Errno {
             throw error
         } catch {
-            throw TPMError(.other, "The system random generator failed: \(error)")
+            throw Errno(rawValue: EIO)
         }
     }
 
@@ -72,10 +72,10 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
 
     /// Sees every secret's bytes after they are zeroized and before they are freed: how tests
     /// prove zeroization without reading freed memory.
-    static let releaseObserver = Locked<(@Sendable (UnsafeRawBufferPointer) -> Void)?>(nil)
+    package static let releaseObserver = Locked<(@Sendable (UnsafeRawBufferPointer) -> Void)?>(nil)
 
     private static func release(_ storage: UnsafeMutableRawBufferPointer, count: Int, locked: Bool) {
-        ctss2_secure_zero(storage.baseAddress, storage.count)
+        tk_secure_zero(storage.baseAddress, storage.count)
         releaseObserver.withLock { observer in observer?(UnsafeRawBufferPointer(rebasing: storage[0..<count])) }
         if locked { munlock(storage.baseAddress, storage.count) }
         storage.deallocate()
@@ -99,7 +99,7 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
 
 /// Process-wide protection of secrets in memory.
 public enum SecretMemory {
-    static let pageSize = max(Int(sysconf(Int32(_SC_PAGESIZE))), 4096)
+    package static let pageSize = max(Int(sysconf(Int32(_SC_PAGESIZE))), 4096)
 
     /// Stops this process from ever writing a core dump: decrypted keychain values pass through
     /// ordinary memory (Swift strings, Data) that no library can erase, and a crash would write
@@ -111,16 +111,21 @@ public enum SecretMemory {
     /// - Returns: false when the kernel refused either setting.
     @discardableResult
     public static func disableCoreDumps() -> Bool {
-        ctss2_disable_core_dumps() == 0
+        tk_disable_core_dumps() == 0
     }
 }
 
 /// Zeroizes a buffer the optimizer would otherwise consider dead.
-func secureZero(_ buffer: UnsafeMutableRawBufferPointer) {
-    ctss2_secure_zero(buffer.baseAddress, buffer.count)
+package func secureZero(_ buffer: UnsafeMutableRawBufferPointer) {
+    tk_secure_zero(buffer.baseAddress, buffer.count)
 }
 
 /// Zeroizes a C structure in place (sensitive TPM2B inputs on their way to ESAPI).
-func secureZero<T>(_ pointer: UnsafeMutablePointer<T>) {
-    ctss2_secure_zero(pointer, MemoryLayout<T>.size)
+package func secureZero<T>(_ pointer: UnsafeMutablePointer<T>) {
+    tk_secure_zero(pointer, MemoryLayout<T>.size)
+}
+
+/// Zeroizes `count` bytes at `pointer` (C buffers ESAPI hands back).
+package func secureZero(_ pointer: UnsafeMutableRawPointer?, count: Int) {
+    tk_secure_zero(pointer, count)
 }
