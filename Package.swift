@@ -23,6 +23,7 @@ let package = Package(
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
         .executable(name: "git-credential-tpm-keychain", targets: ["git-credential-tpm-keychain"]),
         .executable(name: "tpm-keychain-enrollment", targets: ["tpm-keychain-enrollment"]),
+        .executable(name: "tpm-keychain-secret-service", targets: ["tpm-keychain-secret-service"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -169,10 +170,20 @@ let package = Package(
             name: "tpm-keychain",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
-                "TPMKeychainFprintd", "ToolSupport", "SecretService", "SecurityCompat",
+                "TPMKeychainFprintd", "ToolSupport", "SecurityCompat",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // The Secret Service daemon and its import (`tpm-keychain secret-service` hands over to it):
+        // a binary of its own, so the lookup CLI links neither the daemon nor D-Bus for it.
+        .executableTarget(
+            name: "tpm-keychain-secret-service",
+            dependencies: [
+                "SecretService", "TPMKeychain", "TPMKeychainFprintd", "ToolSupport", "SystemCalls",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
         ),
@@ -260,7 +271,8 @@ let package = Package(
             // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device);
             // ToolSupport and KeychainVocabulary for the readers of other keyrings' exports.
             dependencies: [
-                "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "KeychainStore", "ToolSupport",
+                "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
+                "KeychainStore", "ToolSupport",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
@@ -318,7 +330,7 @@ let package = Package(
         // python3-keyring) on a private dbus-daemon, its stores on a private swtpm.
         .testTarget(
             name: "SecretServiceTests",
-            dependencies: ["tpm-keychain", "TPMKeychainTesting", "SystemCalls"],
+            dependencies: ["tpm-keychain", "tpm-keychain-secret-service", "TPMKeychainTesting", "SystemCalls"],
             swiftSettings: strictness
         ),
         .testTarget(

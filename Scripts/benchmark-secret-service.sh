@@ -15,6 +15,7 @@ for tool in gnome-keyring-daemon secret-tool dbus-daemon swtpm; do
     command -v "$tool" >/dev/null || { echo "benchmark-secret-service.sh: $tool is required" >&2; exit 1; }
 done
 Scripts/release-build.sh --scratch-path .build-static --product tpm-keychain >&2
+Scripts/release-build.sh --scratch-path .build-static --product tpm-keychain-secret-service >&2
 # --allow-simulated: without a TPM device here, the daemon keeps its collections on the swtpm it starts.
 ours="$PWD/.build-static/release/tpm-keychain secret-service --allow-simulated --address {address} --data-directory {home}/tpm-keychain"
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%d), $(nproc) cores"

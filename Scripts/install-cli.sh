@@ -5,6 +5,7 @@
 #
 # Installs, under the prefix (default ~/.local):
 #   bin/tpm-keychain                                   built with the Swift runtime linked in
+#   bin/tpm-keychain-secret-service                    the same; `tpm-keychain secret-service` runs it
 #   share/man/man1/tpm-keychain.1                      swift-argument-parser's generate-manual plugin
 #   share/bash-completion/completions/tpm-keychain     tpm-keychain --generate-completion-script bash
 #   share/zsh/site-functions/_tpm-keychain             ... zsh
@@ -102,12 +103,14 @@ fi
 
 # 2. The binary, with the Swift runtime linked in (it halves the start-up time).
 run Scripts/release-build.sh --product tpm-keychain
+run Scripts/release-build.sh --product tpm-keychain-secret-service
 if $dry_run; then
     binary=.build/release/tpm-keychain
 else
     binary="$(Scripts/release-build.sh --show-bin-path)/tpm-keychain"
     [ -x "$binary" ] || { echo "install-cli.sh: $binary was not built" >&2; exit 1; }
 fi
+daemon="$(dirname "$binary")/tpm-keychain-secret-service"
 
 # 3. Completion scripts, from the binary just built.
 for shell in bash zsh fish; do
@@ -124,6 +127,7 @@ done
 # 4. Install.
 run install -d -m 755 "$bin_dir" "$man_dir" "$bash_dir" "$zsh_dir" "$fish_dir"
 run install -m 755 "$binary" "$bin_dir/tpm-keychain"
+run install -m 755 "$daemon" "$bin_dir/tpm-keychain-secret-service"
 run install -m 644 "$manual_page" "$man_dir/tpm-keychain.1"
 run install -m 644 "$staging/tpm-keychain.bash" "$bash_dir/tpm-keychain"
 run install -m 644 "$staging/tpm-keychain.zsh" "$zsh_dir/_tpm-keychain"

@@ -7,17 +7,6 @@ import TPMKeychain
 import TPMKeychainFprintd
 import ToolSupport
 
-/// `tpm-keychain secret-service`: the Secret Service daemon, so every program that keeps its
-/// secrets through libsecret, python keyring or the D-Bus API keeps them in the TPM-bound stores.
-struct SecretServiceCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "secret-service",
-        abstract:
-            "The desktop's Secret Service (org.freedesktop.secrets): serve the stores, or import another provider's items.",
-        subcommands: [SecretServiceServe.self, SecretServiceImport.self],
-        defaultSubcommand: SecretServiceServe.self)
-}
-
 /// `tpm-keychain secret-service [serve]`: the daemon.
 struct SecretServiceServe: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -137,58 +126,5 @@ struct SecretServiceServe: ParsableCommand {
         }
         finished.signal()
         if ending == .replaced { printError("tpm-keychain: another provider took \(SecretServiceDaemon.busName)") }
-    }
-}
-
-/// The device passcode from a command the person answers (systemd-ask-password, a dialog):
-/// its standard output up to the first line break. Run through /bin/sh with the reason in
-/// `TPM_KEYCHAIN_PROMPT_REASON`; a status other than 0 is a cancel.
-enum PasscodeCommand {
-    /// A yes/no question put to `command`: exit status 0 is yes.
-    static func confirmation(_ command: String) -> @Sendable (String) async -> Bool {
-        { question in
-            await run(command, reason: question) { status, _ in status == 0 }
-        }
-    }
-
-    static func source(_ command: String) -> PasscodeSource {
-        .secret { reason in
-            await run(command, reason: reason) { status, output in
-                guard status == 0 else { return nil }
-                let line = output.prefix { $0 != UInt8(ascii: "\n") }
-                return SecretBytes(count: line.count) { buffer in buffer.copyBytes(from: line) }
-            }
-        }
-    }
-
-    /// Runs `command` through /bin/sh with the reason in `TPM_KEYCHAIN_PROMPT_REASON`, then hands
-    /// `answer` its exit status (-1 when it could not start) and standard output, which is
-    /// zeroized afterwards (it may hold a passcode). Waits without holding a thread.
-    private static func run<Answer: Sendable>(
-        _ command: String, reason: String, answer: @escaping @Sendable (Int32, [UInt8]) -> Answer
-    ) async -> Answer {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Answer, Never>) in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", command]
-            var environment = ProcessInfo.processInfo.environment
-            environment["TPM_KEYCHAIN_PROMPT_REASON"] = reason
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardInput = FileHandle.nullDevice
-            process.terminationHandler = { finished in
-                var data = output.fileHandleForReading.readDataToEndOfFile()
-                var bytes = [UInt8](data)
-                data.resetBytes(in: 0..<data.count)
-                defer { for index in bytes.indices { bytes[index] = 0 } }
-                continuation.resume(returning: answer(finished.terminationStatus, bytes))
-            }
-            do {
-                try process.run()
-            } catch {
-                continuation.resume(returning: answer(-1, []))
-            }
-        }
     }
 }

@@ -76,35 +76,3 @@ struct SecretServiceImport: ParsableCommand {
         }
     }
 }
-
-/// A one-line progress bar on a terminal's standard error; nothing when it is not a terminal.
-/// Unchecked: an operation reports its progress from one task, one call after another.
-final class ProgressBar: @unchecked Sendable {
-    private let enabled: Bool
-    private var shown = false
-
-    init(enabled: Bool) { self.enabled = enabled }
-
-    func show(_ done: Int, of total: Int) {
-        guard enabled, total > 0 else { return }
-        let width = 30
-        let filled = done * width / total
-        let line =
-            "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
-            + "] \(done)/\(total)"
-        FileHandle.standardError.write(Data(line.utf8))
-        shown = true
-    }
-
-    /// A count, for work whose total is not known in advance.
-    func show(count: Int, _ unit: String) {
-        guard enabled else { return }
-        FileHandle.standardError.write(Data("\r\(count) \(unit)".utf8))
-        shown = true
-    }
-
-    func finish() {
-        if shown { FileHandle.standardError.write(Data("\n".utf8)) }
-        shown = false
-    }
-}

@@ -1,0 +1,33 @@
+import Foundation
+
+/// A one-line progress bar on a terminal's standard error; nothing when it is not a terminal.
+/// Unchecked: an operation reports its progress from one task, one call after another.
+package final class ProgressBar: @unchecked Sendable {
+    private let enabled: Bool
+    private var shown = false
+
+    package init(enabled: Bool) { self.enabled = enabled }
+
+    package func show(_ done: Int, of total: Int) {
+        guard enabled, total > 0 else { return }
+        let width = 30
+        let filled = done * width / total
+        let line =
+            "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
+            + "] \(done)/\(total)"
+        FileHandle.standardError.write(Data(line.utf8))
+        shown = true
+    }
+
+    /// A count, for work whose total is not known in advance.
+    package func show(count: Int, _ unit: String) {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\r\(count) \(unit)".utf8))
+        shown = true
+    }
+
+    package func finish() {
+        if shown { FileHandle.standardError.write(Data("\n".utf8)) }
+        shown = false
+    }
+}

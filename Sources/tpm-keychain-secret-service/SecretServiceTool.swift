@@ -1,0 +1,30 @@
+import ArgumentParser
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tpm-keychain-secret-service`: the Secret Service daemon and its import, in a binary of their
+/// own so that the CLI people run for each lookup links neither the daemon nor D-Bus. Users run
+/// it as `tpm-keychain secret-service ...`, which hands over to this binary beside it.
+@main
+struct SecretServiceTool: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tpm-keychain secret-service",
+        abstract:
+            "The desktop's Secret Service (org.freedesktop.secrets): serve the stores, or import another provider's items.",
+        discussion: ExitStatus.helpText,
+        subcommands: [SecretServiceServe.self, SecretServiceImport.self],
+        defaultSubcommand: SecretServiceServe.self)
+
+    static func main() {
+        ProcessGuard.install(programName: "tpm-keychain")
+        for index in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[index], String(validatingCString: raw) == nil else { continue }
+            printError("tpm-keychain: argument \(index) is not valid UTF-8; names and paths must be UTF-8 text")
+            Glibc.exit(ExitStatus.usage)
+        }
+        main(nil)
+    }
+}
