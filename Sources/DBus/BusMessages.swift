@@ -57,7 +57,7 @@ package enum BusArgument: ExpressibleByStringLiteral {
 
 /// A borrowed incoming message, read in order. Valid only inside the call that hands it out.
 package struct BusMessageReader: ~Copyable {
-    package let message: OpaquePointer
+    let message: OpaquePointer
 
     /// Reads a string ("s") or an object path ("o").
     package mutating func readString(_ type: Character = "s") -> String? {
