@@ -333,6 +333,12 @@ let package = Package(
             dependencies: ["tpm-keychain", "tpm-keychain-secret-service", "TPMKeychainTesting", "SystemCalls"],
             swiftSettings: strictness
         ),
+        // The daemon's parts on their own: paths, display text, the Items schedule, DH sessions.
+        .testTarget(
+            name: "SecretServiceUnitTests",
+            dependencies: ["SecretService", "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictness
+        ),
         .testTarget(
             name: "TPMSimulatorTests",
             dependencies: ["TPMSimulator", "TPMKeychainTesting", "SystemCalls"],
