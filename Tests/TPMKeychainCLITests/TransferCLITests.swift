@@ -160,6 +160,12 @@ struct TransferCLITests {
         let text =
             "name,url,username,password,note\nGitHub,https://github.com/login,octo,gh-secret,\nRouter,,admin,r0uter,\n"
         try Data(text.utf8).write(to: URL(fileURLWithPath: csv))
+        // Limited to an access group its items are not in: nothing is written, each is listed.
+        let limited = try fixture.run("import", csv, "--access-group", "com.example.app")
+        #expect(
+            limited.stdout.hasPrefix("imported: 0 added, 0 replaced, 0 kept beside an existing item, 2 skipped\n")
+                && limited.stdout.contains("its access group is not one this import was allowed to write"),
+            "\(limited)")
         let imported = try fixture.run("import", csv)
         #expect(
             imported.stdout == "imported: 2 added, 0 replaced, 0 kept beside an existing item, 0 skipped\n",

@@ -104,6 +104,41 @@ import Testing
                 == "the target's own")
     }
 
+    @Test(
+        "an import told which access groups it may write skips every item of another (an archive from someone else plants nothing in another app's group); without that it writes them all"
+    )
+    func importLimitedToAccessGroups() async throws {
+        let source = try TestStore()
+        try source.keychain("com.example.app", accessGroup: "com.example.app").set("mine", forKey: "user")
+        try source.keychain("com.bank.app", accessGroup: "com.bank.app").set("planted", forKey: "session")
+        try source.keychain("com.example.tool").set("no group", forKey: "user")
+        let archive = try await passphraseArchive(of: source)
+        defer { try? FileManager.default.removeItem(atPath: archive) }
+
+        let target = try TestStore()
+        let planned = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, accessGroups: ["com.example.app"],
+            dryRun: true)
+        #expect(planned.planned.filter { $0.reason == .otherAccessGroup }.count == 2, "\(planned.planned)")
+        let report = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, accessGroups: ["com.example.app"])
+        #expect(report.added == 1 && report.skipped.count == 2, "\(report)")
+        #expect(report.skipped.allSatisfy { $0.reason == .otherAccessGroup }, "\(report.skipped)")
+        #expect(try target.keychain("com.example.app", accessGroup: "com.example.app").string(forKey: "user") == "mine")
+        #expect(try target.keychain("com.bank.app", accessGroup: "com.bank.app").string(forKey: "session") == nil)
+        #expect(try target.keychain("com.example.tool").string(forKey: "user") == nil)
+
+        // "" names items of no group; no list writes every group.
+        let noGroup = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase, accessGroups: [""])
+        #expect(noGroup.added == 1, "\(noGroup)")
+        #expect(try target.keychain("com.example.tool").string(forKey: "user") == "no group")
+        let everything = try await KeychainArchive.importArchive(
+            at: archive, into: target.location, passphrase: Self.passphrase)
+        #expect(everything.added == 1 && everything.skipped.count == 2, "\(everything)")
+        #expect(try target.keychain("com.bank.app", accessGroup: "com.bank.app").string(forKey: "session") == "planted")
+    }
+
     @Test("a locked keychain's lock-state items stay, counted as locked; nothing needing a person is ever asked for")
     func lockedItemsStay() async throws {
         let source = try await Self.populatedSource()

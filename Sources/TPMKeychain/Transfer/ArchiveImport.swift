@@ -20,14 +20,14 @@ enum ArchiveImport {
 
     static func run(
         _ path: String, into service: ItemService, passphrase: String?, conflicts: KeychainArchive.ConflictPolicy,
-        dryRun: Bool, context: AuthenticationContext, progress: (Int, Int) -> Void
+        accessGroups: Set<String>?, dryRun: Bool, context: AuthenticationContext, progress: (Int, Int) -> Void
     ) async throws(KeychainError) -> KeychainArchive.ImportReport {
         let file = try open(path)
         let header = try ArchiveFormat.Header.read(from: file)
         let key = ArchiveFormat.archiveKey(
             secret: try await secret(header, path: path, passphrase: passphrase, service: service, context: context),
             header: header)
-        let importer = ItemImporter(service: service, conflicts: conflicts)
+        let importer = ItemImporter(service: service, conflicts: conflicts, accessGroups: accessGroups)
         var report = KeychainArchive.ImportReport()
 
         // Pass 1: the whole archive authenticates, its records parse, and it ends where it says.

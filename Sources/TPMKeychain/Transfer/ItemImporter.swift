@@ -7,10 +7,15 @@ package import KeychainVocabulary
 package struct ItemImporter: Sendable {
     package let service: ItemService
     package let conflicts: KeychainArchive.ConflictPolicy
+    /// The access groups an item may be written to ("" for items of none); nil for any.
+    package let accessGroups: Set<String>?
 
-    package init(service: ItemService, conflicts: KeychainArchive.ConflictPolicy) {
+    package init(
+        service: ItemService, conflicts: KeychainArchive.ConflictPolicy, accessGroups: Set<String>? = nil
+    ) {
         self.service = service
         self.conflicts = conflicts
+        self.accessGroups = accessGroups
     }
 
     /// What writing `item` would do now.
@@ -37,7 +42,7 @@ package struct ItemImporter: Sendable {
                 control: AccessControl(unconstrained: item.accessibility))
         }
         if conflicts == .skip {
-            if let refusal = Self.refusal(item) { return (.skip, refusal) }
+            if let refusal = refusal(item) { return (.skip, refusal) }
             // The write finds an existing item itself: no separate look first.
             do {
                 try written(item.attributes, .add)
@@ -53,8 +58,11 @@ package struct ItemImporter: Sendable {
     }
 
     /// Why an incoming item is refused whatever the store holds.
-    private static func refusal(_ item: TransferItem) -> KeychainArchive.SkipReason? {
+    private func refusal(_ item: TransferItem) -> KeychainArchive.SkipReason? {
         if item.value.kind == .tpmKey { return .livesInTPM }
+        if let accessGroups, !accessGroups.contains(item.attributes.string(AttributeTag.accessGroup) ?? "") {
+            return .otherAccessGroup
+        }
         if item.itemClass == .genericPassword,
             item.attributes.string(AttributeTag.service) == ItemIdentity.secretServiceCollectionService
         {
@@ -67,7 +75,7 @@ package struct ItemImporter: Sendable {
     private func decide(
         _ item: TransferItem
     ) throws(KeychainError) -> (KeychainArchive.Action, KeychainArchive.SkipReason?, AttributeList) {
-        if let refusal = Self.refusal(item) { return (.skip, refusal, item.attributes) }
+        if let refusal = refusal(item) { return (.skip, refusal, item.attributes) }
         guard let existing = try service.item(item.itemClass, primary: item.attributes, withSecret: false) else {
             return (.add, nil, item.attributes)
         }

@@ -101,6 +101,9 @@ public enum KeychainArchive {
         public static let alreadyPresent = SkipReason(description: "the store has it already")
         /// It would be a Secret Service collection's own settings (its label, access control and
         /// rules), which an import never writes: an archive must not lift a collection's rules.
+        /// The import was told which access groups it may write, and the item's is not one.
+        public static let otherAccessGroup = SkipReason(
+            description: "its access group is not one this import was allowed to write")
         public static let collectionSettings = SkipReason(
             description: "it holds a Secret Service collection's own settings, which an import never writes")
         /// An import's ``ConflictPolicy/replace`` met an item here bound to access control.
@@ -230,6 +233,10 @@ public enum KeychainArchive {
     ///   - location: the store that receives the items.
     ///   - passphrase: a passphrase archive's passphrase; nil for one made for a device import key.
     ///   - conflicts: what to do with an item the store has already.
+    ///   - accessGroups: the access groups items may be written to ("" for items of none); an
+    ///     item of another is skipped (``SkipReason/otherAccessGroup``), so an archive from
+    ///     elsewhere cannot plant items in another app's group. nil writes every group, as moving
+    ///     one's own keychain needs.
     ///   - dryRun: check the archive and report what would change (``ImportReport/planned``),
     ///     writing nothing.
     ///   - context: opens the device import key when the lock state protects it; it never prompts.
@@ -239,12 +246,13 @@ public enum KeychainArchive {
     ///   nothing was written), `.decodingFailed`, `.unsupportedVersion`, and the store's errors.
     public static func importArchive(
         at path: String, into location: KeychainLocation = .default, passphrase: String? = nil,
-        conflicts: ConflictPolicy = .skip, dryRun: Bool = false, context: AuthenticationContext? = nil,
-        progress: @Sendable (Int, Int) -> Void = { _, _ in }
+        conflicts: ConflictPolicy = .skip, accessGroups: Set<String>? = nil, dryRun: Bool = false,
+        context: AuthenticationContext? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(KeychainError) -> ImportReport {
         try await ArchiveImport.run(
-            path, into: ItemService(location: location), passphrase: passphrase, conflicts: conflicts, dryRun: dryRun,
-            context: context ?? AuthenticationContext(location: location), progress: progress)
+            path, into: ItemService(location: location), passphrase: passphrase, conflicts: conflicts,
+            accessGroups: accessGroups, dryRun: dryRun, context: context ?? AuthenticationContext(location: location),
+            progress: progress)
     }
 
     /// `location`'s device import key, made in its TPM on first use: the public key another

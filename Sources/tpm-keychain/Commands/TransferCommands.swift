@@ -164,6 +164,13 @@ struct Import: ParsableCommand {
         help: ArgumentHelp("Read an archive's passphrase from this file descriptor.", valueName: "fd"))
     var passphraseDescriptor: Int32?
 
+    @Option(
+        name: .customLong("access-group"),
+        help: ArgumentHelp(
+            "Write only items of this access group (repeatable; \"\" for items of none); skip and list the others. Use it for an archive from someone else, so that it cannot plant items in another app's group.",
+            valueName: "group"))
+    var accessGroups: [String] = []
+
     func run() throws {
         try reportingErrors {
             let source = StoreDirectory.absolute(source)
@@ -178,6 +185,7 @@ struct Import: ParsableCommand {
                     : source.hasSuffix(".csv") ? .csv : source.hasSuffix(".json") ? .json : .archive)
             let policy = conflicts.policy
             let dryRun = dryRun
+            let groups = accessGroups.isEmpty ? nil : Set(accessGroups)
             if format == .archive {
                 let passphrase: String?
                 switch try KeychainArchive.kind(ofArchiveAt: source) {
@@ -192,7 +200,8 @@ struct Import: ParsableCommand {
                     let location = session.location
                     return try waitFor {
                         try await KeychainArchive.importArchive(
-                            at: source, into: location, passphrase: passphrase, conflicts: policy, dryRun: dryRun
+                            at: source, into: location, passphrase: passphrase, conflicts: policy,
+                            accessGroups: groups, dryRun: dryRun
                         ) { done, total in bar.show(done, of: total) }
                     }
                 }
@@ -202,7 +211,8 @@ struct Import: ParsableCommand {
             let read = try ForeignSource.read(source, format: format)
             for skipped in read.skipped { printError("tpm-keychain: not imported: \(skipped.reason)") }
             let report = try StoreSession.with(store.path) { session in
-                try ForeignSource.write(read.items, into: session.location, policy: policy, dryRun: dryRun)
+                try ForeignSource.write(
+                    read.items, into: session.location, policy: policy, accessGroups: groups, dryRun: dryRun)
             }
             Self.show(report, dryRun: dryRun)
         }

@@ -27,9 +27,11 @@ enum ForeignSource {
     }
 
     static func write(
-        _ items: [TransferItem], into location: KeychainLocation, policy: KeychainArchive.ConflictPolicy, dryRun: Bool
+        _ items: [TransferItem], into location: KeychainLocation, policy: KeychainArchive.ConflictPolicy,
+        accessGroups: Set<String>?, dryRun: Bool
     ) throws -> KeychainArchive.ImportReport {
-        let importer = ItemImporter(service: try ItemService(location: location), conflicts: policy)
+        let importer = ItemImporter(
+            service: try ItemService(location: location), conflicts: policy, accessGroups: accessGroups)
         let bar = ProgressBar(enabled: isatty(2) == 1 && !dryRun)
         defer { bar.finish() }
         var report = KeychainArchive.ImportReport()
