@@ -14,6 +14,10 @@
 # - --disable-local-rpath: no `$ORIGIN` run path. With the Swift libraries linked in there is
 #   nothing beside the binary to load, and the path only makes the dynamic linker look there
 #   first for each system library (about 30 failed system calls per start).
+# - -Xlinker --strip-debug: no DWARF in the shipped binary (25 of the CLI's 115 MB; what is left
+#   of its size is in docs/PERFORMANCE.md). Function names stay in the symbol table, so a crash's
+#   backtrace still names its frames; file and line need a build without this script.
 set -euo pipefail
 exec swift build -c release --static-swift-stdlib --disable-local-rpath \
-    -Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors "$@"
+    -Xswiftc -Xfrontend -Xswiftc -disable-concrete-type-metadata-mangled-name-accessors \
+    -Xlinker --strip-debug "$@"
