@@ -20,7 +20,7 @@ extension ItemStore {
     /// answer binds nothing now; a later open binds the store.
     static func newBinding(for sharing: Sharing) -> SecretBytes? {
         guard sharing == .owner else { return nil }
-        return (try? UserBinding.secretIfInstalled()) ?? nil
+        return UserBinding.secretIfAvailable()
     }
 
     /// Seals `masterKey` to the TPM with `binding` as its authorization value. Never dictionary-

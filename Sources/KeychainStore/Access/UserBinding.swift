@@ -42,20 +42,11 @@ package enum UserBinding {
     }
 
     /// This user's binding secret for a store being created or first bound; nil where no helper
-    /// binds users (none installed, or one from before user binding), so the store is not bound.
-    ///
-    /// - Throws: ``KeychainError`` `.notAvailable` when a helper is installed but does not answer:
-    ///   a store made unbound then would silently lack the protection its user installed.
-    static func secretIfInstalled() throws(KeychainError) -> SecretBytes? {
-        switch ask() {
-        case .success(let secret): return secret
-        case .failure(.notInstalled): return nil
-        case .failure(.unavailable(let reason)):
-            throw KeychainError(
-                .notAvailable,
-                "The enrollment helper, which binds stores to their user, is installed but \(reason): start it (systemctl start tpm-keychain-enrollment.socket) and try again"
-            )
-        }
+    /// gives one (none installed, one from before user binding, or one that does not answer now),
+    /// so the store is not bound yet: an open after the helper answers binds it.
+    static func secretIfAvailable() -> SecretBytes? {
+        guard case .success(let secret) = ask() else { return nil }
+        return secret
     }
 
     /// The secret that opens a store bound to `user`.
