@@ -115,15 +115,6 @@ extension SecretCollection {
         return primary
     }
 
-    /// Whether the program at `executable` may use the collection's items: any, unless the
-    /// collection names the programs that may.
-    func allows(executable: String?) -> Bool {
-        // Rules are read with the properties item: a store that cannot be opened allows nobody.
-        guard isOpen else { return false }
-        guard let allowedExecutables else { return true }
-        return executable.map { allowedExecutables.contains($0) } ?? false
-    }
-
     /// Closes the store: its keys leave memory.
     func close() {
         if let service { Keychain.closeStore(service.location) }

@@ -1,26 +1,13 @@
 import DBus
+import TPMKeychain
 
-/// What a call does to a collection or its items, for the one decision of whether its caller may.
-enum CollectionAccess: CaseIterable {
-    /// Labels, attributes, item paths, searches, aliases read: what every program of the user sees
-    /// (SECURITY.md, "The Secret Service"), so that clients can list and find what they may ask for.
-    case readMetadata
-    /// A secret leaves the daemon.
-    case readSecret
-    /// An item is created, or a secret, label or attributes change; the collection is renamed.
-    case write
-    /// An item or the whole collection is removed.
-    case delete
-    /// An alias is pointed at the collection, or away from it.
-    case repoint
-    case lock
-    /// An unlock, which may prompt the person.
-    case unlock
-}
+/// What a call does to a collection or its items: the operations of the one decision point.
+typealias CollectionAccess = AccessOperation
 
-// The one decision point of the daemon: every method of every interface that touches a collection
-// or its items asks `authorize` before it acts, and acts only when it returns. The collection's
-// rules (AllowedExecutables) and lock state are checked here and nowhere else.
+// Every method of every interface that touches a collection or its items asks `authorize` before
+// it acts, and acts only when it returns. `authorize` describes the caller and the collection
+// (AllowedExecutables, lock state) and leaves the decision to `AccessDecision`, which SecItem's
+// entitlements go through too; it only puts the refusal in the specification's words.
 extension SecretServiceProvider {
     /// Decides whether `peer` may do `access` to `collection`.
     ///
@@ -30,30 +17,34 @@ extension SecretServiceProvider {
     func authorize(
         _ access: CollectionAccess, _ collection: SecretCollection, for peer: BusPeer
     ) throws(SecretServiceError) {
-        guard access != .readMetadata else { return }
-        guard collection.allows(executable: peer.executable) else {
-            audit?.record(
-                peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
-            throw SecretServiceError(
-                .accessDenied,
-                "The collection \"\(collection.label)\" may be used only by \(collection.allowedExecutables?.joined(separator: ", ") ?? ""), not by \(peer.executable ?? "an unknown executable")"
-            )
-        }
-        switch access {
-        case .readMetadata, .lock, .unlock:
-            return
-        case .readSecret:
-            guard !isLocked(collection, for: peer.sender) else {
+        let caller = AccessCaller(face: .secretService, executable: peer.executable)
+        let rules: AccessTarget.Rules =
+            collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
+        let target = AccessTarget(
+            rules: rules, locked: collection.isLocked, lockedForReading: isLocked(collection, for: peer.sender))
+        do throws(AccessRefusal) {
+            try AccessDecision.decide(access, by: caller, on: target)
+        } catch {
+            switch error {
+            case .notAllowed:
+                audit?.record(
+                    peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
+                throw SecretServiceError(
+                    .accessDenied,
+                    "The collection \"\(collection.label)\" may be used only by \(collection.allowedExecutables?.joined(separator: ", ") ?? ""), not by \(peer.executable ?? "an unknown executable")"
+                )
+            case .locked(forReading: true):
                 throw SecretServiceError(
                     .isLocked,
                     collection.isLocked
                         ? "The collection \"\(collection.label)\" is locked: call Unlock, then read"
                         : "The collection \"\(collection.label)\" confirms each access: call Unlock, then read")
-            }
-        case .write, .delete, .repoint:
-            guard !collection.isLocked else {
+            case .locked(forReading: false):
                 throw SecretServiceError(
                     .isLocked, "The collection \"\(collection.label)\" is locked: call Unlock first")
+            case .notEntitled(let group):
+                // The daemon names no access group, so this cannot happen; refused all the same.
+                throw SecretServiceError(.accessDenied, "The access group \(group) is not this caller's")
             }
         }
     }

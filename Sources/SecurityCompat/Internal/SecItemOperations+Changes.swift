@@ -8,8 +8,7 @@ extension SecItemOperations {
         guard !request.hasReturnKeys, !request.hasMatchKeys, !changes.hasReturnKeys, !changes.hasMatchKeys else {
             throw SecStatus(errSecParam)
         }
-        let groups = KeychainEnvironment.accessGroups
-        if let group = changes.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
+        if let group = changes.accessGroup { try requireEntitlement(.write, in: group) }
         let items = try itemService()
         let found = try matches(request, items: items)
         guard !found.isEmpty else { throw SecStatus(errSecItemNotFound) }

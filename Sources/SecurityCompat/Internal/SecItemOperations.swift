@@ -19,9 +19,9 @@ enum SecItemOperations {
             try CertificateItems.add(request)
             return nil
         }
-        let groups = KeychainEnvironment.accessGroups
-        let group = request.accessGroup ?? groups[0]
-        guard groups.contains(group) else { throw SecStatus(errSecMissingEntitlement) }
+        let caller = Self.caller
+        let group = request.accessGroup ?? caller.accessGroups?.first ?? ""
+        try requireEntitlement(.write, in: group, caller: caller)
         var primary = AttributeList()
         try AttributeCoding.apply(request.attributes, to: &primary, itemClass: itemClass)
         primary.setString(group, for: AttributeTag.accessGroup)
@@ -94,8 +94,9 @@ enum SecItemOperations {
     /// too; a query without agrp sees the process's groups and items of no group), and sync as
     /// iOS reads it (absent: not synchronizable only). A persistent reference needs no class.
     static func matches(_ request: SecItemRequest, items: ItemService) throws(SecStatus) -> [ItemQueryResult] {
-        let groups = KeychainEnvironment.accessGroups
-        if let group = request.accessGroup, !groups.contains(group) { throw SecStatus(errSecMissingEntitlement) }
+        let caller = Self.caller
+        let groups = caller.accessGroups ?? []
+        if let group = request.accessGroup { try requireEntitlement(.readMetadata, in: group, caller: caller) }
         var results: [ItemQueryResult]
         if let reference = request.persistentReference {
             guard let found = try mapped({ () throws(KeychainError) in try? items.item(reference: Array(reference)) })
@@ -114,7 +115,7 @@ enum SecItemOperations {
             // and access group: one query per group the process may see, and items of no group.
             let searched = request.accessGroup.map { [$0] } ?? groups + [""]
             if let direct = try lookUp(itemClass, matching, request, groups: searched, items: items) {
-                return filtered(direct, request, groups: groups)
+                return filtered(direct, request, caller: caller)
             }
             results = []
             for group in searched {
@@ -140,15 +141,15 @@ enum SecItemOperations {
                 }
             }
         }
-        return filtered(results, request, groups: groups)
+        return filtered(results, request, caller: caller)
     }
 
     private static func filtered(
-        _ results: [ItemQueryResult], _ request: SecItemRequest, groups: [String]
+        _ results: [ItemQueryResult], _ request: SecItemRequest, caller: AccessCaller
     ) -> [ItemQueryResult] {
         results.filter { result in
             let group = result.attributes.string(AttributeTag.accessGroup) ?? ""
-            return (group.isEmpty || groups.contains(group))
+            return AccessDecision.sees(group, caller)
                 && (request.accessibility.map { $0 == result.accessibility } ?? true)
         }
     }

@@ -32,9 +32,9 @@ enum CertificateItems {
     }
 
     static func store(_ certificate: SecCertificate, _ request: SecItemRequest) throws(SecStatus) {
-        let groups = KeychainEnvironment.accessGroups
-        let group = request.accessGroup ?? groups[0]
-        guard groups.contains(group) else { throw SecStatus(errSecMissingEntitlement) }
+        let caller = SecItemOperations.caller
+        let group = request.accessGroup ?? caller.accessGroups?.first ?? ""
+        try SecItemOperations.requireEntitlement(.write, in: group, caller: caller)
         let parsed = certificate.certificate
         var given = request.attributes
         given[FourCharacterCode("ctyp")] = NSNumber(value: x509v3)
@@ -90,8 +90,11 @@ enum CertificateItems {
             let keys = try SecItemOperations.mapped { () throws(KeychainError) in
                 try items.query(.key, matching: matching)
             }
-            let groups = KeychainEnvironment.accessGroups
-            if let key = keys.first(where: { groups.contains($0.attributes.string(AttributeTag.accessGroup) ?? "") }) {
+            let caller = SecItemOperations.caller
+            if let key = keys.first(where: {
+                SecItemOperations.isEntitled(
+                    .readMetadata, in: $0.attributes.string(AttributeTag.accessGroup) ?? "", caller: caller)
+            }) {
                 found.append((certificate, key))
             }
         }

@@ -180,9 +180,9 @@ enum KeyItems {
     }
 
     private static func accessGroup(_ parameters: KeyParameters) throws(SecStatus) -> String {
-        let groups = KeychainEnvironment.accessGroups
-        let group = parameters.string("agrp") ?? groups[0]
-        guard groups.contains(group) else { throw SecStatus(errSecMissingEntitlement) }
+        let caller = SecItemOperations.caller
+        let group = parameters.string("agrp") ?? caller.accessGroups?.first ?? ""
+        try SecItemOperations.requireEntitlement(.write, in: group, caller: caller)
         return group
     }
 

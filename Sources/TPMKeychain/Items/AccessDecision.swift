@@ -1,0 +1,123 @@
+/// Who may do what, decided in one function for the faces that have rules of their own: SecItem's
+/// access-group entitlements and the Secret Service's collection rules and lock state. A face
+/// describes its caller and what the operation touches and acts only when ``AccessDecision/decide(_:by:on:)``
+/// returns; it checks nothing itself. (The protection of an item's secret, which a key record and
+/// the TPM enforce, is decided by ``ItemService``.)
+package enum AccessOperation: CaseIterable, Sendable {
+    /// Names, labels, attributes, searches: what every program of the user may see of what it
+    /// may use, so that it can find what to ask for.
+    case readMetadata
+    /// A secret leaves the store.
+    case readSecret
+    /// An item is created or changed, or a collection renamed.
+    case write
+    /// An item or a collection is removed.
+    case delete
+    /// An alias is pointed at a collection, or away from it.
+    case repoint
+    case lock
+    /// An unlock, which may prompt the person.
+    case unlock
+}
+
+/// The caller of an operation, as its face knows it.
+package struct AccessCaller: Sendable, Equatable {
+    package enum Face: String, Sendable, CaseIterable {
+        case keychain, secItem, keychainStorage, cli, gitHelper, secretService
+    }
+
+    package let face: Face
+    /// The access groups the caller is entitled to (SecItem's, from its entitlements); nil for a
+    /// face that acts for the store's owner in every group (the Keychain API, the tools).
+    package let accessGroups: [String]?
+    /// The caller's executable where the face learns it (the Secret Service, from the bus's
+    /// credentials and /proc); nil when unknown.
+    package let executable: String?
+
+    package init(face: Face, accessGroups: [String]? = nil, executable: String? = nil) {
+        self.face = face
+        self.accessGroups = accessGroups
+        self.executable = executable
+    }
+}
+
+/// What an operation touches.
+package struct AccessTarget: Sendable, Equatable {
+    /// Which programs a collection allows.
+    package enum Rules: Sendable, Equatable {
+        /// Every program of the user.
+        case anyProgram
+        /// Only these executables.
+        case executables([String])
+        /// The rules could not be read (the collection's store does not open): nobody.
+        case unknown
+    }
+
+    /// The item's access group ("" for none); nil when the operation names none.
+    package var accessGroup: String?
+    package var rules: Rules
+    /// The collection (or store) is locked.
+    package var locked: Bool
+    /// Locked for this caller's reads: locked, or a confirm-each-access collection the person has
+    /// not confirmed this caller for.
+    package var lockedForReading: Bool
+
+    package init(
+        accessGroup: String? = nil, rules: Rules = .anyProgram, locked: Bool = false, lockedForReading: Bool? = nil
+    ) {
+        self.accessGroup = accessGroup
+        self.rules = rules
+        self.locked = locked
+        self.lockedForReading = lockedForReading ?? locked
+    }
+}
+
+/// Why an operation is refused; each face says it in its own protocol's words.
+package enum AccessRefusal: Error, Equatable {
+    /// The caller is not entitled to the item's access group.
+    case notEntitled(group: String)
+    /// The collection's rules do not name the caller's executable (or could not be read).
+    case notAllowed(executable: String?)
+    /// Locked: for a read, locked for this caller.
+    case locked(forReading: Bool)
+}
+
+package enum AccessDecision {
+    /// Decides whether `caller` may do `operation` to `target`; returns when it may.
+    ///
+    /// - Parameter target: its `accessGroup` is the group the operation names (a SecItem query's
+    ///   or new item's); an entitled caller must hold exactly that group.
+    /// - Throws: ``AccessRefusal``: `.notEntitled` first (an entitlement is checked even for
+    ///   metadata: a SecItem caller does not see another group's items), then, for everything but
+    ///   metadata, `.notAllowed` by the collection's rules, then `.locked` for reads, writes,
+    ///   deletes and re-pointing of a locked target. Lock and unlock need only the rules.
+    package static func decide(
+        _ operation: AccessOperation, by caller: AccessCaller, on target: AccessTarget
+    ) throws(AccessRefusal) {
+        if let group = target.accessGroup, let entitled = caller.accessGroups, !entitled.contains(group) {
+            throw .notEntitled(group: group)
+        }
+        guard operation != .readMetadata else { return }
+        switch target.rules {
+        case .anyProgram: break
+        case .executables(let allowed):
+            guard let executable = caller.executable, allowed.contains(executable) else {
+                throw .notAllowed(executable: caller.executable)
+            }
+        case .unknown: throw .notAllowed(executable: caller.executable)
+        }
+        switch operation {
+        case .readMetadata, .lock, .unlock: return
+        case .readSecret: if target.lockedForReading { throw .locked(forReading: true) }
+        case .write, .delete, .repoint: if target.locked { throw .locked(forReading: false) }
+        }
+    }
+
+    /// Whether a query that names no group shows `caller` the items of access group `group`:
+    /// every group for a caller without entitlements; else its entitled groups, and items of no
+    /// group (""), as SecItem has always shown them.
+    package static func sees(_ group: String, _ caller: AccessCaller) -> Bool {
+        guard let entitled = caller.accessGroups else { return true }
+        return group.isEmpty || entitled.contains(group)
+    }
+}
