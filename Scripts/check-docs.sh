@@ -49,6 +49,7 @@ for target in "${targets[@]}"; do
     swift-symbolgraph-extract -module-name "$target" -target "$(uname -m)-unknown-linux-gnu" \
         -I "$bin/Modules" -I Sources/CTSS2 -I Sources/CSystemdBus \
         -Xcc "-fmodule-map-file=$bin/CESAPICryptoContext.build/module.modulemap" -Xcc -I -Xcc Sources/CESAPICryptoContext/include \
+        -Xcc "-fmodule-map-file=$bin/CSystemCalls.build/module.modulemap" -Xcc -I -Xcc Sources/CSystemCalls/include \
         -minimum-access-level public -skip-inherited-docs \
         "-experimental-allowed-reexported-modules=${reexported[$target]}" -output-dir "$graphs"
     echo "+ docc convert Sources/$target/$target.docc --warnings-as-errors"

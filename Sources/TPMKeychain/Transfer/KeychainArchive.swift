@@ -99,11 +99,11 @@ public enum KeychainArchive {
         public static let invalidated = SkipReason(description: "it can no longer be opened on this device")
         /// An import's ``ConflictPolicy/skip``: the store has an item with its primary key.
         public static let alreadyPresent = SkipReason(description: "the store has it already")
-        /// It would be a Secret Service collection's own settings (its label, access control and
-        /// rules), which an import never writes: an archive must not lift a collection's rules.
         /// The import was told which access groups it may write, and the item's is not one.
         public static let otherAccessGroup = SkipReason(
             description: "its access group is not one this import was allowed to write")
+        /// It would be a Secret Service collection's own settings (its label, access control and
+        /// rules), which an import never writes: an archive must not lift a collection's rules.
         public static let collectionSettings = SkipReason(
             description: "it holds a Secret Service collection's own settings, which an import never writes")
         /// An import's ``ConflictPolicy/replace`` met an item here bound to access control.
