@@ -53,9 +53,14 @@ public struct RootHelperSocket: Sendable {
             let bytes = Array((request + "\n").utf8)
             var written = 0
             while written < bytes.count {
-                let count = bytes[written...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, 0) }
+                let count = bytes[written...].withUnsafeBytes {
+                    // MSG_NOSIGNAL: a helper that hangs up first must not kill this process (SIGPIPE).
+                    send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                }
                 if count < 0, errno == EINTR { continue }
-                guard count > 0 else { throw .unavailable("the helper at \(path) hung up: \(Errno.current)") }
+                // A helper from before requests answers at once and hangs up: its answer may be
+                // waiting to be read even though the request could not be sent.
+                guard count > 0 else { break }
                 written += count
             }
         }

@@ -37,6 +37,9 @@ struct EnrollmentHelper {
     static let defaultSocket = "/run/tpm-keychain-enrollment.sock"
 
     static func main() {
+        // A client that hangs up before its answer makes the write fail (EPIPE), not kill the
+        // helper: in `listen` mode one such client would end the service for everyone.
+        signal(SIGPIPE, SIG_IGN)
         var arguments = Array(CommandLine.arguments.dropFirst())
         let command = arguments.isEmpty ? "serve" : arguments.removeFirst()
         var prints = "/var/lib/fprint"

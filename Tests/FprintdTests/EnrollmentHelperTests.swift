@@ -56,6 +56,25 @@ struct EnrollmentHelperTests {
                 == "binding " + Array(rootBinding).map { String(format: "%02x", $0) }.joined() + "\n")
         #expect(try helper.ask("give me everything").hasPrefix("0 unknown request"))
 
+        // Hostile clients: one that connects and sends half a request, then hangs, and one that
+        // hangs up at once, do not keep the next caller from its answer (the helper gives a
+        // request line a deadline of its own); the next caller gets the same secret.
+        let hung = try SystemTool.output(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import socket, sys
+                hanging = socket.socket(socket.AF_UNIX); hanging.connect(sys.argv[1]); hanging.sendall(b'user-bi')
+                gone = socket.socket(socket.AF_UNIX); gone.connect(sys.argv[1]); gone.close()
+                asking = socket.socket(socket.AF_UNIX); asking.connect(sys.argv[1]); asking.sendall(b'user-binding\\n')
+                print(asking.recv(200).decode(), end='')
+                """,
+                helper.socketPath,
+            ])
+        let direct = try helper.ask("user-binding")
+        #expect(String(decoding: hung, as: UTF8.self) == direct && direct.hasPrefix("binding "))
+
         // The key is root's alone; a changed print changes the answer.
         #expect(permissions(helper.keyPath) == 0o600 && permissions(helper.keyDirectory) == 0o700)
         try helper.writePrint(user: "root", "virtual_device/0/7", Data("someone else's print".utf8))
