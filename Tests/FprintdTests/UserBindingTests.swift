@@ -13,7 +13,7 @@ import Glibc
 @Suite("stores bound to their user", .serialized)
 struct UserBindingTests {
     @Test(
-        "with the enrollment helper, a store made before it is bound at its next open and a new one at creation; a copy given to another user opens for them neither as it is nor with their user ID written into it, and costs no dictionary-attack try; the owner reads every item; without the helper the bound store says what to start; a rotation keeps the binding, a helper key lost is healed by the recovery key with every item kept; before binding the copy opened (what the helper closes)",
+        "with the enrollment helper, a store made before it is bound at its next open and a new one at creation; a copy given to another user opens for them neither as it is nor with their user ID written into it, and costs no dictionary-attack try; the owner reads every item; without the helper the bound store says what to start; a rotation keeps the binding, a helper key lost is healed by the recovery key with every item kept; a wrong secret in the keyring is asked for again; before binding the copy opened (what the helper closes)",
         .enabled(if: geteuid() == 0, "needs root: the helper runs as root and the test creates two users"))
     func aCopiedStoreOpensForNobodyElse() throws {
         let helper = try EnrollmentHelper.start()
@@ -145,6 +145,25 @@ struct UserBindingTests {
         }
         let entry = "tpm-keychain:user-binding:v1:" + replaced.socketPath
         #expect(try !keys(as: bob).contains(entry))
+        if Self.kernelKeyringIsUsable {
+            // A wrong secret in the keyring (the helper's key changed since it was kept): the
+            // TPM refuses it, the helper is asked again, and the item reads.
+            let planted = try SystemTool.output(
+                "/usr/sbin/runuser",
+                [
+                    "-u", alice, "--", "/usr/bin/python3", "-c",
+                    """
+                    import ctypes, sys
+                    libc = ctypes.CDLL(None, use_errno=True)
+                    key = libc.syscall(248, b"user", sys.argv[1].encode(), bytes(32), 32, -4)
+                    print(key)
+                    """,
+                    entry,
+                ])
+            #expect(
+                Int(String(decoding: planted, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 > 0)
+            #expect(try read(alice, "after", socket: replaced.socketPath).output == "made bound\n")
+        }
         replaced.stop(keepingSocket: true)
         let cachedRead = try read(alice, "before", socket: replaced.socketPath)
         if Self.kernelKeyringIsUsable {
