@@ -55,6 +55,7 @@ struct EnrollmentHelperTests {
             try helper.ask("user-binding")
                 == "binding " + Array(rootBinding).map { String(format: "%02x", $0) }.joined() + "\n")
         #expect(try helper.ask("give me everything").hasPrefix("0 unknown request"))
+        #expect(try helper.ask(String(repeating: "x", count: 100)).hasPrefix("0 the request is too long"))
 
         // Hostile clients: one that connects and sends half a request, then hangs, and one that
         // hangs up at once, do not keep the next caller from its answer (the helper gives a
