@@ -111,8 +111,8 @@ final class SecretCollection {
         }
         let value: [UInt8]?
         do {
-            let found = try service.item(.genericPassword, primary: AttributeList(item.identity), withSecret: true)
-            value = try found.flatMap { (found) throws(KeychainError) in try service.secret(of: found, key: key) }
+            // The index has the attributes: only the secret is read and decrypted.
+            value = try service.secret(of: item.identity, key: key)
         } catch {
             throw SecretServiceError(error)
         }

@@ -61,6 +61,15 @@ extension ItemService {
         return OpenedKey(recordKey: try await context.recordKey(for: protection, store: store, location: location))
     }
 
+    /// A generic password's secret by its identity, with `key` for a protected one: one read of
+    /// its file and one authenticated decryption, no attributes (the Secret Service's GetSecret,
+    /// whose attributes are in its index already). nil when there is no such item.
+    ///
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` for a protected item without its key, `.tampered`.
+    package func secret(of identity: ItemIdentity, key: OpenedKey?) throws(KeychainError) -> [UInt8]? {
+        try store.value(identity, recordKey: key?.recordKey)?.bytes
+    }
+
     /// The item's secret: the one read with it, else decrypted (with `key` for a protected item).
     /// nil when the item went away since it was found.
     ///
