@@ -85,7 +85,8 @@ package enum UserBinding {
 
     /// Whether stores opened by this user now are bound to them, and if not, why.
     package static func availability() -> (bound: Bool, reason: String) {
-        switch ask() {
+        // A report changes nothing: the answer is not kept in the keyring.
+        switch ask(keeping: false) {
         case .success(.some): return (true, "the enrollment helper at \(socketPath) gives this user a binding secret")
         case .success(.none): return (false, "the enrollment helper at \(socketPath) is older than user binding")
         case .failure(.notInstalled): return (false, "no enrollment helper is installed at \(socketPath)")
@@ -95,7 +96,9 @@ package enum UserBinding {
 
     /// The helper's answer: the secret; nil from a helper that does not bind users (it answers
     /// every request as an enrollment query).
-    private static func ask() -> Result<SecretBytes?, RootHelperSocket.Failure> {
+    ///
+    /// - Parameter keeping: keep a secret the helper gives in the user's keyring for later opens.
+    private static func ask(keeping: Bool = true) -> Result<SecretBytes?, RootHelperSocket.Failure> {
         let line: String
         do {
             line = try RootHelperSocket(path: socketPath).ask("user-binding")
@@ -104,7 +107,7 @@ package enum UserBinding {
         }
         if line.hasPrefix("binding "), var bytes = [UInt8](hexString: String(line.dropFirst(8))), bytes.count == 32 {
             defer { bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
-            bytes.withUnsafeBytes { _ = UserKeyring.store(cacheName, $0, timeoutSeconds: cacheSeconds) }
+            if keeping { bytes.withUnsafeBytes { _ = UserKeyring.store(cacheName, $0, timeoutSeconds: cacheSeconds) } }
             return .success(bytes.withUnsafeBytes { SecretBytes(copying: $0) })
         }
         if line.hasPrefix("1 ") { return .success(nil) }
