@@ -246,7 +246,10 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     }
 
     func keychain(_ generation: Int) throws -> Keychain {
-        try keychainCall { try Keychain(service: Self.metaService + ".g\(generation)", location: location) }
+        try keychainCall {
+            try Keychain(service: Self.metaService + ".g\(generation)", location: location).acting(
+                for: .keychainStorage)
+        }
     }
 
     /// Re-reads the generation; true when it changed (and the cipher still opens it).
@@ -267,7 +270,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     }
 
     func readMeta() throws -> Meta {
-        let keychain = try keychainCall { try Keychain(service: Self.metaService, location: location) }
+        let keychain = try keychainCall {
+            try Keychain(service: Self.metaService, location: location).acting(for: .keychainStorage)
+        }
         guard let meta = try keychainCall({ try keychain.get(Self.metaAccount, as: Meta.self) }) else {
             throw KeychainStorageError.storeNotFound(name)
         }
@@ -277,7 +282,9 @@ public final class KeychainStorage: DataStoring, @unchecked Sendable {
     enum MetaWrite { case add, update }
 
     func writeMeta(generation: Int, verifier: Data?, kdf: Cipher.Parameters?, mode: MetaWrite) throws {
-        let keychain = try keychainCall { try Keychain(service: Self.metaService, location: location) }
+        let keychain = try keychainCall {
+            try Keychain(service: Self.metaService, location: location).acting(for: .keychainStorage)
+        }
         let meta = Meta(generation: generation, verifier: verifier, kdf: kdf)
         try keychainCall {
             switch mode {

@@ -59,6 +59,8 @@ public struct KeychainError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let unsafeFileSystem = Code("unsafeFileSystem")
         /// This user may not read or write a file or directory of the store (EACCES, EPERM).
         public static let permissionDenied = Code("permissionDenied")
+        /// The caller is not entitled to the item's access group (iOS: errSecMissingEntitlement).
+        public static let missingEntitlement = Code("missingEntitlement")
         /// The file system failed (disk full, I/O error).
         public static let storageFailed = Code("storageFailed")
         /// The store was closed.

@@ -17,7 +17,7 @@ extension Keychain {
     ) async throws(KeychainError) {
         let enrollment = try await ItemService.enrollment(binding: accessControl, authenticator: context?.authenticator)
         let encoded = try ValueCoding.encode(value)
-        let (service, identity) = (try ItemService(location: location), try identity(key))
+        let (service, identity) = (try itemService(), try identity(key))
         try service.write(
             identity, mode: .upsert, value: encoded, changes: AttributeChanges(label: label), control: accessControl,
             enrollment: enrollment)
@@ -35,7 +35,7 @@ extension Keychain {
         _ key: String, as type: Value.Type = Value.self,
         context: AuthenticationContext
     ) async throws(KeychainError) -> Value? {
-        let (service, identity) = (try ItemService(location: location), try identity(key))
+        let (service, identity) = (try itemService(), try identity(key))
         let found = try await service.value(identity, context: context)
         guard let value = found else { return nil }
         return try ValueCoding.decode(value, as: type, key: key)
@@ -45,6 +45,6 @@ extension Keychain {
     ///
     /// - Throws: ``KeychainError`` `.itemNotFound`, `.tampered`.
     public func accessControl(forKey key: String) throws(KeychainError) -> AccessControl? {
-        try ItemService(location: location).accessControl(of: try identity(key))
+        try itemService().accessControl(of: try identity(key))
     }
 }

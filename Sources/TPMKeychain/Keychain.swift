@@ -26,6 +26,9 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     public let accessGroup: String?
     /// The store.
     public let location: KeychainLocation
+    /// Who asks through this value: the Keychain API, unless a face built on it says it is the
+    /// caller (``acting(for:)``). Every operation is decided for it (``AccessDecision``).
+    package private(set) var caller = AccessCaller(face: .keychain)
 
     /// The service, access group and store path: nothing secret.
     public var description: String {
@@ -242,11 +245,19 @@ public struct Keychain: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError``.
     public static func allItems(in location: KeychainLocation = .default) throws(KeychainError) -> [ItemAttributes] {
-        try ItemService(location: location).listAll()
+        try ItemService(location: location, caller: AccessCaller(face: .keychain)).listAll()
     }
 
-    private func itemService() throws(KeychainError) -> ItemService {
-        try ItemService(location: location)
+    /// This keychain, asked through `face`: a face built on the Keychain API names itself as the
+    /// caller, so that the decision point knows who asks.
+    package func acting(for face: AccessCaller.Face) -> Keychain {
+        var keychain = self
+        keychain.caller = AccessCaller(face: face)
+        return keychain
+    }
+
+    func itemService() throws(KeychainError) -> ItemService {
+        try ItemService(location: location, caller: caller)
     }
 
     private func isNilOptional<Value>(_ value: Value) -> Bool {

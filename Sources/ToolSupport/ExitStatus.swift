@@ -37,8 +37,8 @@ package enum ExitStatus {
         case .decodingFailed, .tampered, .unsupportedVersion, .wrongTPM, .rolledBack, .rollbackCounterMissing: dataError
         case .storeNotFound: noInput
         case .tpmUnavailable, .notAvailable, .biometryNotEnrolled: unavailable
-        case .authenticationFailed, .unsafeFileSystem, .permissionDenied, .interactionNotAllowed, .userCanceled,
-            .passcodeNotSet:
+        case .authenticationFailed, .unsafeFileSystem, .permissionDenied, .missingEntitlement, .interactionNotAllowed,
+            .userCanceled, .passcodeNotSet:
             permissionDenied
         case .lockout, .timedOut: temporaryFailure
         case .storageFailed: ioError

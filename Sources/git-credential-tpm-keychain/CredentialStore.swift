@@ -29,7 +29,7 @@ struct CredentialStore {
     ///
     /// - Throws: ``KeychainError`` from opening the store.
     init(location: KeychainLocation) throws(KeychainError) {
-        items = try ItemService(location: location)
+        items = try ItemService(location: location, caller: AccessCaller(face: .gitHelper))
     }
 
     // MARK: get

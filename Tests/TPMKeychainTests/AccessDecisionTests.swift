@@ -12,6 +12,8 @@ struct AccessDecisionTests {
     }
 
     enum Scenario: CaseIterable {
+        /// Another user than the keychain's owner, even one the rules would allow.
+        case notOwner
         /// A SecItem caller not entitled to the item's group.
         case notEntitled
         /// A program the collection's rules do not name.
@@ -34,6 +36,9 @@ struct AccessDecisionTests {
         let allowed = AccessCaller(face: .secretService, executable: app)
         let rules = AccessTarget.Rules.executables([app])
         switch scenario {
+        case .notOwner:
+            let stranger = AccessCaller(face: .secretService, uid: 4242, source: .peerCredentials, executable: app)
+            return (stranger, AccessTarget(owner: 1000, rules: rules))
         case .notEntitled: return (entitled, AccessTarget(accessGroup: "com.bank.app"))
         case .notAllowed: return (program, AccessTarget(rules: rules))
         case .rulesUnknown: return (allowed, AccessTarget(rules: .unknown))
@@ -46,36 +51,40 @@ struct AccessDecisionTests {
     static let notAllowed = Outcome.refused(.notAllowed(executable: "/usr/bin/other-app"))
     static let rulesUnknown = Outcome.refused(.notAllowed(executable: app))
     static let notEntitled = Outcome.refused(.notEntitled(group: "com.bank.app"))
+    static let notOwner = Outcome.refused(.notOwner(uid: 4242, owner: 1000))
 
     /// What each operation meets in each scenario.
     static let table: [AccessOperation: [Scenario: Outcome]] = [
         .readMetadata: [
-            .notEntitled: notEntitled, .notAllowed: .allowed, .rulesUnknown: .allowed, .locked: .allowed,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: .allowed, .rulesUnknown: .allowed,
+            .locked: .allowed,
             .unconfirmed: .allowed, .inOrder: .allowed,
         ],
         .readSecret: [
-            .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
             .locked: .refused(.locked(forReading: true)), .unconfirmed: .refused(.locked(forReading: true)),
             .inOrder: .allowed,
         ],
         .write: [
-            .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
             .locked: .refused(.locked(forReading: false)), .unconfirmed: .allowed, .inOrder: .allowed,
         ],
         .delete: [
-            .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
             .locked: .refused(.locked(forReading: false)), .unconfirmed: .allowed, .inOrder: .allowed,
         ],
         .repoint: [
-            .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
             .locked: .refused(.locked(forReading: false)), .unconfirmed: .allowed, .inOrder: .allowed,
         ],
         .lock: [
-            .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown, .locked: .allowed,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
+            .locked: .allowed,
             .unconfirmed: .allowed, .inOrder: .allowed,
         ],
         .unlock: [
-            .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown, .locked: .allowed,
+            .notOwner: notOwner, .notEntitled: notEntitled, .notAllowed: notAllowed, .rulesUnknown: rulesUnknown,
+            .locked: .allowed,
             .unconfirmed: .allowed, .inOrder: .allowed,
         ],
     ]
@@ -104,18 +113,24 @@ struct AccessDecisionTests {
         }
     }
 
-    @Test("a query naming no group shows an entitled caller its groups and items of none; the owner's tools see all")
+    @Test(
+        "a query naming no group shows an entitled caller its groups only (SecItem is entitled to items of none); the owner's tools see all"
+    )
     func visibility() {
-        let secItem = AccessCaller(face: .secItem, accessGroups: ["com.example.app"])
+        let secItem = AccessCaller(face: .secItem, accessGroups: ["com.example.app", ""])
         #expect(AccessDecision.sees("com.example.app", secItem))
         #expect(AccessDecision.sees("", secItem))
+        #expect(!AccessDecision.sees("", AccessCaller(face: .cli, accessGroups: ["com.example.app"])))
         #expect(!AccessDecision.sees("com.bank.app", secItem))
         for face in AccessCaller.Face.allCases where face != .secItem {
             #expect(AccessDecision.sees("com.bank.app", AccessCaller(face: face)), "\(face)")
         }
-        // Naming the group "" is not being entitled to it.
+        // Items of no group are an entitlement like any other: an import limited to named groups
+        // writes none of them.
         #expect(throws: AccessRefusal.notEntitled(group: "")) {
-            try AccessDecision.decide(.write, by: secItem, on: AccessTarget(accessGroup: ""))
+            try AccessDecision.decide(
+                .write, by: AccessCaller(face: .cli, accessGroups: ["com.example.app"]),
+                on: AccessTarget(accessGroup: ""))
         }
     }
 }

@@ -270,7 +270,8 @@ final class SecretCollection {
             } else {
                 // The TPM as the library chooses it for every process (the store's own simulator
                 // only while a command needs it), so the CLI and other processes share the store.
-                opened = try ItemService(location: try KeychainLocation(path: storePath))
+                opened = try ItemService(
+                    location: try KeychainLocation(path: storePath), caller: AccessCaller(face: .secretService))
                 service = opened
             }
             fingerprint = takeFingerprint()

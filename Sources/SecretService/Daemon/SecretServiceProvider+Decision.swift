@@ -17,11 +17,12 @@ extension SecretServiceProvider {
     func authorize(
         _ access: CollectionAccess, _ collection: SecretCollection, for peer: BusPeer
     ) throws(SecretServiceError) {
-        let caller = AccessCaller(face: .secretService, executable: peer.executable)
+        let caller = peer.caller
         let rules: AccessTarget.Rules =
             collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
         let target = AccessTarget(
-            rules: rules, locked: collection.isLocked, lockedForReading: isLocked(collection, for: peer.sender))
+            owner: ownUID, rules: rules, locked: collection.isLocked,
+            lockedForReading: isLocked(collection, for: peer.sender))
         do throws(AccessRefusal) {
             try AccessDecision.decide(access, by: caller, on: target)
         } catch {
@@ -42,10 +43,21 @@ extension SecretServiceProvider {
             case .locked(forReading: false):
                 throw SecretServiceError(
                     .isLocked, "The collection \"\(collection.label)\" is locked: call Unlock first")
+            case .notOwner(let uid, let owner):
+                throw SecretServiceError(
+                    .accessDenied, "This Secret Service belongs to uid \(owner); calls from uid \(uid) are refused")
             case .notEntitled(let group):
                 // The daemon names no access group, so this cannot happen; refused all the same.
                 throw SecretServiceError(.accessDenied, "The access group \(group) is not this caller's")
             }
         }
+    }
+}
+
+extension BusPeer {
+    /// The peer as the decision point's caller: its uid and pid from the bus's credentials (the
+    /// kernel's SO_PEERCRED), its executable from /proc at its first call.
+    var caller: AccessCaller {
+        AccessCaller(face: .secretService, uid: uid, source: .peerCredentials, executable: executable)
     }
 }

@@ -17,7 +17,7 @@ final class SecretServiceProvider {
     let connection: BusConnection
     let dataDirectory: String
     let audit: AuditLog?
-    private let ownUID = geteuid()
+    let ownUID = geteuid()
     /// By collection ID (path element).
     var collections: [String: SecretCollection] = [:]
     var aliases: Aliases
@@ -128,8 +128,11 @@ final class SecretServiceProvider {
         return try check(peer)
     }
 
+    /// The decision point's first rule, for every call: only the daemon's own user.
     private func check(_ peer: BusPeer) throws(SecretServiceError) -> BusPeer {
-        guard peer.uid == ownUID else {
+        do throws(AccessRefusal) {
+            try AccessDecision.decide(.readMetadata, by: peer.caller, on: AccessTarget(owner: ownUID))
+        } catch {
             throw SecretServiceError(
                 .accessDenied, "This Secret Service belongs to uid \(ownUID); calls from uid \(peer.uid) are refused")
         }

@@ -19,9 +19,8 @@ enum SecItemOperations {
             try CertificateItems.add(request)
             return nil
         }
-        let caller = Self.caller
-        let group = request.accessGroup ?? caller.accessGroups?.first ?? ""
-        try requireEntitlement(.write, in: group, caller: caller)
+        // The service refuses a group the caller is not entitled to (errSecMissingEntitlement).
+        let group = request.accessGroup ?? Self.caller.accessGroups?.first ?? ""
         var primary = AttributeList()
         try AttributeCoding.apply(request.attributes, to: &primary, itemClass: itemClass)
         primary.setString(group, for: AttributeTag.accessGroup)
@@ -94,9 +93,8 @@ enum SecItemOperations {
     /// too; a query without agrp sees the process's groups and items of no group), and sync as
     /// iOS reads it (absent: not synchronizable only). A persistent reference needs no class.
     static func matches(_ request: SecItemRequest, items: ItemService) throws(SecStatus) -> [ItemQueryResult] {
-        let caller = Self.caller
-        let groups = caller.accessGroups ?? []
-        if let group = request.accessGroup { try requireEntitlement(.readMetadata, in: group, caller: caller) }
+        // The service refuses a group the caller is not entitled to, and shows no item of one.
+        let groups = items.caller.accessGroups ?? [""]
         var results: [ItemQueryResult]
         if let reference = request.persistentReference {
             guard let found = try mapped({ () throws(KeychainError) in try? items.item(reference: Array(reference)) })
@@ -113,9 +111,9 @@ enum SecItemOperations {
             }
             // The engine reads one group directory when the query names its service (or server)
             // and access group: one query per group the process may see, and items of no group.
-            let searched = request.accessGroup.map { [$0] } ?? groups + [""]
+            let searched = request.accessGroup.map { [$0] } ?? groups
             if let direct = try lookUp(itemClass, matching, request, groups: searched, items: items) {
-                return filtered(direct, request, caller: caller)
+                return filtered(direct, request)
             }
             results = []
             for group in searched {
@@ -141,17 +139,11 @@ enum SecItemOperations {
                 }
             }
         }
-        return filtered(results, request, caller: caller)
+        return filtered(results, request)
     }
 
-    private static func filtered(
-        _ results: [ItemQueryResult], _ request: SecItemRequest, caller: AccessCaller
-    ) -> [ItemQueryResult] {
-        results.filter { result in
-            let group = result.attributes.string(AttributeTag.accessGroup) ?? ""
-            return AccessDecision.sees(group, caller)
-                && (request.accessibility.map { $0 == result.accessibility } ?? true)
-        }
+    private static func filtered(_ results: [ItemQueryResult], _ request: SecItemRequest) -> [ItemQueryResult] {
+        results.filter { result in request.accessibility.map { $0 == result.accessibility } ?? true }
     }
 
     /// A generic password named by service and account is read by its file name, one per group
@@ -319,7 +311,7 @@ enum SecItemOperations {
 
     static func itemService() throws(SecStatus) -> ItemService {
         let location = KeychainEnvironment.location
-        return try mapped { () throws(KeychainError) in try ItemService(location: location) }
+        return try mapped { () throws(KeychainError) in try ItemService(location: location, caller: caller) }
     }
 
     static func primaryKeyAttributes(_ itemClass: ItemClass, _ attributes: AttributeList) -> AttributeList {
@@ -357,6 +349,7 @@ enum SecItemOperations {
         case .invalidParameter: errSecParam
         case .tampered, .decodingFailed, .unsupportedVersion, .rolledBack: errSecDecode
         case .interactionNotAllowed: errSecInteractionNotAllowed
+        case .missingEntitlement: errSecMissingEntitlement
         case .userCanceled: errSecUserCanceled
         case .authenticationFailed, .lockout, .passcodeNotSet: errSecAuthFailed
         case .tpmUnavailable, .wrongTPM, .rollbackCounterMissing, .notAvailable, .biometryNotEnrolled, .storeNotFound,

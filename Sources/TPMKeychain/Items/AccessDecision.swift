@@ -1,8 +1,11 @@
-/// Who may do what, decided in one function for the faces that have rules of their own: SecItem's
-/// access-group entitlements and the Secret Service's collection rules and lock state. A face
-/// describes its caller and what the operation touches and acts only when ``AccessDecision/decide(_:by:on:)``
-/// returns; it checks nothing itself. (The protection of an item's secret, which a key record and
-/// the TPM enforce, is decided by ``ItemService``.)
+import SystemCalls
+
+/// Who may do what, decided in one function for every face: the caller's user, its access-group
+/// entitlements, a Secret Service collection's rules and lock state. Item operations are decided
+/// by ``ItemService``, which every face reaches items through and which asks
+/// ``AccessDecision/decide(_:by:on:)`` before it acts; the Secret Service asks it for its
+/// collections' rules and lock. No face checks a rule itself. (The protection of an item's
+/// secret, which a key record and the TPM enforce, is the TPM's to decide.)
 package enum AccessOperation: CaseIterable, Sendable {
     /// Names, labels, attributes, searches: what every program of the user may see of what it
     /// may use, so that it can find what to ask for.
@@ -21,21 +24,39 @@ package enum AccessOperation: CaseIterable, Sendable {
 }
 
 /// The caller of an operation, as its face knows it.
-package struct AccessCaller: Sendable, Equatable {
+package struct AccessCaller: Sendable, Hashable {
     package enum Face: String, Sendable, CaseIterable {
         case keychain, secItem, keychainStorage, cli, gitHelper, secretService
     }
 
+    /// Where the caller's identity comes from.
+    package enum Source: String, Sendable, Hashable {
+        /// The caller is this process: its own uid and declared entitlements.
+        case thisProcess
+        /// A peer across a socket or bus: uid and pid from the kernel (SO_PEERCRED, as the bus
+        /// reports it), the executable from /proc/PID/exe at its first call.
+        case peerCredentials
+    }
+
     package let face: Face
+    /// The caller's user.
+    package let uid: UInt32
+    package let source: Source
     /// The access groups the caller is entitled to (SecItem's, from its entitlements); nil for a
-    /// face that acts for the store's owner in every group (the Keychain API, the tools).
+    /// caller that acts for the store's owner in every group: the Keychain API, KeychainStorage,
+    /// the tools and the Secret Service, which name a group in code rather than by entitlement.
     package let accessGroups: [String]?
     /// The caller's executable where the face learns it (the Secret Service, from the bus's
     /// credentials and /proc); nil when unknown.
     package let executable: String?
 
-    package init(face: Face, accessGroups: [String]? = nil, executable: String? = nil) {
+    package init(
+        face: Face, uid: UInt32 = PrivateOwnership.effectiveUser, source: Source = .thisProcess,
+        accessGroups: [String]? = nil, executable: String? = nil
+    ) {
         self.face = face
+        self.uid = uid
+        self.source = source
         self.accessGroups = accessGroups
         self.executable = executable
     }
@@ -53,6 +74,9 @@ package struct AccessTarget: Sendable, Equatable {
         case unknown
     }
 
+    /// The user whose keychain it is; nil when the face has already only its owner's keychain to
+    /// offer (an in-process face, whose store refuses files of other owners).
+    package var owner: UInt32?
     /// The item's access group ("" for none); nil when the operation names none.
     package var accessGroup: String?
     package var rules: Rules
@@ -63,8 +87,10 @@ package struct AccessTarget: Sendable, Equatable {
     package var lockedForReading: Bool
 
     package init(
-        accessGroup: String? = nil, rules: Rules = .anyProgram, locked: Bool = false, lockedForReading: Bool? = nil
+        owner: UInt32? = nil, accessGroup: String? = nil, rules: Rules = .anyProgram, locked: Bool = false,
+        lockedForReading: Bool? = nil
     ) {
+        self.owner = owner
         self.accessGroup = accessGroup
         self.rules = rules
         self.locked = locked
@@ -74,6 +100,8 @@ package struct AccessTarget: Sendable, Equatable {
 
 /// Why an operation is refused; each face says it in its own protocol's words.
 package enum AccessRefusal: Error, Equatable {
+    /// The caller is another user than the keychain's owner.
+    case notOwner(uid: UInt32, owner: UInt32)
     /// The caller is not entitled to the item's access group.
     case notEntitled(group: String)
     /// The collection's rules do not name the caller's executable (or could not be read).
@@ -87,13 +115,17 @@ package enum AccessDecision {
     ///
     /// - Parameter target: its `accessGroup` is the group the operation names (a SecItem query's
     ///   or new item's); an entitled caller must hold exactly that group.
-    /// - Throws: ``AccessRefusal``: `.notEntitled` first (an entitlement is checked even for
+    /// - Throws: ``AccessRefusal``: `.notOwner` first, for every operation (another user sees
+    ///   nothing of the keychain), then `.notEntitled` (an entitlement is checked even for
     ///   metadata: a SecItem caller does not see another group's items), then, for everything but
     ///   metadata, `.notAllowed` by the collection's rules, then `.locked` for reads, writes,
     ///   deletes and re-pointing of a locked target. Lock and unlock need only the rules.
     package static func decide(
         _ operation: AccessOperation, by caller: AccessCaller, on target: AccessTarget
     ) throws(AccessRefusal) {
+        if let owner = target.owner, caller.uid != owner {
+            throw .notOwner(uid: caller.uid, owner: owner)
+        }
         if let group = target.accessGroup, let entitled = caller.accessGroups, !entitled.contains(group) {
             throw .notEntitled(group: group)
         }
@@ -113,11 +145,11 @@ package enum AccessDecision {
         }
     }
 
-    /// Whether a query that names no group shows `caller` the items of access group `group`:
-    /// every group for a caller without entitlements; else its entitled groups, and items of no
-    /// group (""), as SecItem has always shown them.
+    /// Whether a query that names no group shows `caller` the items of access group `group` (""
+    /// for items of none): every group for a caller without entitlements; else its entitled
+    /// groups only, as ``decide(_:by:on:)`` would allow reading them.
     package static func sees(_ group: String, _ caller: AccessCaller) -> Bool {
         guard let entitled = caller.accessGroups else { return true }
-        return group.isEmpty || entitled.contains(group)
+        return entitled.contains(group)
     }
 }

@@ -22,6 +22,7 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` for an item that needs a person (read
     ///   it with a context) or while the session or keychain is locked, `.tampered`.
     package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
+        try authorize(.readSecret, group: identity.accessGroup)
         do {
             return try store.value(identity)
         } catch  where error.code == .interactionNotAllowed {
@@ -55,6 +56,7 @@ extension ItemService {
     package func value(
         _ identity: ItemIdentity, context: AuthenticationContext
     ) async throws(KeychainError) -> ItemValue? {
+        try authorize(.readSecret, group: identity.accessGroup)
         let location = location
         switch try store.value(identity, keptKey: { (protection) in context.keptKey(protection, location: location) }) {
         case .value(let value):
@@ -69,31 +71,36 @@ extension ItemService {
     ///
     /// - Throws: ``KeychainError`` `.itemNotFound`, `.tampered`.
     package func accessControl(of identity: ItemIdentity) throws(KeychainError) -> AccessControl? {
-        try store.protection(of: identity)?.protection.control
+        try authorize(.readMetadata, group: identity.accessGroup)
+        return try store.protection(of: identity)?.protection.control
     }
 
     /// The item's attributes, without decrypting its secret; nil when there is no such item.
     package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
-        try store.attributes(identity)
+        try authorize(.readMetadata, group: identity.accessGroup)
+        return try store.attributes(identity)
     }
 
     /// The attributes of every item of a service and access group, in creation order.
     package func list(service: String, accessGroup: String) throws(KeychainError) -> [ItemAttributes] {
-        try store.list(service: service, accessGroup: accessGroup)
+        try authorize(.readMetadata, group: accessGroup)
+        return try store.list(service: service, accessGroup: accessGroup)
     }
 
     /// The attributes of every generic password in the store, in creation order.
     package func listAll() throws(KeychainError) -> [ItemAttributes] {
-        try store.listAll()
+        try store.listAll().filter { AccessDecision.sees($0.accessGroupName, caller) }
     }
 
     /// Removes the item; false when there was none.
     package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
-        try store.delete(identity)
+        try authorize(.delete, group: identity.accessGroup)
+        return try store.delete(identity)
     }
 
     /// Removes every item of a service and access group; how many there were.
     package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
-        try store.deleteAll(service: service, accessGroup: accessGroup)
+        try authorize(.delete, group: accessGroup)
+        return try store.deleteAll(service: service, accessGroup: accessGroup)
     }
 }

@@ -15,6 +15,7 @@ extension ItemService {
     ///
     /// - Throws: ``KeychainError`` `.tampered` for a damaged record, `.itemInvalidated` for one gone.
     package func accessControl(of result: ItemQueryResult) throws(KeychainError) -> AccessControl? {
+        try authorize(.readMetadata, group: Self.group(of: result.attributes))
         guard result.isProtected else { return nil }
         return try store.protection(ofRecord: result.keyRecord).protection.control
     }
@@ -32,6 +33,7 @@ extension ItemService {
     package func keptKey(
         for result: ItemQueryResult, context: AuthenticationContext
     ) throws(KeychainError) -> OpenedKey? {
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)
         return context.keptKey(protection, location: location).map(OpenedKey.init)
@@ -49,6 +51,7 @@ extension ItemService {
         for result: ItemQueryResult, context: AuthenticationContext,
         allowsInteraction: Bool = true
     ) async throws(KeychainError) -> OpenedKey? {
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)
         if !allowsInteraction, context.keptKey(protection, location: location) == nil,
@@ -67,7 +70,8 @@ extension ItemService {
     ///
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` for a protected item without its key, `.tampered`.
     package func secret(of identity: ItemIdentity, key: OpenedKey?) throws(KeychainError) -> [UInt8]? {
-        try store.value(identity, recordKey: key?.recordKey)?.bytes
+        try authorize(.readSecret, group: identity.accessGroup)
+        return try store.value(identity, recordKey: key?.recordKey)?.bytes
     }
 
     /// The item's secret: the one read with it, else decrypted (with `key` for a protected item).
@@ -75,6 +79,7 @@ extension ItemService {
     ///
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` for a protected item without its key, `.tampered`.
     package func secret(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> [UInt8]? {
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
         if let value = result.value { return value }
         return try store.secret(of: result, recordKey: key?.recordKey)
     }

@@ -25,6 +25,9 @@ extension ItemService {
             var changes = AttributeChanges()
             changes.accessibility = control?.accessibility
             let primary = attributes(value.key.publicKey)
+            // Decided once the attributes, which name the group, exist: the key made so far is
+            // only in memory, and a refused one is dropped unstored.
+            try authorize(.write, group: Self.group(of: primary))
             try store.write(
                 .key, primary: primary, mode: .add, value: ItemValue(kind: .tpmKey, bytes: value.serialized()),
                 changes: changes,
@@ -67,6 +70,7 @@ extension ItemService {
     ///   not made for key files (``ItemStore/makeTPMKey(_:device:protection:enrollmentIdentifier:forKeyFile:)``),
     ///   whose authorization the file could not carry; `.interactionNotAllowed` and the reading errors.
     package func keyFile(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> String {
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
         guard Self.holdsTPMKey(result) else {
             throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
         }
@@ -97,6 +101,8 @@ extension ItemService {
         _ result: ItemQueryResult, key: OpenedKey?, usage: TPMKeyUsage,
         _ body: (TPMConnection, TPMKeyValue, Policy, [UInt32: SecretBytes]) throws -> R
     ) throws(KeychainError) -> R {
+        // Using a key is reading its secret, though the secret never leaves the TPM.
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
         guard Self.holdsTPMKey(result) else {
             throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
         }

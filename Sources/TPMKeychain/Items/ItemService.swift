@@ -10,19 +10,33 @@ package import KeychainVocabulary
 /// the master key, which device holds the passcode and enrollment, and which enrollment a
 /// `biometryCurrentSet` item binds to (``enrollment(binding:authenticator:)``).
 ///
+/// Who may do what is decided here too, for every face: each operation asks
+/// ``AccessDecision/decide(_:by:on:)`` for the service's ``caller`` before it acts, and what a
+/// search finds is only what the caller may see. A face names its caller and checks nothing
+/// itself (ItemService+Decision.swift).
+///
 /// A service is a handle on the store the location names, opened once per process (one TPM
 /// unseal, shared with every other user of the location); it is cheap to make.
 package struct ItemService: Sendable {
     package let location: KeychainLocation
+    /// Who is asking, as its face knows it: every operation is decided for this caller.
+    package let caller: AccessCaller
     let store: ItemStore
 
-    /// The store at `location`, opened (unsealed) on first use in this process.
+    /// The store at `location`, opened (unsealed) on first use in this process, for `caller`.
     ///
     /// - Throws: ``KeychainError`` from opening the store: `.tpmUnavailable`, `.wrongTPM`,
     ///   `.tampered`, `.unsafeFileSystem`, `.storeNotFound` and the rest of ``KeychainLocation``'s.
-    package init(location: KeychainLocation) throws(KeychainError) {
+    package init(location: KeychainLocation, caller: AccessCaller) throws(KeychainError) {
         self.location = location
+        self.caller = caller
         store = try OpenStores.store(at: location)
+    }
+
+    init(location: KeychainLocation, caller: AccessCaller, store: ItemStore) {
+        self.location = location
+        self.caller = caller
+        self.store = store
     }
 
     // MARK: Finding
@@ -31,7 +45,8 @@ package struct ItemService: Sendable {
     ///
     /// - Throws: ``KeychainError`` `.tampered` for a damaged or misplaced file met on the way.
     package func query(_ query: ItemQuery) throws(KeychainError) -> [ItemQueryResult] {
-        try store.query(query)
+        try authorize(query.returnsData ? .readSecret : .readMetadata, namedIn: query.matching)
+        return try store.query(query).filter(visible)
     }
 
     /// The items of `itemClass` that have every attribute `matching` gives, with those values
@@ -43,8 +58,7 @@ package struct ItemService: Sendable {
         _ itemClass: ItemClass, matching: AttributeList,
         synchronizable: ItemQuery.Synchronizable = .any
     ) throws(KeychainError) -> [ItemQueryResult] {
-        try store.query(
-            ItemQuery(itemClass: itemClass, matching: matching, synchronizable: synchronizable, limit: .all))
+        try query(ItemQuery(itemClass: itemClass, matching: matching, synchronizable: synchronizable, limit: .all))
     }
 
     /// Every item of every class, without secrets, one at a time as the store reads them: for a
@@ -52,12 +66,14 @@ package struct ItemService: Sendable {
     ///
     /// - Throws: ``KeychainError`` `.tampered` for a damaged, misplaced or missing file, and what `body` throws.
     package func forEachItem(_ body: (ItemQueryResult) throws(KeychainError) -> Void) throws(KeychainError) {
-        try store.forEachItem(body)
+        try store.forEachItem { (result) throws(KeychainError) in
+            if visible(result) { try body(result) }
+        }
     }
 
     /// The item a persistent reference names, or nil when it is gone.
     package func item(reference: [UInt8]) throws(KeychainError) -> ItemQueryResult? {
-        try store.item(reference: reference)
+        try store.item(reference: reference).flatMap { visible($0) ? $0 : nil }
     }
 
     /// The item of `itemClass` that `primary` names, read by its file name (no directory scan);
@@ -65,7 +81,8 @@ package struct ItemService: Sendable {
     package func item(
         _ itemClass: ItemClass, primary: AttributeList, withSecret: Bool
     ) throws(KeychainError) -> ItemQueryResult? {
-        try store.item(itemClass, primary: primary, withSecret: withSecret)
+        try authorize(withSecret ? .readSecret : .readMetadata, group: Self.group(of: primary))
+        return try store.item(itemClass, primary: primary, withSecret: withSecret)
     }
 
     /// Changes whenever any process adds, replaces or removes an item of the store: for faces
@@ -95,6 +112,7 @@ package struct ItemService: Sendable {
         changes: AttributeChanges = AttributeChanges(), control: AccessControl? = nil, enrollment: [UInt8]? = nil,
         key: OpenedKey? = nil
     ) throws(KeychainError) {
+        try authorize(.write, group: Self.group(of: primary))
         var changes = changes
         if let control, control.flags.contains(.privateKeyUsage), itemClass != .key {
             throw KeychainError(
@@ -153,6 +171,7 @@ package struct ItemService: Sendable {
     /// - Returns: false when it was gone already.
     /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
     package func delete(_ itemClass: ItemClass, primary attributes: AttributeList) throws(KeychainError) -> Bool {
-        try store.delete(itemClass, primary: attributes)
+        try authorize(.delete, group: Self.group(of: attributes))
+        return try store.delete(itemClass, primary: attributes)
     }
 }

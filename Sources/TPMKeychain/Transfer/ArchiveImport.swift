@@ -27,7 +27,9 @@ enum ArchiveImport {
         let key = ArchiveFormat.archiveKey(
             secret: try await secret(header, path: path, passphrase: passphrase, service: service, context: context),
             header: header)
-        let importer = ItemImporter(service: service, conflicts: conflicts, accessGroups: accessGroups)
+        // The store's own import key opened the archive above; its items are written as a caller
+        // entitled to `accessGroups` only.
+        let importer = ItemImporter(service: service.entitled(to: accessGroups), conflicts: conflicts)
         var report = KeychainArchive.ImportReport()
 
         // Pass 1: the whole archive authenticates, its records parse, and it ends where it says.

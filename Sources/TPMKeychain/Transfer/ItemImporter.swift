@@ -4,18 +4,17 @@ package import KeychainVocabulary
 /// Writes incoming items (an archive's, another keyring's) into a store under a conflict
 /// policy: one item at a time, each write whole, so an import stopped anywhere has written a
 /// prefix of what it was given.
+///
+/// Which access groups an import may write is its caller's entitlement: the service's caller
+/// names them (``AccessCaller/accessGroups``, "" for items of none), and an item the decision
+/// point would refuse is skipped as ``KeychainArchive/SkipReason/otherAccessGroup``.
 package struct ItemImporter: Sendable {
     package let service: ItemService
     package let conflicts: KeychainArchive.ConflictPolicy
-    /// The access groups an item may be written to ("" for items of none); nil for any.
-    package let accessGroups: Set<String>?
 
-    package init(
-        service: ItemService, conflicts: KeychainArchive.ConflictPolicy, accessGroups: Set<String>? = nil
-    ) {
+    package init(service: ItemService, conflicts: KeychainArchive.ConflictPolicy) {
         self.service = service
         self.conflicts = conflicts
-        self.accessGroups = accessGroups
     }
 
     /// What writing `item` would do now.
@@ -60,7 +59,7 @@ package struct ItemImporter: Sendable {
     /// Why an incoming item is refused whatever the store holds.
     private func refusal(_ item: TransferItem) -> KeychainArchive.SkipReason? {
         if item.value.kind == .tpmKey { return .livesInTPM }
-        if let accessGroups, !accessGroups.contains(item.attributes.string(AttributeTag.accessGroup) ?? "") {
+        if (try? service.authorize(.write, group: ItemService.group(of: item.attributes))) == nil {
             return .otherAccessGroup
         }
         if item.itemClass == .genericPassword,

@@ -207,7 +207,7 @@ public enum KeychainArchive {
         context: AuthenticationContext? = nil, progress: @Sendable (Int) -> Void = { _ in }
     ) async throws(KeychainError) -> ExportReport {
         try await ArchiveExport.run(
-            ItemService(location: location), to: path, protection: protection,
+            ItemService(location: location, caller: caller), to: path, protection: protection,
             context: context ?? AuthenticationContext(location: location), progress: progress)
     }
 
@@ -250,10 +250,13 @@ public enum KeychainArchive {
         context: AuthenticationContext? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
     ) async throws(KeychainError) -> ImportReport {
         try await ArchiveImport.run(
-            path, into: ItemService(location: location), passphrase: passphrase, conflicts: conflicts,
+            path, into: ItemService(location: location, caller: caller), passphrase: passphrase, conflicts: conflicts,
             accessGroups: accessGroups, dryRun: dryRun, context: context ?? AuthenticationContext(location: location),
             progress: progress)
     }
+
+    /// Who exports and imports: the Keychain API acts for the store's owner.
+    private static var caller: AccessCaller { AccessCaller(face: .keychain) }
 
     /// `location`'s device import key, made in its TPM on first use: the public key another
     /// machine exports to (``Protection/deviceKey(_:)``). Its private half never leaves the TPM.
@@ -266,7 +269,7 @@ public enum KeychainArchive {
     ) throws(KeychainError)
         -> DeviceImportKey
     {
-        try DeviceImportKey.ofStore(ItemService(location: location), create: true)
+        try DeviceImportKey.ofStore(ItemService(location: location, caller: caller), create: true)
     }
 }
 

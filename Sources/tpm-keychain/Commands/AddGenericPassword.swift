@@ -68,7 +68,7 @@ struct AddGenericPassword: ParsableCommand {
 
     /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
     func perform(in session: StoreSession, value: PasswordValue, context: AuthenticationContext? = nil) throws {
-        let keychain = try Keychain(service: service, location: session.location)
+        let keychain = try Keychain(service: service, location: session.location).acting(for: .cli)
         if let control = try AccessControlArgument.parse(flags: accessControl, accessible: accessible) {
             // Adding never prompts; biometryCurrentSet binds to the authenticator's enrollment.
             if !item.update, try keychain.contains(account) {
@@ -96,7 +96,7 @@ struct AddGenericPassword: ParsableCommand {
         primary.setString(service, for: AttributeTag.service)
         primary.setString(account, for: AttributeTag.account)
         if let kind { primary.setString(kind, for: AttributeTag.description) }
-        try ItemService(location: session.location).write(
+        try ItemService(location: session.location, caller: AccessCaller(face: .cli)).write(
             .genericPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
             changes: AttributeChanges(
                 label: item.label, comment: item.comment, genericData: generic.map { Data($0.utf8) }))

@@ -24,7 +24,7 @@ struct DeleteGenericPassword: ParsableCommand {
     }
 
     func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
-        let keychain = try Keychain(service: service, location: session.location)
+        let keychain = try Keychain(service: service, location: session.location).acting(for: .cli)
         guard try keychain.remove(account) else {
             throw KeychainError(.itemNotFound, "No item for account \"\(account)\" of service \"\(service)\"")
         }

@@ -46,7 +46,7 @@ struct Demo: ParsableCommand {
                 print("create store: \(milliseconds(elapsed))  (a new 32-byte master key, sealed to the TPM)")
             }
             // An interrupted earlier run may have left the demo item behind.
-            if try Keychain(service: Self.service, location: session.location).remove(Self.account) {
+            if try Keychain(service: Self.service, location: session.location).acting(for: .cli).remove(Self.account) {
                 print("              (removed the demo item an interrupted earlier run left behind)")
             }
 
@@ -107,7 +107,7 @@ struct Demo: ParsableCommand {
             location: session.location)
         context.localizedReason = "show the demo item"
         let account = "face-id-protected"
-        _ = try? Keychain(service: Self.service, location: session.location).remove(account)
+        _ = try? Keychain(service: Self.service, location: session.location).acting(for: .cli).remove(account)
         let device = KeychainDevice(location: session.location)
         print("\n# Access control: an item bound to the current (SIMULATED) Face ID enrollment")
         try step(
@@ -178,7 +178,7 @@ struct Demo: ParsableCommand {
         )
         context.localizedReason = "show the demo item"
         let account = "fingerprint-protected"
-        _ = try? Keychain(service: Self.service, location: session.location).remove(account)
+        _ = try? Keychain(service: Self.service, location: session.location).acting(for: .cli).remove(account)
         let device = KeychainDevice(location: session.location)
         print(
             "\n# Access control: an item bound to your enrolled fingerprints (this machine's REAL reader, through fprintd)"
@@ -203,7 +203,7 @@ struct Demo: ParsableCommand {
         print(
             "# Enrolling another finger (fprintd-enroll) would invalidate this item for good; the demo leaves your enrollment alone"
         )
-        _ = try Keychain(service: Self.service, location: session.location).remove(account)
+        _ = try Keychain(service: Self.service, location: session.location).acting(for: .cli).remove(account)
     }
 
     private func describeTPM(_ selection: StoreTPM) throws {

@@ -32,7 +32,7 @@ struct DumpKeychain: ParsableCommand {
     }
 
     func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
-        let items = try ItemService(location: session.location)
+        let items = try ItemService(location: session.location, caller: AccessCaller(face: .cli))
         var objects: [[String: Any]] = []
         for itemClass in [ItemClass.genericPassword, .internetPassword] {
             for found in try items.query(itemClass, matching: AttributeList()) {
@@ -62,7 +62,8 @@ struct DumpKeychain: ParsableCommand {
             let account = item.text(AttributeTag.account)
         {
             let group = item.isUngrouped ? nil : item.text(AttributeTag.accessGroup)
-            return try Keychain(service: service, accessGroup: group, location: session.location).data(forKey: account)
+            return try Keychain(service: service, accessGroup: group, location: session.location).acting(for: .cli)
+                .data(forKey: account)
         }
         return try items.secret(of: found, key: nil).map { Data($0) }
     }

@@ -54,7 +54,7 @@ struct FindGenericPassword: ParsableCommand {
         // The common scripted lookup (-s, -a, -w and nothing else): one read by name, without the
         // query that scans the service's items for the attribute block.
         if shown.passwordOnly, !shown.showPassword, !shown.json, kind == nil, generic == nil, let account {
-            let keychain = try Keychain(service: service, location: session.location)
+            let keychain = try Keychain(service: service, location: session.location).acting(for: .cli)
             // A plain item needs no context; a protected one reports interactionNotAllowed, and is
             // then read through one that may ask.
             var found: Data?
@@ -79,7 +79,8 @@ struct FindGenericPassword: ParsableCommand {
         matching.setString(account, for: AttributeTag.account)
         matching.setString(kind, for: AttributeTag.description)
         matching[AttributeTag.generic] = generic.map { Array($0.utf8) }
-        let found = try ItemService(location: session.location).query(.genericPassword, matching: matching)
+        let found = try ItemService(location: session.location, caller: AccessCaller(face: .cli)).query(
+            .genericPassword, matching: matching)
         guard let item = found.map(ShownItem.init).first(where: \.isUngrouped),
             let account = item.text(AttributeTag.account)
         else {
@@ -89,7 +90,7 @@ struct FindGenericPassword: ParsableCommand {
         if shown.showsSecret {
             // Through the Keychain API: a protected item asks for biometry or the passcode (a
             // reused context asks once).
-            let keychain = try Keychain(service: service, location: session.location)
+            let keychain = try Keychain(service: service, location: session.location).acting(for: .cli)
             let context =
                 context ?? CommandAuthentication.context(for: session, passcode: PasscodeInput(passcodeOptions))
             guard let value = try waitFor({ try await keychain.get(account, as: Data.self, context: context) }) else {

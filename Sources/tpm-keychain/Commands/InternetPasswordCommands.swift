@@ -57,7 +57,7 @@ struct AddInternetPassword: ParsableCommand {
 
     /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
     func perform(in session: StoreSession, primary: AttributeList, value: PasswordValue) throws {
-        try ItemService(location: session.location).write(
+        try ItemService(location: session.location, caller: AccessCaller(face: .cli)).write(
             .internetPassword, primary: primary, mode: item.update ? .upsert : .add, value: value.itemValue,
             changes: AttributeChanges(label: item.label, comment: item.comment))
     }
@@ -94,7 +94,7 @@ struct FindInternetPassword: ParsableCommand {
         in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) },
         errorOutput: OutputLine = { printError($0) }
     ) throws {
-        let items = try ItemService(location: session.location)
+        let items = try ItemService(location: session.location, caller: AccessCaller(face: .cli))
         guard let found = try InternetPasswordMatch.first(matching, in: items) else {
             throw InternetPasswordMatch.notFound(matching)
         }
@@ -142,7 +142,7 @@ struct DeleteInternetPassword: ParsableCommand {
     }
 
     func perform(in session: StoreSession, matching: AttributeList, output: OutputLine = { print($0) }) throws {
-        let items = try ItemService(location: session.location)
+        let items = try ItemService(location: session.location, caller: AccessCaller(face: .cli))
         guard let found = try InternetPasswordMatch.first(matching, in: items),
             try items.delete(.internetPassword, primary: found.attributes)
         else {

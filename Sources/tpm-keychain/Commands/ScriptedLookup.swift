@@ -63,7 +63,7 @@ enum ScriptedLookup {
         do {
             let path = StoreDirectory.absolute(request.keychain ?? KeychainLocation.default.path)
             let found = try StoreSession.withExisting(path) { session -> Data? in
-                let keychain = try Keychain(service: request.service, location: session.location)
+                let keychain = try Keychain(service: request.service, location: session.location).acting(for: .cli)
                 return try keychain.data(forKey: request.account)
             }
             guard let secret = found else {

@@ -30,8 +30,8 @@ enum ForeignSource {
         _ items: [TransferItem], into location: KeychainLocation, policy: KeychainArchive.ConflictPolicy,
         accessGroups: Set<String>?, dryRun: Bool
     ) throws -> KeychainArchive.ImportReport {
-        let importer = ItemImporter(
-            service: try ItemService(location: location), conflicts: policy, accessGroups: accessGroups)
+        let service = try ItemService(location: location, caller: AccessCaller(face: .cli))
+        let importer = ItemImporter(service: service.entitled(to: accessGroups), conflicts: policy)
         let bar = ProgressBar(enabled: isatty(2) == 1 && !dryRun)
         defer { bar.finish() }
         var report = KeychainArchive.ImportReport()

@@ -192,7 +192,8 @@ enum KeyOperations {
         _ item: TPMKeyItem,
         _ body: (ItemService, ItemQueryResult, ItemService.OpenedKey?) throws(KeychainError) -> R
     ) throws(SecStatus) -> R {
-        let items = try SecItemOperations.mapped { () throws(KeychainError) in try ItemService(location: item.location)
+        let items = try SecItemOperations.mapped { () throws(KeychainError) in
+            try ItemService(location: item.location, caller: SecItemOperations.caller)
         }
         guard
             let result = try SecItemOperations.mapped({ () throws(KeychainError) in
