@@ -7,6 +7,9 @@ package import KeychainVocabulary
 extension ItemService {
     /// Returns when the caller may do `operation` to items of `group`.
     ///
+    /// - Parameter locked: whether the keychain is locked for the item (``isLocked(for:device:)``):
+    ///   known to writes and deletes of items bound to the lock state, which ask the TPM for it.
+    ///
     /// The store's owner is not part of the target: the engine has already refused a store whose
     /// files belong to someone this process may not act for (and a shared store is shared on
     /// purpose). Reads of an item bound to the lock state are refused by the TPM itself, the key
@@ -15,9 +18,9 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.missingEntitlement` for a group the caller is not entitled
     ///   to, `.permissionDenied` for a caller the rules do not allow, `.interactionNotAllowed`
     ///   while locked.
-    func authorize(_ operation: AccessOperation, group: String) throws(KeychainError) {
+    func authorize(_ operation: AccessOperation, group: String, locked: Bool = false) throws(KeychainError) {
         do throws(AccessRefusal) {
-            try AccessDecision.decide(operation, by: caller, on: AccessTarget(accessGroup: group))
+            try AccessDecision.decide(operation, by: caller, on: AccessTarget(accessGroup: group, locked: locked))
         } catch {
             throw KeychainError(refusal: error)
         }
@@ -34,6 +37,52 @@ extension ItemService {
     /// a caller that is not entitled to them.
     func visible(_ result: ItemQueryResult) -> Bool {
         AccessDecision.sees(result.attributes.string(AttributeTag.accessGroup) ?? "", caller)
+    }
+
+    /// Whether the keychain is locked for an item of `accessibility` now: the login session's
+    /// lock, or the device's lock state (one NV read). Only a device with a passcode locks: the
+    /// caller checks that first, with a file read, so that a device without one asks no TPM.
+    func isLocked(for accessibility: Accessibility, device: Device) throws(KeychainError) -> Bool {
+        let requirement = accessibility.lockRequirement
+        guard requirement != .none else { return false }
+        if location.sessionIsLocked(for: accessibility) { return true }
+        return try !device.lockSatisfies(requirement)
+    }
+
+    /// Whether the device has a passcode, so can be locked: a file read. A device that cannot be
+    /// asked (its TPM gone since the store opened) counts as one without: refusing a delete while
+    /// locked is iOS's behaviour, not a protection (the files are the user's to remove), and a
+    /// removal must not wait for a TPM that a plain item does not need.
+    func deviceMayLock() -> Bool {
+        (try? Devices.passcodeIsSet(location)) ?? false
+    }
+
+    /// Decides a delete of items of `accessibilities` in `group` on a device that may lock
+    /// (``deviceMayLock()``): while the keychain is locked for one of them, none is removed
+    /// (iOS: errSecInteractionNotAllowed). One TPM read at most.
+    func authorizeDelete(group: String, accessibilities: [Accessibility]) throws(KeychainError) {
+        let bound = accessibilities.filter { $0.lockRequirement != .none }
+        guard !bound.isEmpty else { return try authorize(.delete, group: group) }
+        // .unlocked asks more of the lock state than .unlockedSinceBoot: the strictest decides.
+        let strictest = bound.first { $0.lockRequirement == .unlocked } ?? bound[0]
+        let locked = try Devices.with(location) { (device) throws(KeychainError) in
+            try isLocked(for: strictest, device: device)
+        }
+        try authorize(.delete, group: group, locked: locked)
+    }
+
+    /// Decides a write over an existing item without opening it (a new value for a lock-bound
+    /// item needs only its record's public half): refused while the keychain is locked for the
+    /// item, as iOS refuses an update then. A new item is not refused: adding while locked works
+    /// on iOS. A file read when the device may lock, nothing otherwise.
+    func authorizeRewrite(_ itemClass: ItemClass, primary: AttributeList) throws(KeychainError) {
+        guard deviceMayLock(), let existing = try? store.item(itemClass, primary: primary, withSecret: false),
+            existing.isProtected, existing.accessibility.lockRequirement != .none
+        else { return }
+        let locked = try Devices.with(location) { (device) throws(KeychainError) in
+            try isLocked(for: existing.accessibility, device: device)
+        }
+        try authorize(.write, group: Self.group(of: primary), locked: locked)
     }
 
     /// This service for the same caller held to `accessGroups` ("" for items of none); itself

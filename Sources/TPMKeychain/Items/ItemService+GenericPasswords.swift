@@ -95,12 +95,22 @@ extension ItemService {
     /// Removes the item; false when there was none.
     package func delete(_ identity: ItemIdentity) throws(KeychainError) -> Bool {
         try authorize(.delete, group: identity.accessGroup)
+        if deviceMayLock() {
+            // A missing or damaged item protects nothing: removing a damaged one is its remedy.
+            let protection = (try? store.protection(of: identity)) ?? nil
+            try authorizeDelete(
+                group: identity.accessGroup, accessibilities: protection.map { [$0.protection.accessibility] } ?? [])
+        }
         return try store.delete(identity)
     }
 
     /// Removes every item of a service and access group; how many there were.
     package func deleteAll(service: String, accessGroup: String) throws(KeychainError) -> Int {
         try authorize(.delete, group: accessGroup)
+        if deviceMayLock() {
+            let items = (try? store.list(service: service, accessGroup: accessGroup)) ?? []
+            try authorizeDelete(group: accessGroup, accessibilities: items.map(\.accessibility))
+        }
         return try store.deleteAll(service: service, accessGroup: accessGroup)
     }
 }

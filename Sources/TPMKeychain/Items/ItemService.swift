@@ -120,6 +120,7 @@ package struct ItemService: Sendable {
         }
         guard let control else {
             guard let key else {
+                try authorizeRewrite(itemClass, primary: primary)
                 return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
             }
             return try Devices.with(location) { (device) throws(KeychainError) in
@@ -136,6 +137,8 @@ package struct ItemService: Sendable {
             // Nothing to bind to: the class is an authenticated label, as on an iPhone without a passcode.
             return try store.write(itemClass, primary: primary, mode: mode, value: value, changes: changes)
         }
+        // Adding while locked works, as on iOS; replacing a lock-bound item does not.
+        try authorizeRewrite(itemClass, primary: primary)
         try Devices.with(location) { (device) throws(KeychainError) in
             try store.write(
                 itemClass, primary: primary, mode: mode, value: value, changes: changes,
@@ -171,7 +174,14 @@ package struct ItemService: Sendable {
     /// - Returns: false when it was gone already.
     /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
     package func delete(_ itemClass: ItemClass, primary attributes: AttributeList) throws(KeychainError) -> Bool {
-        try authorize(.delete, group: Self.group(of: attributes))
+        let group = Self.group(of: attributes)
+        try authorize(.delete, group: group)
+        if deviceMayLock() {
+            // A missing or damaged item protects nothing: removing a damaged one is its remedy.
+            let existing = try? store.item(itemClass, primary: attributes, withSecret: false)
+            try authorizeDelete(
+                group: group, accessibilities: existing.flatMap { $0.isProtected ? [$0.accessibility] : nil } ?? [])
+        }
         return try store.delete(itemClass, primary: attributes)
     }
 }
