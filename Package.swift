@@ -214,6 +214,12 @@ let package = Package(
             name: "tpm-keychain-stress", dependencies: ["TPMKeychain", "KeychainStorageCompat", "SystemCalls"],
             path: "Tests/Support/tpm-keychain-stress",
             swiftSettings: strictness),
+        // One operation of one in-process face (Keychain API, SecItem, KeychainStorage) in a
+        // process of its own: EveryFaceDecisionTests runs it as another user and while locked.
+        .executableTarget(
+            name: "tpm-keychain-face-probe", dependencies: ["TPMKeychain", "SecurityCompat", "KeychainStorageCompat"],
+            path: "Tests/Support/tpm-keychain-face-probe",
+            swiftSettings: strictness),
         // The crash tests' handle on tpm-keychain-stress: its process and where to kill it.
         .target(name: "StressProcess", path: "Tests/Support/StressProcess", swiftSettings: strictness),
         // The turns test targets take at SecItem's process-wide configuration.
@@ -269,10 +275,11 @@ let package = Package(
         .testTarget(
             name: "TPMKeychainCLITests",
             // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device);
+            // the git helper and the face probe for the table of every face's refusals;
             // ToolSupport and KeychainVocabulary for the readers of other keyrings' exports.
             dependencies: [
                 "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
-                "KeychainStore", "ToolSupport",
+                "git-credential-tpm-keychain", "tpm-keychain-face-probe", "KeychainStore", "ToolSupport",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

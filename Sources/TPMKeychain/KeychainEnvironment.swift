@@ -26,6 +26,7 @@ public enum KeychainEnvironment {
         /// The entitlements file as read (nil inside: none, or unreadable), once per process.
         var entitlements: Entitlements??
         var lastUnavailableReason: String?
+        var lastStoreError: KeychainError?
     }
 
     private static let values = Locked(Values())
@@ -98,6 +99,18 @@ public enum KeychainEnvironment {
     /// Also logged at error level through ``location``'s logger.
     public static var lastUnavailableReason: String? {
         values.withLock { $0.lastUnavailableReason }
+    }
+
+    /// The error behind the last SecItem or SecKey call that failed, in any thread: a result code
+    /// keeps the kind of failure, not its cause ("I/O error" for a store this user may not open).
+    /// For a single-threaded tool (the CLI's key verbs) that reports more than the code.
+    package static var lastStoreError: KeychainError? {
+        values.withLock { $0.lastStoreError }
+    }
+
+    /// Records the error behind a failed SecItem or SecKey call (SecurityCompat).
+    package static func recordStoreError(_ error: KeychainError) {
+        values.withLock { $0.lastStoreError = error }
     }
 
     /// Records why a call found no TPM (SecurityCompat, when it answers errSecNotAvailable).

@@ -329,6 +329,7 @@ enum SecItemOperations {
             return try body()
         } catch {
             let code = status(error.code)
+            KeychainEnvironment.recordStoreError(error)
             if code == errSecNotAvailable { KeychainEnvironment.recordUnavailable(error) }
             throw SecStatus(code, error.message)
         }

@@ -1,5 +1,6 @@
 import Foundation
 import SecurityCompat
+import TPMKeychain
 import ToolSupport
 
 /// Finding the one key a `key` verb names, and SecKey's errors as the tool's exit statuses.
@@ -58,10 +59,17 @@ enum KeyLookup {
 
     static func failure(_ error: Unmanaged<CFError>?, _ what: String) -> CommandFailure {
         guard let error = error?.takeRetainedValue() else { return CommandFailure(ExitStatus.software, what) }
+        let code = OSStatus(error.code)
+        if code == errSecIO || code == errSecNotAvailable { return failure(code, what) }
         return CommandFailure(status(OSStatus(error.code)), "\(what): \(error.localizedDescription)")
     }
 
     static func failure(_ status: OSStatus, _ what: String) -> CommandFailure {
+        // errSecIO and errSecNotAvailable stand for several causes (a store this user may not
+        // open, unsafe files, no TPM): the store's own error says which, and what to do.
+        if status == errSecIO || status == errSecNotAvailable, let error = KeychainEnvironment.lastStoreError {
+            return CommandFailure(ExitStatus.forKeychainError(error.code), "\(what): \(error.message)")
+        }
         let message = SecCopyErrorMessageString(status, nil).map { $0 as String } ?? "OSStatus \(status)"
         return CommandFailure(self.status(status), "\(what): \(message)")
     }
