@@ -29,9 +29,10 @@ public enum TPMChoice: Sendable, Hashable {
 /// The TPM chosen for one store, with the simulated TPM started when that is the choice: one
 /// policy for the library and the CLI (``TPMChoice``).
 ///
-/// A simulated TPM runs only while this value is in use: ``stop()`` shuts it down in order
-/// (TPM2_Shutdown) and lets the next process start it. The library keeps one just long enough
-/// to open a store; the CLI keeps one for a command.
+/// A simulated TPM runs only while this value is in use: ``stop()`` lets go of it, and the last
+/// value of this process to let go shuts it down in order (TPM2_Shutdown) and lets the next
+/// process start it. The library keeps one just long enough to open a store; the CLI keeps one
+/// for a command.
 public final class StoreTPM: Sendable {
     /// Where the TPM came from.
     public enum Source: Sendable, Hashable {
@@ -53,15 +54,35 @@ public final class StoreTPM: Sendable {
     public let simulatorStartup: Duration?
     private let running: Locked<Running?>
 
-    /// A started simulator and the lock that makes it this process's alone.
-    private struct Running {
+    /// A started simulator and the lock that makes it this process's alone, shared by every value
+    /// of this process that chooses the same store's simulator while it runs: a device opened
+    /// inside a store's write chooses again, and waiting for the lock its own process holds would
+    /// wait out the timeout. Stopped when the last value lets go: the simulator first, then the
+    /// lock (released as the property goes), so the next process never finds the state in use.
+    /// Immutable; `SoftwareTPM.stop()` may be called from any thread.
+    private final class Running: @unchecked Sendable {
         let simulator: SoftwareTPM
         let lock: LockFile
+
+        init(simulator: SoftwareTPM, lock: LockFile) {
+            self.simulator = simulator
+            self.lock = lock
+        }
+
+        deinit { simulator.stop() }
     }
+
+    /// What a weak reference needs to sit in a lock.
+    private struct SharedSimulator: @unchecked Sendable {
+        weak var running: Running?
+    }
+
+    /// The store simulators this process runs, by store path.
+    private static let runningSimulators = Locked<[String: SharedSimulator]>([:])
 
     private init(
         configuration: TPMConfiguration, source: Source, simulatorStartup: Duration? = nil,
-        running: sending Running? = nil
+        running: Running? = nil
     ) {
         self.configuration = configuration
         self.source = source
@@ -101,16 +122,15 @@ public final class StoreTPM: Sendable {
         }
     }
 
-    /// Stops a simulated TPM in order and releases it for other processes. Idempotent; safe
-    /// from any thread (the CLI calls it when interrupted).
+    /// Lets go of a simulated TPM: the last of this process's values to do so stops it in order
+    /// and releases it for other processes. Idempotent; safe from any thread (the CLI calls it
+    /// when interrupted).
     public func stop() {
-        let stopped = running.withLock { running in
+        let released = running.withLock { running in
             defer { running = nil }
             return running
         }
-        // The simulator first, then the lock: the next process never finds the state in use.
-        stopped?.simulator.stop()
-        withExtendedLifetime(stopped?.lock) {}
+        withExtendedLifetime(released) {}
     }
 
     /// The environment variable that lets the git helper and `KeychainStorage` create a store with
@@ -220,6 +240,11 @@ public final class StoreTPM: Sendable {
     private static func startSimulator(
         for store: String, stateDirectory: String, logger: Logger
     ) throws(KeychainError) -> StoreTPM {
+        if let shared = runningSimulators.withLock({ $0[store]?.running }) {
+            return StoreTPM(
+                configuration: ownSimulatorConfiguration(tcti: shared.simulator.tcti, logger: logger),
+                source: .simulatedInStore(stateDirectory: stateDirectory), running: shared)
+        }
         let timeout = TPMConfiguration.environmentTimeout ?? TPMConfiguration.defaultTimeout
         try Directory.createPath(store)
         // One swtpm per state directory, across processes: the others wait their turn.
@@ -252,9 +277,11 @@ public final class StoreTPM: Sendable {
             throw KeychainError(
                 .tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
         }
+        let running = Running(simulator: simulator, lock: lock)
+        runningSimulators.withLock { $0[store] = SharedSimulator(running: running) }
         return StoreTPM(
             configuration: ownSimulatorConfiguration(tcti: simulator.tcti, logger: logger),
             source: .simulatedInStore(stateDirectory: stateDirectory),
-            simulatorStartup: clock.now - start, running: Running(simulator: simulator, lock: lock))
+            simulatorStartup: clock.now - start, running: running)
     }
 }

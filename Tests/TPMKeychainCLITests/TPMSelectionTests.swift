@@ -474,6 +474,24 @@ struct EmbeddedSimulatorTests {
             "the library stops the simulator after the open")
     }
 
+    @Test(
+        "a store with a simulated TPM of its own, a device passcode set: a lock-bound item's first write in a process opens the device and the store on the one simulator, and waits for nothing"
+    )
+    func ownSimulatorSharedByDeviceAndStore() async throws {
+        guard !Self.hardwareIsUsable, TPMConfiguration.environmentTCTI == nil else { return }
+        let directory = try makeScratchDirectory("own-simulator-device")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let location = try KeychainLocation(path: directory + "/keychain", tpm: .automaticOrSimulated)
+        defer { Keychain.closeStore(location) }
+        try KeychainDevice(location: location).setPasscode(SecretBytes(copying: Array("owner passcode".utf8)))
+        // A new handle, whose first write starts its epoch on the store's TPM from inside the device's.
+        Keychain.closeStore(location)
+        let keychain = try Keychain(service: "svc", location: location)
+        try await keychain.set("bound", forKey: "k", accessControl: AccessControl(.whenUnlocked))
+        #expect(try keychain.accessControl(forKey: "k")?.accessibility == .whenUnlocked)
+        #expect(try runningSimulators().filter { $0.contains(directory) }.isEmpty, "stopped once nothing uses it")
+    }
+
     @Test("without any TPM the library refuses to create a store unless asked for a simulated one, and creates nothing")
     func libraryNeedsConsentForASimulatedTPM() throws {
         guard !Self.hardwareIsUsable, TPMConfiguration.environmentTCTI == nil else { return }
