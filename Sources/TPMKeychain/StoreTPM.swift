@@ -272,7 +272,10 @@ public final class StoreTPM: Sendable {
         do {
             // A Unix socket in a private directory: a loopback TCP port would let every local
             // user send this TPM commands (exhaust its lockout counter, unseal with a copied store).
-            simulator = try SoftwareTPM.start(.init(stateDirectory: stateDirectory, listensOnUnixSocket: true))
+            // Resumed, not rebooted, by each command: an unlock lasts until lock-keychain, as on a
+            // machine that is not restarted between two commands.
+            simulator = try SoftwareTPM.start(
+                .init(stateDirectory: stateDirectory, listensOnUnixSocket: true, resumesAcrossRuns: true))
         } catch {
             throw KeychainError(
                 .tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)

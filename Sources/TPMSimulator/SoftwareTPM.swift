@@ -40,6 +40,12 @@ public final class SoftwareTPM: Sendable {
         /// TIME_WAIT. ``SoftwareTPM/port`` is then 0, and tools that need a port (the recording
         /// proxy) cannot be used.
         public var listensOnUnixSocket: Bool
+        /// Each stop saves the TPM's state (TPM2_Shutdown(SU_STATE)) and the next start resumes
+        /// it (TPM2_Startup(SU_STATE)), as a machine that sleeps between uses rather than
+        /// reboots: NV indices that a reset clears (a keychain's lock state) keep what was
+        /// written. A start after a stop that was not orderly (the simulator killed), or on a new
+        /// state, is a boot (SU_CLEAR). For a persistent ``stateDirectory``.
+        public var resumesAcrossRuns: Bool
 
         /// How to start swtpm: where its state lives, which binary, how long to wait for it.
         ///
@@ -48,14 +54,16 @@ public final class SoftwareTPM: Sendable {
         ///   - executable: the swtpm binary; Debian/Ubuntu ship it in the package "swtpm".
         ///   - startupTimeout: generous by default because loaded CI machines start slowly.
         ///   - listensOnUnixSocket: Unix sockets in a private directory instead of TCP ports.
+        ///   - resumesAcrossRuns: save the TPM's state at each stop and resume it at the next start.
         public init(
             stateDirectory: String? = nil, executable: String = "swtpm", startupTimeout: Duration = .seconds(10),
-            listensOnUnixSocket: Bool = false
+            listensOnUnixSocket: Bool = false, resumesAcrossRuns: Bool = false
         ) {
             self.stateDirectory = stateDirectory
             self.executable = executable
             self.startupTimeout = startupTimeout
             self.listensOnUnixSocket = listensOnUnixSocket
+            self.resumesAcrossRuns = resumesAcrossRuns
         }
     }
 
@@ -138,7 +146,8 @@ public final class SoftwareTPM: Sendable {
             }
             let process = try SimulatorProcess.launch(
                 executablePath: executablePath, stateDirectory: directory, ownsStateDirectory: owned,
-                socketDirectory: socketDirectory, timeout: configuration.startupTimeout)
+                socketDirectory: socketDirectory, timeout: configuration.startupTimeout,
+                resumes: configuration.resumesAcrossRuns)
             let instance = SoftwareTPM(process: process, stateDirectory: directory, ownsStateDirectory: owned)
             InstanceRegistry.register(instance)
             return instance
@@ -224,7 +233,7 @@ public final class SoftwareTPM: Sendable {
         // Watchdog first: once swtpm is reaped its PID may be reused, and a watchdog still armed
         // could then SIGKILL an unrelated process.
         watchdog.disarm()
-        SimulatorProcess.terminate(pid: processID, endpoint: endpoint, orderly: true)
+        SimulatorProcess.terminate(pid: processID, endpoint: endpoint, orderly: true, resumes: process.resumes)
         state.withLock { $0.reaped = true }
         if ownsStateDirectory {
             try? FileManager.default.removeItem(atPath: stateDirectory)

@@ -179,6 +179,36 @@ struct EmbeddedSimulatorTests {
         ["TPM_KEYCHAIN_TCTI": nil, "XDG_DATA_HOME": directory + "/xdg-data"]
     }
 
+    @Test(
+        "each command resumes the store's simulated TPM rather than rebooting it: an unlock lasts into the next commands until lock-keychain, and a lock does too"
+    )
+    func lockStateLastsAcrossCommands() throws {
+        guard !Self.hardwareIsUsable else { return }
+        let directory = try makeScratchDirectory("embedded-lock")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let environment = Self.environment(directory)
+        func run(_ arguments: String..., stdin: String? = nil) throws -> CLIResult {
+            try CLI.run(
+                [arguments[0], "--keychain", store] + arguments.dropFirst(), environment: environment,
+                stdin: stdin.map { Data($0.utf8) })
+        }
+        #expect(try run("set-passcode", "--passcode-fd", "0", stdin: "embedded passcode\n").status == 0)
+        let added = try run(
+            "add-generic-password", "-s", "svc", "-a", "bound", "--accessible", "whenUnlocked", "-w", "v")
+        #expect(added.status == 0, "\(added)")
+        #expect(try run("find-generic-password", "-s", "svc", "-a", "bound", "-w").stdout == "v\n")
+        #expect(try run("lock-keychain").status == 0)
+        let locked = try run("find-generic-password", "-s", "svc", "-a", "bound", "-w")
+        #expect(locked.status == 77 && locked.stdout.isEmpty, "\(locked)")
+        #expect(try run("unlock-keychain", "--passcode-fd", "0", stdin: "embedded passcode\n").status == 0)
+        for _ in 0..<2 {
+            let found = try run("find-generic-password", "-s", "svc", "-a", "bound", "-w")
+            #expect(found.status == 0 && found.stdout == "v\n", "\(found)")
+        }
+        #expect(try runningSimulators().filter { $0.contains(store) }.isEmpty, "no simulator outlives its command")
+    }
+
     @Test("add then find in two processes share the simulated TPM kept in <store>/swtpm, which never outlives them")
     func persistsAcrossProcesses() throws {
         let directory = try makeScratchDirectory("embedded")

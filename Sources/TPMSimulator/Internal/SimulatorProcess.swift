@@ -15,6 +15,9 @@ struct SimulatorProcess: Sendable {
     let pid: pid_t
     let endpoint: SimulatorEndpoint
     let watchdog: Watchdog
+    /// Whether it saves its state when stopped and resumes it when started (see
+    /// ``SoftwareTPM/Configuration/resumesAcrossRuns``).
+    var resumes = false
 
     /// The TCP command port; 0 on Unix sockets.
     var port: Int {
@@ -40,6 +43,7 @@ struct SimulatorProcess: Sendable {
         ownsStateDirectory: Bool,
         socketDirectory: String? = nil,
         timeout: Duration,
+        resumes: Bool = false,
         choosePorts: () throws(Errno) -> Int = LoopbackSocket.reserveConsecutivePorts
     ) throws(SoftwareTPMError) -> SimulatorProcess {
         let deadline = ContinuousClock.now + timeout
@@ -63,7 +67,7 @@ struct SimulatorProcess: Sendable {
             do {
                 pid = try ChildProcess.spawn(
                     executablePath: executablePath,
-                    arguments: arguments(endpoint: endpoint, stateDirectory: stateDirectory),
+                    arguments: arguments(endpoint: endpoint, stateDirectory: stateDirectory, resumes: resumes),
                     standardInput: .devNull,
                     standardErrorPath: stderrPath)
             } catch {
@@ -78,9 +82,9 @@ struct SimulatorProcess: Sendable {
                     .launchFailed, "cannot spawn the /bin/sh watchdog that guards swtpm", cause: error)
             }
 
-            switch waitUntilReady(pid: pid, endpoint: endpoint, deadline: deadline) {
+            switch waitUntilReady(pid: pid, endpoint: endpoint, deadline: deadline, resumes: resumes) {
             case .ready:
-                return SimulatorProcess(pid: pid, endpoint: endpoint, watchdog: watchdog)
+                return SimulatorProcess(pid: pid, endpoint: endpoint, watchdog: watchdog, resumes: resumes)
             case .exited:
                 watchdog.disarm()
                 let output = stderrTail(stderrPath)
@@ -106,11 +110,13 @@ struct SimulatorProcess: Sendable {
         )
     }
 
-    static func arguments(endpoint: SimulatorEndpoint, stateDirectory: String) -> [String] {
+    static func arguments(endpoint: SimulatorEndpoint, stateDirectory: String, resumes: Bool = false) -> [String] {
         ["socket", "--tpm2"] + endpoint.serverArguments + [
             "--tpmstate", "dir=\(stateDirectory)",
-            // Power on and TPM2_Startup(SU_CLEAR) by itself, like firmware does on real hardware.
-            "--flags", "not-need-init,startup-clear",
+            // Power on and TPM2_Startup by itself, like firmware does on real hardware: SU_CLEAR
+            // (a boot), or SU_STATE (a resume), which fails on a state that was not saved; the
+            // readiness probe then boots it.
+            "--flags", resumes ? "not-need-init,startup-state" : "not-need-init,startup-clear",
             "--pid", "file=\(stateDirectory)/swtpm.pid",
         ]
     }
@@ -122,7 +128,7 @@ struct SimulatorProcess: Sendable {
     }
 
     private static func waitUntilReady(
-        pid: pid_t, endpoint: SimulatorEndpoint, deadline: ContinuousClock.Instant
+        pid: pid_t, endpoint: SimulatorEndpoint, deadline: ContinuousClock.Instant, resumes: Bool
     ) -> Readiness {
         var lastProblem = "nothing tried yet"
         while true {
@@ -138,6 +144,13 @@ struct SimulatorProcess: Sendable {
                     lastProblem = "port \(port) is served by another process"
                 } else if response.responseCode == 0 {
                     return .ready
+                } else if resumes && response.responseCode == TPMConstant.notInitialized {
+                    // No saved state to resume (a new TPM, or one stopped without an orderly
+                    // shutdown): a boot instead, as a machine that lost power reboots.
+                    let startup = try TPMTransport.transmit(
+                        StartupCommands.startupClear(), endpoint: endpoint, timeout: .seconds(1))
+                    lastProblem =
+                        "TPM2_Startup(SU_STATE) found no saved state; TPM2_Startup(SU_CLEAR) answered TPM_RC 0x\(String(startup.responseCode, radix: 16))"
                 } else {
                     lastProblem = "TPM2_GetRandom answered TPM_RC 0x\(String(response.responseCode, radix: 16))"
                 }
@@ -155,10 +168,11 @@ struct SimulatorProcess: Sendable {
     /// Stops swtpm and always reaps it. Orderly first (TPM2_Shutdown so no DA failure is
     /// counted on the next start of a persistent state; CMD_SHUTDOWN so swtpm saves and exits),
     /// then SIGTERM, then SIGKILL.
-    static func terminate(pid: pid_t, endpoint: SimulatorEndpoint, orderly: Bool) {
+    static func terminate(pid: pid_t, endpoint: SimulatorEndpoint, orderly: Bool, resumes: Bool = false) {
         if ChildProcess.reapIfExited(pid) { return }
         if orderly {
-            _ = try? TPMTransport.transmit(StartupCommands.shutdownClear(), endpoint: endpoint, timeout: .seconds(1))
+            let shutdown = resumes ? StartupCommands.shutdownState() : StartupCommands.shutdownClear()
+            _ = try? TPMTransport.transmit(shutdown, endpoint: endpoint, timeout: .seconds(1))
             _ = try? TPMTransport.control(.shutdown, endpoint: endpoint, timeout: .seconds(1))
             if ChildProcess.waitForExit(pid, timeout: .seconds(2)) { return }
         }

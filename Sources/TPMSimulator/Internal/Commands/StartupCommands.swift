@@ -14,4 +14,11 @@ enum StartupCommands {
     static func shutdownClear() -> [UInt8] {
         TPMCommandBuilder(code: shutdownCode).appending(TPMConstant.shutdownClear).build()
     }
+
+    /// TPM2_Shutdown(TPM_SU_STATE): an orderly shutdown that saves the TPM's state, so that a
+    /// start with TPM2_Startup(SU_STATE) resumes it (TPM 2.0 Part 1 §12.2: a TPM Resume) rather
+    /// than reboots it.
+    static func shutdownState() -> [UInt8] {
+        TPMCommandBuilder(code: shutdownCode).appending(TPMConstant.shutdownState).build()
+    }
 }

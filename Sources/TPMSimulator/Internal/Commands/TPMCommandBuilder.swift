@@ -11,6 +11,8 @@ enum TPMConstant {
     static let passwordSession: UInt32 = 0x4000_0009 // TPM_RS_PW
     static let lockoutHierarchy: UInt32 = 0x4000_000A // TPM_RH_LOCKOUT
     static let shutdownClear: UInt16 = 0x0000 // TPM_SU_CLEAR
+    static let shutdownState: UInt16 = 0x0001 // TPM_SU_STATE
+    static let notInitialized: UInt32 = 0x0000_0100 // TPM_RC_INITIALIZE
 }
 
 /// Builds one command buffer: header, handles, optional password authorization, parameters.
