@@ -166,11 +166,16 @@ let package = Package(
         // attributes the Keychain API does not offer).
         .target(
             name: "ToolSupport", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM"], swiftSettings: strictness),
+        // Readers of other keyrings' exports (pass, password managers' CSV and JSON): apart from
+        // ToolSupport, whose tools (the git helper) then link no Foundation string machinery.
+        .target(
+            name: "ForeignImport", dependencies: ["TPMKeychain", "ToolSupport", "KeychainVocabulary", "SystemCalls"],
+            swiftSettings: strictness),
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
-                "TPMKeychainFprintd", "ToolSupport", "SecurityCompat",
+                "TPMKeychainFprintd", "ToolSupport", "ForeignImport", "SecurityCompat",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -240,7 +245,8 @@ let package = Package(
         // -sanitize=fuzzer); built normally, it replays corpus files (Fixtures/fuzz/).
         .target(name: "CFuzzing", path: "Tests/Fuzz/CFuzzing"),
         .executableTarget(
-            name: "tpm-keychain-fuzz", dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport"],
+            name: "tpm-keychain-fuzz",
+            dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport", "ForeignImport"],
             path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",
@@ -280,6 +286,7 @@ let package = Package(
             dependencies: [
                 "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
                 "git-credential-tpm-keychain", "tpm-keychain-face-probe", "KeychainStore", "ToolSupport",
+                "ForeignImport",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

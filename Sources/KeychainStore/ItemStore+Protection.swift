@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
 package import TPM

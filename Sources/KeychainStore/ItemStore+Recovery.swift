@@ -1,9 +1,13 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
 package import TPM
 import WireFormat
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 // The recovery key: an opt-in second way to the master key, for when the TPM that sealed it is
 // gone (cleared, replaced, a VM moved). `recovery.key` holds the master key encrypted to the

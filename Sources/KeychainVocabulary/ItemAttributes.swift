@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 
 /// The attributes of an item: everything but the secret, readable without decrypting it.
 ///

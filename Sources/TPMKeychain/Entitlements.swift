@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An app's keychain entitlements, read from the Xcode `.entitlements` property list the iOS
 /// project already has, so that ported code and its tests see the access groups iOS would give
@@ -10,7 +10,7 @@ import Foundation
 /// its values are expanded: `$(AppIdentifierPrefix)` and `$(TeamIdentifierPrefix)` to the team
 /// identifier and a dot (``KeychainEnvironment/teamIdentifier``, `TPM_KEYCHAIN_TEAM_ID`),
 /// `$(CFBundleIdentifier)` and `$(PRODUCT_BUNDLE_IDENTIFIER)` to the bundle identifier
-/// (`TPM_KEYCHAIN_BUNDLE_ID`, else the main bundle's, else the process name).
+/// (`TPM_KEYCHAIN_BUNDLE_ID`, else the process name).
 public struct Entitlements: Sendable, Equatable {
     /// The environment variable naming the file.
     public static let pathVariable = "TPM_KEYCHAIN_ENTITLEMENTS"
@@ -34,15 +34,20 @@ public struct Entitlements: Sendable, Equatable {
     ///   entitlements, a value of the wrong type, or a build variable that cannot be expanded
     ///   (`$(AppIdentifierPrefix)` without a team identifier, say): the message names it.
     public init(contentsOf path: String, teamIdentifier: String?, bundleIdentifier: String) throws(KeychainError) {
-        let plist: Any
+        let file: File
         do {
-            plist = try PropertyListSerialization.propertyList(
-                from: try Data(contentsOf: URL(fileURLWithPath: path)), options: [], format: nil)
+            file = try PropertyListDecoder().decode(File.self, from: try Data(contentsOf: URL(fileURLWithPath: path)))
+        } catch DecodingError.typeMismatch(_, let context) {
+            switch context.codingPath.first.flatMap({ File.CodingKeys(stringValue: $0.stringValue) }) {
+            case .applicationIdentifier:
+                throw KeychainError(.invalidParameter, "\(path): application-identifier is not a string")
+            case .keychainAccessGroups:
+                throw KeychainError(.invalidParameter, "\(path): keychain-access-groups is not an array of strings")
+            case nil:
+                throw KeychainError(.invalidParameter, "\(path) is not a dictionary of entitlements")
+            }
         } catch {
             throw KeychainError(.invalidParameter, "\(path) is not a readable property list", underlying: error)
-        }
-        guard let dictionary = plist as? [String: Any] else {
-            throw KeychainError(.invalidParameter, "\(path) is not a dictionary of entitlements")
         }
         func expand(_ value: String, _ key: String) throws(KeychainError) -> String {
             var text = value
@@ -53,39 +58,44 @@ public struct Entitlements: Sendable, Equatable {
                         "\(path): \(key) uses \(prefix) and no team identifier is set (KeychainEnvironment.teamIdentifier or TPM_KEYCHAIN_TEAM_ID)"
                     )
                 }
-                text = text.replacingOccurrences(of: prefix, with: teamIdentifier + ".")
+                text = text.replacing(prefix, with: teamIdentifier + ".")
             }
             for variable in ["$(CFBundleIdentifier)", "$(PRODUCT_BUNDLE_IDENTIFIER)"] {
-                text = text.replacingOccurrences(of: variable, with: bundleIdentifier)
+                text = text.replacing(variable, with: bundleIdentifier)
             }
-            if let start = text.range(of: "$(") {
+            if let start = text.firstRange(of: "$(") {
                 throw KeychainError(
                     .invalidParameter, "\(path): \(key) uses \(text[start.lowerBound...]), which is not expanded here")
             }
             return text
         }
-        if let identifier = dictionary["application-identifier"] {
-            guard let identifier = identifier as? String else {
-                throw KeychainError(.invalidParameter, "\(path): application-identifier is not a string")
-            }
+        if let identifier = file.applicationIdentifier {
             applicationIdentifier = try expand(identifier, "application-identifier")
         }
         var groups: [String] = []
-        if let listed = dictionary["keychain-access-groups"] {
-            guard let listed = listed as? [Any], listed.allSatisfy({ $0 is String }) else {
-                throw KeychainError(.invalidParameter, "\(path): keychain-access-groups is not an array of strings")
-            }
-            for case let group as String in listed { groups.append(try expand(group, "keychain-access-groups")) }
-        }
+        for group in file.keychainAccessGroups ?? [] { groups.append(try expand(group, "keychain-access-groups")) }
         keychainAccessGroups = groups
+    }
+
+    /// The keys read from the file; the others an app's entitlements hold are ignored.
+    private struct File: Decodable {
+        var applicationIdentifier: String?
+        var keychainAccessGroups: [String]?
+
+        enum CodingKeys: String, CodingKey {
+            case applicationIdentifier = "application-identifier"
+            case keychainAccessGroups = "keychain-access-groups"
+        }
     }
 
     /// The file this process's environment or executable names, when there is one.
     static func discoveredPath() -> String? {
         let environment = ProcessInfo.processInfo.environment
         if let path = environment[pathVariable], !path.isEmpty { return path }
-        guard let executable = Bundle.main.executablePath else { return nil }
-        let directory = (executable as NSString).deletingLastPathComponent
+        guard let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else {
+            return nil
+        }
+        let directory = URL(fileURLWithPath: executable).deletingLastPathComponent().path
         let named = executable + ".entitlements"
         if FileManager.default.fileExists(atPath: named) { return named }
         let candidates = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {

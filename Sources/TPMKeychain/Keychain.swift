@@ -1,4 +1,4 @@
-public import Foundation
+public import FoundationEssentials
 public import KeychainVocabulary
 
 /// A service's items in a TPM-sealed keychain store: Apple's Keychain model on Linux.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SystemCalls
 
 /// What an iOS app gets from its bundle, entitlements and device, and a Linux process has to be
@@ -91,7 +91,7 @@ public enum KeychainEnvironment {
 
     private static var bundleIdentifier: String {
         ProcessInfo.processInfo.environment["TPM_KEYCHAIN_BUNDLE_ID"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? Bundle.main.bundleIdentifier ?? ProcessInfo.processInfo.processName
+            ?? ProcessInfo.processInfo.processName
     }
 
     /// Why the last SecItem or SecKey call that answered errSecNotAvailable found no TPM or store:
@@ -127,7 +127,8 @@ public enum KeychainEnvironment {
     /// - Throws: ``KeychainError`` `.invalidParameter` for an unusable directory.
     @discardableResult
     public static func useSimulatedTPM(directory: String? = nil) throws(KeychainError) -> KeychainLocation {
-        let path = directory ?? (NSTemporaryDirectory() + "tpm-keychain-simulated-" + UUID().uuidString)
+        let path =
+            directory ?? (FileManager.default.temporaryDirectory.path + "/tpm-keychain-simulated-" + UUID().uuidString)
         let location = try KeychainLocation(path: path, tpm: .automaticOrSimulated)
         self.location = location
         return location

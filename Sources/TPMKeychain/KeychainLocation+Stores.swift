@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import KeychainStore
 public import KeychainVocabulary
 
@@ -92,7 +92,9 @@ extension KeychainLocation {
         }
         Keychain.closeStore(self)
         let doomed =
-            (path as NSString).deletingLastPathComponent + "/." + (path as NSString).lastPathComponent + ".removed-"
+            URL(fileURLWithPath: path).deletingLastPathComponent().path + "/."
+            + URL(fileURLWithPath: path).lastPathComponent
+            + ".removed-"
             + UUID().uuidString
         do {
             try FileManager.default.moveItem(atPath: path, toPath: doomed)

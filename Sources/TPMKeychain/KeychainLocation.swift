@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import KeychainStore
 public import KeychainVocabulary
 public import Logging
 import SystemCalls
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Where a keychain store lives and which TPM seals its master key.
 ///
@@ -70,21 +74,50 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         self.tpm = tpm
     }
 
-    /// `path` with `~`, `.`, `..` and symbolic links resolved (Foundation's `standardizingPath`).
+    /// `path` with `.`, `..` and symbolic links resolved, also where its last components do not
+    /// exist yet (a store about to be created): what Foundation's `standardizingPath` gave.
     ///
-    /// Normalising walks the path with a readlink per component, through Foundation: about
-    /// 0.25 ms for a short path. A tool normalises the path it is given and then makes its
+    /// Normalising walks the path with a readlink per component: a few microseconds each. A tool normalises the path it is given and then makes its
     /// location from the result, so a result this process made lately is recognised and returned
     /// as is: normalising it again would give it back (it has no `.`, `..` or link left, unless
     /// one was made since, which a second walk a moment later could miss as well).
     package static func normalized(_ path: String) -> String {
         if lastNormalized.withLock({ $0.contains(path) }) { return path }
-        let result = (path as NSString).standardizingPath
+        let result = resolvingLinks(path)
         lastNormalized.withLock { recent in
             if recent.count == 8 { recent.removeFirst() }
             recent.append(result)
         }
         return result
+    }
+
+    /// The walk of ``normalized(_:)``: each component in turn, `..` taking away the last one
+    /// resolved (so `link/..` is the parent of the link's target, as the kernel has it), a
+    /// symbolic link replaced by its target. At most 40 links, as the kernel follows; past them
+    /// the rest is kept as written, and opening it fails as it would have.
+    static func resolvingLinks(_ path: String) -> String {
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        var resolved: [Substring] = []
+        var pending = Array(absolute.split(separator: "/").reversed())
+        var links = 0
+        var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        while let component = pending.popLast() {
+            if component == "." { continue }
+            if component == ".." {
+                _ = resolved.popLast()
+                continue
+            }
+            resolved.append(component)
+            guard links < 40 else { continue }
+            let length = readlink("/" + resolved.joined(separator: "/"), &target, target.count - 1)
+            guard length > 0 else { continue }
+            links += 1
+            resolved.removeLast()
+            let destination = String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if destination.hasPrefix("/") { resolved.removeAll() }
+            pending.append(contentsOf: destination.split(separator: "/").reversed())
+        }
+        return "/" + resolved.joined(separator: "/")
     }
 
     /// The last few paths ``normalized(_:)`` returned.
@@ -166,8 +199,10 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
             return data + "/tpm-keychain"
         }
-        // $HOME first: NSHomeDirectory() asks the user database (NSS, /etc/passwd) on every call.
-        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        // $HOME first: the user database (NSS, /etc/passwd) is asked only without it.
+        let home =
+            environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? FileManager.default.homeDirectoryForCurrentUser.path
         return home + "/.local/share/tpm-keychain"
     }()
 }

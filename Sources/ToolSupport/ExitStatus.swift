@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import SystemCalls
 package import TPM
 package import TPMKeychain
 
@@ -63,5 +64,5 @@ package enum ExitStatus {
 
 /// Writes to standard error, where every diagnostic goes (standard output carries results only).
 package func printError(_ message: String) {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
+    writeStandardError(message + "\n")
 }

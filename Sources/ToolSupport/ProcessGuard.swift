@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 import SystemCalls
 import TPM
@@ -52,7 +52,7 @@ package enum ProcessGuard {
         if let requested = getenv("TSS2_LOG").map({ String(cString: $0) }), requested.lowercased() != "all+none" {
             let note =
                 "\(programName): note: TSS2_LOG=\(requested) ignored (tpm2-tss's log can show key material); set \(debugVariable)=1 to keep it\n"
-            FileHandle.standardError.write(Data(note.utf8))
+            writeStandardError(note)
         }
         setenv("TSS2_LOG", "all+NONE", 1)
     }
@@ -68,8 +68,7 @@ package enum ProcessGuard {
         do {
             _ = try TPMConfiguration.ownerAuthorization(fromFile: path)
         } catch {
-            FileHandle.standardError.write(
-                Data("\(programName): \(TPMConfiguration.ownerAuthorizationFileVariable): \(error.message)\n".utf8))
+            writeStandardError("\(programName): \(TPMConfiguration.ownerAuthorizationFileVariable): \(error.message)\n")
             exit(ExitStatus.permissionDenied)
         }
     }

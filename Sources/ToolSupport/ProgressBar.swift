@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import SystemCalls
 
 /// A one-line progress bar on a terminal's standard error; nothing when it is not a terminal.
 /// Unchecked: an operation reports its progress from one task, one call after another.
@@ -15,19 +16,19 @@ package final class ProgressBar: @unchecked Sendable {
         let line =
             "\r[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
             + "] \(done)/\(total)"
-        FileHandle.standardError.write(Data(line.utf8))
+        writeStandardError(line)
         shown = true
     }
 
     /// A count, for work whose total is not known in advance.
     package func show(count: Int, _ unit: String) {
         guard enabled else { return }
-        FileHandle.standardError.write(Data("\r\(count) \(unit)".utf8))
+        writeStandardError("\r\(count) \(unit)")
         shown = true
     }
 
     package func finish() {
-        if shown { FileHandle.standardError.write(Data("\n".utf8)) }
+        if shown { writeStandardError("\n") }
         shown = false
     }
 }

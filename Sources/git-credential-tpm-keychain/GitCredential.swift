@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import ToolSupport
 
 /// The credential attributes this helper uses, read from git's description. Everything else git

@@ -1,8 +1,12 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
 import TPM
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 // The lock state, as an NV index the TPM asserts in key records' policies.
 extension Device {

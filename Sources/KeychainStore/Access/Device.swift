@@ -1,8 +1,12 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
 package import TPM
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The device: a user's passcode, biometric enrollment epoch and lock state on one TPM, shared by
 /// every store of that user on that TPM (as an iPhone's passcode is shared by its apps).

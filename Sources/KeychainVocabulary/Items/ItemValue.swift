@@ -1,4 +1,4 @@
-package import Foundation
+package import FoundationEssentials
 
 /// What the secret bytes hold, so tools can show them sensibly. Authenticated with the item.
 package enum ValueKind: UInt8, Sendable, Hashable {

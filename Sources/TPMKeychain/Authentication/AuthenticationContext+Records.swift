@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 package import KeychainStore
 package import KeychainVocabulary
 import SystemCalls

@@ -1,5 +1,5 @@
 import Crypto
-public import Foundation
+public import FoundationEssentials
 import KeychainStore
 import KeychainVocabulary
 import SystemCalls

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 package import KeychainStore
 package import KeychainVocabulary
 import SystemCalls
@@ -59,7 +59,7 @@ package enum Devices {
         } catch {
             throw KeychainError(deviceTPM: error)
         }
-        let digest = SHA256.hash(data: name).prefix(8).map { String(format: "%02x", $0) }.joined()
+        let digest = Array(SHA256.hash(data: name).prefix(8)).hexString
         let resolved = stateDirectory + "/device-" + digest
         directories.withLock { $0[location.path] = resolved }
         return resolved
@@ -69,7 +69,9 @@ package enum Devices {
     static var stateDirectory: String {
         let environment = ProcessInfo.processInfo.environment
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/tpm-keychain" }
-        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        let home =
+            environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? FileManager.default.homeDirectoryForCurrentUser.path
         return home + "/.local/state/tpm-keychain"
     }
 }

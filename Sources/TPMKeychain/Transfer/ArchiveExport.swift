@@ -1,8 +1,12 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import KeychainStore
 import KeychainVocabulary
 import SystemCalls
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Behind ``KeychainArchive/export(from:to:protection:context:progress:)``: Apple's rule for
 /// what may leave, applied to every item of every class, and the archive written as it goes.

@@ -1,6 +1,6 @@
 package import Crypto
 import CryptoExtras
-import Foundation
+import FoundationEssentials
 import KeychainStore
 package import KeychainVocabulary
 package import SystemCalls

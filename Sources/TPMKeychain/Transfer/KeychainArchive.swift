@@ -1,8 +1,9 @@
 import Crypto
-public import Foundation
+public import FoundationEssentials
 import KeychainStore
 import KeychainVocabulary
 import SystemCalls
+import WireFormat
 
 /// Moving secrets between stores and machines: an export archive of the items that may leave
 /// this device, protected by a passphrase or by another machine's TPM, and its import into any
@@ -285,7 +286,7 @@ public struct DeviceImportKey: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Throws: ``KeychainError`` `.invalidParameter` for text that is not a device import key.
     public init(_ text: String) throws(KeychainError) {
-        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = text.trimmingWhitespace()
         guard trimmed.hasPrefix(Self.prefix),
             let bytes = Data(base64Encoded: String(trimmed.dropFirst(Self.prefix.count)))
         else {
@@ -314,6 +315,6 @@ public struct DeviceImportKey: Sendable, Hashable, CustomStringConvertible {
     public var fingerprint: String { Self.fingerprint(Array(SHA256.hash(data: publicKey))) }
 
     static func fingerprint(_ digest: [UInt8]) -> String {
-        "SHA256:" + Data(digest).base64EncodedString().replacingOccurrences(of: "=", with: "")
+        "SHA256:" + Data(digest).base64EncodedString().replacing("=", with: "")
     }
 }

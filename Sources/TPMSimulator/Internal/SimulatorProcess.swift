@@ -1,8 +1,9 @@
 // Starting and stopping one swtpm child: port selection with retry, readiness probing, and the
 // escalating stop sequence. SoftwareTPM.swift holds the public API over this.
 
-import Foundation
+import FoundationEssentials
 import SystemCalls
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -187,6 +188,6 @@ struct SimulatorProcess: Sendable {
             return "(no output)"
         }
         let text = String(decoding: data.suffix(limit), as: UTF8.self)
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.trimmingWhitespace()
     }
 }

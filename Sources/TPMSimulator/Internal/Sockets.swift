@@ -2,7 +2,7 @@
 // recording proxy in TPMKeychainTesting (hence `package` access). Every descriptor is created
 // with SOCK_CLOEXEC so that children spawned concurrently by other threads never inherit it.
 
-import Foundation
+import FoundationEssentials
 package import SystemCalls
 
 #if canImport(Glibc)

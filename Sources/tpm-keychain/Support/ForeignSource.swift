@@ -1,3 +1,4 @@
+import ForeignImport
 import Foundation
 import KeychainVocabulary
 import TPMKeychain

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ForeignImport
 import Foundation
 import TPM
 import TPMKeychain

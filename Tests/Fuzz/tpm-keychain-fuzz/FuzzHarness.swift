@@ -10,6 +10,7 @@
 // "password-csv", "password-json" (password managers' exports, read by `import`).
 // Seed corpora: Fixtures/fuzz/<target>/.
 import CFuzzing
+import ForeignImport
 import Foundation
 import KeychainStore
 import TPMKeychain

@@ -1,6 +1,11 @@
 import Foundation
 import KeychainVocabulary
 import TPMKeychain
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Reads the password exports of browsers and password managers (CSV, and Bitwarden's or a flat
 /// JSON) into items: one login becomes one internet password when its URL names a host, else one
