@@ -1,6 +1,6 @@
 import DBus
 import Dispatch
-import Foundation
+import FoundationEssentials
 import SystemCalls
 public import TPMKeychain
 

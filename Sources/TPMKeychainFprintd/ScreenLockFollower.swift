@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import SystemCalls
 public import TPMKeychain
 
 /// Locks the keychain when the login session's screen locks: the device's lock state (the TPM
@@ -59,8 +60,7 @@ public enum ScreenLockFollower {
                 if lockedSince { lock() }
             }
             previous = now
-            let (seconds, attoseconds) = pollInterval.components
-            Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
+            sleep(for: pollInterval)
         }
         return nil
     }

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import TPM
 import TPMKeychain
 import TPMKeychainFprintd
@@ -245,8 +245,9 @@ struct Demo: ParsableCommand {
 
     private func shellQuoted(_ text: String) -> String {
         let plain = text.unicodeScalars.allSatisfy {
-            CharacterSet.alphanumerics.contains($0) || "-_./=:@,+".unicodeScalars.contains($0)
+            ($0.isASCII && $0.properties.isAlphabetic) || ("0"..."9").contains($0)
+                || "-_./=:@,+".unicodeScalars.contains($0)
         }
-        return plain && !text.isEmpty ? text : "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        return plain && !text.isEmpty ? text : "'" + text.replacing("'", with: "'\\''") + "'"
     }
 }

@@ -1,7 +1,11 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import TPMKeychain
 import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `set-passcode`: the device passcode, held by the TPM (never stored).
 struct SetPasscode: ParsableCommand {
@@ -149,7 +153,7 @@ enum AccessControlArgument {
     static func parse(flags: String?, accessible: String?) throws -> AccessControl? {
         guard flags != nil || accessible != nil else { return nil }
         var parsed: AccessControl.Flags = []
-        for name in (flags ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) })
+        for name in (flags ?? "").split(separator: ",").map({ $0.trimmingWhitespace() })
         where !name.isEmpty {
             guard let flag = flagNames[name] else {
                 throw CommandFailure(

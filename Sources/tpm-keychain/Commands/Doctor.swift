@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import TPMKeychain
 import ToolSupport
 
@@ -54,7 +54,7 @@ struct Doctor: ParsableCommand {
 
     /// `problem  tpm device  …`, with the remedy on the next line.
     static func line(_ finding: Finding) -> String {
-        let verdict = finding.verdict.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0)
+        let verdict = String((finding.verdict.rawValue + String(repeating: " ", count: 8)).prefix(8))
         var text = verdict + " " + finding.check + ": " + finding.summary
         if let remedy = finding.remedy { text += "\n         -> " + remedy }
         return text

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import TPMKeychain
 import ToolSupport
 
@@ -174,13 +174,13 @@ struct Import: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let source = StoreDirectory.absolute(source)
-            var isDirectory: ObjCBool = false
+            var isDirectory = false
             guard FileManager.default.fileExists(atPath: source, isDirectory: &isDirectory) else {
                 throw CommandFailure(ExitStatus.noInput, "\(source) does not exist")
             }
             let format =
                 format
-                ?? (isDirectory.boolValue
+                ?? (isDirectory
                     ? .pass
                     : source.hasSuffix(".csv") ? .csv : source.hasSuffix(".json") ? .json : .archive)
             let policy = conflicts.policy

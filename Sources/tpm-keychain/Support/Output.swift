@@ -1,6 +1,6 @@
 import ArgumentParser
 import ForeignImport
-import Foundation
+import FoundationEssentials
 import TPM
 import TPMKeychain
 import TPMSimulator
@@ -26,7 +26,9 @@ struct CommandFailure: Error, CustomStringConvertible {
 /// Milliseconds with two decimals.
 func milliseconds(_ duration: Duration) -> String {
     let value = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
-    return String(format: "%.2f ms", value)
+    let hundredths = Int((value * 100).rounded())
+    let fraction = String(hundredths % 100)
+    return "\(hundredths / 100).\(fraction.count == 1 ? "0" + fraction : fraction) ms"
 }
 
 /// What to do about a lockout: a simulated TPM only runs while a command does, so it never

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SystemCalls
 import ToolSupport
 
@@ -102,14 +102,14 @@ enum PasswordInput {
             _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet)
         }
         // Prompt only once echo is off: TCSAFLUSH discards what was typed before it (as getpass(3)).
-        FileHandle.standardError.write(Data(prompt.utf8))
+        writeStandardError(prompt)
         defer {
             if haveTerminal {
                 _ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
             }
             restoreToken.map(ProcessGuard.remove)
             // The newline the user typed was not echoed.
-            FileHandle.standardError.write(Data("\n".utf8))
+            writeStandardError("\n")
         }
         var line = Data()
         var byte: UInt8 = 0

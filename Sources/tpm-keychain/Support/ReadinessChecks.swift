@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TPM
 import TPMKeychain
 import TPMKeychainFprintd
@@ -383,7 +383,7 @@ struct ReadinessChecks {
         let serviceLines = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted().map {
             name in
             let text = (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? ""
-            let lines = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("#") }
+            let lines = text.split(separator: "\n").filter { !$0.trimmingWhitespace().hasPrefix("#") }
             return (name, lines)
         }
         /// The services of /etc/pam.d with an uncommented line that `matches`.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import KeychainVocabulary
 import WireFormat
 
@@ -87,7 +87,7 @@ enum SecurityFormat {
         let ascii = bytes.contains(where: printable)
         let hex = bytes.contains { !printable($0) }
         var result = ""
-        if hex { result += "0x" + bytes.map { String(format: "%02X", $0) }.joined() + (ascii ? "  " : " ") }
+        if hex { result += "0x" + bytes.hexString.uppercased() + (ascii ? "  " : " ") }
         if ascii {
             result += "\""
             for byte in bytes {
