@@ -45,9 +45,10 @@ struct CredentialStore {
     /// Every attribute git gives must match (the host with its port); the rest match anything. Of
     /// several matches, one stored without a path is preferred when git gave none, then the one
     /// changed last. An expired password counts as absent, and so do items that need a person
-    /// to open them (not written by this helper).
+    /// to open them (not written by this helper). Items this helper wrote are bound to the lock
+    /// state: while the keychain is locked, a match is refused, not passed over.
     ///
-    /// - Throws: ``KeychainError`` from the store.
+    /// - Throws: ``KeychainError`` from the store; `.interactionNotAllowed` while locked.
     func get(_ query: GitCredential) throws(KeychainError) -> CredentialMessage? {
         guard Self.isLookup(query) else { return nil }
         let candidates = try matches(query).sorted { lhs, rhs in
@@ -91,7 +92,11 @@ struct CredentialStore {
         var primary = attributes(of: credential)
         primary[AttributeTag.server] = credential.server ?? []
         primary[AttributeTag.port] = InternetPasswordAttributes.port(credential.port)
-        try items.write(.internetPassword, primary: primary, mode: .upsert, value: ItemValue(kind: .json, bytes: value))
+        // Bound to the lock state, as a password in the login keychain is: with a device passcode
+        // set, a locked keychain gives git nothing (and without one there is nothing to bind to).
+        try items.write(
+            .internetPassword, primary: primary, mode: .upsert, value: ItemValue(kind: .json, bytes: value),
+            control: try AccessControl(.whenUnlocked))
     }
 
     // MARK: erase
@@ -132,7 +137,12 @@ struct CredentialStore {
             matching[AttributeTag.server] = server
             matching[AttributeTag.port] = InternetPasswordAttributes.port(credential.port)
         }
-        return try items.query(.internetPassword, matching: matching, synchronizable: .no).filter { !$0.isProtected }
+        var found: [ItemQueryResult] = []
+        for item in try items.query(.internetPassword, matching: matching, synchronizable: .no)
+        where try !items.needsAPerson(item) {
+            found.append(item)
+        }
+        return found
     }
 
     /// Access group, protocol, path and account, those `credential` gives.
@@ -148,7 +158,7 @@ struct CredentialStore {
     /// An item's secret; nil when the item went away meanwhile or its value is not this helper's
     /// JSON (written by other SecItem code into the group: skipped, with a note).
     private func secret(of item: ItemQueryResult) throws(KeychainError) -> StoredSecret? {
-        guard let bytes = try items.secret(of: item, key: nil) else { return nil }
+        guard let bytes = try items.secretNeedingNoPerson(of: item) else { return nil }
         do {
             return try StoredSecret(decoding: bytes)
         } catch {

@@ -50,7 +50,6 @@ struct EveryFaceDecisionTests {
     static let adding = "adding while locked works, as on iOS"
     static let notLockBound =
         "KeychainStorage's items have no accessibility class (SAP's API has none): under the master key"
-    static let gitNotLockBound = "the git helper writes its credentials under the master key, not bound to the lock"
     static let internetNotLockBound = "add-internet-password has no --accessible: its items are under the master key"
     // Why some operations are not called.
     static let ownDevice =
@@ -104,13 +103,13 @@ struct EveryFaceDecisionTests {
 
         Row(
             face: .gitHelper, operation: "get", arguments: ["protocol=https\nhost=git.example\n\n"],
-            otherUser: .refused, whileLocked: .allowed(why: gitNotLockBound, saying: "password=from git")),
+            otherUser: .refused, whileLocked: .refused),
         Row(
             face: .gitHelper, operation: "store", arguments: [credential], otherUser: .refused,
-            whileLocked: .allowed(why: gitNotLockBound)),
+            whileLocked: .refused),
         Row(
             face: .gitHelper, operation: "erase", arguments: [credential], otherUser: .refused,
-            whileLocked: .allowed(why: gitNotLockBound)),
+            whileLocked: .refused),
 
         cli("find-generic-password", ["-s", service, "-a", "item", "-w"], locked: .refused),
         cli("find-generic-password", ["-s", service, "-a", "item"], locked: .allowed(why: metadata)),
@@ -295,6 +294,11 @@ struct EveryFaceDecisionTests {
         #expect(
             try world.fixture.succeed("find-generic-password", "-s", Self.service, "-a", "item", "-w").stdout
                 == Self.lockBound + "\n")
+        let credential = try CLI.run(
+            ["--keychain", world.fixture.store, "get"], environment: world.environment,
+            stdin: Data("protocol=https\nhost=git.example\n\n".utf8),
+            executable: Self.tool("git-credential-tpm-keychain"))
+        #expect(credential.status == 0 && credential.stdout.contains("password=from git"), "\(credential)")
         let signature = try CLI.run(
             ["key", "sign", "--keychain", world.fixture.store, "--label", "key", "--input", "/etc/passwd", "--base64"],
             environment: world.fixture.environment)

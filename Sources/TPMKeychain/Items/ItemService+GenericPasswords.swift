@@ -34,21 +34,12 @@ extension ItemService {
         guard let protection = try store.protection(of: identity) else {
             return try store.value(identity)
         }
-        if location.sessionIsLocked(for: protection.protection.accessibility) {
-            throw KeychainError(
-                .interactionNotAllowed,
-                "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
-        }
-        guard protection.protection.biometry == nil, !protection.protection.passcode else {
-            throw KeychainError(
-                .interactionNotAllowed,
+        let key = try recordKeyNeedingNoPerson(
+            protection,
+            person:
                 "The item for \"\(identity.account)\" needs biometry or the device passcode: read it with get(_:as:context:) and an AuthenticationContext"
-            )
-        }
-        return try Devices.with(location) { (device) throws(KeychainError) in
-            let key = try store.openRecord(protection.recordID, device: device, biometry: nil, passcode: nil)
-            return try store.value(identity, recordKey: key)
-        }
+        )
+        return try store.value(identity, recordKey: key)
     }
 
     /// The value, asking the person through `context` when the item is protected (once per

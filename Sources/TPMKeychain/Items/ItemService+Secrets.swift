@@ -83,4 +83,43 @@ extension ItemService {
         if let value = result.value { return value }
         return try store.secret(of: result, recordKey: key?.recordKey)
     }
+
+    /// The item's secret, opening its key record when that needs no person: an item bound only
+    /// to the lock state (the TPM checks it) or to nothing. For tools that never prompt.
+    ///
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` while the keychain or the login
+    ///   session is locked, or for an item that needs biometry or the passcode; `.tampered`.
+    package func secretNeedingNoPerson(of result: ItemQueryResult) throws(KeychainError) -> [UInt8]? {
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
+        guard result.isProtected else { return try secret(of: result, key: nil) }
+        let key = try recordKeyNeedingNoPerson(
+            try store.protection(ofRecord: result.keyRecord),
+            person: "The item needs biometry or the device passcode, which this tool does not ask for")
+        return try store.secret(of: result, recordKey: key)
+    }
+
+    /// Whether opening the item needs a person: biometry or the device passcode.
+    package func needsAPerson(_ result: ItemQueryResult) throws(KeychainError) -> Bool {
+        guard result.isProtected else { return false }
+        let protection = try store.protection(ofRecord: result.keyRecord).protection
+        return protection.biometry != nil || protection.passcode
+    }
+
+    /// Opens the key record of an item whose protection needs no person, after the login
+    /// session's lock (the TPM checks the keychain's). `person`: the refusal for one that does.
+    func recordKeyNeedingNoPerson(
+        _ protection: ItemStore.ItemProtection, person: String
+    ) throws(KeychainError) -> ItemStore.RecordKey {
+        if location.sessionIsLocked(for: protection.protection.accessibility) {
+            throw KeychainError(
+                .interactionNotAllowed,
+                "The login session is locked: whenUnlocked items cannot be read until it is unlocked")
+        }
+        guard protection.protection.biometry == nil, !protection.protection.passcode else {
+            throw KeychainError(.interactionNotAllowed, person)
+        }
+        return try Devices.with(location) { (device) throws(KeychainError) in
+            try store.openRecord(protection.recordID, device: device, biometry: nil, passcode: nil)
+        }
+    }
 }
