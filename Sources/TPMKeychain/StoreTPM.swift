@@ -281,7 +281,10 @@ public final class StoreTPM: Sendable {
                 .tpmUnavailable, "Cannot start the simulated TPM of \(store): \(error)", underlying: error)
         }
         let running = Running(simulator: simulator, lock: lock)
-        runningSimulators.withLock { $0[store] = SharedSimulator(running: running) }
+        runningSimulators.withLock { shared in
+            shared = shared.filter { $0.value.running != nil } // those of stores whose last value let go
+            shared[store] = SharedSimulator(running: running)
+        }
         return StoreTPM(
             configuration: ownSimulatorConfiguration(tcti: simulator.tcti, logger: logger),
             source: .simulatedInStore(stateDirectory: stateDirectory),

@@ -182,17 +182,10 @@ enum GitCredentialHelper {
     }
 
     static func writeStandardOutput(_ bytes: [UInt8]) throws(HelperFailure) {
-        var offset = 0
-        while offset < bytes.count {
-            let written: Int
-            do {
-                written = try retryingInterrupts {
-                    bytes[offset...].withUnsafeBytes { Glibc.write(STDOUT_FILENO, $0.baseAddress, $0.count) }
-                }
-            } catch {
-                throw HelperFailure(ExitStatus.ioError, "cannot write the credential to standard output: \(error)")
-            }
-            offset += written
+        do {
+            try writeAll(STDOUT_FILENO, bytes)
+        } catch {
+            throw HelperFailure(ExitStatus.ioError, "cannot write the credential to standard output: \(error)")
         }
     }
 }
