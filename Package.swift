@@ -80,14 +80,27 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
-        // Layer 3: the public Swift API.
+        // Layer 3: the service, the one door to the engine and the only target that imports it
+        // (the fuzz harness aside). Items, stores, the device, opening key records, archives:
+        // every operation decided at its one decision point (ItemService.decide).
         .target(
-            name: "TPMKeychain",
+            name: "KeychainService",
             dependencies: [
                 "KeychainVocabulary", "KeychainStore", "TPM", "TPMSimulator", "SystemCalls", "Secrets", "WireFormat",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // Layer 4: the public Swift API over the service (Keychain, AuthenticationContext, the
+        // public entry points that take a context). Re-exports the service's public vocabulary.
+        .target(
+            name: "TPMKeychain",
+            dependencies: [
+                "KeychainService", "KeychainVocabulary", "TPM", "SystemCalls", "Secrets", "WireFormat",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

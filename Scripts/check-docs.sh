@@ -2,7 +2,7 @@
 # Builds the DocC documentation of TPMKeychain and TPMKeychainTesting and fails when
 #   1. DocC reports any warning (a broken symbol link, an unresolved article, a bad Topics
 #      section): `docc convert --warnings-as-errors` over symbol graphs this script extracts,
-#      with the modules each target re-exports (TPMKeychain's vocabulary) included; or
+#      with the modules each target re-exports (TPMKeychain's vocabulary and service) included; or
 #   2. a public symbol declared in either target's sources has no doc comment of its own, or one
 #      without a summary (a comment that is only `- Parameters:` or `- Throws:`).
 #
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 
 targets=(TPMKeychain TPMKeychainTesting)
 # What each target re-exports (`@_exported import`): its symbols are documented with the target's.
-declare -A reexported=([TPMKeychain]=KeychainVocabulary [TPMKeychainTesting]=TPMSimulator)
+declare -A reexported=([TPMKeychain]=KeychainVocabulary,KeychainService [TPMKeychainTesting]=TPMSimulator)
 command -v python3 >/dev/null || { echo "check-docs.sh: python3 is required" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/check-docs.XXXXXX")
@@ -67,7 +67,7 @@ python3 - "${targets[*]}" "${graph_directories[@]}" <<'PYTHON'
 import glob, json, os, re, sys
 
 expected = set(sys.argv[1].split())
-REEXPORTED = {"TPMKeychain": "KeychainVocabulary", "TPMKeychainTesting": "TPMSimulator"}
+REEXPORTED = {"TPMKeychain": {"KeychainVocabulary", "KeychainService"}, "TPMKeychainTesting": {"TPMSimulator"}}
 # Field lists and callouts are not a summary.
 FIELD = re.compile(r"^[-*+]\s+(parameters?|parameter\s+\S+|returns|throws|important|note|warning|"
                    r"precondition|postcondition|complexity|requires|seealso|tip|attention|"
@@ -99,7 +99,7 @@ for directory in sys.argv[2:]:
             if comment is None:
                 report("has no doc comment")
                 continue
-            if comment.get("module", module) not in (module, REEXPORTED.get(module)):
+            if comment.get("module", module) not in {module} | REEXPORTED.get(module, set()):
                 report("has no doc comment of its own (DocC would show %s's)" % comment["module"])
                 continue
             # A comment inherited from a protocol of the same module sits elsewhere.

@@ -1,6 +1,6 @@
 import Crypto
 public import FoundationEssentials
-import KeychainStore
+public import KeychainService
 import KeychainVocabulary
 import SystemCalls
 public import TPM
@@ -86,11 +86,6 @@ public final class AuthenticationContext: Sendable {
         var reuse: Duration = .zero
         var invalidated = false
         var evaluating = false
-        /// Opened key records, with when they were opened, the TPM's startup epoch and the
-        /// device's lock stamp then.
-        var recordKeys: [[UInt8]: KeptKey] = [:]
-        /// When the TPM's startup epoch was last confirmed unchanged.
-        var epochCheckedAt: ContinuousClock.Instant?
         /// The last biometric match: when, and against which enrollment.
         var match: (at: ContinuousClock.Instant, enrollment: Enrollment)?
         var prompts = 0
@@ -98,18 +93,13 @@ public final class AuthenticationContext: Sendable {
 
     let state = Locked(State())
 
-    /// A record key kept for the reuse window, with what ends it.
-    struct KeptKey {
-        let key: ItemStore.RecordKey
-        let at: ContinuousClock.Instant
-        let epoch: UInt64
-        let lockStamp: [Int64]?
-        let device: Device
-    }
+    /// The key records this context opened, kept by the service for the reuse window: the
+    /// context holds them without knowing what they are.
+    package let openedRecords = OpenedRecords()
 
     /// How stale the TPM-reset check of a reuse window may be: the TPM's reset count is read at
     /// most this often (a TPM round trip would cost more than the read it saves).
-    public static let resetCheckInterval: Duration = .seconds(1)
+    public static let resetCheckInterval: Duration = OpenedRecords.resetCheckInterval
 
     /// A context that asks `authenticator` for biometry and `passcode` for the device passcode.
     /// Nothing is asked until an evaluation or a protected read needs it.
@@ -156,10 +146,10 @@ public final class AuthenticationContext: Sendable {
     public func invalidate() {
         let wasEvaluating = state.withLock { state in
             state.invalidated = true
-            state.recordKeys = [:]
             state.match = nil
             return state.evaluating
         }
+        openedRecords.removeAll()
         if wasEvaluating, let authenticator {
             Task { await authenticator.cancel() }
         }
@@ -203,9 +193,7 @@ public final class AuthenticationContext: Sendable {
         }
         let passcode = try await obtainPasscode(reason: reason)
         do throws(KeychainError) {
-            try Devices.with(location) { (device) throws(KeychainError) in
-                try device.unlock(passcode: passcode)
-            }
+            try KeychainDevice(location: location).unlock(passcode: passcode)
         } catch {
             throw AuthenticationError(error.code == .lockout ? .biometryLockout : .authenticationFailed, error.message)
         }
@@ -219,5 +207,66 @@ public final class AuthenticationContext: Sendable {
         let mac = HMAC<SHA256>.authenticationCode(
             for: enrolled.identifier, using: SymmetricKey(data: Array(applicationIdentifier.utf8)))
         return Data(mac)
+    }
+}
+
+// Asking the person, for evaluations and for the service opening a protected item's key record.
+extension AuthenticationContext: ProofSource {
+    /// A biometric match, reused within the window for the same enrollment.
+    package func biometricMatch(
+        _ authenticator: any Authenticator, enrolled: Enrollment,
+        reason: String
+    ) async throws(AuthenticationError) -> Enrollment {
+        let reused = state.withLock { state -> Bool in
+            guard let match = state.match, match.enrollment == enrolled else { return false }
+            return ContinuousClock.now - match.at <= state.reuse && state.reuse > .zero
+        }
+        if reused { return enrolled }
+        try beginPrompt()
+        defer { state.withLock { $0.evaluating = false } }
+        try await authenticator.verify(reason: reason.isEmpty ? "access the keychain" : reason)
+        try checkValid()
+        state.withLock { $0.match = (.now, enrolled) }
+        return enrolled
+    }
+
+    package func obtainPasscode(reason: String) async throws(AuthenticationError) -> SecretBytes {
+        guard let passcode else {
+            throw AuthenticationError(
+                .passcodeNotSet, "The item needs the device passcode and this context has no way to ask for it")
+        }
+        try beginPrompt()
+        defer { state.withLock { $0.evaluating = false } }
+        return try await passcode.obtain(reason.isEmpty ? "access the keychain" : reason)
+    }
+
+    func beginPrompt() throws(AuthenticationError) {
+        try state.withLock { (state) throws(AuthenticationError) in
+            guard !state.invalidated else { throw AuthenticationError(.invalidContext, "The context was invalidated") }
+            guard !state.interactionNotAllowed else {
+                throw AuthenticationError(
+                    .notInteractive, "Authentication needs a person and the context does not allow interaction")
+            }
+            state.evaluating = true
+            state.prompts += 1
+        }
+    }
+
+    package func checkValid() throws(AuthenticationError) {
+        if state.withLock({ $0.invalidated }) {
+            throw AuthenticationError(.invalidContext, "The context was invalidated")
+        }
+    }
+
+    func passcodeIsSet() throws(AuthenticationError) -> Bool {
+        do {
+            return try KeychainDevice(location: location).passcodeIsSet()
+        } catch {
+            throw AuthenticationError(.biometryNotAvailable, error.message)
+        }
+    }
+
+    package func forgetMatch() {
+        state.withLock { $0.match = nil }
     }
 }

@@ -54,7 +54,7 @@ package enum OpenStores {
     }
 
     /// Erases the store's keys from memory; the next use unseals the master key again.
-    static func close(_ location: KeychainLocation) {
+    package static func close(_ location: KeychainLocation) {
         let entry = entries.withLock { $0.removeValue(forKey: location) }
         opened.withLock { _ = $0.removeValue(forKey: location) }
         entry?.store.withLock { store in

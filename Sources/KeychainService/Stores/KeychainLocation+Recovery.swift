@@ -99,7 +99,7 @@ extension KeychainLocation {
     ///   (the store has none), `.storeNotFound`, `.tampered`, `.tpmUnavailable`.
     @discardableResult
     public func recover(with key: RecoveryKey) throws(KeychainError) -> RecoveryReport {
-        Keychain.closeStore(self)
+        OpenStores.close(self)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
         let recovery = try ItemStore.recover(
@@ -119,7 +119,7 @@ extension KeychainLocation {
     ///   `.wrongTPM`, `.tampered`, `.notAvailable` (no room for a counter), `.storeNotFound`, `.tpmUnavailable`.
     @discardableResult
     public func acceptFilesAsTheyAre() throws(KeychainError) -> Int {
-        Keychain.closeStore(self)
+        OpenStores.close(self)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
         return try ItemStore.acceptFilesAsTheyAre(at: path, tpm: tpm.configuration, tpmKind: tpm.kind)

@@ -90,7 +90,7 @@ extension KeychainLocation {
         if let store = try? OpenStores.store(at: self), let index = store.rollbackCounterIndex {
             store.undefineCounter(index)
         }
-        Keychain.closeStore(self)
+        OpenStores.close(self)
         let doomed =
             URL(fileURLWithPath: path).deletingLastPathComponent().path + "/."
             + URL(fileURLWithPath: path).lastPathComponent
@@ -104,24 +104,9 @@ extension KeychainLocation {
         }
     }
 
-    /// Replaces the store's master key with a new one sealed to the TPM and re-encrypts every
-    /// item and key record under it, crash-safe: killed at any point, the store holds either the
-    /// old key and its files or the new ones, never a mix (docs/FORMAT.md, "Key rotation").
-    /// Other processes with the store open notice and follow. Values, attributes, protections and
-    /// persistent references stay as they were.
-    ///
-    /// A protected item's secret can only be re-encrypted by someone who can read it: each key
-    /// record in use is opened through `context` first (one prompt per protection; a reuse window
-    /// covers them). Items whose protection was invalidated (an enrollment change, a removed
-    /// passcode) cannot be re-encrypted: the rotation stops with `.itemInvalidated` until they are
-    /// deleted or purged (``purgeInvalidatedItems()``).
-    ///
-    /// - Throws: ``KeychainError`` `.interactionNotAllowed` (protected items and no context),
-    ///   `.itemInvalidated` (items that can never open again are in the store),
-    ///   `.userCanceled`, `.authenticationFailed`, `.storeNotFound`, `.tampered` (an item that fails
-    ///   authentication: nothing is changed), `.tpmUnavailable`, `.timedOut`, `.storageFailed`.
-    @discardableResult
-    public func rotateKeys(context: AuthenticationContext? = nil) async throws(KeychainError) -> KeyRotation {
+    /// Rotates the master key, opening protected items' key records through `proofs`:
+    /// ``rotateKeys(context:)`` (TPMKeychain) is the public entry.
+    package func rotateKeys(proofs context: (any ProofSource)?) async throws(KeychainError) -> KeyRotation {
         try checkStore()
         let store = try OpenStores.store(at: self)
         var recordKeys: [ItemStore.RecordKey] = []
@@ -144,7 +129,7 @@ extension KeychainLocation {
 
     /// A record opened for a rotation (nil when it needs no opening).
     private static func openForRotation(
-        _ protection: ItemStore.ItemProtection, context: AuthenticationContext, store: ItemStore,
+        _ protection: ItemStore.ItemProtection, context: any ProofSource, store: ItemStore,
         location: KeychainLocation
     ) async -> Result<ItemStore.RecordKey?, KeychainError> {
         do throws(KeychainError) {

@@ -121,6 +121,13 @@ public struct KeychainDevice: Sendable {
         try withDevice { (device) throws(KeychainError) in try device.removePasscode(passcode) }
     }
 
+    /// Whether a device passcode is set.
+    ///
+    /// - Throws: ``KeychainError`` from choosing the TPM and reading the device's state.
+    public func passcodeIsSet() throws(KeychainError) -> Bool {
+        try withDevice { (device) throws(KeychainError) in try device.passcodeIsSet() }
+    }
+
     /// Locks the device: items of the whenUnlocked classes are refused by the TPM until ``unlock(passcode:)``.
     ///
     /// - Throws: ``KeychainError`` `.passcodeNotSet`.

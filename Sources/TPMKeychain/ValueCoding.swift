@@ -1,5 +1,4 @@
 import FoundationEssentials
-import KeychainStore
 import KeychainVocabulary
 
 /// How typed values become item bytes and back.

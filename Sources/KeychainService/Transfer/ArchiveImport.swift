@@ -20,7 +20,7 @@ enum ArchiveImport {
 
     static func run(
         _ path: String, into service: ItemService, passphrase: String?, conflicts: KeychainArchive.ConflictPolicy,
-        accessGroups: Set<String>?, dryRun: Bool, context: AuthenticationContext, progress: (Int, Int) -> Void
+        accessGroups: Set<String>?, dryRun: Bool, context: any ProofSource, progress: (Int, Int) -> Void
     ) async throws(KeychainError) -> KeychainArchive.ImportReport {
         let file = try open(path)
         let header = try ArchiveFormat.Header.read(from: file)
@@ -91,7 +91,7 @@ enum ArchiveImport {
     /// with the store's device import key.
     private static func secret(
         _ header: ArchiveFormat.Header, path: String, passphrase: String?, service: ItemService,
-        context: AuthenticationContext
+        context: any ProofSource
     ) async throws(KeychainError) -> SymmetricKey {
         switch header.protection {
         case .passphrase(let cost):

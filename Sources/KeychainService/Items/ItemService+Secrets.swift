@@ -2,7 +2,7 @@ import KeychainStore
 package import KeychainVocabulary
 
 // Protected items: what protects them, and opening their key records through an
-// AuthenticationContext (a person, the device's lock state, the TPM).
+// ProofSource: an AuthenticationContext (a person, the device's lock state, the TPM).
 extension ItemService {
     /// A protected item's opened key record: what decrypts its secret, or keeps it when the item
     /// is rewritten without a new value. Opaque to the faces; it holds key material.
@@ -31,7 +31,7 @@ extension ItemService {
     /// The key `context` kept for the item from an earlier read in its reuse window, without
     /// asking anyone; nil when there is none, or the item is under the master key.
     package func keptKey(
-        for result: ItemQueryResult, context: AuthenticationContext
+        for result: ItemQueryResult, context: any ProofSource
     ) throws(KeychainError) -> OpenedKey? {
         try authorize(.readSecret, group: Self.group(of: result.attributes))
         guard result.isProtected else { return nil }
@@ -48,7 +48,7 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.userCanceled`, `.interactionNotAllowed`, `.authenticationFailed`,
     ///   `.lockout`, `.itemInvalidated`, `.biometryNotEnrolled`.
     package func openKey(
-        for result: ItemQueryResult, context: AuthenticationContext,
+        for result: ItemQueryResult, context: any ProofSource,
         allowsInteraction: Bool = true
     ) async throws(KeychainError) -> OpenedKey? {
         try authorize(.readSecret, group: Self.group(of: result.attributes))

@@ -45,7 +45,7 @@ extension ItemService {
     /// The value, asking the person through `context` when the item is protected (once per
     /// reuse window). One read of the file when the context kept the item's key.
     package func value(
-        _ identity: ItemIdentity, context: AuthenticationContext
+        _ identity: ItemIdentity, context: any ProofSource
     ) async throws(KeychainError) -> ItemValue? {
         try authorize(.readSecret, group: identity.accessGroup)
         let location = location

@@ -3,11 +3,69 @@ import FoundationEssentials
 package import KeychainStore
 package import KeychainVocabulary
 import SystemCalls
-import TPM
+package import TPM
 
-// Opening protected items' key records: asking the person and the TPM, and keeping opened keys
-// for the reuse window.
-extension AuthenticationContext {
+/// What the service needs of an authentication context to open a protected item's key record:
+/// a person asked (biometry, the passcode) and a place to keep opened keys for the reuse window.
+/// `AuthenticationContext` is the conformer; it holds ``OpenedRecords``, never an engine type.
+package protocol ProofSource: AnyObject, Sendable {
+    /// The biometric authenticator, if any.
+    var authenticator: (any Authenticator)? { get }
+    /// What the person is told.
+    var localizedReason: String { get }
+    /// How long an opened key is kept (zero: not at all).
+    var allowableReuseDuration: Duration { get }
+    /// The keys this context opened, kept for its reuse window.
+    var openedRecords: OpenedRecords { get }
+    /// Throws when the context was invalidated.
+    func checkValid() throws(AuthenticationError)
+    /// A biometric match against `enrolled`, reused within the window.
+    func biometricMatch(
+        _ authenticator: any Authenticator, enrolled: Enrollment, reason: String
+    )
+        async throws(AuthenticationError) -> Enrollment
+    /// The device passcode, asked of the person.
+    func obtainPasscode(reason: String) async throws(AuthenticationError) -> SecretBytes
+    /// Forgets the last biometric match: the window it was reused in ended.
+    func forgetMatch()
+}
+
+/// Key records a context opened, with when they were opened, the TPM's startup epoch and the
+/// device's lock stamp then; and when the TPM's startup epoch was last confirmed unchanged.
+/// Opaque above the service.
+package final class OpenedRecords: Sendable {
+    struct State {
+        var keys: [[UInt8]: KeptKey] = [:]
+        var epochCheckedAt: ContinuousClock.Instant?
+    }
+
+    /// A record key kept for the reuse window, with what ends it.
+    struct KeptKey {
+        let key: ItemStore.RecordKey
+        let at: ContinuousClock.Instant
+        let epoch: UInt64
+        let lockStamp: [Int64]?
+        let device: Device
+    }
+
+    let state = Locked(State())
+
+    /// How stale the TPM-reset check of a reuse window may be: the TPM's reset count is read at
+    /// most this often (a TPM round trip would cost more than the read it saves).
+    package static let resetCheckInterval: Duration = .seconds(1)
+
+    package init() {}
+
+    /// Forgets every kept key (the context was invalidated, or the session locked).
+    package func removeAll() {
+        state.withLock { $0.keys.removeAll() }
+    }
+
+    /// How many keys are kept: for tests of the reuse window.
+    package var count: Int { state.withLock { $0.keys.count } }
+}
+
+extension ProofSource {
     /// The opened key record for a protected item: from the reuse window, or by asking the
     /// person (biometry, then the passcode where the protection allows it) and the TPM.
     package func recordKey(
@@ -98,63 +156,61 @@ extension AuthenticationContext {
         }
     }
 
+    /// Opens `recordID` with the TPM, given the proofs.
     func open(
         _ recordID: [UInt8], store: ItemStore, location: KeychainLocation, proof: ItemStore.BiometryProof?,
         passcode: SecretBytes?
-    ) throws(KeychainError) -> KeptKey {
+    ) throws(KeychainError) -> OpenedRecords.KeptKey {
         try Devices.with(location) { (device) throws(KeychainError) in
-            let keeps = state.withLock { $0.reuse > .zero }
+            let keeps = allowableReuseDuration > .zero
             // Read before the unseal, so never later than the epoch the key is opened in.
             let known = StartupEpochs.last(for: device.tpm.tcti)
             let key = try store.openRecord(
                 recordID, device: device, biometry: proof, passcode: passcode, withStartupEpoch: keeps && known == nil)
             if let read = key.startupEpoch { StartupEpochs.record(read, for: device.tpm.tcti) }
             // A key that is not kept never has its window checked: no stat of the lock stamp.
-            return KeptKey(
+            return OpenedRecords.KeptKey(
                 key: key, at: .now, epoch: key.startupEpoch ?? known ?? 0, lockStamp: keeps ? device.lockStamp() : nil,
                 device: device)
         }
     }
 
-    func remember(_ kept: KeptKey) -> ItemStore.RecordKey {
-        state.withLock { state in
-            if state.reuse > .zero {
-                state.recordKeys[kept.key.recordID] = kept
-                state.epochCheckedAt = kept.at
-            }
+    func remember(_ kept: OpenedRecords.KeptKey) -> ItemStore.RecordKey {
+        guard allowableReuseDuration > .zero else { return kept.key }
+        openedRecords.state.withLock { state in
+            state.keys[kept.key.recordID] = kept
+            state.epochCheckedAt = kept.at
         }
         return kept.key
     }
 
     /// A key opened within the reuse window, while the device was neither locked nor unlocked
     /// since (one stat of its lock stamp) and the TPM has not reset (its reset and restart counts,
-    /// read at most every ``resetCheckInterval``).
+    /// read at most every ``OpenedRecords/resetCheckInterval``).
     package func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
-        guard !state.withLock({ $0.invalidated }) else { return nil }
+        guard (try? checkValid()) != nil else { return nil }
+        let opened = openedRecords
         guard !location.sessionIsLocked(for: protection.protection.accessibility) else {
             // The screen is locked: forget what this context kept, as iOS evicts class keys.
-            state.withLock { state in
-                state.recordKeys.removeAll()
-                state.match = nil
-            }
+            opened.removeAll()
+            forgetMatch()
             return nil
         }
         let recordID = protection.recordID
-        let (cached, window, checkedAt) = state.withLock { ($0.recordKeys[recordID], $0.reuse, $0.epochCheckedAt) }
+        let window = allowableReuseDuration
+        let (cached, checkedAt) = opened.state.withLock { ($0.keys[recordID], $0.epochCheckedAt) }
         guard let cached else { return nil }
         var valid = ContinuousClock.now - cached.at <= window && cached.device.lockStamp() == cached.lockStamp
-        if valid, checkedAt.map({ ContinuousClock.now - $0 > Self.resetCheckInterval }) ?? true {
+        if valid, checkedAt.map({ ContinuousClock.now - $0 > OpenedRecords.resetCheckInterval }) ?? true {
             valid =
                 (try? Devices.with(location) { (device) throws(KeychainError) in try startupEpoch(device) })
                 == cached.epoch
-            if valid { state.withLock { $0.epochCheckedAt = .now } }
+            if valid { opened.state.withLock { $0.epochCheckedAt = .now } }
         }
         guard valid else {
             // Expired, locked or unlocked, or the TPM reset: the person authenticates again.
-            state.withLock { state in
-                state.recordKeys.removeValue(forKey: recordID)
-                state.match = nil
-            }
+            _ = opened.state.withLock { $0.keys.removeValue(forKey: recordID) }
+            forgetMatch()
             return nil
         }
         return cached.key
@@ -169,62 +225,6 @@ extension AuthenticationContext {
             return epoch
         } catch {
             throw KeychainError(deviceTPM: error)
-        }
-    }
-
-    /// A biometric match, reused within the window for the same enrollment.
-    func biometricMatch(
-        _ authenticator: any Authenticator, enrolled: Enrollment,
-        reason: String
-    ) async throws(AuthenticationError) -> Enrollment {
-        let reused = state.withLock { state -> Bool in
-            guard let match = state.match, match.enrollment == enrolled else { return false }
-            return ContinuousClock.now - match.at <= state.reuse && state.reuse > .zero
-        }
-        if reused { return enrolled }
-        try beginPrompt()
-        defer { state.withLock { $0.evaluating = false } }
-        try await authenticator.verify(reason: reason.isEmpty ? "access the keychain" : reason)
-        try checkValid()
-        state.withLock { $0.match = (.now, enrolled) }
-        return enrolled
-    }
-
-    func obtainPasscode(reason: String) async throws(AuthenticationError) -> SecretBytes {
-        guard let passcode else {
-            throw AuthenticationError(
-                .passcodeNotSet, "The item needs the device passcode and this context has no way to ask for it")
-        }
-        try beginPrompt()
-        defer { state.withLock { $0.evaluating = false } }
-        return try await passcode.obtain(reason.isEmpty ? "access the keychain" : reason)
-    }
-
-    func beginPrompt() throws(AuthenticationError) {
-        try state.withLock { (state) throws(AuthenticationError) in
-            guard !state.invalidated else { throw AuthenticationError(.invalidContext, "The context was invalidated") }
-            guard !state.interactionNotAllowed else {
-                throw AuthenticationError(
-                    .notInteractive, "Authentication needs a person and the context does not allow interaction")
-            }
-            state.evaluating = true
-            state.prompts += 1
-        }
-    }
-
-    func checkValid() throws(AuthenticationError) {
-        if state.withLock({ $0.invalidated }) {
-            throw AuthenticationError(.invalidContext, "The context was invalidated")
-        }
-    }
-
-    func passcodeIsSet() throws(AuthenticationError) -> Bool {
-        do {
-            return try Devices.with(location) { (device) throws(KeychainError) in
-                try device.passcodeIsSet()
-            }
-        } catch {
-            throw AuthenticationError(.biometryNotAvailable, error.message)
         }
     }
 

@@ -13,7 +13,7 @@ import Glibc
 enum ArchiveExport {
     static func run(
         _ service: ItemService, to path: String, protection: KeychainArchive.Protection,
-        context: AuthenticationContext, progress: (Int) -> Void
+        context: any ProofSource, progress: (Int) -> Void
     ) async throws(KeychainError) -> KeychainArchive.ExportReport {
         let salt = transferRandomBytes(ArchiveFormat.saltSize)
         let header: ArchiveFormat.Header

@@ -1,7 +1,7 @@
 import Crypto
 public import FoundationEssentials
 import KeychainStore
-import KeychainVocabulary
+public import KeychainVocabulary
 import SystemCalls
 import WireFormat
 
@@ -192,26 +192,6 @@ public enum KeychainArchive {
         case deviceKey(fingerprint: String)
     }
 
-    /// Writes every item of `location` that may leave the device to a new file at `path`
-    /// (mode 0600; never over an existing file); items that may not are counted in the report.
-    ///
-    /// - Parameters:
-    ///   - location: the store to export.
-    ///   - path: the archive to create.
-    ///   - protection: a passphrase, or another machine's device import key.
-    ///   - context: opens items only the lock state protects; it never prompts.
-    ///   - progress: called with the number of items read so far (the walk does not count them first).
-    /// - Throws: ``KeychainError`` `.invalidParameter` for an existing `path`, `.storageFailed`,
-    ///   and the errors of opening the store. The file is removed when the export fails.
-    public static func export(
-        from location: KeychainLocation = .default, to path: String, protection: Protection,
-        context: AuthenticationContext? = nil, progress: @Sendable (Int) -> Void = { _ in }
-    ) async throws(KeychainError) -> ExportReport {
-        try await ArchiveExport.run(
-            ItemService(location: location, caller: caller), to: path, protection: protection,
-            context: context ?? AuthenticationContext(location: location), progress: progress)
-    }
-
     /// How the archive at `path` is protected: whether an import needs a passphrase.
     ///
     /// - Parameter path: the archive.
@@ -225,35 +205,26 @@ public enum KeychainArchive {
         }
     }
 
-    /// Imports the archive at `path` into `location`: checks the whole archive first, then
-    /// writes its items in order. An archive made for a device import key opens with
-    /// `location`'s own import key; a passphrase archive needs `passphrase`.
-    ///
-    /// - Parameters:
-    ///   - path: the archive.
-    ///   - location: the store that receives the items.
-    ///   - passphrase: a passphrase archive's passphrase; nil for one made for a device import key.
-    ///   - conflicts: what to do with an item the store has already.
-    ///   - accessGroups: the access groups items may be written to ("" for items of none); an
-    ///     item of another is skipped (``SkipReason/otherAccessGroup``), so an archive from
-    ///     elsewhere cannot plant items in another app's group. nil writes every group, as moving
-    ///     one's own keychain needs.
-    ///   - dryRun: check the archive and report what would change (``ImportReport/planned``),
-    ///     writing nothing.
-    ///   - context: opens the device import key when the lock state protects it; it never prompts.
-    ///   - progress: called with (items done, items in the archive) while writing.
-    /// - Throws: ``KeychainError`` `.authenticationFailed` (wrong passphrase), `.wrongTPM` (an
-    ///   archive for another TPM's import key), `.tampered` (altered, truncated or reordered:
-    ///   nothing was written), `.decodingFailed`, `.unsupportedVersion`, and the store's errors.
-    public static func importArchive(
-        at path: String, into location: KeychainLocation = .default, passphrase: String? = nil,
-        conflicts: ConflictPolicy = .skip, accessGroups: Set<String>? = nil, dryRun: Bool = false,
-        context: AuthenticationContext? = nil, progress: @Sendable (Int, Int) -> Void = { _, _ in }
+    /// Exports `location` to `path`, opening items the lock state protects through `proofs`:
+    /// ``export(from:to:protection:context:progress:)`` (TPMKeychain) is the public entry.
+    package static func export(
+        from location: KeychainLocation, to path: String, protection: Protection, proofs: any ProofSource,
+        progress: @Sendable (Int) -> Void
+    ) async throws(KeychainError) -> ExportReport {
+        try await ArchiveExport.run(
+            ItemService(location: location, caller: caller), to: path, protection: protection, context: proofs,
+            progress: progress)
+    }
+
+    /// Imports the archive at `path` into `location`:
+    /// ``importArchive(at:into:passphrase:conflicts:accessGroups:dryRun:context:progress:)`` (TPMKeychain) is the public entry.
+    package static func importArchive(
+        at path: String, into location: KeychainLocation, passphrase: String?, conflicts: ConflictPolicy,
+        accessGroups: Set<String>?, dryRun: Bool, proofs: any ProofSource, progress: @Sendable (Int, Int) -> Void
     ) async throws(KeychainError) -> ImportReport {
         try await ArchiveImport.run(
             path, into: ItemService(location: location, caller: caller), passphrase: passphrase, conflicts: conflicts,
-            accessGroups: accessGroups, dryRun: dryRun, context: context ?? AuthenticationContext(location: location),
-            progress: progress)
+            accessGroups: accessGroups, dryRun: dryRun, context: proofs, progress: progress)
     }
 
     /// Who exports and imports: the Keychain API acts for the store's owner.
