@@ -22,7 +22,10 @@ public enum SecureEnclave {
     /// store's configured TPM (``KeychainEnvironment/location``).
     public static var isAvailable: Bool {
         let location = KeychainEnvironment.location
-        if case .tcti = location.tpm { return true }
+        switch location.tpm {
+        case .tcti, .chosen: return true
+        case .automatic, .automaticOrSimulated: break
+        }
         return TPMConfiguration.environmentTCTI != nil || TPMConfiguration.hardwareTPMIsUsable
             || location.tpm == .automaticOrSimulated
     }

@@ -34,12 +34,12 @@ package final class StoreSession {
         self.tpm = tpm
         // Interrupted: stop the simulated TPM in order (TPM2_Shutdown), then die of the signal.
         interruptionToken = ProcessGuard.onInterruption { tpm.stop() }
-        var location = found.choosing(.tcti(tpm.configuration.tcti))
+        // Chosen once: the library opens the store on this TPM without choosing again.
+        var location = found.choosing(.chosen(tpm))
         // A store with its own simulated TPM keeps its device state beside it; otherwise the
         // library's default applies (one device directory per user and TPM).
         if case .simulatedInStore = tpm.source {
             location.deviceDirectory = path + "/device"
-            location.tctiIsTheStoresOwnSimulator = true
         }
         self.location = location
         if announceSimulation, case .simulatedInStore = tpm.source {

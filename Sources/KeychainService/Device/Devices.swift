@@ -25,7 +25,7 @@ package enum Devices {
     /// TPM when the device directory is known without one.
     package static func passcodeIsSet(_ location: KeychainLocation) throws(KeychainError) -> Bool {
         if let directory = knownDirectory(location) {
-            return try Device(directory: directory, tpm: TPMConfiguration(tcti: "none")).passcodeIsSet()
+            return try Device.passcodeIsSet(directory: directory)
         }
         return try with(location) { (device) throws(KeychainError) in try device.passcodeIsSet() }
     }
@@ -38,7 +38,13 @@ package enum Devices {
             return environment
         }
         if let known = directories.withLock({ $0[location.path] }) { return known }
-        if case .tcti = location.tpm { return nil }
+        switch location.tpm {
+        case .tcti: return nil
+        case .chosen(let tpm):
+            if case .simulatedInStore = tpm.source { return location.path + "/device" }
+            return nil
+        case .automatic, .automaticOrSimulated: break
+        }
         // StoreTPM's policy: the environment's TPM first, then the store's own simulator.
         if TPMConfiguration.environmentTCTI == nil, FileManager.default.fileExists(atPath: location.path + "/swtpm") {
             return location.path + "/device"

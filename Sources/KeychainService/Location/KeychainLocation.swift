@@ -33,15 +33,14 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
     /// Where the TPM layer logs while it opens this store (debug level; never secrets or item
     /// names). Dropped unless you set one. Not part of equality.
     public var logger: Logger = .disabled
-    /// Set by a tool that started the store's own simulated TPM (its state in `<store>/swtpm`) and
-    /// passes its TCTI in ``tpm``: the store records that simulator as its TPM, so that the
-    /// library's ``TPMChoice/automatic`` starts it later. Not part of equality.
-    package var tctiIsTheStoresOwnSimulator = false
 
-    /// The TCTI given in code, if any.
+    /// The TCTI given in code or chosen already, if any.
     public var tcti: String? {
-        if case .tcti(let tcti) = tpm { return tcti }
-        return nil
+        switch tpm {
+        case .tcti(let tcti): tcti
+        case .chosen(let tpm): tpm.configuration.tcti
+        case .automatic, .automaticOrSimulated: nil
+        }
     }
 
     /// A store at `path`, sealed to the TPM that `tcti` names, or to the one
@@ -165,6 +164,7 @@ public struct KeychainLocation: Sendable, Hashable, CustomStringConvertible {
         case .automatic: "KeychainLocation(\(path))"
         case .automaticOrSimulated: "KeychainLocation(\(path), TPM automatic or simulated)"
         case .tcti(let tcti): "KeychainLocation(\(path), TPM \(tcti))"
+        case .chosen(let tpm): "KeychainLocation(\(path), TPM \(tpm.summary))"
         }
     }
 

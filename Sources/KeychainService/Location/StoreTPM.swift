@@ -24,6 +24,10 @@ public enum TPMChoice: Sendable, Hashable {
     case automaticOrSimulated
     /// A tpm2-tss TCTI string, for example `swtpm:host=127.0.0.1,port=2321` or `device:/dev/tpm0`.
     case tcti(String)
+    /// The TPM already chosen for this store by ``StoreTPM/choose(for:)``: a tool that opens a
+    /// store for a command chooses once and passes the choice down, so nothing chooses again. A
+    /// simulated TPM runs as long as any value sharing it does.
+    case chosen(StoreTPM)
 }
 
 /// The TPM chosen for one store, with the simulated TPM started when that is the choice: one
@@ -33,7 +37,7 @@ public enum TPMChoice: Sendable, Hashable {
 /// value of this process to let go shuts it down in order (TPM2_Shutdown) and lets the next
 /// process start it. The library keeps one just long enough to open a store; the CLI keeps one
 /// for a command.
-public final class StoreTPM: Sendable {
+public final class StoreTPM: Sendable, Hashable {
     /// Where the TPM came from.
     public enum Source: Sendable, Hashable {
         /// `TPM_KEYCHAIN_TCTI`.
@@ -91,6 +95,27 @@ public final class StoreTPM: Sendable {
     }
 
     deinit { stop() }
+
+    /// The same TPM: the same TCTI (a simulator's socket path is new for each start).
+    public static func == (lhs: StoreTPM, rhs: StoreTPM) -> Bool {
+        lhs === rhs || (lhs.configuration.tcti == rhs.configuration.tcti && lhs.source == rhs.source)
+    }
+
+    /// Hashes what `==` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(configuration.tcti)
+        hasher.combine(source)
+    }
+
+    /// Another value for this TPM, which keeps a simulated one running until it, too, lets go:
+    /// what a store opened with ``TPMChoice/chosen(_:)`` uses, so that stopping it leaves the
+    /// chooser's TPM running.
+    private func sharing(logger: Logger) -> StoreTPM {
+        let shared = running.withLock { $0 }
+        var configuration = configuration
+        configuration.logger = logger
+        return StoreTPM(configuration: configuration, source: source, running: shared)
+    }
 
     /// Whether nothing sealed with this TPM is bound to hardware: a swtpm or another simulator.
     public var isSimulated: Bool {
@@ -152,13 +177,9 @@ public final class StoreTPM: Sendable {
     public static func choose(for location: KeychainLocation) throws(KeychainError) -> StoreTPM {
         let stateDirectory = location.path + "/swtpm"
         switch location.tpm {
+        case .chosen(let tpm):
+            return tpm.sharing(logger: location.logger)
         case .tcti(let tcti):
-            // Started by the tool that gave its TCTI, which also stops it.
-            if location.tctiIsTheStoresOwnSimulator {
-                return StoreTPM(
-                    configuration: ownSimulatorConfiguration(tcti: tcti, logger: location.logger),
-                    source: .simulatedInStore(stateDirectory: stateDirectory))
-            }
             return StoreTPM(configuration: TPMConfiguration(tcti: tcti, logger: location.logger), source: .explicit)
         case .automatic, .automaticOrSimulated:
             if let tcti = TPMConfiguration.environmentTCTI {

@@ -304,6 +304,10 @@ package final class Device: Sendable {
     /// `device.meta` as read, without the TPM and so without authentication (nil when absent):
     /// for what only adds protection or only finds something authenticated elsewhere.
     func peek() throws(KeychainError) -> DeviceFile? {
+        try Self.peek(directoryPath)
+    }
+
+    private static func peek(_ directoryPath: String) throws(KeychainError) -> DeviceFile? {
         guard let directory = try Directory.open(directoryPath, in: nil, create: false),
             let file = try directory.openFile(DeviceFile.fileName)
         else { return nil }
@@ -317,7 +321,12 @@ package final class Device: Sendable {
     /// reads the authenticated state instead. A file edited to say otherwise only makes new items
     /// unprotected, as deleting the device state does, or fails authentication where it is used.
     package func passcodeIsSet() throws(KeychainError) -> Bool {
-        try peek()?.passcode != nil
+        try Self.passcodeIsSet(directory: directoryPath)
+    }
+
+    /// Whether the device whose state is in `directory` has a passcode: a file read, no TPM.
+    package static func passcodeIsSet(directory: String) throws(KeychainError) -> Bool {
+        try peek(directory)?.passcode != nil
     }
 
     /// The device's NV base, which names it in key records; nil before the device is made.
