@@ -1,6 +1,5 @@
 import Crypto
 import FoundationEssentials
-import KeychainStore
 import KeychainVocabulary
 import SystemCalls
 

@@ -1,7 +1,6 @@
 package import Crypto
 import CryptoExtras
 import FoundationEssentials
-import KeychainStore
 package import KeychainVocabulary
 package import SystemCalls
 import WireFormat

@@ -1,5 +1,4 @@
 import Crypto
-import KeychainStore
 import KeychainVocabulary
 import TPM
 

@@ -1,4 +1,3 @@
-import KeychainStore
 package import KeychainVocabulary
 
 /// Writes incoming items (an archive's, another keyring's) into a store under a conflict

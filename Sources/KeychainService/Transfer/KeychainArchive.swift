@@ -1,6 +1,5 @@
 import Crypto
 public import FoundationEssentials
-import KeychainStore
 public import KeychainVocabulary
 import SystemCalls
 import WireFormat
