@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "KeychainStorageCompat", targets: ["KeychainStorageCompat"]),
         .library(name: "TPMKeychainFprintd", targets: ["TPMKeychainFprintd"]),
         .executable(name: "tpm-keychain", targets: ["tpm-keychain"]),
+        .executable(name: "tpm-keychain-keys", targets: ["tpm-keychain-keys"]),
         .executable(name: "git-credential-tpm-keychain", targets: ["git-credential-tpm-keychain"]),
         .executable(name: "tpm-keychain-enrollment", targets: ["tpm-keychain-enrollment"]),
         .executable(name: "tpm-keychain-secret-service", targets: ["tpm-keychain-secret-service"]),
@@ -182,13 +183,35 @@ let package = Package(
         // Readers of other keyrings' exports (pass, password managers' CSV and JSON): apart from
         // ToolSupport, whose tools (the git helper) then link no Foundation string machinery.
         .target(
-            name: "ForeignImport", dependencies: ["TPMKeychain", "ToolSupport", "KeychainVocabulary", "SystemCalls"],
+            name: "ForeignImport",
+            dependencies: ["TPMKeychain", "ToolSupport", "KeychainVocabulary", "SystemCalls", "WireFormat"],
             swiftSettings: strictness),
+        // What tpm-keychain's binaries share: --keychain, error reporting, the hand-over table.
+        .target(
+            name: "CommandLineSupport",
+            dependencies: [
+                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "ToolSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness
+        ),
+        // The CLI people run for each lookup: FoundationEssentials only, no SecKey or daemon.
         .executableTarget(
             name: "tpm-keychain",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
-                "TPMKeychainFprintd", "ToolSupport", "ForeignImport", "SecurityCompat",
+                "TPMKeychainFprintd", "ToolSupport", "ForeignImport", "CommandLineSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // The key verbs (`tpm-keychain key` hands over to it): a binary of its own, so the lookup
+        // CLI links neither SecKey and X.509 nor the Foundation they bring.
+        .executableTarget(
+            name: "tpm-keychain-keys",
+            dependencies: [
+                "SecurityCompat", "TPMKeychain", "ToolSupport", "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -201,6 +224,7 @@ let package = Package(
             name: "tpm-keychain-secret-service",
             dependencies: [
                 "SecretService", "TPMKeychain", "TPMKeychainFprintd", "ToolSupport", "SystemCalls",
+                "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -298,6 +322,7 @@ let package = Package(
             // ToolSupport and KeychainVocabulary for the readers of other keyrings' exports.
             dependencies: [
                 "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
+                "tpm-keychain-keys",
                 "git-credential-tpm-keychain", "tpm-keychain-face-probe", "KeychainStore", "ToolSupport",
                 "ForeignImport",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
@@ -357,7 +382,9 @@ let package = Package(
         // python3-keyring) on a private dbus-daemon, its stores on a private swtpm.
         .testTarget(
             name: "SecretServiceTests",
-            dependencies: ["tpm-keychain", "tpm-keychain-secret-service", "TPMKeychainTesting", "SystemCalls"],
+            dependencies: [
+                "tpm-keychain", "tpm-keychain-secret-service", "tpm-keychain-keys", "TPMKeychainTesting", "SystemCalls",
+            ],
             swiftSettings: strictness
         ),
         // The daemon's parts on their own: paths, display text, the Items schedule, DH sessions.

@@ -6,6 +6,7 @@
 # Installs, under the prefix (default ~/.local):
 #   bin/tpm-keychain                                   built with the Swift runtime linked in
 #   bin/tpm-keychain-secret-service                    the same; `tpm-keychain secret-service` runs it
+#   bin/tpm-keychain-keys                              the same; `tpm-keychain key` runs it
 #   share/man/man1/tpm-keychain.1                      swift-argument-parser's generate-manual plugin
 #   share/bash-completion/completions/tpm-keychain     tpm-keychain --generate-completion-script bash
 #   share/zsh/site-functions/_tpm-keychain             ... zsh
@@ -104,6 +105,7 @@ fi
 # 2. The binary, with the Swift runtime linked in (it halves the start-up time).
 run Scripts/release-build.sh --product tpm-keychain
 run Scripts/release-build.sh --product tpm-keychain-secret-service
+run Scripts/release-build.sh --product tpm-keychain-keys
 if $dry_run; then
     binary=.build/release/tpm-keychain
 else
@@ -111,6 +113,7 @@ else
     [ -x "$binary" ] || { echo "install-cli.sh: $binary was not built" >&2; exit 1; }
 fi
 daemon="$(dirname "$binary")/tpm-keychain-secret-service"
+keys="$(dirname "$binary")/tpm-keychain-keys"
 
 # 3. Completion scripts, from the binary just built.
 for shell in bash zsh fish; do
@@ -128,6 +131,7 @@ done
 run install -d -m 755 "$bin_dir" "$man_dir" "$bash_dir" "$zsh_dir" "$fish_dir"
 run install -m 755 "$binary" "$bin_dir/tpm-keychain"
 run install -m 755 "$daemon" "$bin_dir/tpm-keychain-secret-service"
+run install -m 755 "$keys" "$bin_dir/tpm-keychain-keys"
 run install -m 644 "$manual_page" "$man_dir/tpm-keychain.1"
 run install -m 644 "$staging/tpm-keychain.bash" "$bash_dir/tpm-keychain"
 run install -m 644 "$staging/tpm-keychain.zsh" "$zsh_dir/_tpm-keychain"

@@ -1,8 +1,9 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import KeychainVocabulary
 import SystemCalls
 import TPMKeychain
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -108,10 +109,10 @@ package enum PassStore {
         for line in lines {
             guard let colon = line.firstIndex(of: UInt8(ascii: ":")),
                 let key = String(validating: line[..<colon], as: UTF8.self),
-                ["login", "username", "user"].contains(key.trimmingCharacters(in: .whitespaces).lowercased()),
+                ["login", "username", "user"].contains(key.trimmingWhitespace().lowercased()),
                 let value = String(validating: line[line.index(after: colon)...], as: UTF8.self)
             else { continue }
-            return value.trimmingCharacters(in: .whitespacesAndNewlines)
+            return value.trimmingWhitespace()
         }
         return ""
     }
@@ -129,7 +130,7 @@ package enum PassStore {
                 names = try FileManager.default.contentsOfDirectory(atPath: absolute)
             } catch {
                 throw ForeignImportError(
-                    .unreadableSource, "cannot list \(absolute) in the pass store: \(error.localizedDescription)")
+                    .unreadableSource, "cannot list \(absolute) in the pass store: \(error)")
             }
             for name in names where !name.hasPrefix(".") {
                 let path = relative.isEmpty ? name : relative + "/" + name
@@ -206,7 +207,7 @@ package enum PassStore {
                     ? "a symbolic link, not read: an entry must be a file of the store"
                     : "cannot open it: \(String(cString: strerror(errno)))")
         }
-        let input = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        defer { closeDescriptor(descriptor) }
         var status = stat()
         guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
             return .failed("not a regular file, not read")
@@ -215,44 +216,61 @@ package enum PassStore {
             return .failed(
                 "\(status.st_size) bytes, over the \(maximumEntryFileSize) an entry may have; not decrypted")
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: gpg)
-        process.arguments = ["--quiet", "--batch", "--yes", "--decrypt"]
-        if let environment { process.environment = environment }
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
+        let output: (read: Int32, write: Int32)
+        let errors: (read: Int32, write: Int32)
+        let pid: pid_t
         do {
-            try process.run()
+            output = try makeCloseOnExecPipe()
+            do {
+                errors = try makeCloseOnExecPipe()
+            } catch {
+                closeDescriptor(output.read)
+                closeDescriptor(output.write)
+                throw error
+            }
+            do {
+                pid = try ChildProcess.spawn(
+                    executablePath: gpg, arguments: ["--quiet", "--batch", "--yes", "--decrypt"],
+                    environment: environment.map { $0.map { "\($0.key)=\($0.value)" } },
+                    standardInput: .descriptor(descriptor), standardOutput: .descriptor(output.write),
+                    standardError: .descriptor(errors.write))
+            } catch {
+                for end in [output.read, output.write, errors.read, errors.write] { closeDescriptor(end) }
+                throw error
+            }
         } catch {
-            throw ForeignImportError(.toolUnavailable, "cannot run \(gpg): \(error.localizedDescription)")
+            throw ForeignImportError(.toolUnavailable, "cannot run \(gpg): \(error)")
         }
+        // Our copies of the write ends must go: if we kept them, the pipes would never see EOF.
+        closeDescriptor(output.write)
+        closeDescriptor(errors.write)
 
-        let errorDescriptor = errors.fileHandleForReading.fileDescriptor
+        let errorDescriptor = errors.read
         let diagnostics = Locked<[UInt8]>([])
         let reader = DispatchGroup()
         DispatchQueue.global().async(group: reader) { PassStore.drain(errorDescriptor, into: diagnostics) }
-        var plaintext = PassStore.read(output.fileHandleForReading.fileDescriptor, atMost: ItemValue.maximumSize + 1)
+        var plaintext = PassStore.read(output.read, atMost: ItemValue.maximumSize + 1)
         if plaintext.count > ItemValue.maximumSize {
             // A small file can decompress to gigabytes: stop gpg rather than read on.
-            process.terminate()
+            _ = kill(pid, SIGTERM)
         }
-        try? output.fileHandleForReading.close()
+        closeDescriptor(output.read)
         reader.wait()
-        process.waitUntilExit()
-        withExtendedLifetime((errors, input)) {}
+        closeDescriptor(errors.read)
+        let termination = try? ChildProcess.waitForTermination(pid)
 
         guard plaintext.count <= ItemValue.maximumSize else {
             zero(&plaintext)
             return .failed("its decrypted text is over \(ItemValue.maximumSize) bytes, more than an item holds")
         }
-        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+        guard termination == .exited(0) else {
             zero(&plaintext)
             let how =
-                process.terminationReason == .exit
-                ? "exit status \(process.terminationStatus)" : "signal \(process.terminationStatus)"
+                switch termination {
+                case .exited(let code): "exit status \(code)"
+                case .signaled(let signal): "signal \(signal)"
+                case nil: "its end unknown"
+                }
             let diagnosis = diagnostics.withLock { PassStore.lastLine(of: $0) }
             return .failed("gpg could not decrypt it (\(how))" + (diagnosis.isEmpty ? "" : ": \(diagnosis)"))
         }
@@ -310,7 +328,7 @@ package enum PassStore {
         let text = String(decoding: bytes, as: UTF8.self)
         let line =
             text.split(whereSeparator: \.isNewline).last { !$0.allSatisfy(\.isWhitespace) }
-            .map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            .map { $0.trimmingWhitespace() } ?? ""
         return line.count > 300 ? String(line.prefix(297)) + "..." : line
     }
 

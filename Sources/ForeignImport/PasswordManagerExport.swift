@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -146,7 +147,7 @@ package enum PasswordManagerExport {
         static let passwordNames = Column.password.names.map { "\"" + $0 + "\"" }.joined(separator: " or ")
 
         static func normalize(_ name: String) -> String {
-            name.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+            name.trimmingWhitespace().lowercased()
         }
     }
 
@@ -175,7 +176,7 @@ package enum PasswordManagerExport {
     /// ` ("name")`, shortened, or nothing for an entry without a name. Names are not secrets;
     /// they tell the user which row to fix.
     private static func describe(_ name: String) -> String {
-        let trimmed = name.trimmingCharacters(in: .whitespacesAndNewlines)
+        let trimmed = name.trimmingWhitespace()
         guard !trimmed.isEmpty else { return "" }
         let shown = trimmed.count > 60 ? String(trimmed.prefix(57)) + "..." : trimmed
         return " (\"\(shown)\")"
@@ -200,8 +201,8 @@ package enum PasswordManagerExport {
                 "its note is \(noteSize) bytes, over the \(maximumNoteSize) an imported comment may hold; shorten the note (or move it elsewhere) and import again"
             )
         }
-        let name = entry.name.trimmingCharacters(in: .whitespacesAndNewlines)
-        let url = entry.url.trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = entry.name.trimmingWhitespace()
+        let url = entry.url.trimmingWhitespace()
         for (what, text) in [("name", name), ("URL", url), ("user name", entry.account)]
         where text.utf8.count > AttributeList.maximumValueSize {
             return .skipped("its \(what) is over \(AttributeList.maximumValueSize) bytes, more than an attribute holds")

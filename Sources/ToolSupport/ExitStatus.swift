@@ -66,3 +66,11 @@ package enum ExitStatus {
 package func printError(_ message: String) {
     writeStandardError(message + "\n")
 }
+
+/// An error of a tool's own (its input, its files, a program it runs), whose description is the
+/// message people see and which maps to one exit status: how a tool's readers (another keyring's
+/// export) report through a command without the command knowing each of their error types.
+package protocol ToolFailure: Error, CustomStringConvertible {
+    /// The sysexits(3) status this failure ends a command with.
+    var exitStatus: Int32 { get }
+}

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import ToolSupport
 
 #if canImport(Glibc)
@@ -12,8 +13,7 @@ import Glibc
 struct SecretServiceTool: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tpm-keychain secret-service",
-        abstract:
-            "The desktop's Secret Service (org.freedesktop.secrets): serve the stores, or import another provider's items.",
+        abstract: HandedOverVerb.secretService.abstract,
         discussion: ExitStatus.helpText,
         subcommands: [SecretServiceServe.self, SecretServiceImport.self],
         defaultSubcommand: SecretServiceServe.self)

@@ -219,7 +219,7 @@ struct EveryFaceDecisionTests {
         defer { try? FileManager.default.removeItem(atPath: base) }
         // The tools where another user can run them (the build directory may be root's alone).
         try CLI.install(at: base + "/tpm-keychain")
-        for name in ["tpm-keychain-face-probe", "git-credential-tpm-keychain"] {
+        for name in ["tpm-keychain-keys", "tpm-keychain-face-probe", "git-credential-tpm-keychain"] {
             try SystemTool.copyExecutable(Self.tool(name), to: base + "/" + name)
         }
         let home = base + "/home"

@@ -22,6 +22,10 @@ static inline void tk_secure_zero(void *pointer, size_t count) {
     }
 }
 
+/// pipe2(2) with O_CLOEXEC: both ends close on exec, atomically, so a child another thread spawns
+/// meanwhile never inherits them.
+int tk_pipe_cloexec(int fds[2]);
+
 /// getrandom(2) without flags.
 static inline ssize_t tk_getrandom(void *buffer, size_t count) {
     return getrandom(buffer, count, 0);

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
@@ -33,13 +34,13 @@ struct DumpKeychain: ParsableCommand {
 
     func perform(in session: StoreSession, output: OutputLine = { print($0) }) throws {
         let items = try ItemService(location: session.location, caller: AccessCaller(face: .cli))
-        var objects: [[String: Any]] = []
+        var objects: [JSONValue] = []
         for itemClass in [ItemClass.genericPassword, .internetPassword] {
             for found in try items.query(itemClass, matching: AttributeList()) {
                 let item = ShownItem(found)
                 let secret = decrypt ? try secret(of: found, item, items, session) : nil
                 if json {
-                    objects.append(ItemJSON.object(item, keychain: session.path, secret: secret))
+                    objects.append(.object(ItemJSON.object(item, keychain: session.path, secret: secret)))
                     continue
                 }
                 SecurityFormat.attributeBlock(item, keychain: session.path).forEach(output)
@@ -49,7 +50,7 @@ struct DumpKeychain: ParsableCommand {
                 output(secret.map(SecurityFormat.value) ?? "<NULL>")
             }
         }
-        if json { output(try ItemJSON.text(objects)) }
+        if json { output(ItemJSON.text(.array(objects))) }
     }
 
     /// A secret for -d; nil when the item went away meanwhile. A protected generic password is

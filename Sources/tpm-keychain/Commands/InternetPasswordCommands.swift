@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 import KeychainVocabulary
 import TPMKeychain
 import ToolSupport

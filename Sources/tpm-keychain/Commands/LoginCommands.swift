@@ -1,8 +1,11 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
+import SystemCalls
 import TPMKeychain
 import TPMKeychainFprintd
 import ToolSupport
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -54,7 +57,7 @@ enum LoginUnlockMarker {
         let environment = ProcessInfo.processInfo.environment
         let config =
             environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
-            ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.config"
+            ?? (environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path) + "/.config"
         return config + "/tpm-keychain"
     }
 
@@ -70,7 +73,8 @@ enum LoginUnlockMarker {
     }
 
     static func write(_ text: String) throws {
-        for path in [(directory as NSString).deletingLastPathComponent, directory] {
+        let parent = directory.lastIndex(of: "/").map { String(directory[..<$0]) } ?? directory
+        for path in [parent, directory] {
             if mkdir(path, 0o700) != 0 && errno != EEXIST {
                 throw CommandFailure(ExitStatus.ioError, "cannot make \(path): \(String(cString: strerror(errno)))")
             }
@@ -229,7 +233,7 @@ struct PAMHook: ParsableCommand {
         let others = sessions.split(whereSeparator: \.isWhitespace).map(String.init).filter { $0 != closing }
         let open = others.filter { session in
             let state = loginctl(["show-session", session, "--property=State", "--value"])
-            return state.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) != "closing" } ?? false
+            return state.map { $0.trimmingWhitespace() != "closing" } ?? false
         }
         // Without this session's ID, it is among the others, and counts as one of them.
         return open.count <= (closing == nil ? 1 : 0)
@@ -237,17 +241,10 @@ struct PAMHook: ParsableCommand {
 
     /// loginctl's output (found in PATH, which the module sets), or nil when it fails.
     private static func loginctl(_ arguments: [String]) -> String? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["loginctl"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return nil }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { return nil }
-        return String(decoding: data, as: UTF8.self)
+        guard let run = try? ChildProcess.run("/usr/bin/env", arguments: ["loginctl"] + arguments),
+            run.termination == .exited(0)
+        else { return nil }
+        return String(decoding: run.output, as: UTF8.self)
     }
 }
 

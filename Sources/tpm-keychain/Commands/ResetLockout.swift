@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 import TPM
 import TPMKeychain
 import ToolSupport

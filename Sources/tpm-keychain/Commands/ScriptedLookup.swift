@@ -1,4 +1,5 @@
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 import TPMKeychain
 import ToolSupport
 

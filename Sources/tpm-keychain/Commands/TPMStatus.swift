@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 import SystemCalls
 import TPM
 import TPMKeychain

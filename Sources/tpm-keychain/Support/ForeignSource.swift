@@ -1,8 +1,13 @@
+import CommandLineSupport
 import ForeignImport
-import Foundation
+import FoundationEssentials
 import KeychainVocabulary
 import TPMKeychain
 import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Another keyring's export, read into items, and written through the importer that archives use.
 enum ForeignSource {

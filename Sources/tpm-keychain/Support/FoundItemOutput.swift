@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 
 /// How the find verbs show what they found (`-w`, `-g`, `--json`), shared by
 /// find-generic-password and find-internet-password.
@@ -22,7 +23,7 @@ struct FoundItemOutput: ParsableArguments {
     /// `security`'s attribute block with the password on standard error.
     func show(_ item: ShownItem, keychain: String, secret: Data?, output: OutputLine, errorOutput: OutputLine) throws {
         if json {
-            output(try ItemJSON.text(ItemJSON.object(item, keychain: keychain, secret: secret)))
+            output(ItemJSON.text(.object(ItemJSON.object(item, keychain: keychain, secret: secret))))
         } else if passwordOnly, let secret {
             output(SecurityFormat.bareValue(secret))
         } else {

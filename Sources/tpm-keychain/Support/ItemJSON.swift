@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import KeychainVocabulary
 import ToolSupport
 
@@ -13,8 +13,8 @@ enum ItemJSON {
     /// may store Data) is null under its name and given as base64 under the name plus `Base64`
     /// (`"account": null, "accountBase64": "/wA="`); the secret likewise (`password`,
     /// `passwordBase64`).
-    static func object(_ item: ShownItem, keychain: String, secret: Data?) -> [String: Any] {
-        var object: [String: Any] = ["class": item.classCode, "keychain": keychain]
+    static func object(_ item: ShownItem, keychain: String, secret: Data?) -> [String: JSONValue] {
+        var object: [String: JSONValue] = ["class": .string(item.classCode), "keychain": .string(keychain)]
         func text(_ key: String, _ tag: FourCharacterCode) {
             put(key, item.bytes(tag), into: &object)
         }
@@ -24,12 +24,12 @@ enum ItemJSON {
         text("description", AttributeTag.description)
         // No access group is null, as on Apple platforms an absent kSecAttrAccessGroup.
         put("accessGroup", item.bytes(AttributeTag.accessGroup).flatMap { $0.isEmpty ? nil : $0 }, into: &object)
-        object["created"] = item.date(AttributeTag.creationDate).map(iso8601) ?? NSNull()
-        object["modified"] = item.date(AttributeTag.modificationDate).map(iso8601) ?? NSNull()
+        object["created"] = item.date(AttributeTag.creationDate).map { .string(iso8601($0)) } ?? .null
+        object["modified"] = item.date(AttributeTag.modificationDate).map { .string(iso8601($0)) } ?? .null
         if item.itemClass == .internetPassword {
             text("server", AttributeTag.server)
             text("protocol", AttributeTag.protocol)
-            object["port"] = Int(item.port)
+            object["port"] = .integer(Int(item.port))
             text("path", AttributeTag.path)
             text("authenticationType", AttributeTag.authenticationType)
             text("securityDomain", AttributeTag.securityDomain)
@@ -41,39 +41,95 @@ enum ItemJSON {
         return object
     }
 
-    /// The document: keys sorted, two-space indentation, slashes unescaped; one trailing newline
+    /// The document: keys sorted, two-space indentation, slashes unescaped (the layout Foundation's
+    /// JSONSerialization gave, which scripts may have come to rely on); one trailing newline
     /// comes from the caller's `print`.
-    ///
-    /// - Throws: ``CommandFailure`` (internal error) if Foundation refuses the object, which only
-    ///   holds strings, integers and nulls.
-    static func text(_ document: Any) throws(CommandFailure) -> String {
-        do {
-            let data = try JSONSerialization.data(
-                withJSONObject: document, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
-            return String(decoding: data, as: UTF8.self)
-        } catch {
-            throw CommandFailure(ExitStatus.software, "cannot encode the item as JSON: \(error)")
-        }
+    static func text(_ document: JSONValue) -> String {
+        var text = ""
+        document.write(into: &text, indentation: "")
+        return text
     }
 
     /// `2026-01-31T12:00:00Z`: ISO 8601 in UTC, whole seconds.
     static func iso8601(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: date)
+        date.formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
     }
 
-    private static func put(_ key: String, _ bytes: [UInt8]?, into object: inout [String: Any]) {
+    private static func put(_ key: String, _ bytes: [UInt8]?, into object: inout [String: JSONValue]) {
         guard let bytes else {
-            object[key] = NSNull()
+            object[key] = .null
             return
         }
         if let text = String(validating: bytes, as: UTF8.self) {
-            object[key] = text
+            object[key] = .string(text)
         } else {
-            object[key] = NSNull()
-            object[key + "Base64"] = Data(bytes).base64EncodedString()
+            object[key] = .null
+            object[key + "Base64"] = .string(Data(bytes).base64EncodedString())
         }
+    }
+}
+
+/// What ``ItemJSON`` writes: strings, integers, nulls, objects and arrays.
+enum JSONValue {
+    case string(String)
+    case integer(Int)
+    case null
+    case object([String: JSONValue])
+    case array([JSONValue])
+
+    /// Pretty-printed: objects' keys sorted ignoring case, as JSONSerialization's `.sortedKeys` did.
+    func write(into text: inout String, indentation: String) {
+        switch self {
+        case .string(let string): Self.quote(string, into: &text)
+        case .integer(let integer): text += String(integer)
+        case .null: text += "null"
+        case .object(let members):
+            let inner = indentation + "  "
+            let keys = members.keys.sorted { lhs, rhs in
+                let (left, right) = (lhs.lowercased(), rhs.lowercased())
+                return left == right ? lhs < rhs : left < right
+            }
+            text += "{\n"
+            for (index, key) in keys.enumerated() {
+                text += inner
+                Self.quote(key, into: &text)
+                text += " : "
+                members[key]?.write(into: &text, indentation: inner)
+                text += index == keys.count - 1 ? "\n" : ",\n"
+            }
+            if keys.isEmpty { text += "\n" }
+            text += indentation + "}"
+        case .array(let elements):
+            let inner = indentation + "  "
+            text += "[\n"
+            for (index, element) in elements.enumerated() {
+                text += inner
+                element.write(into: &text, indentation: inner)
+                text += index == elements.count - 1 ? "\n" : ",\n"
+            }
+            if elements.isEmpty { text += "\n" }
+            text += indentation + "]"
+        }
+    }
+
+    /// A JSON string: quote, backslash and control characters escaped, the rest as it is.
+    private static func quote(_ string: String, into text: inout String) {
+        text += "\""
+        for scalar in string.unicodeScalars {
+            switch scalar {
+            case "\"": text += "\\\""
+            case "\\": text += "\\\\"
+            case "\n": text += "\\n"
+            case "\r": text += "\\r"
+            case "\t": text += "\\t"
+            case "\u{08}": text += "\\b"
+            case "\u{0C}": text += "\\f"
+            case let control where control.value < 0x20:
+                let hex = String(control.value, radix: 16)
+                text += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: text.unicodeScalars.append(scalar)
+            }
+        }
+        text += "\""
     }
 }

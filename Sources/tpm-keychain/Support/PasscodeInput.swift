@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import CommandLineSupport
+import FoundationEssentials
 import SystemCalls
 import TPMKeychain
 import ToolSupport
@@ -40,7 +41,7 @@ final class PasscodeInput: @unchecked Sendable {
 
     /// One passcode. - Throws: ``CommandFailure`` when there is none to read, or it is empty.
     func read(prompt: String) throws(CommandFailure) -> SecretBytes {
-        let data: Data
+        var data: [UInt8]
         if let descriptor {
             if lines == nil { lines = try Self.readLines(descriptor) }
             guard let first = lines?.first else {
@@ -53,12 +54,13 @@ final class PasscodeInput: @unchecked Sendable {
             data = try Self.runAskpass(askpass, prompt: prompt)
         } else {
             switch try PasswordInput.read(prompt: prompt) {
-            case .text(let text): data = Data(text.utf8)
-            case .bytes(let bytes): data = bytes
+            case .text(let text): data = Array(text.utf8)
+            case .bytes(let bytes): data = Array(bytes)
             }
         }
+        defer { for index in data.indices { data[index] = 0 } }
         guard !data.isEmpty else { throw CommandFailure(ExitStatus.usage, "the passcode is empty") }
-        return SecretBytes(copying: Array(data))
+        return SecretBytes(copying: data)
     }
 
     /// The non-empty lines of `bytes` as secrets; `bytes` is overwritten with zeros afterwards.
@@ -93,26 +95,21 @@ final class PasscodeInput: @unchecked Sendable {
         return secretLines(&data)
     }
 
-    private static func runAskpass(_ program: String, prompt: String) throws(CommandFailure) -> Data {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = [prompt]
-        process.environment = ChildEnvironment.currentDictionary()
-        let output = Pipe()
-        process.standardOutput = output
+    private static func runAskpass(_ program: String, prompt: String) throws(CommandFailure) -> [UInt8] {
+        let run: (termination: ChildProcess.Termination, output: [UInt8])
         do {
-            try process.run()
+            // Its prompt goes to the terminal (stderr), its answer to us (stdout).
+            run = try ChildProcess.run(
+                program, arguments: [prompt], standardInput: .inherited, standardError: .inherited, limit: 64 << 10)
         } catch {
             throw CommandFailure(ExitStatus.unavailable, "cannot run \(askpassVariable) program \(program): \(error)")
         }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
+        guard run.termination == .exited(0) else {
             throw CommandFailure(
                 ExitStatus.permissionDenied,
-                "\(askpassVariable) program \(program) exited with \(process.terminationStatus): cancelled")
+                "\(askpassVariable) program \(program) ended with \(run.termination): cancelled")
         }
-        return data.last == UInt8(ascii: "\n") ? data.dropLast() : data
+        return run.output.last == UInt8(ascii: "\n") ? Array(run.output.dropLast()) : run.output
     }
 }
 

@@ -2,6 +2,10 @@ import FoundationEssentials
 import KeychainVocabulary
 import WireFormat
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Output in the shape of macOS `security`'s item listings, so people and scripts that know
 /// `security find-generic-password` read it without a manual.
 enum SecurityFormat {
@@ -101,12 +105,14 @@ enum SecurityFormat {
 
     /// `security`'s timedate text: UTC, `YYYYMMDDhhmmssZ`.
     static func timedate(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        return String(
-            format: "%04d%02d%02d%02d%02d%02dZ", parts.year ?? 0, parts.month ?? 0, parts.day ?? 0,
-            parts.hour ?? 0, parts.minute ?? 0, parts.second ?? 0)
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        let fields: [(Int32, Int)] = [
+            (parts.tm_year + 1900, 4), (parts.tm_mon + 1, 2), (parts.tm_mday, 2), (parts.tm_hour, 2),
+            (parts.tm_min, 2), (parts.tm_sec, 2),
+        ]
+        return fields.map { String($0.0).leftPadded(to: $0.1) }.joined() + "Z"
     }
 
     /// A text attribute: quoted when UTF-8, hex otherwise (SecItem code may store Data), `<NULL>` when absent.

@@ -1,3 +1,4 @@
+import CommandLineSupport
 import Crypto
 import CryptoExtras
 import Foundation

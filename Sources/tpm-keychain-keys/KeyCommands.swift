@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Foundation
 import SecurityCompat
 import TPMKeychain
@@ -11,19 +12,35 @@ import Glibc
 /// `tpm-keychain key …`: keys as keychain items (kSecClassKey), through the SecKey face, as
 /// macOS's security tool works through Security.framework. A key made here is a Secure
 /// Enclave-style P-256 key in the TPM; iOS code finds it by its label (kSecAttrLabel) and tag.
+///
+/// `tpm-keychain-keys` is a binary of its own so that the CLI people run for each lookup does not
+/// link SecKey, X.509 and the Foundation they bring; `tpm-keychain key ...` hands over to it.
+@main
 struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "key",
-        abstract: "Keys that live in the TPM: create, list, print the public key, sign, write a key file, delete.",
+        commandName: "tpm-keychain key",
+        abstract: HandedOverVerb.key.abstract,
         discussion: """
             A key is named by its label (and its application tag, when labels repeat). Keys made \
             with --key-file can be written as TPM 2.0 Key Files ("TSS2 PRIVATE KEY"), which the \
             tpm2 OpenSSL provider and ssh-tpm-agent use on this machine's TPM; see docs/SECURITY.md, \
             "Key files", for what such a file gives whoever can read it.
+
+            \(ExitStatus.helpText)
             """,
         subcommands: [
             CreateKey.self, ListKeys.self, PrintPublicKey.self, SignWithKey.self, ExportKeyFile.self, DeleteKey.self,
         ])
+
+    static func main() {
+        ProcessGuard.install(programName: "tpm-keychain")
+        for index in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[index], String(validatingCString: raw) == nil else { continue }
+            printError("tpm-keychain: argument \(index) is not valid UTF-8; names and paths must be UTF-8 text")
+            Glibc.exit(ExitStatus.usage)
+        }
+        main(nil)
+    }
 }
 
 /// `--label` and `--tag`, naming one key.
