@@ -136,7 +136,7 @@ extension ItemStore {
         OperationProgress.report(.committed)
         // Format 2 is now the truth; items/ is garbage, removed again at the next open if this fails.
         _ = try? rootDirectory.removeTree(Self.itemsDirectory)
-        caches.withLock { $0 = Caches() }
+        forgetCaches()
         try reloadLayout(state.keys)
     }
 

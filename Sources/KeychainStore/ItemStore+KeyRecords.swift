@@ -87,7 +87,7 @@ extension ItemStore {
         }
         try directory.replace(
             KeyRecord.fileName(recordID), with: record.serialized(metadataKey: state.keys.metadata), durable: durable)
-        caches.withLock { $0.records[recordID] = record }
+        keyRecords.remember(record, id: recordID)
         return record
     }
 

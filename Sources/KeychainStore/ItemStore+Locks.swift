@@ -11,7 +11,7 @@ extension ItemStore {
     ///
     /// - Throws: ``KeychainError`` `.timedOut`, `.storageFailed`.
     func lockStoreForWriting() throws(KeychainError) -> LockFile {
-        let lent = caches.withLock { $0.locks.lend(Self.storeLockKey, in: rootDirectory) }
+        let lent = lockPool.lend(Self.storeLockKey, in: rootDirectory)
         let file: LockFile
         if let lent { file = lent } else { file = try rootDirectory.openLockOnItself() }
         try rootDirectory.relockItself(file, timeout: lockTimeout, purpose: "writing to it", shared: true)
@@ -28,7 +28,7 @@ extension ItemStore {
     ///
     /// - Throws: ``KeychainError`` `.timedOut`, `.unsafeFileSystem`, `.storageFailed`.
     func lockGroup(_ directory: Directory, named group: String) throws(KeychainError) -> LockFile {
-        let lent = caches.withLock { $0.locks.lend(group, in: directory) }
+        let lent = lockPool.lend(group, in: directory)
         let file: LockFile
         if let lent { file = lent } else { file = try directory.openLock(".lock") }
         try directory.relock(file, named: ".lock", timeout: lockTimeout)
@@ -38,6 +38,6 @@ extension ItemStore {
     /// Lets a lock go, keeping its descriptor for the next holder.
     func unlock(_ file: LockFile, pooledAs key: String, in directory: Directory) {
         file.unlock()
-        caches.withLock { $0.locks.giveBack(file, key, in: directory) }
+        lockPool.giveBack(file, key, in: directory)
     }
 }

@@ -151,7 +151,7 @@ extension ItemStore {
 
     /// A key record, read and authenticated (cached: records never change once written).
     func keyRecord(_ recordID: [UInt8], _ state: OpenState) throws(KeychainError) -> KeyRecord {
-        if let cached = caches.withLock({ $0.records[recordID] }) { return cached }
+        if let cached = keyRecords.record(recordID) { return cached }
         let path = root + "/" + state.layout.records + "/" + KeyRecord.fileName(recordID)
         guard let directory = try Directory.open(state.layout.records, in: rootDirectory, create: false),
             let file = try directory.openFile(KeyRecord.fileName(recordID))
@@ -163,7 +163,7 @@ extension ItemStore {
             parsing: try file.read(count: file.size, at: 0), storeID: storeID, metadataKey: state.keys.metadata,
             path: path)
         guard record.recordID == recordID else { throw KeychainError(.tampered, "\(path) holds another key record") }
-        caches.withLock { $0.records[recordID] = record }
+        keyRecords.remember(record, id: recordID)
         return record
     }
 

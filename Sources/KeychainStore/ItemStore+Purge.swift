@@ -89,7 +89,7 @@ extension ItemStore {
                     let header = try file.read(count: ItemFileV2.headerSize, at: 0)
                     if Array(header[52..<68]) == record.recordID {
                         let generation = try recordDeletion(of: name, in: directory, group: group)
-                        caches.withLock { $0.releaseHeldFiles(inGroup: group) }
+                        groupDirectories.releaseHeldFiles(inGroup: group)
                         _ = try directory.remove(name, durable: durable)
                         try recordDeletionDone(of: name, group: group, generation: generation)
                         removed = true
@@ -101,7 +101,7 @@ extension ItemStore {
             if let records = try Directory.open(state.layout.records, in: rootDirectory, create: false) {
                 _ = try records.remove(KeyRecord.fileName(record.recordID), durable: durable)
             }
-            caches.withLock { $0 = Caches() }
+            forgetCaches()
         }
         return count
     }

@@ -172,10 +172,7 @@ extension ItemStore {
                 }
             }
             if try directory.stamp() == stamp {
-                caches.withLock { caches in
-                    if caches.consistent.count >= Caches.limit { caches.consistent.removeAll(keepingCapacity: true) }
-                    caches.consistent[group] = stamp
-                }
+                groupDirectories.setConsistent(group, at: stamp)
             }
         }
         if state.layout.version == 2 {
@@ -235,7 +232,7 @@ extension ItemStore {
             sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
         }
         let salt = WriteSalt(header.salt)
-        let cached = caches.withLock { $0.listed[salt] }
+        let cached = decryptions.listed(salt)
         let attributes: AttributeList
         let fileName: String
         if let cached, cached.holds(header: header.bytes, sealed: sealed) {
@@ -249,10 +246,7 @@ extension ItemStore {
             attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
             fileName = ItemFileV2.fileName(of: header.itemClass, attributes, keys: state.keys)
             let listed = ListedWrite(header: header.bytes, sealed: sealed, attributes: attributes, file: fileName)
-            caches.withLock { caches in
-                if caches.listed.count >= Caches.listingLimit { caches.listed.removeAll(keepingCapacity: true) }
-                caches.listed[salt] = listed
-            }
+            decryptions.rememberListed(listed, salt: salt)
         }
         try Self.checkPlacement(
             fileMatches: fileName == name,
@@ -375,16 +369,13 @@ extension ItemStore {
         _ itemClass: ItemClass, _ primary: AttributeList, encoded: [UInt8], _ state: OpenState
     ) -> (group: String, file: String) {
         let cacheable = itemClass == .genericPassword || itemClass == .internetPassword
-        if cacheable, let known = caches.withLock({ $0.primaryNames[encoded] }) { return known }
+        if cacheable, let known = nameCache.names(ofPrimaryKey: encoded) { return known }
         let names = (
             group: ItemFileV2.groupName(of: itemClass, primary, keys: state.keys),
             file: ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
         )
         guard cacheable else { return names }
-        caches.withLock { caches in
-            if caches.primaryNames.count >= Caches.limit { caches.primaryNames.removeAll(keepingCapacity: true) }
-            caches.primaryNames[encoded] = names
-        }
+        nameCache.remember(names, ofPrimaryKey: encoded)
         return names
     }
 

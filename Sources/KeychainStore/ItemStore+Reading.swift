@@ -164,7 +164,7 @@ extension ItemStore {
         _ names: ItemNames, _ state: OpenState, groupLocked: Bool = false
     ) throws(KeychainError) -> T? {
         if let directory = try groupDirectory(names.group, create: false, state),
-            try caches.withLock({ $0.consistent[names.group] }) != directory.stamp()
+            try groupDirectories.consistentStamp(names.group) != directory.stamp()
         {
             _ = try scan(groups: [names.group], state, groupLocked: groupLocked)
         }
@@ -183,7 +183,7 @@ extension ItemStore {
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: path)
         let sealed = bytes[header.attributesRange]
         let attributes: AttributeList
-        let written = fileName.flatMap { name in caches.withLock { $0.written[name] } }
+        let written = fileName.flatMap { decryptions.written($0) }
         if let written, written.holds(header: header.bytes, sealed: sealed) {
             // Byte for byte what this process sealed, under the same key, nonce and AAD: it
             // decrypts to the attributes that were sealed.

@@ -166,12 +166,7 @@ extension ItemStore {
         else { return }
         let write = ListedWrite(
             header: header.bytes, sealed: bytes[header.attributesRange], attributes: attributes, file: file)
-        caches.withLock { caches in
-            if caches.written.count >= Caches.writtenLimit, caches.written[file] == nil {
-                caches.written.removeAll(keepingCapacity: true)
-            }
-            caches.written[file] = write
-        }
+        decryptions.rememberWritten(write, file: file)
     }
 
     /// Deletes the item of any class named by `primary`. - Returns: false if it did not exist.
@@ -280,7 +275,7 @@ extension ItemStore {
         let lock = try directory.lock(".lock", timeout: lockTimeout)
         defer { withExtendedLifetime(lock) {} }
         var removed = 0
-        caches.withLock { $0.releaseHeldFiles(inGroup: groupName(service: service, accessGroup: accessGroup, state)) }
+        groupDirectories.releaseHeldFiles(inGroup: groupName(service: service, accessGroup: accessGroup, state))
         let names = try directory.entries()
         // In a protected store: every delete recorded (durably) before any file goes, and marked
         // done once all are gone.
@@ -361,19 +356,16 @@ extension ItemStore {
     ) throws(KeychainError) -> R {
         // Held item files of the directory are let go: the change makes them stale anyway, and a
         // removed or replaced file's inode should not outlive it in this process.
-        let known = caches.withLock { caches in
-            caches.releaseHeldFiles(inGroup: serviceName)
-            return caches.consistent[serviceName]
-        }
+        let known = groupDirectories.releaseForWriting(serviceName)
         // Nothing to carry forward for a directory never checked: spare the write path two fstats.
         guard let known else { return try body() }
         let unchangedBefore = try directory.stamp() == known
         let result = try body()
         if unchangedBefore {
             let after = try directory.stamp()
-            caches.withLock { $0.consistent[serviceName] = after }
+            groupDirectories.setConsistent(serviceName, at: after)
         } else {
-            caches.withLock { _ = $0.consistent.removeValue(forKey: serviceName) }
+            groupDirectories.setConsistent(serviceName, at: nil)
         }
         return result
     }

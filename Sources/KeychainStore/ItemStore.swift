@@ -34,7 +34,14 @@ package final class ItemStore: Sendable {
     package let durable: Bool
     let rootDirectory: Directory
     private let state: Locked<OpenState?>
-    let caches = Locked(Caches())
+    /// What a get would otherwise recompute or reopen, each cache with its own lock: the names
+    /// (two HMACs), the group directories and held item files, the decryptions (an HKDF per item
+    /// key; what listings and this process's writes decrypted), the key records, the lock files.
+    let nameCache = ItemNameCache()
+    let groupDirectories = GroupDirectoryCache()
+    let decryptions = DecryptionCache()
+    let keyRecords = KeyRecordCache()
+    let lockPool = LockPool()
     /// The manifest as last read, for a rollback-protected store (nil for one without a counter).
     let rollback: Locked<RollbackState?>
     /// The manifest's lock file, kept open between appends (two system calls fewer per record),
@@ -65,44 +72,13 @@ package final class ItemStore: Sendable {
         var manifest: String = Manifest.fileName
     }
 
-    /// What a get would otherwise recompute or reopen: two HMACs for the names, an HKDF for the
-    /// key, and the group directory (opened and verified once). All bounded, all emptied by
-    /// ``close()`` and by an upgrade. A cached item key is found by its write's random salt, so a
-    /// hit means the same file version; GCM still authenticates every byte.
-    struct Caches {
-        static let limit = 4096
-        var names: [ItemIdentity: ItemNames] = [:]
-        var itemKeys: [WriteSalt: SymmetricKey] = [:]
-        var groups: [String: Directory] = [:]
-        /// Group directories whose every item file was read and found where it belongs, with
-        /// the directory's stamp at the time: a miss in one is genuine while the stamp holds.
-        var consistent: [String: Directory.Stamp] = [:]
-        /// Key records read and authenticated; a record never changes once written.
-        var records: [[UInt8]: KeyRecord] = [:]
-        /// Group and file names by encoded primary key, for class-generic lookups (SecItem), as
-        /// ``names`` is for the Keychain API's identities.
-        var primaryNames: [[UInt8]: (group: String, file: String)] = [:]
-        /// What a listing derived from each write it read, by the write's random salt (see
-        /// ``ListedWrite``). Kept apart from ``itemKeys`` so that listings do not churn the get
-        /// path's cache, and large enough for a listing of ``listingLimit`` items.
-        var listed: [WriteSalt: ListedWrite] = [:]
-        static let listingLimit = 16_384
-        /// What this process's last writes sealed, by item file name: the next upsert of such
-        /// an item finds its old attributes here instead of decrypting them. One entry per item,
-        /// the latest write's, for the last ``writtenLimit`` items written.
-        var written: [String: ListedWrite] = [:]
-        static let writtenLimit = 64
-        /// Lock files kept open between writes.
-        var locks = LockPool()
-        /// Item files kept open for the next get of the same item (``HeldItemFile``).
-        var heldFiles: [HeldItemFile.Key: HeldItemFile] = [:]
-
-        /// Lets go of the held files of one group directory, which this process is changing.
-        mutating func releaseHeldFiles(inGroup group: String) {
-            if heldFiles.isEmpty { return }
-            heldFiles = heldFiles.filter { $0.key.group != group }
-        }
-    }
+    /// How many entries each cache keeps before it starts again: all bounded, all emptied by
+    /// ``close()``, with every master key and by an upgrade.
+    static let cacheLimit = 4096
+    /// What a listing's decryptions keep: enough for a listing of this many items.
+    static let listingLimit = 16_384
+    /// What this process's last writes sealed: the last this many items written.
+    static let writtenLimit = 64
 
     /// An item's group directory and file name, and its identity as the secret's AAD encodes it,
     /// for one format version.
@@ -157,7 +133,7 @@ package final class ItemStore: Sendable {
     /// Erases the keys from memory; later calls throw `.storeClosed`.
     package func close() {
         state.withLock { $0 = nil }
-        caches.withLock { $0 = Caches() }
+        forgetCaches()
         rollback.withLock { $0 = nil }
         manifestLock.withLock { $0 = nil }
     }
@@ -176,20 +152,29 @@ package final class ItemStore: Sendable {
     /// everything cached about the old one.
     func adopt(_ layout: Layout) {
         state.withLock { state in state?.layout = layout }
-        caches.withLock { $0 = Caches() }
+        forgetCaches()
     }
 
     /// Switches to another master key's keys and layout (after a rotation, by this process or
     /// another) and forgets everything cached under the old ones.
     func adopt(_ replacement: OpenState) {
         state.withLock { state in if state != nil { state = replacement } }
-        caches.withLock { $0 = Caches() }
+        forgetCaches()
+    }
+
+    /// Empties every cache: the store closed, its master key or its format changed.
+    func forgetCaches() {
+        nameCache.removeAll()
+        groupDirectories.removeAll()
+        decryptions.removeAll()
+        keyRecords.removeAll()
+        lockPool.removeAll()
     }
 
     // MARK: Names and directories
 
     func names(_ identity: ItemIdentity, _ state: OpenState) -> ItemNames {
-        if let cached = caches.withLock({ $0.names[identity] }), cached.version == state.layout.version {
+        if let cached = nameCache.names(of: identity), cached.version == state.layout.version {
             return cached
         }
         let keys = state.keys
@@ -207,10 +192,7 @@ package final class ItemStore: Sendable {
                 file: file, encodedIdentity: ItemClass.genericPassword.encodedPrimaryKey(of: attributes),
                 manifestKey: Manifest.ItemKey(fileName: file))
         }
-        caches.withLock { caches in
-            if caches.names.count >= Caches.limit { caches.names.removeAll(keepingCapacity: true) }
-            caches.names[identity] = names
-        }
+        nameCache.remember(names, of: identity)
         return names
     }
 
@@ -226,27 +208,24 @@ package final class ItemStore: Sendable {
     /// The group's directory: opened once, re-checked (fstat) on every use, and opened (or
     /// created) again if it was removed from the file system meanwhile.
     func groupDirectory(_ name: String, create: Bool, _ state: OpenState) throws(KeychainError) -> Directory? {
-        if let cached = caches.withLock({ $0.groups[name] }) {
+        if let cached = groupDirectories.directory(name) {
             if try cached.revalidate() { return cached }
             forgetGroupDirectory(name)
         }
         guard let opened = try Directory.open(name, in: state.layout.items, create: create) else { return nil }
-        caches.withLock { caches in
-            if caches.groups.count >= Caches.limit { caches.groups.removeAll(keepingCapacity: true) }
-            caches.groups[name] = opened
-        }
+        groupDirectories.remember(opened, named: name)
         return opened
     }
 
     private func forgetGroupDirectory(_ name: String) {
-        caches.withLock { _ = $0.groups.removeValue(forKey: name) }
+        groupDirectories.forget(name)
     }
 
     /// The item's file, or nil: a held one when nothing can have replaced it (``HeldItemFile``),
     /// else opened, and held for the next get once its directory has settled.
     func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
         let key = HeldItemFile.Key(group: names.group, file: names.file)
-        let (cached, held) = caches.withLock { ($0.groups[names.group], $0.heldFiles[key]) }
+        let (cached, held) = groupDirectories.directoryAndHeldFile(key)
         guard let cached, let stamp = try cached.revalidatedStamp() else {
             if cached != nil { forgetGroupDirectory(names.group) }
             return try groupDirectory(names.group, create: false, state)?.openFile(names.file)
@@ -260,12 +239,7 @@ package final class ItemStore: Sendable {
                 ? HeldItemFile(directory: cached, stamp: stamp, owner: file.owner, path: file.path) : nil
         }
         if held != nil || hold != nil {
-            caches.withLock { caches in
-                if hold != nil, caches.heldFiles[key] == nil, caches.heldFiles.count >= HeldItemFile.limit {
-                    caches.heldFiles.remove(at: caches.heldFiles.startIndex)
-                }
-                caches.heldFiles[key] = hold
-            }
+            groupDirectories.hold(hold, for: key)
         }
         return file
     }
@@ -273,13 +247,7 @@ package final class ItemStore: Sendable {
     /// The item key of the write with `salt`, derived by `derive` on a cache miss.
     func itemKey(salt: ArraySlice<UInt8>, _ derive: () -> SymmetricKey) -> SymmetricKey {
         let salt = WriteSalt(salt)
-        if let cached = caches.withLock({ $0.itemKeys[salt] }) { return cached }
-        let key = derive()
-        caches.withLock { caches in
-            if caches.itemKeys.count >= Caches.limit { caches.itemKeys.removeAll(keepingCapacity: true) }
-            caches.itemKeys[salt] = key
-        }
-        return key
+        return decryptions.itemKey(salt, derive: derive)
     }
 }
 
