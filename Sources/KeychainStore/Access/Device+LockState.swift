@@ -2,7 +2,7 @@ import Crypto
 import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
-import TPM
+package import TPM
 
 #if canImport(Glibc)
 import Glibc
@@ -104,6 +104,30 @@ extension Device {
             throw error
         } catch {
             throw KeychainError(deviceTPM: error)
+        }
+    }
+
+    /// Verifies the passcode and unlocks the device (the lock-state index reads unlocked).
+    package func unlock(passcode: SecretBytes) throws(KeychainError) {
+        try withConnection { (connection) throws(KeychainError) in
+            _ = try passcodePrivateKey(passcode, connection)
+            guard let state = try state(connection) else {
+                throw KeychainError(.passcodeNotSet, "No device passcode is set")
+            }
+            try writeLockState(unlocked: true, state, connection)
+        }
+    }
+
+    /// Locks the device: whenUnlocked items are refused by the TPM until the next unlock.
+    ///
+    /// - Throws: ``KeychainError`` `.passcodeNotSet`: a device without a passcode cannot be locked.
+    package func lock() throws(KeychainError) {
+        try withConnection { (connection) throws(KeychainError) in
+            guard let state = try state(connection), state.file.passcode != nil else {
+                throw KeychainError(
+                    .passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
+            }
+            try writeLockState(unlocked: false, state, connection)
         }
     }
 }

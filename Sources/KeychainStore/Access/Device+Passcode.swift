@@ -177,28 +177,6 @@ extension Device {
         _ = try directory.remove(DeviceFile.nextFileName, durable: true)
     }
 
-    /// What this device's state says of a passcode key a key record was wrapped to.
-    package enum PasscodeKeyStanding: Sendable, Equatable {
-        /// The device's passcode key now.
-        case current
-        /// A key this device removed; the TPM's passcode counter moved past `epoch` when it did.
-        case retired(epoch: UInt64)
-        /// Not a key of this device state: another member's device, another state directory.
-        case unknown
-    }
-
-    /// - Throws: ``KeychainError`` `.tampered` when `device.meta` fails authentication.
-    package func standing(
-        ofPasscodeKey publicKey: [UInt8], _ connection: TPMConnection? = nil
-    ) throws(KeychainError) -> PasscodeKeyStanding {
-        guard let file = try state(connection)?.file else { return .unknown }
-        if let current = file.passcode, current.publicKey == publicKey { return .current }
-        if let retired = file.retiredPasscodeKeys.last(where: { $0.publicKey == publicKey }) {
-            return .retired(epoch: retired.epoch)
-        }
-        return .unknown
-    }
-
     /// The passcode key's public half, which key records wrap their keys to (nil without a passcode).
     func passcodePublicKey(_ state: State?) throws(KeychainError) -> Curve25519.KeyAgreement.PublicKey? {
         guard let bytes = state?.file.passcode?.publicKey else { return nil }
@@ -225,30 +203,6 @@ extension Device {
             throw KeychainError(.passcodeNotSet, "No device passcode is set")
         }
         return try Self.agreementKey(seed: try openPasscodeKey(current, passcode: passcode, state, connection))
-    }
-
-    /// Verifies the passcode and unlocks the device (the lock-state index reads unlocked).
-    package func unlock(passcode: SecretBytes) throws(KeychainError) {
-        try withConnection { (connection) throws(KeychainError) in
-            _ = try passcodePrivateKey(passcode, connection)
-            guard let state = try state(connection) else {
-                throw KeychainError(.passcodeNotSet, "No device passcode is set")
-            }
-            try writeLockState(unlocked: true, state, connection)
-        }
-    }
-
-    /// Locks the device: whenUnlocked items are refused by the TPM until the next unlock.
-    ///
-    /// - Throws: ``KeychainError`` `.passcodeNotSet`: a device without a passcode cannot be locked.
-    package func lock() throws(KeychainError) {
-        try withConnection { (connection) throws(KeychainError) in
-            guard let state = try state(connection), state.file.passcode != nil else {
-                throw KeychainError(
-                    .passcodeNotSet, "A keychain without a device passcode is always unlocked: set a passcode first")
-            }
-            try writeLockState(unlocked: false, state, connection)
-        }
     }
 
     static func agreementKey(seed: SecretBytes) throws(KeychainError) -> Curve25519.KeyAgreement.PrivateKey {
