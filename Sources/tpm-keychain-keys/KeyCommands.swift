@@ -33,12 +33,7 @@ struct KeyCommand: ParsableCommand {
         ])
 
     static func main() {
-        ProcessGuard.install(programName: "tpm-keychain")
-        for index in 1..<Int(CommandLine.argc) {
-            guard let raw = CommandLine.unsafeArgv[index], String(validatingCString: raw) == nil else { continue }
-            printError("tpm-keychain: argument \(index) is not valid UTF-8; names and paths must be UTF-8 text")
-            Glibc.exit(ExitStatus.usage)
-        }
+        CommandStart.prepare()
         main(nil)
     }
 }

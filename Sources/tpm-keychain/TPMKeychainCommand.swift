@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import FoundationEssentials
 import ToolSupport
 
@@ -31,13 +32,7 @@ struct TPMKeychainCommand: ParsableCommand {
 
     /// Guards the process before ArgumentParser sees the arguments.
     static func main() {
-        ProcessGuard.install(programName: "tpm-keychain")
-        if let position = firstArgumentThatIsNotUTF8() {
-            // Swift would turn the bytes into U+FFFD, and two different names would then name
-            // the same item (or a path another directory): refuse instead of guessing.
-            printError("tpm-keychain: argument \(position) is not valid UTF-8; names and paths must be UTF-8 text")
-            Glibc.exit(ExitStatus.usage)
-        }
+        CommandStart.prepare()
         PasswordArgument.hide()
         if let lookup = ScriptedLookup.parse(Array(CommandLine.arguments.dropFirst())),
             let status = ScriptedLookup.run(lookup)
@@ -45,15 +40,6 @@ struct TPMKeychainCommand: ParsableCommand {
             Glibc.exit(status)
         }
         main(nil)
-    }
-
-    /// The 1-based position of the first argument whose bytes are not UTF-8, if any.
-    private static func firstArgumentThatIsNotUTF8() -> Int? {
-        for index in 1..<Int(CommandLine.argc) {
-            guard let raw = CommandLine.unsafeArgv[index] else { continue }
-            if String(validatingCString: raw) == nil { return index }
-        }
-        return nil
     }
 }
 
