@@ -5,6 +5,10 @@ package import KeychainVocabulary
 import SystemCalls
 import TPM
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The device of a location: its TPM chosen as for the store, its directory resolved
 /// (``KeychainLocation/deviceDirectory``).
 package enum Devices {
@@ -33,7 +37,9 @@ package enum Devices {
     /// The device directory, when it is known without choosing (or starting) a TPM.
     static func knownDirectory(_ location: KeychainLocation) -> String? {
         if let explicit = location.deviceDirectory { return explicit }
-        if let environment = ProcessInfo.processInfo.environment["TPM_KEYCHAIN_DEVICE_DIR"], environment.hasPrefix("/")
+        // getenv, not ProcessInfo's environment: that builds a dictionary of every variable, and
+        // this runs on each write of a lock-bound item (a tenth of a durable set's CPU time).
+        if let environment = getenv("TPM_KEYCHAIN_DEVICE_DIR").map({ String(cString: $0) }), environment.hasPrefix("/")
         {
             return environment
         }
