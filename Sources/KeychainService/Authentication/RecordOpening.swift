@@ -1,7 +1,7 @@
 import Crypto
 import FoundationEssentials
-package import KeychainStore
-package import KeychainVocabulary
+import KeychainStore
+import KeychainVocabulary
 import SystemCalls
 package import TPM
 
@@ -68,7 +68,7 @@ package final class OpenedRecords: Sendable {
 extension ProofSource {
     /// The opened key record for a protected item: from the reuse window, or by asking the
     /// person (biometry, then the passcode where the protection allows it) and the TPM.
-    package func recordKey(
+    func recordKey(
         for protection: ItemStore.ItemProtection, store: ItemStore, location: KeychainLocation
     ) async throws(KeychainError)
         -> ItemStore.RecordKey
@@ -187,7 +187,7 @@ extension ProofSource {
     /// A key opened within the reuse window, while the device was neither locked nor unlocked
     /// since (one stat of its lock stamp) and the TPM has not reset (its reset and restart counts,
     /// read at most every ``OpenedRecords/resetCheckInterval``).
-    package func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
+    func keptKey(_ protection: ItemStore.ItemProtection, location: KeychainLocation) -> ItemStore.RecordKey? {
         guard (try? checkValid()) != nil else { return nil }
         let opened = openedRecords
         guard !location.sessionIsLocked(for: protection.protection.accessibility) else {

@@ -1,7 +1,7 @@
 import Crypto
 import FoundationEssentials
-package import KeychainStore
-package import KeychainVocabulary
+import KeychainStore
+import KeychainVocabulary
 import SystemCalls
 import TPM
 
@@ -11,12 +11,12 @@ import Glibc
 
 /// The device of a location: its TPM chosen as for the store, its directory resolved
 /// (``KeychainLocation/deviceDirectory``).
-package enum Devices {
+enum Devices {
     /// Directories already resolved, by store path: resolving may ask the TPM for its storage key.
     private static let directories = Locked<[String: String]>([:])
 
     /// Runs `body` with the device, the TPM started for it when simulated and stopped after.
-    package static func with<R>(
+    static func with<R>(
         _ location: KeychainLocation, _ body: (Device) throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
         let tpm = try StoreTPM.choose(for: location)
@@ -27,7 +27,7 @@ package enum Devices {
 
     /// Whether the location's device has a passcode: a file read, without starting a simulated
     /// TPM when the device directory is known without one.
-    package static func passcodeIsSet(_ location: KeychainLocation) throws(KeychainError) -> Bool {
+    static func passcodeIsSet(_ location: KeychainLocation) throws(KeychainError) -> Bool {
         if let directory = knownDirectory(location) {
             return try Device.passcodeIsSet(directory: directory)
         }

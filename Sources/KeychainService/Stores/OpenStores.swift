@@ -1,5 +1,5 @@
-package import KeychainStore
-package import KeychainVocabulary
+import KeychainStore
+import KeychainVocabulary
 import SystemCalls
 import TPM
 
@@ -19,7 +19,7 @@ package enum OpenStores {
     private static let opened = Locked<[KeychainLocation: ItemStore]>([:])
 
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
-    package static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
+    static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
         if let store = opened.withLock({ $0[location] }) { return store }
         let entry = entries.withLock { entries in
             if let entry = entries[location] { return entry }
