@@ -300,7 +300,7 @@ let package = Package(
         .testTarget(
             name: "KeychainStoreTests",
             dependencies: [
-                "KeychainStore", "KeychainVocabulary", "TPM", "TPMKeychainTesting", "tpm-keychain-fuzz",
+                "KeychainStore", "KeychainVocabulary", "TPM", "TPMKeychainTesting", "tpm-keychain-fuzz", "SystemCalls",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
+import KeychainVocabulary
 import TPM
-import TPMKeychain
 import TPMKeychainTesting
 import Testing
 
@@ -48,10 +48,10 @@ struct StoreFactsTests {
 
     @Test("a new store's store.meta is version 6 and records its TPM and its sharing")
     func newStoresRecordTheirFacts() throws {
-        let store = try TestStore()
+        let store = try EngineStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
-        try Self.write([1], at: store.location.path, tpm: tpm)
-        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: store.location.path + "/store.meta")))
+        try Self.write([1], at: store.path, tpm: tpm)
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: store.path + "/store.meta")))
         #expect(bytes[4..<6] == [0, 6])
         #expect(bytes[32..<34] == [0, 2], "item layout 2")
         #expect(bytes[34] == TPMKind.simulator.rawValue)
@@ -66,9 +66,9 @@ struct StoreFactsTests {
         "a store from before version 6 is given the record at its next open; one that cannot be written then (read-only) still opens, and is recorded later"
     )
     func olderStoresGetTheRecord() throws {
-        let store = try TestStore()
+        let store = try EngineStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
-        let root = store.location.path
+        let root = store.path
         try Self.write([9], at: root, tpm: tpm)
         // Written back as version 4 (layout 2 with a counter, no record), under the store's own key.
         try {
@@ -101,29 +101,29 @@ struct StoreFactsTests {
         "every byte of the record is authenticated: a store made on a TPM device edited to say 'simulator' is refused as tampered"
     )
     func theRecordIsAuthenticated() throws {
-        let store = try TestStore()
+        let store = try EngineStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
-        try Self.write([1], at: store.location.path, tpm: tpm, kind: .device)
-        let path = store.location.path + "/store.meta"
+        try Self.write([1], at: store.path, tpm: tpm, kind: .device)
+        let path = store.path + "/store.meta"
         var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
         for (offset, value) in [(34, TPMKind.simulatorInStore.rawValue), (34, TPMKind.simulator.rawValue), (35, 1)] {
             let original = bytes
             bytes[offset] = value
             try Data(bytes).write(to: URL(fileURLWithPath: path))
-            expectKeychainError(.tampered) { _ = try Self.read(at: store.location.path, tpm: tpm) }
+            expectKeychainError(.tampered) { _ = try Self.read(at: store.path, tpm: tpm) }
             bytes = original
             try Data(bytes).write(to: URL(fileURLWithPath: path))
         }
-        #expect(try Self.read(at: store.location.path, tpm: tpm, kind: .device) == [1])
+        #expect(try Self.read(at: store.path, tpm: tpm, kind: .device) == [1])
     }
 
     @Test(
         "a store made on a TPM device never opens through a simulator, and a recovery never moves it to one; store.meta is left as it was"
     )
     func aDeviceStoreNeverMovesToASimulator() throws {
-        let store = try TestStore()
+        let store = try EngineStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
-        let root = store.location.path
+        let root = store.path
         // This swtpm stands in for the machine's TPM device: the store records what it was told.
         try Self.write([7], at: root, tpm: tpm, kind: .device)
         let recoveryKey = try {
@@ -158,9 +158,9 @@ struct StoreFactsTests {
             if: geteuid() == 0,
             "needs root: a 2770 directory of a group this user is in, owned by a member (root and group 0)"))
     func aPrivateStoreStaysPrivate() throws {
-        let store = try TestStore()
+        let store = try EngineStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
-        let root = store.location.path
+        let root = store.path
         try Self.write([3], at: root, tpm: tpm)
         #expect(chown(root, 0, 0) == 0 && chmod(root, 0o2770) == 0)
         Self.expectError(.unsafeFileSystem, mentioning: "created for this user alone") {
@@ -174,7 +174,7 @@ struct StoreFactsTests {
         "a shared store whose directory was given to another group is refused until it is given back",
         .enabled(if: geteuid() == 0, "needs root: groupadd, and a store shared with groups root is in"))
     func aSharedStoreKeepsItsGroup() throws {
-        let store = try TestStore()
+        let store = try EngineStore()
         let tpm = TPMConfiguration(tcti: store.simulator.tcti)
         let group = "tkf" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
         try SystemTool.run("/usr/sbin/groupadd", [group])
@@ -182,7 +182,7 @@ struct StoreFactsTests {
         try SystemTool.run("/usr/sbin/usermod", ["-a", "-G", group, "root"])
         let other = try #require(getgrnam(group)?.pointee.gr_gid)
         try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
-        let root = store.location.path
+        let root = store.path
         try Self.write([5], at: root, tpm: tpm, sharedGroup: 0)
         let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: root + "/store.meta")))
         #expect(bytes[35] == 1 && bytes[36..<40] == [0, 0, 0, 0], "shared with group 0")
