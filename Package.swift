@@ -94,12 +94,24 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // Moving items: export archives and their import, and the readers of other keyrings'
+        // exports (pass, password managers' CSV and JSON), over the service's items.
+        .target(
+            name: "KeychainTransfer",
+            dependencies: [
+                "KeychainService", "KeychainVocabulary", "TPM", "SystemCalls", "WireFormat",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
         // Layer 4: the public Swift API over the service (Keychain, AuthenticationContext, the
         // public entry points that take a context). Re-exports the service's public vocabulary.
         .target(
             name: "TPMKeychain",
             dependencies: [
-                "KeychainService", "KeychainVocabulary", "TPM", "SystemCalls", "Secrets", "WireFormat",
+                "KeychainService", "KeychainTransfer", "KeychainVocabulary", "TPM", "SystemCalls", "Secrets",
+                "WireFormat",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -180,12 +192,6 @@ let package = Package(
         // attributes the Keychain API does not offer).
         .target(
             name: "ToolSupport", dependencies: ["TPMKeychain", "KeychainVocabulary", "TPM"], swiftSettings: strictness),
-        // Readers of other keyrings' exports (pass, password managers' CSV and JSON): apart from
-        // ToolSupport, whose tools (the git helper) then link no Foundation string machinery.
-        .target(
-            name: "ForeignImport",
-            dependencies: ["TPMKeychain", "ToolSupport", "KeychainVocabulary", "SystemCalls", "WireFormat"],
-            swiftSettings: strictness),
         // What tpm-keychain's binaries share: --keychain, error reporting, the hand-over table.
         .target(
             name: "CommandLineSupport",
@@ -200,7 +206,7 @@ let package = Package(
             name: "tpm-keychain",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "TPM", "TPMSimulator", "SystemCalls", "WireFormat",
-                "TPMKeychainFprintd", "ToolSupport", "ForeignImport", "CommandLineSupport",
+                "TPMKeychainFprintd", "ToolSupport", "KeychainTransfer", "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -283,7 +289,7 @@ let package = Package(
         .target(name: "CFuzzing", path: "Tests/Fuzz/CFuzzing"),
         .executableTarget(
             name: "tpm-keychain-fuzz",
-            dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport", "ForeignImport"],
+            dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport", "KeychainTransfer"],
             path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",
@@ -324,7 +330,7 @@ let package = Package(
                 "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
                 "tpm-keychain-keys",
                 "git-credential-tpm-keychain", "tpm-keychain-face-probe", "KeychainStore", "ToolSupport",
-                "ForeignImport",
+                "KeychainTransfer",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -1,5 +1,5 @@
-import ForeignImport
 import Foundation
+import KeychainTransfer
 import KeychainVocabulary
 import TPMKeychain
 import TPMKeychainTesting

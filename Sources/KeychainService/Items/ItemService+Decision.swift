@@ -96,6 +96,12 @@ extension ItemService {
     }
 
     /// The access group a primary key names; "" for none.
+    /// Whether this caller may write an item with `attributes` (its access group), decided as a
+    /// write of it would be: what an importer asks before it plans an item.
+    package func mayWrite(_ attributes: AttributeList) -> Bool {
+        (try? authorize(.write, group: Self.group(of: attributes))) != nil
+    }
+
     static func group(of attributes: AttributeList) -> String {
         attributes.string(AttributeTag.accessGroup) ?? ""
     }

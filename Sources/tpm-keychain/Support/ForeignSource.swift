@@ -1,6 +1,6 @@
 import CommandLineSupport
-import ForeignImport
 import FoundationEssentials
+import KeychainTransfer
 import KeychainVocabulary
 import TPMKeychain
 import ToolSupport

@@ -10,9 +10,9 @@
 // "password-csv", "password-json" (password managers' exports, read by `import`).
 // Seed corpora: Fixtures/fuzz/<target>/.
 import CFuzzing
-import ForeignImport
 import Foundation
 import KeychainStore
+import KeychainTransfer
 import TPMKeychain
 import ToolSupport
 

@@ -1,5 +1,6 @@
 import Crypto
 public import FoundationEssentials
+public import KeychainService
 public import KeychainVocabulary
 import SystemCalls
 import WireFormat

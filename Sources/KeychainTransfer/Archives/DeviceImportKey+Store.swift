@@ -1,4 +1,5 @@
 import Crypto
+import KeychainService
 import KeychainVocabulary
 import TPM
 

@@ -1,7 +1,6 @@
 import FoundationEssentials
+import KeychainService
 import KeychainVocabulary
-import TPMKeychain
-import ToolSupport
 import WireFormat
 
 #if canImport(Glibc)

@@ -1,3 +1,4 @@
+import KeychainService
 package import KeychainVocabulary
 
 /// One item on its way out of a store or into one: what an archive record carries, and what

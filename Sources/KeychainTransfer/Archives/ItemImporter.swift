@@ -1,3 +1,4 @@
+package import KeychainService
 package import KeychainVocabulary
 
 /// Writes incoming items (an archive's, another keyring's) into a store under a conflict
@@ -58,7 +59,7 @@ package struct ItemImporter: Sendable {
     /// Why an incoming item is refused whatever the store holds.
     private func refusal(_ item: TransferItem) -> KeychainArchive.SkipReason? {
         if item.value.kind == .tpmKey { return .livesInTPM }
-        if (try? service.authorize(.write, group: ItemService.group(of: item.attributes))) == nil {
+        if !service.mayWrite(item.attributes) {
             return .otherAccessGroup
         }
         if item.itemClass == .genericPassword,

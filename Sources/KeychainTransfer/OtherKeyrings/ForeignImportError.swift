@@ -1,6 +1,3 @@
-package import TPMKeychain
-import ToolSupport
-
 /// Why another keyring's export could not be read at all. A problem with one row or one entry
 /// does not throw: it becomes a ``ForeignImportReport/Skipped`` entry of the report, so one bad
 /// row never costs the rest of the file.
@@ -69,17 +66,5 @@ package struct ForeignImportReport: Sendable {
     package init(items: [TransferItem] = [], skipped: [Skipped] = []) {
         self.items = items
         self.skipped = skipped
-    }
-}
-
-extension ForeignImportError: ToolFailure {
-    /// A source that cannot be read is missing input; a program that cannot run is unavailable;
-    /// the rest is bad data.
-    package var exitStatus: Int32 {
-        switch code {
-        case .unreadableSource: ExitStatus.noInput
-        case .toolUnavailable: ExitStatus.unavailable
-        default: ExitStatus.dataError
-        }
     }
 }

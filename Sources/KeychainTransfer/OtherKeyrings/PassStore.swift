@@ -1,8 +1,8 @@
 import Dispatch
 import FoundationEssentials
+import KeychainService
 import KeychainVocabulary
 import SystemCalls
-import TPMKeychain
 import WireFormat
 
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 package import Crypto
 import CryptoExtras
 import FoundationEssentials
+import KeychainService
 package import KeychainVocabulary
 package import SystemCalls
 import WireFormat

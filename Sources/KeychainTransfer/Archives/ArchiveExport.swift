@@ -1,5 +1,6 @@
 import Crypto
 import FoundationEssentials
+import KeychainService
 import KeychainVocabulary
 import SystemCalls
 
