@@ -134,7 +134,8 @@ package enum ChildProcess {
     }
 
     /// Runs `executablePath` to its end and returns how it ended with what it wrote on its
-    /// standard output, at most `limit` bytes (a child that writes more is killed).
+    /// standard output, at most `limit` bytes (a child that writes more is killed). The output
+    /// is read as secrets are (``readToEnd(_:atMost:)``): the caller erases it when done.
     ///
     /// - Throws: `Errno` from pipe2 or posix_spawn.
     package static func run(
@@ -155,18 +156,14 @@ package enum ChildProcess {
         // Our copy of the write end must go: if we kept it, the pipe would never see EOF.
         closeDescriptor(ends.write)
         defer { closeDescriptor(ends.read) }
-        var output: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while output.count <= limit {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(ends.read, $0.baseAddress, $0.count) }
-            if count > 0 {
-                output.append(contentsOf: buffer[..<count])
-            } else if count == 0 || errno != EINTR {
-                break
-            }
-        }
+        var output = readToEnd(ends.read, atMost: limit + 1)
         if output.count > limit { _ = kill(pid, SIGKILL) }
-        return (try waitForTermination(pid), output)
+        do {
+            return (try waitForTermination(pid), output)
+        } catch {
+            erase(&output)
+            throw error
+        }
     }
 
     /// Reaps `pid` if it has exited. Returns true when the child is gone (also when someone else

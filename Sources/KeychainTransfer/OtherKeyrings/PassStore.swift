@@ -75,7 +75,7 @@ package enum PassStore {
             case .failed(let reason):
                 report.skipped.append(.init(row: offset + 1, reason: "\(name): \(reason)"))
             case .plaintext(var text):
-                defer { zero(&text) }
+                defer { erase(&text) }
                 if let entryItem = Self.item(named: name, text: text) {
                     report.items.append(entryItem)
                 } else {
@@ -90,7 +90,7 @@ package enum PassStore {
     /// The item for entry `name` whose decryption is `text`; nil for an empty entry.
     static func item(named name: String, text: [UInt8]) -> TransferItem? {
         var value = text
-        defer { zero(&value) }
+        defer { erase(&value) }
         if value.last == UInt8(ascii: "\n") { value.removeLast() }
         guard !value.isEmpty else { return nil }
         var attributes = AttributeList()
@@ -249,7 +249,7 @@ package enum PassStore {
         let diagnostics = Locked<[UInt8]>([])
         let reader = DispatchGroup()
         DispatchQueue.global().async(group: reader) { PassStore.drain(errorDescriptor, into: diagnostics) }
-        var plaintext = PassStore.read(output.read, atMost: ItemValue.maximumSize + 1)
+        var plaintext = readToEnd(output.read, atMost: ItemValue.maximumSize + 1)
         if plaintext.count > ItemValue.maximumSize {
             // A small file can decompress to gigabytes: stop gpg rather than read on.
             _ = kill(pid, SIGTERM)
@@ -260,11 +260,11 @@ package enum PassStore {
         let termination = try? ChildProcess.waitForTermination(pid)
 
         guard plaintext.count <= ItemValue.maximumSize else {
-            zero(&plaintext)
+            erase(&plaintext)
             return .failed("its decrypted text is over \(ItemValue.maximumSize) bytes, more than an item holds")
         }
         guard termination == .exited(0) else {
-            zero(&plaintext)
+            erase(&plaintext)
             let how =
                 switch termination {
                 case .exited(let code): "exit status \(code)"
@@ -275,33 +275,6 @@ package enum PassStore {
             return .failed("gpg could not decrypt it (\(how))" + (diagnosis.isEmpty ? "" : ": \(diagnosis)"))
         }
         return .plaintext(plaintext)
-    }
-
-    /// Reads `descriptor` until its end or until `limit` bytes are in.
-    private static func read(_ descriptor: Int32, atMost limit: Int) -> [UInt8] {
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        defer { zero(&buffer) }
-        while bytes.count < limit {
-            let wanted = min(buffer.count, limit - bytes.count)
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, wanted) }
-            if count > 0 {
-                // Grown by copying: the old storage keeps plaintext, so it is zeroed first.
-                if bytes.count + count > bytes.capacity {
-                    var grown = [UInt8]()
-                    grown.reserveCapacity(max(2 * bytes.capacity, bytes.count + count))
-                    grown.append(contentsOf: bytes)
-                    zero(&bytes)
-                    bytes = grown
-                }
-                bytes.append(contentsOf: buffer[0..<count])
-            } else if count < 0, errno == EINTR {
-                continue
-            } else {
-                break
-            }
-        }
-        return bytes
     }
 
     /// Reads `descriptor` to its end into `collected`, keeping the last 64 KiB (gpg's
@@ -344,9 +317,5 @@ package enum PassStore {
             case .error: return false
             }
         }
-    }
-
-    static func zero(_ bytes: inout [UInt8]) {
-        for index in bytes.indices { bytes[index] = 0 }
     }
 }

@@ -58,7 +58,7 @@ final class PasscodeInput: @unchecked Sendable {
             case .bytes(let bytes): data = Array(bytes)
             }
         }
-        defer { for index in data.indices { data[index] = 0 } }
+        defer { erase(&data) }
         guard !data.isEmpty else { throw CommandFailure(ExitStatus.usage, "the passcode is empty") }
         return SecretBytes(copying: data)
     }
@@ -96,7 +96,7 @@ final class PasscodeInput: @unchecked Sendable {
     }
 
     private static func runAskpass(_ program: String, prompt: String) throws(CommandFailure) -> [UInt8] {
-        let run: (termination: ChildProcess.Termination, output: [UInt8])
+        var run: (termination: ChildProcess.Termination, output: [UInt8])
         do {
             // Its prompt goes to the terminal (stderr), its answer to us (stdout).
             run = try ChildProcess.run(
@@ -104,6 +104,7 @@ final class PasscodeInput: @unchecked Sendable {
         } catch {
             throw CommandFailure(ExitStatus.unavailable, "cannot run \(askpassVariable) program \(program): \(error)")
         }
+        defer { erase(&run.output) }
         guard run.termination == .exited(0) else {
             throw CommandFailure(
                 ExitStatus.permissionDenied,
