@@ -2,6 +2,7 @@ import Crypto
 import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -90,7 +91,7 @@ extension ItemStore {
     /// that no copy of any version of the item reads as current afterwards.
     private func generationToDelete(_ fileName: String, in directory: Directory) throws(KeychainError) -> UInt64 {
         let key = Manifest.ItemKey(fileName: fileName)
-        var generation = rollback.withLock { state in key.flatMap { state?.manifest.entries[$0]?.generation } } ?? 0
+        var generation = key.flatMap { rollback.recordedGeneration($0) } ?? 0
         if let file = try directory.openFile(fileName), file.size >= ItemFileV2.headerSize {
             let header = try? ItemFileV2.decodeHeader(
                 try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,

@@ -24,14 +24,14 @@ extension ItemStore {
             throw KeychainError(.tampered, "\(root)/\(StoreMetadata.fileName) now belongs to another store")
         }
         let layout = try Self.layout(of: rootDirectory, version: unlocked.version, keys: unlocked.keys)
-        var rollbackState: RollbackState?
+        var rollbackState: RollbackGuard.State?
         if let index = unlocked.counterIndex, let value = try unlocked.counterValue {
             rollbackState = try Self.loadManifest(
                 rootDirectory, name: layout.manifest, keys: unlocked.keys, storeID: storeID,
                 counterIndex: index, counter: value)
         }
         adopt(OpenState(keys: unlocked.keys, layout: layout, metadataIdentity: unlocked.metadataIdentity))
-        rollback.withLock { $0 = rollbackState }
+        rollback.replace(with: rollbackState)
         return true
     }
 

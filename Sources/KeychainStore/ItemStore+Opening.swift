@@ -151,7 +151,7 @@ extension ItemStore {
                 }
             }
         }
-        var rollback: RollbackState?
+        var rollback: RollbackGuard.State?
         if let counterIndex = opened.counterIndex, let counterValue = try opened.counterValue {
             rollback = try loadManifest(
                 rootDirectory, name: layout.manifest, keys: keys, storeID: storeID, counterIndex: counterIndex,

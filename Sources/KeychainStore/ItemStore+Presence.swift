@@ -3,6 +3,7 @@ import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
 import TPM
+
 #if canImport(Glibc)
 import Glibc
 #endif

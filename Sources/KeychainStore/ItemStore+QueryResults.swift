@@ -3,6 +3,7 @@ import FoundationEssentials
 package import KeychainVocabulary
 import SystemCalls
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -4,6 +4,7 @@ package import KeychainVocabulary
 import SystemCalls
 package import TPM
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -77,7 +77,7 @@ extension ItemStore {
         let state = try current()
         let opened = Dictionary(recordKeys.map { ($0.recordID, $0) }, uniquingKeysWith: { first, _ in first })
 
-        let oldCounter = rollback.withLock { $0?.manifest.counterIndex }
+        let oldCounter = rollback.counterIndex
         // The new key keeps the store's binding to its user, asked for before the TPM is.
         let binding = try Self.bindingSecret(
             of: try Self.authenticatedMetadata(of: rootDirectory, keys: state.keys), root: root)
@@ -145,7 +145,7 @@ extension ItemStore {
             let reloaded = try Self.loadManifest(
                 rootDirectory, name: target.layout.manifest, keys: keys, storeID: storeID,
                 counterIndex: counter.index, counter: counter.value)
-            rollback.withLock { $0 = reloaded }
+            rollback.replace(with: reloaded)
             if let oldCounter { undefineCounter(oldCounter) }
         }
         try Self.finishRecoveryKeyRotation(in: rootDirectory, keys: keys)

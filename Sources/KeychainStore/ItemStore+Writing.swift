@@ -126,7 +126,7 @@ extension ItemStore {
             }
             let contents = ItemFileV2.Contents(
                 itemID: existing?.itemID ?? randomBytes(16),
-                generation: nextGeneration(file: fileName, existing: existing?.generation),
+                generation: rollback.nextGeneration(file: fileName, existing: existing?.generation),
                 itemClass: itemClass,
                 keyRecord: record?.recordID ?? ItemFileV2.masterKeyRecord,
                 accessibility: access?.protection?.accessibility ?? changes.accessibility ?? existing?.accessibility
@@ -138,14 +138,14 @@ extension ItemStore {
             // bytes, so a write that fails from here on leaves it unused.
             remember(bytes, of: contents, file: fileName)
             let path = Manifest.ItemPath(group: group, file: fileName)
-            if let existing, !isRecorded(fileName, generation: existing.generation) {
+            if let existing, !rollback.isRecorded(fileName, generation: existing.generation) {
                 // The file is one the manifest accepted without recording it (a writer that died
                 // after its rename): recorded first, so that it stays accepted if this write dies too.
                 try recordInManifest(.set, [(path, existing.generation)])
             }
             // Announced before the rename when the manifest needs it to accept the new file should
             // this writer be killed before its "S" record (see `writeNeedsAnnouncement`).
-            if writeNeedsAnnouncement(fileName) {
+            if rollback.writeNeedsAnnouncement(fileName) {
                 try recordInManifest(.writing, [(path, contents.generation)])
             }
             try changing(directory, named: group) { () throws(KeychainError) in

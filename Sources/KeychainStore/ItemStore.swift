@@ -42,13 +42,8 @@ package final class ItemStore: Sendable {
     let decryptions = DecryptionCache()
     let keyRecords = KeyRecordCache()
     let lockPool = LockPool()
-    /// The manifest as last read, for a rollback-protected store (nil for one without a counter).
-    let rollback: Locked<RollbackState?>
-    /// The manifest's lock file, kept open between appends (two system calls fewer per record),
-    /// and the manifest itself as the last append opened it (an fstatat instead of an open and a
-    /// close per record while no other process replaced it). The mutex keeps this process's
-    /// threads apart, which one flock description cannot.
-    let manifestLock = Locked<(name: String, file: LockFile, manifest: OpenFile?)?>(nil)
+    /// The manifest as last read and its lock (for a store without a counter, it checks nothing).
+    let rollback: RollbackGuard
 
     /// What an open store needs on every operation, read under one lock: nil once closed.
     struct OpenState: Sendable {
@@ -111,9 +106,9 @@ package final class ItemStore: Sendable {
     init(
         root: Directory, storeID: [UInt8], layout: Layout, keys: StoreKeys, metadataIdentity: FileIdentity,
         durable: Bool,
-        lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackState? = nil
+        lockTimeout: Duration, lendTPM: @escaping TPMLender, rollback: RollbackGuard.State? = nil
     ) {
-        self.rollback = Locked(rollback)
+        self.rollback = RollbackGuard(rollback, root: root, lockTimeout: lockTimeout)
         self.root = root.path
         self.rootDirectory = root
         self.storeID = storeID
@@ -134,8 +129,7 @@ package final class ItemStore: Sendable {
     package func close() {
         state.withLock { $0 = nil }
         forgetCaches()
-        rollback.withLock { $0 = nil }
-        manifestLock.withLock { $0 = nil }
+        rollback.replace(with: nil)
     }
 
     /// The store's format version as this process sees it (1 until the first write upgrades it).

@@ -106,7 +106,7 @@ package enum UserBinding {
             return .failure(error)
         }
         if line.hasPrefix("binding "), var bytes = [UInt8](hexString: String(line.dropFirst(8))), bytes.count == 32 {
-            defer { bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
+            defer { erase(&bytes) }
             if keeping { bytes.withUnsafeBytes { _ = UserKeyring.store(cacheName, $0, timeoutSeconds: cacheSeconds) } }
             return .success(bytes.withUnsafeBytes { SecretBytes(copying: $0) })
         }

@@ -32,7 +32,7 @@ extension ItemStore {
     static func loadManifest(
         _ rootDirectory: Directory, name: String, keys: StoreKeys, storeID: [UInt8], counterIndex: UInt32,
         counter: UInt64
-    ) throws(KeychainError) -> RollbackState {
+    ) throws(KeychainError) -> RollbackGuard.State {
         let path = rootDirectory.path + "/" + name
         guard let file = try rootDirectory.openFile(name) else {
             throw KeychainError(
@@ -57,7 +57,7 @@ extension ItemStore {
                 "The manifest \(path) is ahead of the store's TPM counter (epoch \(state.epoch), counter \(counter)): the counter was replaced. Recovering the store with its recovery key accepts its files as they are"
             )
         }
-        return RollbackState(manifest: state, inode: file.inode, fileName: name)
+        return RollbackGuard.State(manifest: state, inode: file.inode, fileName: name)
     }
 
     /// The counter's value, read with its authorization (the TPM authenticates the answer).

@@ -27,18 +27,6 @@ import Glibc
 // - The counter moves once per epoch, not per write: at a handle's first write, and again on a
 //   write once its epoch is ten minutes old. NV write endurance on hardware TPMs is the reason.
 extension ItemStore {
-    /// What a protected store knows of its manifest.
-    struct RollbackState: Sendable {
-        var manifest: Manifest.State
-        /// The manifest file's inode: another one means a writer compacted it (or someone replaced it).
-        var inode: UInt64
-        var fileName: String
-        /// When this handle started its epoch (nil: not yet; the first write starts one).
-        var epochStarted: ContinuousClock.Instant?
-    }
-
-    /// How long a handle writes in one epoch before it moves the counter again.
-    static let epochLifetime: Duration = .seconds(600)
     /// Where new counters are defined: 2,097,152 handles in the upper half of the NV range no one
     /// has registered (0x01800000 to 0x01BFFFFF, where the device's indices also are, see
     /// ``DeviceIndices``); a taken one is skipped.
@@ -49,19 +37,12 @@ extension ItemStore {
     static let legacyCounterRange: Range<UInt32> = 0x0155_0000..<0x0156_0000
 
     /// Whether the store detects rollback and deletion (it has a counter in the TPM and a manifest).
-    package var isRollbackProtected: Bool {
-        // A pattern without a binding: `!= nil` copied the manifest state (two writes' records
-        // ask twice each).
-        rollback.withLock { (state) -> Bool in
-            if case .none = state { return false }
-            return true
-        }
-    }
+    package var isRollbackProtected: Bool { rollback.isProtected }
     /// The NV index of the store's rollback counter, or nil.
-    package var rollbackCounterIndex: UInt32? { rollback.withLock { $0?.manifest.counterIndex } }
+    package var rollbackCounterIndex: UInt32? { rollback.counterIndex }
     /// The latest epoch in the manifest as this handle last read it: the counter's value since
     /// the last epoch began (one more while a writer that died between the two is not yet followed).
-    package var manifestEpoch: UInt64? { rollback.withLock { $0?.manifest.epoch } }
+    package var manifestEpoch: UInt64? { rollback.epoch }
 
     /// The rollback counter's value in the TPM, or nil for a store without one.
     package func rollbackCounterValue() throws(KeychainError) -> UInt64? {
@@ -91,23 +72,26 @@ extension ItemStore {
         in items: Directory,
         groupLocked: Bool = false
     ) throws(KeychainError) -> Bool {
-        guard let file = key ?? Manifest.ItemKey(fileName: file), let verdict = verdict(generation, file: file) else {
+        guard let file = key ?? Manifest.ItemKey(fileName: file), let verdict = rollback.verdict(generation, file: file)
+        else {
             return true
         }
         if verdict == .current { return true }
         try refreshManifest()
-        var settled = self.verdict(generation, file: file) ?? .current
+        var settled = rollback.verdict(generation, file: file) ?? .current
         if settled != .current && settled != .deleted && !groupLocked {
             let lock = try groupLock(group, in: items)
             defer { withExtendedLifetime(lock) {} }
             try refreshManifest()
             switch try currentGeneration(file.fileName, group: group, in: items) {
             case nil:
-                if !isListed(file) { return false } // deleted meanwhile
+                if !rollback.isListed(file) { return false } // deleted meanwhile
             case let now?:
-                if now != generation, let current = self.verdict(now, file: file), current == .current { return true }
+                if now != generation, let current = rollback.verdict(now, file: file), current == .current {
+                    return true
+                }
             }
-            settled = self.verdict(generation, file: file) ?? .current
+            settled = rollback.verdict(generation, file: file) ?? .current
         }
         switch settled {
         case .current: return true
@@ -133,17 +117,17 @@ extension ItemStore {
     func checkAbsence(
         file name: String, group: String, in items: Directory, groupLocked: Bool = false
     ) throws(KeychainError) {
-        guard let file = Manifest.ItemKey(fileName: name), isListed(file) else { return }
+        guard let file = Manifest.ItemKey(fileName: name), rollback.isListed(file) else { return }
         try refreshManifest()
-        guard isListed(file) else { return }
+        guard rollback.isListed(file) else { return }
         if !groupLocked {
             let lock = try groupLock(group, in: items)
             defer { withExtendedLifetime(lock) {} }
             try refreshManifest()
-            if !isListed(file) { return }
+            if !rollback.isListed(file) { return }
             if try currentGeneration(name, group: group, in: items) != nil { return }
         }
-        let generation = rollback.withLock { $0?.manifest.entries[file]?.generation } ?? 0
+        let generation = rollback.recordedGeneration(file) ?? 0
         throw KeychainError(
             .rolledBack,
             "The item file \(items.path)/\(group)/\(name) (generation \(generation)) is missing although the store's manifest lists it: it was deleted outside the keychain, or its directory was put back from an older copy. Delete the item through the keychain to accept its loss, or restore the store from its newest backup"
@@ -154,32 +138,9 @@ extension ItemStore {
     func checkListed(
         groups: Set<String>, seen seenKeys: Set<Manifest.ItemKey>, in items: Directory, groupLocked: Bool = false
     ) throws(KeychainError) {
-        // Compared by manifest key: no file name is formatted for the items that are there.
-        func missing() -> [(String, String)] {
-            rollback.withLock { state in
-                var missing: [(String, String)] = []
-                for (key, entry) in state?.manifest.entries ?? [:]
-                where entry.live && !seenKeys.contains(key) && groups.contains(entry.group) {
-                    missing.append((key.fileName, entry.group))
-                }
-                return missing
-            }
-        }
-        for (file, group) in missing() {
+        for (file, group) in rollback.missing(groups: groups, seen: seenKeys) {
             try checkAbsence(file: file, group: group, in: items, groupLocked: groupLocked)
         }
-    }
-
-    private func verdict(_ generation: UInt64, file: Manifest.ItemKey) -> Verdict? {
-        // Only the manifest is read: `state.map` copied the whole rollback state, on every get.
-        rollback.withLock { state in
-            guard let manifest = state?.manifest else { return nil }
-            return Self.verdict(generation, file: file, manifest)
-        }
-    }
-
-    private func isListed(_ file: Manifest.ItemKey) -> Bool {
-        rollback.withLock { $0?.manifest.entries[file]?.live ?? false }
     }
 
     private func groupLock(_ group: String, in items: Directory) throws(KeychainError) -> LockFile? {
@@ -199,26 +160,4 @@ extension ItemStore {
             storeID: storeID, path: opened.path
         ).generation
     }
-
-    enum Verdict: Equatable {
-        case current
-        /// The file an interrupted delete left (its generation is the one deleted).
-        case deleted
-        case older(expected: UInt64)
-        case restoredDeleted
-    }
-
-    static func verdict(_ generation: UInt64, file: Manifest.ItemKey, _ manifest: Manifest.State) -> Verdict {
-        let entry = manifest.entries[file]
-        if let entry, entry.pending == generation { return .current }
-        // Not listed (or only announced: generation 0 is no version): new only above every
-        // generation the manifest has seen (a write whose records a power loss took).
-        guard let entry, entry.live || entry.generation > 0 else {
-            return generation > manifest.highWater ? .current : .restoredDeleted
-        }
-        if entry.live { return generation >= entry.generation ? .current : .older(expected: entry.generation) }
-        if generation > entry.generation { return .current }
-        return generation == entry.generation && !entry.finished ? .deleted : .restoredDeleted
-    }
-
 }

@@ -3,6 +3,7 @@ import FoundationEssentials
 import KeychainVocabulary
 import SystemCalls
 import TPM
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,11 +19,7 @@ extension ItemStore {
     @discardableResult
     func refreshManifest(writable: Bool = false, reusing held: OpenFile? = nil) throws(KeychainError) -> OpenFile? {
         guard
-            let (fileName, inode, validSize, counterIndex, epoch) = rollback.withLock({ state in
-                state.map {
-                    ($0.fileName, $0.inode, $0.manifest.validSize, $0.manifest.counterIndex, $0.manifest.epoch)
-                }
-            })
+            let (fileName, inode, validSize, counterIndex, epoch) = rollback.position
         else { return nil }
         var reopened: OpenFile?
         if let held { reopened = try rootDirectory.reopenFile(fileName, heldAs: held) }
@@ -48,21 +45,11 @@ extension ItemStore {
                     "The manifest \(path) was replaced by an older copy (epoch \(reloaded.epoch), this process has seen \(epoch))"
                 )
             }
-            let newInode = file.inode
-            rollback.withLock { state in
-                guard state != nil else { return }
-                state!.manifest = reloaded
-                state!.inode = newInode
-            }
+            rollback.adopt(reloaded, inode: file.inode)
         } else if file.size > validSize {
             guard file.size <= Manifest.maximumSize else { throw Self.oversizedManifest(path, size: file.size) }
             let tail = try file.read(count: file.size - validSize, at: validSize)
-            let error = rollback.withLock { state -> KeychainError? in
-                guard state != nil else { return nil }
-                return Manifest.apply(
-                    tail[...], at: validSize, to: &state!.manifest, macs: keys.manifestMAC, path: path)
-            }
-            if let error { throw error }
+            if let error = rollback.apply(tail[...], at: validSize, macs: keys.manifestMAC, path: path) { throw error }
         }
         return file
     }
@@ -74,9 +61,7 @@ extension ItemStore {
         _ records: [Manifest.Record], durable: Bool, keys: StoreKeys, through manifest: OpenFile? = nil
     ) throws(KeychainError) {
         guard
-            let (fileName, validSize, lastMAC, inode) = rollback.withLock({ state in
-                state.map { ($0.fileName, $0.manifest.validSize, $0.manifest.lastMAC, $0.inode) }
-            })
+            let (fileName, validSize, lastMAC, inode) = rollback.appendPosition
         else { return }
         let bytes = Manifest.encode(records, after: lastMAC, macs: keys.manifestMAC)
         if let manifest, manifest.inode == inode {
@@ -84,12 +69,8 @@ extension ItemStore {
         } else {
             try rootDirectory.overwrite(fileName, at: validSize, with: bytes, durable: durable)
         }
-        let error = rollback.withLock { state -> KeychainError? in
-            guard state != nil else { return nil }
-            return Manifest.apply(
-                bytes[...], at: validSize, to: &state!.manifest, macs: keys.manifestMAC, path: root + "/" + fileName,
-                encodedAfter: lastMAC)
-        }
+        let error = rollback.apply(
+            bytes[...], at: validSize, macs: keys.manifestMAC, path: root + "/" + fileName, encodedAfter: lastMAC)
         if let error { throw error }
     }
 }
