@@ -146,20 +146,12 @@ extension ItemStore {
         of file: OpenFile, named name: String, inGroup groupName: String,
         _ state: OpenState
     ) throws(KeychainError) -> ItemFileV2.Contents {
-        let bytes = try readWhole(file, version: 1)
-        let header = try ItemFileV1.decodeHeader(
-            bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
-        let key = v1ItemKey(header, state.keys)
-        let attributes = try ItemFileV1.decryptAttributes(
-            bytes[header.attributesRange], header: header, key: key, expected: nil,
-            path: file.path)
-        let identity = ItemIdentity(checked: attributes)
-        let names = names(identity, state)
-        guard names.file == name, names.group == groupName else {
+        let read = try formatOne(file, withSecret: true, state)
+        let (header, attributes) = (read.header, read.attributes)
+        let names = names(ItemIdentity(checked: attributes), state)
+        guard names.file == name, names.group == groupName, let value = read.value else {
             throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
         }
-        let value = try ItemFileV1.decryptSecret(
-            of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity, path: file.path)
         let list = AttributeList(formatOne: attributes)
         return ItemFileV2.Contents(
             itemID: header.itemID, generation: header.generation, itemClass: .genericPassword,

@@ -206,7 +206,8 @@ extension ItemStore {
         _ groupCheck: inout GroupCheck, _ state: OpenState, groupLocked: Bool
     ) throws(KeychainError) -> ScannedItem? {
         if state.layout.version == 1 {
-            let (header, attributes) = try formatOneHeaderAndAttributes(file, state)
+            let read = try formatOne(file, withSecret: false, state)
+            let (header, attributes) = (read.header, read.attributes)
             let names = names(ItemIdentity(checked: attributes), state)
             try Self.checkPlacement(
                 fileMatches: names.file == name, groupMatches: names.group == group, file.path, directory.path)

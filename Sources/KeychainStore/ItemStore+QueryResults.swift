@@ -19,17 +19,13 @@ extension ItemStore {
     package func secret(of result: ItemQueryResult, recordKey: RecordKey?) throws(KeychainError) -> [UInt8]? {
         let state = try currentFollowingUpgrades()
         guard state.layout.version == 2 else { return try item(reference: result.reference)?.value }
-        let group = ItemFileV2.groupName(of: result.itemClass, result.attributes, keys: state.keys)
-        guard let directory = try groupDirectory(group, create: false, state),
-            let file = try directory.openFile(
-                ItemFileV2.fileName(of: result.itemClass, result.attributes, keys: state.keys))
-        else {
-            return nil
-        }
-        return try readContents(
-            try readWhole(file, version: 2), path: file.path,
-            expectedPrimaryKey: result.itemClass.encodedPrimaryKey(of: result.attributes), recordKey: recordKey, state
-        ).value
+        let encoded = result.itemClass.encodedPrimaryKey(of: result.attributes)
+        let (group, fileName) = primaryNames(result.itemClass, result.attributes, encoded: encoded, state)
+        // Only the secret is decrypted: the result has the attributes, and the primary key is the
+        // secret's AAD.
+        return try readItem(
+            ItemNames(version: 2, group: group, file: fileName, encodedIdentity: encoded), of: result.itemClass,
+            .secret, recordKey: recordKey, state)?.secret
     }
 
     /// The item of `itemClass` whose primary key `primary` gives (absent attributes count as
@@ -57,37 +53,15 @@ extension ItemStore {
         }
         let encoded = itemClass.encodedPrimaryKey(of: primary)
         let (group, fileName) = primaryNames(itemClass, primary, encoded: encoded, state)
-        let names = ItemNames(version: 2, group: group, file: fileName, encodedIdentity: encoded)
-        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
-        guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
-        }
-        let whole =
-            withSecret ? try file.read(count: file.size, at: 0) : try file.read(count: ItemFileV2.headerSize, at: 0)
-        let header = try ItemFileV2.decodeHeader(whole[...], fileSize: file.size, storeID: storeID, path: file.path)
-        let key = v2ItemKey(header, state.keys)
-        let sealed =
-            withSecret
-            ? whole[header.attributesRange]
-            : try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
-        let attributes = try ItemFileV2.decryptAttributes(sealed, header: header, key: key, path: file.path)
-        guard header.itemClass == itemClass, itemClass.encodedPrimaryKey(of: attributes) == names.encodedIdentity else {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
-        }
         guard
-            try checkGeneration(
-                header.generation, file: names.file, group: names.group, path: file.path, in: state.layout.items)
-        else {
-            return nil
-        }
-        let protected = header.keyRecord != ItemFileV2.masterKeyRecord
-        let value =
-            withSecret && !protected
-            ? try ItemFileV2.decryptSecret(
-                of: whole, header: header, key: key, primaryKey: names.encodedIdentity, path: file.path) : nil
+            let read = try readItem(
+                ItemNames(version: 2, group: group, file: fileName, encodedIdentity: encoded), of: itemClass,
+                withSecret ? [.attributes, .unprotectedSecret] : .attributes, state)
+        else { return nil }
         return ItemQueryResult(
-            reference: Self.reference(itemClass, header.itemID), itemClass: itemClass, attributes: attributes,
-            accessibility: header.accessibility, kind: header.kind, value: value, keyRecord: header.keyRecord)
+            reference: Self.reference(itemClass, read.itemID), itemClass: itemClass,
+            attributes: read.attributes ?? AttributeList(), accessibility: read.accessibility, kind: read.kind,
+            value: read.secret, keyRecord: read.keyRecord)
     }
 
     /// The group and file names of the item whose encoded primary key is `encoded`: two keyed
@@ -124,19 +98,11 @@ extension ItemStore {
         guard let file = try entry.directory.openFile(entry.file) else {
             throw KeychainError(.itemNotFound, "The item was deleted while it was read")
         }
-        let bytes = try readWhole(file, version: state.layout.version)
         if state.layout.version == 1 {
-            let identity = ItemIdentity(
-                unchecked: entry.attributes.string(AttributeTag.accessGroup) ?? "",
-                entry.attributes.string(AttributeTag.service) ?? "", entry.attributes.string(AttributeTag.account) ?? ""
-            )
-            let header = try ItemFileV1.decodeHeader(
-                bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
-            return try ItemFileV1.decryptSecret(
-                of: bytes, header: header, key: v1ItemKey(header, state.keys),
-                encodedIdentity: ItemFileV1.encode(identity), path: file.path
-            ).bytes
+            guard let value = try formatOne(file, withSecret: true, state).value else { return [] }
+            return value.bytes
         }
+        let bytes = try readWhole(file, version: 2)
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
         return try ItemFileV2.decryptSecret(
             of: bytes, header: header, key: v2SecretKey(header, state, recordKey: nil),

@@ -9,122 +9,147 @@ import WireFormat
 import Glibc
 #endif
 
-// The read path: lookups, listings, and the checks that make a miss trustworthy. Readers take no
-// lock: files are replaced by rename, so a reader sees the old item or the new one. Every
-// function reads format 1 or format 2, as the store's layout says.
+// The read path: every read of one item, by identity or by class and primary key, goes through
+// ``readItem(_:of:_:recordKey:_:)``: its file opened once (a miss confirmed as one), its header
+// decoded once, the sections the caller needs decrypted, and the generation checked against the
+// rollback guard once. Readers take no lock: files are replaced by rename, so a reader sees the
+// old item or the new one. Format 1 is read by its one reader, ItemFileV1+Reading.swift.
 extension ItemStore {
+    /// What the read path decrypts besides the header: only what the caller needs.
+    struct ReadParts: OptionSet {
+        let rawValue: UInt8
+        static let attributes = ReadParts(rawValue: 1 << 0)
+        static let secret = ReadParts(rawValue: 1 << 1)
+        /// The secret where no key record protects it, else nothing (a result's value).
+        static let unprotectedSecret = ReadParts(rawValue: 1 << 2)
+    }
+
+    /// An item as the read path returns it: its header's facts and the parts asked for, authenticated.
+    struct ReadItem {
+        let itemID: [UInt8]
+        let generation: UInt64
+        let accessibility: Accessibility
+        let kind: ValueKind
+        let keyRecord: [UInt8]
+        /// The attributes as stored (format 1's converted), when asked for.
+        var attributes: AttributeList?
+        /// Format 1's attributes as decoded, which its callers take as they are.
+        var formatOneAttributes: ItemAttributes?
+        var secret: [UInt8]?
+        let path: String
+
+        /// The attributes as a generic password's, when they were asked for.
+        func itemAttributes() throws(KeychainError) -> ItemAttributes {
+            if let formatOneAttributes { return formatOneAttributes }
+            return try ItemAttributes(attributes ?? AttributeList(), accessibility: accessibility, path: path)
+        }
+    }
+
     /// The item with its secret, or nil when there is none.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
     package func item(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(KeychainError) -> ItemRecord? {
-        try readFollowingRotation { (state) throws(KeychainError) in try item(identity, recordKey: recordKey, state) }
-    }
-
-    private func item(
-        _ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState
-    ) throws(KeychainError) -> ItemRecord? {
-        guard let (names, file, bytes) = try readItemFile(identity, state) else { return nil }
-        if names.version == 1 {
-            let header = try v1Header(of: bytes, file)
-            let key = v1ItemKey(header, state.keys)
-            let attributes = try ItemFileV1.decryptAttributes(
-                bytes[header.attributesRange], header: header, key: key,
-                expected: identity, path: file.path)
-            let value = try ItemFileV1.decryptSecret(
-                of: bytes, header: header, key: key, encodedIdentity: names.encodedIdentity,
-                path: file.path)
+        try readFollowingRotation { (state) throws(KeychainError) in
+            guard
+                let read = try readItem(
+                    names(identity, state), of: .genericPassword, [.attributes, .secret], recordKey: recordKey, state)
+            else { return nil }
             return ItemRecord(
-                itemID: header.itemID, generation: header.generation, attributes: attributes, value: value)
+                itemID: read.itemID, generation: read.generation, attributes: try read.itemAttributes(),
+                value: ItemValue(kind: read.kind, bytes: read.secret ?? []))
         }
-        let contents = try readContents(
-            bytes, path: file.path, expectedPrimaryKey: names.encodedIdentity, recordKey: recordKey, state)
-        guard
-            try checkGeneration(
-                contents.generation, file: names.file, key: names.manifestKey, group: names.group, path: file.path,
-                in: state.layout.items)
-        else {
-            return nil
-        }
-        return ItemRecord(
-            itemID: contents.itemID, generation: contents.generation,
-            attributes: try ItemAttributes(contents.attributes, accessibility: contents.accessibility, path: file.path),
-            value: ItemValue(kind: contents.kind, bytes: contents.value))
-    }
-
-    /// The item's names, open file and bytes; nil when it is absent (a miss confirmed as such).
-    private func readItemFile(
-        _ identity: ItemIdentity, _ state: OpenState
-    ) throws(KeychainError) -> (ItemNames, OpenFile, [UInt8])? {
-        let names = names(identity, state)
-        guard let file = try openItem(names, state) else {
-            _ = try confirmAbsence(names, state) as ItemValue?
-            return nil
-        }
-        return (names, file, try readWhole(file, version: names.version))
-    }
-
-    private func v1Header(of bytes: [UInt8], _ file: OpenFile) throws(KeychainError) -> ItemFileV1.Header {
-        try ItemFileV1.decodeHeader(
-            bytes[0..<ItemFileV1.headerSize], fileSize: file.size, storeID: storeID, path: file.path)
     }
 
     /// Only the item's secret, or nil when there is none: one authenticated decryption, no attributes.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (also for a file of another item), `.unsafeFileSystem`, `.storageFailed`.
     package func value(_ identity: ItemIdentity, recordKey: RecordKey? = nil) throws(KeychainError) -> ItemValue? {
-        try readFollowingRotation { (state) throws(KeychainError) in try value(identity, recordKey: recordKey, state) }
+        try readFollowingRotation { (state) throws(KeychainError) in
+            try readItem(names(identity, state), of: .genericPassword, .secret, recordKey: recordKey, state).map {
+                ItemValue(kind: $0.kind, bytes: $0.secret ?? [])
+            }
+        }
     }
 
-    private func value(
-        _ identity: ItemIdentity, recordKey: RecordKey?, _ state: OpenState
-    ) throws(KeychainError) -> ItemValue? {
-        guard let (names, file, bytes) = try readItemFile(identity, state) else { return nil }
+    /// The item's attributes, read and authenticated without decrypting the secret.
+    package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
+        try readFollowingRotation { (state) throws(KeychainError) in
+            try readItem(names(identity, state), of: .genericPassword, .attributes, state)?.itemAttributes()
+        }
+    }
+
+    /// The one read of an item: its file opened by `names` (a miss confirmed as one), the header
+    /// decoded and checked to be of `itemClass`, the `parts` decrypted and authenticated against
+    /// the identity `names` encodes, then the generation checked against the rollback guard.
+    ///
+    /// - Returns: nil when there is no item (or only what an interrupted delete left).
+    /// - Throws: ``KeychainError`` `.tampered` (a file of another item or class, a failed
+    ///   authentication), `.rolledBack`, `.interactionNotAllowed` (a protected secret without
+    ///   its record's key), `.unsafeFileSystem`, `.storageFailed`.
+    func readItem(
+        _ names: ItemNames, of itemClass: ItemClass, _ parts: ReadParts, recordKey: RecordKey? = nil,
+        _ state: OpenState
+    ) throws(KeychainError) -> ReadItem? {
+        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
+        let wantsSecret = !parts.isDisjoint(with: [.secret, .unprotectedSecret])
         if names.version == 1 {
-            let header = try v1Header(of: bytes, file)
-            return try ItemFileV1.decryptSecret(
-                of: bytes, header: header, key: v1ItemKey(header, state.keys),
-                encodedIdentity: names.encodedIdentity, path: file.path)
+            let read = try formatOne(file, withSecret: wantsSecret, state)
+            guard ItemFileV1.encode(ItemIdentity(checked: read.attributes)) == names.encodedIdentity else {
+                throw Self.swapped(file.path)
+            }
+            return ReadItem(
+                itemID: read.header.itemID, generation: read.header.generation,
+                accessibility: read.header.accessibility, kind: read.header.kind,
+                keyRecord: ItemFileV2.masterKeyRecord, attributes: AttributeList(formatOne: read.attributes),
+                formatOneAttributes: read.attributes, secret: read.value?.bytes, path: file.path)
         }
-        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: bytes.count, storeID: storeID, path: file.path)
-        guard header.itemClass == .genericPassword else {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
+        guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
+            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
-        let secret = try ItemFileV2.decryptSecret(
-            of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
-            primaryKey: names.encodedIdentity, path: file.path)
+        // One system call for the whole file when the secret is wanted; else header and attributes.
+        let bytes = try file.read(count: wantsSecret ? file.size : ItemFileV2.headerSize, at: 0)
+        let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: file.size, storeID: storeID, path: file.path)
+        guard header.itemClass == itemClass else { throw Self.swapped(file.path) }
+        var read = ReadItem(
+            itemID: header.itemID, generation: header.generation, accessibility: header.accessibility,
+            kind: header.kind, keyRecord: header.keyRecord, path: file.path)
+        if parts.contains(.attributes) {
+            let sealed =
+                wantsSecret
+                ? bytes[header.attributesRange]
+                : try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
+            let list = try ItemFileV2.decryptAttributes(
+                sealed, header: header, key: v2ItemKey(header, state.keys), path: file.path)
+            guard itemClass.encodedPrimaryKey(of: list) == names.encodedIdentity else { throw Self.swapped(file.path) }
+            read.attributes = list
+        }
+        if parts.contains(.secret)
+            || (parts.contains(.unprotectedSecret) && header.keyRecord == ItemFileV2.masterKeyRecord)
+        {
+            // The primary key is the secret's AAD: a file of another item fails here.
+            read.secret = try ItemFileV2.decryptSecret(
+                of: bytes, header: header, key: v2SecretKey(header, state, recordKey: recordKey),
+                primaryKey: names.encodedIdentity, path: file.path)
+        }
         // After authentication: the generation checked is the one the header really has.
         guard
             try checkGeneration(
                 header.generation, file: names.file, key: names.manifestKey, group: names.group, path: file.path,
                 in: state.layout.items)
-        else {
-            return nil
-        }
-        return ItemValue(kind: header.kind, bytes: secret)
+        else { return nil }
+        return read
     }
 
-    /// The item's attributes, read and authenticated without decrypting the secret.
-    package func attributes(_ identity: ItemIdentity) throws(KeychainError) -> ItemAttributes? {
-        try readFollowingRotation { (state) throws(KeychainError) in try attributes(identity, state) }
+    /// A format-1 file read by its one reader, with this store's item keys.
+    func formatOne(_ file: OpenFile, withSecret: Bool, _ state: OpenState) throws(KeychainError) -> ItemFileV1.Read {
+        try ItemFileV1.read(
+            fileSize: file.size, storeID: storeID, path: file.path, withSecret: withSecret,
+            read: { (count, offset) throws(KeychainError) in try file.read(count: count, at: offset) },
+            key: { v1ItemKey($0, state.keys) })
     }
 
-    private func attributes(_ identity: ItemIdentity, _ state: OpenState) throws(KeychainError) -> ItemAttributes? {
-        let names = names(identity, state)
-        guard let file = try openItem(names, state) else { return try confirmAbsence(names, state) }
-        let (attributes, primaryKey, generation) = try readAttributes(file, state)
-        if let generation,
-            try !checkGeneration(
-                generation, file: names.file, group: names.group, path: file.path, in: state.layout.items)
-        {
-            return nil
-        }
-        if let primaryKey, primaryKey != names.encodedIdentity {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
-        }
-        if primaryKey == nil, ItemIdentity(checked: attributes) != identity {
-            throw KeychainError(.tampered, "\(file.path) holds another item: it was swapped or renamed")
-        }
-        return attributes
+    static func swapped(_ path: String) -> KeychainError {
+        KeychainError(.tampered, "\(path) holds another item: it was swapped or renamed")
     }
 
     /// The attributes of every generic password of a service (and access group, empty for
@@ -216,54 +241,6 @@ extension ItemStore {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
         }
         return try file.read(count: file.size, at: 0)
-    }
-
-    /// The header and attributes of an item, authenticated, without touching the secret section;
-    /// for format 2 also the primary key its attributes give (a generic password's, or an error).
-    func readAttributes(
-        _ file: OpenFile, _ state: OpenState
-    ) throws(KeychainError) -> (ItemAttributes, [UInt8]?, UInt64?) {
-        if state.layout.version == 1 {
-            return (try formatOneHeaderAndAttributes(file, state).attributes, nil, nil)
-        }
-        guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
-        }
-        let header = try ItemFileV2.decodeHeader(
-            try file.read(count: ItemFileV2.headerSize, at: 0)[...], fileSize: file.size,
-            storeID: storeID, path: file.path)
-        guard header.itemClass == .genericPassword else {
-            throw KeychainError(
-                .tampered, "\(file.path) holds an item of another class where a generic password belongs")
-        }
-        let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        let list = try ItemFileV2.decryptAttributes(
-            sealed[...], header: header, key: v2ItemKey(header, state.keys), path: file.path)
-        return (
-            try ItemAttributes(list, accessibility: header.accessibility, path: file.path),
-            header.itemClass.encodedPrimaryKey(of: list), header.generation
-        )
-    }
-
-    /// A format-1 file's header and authenticated attributes, without its secret.
-    func formatOneHeaderAndAttributes(
-        _ file: OpenFile, _ state: OpenState
-    ) throws(KeychainError)
-        -> (header: ItemFileV1.Header, attributes: ItemAttributes)
-    {
-        guard file.size >= ItemFileV1.headerSize, file.size <= ItemFileV1.maximumFileSize else {
-            throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
-        }
-        let header = try ItemFileV1.decodeHeader(
-            try file.read(count: ItemFileV1.headerSize, at: 0)[...], fileSize: file.size,
-            storeID: storeID, path: file.path)
-        let sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)
-        return (
-            header,
-            try ItemFileV1.decryptAttributes(
-                sealed[...], header: header, key: v1ItemKey(header, state.keys), expected: nil,
-                path: file.path)
-        )
     }
 
     func v1ItemKey(_ header: ItemFileV1.Header, _ keys: StoreKeys) -> SymmetricKey {

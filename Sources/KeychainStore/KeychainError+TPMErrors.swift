@@ -3,6 +3,7 @@ import FoundationEssentials
 import KeychainVocabulary
 import SystemCalls
 import TPM
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -4,6 +4,7 @@ import KeychainVocabulary
 import SystemCalls
 import TPM
 import WireFormat
+
 #if canImport(Glibc)
 import Glibc
 #endif
