@@ -15,36 +15,6 @@ import Glibc
 // rollback guard once. Readers take no lock: files are replaced by rename, so a reader sees the
 // old item or the new one. Format 1 is read by its one reader, ItemFileV1+Reading.swift.
 extension ItemStore {
-    /// What the read path decrypts besides the header: only what the caller needs.
-    struct ReadParts: OptionSet {
-        let rawValue: UInt8
-        static let attributes = ReadParts(rawValue: 1 << 0)
-        static let secret = ReadParts(rawValue: 1 << 1)
-        /// The secret where no key record protects it, else nothing (a result's value).
-        static let unprotectedSecret = ReadParts(rawValue: 1 << 2)
-    }
-
-    /// An item as the read path returns it: its header's facts and the parts asked for, authenticated.
-    struct ReadItem {
-        let itemID: [UInt8]
-        let generation: UInt64
-        let accessibility: Accessibility
-        let kind: ValueKind
-        let keyRecord: [UInt8]
-        /// The attributes as stored (format 1's converted), when asked for.
-        var attributes: AttributeList?
-        /// Format 1's attributes as decoded, which its callers take as they are.
-        var formatOneAttributes: ItemAttributes?
-        var secret: [UInt8]?
-        let path: String
-
-        /// The attributes as a generic password's, when they were asked for.
-        func itemAttributes() throws(KeychainError) -> ItemAttributes {
-            if let formatOneAttributes { return formatOneAttributes }
-            return try ItemAttributes(attributes ?? AttributeList(), accessibility: accessibility, path: path)
-        }
-    }
-
     /// The item with its secret, or nil when there is none.
     ///
     /// - Throws: ``KeychainError`` `.tampered` (never wrong data), `.unsafeFileSystem`, `.storageFailed`.
@@ -97,11 +67,7 @@ extension ItemStore {
             guard ItemFileV1.encode(ItemIdentity(checked: read.attributes)) == names.encodedIdentity else {
                 throw Self.swapped(file.path)
             }
-            return ReadItem(
-                itemID: read.header.itemID, generation: read.header.generation,
-                accessibility: read.header.accessibility, kind: read.header.kind,
-                keyRecord: ItemFileV2.masterKeyRecord, attributes: AttributeList(formatOne: read.attributes),
-                formatOneAttributes: read.attributes, secret: read.value?.bytes, path: file.path)
+            return ReadItem(read, path: file.path)
         }
         guard file.size >= ItemFileV2.headerSize, file.size <= ItemFileV2.maximumFileSize else {
             throw KeychainError(.tampered, "\(file.path) has an impossible size (\(file.size) bytes)")
@@ -110,9 +76,7 @@ extension ItemStore {
         let bytes = try file.read(count: wantsSecret ? file.size : ItemFileV2.headerSize, at: 0)
         let header = try ItemFileV2.decodeHeader(bytes[...], fileSize: file.size, storeID: storeID, path: file.path)
         guard header.itemClass == itemClass else { throw Self.swapped(file.path) }
-        var read = ReadItem(
-            itemID: header.itemID, generation: header.generation, accessibility: header.accessibility,
-            kind: header.kind, keyRecord: header.keyRecord, path: file.path)
+        var read = ReadItem(header, path: file.path)
         if parts.contains(.attributes) {
             let sealed =
                 wantsSecret
