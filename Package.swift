@@ -393,10 +393,13 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
-        // The daemon's parts on their own: paths, display text, the Items schedule, DH sessions.
+        // The daemon's parts on their own: paths, display text, the Items schedule, DH sessions,
+        // the objects' argument parsing and session ownership (DBus for the values they take).
         .testTarget(
             name: "SecretServiceUnitTests",
-            dependencies: ["SecretService", "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "SecretService", "KeychainVocabulary", "DBus", .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictness
         ),
         .testTarget(

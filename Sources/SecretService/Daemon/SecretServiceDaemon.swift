@@ -96,23 +96,23 @@ package enum SecretServiceDaemon {
         } catch {
             throw .setup("\(error)")
         }
-        let provider = SecretServiceProvider(
+        let registry = SecretServiceRegistry(
             connection: connection, dataDirectory: options.dataDirectory, audit: audit,
             authenticator: options.authenticator, passcode: options.passcode, confirm: options.confirm,
             newStoreTPM: options.allowsSimulatedTPM ? .automaticOrSimulated : .automatic, wakeup: stopper.wakeup)
-        defer { provider.close() }
+        defer { registry.close() }
         do {
-            try provider.ensureDefaultCollection()
+            try ServiceObject(registry: registry).ensureDefaultCollection()
         } catch {
             // The daemon still serves: CreateCollection can make it later, and says why it cannot.
             warn("the default collection could not be created: \(error.message)")
         }
-        for collection in provider.sortedCollections() where collection.isSimulated {
+        for collection in registry.sortedCollections() where collection.isSimulated {
             warn("the collection \"\(collection.name)\" is sealed to a simulated TPM: \(collection.tpmDescription)")
         }
         var ending: Ending?
         do {
-            try connection.serve(under: ObjectPaths.service) { provider.handle($0) }
+            try connection.serve(under: ObjectPaths.service) { registry.handle($0) }
             let driver = SignalSender.busDriver
             driver.acceptsUnicast = true
             try connection.subscribe(
@@ -128,7 +128,7 @@ package enum SecretServiceDaemon {
             ) { reader in
                 // arg0 = name, arg1 = old owner, arg2 = new owner (empty: the connection left).
                 guard let name = reader.readString(), name.hasPrefix(":") else { return }
-                provider.forget(name)
+                registry.forget(name)
             }
             if try connection.requestName(busName, replacing: options.replace) == .ownedByAnother {
                 let owner = (try? connection.nameOwner(busName)) ?? "unknown owner"
@@ -147,21 +147,21 @@ package enum SecretServiceDaemon {
                 while try connection.process() {
                     if ending != nil { break }
                     // A stream of calls (a bulk fill) still sends its batched Items values.
-                    _ = provider.sendDueItemsSignals()
+                    _ = registry.sendDueItemsSignals()
                 }
                 if ending != nil { break }
-                provider.followSessionLock(options.sessionLock)
+                registry.followSessionLock(options.sessionLock)
                 // Following the session lock: a look each second (LogindSessionLock answers from
                 // its own cache); a batched Items signal when it is due; otherwise the loop sleeps
                 // until a message or the wake-up.
                 let nextLook = ContinuousClock.now + .seconds(options.sessionLock == nil ? 3600 : 1)
-                let nextSignal = provider.sendDueItemsSignals()
+                let nextSignal = registry.sendDueItemsSignals()
                 let outcome = try connection.wait(
                     until: min(nextLook, nextSignal ?? nextLook), wakeup: stopper.wakeup.descriptor)
                 if outcome == .woken {
                     stopper.wakeup.drain()
                     if stopper.stopped.withLock({ $0 }) { ending = .stopped }
-                    provider.applyPromptOutcomes()
+                    registry.applyPromptOutcomes()
                 }
             } catch {
                 ending = .busClosed

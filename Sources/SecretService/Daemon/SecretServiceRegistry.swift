@@ -7,13 +7,17 @@ import TPMKeychain
 import Glibc
 #endif
 
-/// The Secret Service over the stores of one data directory: every object the specification
-/// defines, answered on the daemon's loop thread (sd-bus connections are single-threaded, and so
-/// is this state). Each collection is a TPMKeychain store; `session` lives in memory.
+/// What the daemon serves, over the stores of one data directory, kept in one place and used on
+/// the daemon's loop thread only (sd-bus connections are single-threaded, and so is this state):
+/// the collections (each a TPMKeychain store; `session` lives in memory), aliases, sessions,
+/// prompts, and the callers seen.
 ///
-/// Every call is checked first: only the daemon's own user may call it (``BusPeer/uid``), and a
-/// session or prompt answers only the connection that opened it.
-final class SecretServiceProvider {
+/// Every call comes through ``handle(_:)``: its caller is identified once per connection and only
+/// the daemon's own user (``BusPeer/uid``) gets further; its path names one object, and the call
+/// goes to that object's type (``ServiceObject``, ``CollectionObject``, ``ItemObject``,
+/// ``SessionObject``, ``PromptObject``), which answers its interface's methods and properties and
+/// asks ``authorize(_:_:for:)`` before it touches a collection.
+final class SecretServiceRegistry {
     let connection: BusConnection
     let dataDirectory: String
     let audit: AuditLog?
@@ -21,7 +25,7 @@ final class SecretServiceProvider {
     /// By collection ID (path element).
     var collections: [String: SecretCollection] = [:]
     var aliases: Aliases
-    var sessions: [String: TransferSession] = [:]
+    var sessions = SessionTable()
     private var nextObjectNumber = 0
     /// The data directory's modification time at the last listing.
     private var dataDirectoryTime: Int64 = 0
@@ -89,27 +93,45 @@ final class SecretServiceProvider {
         }
     }
 
+    /// A collection created here (CreateCollection) joins the others.
+    func add(_ collection: SecretCollection) {
+        collections[collection.id] = collection
+    }
+
+    /// A collection deleted here leaves everything that named it: the list, its pending `Items`
+    /// value, the aliases.
+    func remove(_ collection: SecretCollection) {
+        collections[collection.id] = nil
+        itemsSignals.forget(collection.id)
+        aliases.forget(collection)
+    }
+
     /// A fresh object path under `prefix` (sessions, prompts).
     func newObjectPath(_ prefix: String) -> String {
         nextObjectNumber += 1
         return prefix + String(nextObjectNumber)
     }
 
-    /// A caller left the bus: its sessions end with it.
+    /// A caller left the bus: its sessions end with it, and so do its prompts, without a Completed
+    /// signal (no one is left to hear it); an authentication still running is cancelled, so
+    /// nothing is unlocked by them.
     func forget(_ uniqueName: String) {
         peers[uniqueName] = nil
-        sessions = sessions.filter { $0.value.owner != uniqueName }
+        sessions.forget(owner: uniqueName)
         confirmations[uniqueName] = nil
-        forgetPrompts(of: uniqueName)
+        for (path, prompt) in prompts where prompt.owner == uniqueName {
+            prompt.task?.cancel()
+            prompts[path] = nil
+        }
     }
 
-    // MARK: Dispatch
+    // MARK: Routing
 
     /// Answers one method call.
     func handle(_ call: BusMethodCall) -> BusReply {
         do throws(SecretServiceError) {
             let peer = try identify(call.sender)
-            return .values(try dispatch(call, from: peer))
+            return .values(try route(call, from: peer))
         } catch {
             return error.reply
         }
@@ -139,41 +161,36 @@ final class SecretServiceProvider {
         return peer
     }
 
-    private func dispatch(_ call: BusMethodCall, from peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
-        let target = ObjectPaths.target(of: call.path)
+    /// The standard interfaces every object has are answered alike (the object gives its
+    /// properties and introspection data); any other call is the object's own.
+    private func route(_ call: BusMethodCall, from peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
+        let object = object(at: call.path)
         switch call.interface {
         case Introspection.introspectableInterface:
-            guard call.member == "Introspect" else { throw Self.unknownMethod(call) }
-            return [.string(try introspect(target))]
+            guard call.member == "Introspect" else { throw call.unknownMethod }
+            return [.string(try object.introspect())]
         case Introspection.propertiesInterface:
-            return try properties(call, target: target, peer: peer)
+            return try object.answerProperties(call, from: peer)
         case Introspection.peerInterface:
             return []
         default:
-            break
+            return try object.call(call, from: peer)
         }
-        switch target {
-        case .service:
-            return try serviceMethod(call, peer: peer)
-        case .collection(let id, let alias):
-            return try collectionMethod(call, collection: try collection(id, alias: alias), peer: peer)
+    }
+
+    /// The object `path` names. What stands behind it (a collection, a session) is looked up by
+    /// the object as each of its calls needs it, since the errors a client sees depend on that
+    /// order (an unknown interface before a missing collection, for properties).
+    private func object(at path: String) -> any SecretServiceObject {
+        switch ObjectPaths.target(of: path) {
+        case .service: ServiceObject(registry: self)
+        case .collection(let id, let alias): CollectionObject(registry: self, id: id, alias: alias)
         case .item(let id, let collectionID, let alias):
-            let collection = try collection(collectionID, alias: alias)
-            return try itemMethod(call, item: try item(id, in: collection), in: collection, peer: peer)
-        case .session(let path):
-            guard call.member == "Close", call.interface.isEmpty || call.interface == Introspection.sessionInterface
-            else { throw Self.unknownMethod(call) }
-            guard let session = sessions[path], session.owner == call.sender else {
-                throw SecretServiceError(.noSuchObject, "No session \(path) of this connection")
-            }
-            sessions[session.path] = nil
-            return []
-        case .prompt(let path):
-            return try promptMethod(call, path: path)
-        case .directory:
-            throw Self.unknownMethod(call)
-        case .unknown:
-            throw SecretServiceError(.unknownObject, "No object at \(call.path)")
+            ItemObject(registry: self, id: id, collectionID: collectionID, alias: alias)
+        case .session(let path): SessionObject(registry: self, path: path)
+        case .prompt(let path): PromptObject(registry: self, path: path)
+        case .directory(let name): DirectoryObject(registry: self, name: name)
+        case .unknown: NoObject(path: path)
         }
     }
 
@@ -212,17 +229,17 @@ final class SecretServiceProvider {
         }
     }
 
-    /// The session `path` names, if `sender` opened it.
-    func session(_ path: String, of sender: String) throws(SecretServiceError) -> TransferSession {
-        guard let session = sessions[path], session.owner == sender else {
-            throw SecretServiceError(.noSession, "No session \(path) opened by this connection; call OpenSession")
-        }
-        return session
+    func sortedCollections() -> [SecretCollection] {
+        refreshCollections()
+        return collections.values.sorted { $0.name < $1.name }
     }
 
-    func itemPath(_ item: SecretItem, in collection: SecretCollection) -> String {
-        ObjectPaths.item(item.id, in: collection.id)
+    /// The service's `Collections` value.
+    func collectionPaths() -> BusValue {
+        .objectPaths(sortedCollections().map(\.path))
     }
+
+    // MARK: Confirmations
 
     /// Whether `collection` is locked for `caller`: locked, or it confirms each access and the
     /// caller holds no confirmation for it.
@@ -236,75 +253,20 @@ final class SecretServiceProvider {
         guard collection.confirmsEachAccess else { return }
         confirmations[caller]?.remove(collection.id)
     }
+}
 
-    /// The `(oayays)` secret struct for `item`, encrypted for `session`.
-    func secretStruct(
-        of item: SecretItem, in collection: SecretCollection, session: TransferSession, peer: BusPeer
-    ) throws(SecretServiceError) -> BusValue {
-        try authorize(.readSecret, collection, for: peer)
-        let (secret, contentType) = try collection.secret(of: item)
-        audit?.record(peer: peer, action: "read", collection: collection.label, item: item.label)
-        let (parameters, value) = try session.encrypt(secret)
-        return .structure([.objectPath(session.path), .bytes(parameters), .bytes(value), .string(contentType)])
-    }
-
-    /// A secret struct from a client: its bytes, decrypted with the session it names, and content type.
-    func secret(
-        from value: BusValue, sender: String
-    ) throws(SecretServiceError) -> (value: [UInt8], contentType: String) {
-        guard let fields = value.fields, fields.count == 4, let sessionPath = fields[0].objectPath,
-            let parameters = fields[1].byteArray, let bytes = fields[2].byteArray, let contentType = fields[3].string
-        else {
-            throw SecretServiceError(.invalidArgs, "A secret is (oayays): session, parameters, value, content type")
-        }
-        let session = try session(sessionPath, of: sender)
-        return (try session.decrypt(parameters: parameters, value: bytes), contentType)
-    }
-
-    func emit(_ path: String, _ interface: String, _ member: String, _ values: [BusValue]) {
-        // A signal that cannot be queued (out of memory) is lost; the call itself has succeeded.
-        try? connection.emit(path: path, interface: interface, member: member, values: values)
-    }
-
-    static func unknownMethod(_ call: BusMethodCall) -> SecretServiceError {
-        SecretServiceError(
-            .unknownMethod,
-            "No method \(call.interface.isEmpty ? "" : call.interface + ".")\(call.member)(\(call.signature)) at \(call.path)"
-        )
-    }
-
-    /// A property given as a string, or nil when it is not given.
-    ///
-    /// - Throws: ``SecretServiceError`` `.invalidArgs` when it is given as anything else.
-    static func string(_ property: BusValue?, named name: String) throws(SecretServiceError) -> String? {
-        guard let property else { return nil }
-        guard let text = property.unwrapped.string else {
-            throw SecretServiceError(.invalidArgs, "\(name) is a string")
-        }
-        return text
-    }
-
-    /// How many sessions, and prompts, one connection may hold at once: far above what a client
-    /// uses (libsecret and secretstorage open one session each), low enough that a connection
-    /// cannot grow the daemon without bound.
-    static let sessionsPerConnection = 64
-    static let promptsPerConnection = 16
+/// How many sessions, and prompts, one connection may hold at once: far above what a client uses
+/// (libsecret and secretstorage open one session each), low enough that a connection cannot grow
+/// the daemon without bound.
+enum ConnectionLimits {
+    static let sessions = 64
+    static let prompts = 16
 
     /// Refuses a connection that already holds `limit` of the objects `held` counts.
-    static func checkLimit(
-        _ held: Int, _ limit: Int, of what: String
-    ) throws(SecretServiceError) {
+    static func check(_ held: Int, _ limit: Int, of what: String) throws(SecretServiceError) {
         guard held < limit else {
             throw SecretServiceError(
                 .limitsExceeded, "This connection holds \(held) \(what), the most one may: close some first")
-        }
-    }
-
-    /// Checks a call's signature before its arguments are used.
-    static func expect(_ call: BusMethodCall, _ signature: String) throws(SecretServiceError) {
-        guard call.signature == signature else {
-            throw SecretServiceError(
-                .invalidArgs, "\(call.member) takes (\(signature)), not (\(call.signature))")
         }
     }
 }

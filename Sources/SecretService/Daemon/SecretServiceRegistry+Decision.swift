@@ -4,11 +4,11 @@ import TPMKeychain
 /// What a call does to a collection or its items: the operations of the one decision point.
 typealias CollectionAccess = AccessOperation
 
-// Every method of every interface that touches a collection or its items asks `authorize` before
-// it acts, and acts only when it returns. `authorize` describes the caller and the collection
+// Every method and property of every object (ServiceObject, CollectionObject, ItemObject) that
+// touches a collection or its items asks `authorize` before it acts, and acts only when it returns. `authorize` describes the caller and the collection
 // (AllowedExecutables, lock state) and leaves the decision to `AccessDecision`, which SecItem's
 // entitlements go through too; it only puts the refusal in the specification's words.
-extension SecretServiceProvider {
+extension SecretServiceRegistry {
     /// Decides whether `peer` may do `access` to `collection`.
     ///
     /// - Throws: ``SecretServiceError`` `.accessDenied` (audited) when the collection's rules do not

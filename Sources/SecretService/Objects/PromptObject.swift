@@ -3,11 +3,6 @@ import Foundation
 import SystemCalls
 import TPMKeychain
 
-// org.freedesktop.Secret.Prompt: unlocking a collection whose access control asks for a person.
-// Unlock returns a prompt; Prompt() runs the authentication (the configured authenticator, the
-// passcode command) on a task, and the loop emits Completed when it ends. Only the connection
-// that asked may run or dismiss it, and a prompt dies with that connection.
-
 /// A prompt the daemon handed out and has not completed.
 final class PendingPrompt {
     let path: String
@@ -37,82 +32,94 @@ struct PromptOutcome: Sendable {
     let label: String
 }
 
-extension SecretServiceProvider {
-    func promptMethod(_ call: BusMethodCall, path: String) throws(SecretServiceError) -> [BusValue] {
-        guard call.interface.isEmpty || call.interface == Introspection.promptInterface else {
-            throw Self.unknownMethod(call)
-        }
-        guard let prompt = prompts[path], prompt.owner == call.sender else {
-            throw SecretServiceError(.noSuchObject, "No prompt \(path) of this connection")
-        }
-        switch call.member {
-        case "Prompt":
-            try Self.expect(call, "s")
-            guard prompt.task == nil else { return [] }
-            prompt.task = startAuthentication(for: prompt, windowID: call.arguments[0].string ?? "")
-            return []
-        case "Dismiss":
-            try Self.expect(call, "")
-            prompt.task?.cancel()
-            finish(prompt, unlockedPaths: nil)
-            return []
-        default:
-            throw Self.unknownMethod(call)
-        }
-    }
+/// org.freedesktop.Secret.Prompt at `…/prompt/<n>`: unlocking a collection whose access control
+/// asks for a person. The service's Unlock opens one; Prompt() runs the authentication (the
+/// configured authenticator, the passcode command, the confirm command) on a task, so that the
+/// loop keeps serving meanwhile, and the loop applies its outcome and emits Completed when it ends.
+/// Only the connection that asked may run, dismiss or see it, and a prompt dies with that
+/// connection (``SecretServiceRegistry/forget(_:)``).
+struct PromptObject: SecretServiceObject {
+    let registry: SecretServiceRegistry
+    let path: String
 
     /// The most characters of a label or path a question shows.
     static let shownLength = 120
 
+    private func owned(by sender: String) throws(SecretServiceError) -> PendingPrompt {
+        guard let prompt = registry.prompts[path], prompt.owner == sender else {
+            throw SecretServiceError(.noSuchObject, "No prompt \(path) of this connection")
+        }
+        return prompt
+    }
+
+    func call(_ call: BusMethodCall, from peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
+        guard call.isFor(Introspection.promptInterface) else { throw call.unknownMethod }
+        let prompt = try owned(by: call.sender)
+        switch call.member {
+        case "Prompt":
+            try call.requireSignature("s")
+            guard prompt.task == nil else { return [] }
+            prompt.task = startAuthentication(for: prompt, windowID: call.arguments[0].string ?? "")
+            return []
+        case "Dismiss":
+            try call.requireSignature("")
+            prompt.task?.cancel()
+            finish(prompt, unlockedPaths: nil)
+            return []
+        default:
+            throw call.unknownMethod
+        }
+    }
+
+    func properties(of interface: String, for peer: BusPeer) throws(SecretServiceError) -> [(String, BusValue)] {
+        // The specification gives prompts no properties; another connection's is no object at all.
+        _ = try owned(by: peer.sender)
+        return []
+    }
+
+    func introspect() -> String {
+        Introspection.document(interfaces: [Introspection.promptInterface], children: [])
+    }
+
     /// A prompt that unlocks `collections` for `caller`; its path.
-    func newUnlockPrompt(for collections: [SecretCollection], paths: [String], caller: String) -> String {
+    static func open(
+        unlocking collections: [SecretCollection], paths: [String], for caller: String,
+        in registry: SecretServiceRegistry
+    ) -> String {
         let prompt = PendingPrompt(
-            path: newObjectPath(ObjectPaths.promptPrefix), owner: caller, collectionIDs: collections.map(\.id),
-            requestedPaths: paths)
-        prompts[prompt.path] = prompt
+            path: registry.newObjectPath(ObjectPaths.promptPrefix), owner: caller,
+            collectionIDs: collections.map(\.id), requestedPaths: paths)
+        registry.prompts[prompt.path] = prompt
         return prompt.path
     }
 
-    /// The connection left: its prompts end without a Completed signal (no one to hear it), and
-    /// an authentication still running is cancelled; nothing was unlocked by them.
-    func forgetPrompts(of uniqueName: String) {
-        for (path, prompt) in prompts where prompt.owner == uniqueName {
-            prompt.task?.cancel()
-            prompts[path] = nil
+    /// What the prompt's task posted: the collections it opened are unlocked, the reads the
+    /// person allowed are granted to the caller, and Completed goes out.
+    func apply(_ outcome: PromptOutcome) {
+        guard let prompt = registry.prompts[path] else {
+            // Dismissed, or its caller left: what it opened is dropped here.
+            registry.audit?.record(
+                event: "unlock prompt ended after its caller left: nothing unlocked", collection: outcome.label)
+            return
         }
-    }
-
-    /// Outcomes the prompts' tasks posted, applied on the loop thread.
-    func applyPromptOutcomes() {
-        for outcome in promptOutcomes.withLock({ (outcomes) -> [PromptOutcome] in
-            defer { outcomes.removeAll() }
-            return outcomes
-        }) {
-            guard let prompt = prompts[outcome.path] else {
-                // Dismissed, or its caller left: what it opened is dropped here.
-                audit?.record(
-                    event: "unlock prompt ended after its caller left: nothing unlocked", collection: outcome.label)
-                continue
-            }
-            guard let unlocked = outcome.unlocked else {
-                audit?.record(event: "unlock prompt failed: \(outcome.message)", collection: outcome.label)
-                finish(prompt, unlockedPaths: nil)
-                continue
-            }
-            for (id, keys) in unlocked {
-                guard let collection = collections[id] else { continue }
-                collection.completeUnlock(keys)
-                emitCollectionChanged(collection)
-            }
-            confirmations[prompt.owner, default: []].formUnion(outcome.confirmed)
-            finish(prompt, unlockedPaths: prompt.requestedPaths)
+        guard let unlocked = outcome.unlocked else {
+            registry.audit?.record(event: "unlock prompt failed: \(outcome.message)", collection: outcome.label)
+            finish(prompt, unlockedPaths: nil)
+            return
         }
+        for (id, keys) in unlocked {
+            guard let collection = registry.collections[id] else { continue }
+            collection.completeUnlock(keys)
+            registry.emitCollectionChanged(collection)
+        }
+        registry.confirmations[prompt.owner, default: []].formUnion(outcome.confirmed)
+        finish(prompt, unlockedPaths: prompt.requestedPaths)
     }
 
     /// Emits Completed (dismissed when `unlockedPaths` is nil) and forgets the prompt.
     private func finish(_ prompt: PendingPrompt, unlockedPaths: [String]?) {
-        prompts[prompt.path] = nil
-        emit(
+        registry.prompts[prompt.path] = nil
+        registry.emit(
             prompt.path, Introspection.promptInterface, "Completed",
             [.bool(unlockedPaths == nil), .variant(.objectPaths(unlockedPaths ?? []))])
     }
@@ -123,7 +130,7 @@ extension SecretServiceProvider {
         var failure: String?
         for id in prompt.collectionIDs {
             do {
-                if let request = try collections[id]?.unlockRequest() { requests[id] = request }
+                if let request = try registry.collections[id]?.unlockRequest() { requests[id] = request }
             } catch {
                 failure = error.message
             }
@@ -131,27 +138,27 @@ extension SecretServiceProvider {
         // Confirm-each-access collections this caller holds no confirmation for: asked by label.
         var toConfirm: [(id: String, label: String)] = []
         for id in prompt.collectionIDs {
-            guard let collection = collections[id], collection.confirmsEachAccess,
-                confirmations[prompt.owner]?.contains(id) != true
+            guard let collection = registry.collections[id], collection.confirmsEachAccess,
+                registry.confirmations[prompt.owner]?.contains(id) != true
             else { continue }
             toConfirm.append((id, collection.label))
         }
-        if !toConfirm.isEmpty && confirm == nil {
+        if !toConfirm.isEmpty && registry.confirm == nil {
             failure = "The collection confirms each access, and the daemon has no --confirm-command"
         }
         // Labels and executable paths are the callers' choice: quoted and escaped before a person
         // reads them (--confirm-command), so none can add a line or reword the question.
         let who =
-            peers[prompt.owner].map {
+            registry.peers[prompt.owner].map {
                 "\($0.executable.map { DisplayText.quoted($0, limit: Self.shownLength) } ?? "an unknown program") (pid \($0.pid))"
             } ?? "a program"
-        let confirm = confirm
-        let authenticator = authenticator
-        let passcode = passcode
+        let confirm = registry.confirm
+        let authenticator = registry.authenticator
+        let passcode = registry.passcode
         let path = prompt.path
         let labels = (requests.values.map(\.label) + toConfirm.map(\.label)).sorted().joined(separator: ", ")
-        let outcomes = promptOutcomes
-        let wakeup = wakeup
+        let outcomes = registry.promptOutcomes
+        let wakeup = registry.wakeup
         let shownLength = Self.shownLength
         return Task {
             var unlocked: [String: SecretCollection.UnlockedKeys]? = failure == nil ? [:] : nil
