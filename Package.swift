@@ -25,6 +25,7 @@ let package = Package(
         .executable(name: "git-credential-tpm-keychain", targets: ["git-credential-tpm-keychain"]),
         .executable(name: "tpm-keychain-enrollment", targets: ["tpm-keychain-enrollment"]),
         .executable(name: "tpm-keychain-secret-service", targets: ["tpm-keychain-secret-service"]),
+        .executable(name: "tpm-keychain-ssh-agent", targets: ["tpm-keychain-ssh-agent"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -178,6 +179,16 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // The ssh agent (OpenSSH's agent protocol on a Unix socket): the keychain's TPM keys
+        // tagged `ssh`, listed and used through the service for each connection's caller.
+        .target(
+            name: "SSHAgent",
+            dependencies: [
+                "TPMKeychain", "KeychainVocabulary", "SystemCalls", "WireFormat",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
         // A fingerprint authenticator over fprintd (system D-Bus), and the session lock from logind.
         .target(
             name: "TPMKeychainFprintd",
@@ -231,6 +242,15 @@ let package = Package(
             dependencies: [
                 "SecretService", "TPMKeychain", "TPMKeychainFprintd", "ToolSupport", "SystemCalls",
                 "CommandLineSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness
+        ),
+        // The ssh agent's binary: `tpm-keychain-ssh-agent [-a SOCKET] [--keychain DIR]`.
+        .executableTarget(
+            name: "tpm-keychain-ssh-agent",
+            dependencies: [
+                "SSHAgent", "TPMKeychain", "ToolSupport", "SystemCalls", "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -399,6 +419,17 @@ let package = Package(
             name: "SecretServiceUnitTests",
             dependencies: [
                 "SecretService", "KeychainVocabulary", "DBus", .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // The ssh agent: its protocol on its own, and the agent with OpenSSH's own clients
+        // (ssh-add, ssh-keygen -Y) over keys made in a private swtpm; other users refused.
+        .testTarget(
+            name: "SSHAgentTests",
+            dependencies: [
+                "SSHAgent", "TPMKeychain", "KeychainVocabulary", "tpm-keychain-ssh-agent", "tpm-keychain",
+                "tpm-keychain-keys", "TPMKeychainTesting", "SystemCalls",
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

@@ -7,6 +7,7 @@
 #   bin/tpm-keychain                                   built with the Swift runtime linked in
 #   bin/tpm-keychain-secret-service                    the same; `tpm-keychain secret-service` runs it
 #   bin/tpm-keychain-keys                              the same; `tpm-keychain key` runs it
+#   bin/tpm-keychain-ssh-agent                         the same; the ssh agent over TPM keys tagged ssh
 #   share/man/man1/tpm-keychain.1                      swift-argument-parser's generate-manual plugin
 #   share/bash-completion/completions/tpm-keychain     tpm-keychain --generate-completion-script bash
 #   share/zsh/site-functions/_tpm-keychain             ... zsh
@@ -14,6 +15,8 @@
 # and with --secret-service (makes tpm-keychain the desktop's keyring; see README.md):
 #   share/dbus-1/services/org.freedesktop.secrets.service  D-Bus activation of `tpm-keychain secret-service`
 #   share/systemd/user/tpm-keychain-secrets.service        the same as a systemd user service
+# and with --ssh-agent:
+#   share/systemd/user/tpm-keychain-ssh-agent.service      the ssh agent as a systemd user service
 #
 # The man page and the completions are generated from the command's ArgumentParser definitions,
 # so they always match the binary. --dry-run prints the commands and runs none of them.
@@ -29,7 +32,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--dry-run]
+Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [--dry-run]
 
   --prefix DIR   where to install (default: ~/.local): bin/, share/man/man1/,
                  share/bash-completion/completions/, share/zsh/site-functions/,
@@ -37,6 +40,7 @@ Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--dry-run]
   --secret-service
                  also install the D-Bus activation file and systemd user unit that make
                  `tpm-keychain secret-service` the session's org.freedesktop.secrets
+  --ssh-agent    also install the systemd user unit of tpm-keychain-ssh-agent
   --dry-run      print what would be run, build and install nothing
   -h, --help     this text
 EOF
@@ -45,6 +49,7 @@ EOF
 prefix="${HOME:?HOME is not set}/.local"
 dry_run=false
 secret_service=false
+ssh_agent=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix)
@@ -56,6 +61,7 @@ while [ $# -gt 0 ]; do
             shift ;;
         --dry-run) dry_run=true; shift ;;
         --secret-service) secret_service=true; shift ;;
+        --ssh-agent) ssh_agent=true; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "install-cli.sh: unknown argument: $1" >&2; usage >&2; exit 64 ;;
     esac
@@ -106,6 +112,7 @@ fi
 run Scripts/release-build.sh --product tpm-keychain
 run Scripts/release-build.sh --product tpm-keychain-secret-service
 run Scripts/release-build.sh --product tpm-keychain-keys
+run Scripts/release-build.sh --product tpm-keychain-ssh-agent
 if $dry_run; then
     binary=.build/release/tpm-keychain
 else
@@ -114,6 +121,7 @@ else
 fi
 daemon="$(dirname "$binary")/tpm-keychain-secret-service"
 keys="$(dirname "$binary")/tpm-keychain-keys"
+agent="$(dirname "$binary")/tpm-keychain-ssh-agent"
 
 # 3. Completion scripts, from the binary just built.
 for shell in bash zsh fish; do
@@ -132,6 +140,7 @@ run install -d -m 755 "$bin_dir" "$man_dir" "$bash_dir" "$zsh_dir" "$fish_dir"
 run install -m 755 "$binary" "$bin_dir/tpm-keychain"
 run install -m 755 "$daemon" "$bin_dir/tpm-keychain-secret-service"
 run install -m 755 "$keys" "$bin_dir/tpm-keychain-keys"
+run install -m 755 "$agent" "$bin_dir/tpm-keychain-ssh-agent"
 run install -m 644 "$manual_page" "$man_dir/tpm-keychain.1"
 run install -m 644 "$staging/tpm-keychain.bash" "$bash_dir/tpm-keychain"
 run install -m 644 "$staging/tpm-keychain.zsh" "$zsh_dir/_tpm-keychain"
@@ -147,6 +156,14 @@ if $secret_service; then
     run install -d -m 755 "$dbus_dir" "$unit_dir"
     run install -m 644 "$staging/org.freedesktop.secrets.service" "$dbus_dir/org.freedesktop.secrets.service"
     run install -m 644 "$staging/tpm-keychain-secrets.service" "$unit_dir/tpm-keychain-secrets.service"
+fi
+
+# 6. The ssh agent's user unit, when asked.
+if $ssh_agent; then
+    unit_dir="$prefix/share/systemd/user"
+    sed "s|@BINDIR@|$bin_dir|g" Scripts/ssh-agent/tpm-keychain-ssh-agent.service.in > "$staging/tpm-keychain-ssh-agent.service"
+    run install -d -m 755 "$unit_dir"
+    run install -m 644 "$staging/tpm-keychain-ssh-agent.service" "$unit_dir/tpm-keychain-ssh-agent.service"
 fi
 
 if $dry_run; then

@@ -26,7 +26,7 @@ package enum AccessOperation: CaseIterable, Sendable {
 /// The caller of an operation, as its face knows it.
 package struct AccessCaller: Sendable, Hashable {
     package enum Face: String, Sendable, CaseIterable {
-        case keychain, secItem, keychainStorage, cli, gitHelper, secretService
+        case keychain, secItem, keychainStorage, cli, gitHelper, secretService, sshAgent
     }
 
     /// Where the caller's identity comes from.

@@ -49,6 +49,21 @@ extension ItemService {
         }
     }
 
+    /// Signs as ``sign(digest:with:key:)``, opening a protected key's record only when that
+    /// needs no person (a key bound to the lock state, which the TPM checks, or to nothing): for
+    /// a face that cannot ask anyone yet (the ssh agent).
+    ///
+    /// - Throws: as ``sign(digest:with:key:)``; `.interactionNotAllowed` for a key that needs
+    ///   biometry or the passcode, and while the keychain or the login session is locked for it.
+    package func signNeedingNoPerson(digest: [UInt8], with result: ItemQueryResult) throws(KeychainError) -> [UInt8] {
+        guard result.isProtected else { return try sign(digest: digest, with: result, key: nil) }
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
+        let recordKey = try recordKeyNeedingNoPerson(
+            try store.protection(ofRecord: result.keyRecord),
+            person: "The key needs biometry or the device passcode, which this face cannot ask for")
+        return try sign(digest: digest, with: result, key: OpenedKey(recordKey: recordKey))
+    }
+
     /// The ECDH shared secret (the x-coordinate) of the TPM key the item holds and `peerPublicKey`
     /// (X9.63), computed in the TPM.
     ///

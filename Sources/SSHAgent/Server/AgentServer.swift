@@ -1,0 +1,240 @@
+import Crypto
+import FoundationEssentials
+import SystemCalls
+package import TPMKeychain
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The agent on its Unix socket: every connection answered on a thread of its own, one message at
+/// a time, as OpenSSH's agent answers them. Only the socket's owner is served: the socket is made
+/// 0600 in a directory the caller keeps private, and each connection's peer (SO_PEERCRED) must be
+/// this process's user, root included, or it is closed unanswered.
+///
+/// The agent decides nothing itself: a key is listed and used through the service for the
+/// connection's caller (uid, pid, executable), so the decision point and the key's own access
+/// control apply as for every face.
+package final class AgentServer: Sendable {
+    package let socketPath: String
+    private let keyring: AgentKeyring
+    private let listener: Int32
+    private let ownerUID = geteuid()
+    /// The salted hash of the passphrase the agent was locked with (`ssh-add -x`); nil: unlocked.
+    private let lock = Locked<(salt: [UInt8], hash: [UInt8])?>(nil)
+    private let connections = Locked<Int>(0)
+    private let stopped = Locked<Bool>(false)
+    private let log: @Sendable (String) -> Void
+
+    /// How many clients are served at once; more are closed at once (each holds a thread).
+    package static let connectionLimit = 64
+
+    /// Listens on `socketPath` (a stale socket there of this user's is replaced).
+    ///
+    /// - Throws: ``AgentServerError`` when the socket cannot be made.
+    package init(
+        socketPath: String, keyring: AgentKeyring, log: @escaping @Sendable (String) -> Void
+    ) throws(AgentServerError) {
+        self.socketPath = socketPath
+        self.keyring = keyring
+        self.log = log
+        var status = stat()
+        if lstat(socketPath, &status) == 0 {
+            guard status.st_mode & S_IFMT == S_IFSOCK, status.st_uid == geteuid() else {
+                throw AgentServerError(
+                    "\(socketPath) exists and is not a socket of this user: remove it or choose another path")
+            }
+            unlink(socketPath)
+        }
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard listener >= 0 else { throw AgentServerError("Cannot make a socket: \(String(cString: strerror(errno)))") }
+        // The socket is made 0600 by bind itself: no moment exists where another user may connect.
+        let previous = umask(0o177)
+        let bound = withUnixSocketAddress(socketPath) { Glibc.bind(listener, $0, $1) }
+        umask(previous)
+        guard bound == 0, Glibc.listen(listener, 64) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(listener)
+            throw AgentServerError("Cannot listen on \(socketPath): \(reason)")
+        }
+        self.listener = listener
+    }
+
+    /// Accepts and answers connections until ``stop()``.
+    package func serve() {
+        while !stopped.withLock({ $0 }) {
+            // accept4 is not in Glibc's module (it needs _GNU_SOURCE); the agent starts no
+            // child, so no descriptor can leak between accept and FD_CLOEXEC.
+            let connection = accept(listener, nil, nil)
+            if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
+            if connection < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                if stopped.withLock({ $0 }) { return }
+                log("accept failed: \(String(cString: strerror(errno)))")
+                return
+            }
+            let admitted = connections.withLock { count -> Bool in
+                guard count < Self.connectionLimit else { return false }
+                count += 1
+                return true
+            }
+            guard admitted else {
+                log("refused a connection: \(Self.connectionLimit) clients are connected already")
+                close(connection)
+                continue
+            }
+            do {
+                _ = try JoinableThread { [self] in
+                    defer { connections.withLock { $0 -= 1 } }
+                    answer(connection)
+                }
+            } catch {
+                connections.withLock { $0 -= 1 }
+                close(connection)
+            }
+        }
+    }
+
+    /// Stops accepting (connections being answered finish their current message) and removes the socket.
+    package func stop() {
+        stopped.withLock { $0 = true }
+        shutdown(listener, Int32(SHUT_RDWR))
+        unlink(socketPath)
+    }
+
+    // MARK: One connection
+
+    private func answer(_ connection: Int32) {
+        defer { close(connection) }
+        guard let peer = Self.peer(of: connection) else { return }
+        guard peer.uid == ownerUID else {
+            log("refused uid \(peer.uid) (pid \(peer.pid)): this agent serves uid \(ownerUID) only")
+            return
+        }
+        let caller = AccessCaller(
+            face: .sshAgent, uid: peer.uid, source: .peerCredentials, executable: Self.executable(of: peer.pid))
+        while let body = Self.readMessage(connection) {
+            let response: AgentResponse
+            do throws(AgentProtocolError) {
+                response = respond(to: try AgentRequest(parsing: body), caller: caller, pid: peer.pid)
+            } catch {
+                log("closed a connection of pid \(peer.pid): \(error.description)")
+                return
+            }
+            do {
+                try writeAll(connection, response.framed)
+            } catch {
+                return // The client hung up.
+            }
+        }
+    }
+
+    package func respond(to request: AgentRequest, caller: AccessCaller, pid: Int32) -> AgentResponse {
+        let locked = lock.withLock { $0 != nil }
+        switch request {
+        case .requestIdentities:
+            if locked { return .identities([]) }
+            do {
+                return .identities(
+                    try keyring.keys(for: caller).map { (SSHECDSAKey.blob(publicKey: $0.publicKey), $0.comment) })
+            } catch {
+                log("listing keys for \(Self.describe(caller, pid)) failed: \(error.message)")
+                return .failure
+            }
+        case .sign(let blob, let data, _):
+            guard !locked else { return .failure }
+            do {
+                guard let rs = try keyring.sign(data, withKeyBlob: blob, for: caller),
+                    let signature = SSHECDSAKey.signatureBlob(rs: rs)
+                else {
+                    log("\(Self.describe(caller, pid)) asked for a signature by a key the agent does not offer")
+                    return .failure
+                }
+                log("signed for \(Self.describe(caller, pid))")
+                return .signature(signature)
+            } catch {
+                log("refused a signature for \(Self.describe(caller, pid)): \(error.message)")
+                return .failure
+            }
+        case .addIdentity:
+            log(
+                "refused to add a key for \(Self.describe(caller, pid)): keys are made in the TPM (tpm-keychain key create --label NAME --tag ssh), not handed to the agent"
+            )
+            return .failure
+        case .removeIdentity, .removeAllIdentities:
+            log("refused to remove keys: remove one from the keychain with tpm-keychain key delete")
+            return .failure
+        case .lock(let passphrase):
+            return lock.withLock { state -> AgentResponse in
+                guard state == nil else { return .failure }
+                let salt = (0..<16).map { _ in UInt8.random(in: 0...255) }
+                state = (salt, Self.hash(passphrase, salt: salt))
+                return .success
+            }
+        case .unlock(let passphrase):
+            let unlocked = lock.withLock { state -> Bool in
+                guard let held = state, Self.hash(passphrase, salt: held.salt) == held.hash else { return false }
+                state = nil
+                return true
+            }
+            // A wrong passphrase costs the guesser time, as OpenSSH's agent makes it.
+            if !unlocked { SystemCalls.sleep(for: .milliseconds(100)) }
+            return unlocked ? .success : .failure
+        case .extension:
+            return .extensionFailure
+        case .other:
+            return .failure
+        }
+    }
+
+    // MARK: Helpers
+
+    private static func hash(_ passphrase: [UInt8], salt: [UInt8]) -> [UInt8] {
+        Array(SHA256.hash(data: salt + passphrase))
+    }
+
+    private static func describe(_ caller: AccessCaller, _ pid: Int32) -> String {
+        "\(caller.executable ?? "an unknown program") (pid \(pid))"
+    }
+
+    /// The next message's body, or nil when the client hung up (also mid-message) or sent a
+    /// length the protocol does not allow.
+    private static func readMessage(_ connection: Int32) -> [UInt8]? {
+        guard let prefix = readExactly(connection, 4) else { return nil }
+        let length = Int(UInt32(prefix[0]) << 24 | UInt32(prefix[1]) << 16 | UInt32(prefix[2]) << 8 | UInt32(prefix[3]))
+        guard length > 0, length <= AgentRequest.maximumLength else { return nil }
+        return readExactly(connection, length)
+    }
+
+    private static func readExactly(_ connection: Int32, _ count: Int) -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let read = bytes.withUnsafeMutableBytes { Glibc.read(connection, $0.baseAddress! + filled, count - filled) }
+            if read < 0, errno == EINTR { continue }
+            guard read > 0 else { return nil }
+            filled += read
+        }
+        return bytes
+    }
+
+    private static func peer(of connection: Int32) -> (uid: UInt32, pid: Int32)? {
+        // struct ucred (pid, uid, gid), which Glibc's module does not export without _GNU_SOURCE.
+        var credentials: [Int32] = [0, 0, 0]
+        var length = socklen_t(MemoryLayout<Int32>.size * 3)
+        guard getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return nil }
+        return (UInt32(bitPattern: credentials[1]), credentials[0])
+    }
+
+    private static func executable(of pid: Int32) -> String? {
+        var target = [CChar](repeating: 0, count: 4096)
+        let length = readlink("/proc/\(pid)/exe", &target, target.count - 1)
+        guard length > 0 else { return nil }
+        return String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+package struct AgentServerError: Error, CustomStringConvertible {
+    package let description: String
+    init(_ description: String) { self.description = description }
+}

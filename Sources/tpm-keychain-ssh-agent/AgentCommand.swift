@@ -1,0 +1,79 @@
+import ArgumentParser
+import CommandLineSupport
+import SSHAgent
+import SystemCalls
+import TPMKeychain
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tpm-keychain-ssh-agent`: an ssh agent over the keychain's TPM keys. It stays in the
+/// foreground (a systemd user service, or a shell's `&`) rather than forking as OpenSSH's agent
+/// does: a service manager watches it, and its first line says where it listens.
+@main
+struct AgentCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tpm-keychain-ssh-agent",
+        abstract: "Serve the keychain's SSH keys (TPM keys tagged ssh) to ssh, git and other SSH clients.",
+        discussion: """
+            Make a key with `tpm-keychain key create --label NAME --tag ssh`; its private half is \
+            made in the TPM and never leaves it. The agent prints the line that points SSH clients \
+            at its socket (SSH_AUTH_SOCK=...), then answers them until it is stopped. Only this \
+            user's programs are served. Each signature is decided for the program asking, under \
+            the key's own access control; a key that needs biometry or the passcode is refused \
+            for now (the agent cannot ask yet). Keys cannot be added with ssh-add: they are made \
+            in the TPM.
+
+            \(ExitStatus.helpText)
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(
+        name: .customShort("a"),
+        help: ArgumentHelp(
+            "The socket's path; default $XDG_RUNTIME_DIR/tpm-keychain/ssh-agent.socket.", valueName: "socket"))
+    var socket: String?
+
+    static func main() {
+        CommandStart.prepare()
+        main(nil)
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let path = try socketPath()
+            try StoreSession.withExisting(store.path) { session in
+                let server: AgentServer
+                do throws(AgentServerError) {
+                    server = try AgentServer(
+                        socketPath: path, keyring: AgentKeyring(location: session.location),
+                        log: { writeStandardError("tpm-keychain-ssh-agent: " + $0 + "\n") })
+                } catch {
+                    throw CommandFailure(ExitStatus.ioError, error.description)
+                }
+                let token = ProcessGuard.onInterruption { server.stop() }
+                defer { ProcessGuard.remove(token) }
+                // Written at once, unbuffered: whoever waits for this line reads it before any request.
+                try? writeAll(1, Array("SSH_AUTH_SOCK=\(path); export SSH_AUTH_SOCK;\n".utf8))
+                server.serve()
+            }
+        }
+    }
+
+    /// `-a`, or the socket in the user's runtime directory (made 0700 when missing).
+    private func socketPath() throws -> String {
+        if let socket { return socket }
+        guard let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), runtime.hasPrefix("/") else {
+            throw CommandFailure(ExitStatus.usage, "XDG_RUNTIME_DIR is not set: give the socket's path with -a")
+        }
+        let directory = runtime + "/tpm-keychain"
+        if mkdir(directory, 0o700) != 0, errno != EEXIST {
+            throw CommandFailure(
+                ExitStatus.ioError, "Cannot create \(directory): \(String(cString: strerror(errno)))")
+        }
+        return directory + "/ssh-agent.socket"
+    }
+}

@@ -1,0 +1,278 @@
+import Foundation
+import SSHAgent
+import SystemCalls
+import TPMKeychainTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The agent binary over a store on a private swtpm, with OpenSSH's own clients: ssh-add lists
+/// the keys tagged ssh, ssh-keygen -Y signs through the agent and verifies the signature. Then
+/// what a hostile client does: another user, a malformed message, a client that hangs up.
+@Suite("the ssh agent with OpenSSH's clients", .serialized)
+struct AgentWithOpenSSHTests {
+    /// A store with two TPM keys (one tagged ssh), the agent serving it, and their clean-up.
+    final class Fixture {
+        let simulator: SoftwareTPM
+        let directory: String
+        let socket: String
+        let agent: Process
+        let agentOutput: String
+        var store: String { directory + "/store" }
+
+        init() throws {
+            simulator = try SoftwareTPM.start()
+            directory = NSTemporaryDirectory() + "tpm-keychain-ssh-agent-" + UUID().uuidString
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            socket = directory + "/agent.socket"
+            agentOutput = directory + "/agent.out"
+            agent = Process()
+            try Self.expectSuccess(try run(Self.tool("tpm-keychain"), ["create-keychain", directory + "/store"]))
+            try Self.expectSuccess(
+                try run(
+                    Self.tool("tpm-keychain-keys"),
+                    ["create", "--keychain", store, "--label", "laptop", "--tag", "ssh"]))
+            try Self.expectSuccess(
+                try run(Self.tool("tpm-keychain-keys"), ["create", "--keychain", store, "--label", "not-for-ssh"]))
+            _ = FileManager.default.createFile(atPath: agentOutput, contents: nil)
+            _ = FileManager.default.createFile(atPath: directory + "/agent.err", contents: nil)
+            agent.executableURL = URL(fileURLWithPath: Self.tool("tpm-keychain-ssh-agent"))
+            agent.arguments = ["--keychain", store, "-a", socket]
+            agent.environment = environment
+            agent.standardOutput = FileHandle(forWritingAtPath: agentOutput)
+            agent.standardError = FileHandle(forWritingAtPath: directory + "/agent.err")
+            try agent.run()
+            // Ready once it has printed where it listens (it listens before it prints).
+            let deadline = ContinuousClock.now + .seconds(120)
+            while !((try? String(contentsOfFile: agentOutput, encoding: .utf8)) ?? "").contains("SSH_AUTH_SOCK=") {
+                guard agent.isRunning, ContinuousClock.now < deadline else {
+                    throw AgentTestError("the agent did not start: \(agentErrors)")
+                }
+                usleep(20_000)
+            }
+        }
+
+        var environment: [String: String] {
+            var environment = ProcessInfo.processInfo.environment
+            environment["TPM_KEYCHAIN_TCTI"] = simulator.tcti
+            environment["SSH_AUTH_SOCK"] = socket
+            return environment
+        }
+
+        var agentErrors: String { (try? String(contentsOfFile: directory + "/agent.err", encoding: .utf8)) ?? "" }
+
+        /// Runs `executable` to its end with the fixture's environment; its status and output.
+        func run(
+            _ executable: String, _ arguments: [String], stdin: String? = nil, via wrapper: [String] = []
+        ) throws -> (status: Int32, output: String) {
+            let process = Process()
+            let output = directory + "/run-\(UUID().uuidString).out"
+            _ = FileManager.default.createFile(atPath: output, contents: nil)
+            defer { try? FileManager.default.removeItem(atPath: output) }
+            if wrapper.isEmpty {
+                process.executableURL = URL(fileURLWithPath: executable)
+                process.arguments = arguments
+            } else {
+                process.executableURL = URL(fileURLWithPath: wrapper[0])
+                process.arguments = Array(wrapper.dropFirst()) + [executable] + arguments
+            }
+            process.environment = environment
+            let handle = FileHandle(forWritingAtPath: output)
+            process.standardOutput = handle
+            process.standardError = handle
+            let input = Pipe()
+            process.standardInput = stdin == nil ? FileHandle.nullDevice : input
+            try process.run()
+            if let stdin {
+                input.fileHandleForWriting.write(Data(stdin.utf8))
+                try input.fileHandleForWriting.close()
+            }
+            process.waitUntilExit()
+            return (process.terminationStatus, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+        }
+
+        static func expectSuccess(_ result: (status: Int32, output: String)) throws {
+            guard result.status == 0 else { throw AgentTestError("exit \(result.status): \(result.output)") }
+        }
+
+        static func tool(_ name: String) -> String {
+            if name.hasPrefix("/") { return name }
+            let bundle =
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+                ?? CommandLine.arguments[0]
+            return URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent(name).path
+        }
+
+        deinit {
+            if agent.isRunning {
+                kill(agent.processIdentifier, SIGTERM)
+                agent.waitUntilExit()
+            }
+            simulator.stop()
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+
+    @Test(
+        "ssh-add lists only the key tagged ssh, and ssh-keygen signs with it through the agent; the signature verifies")
+    func listsAndSignsForOpenSSH() throws {
+        let fixture = try Fixture()
+        let listed = try fixture.run("/usr/bin/ssh-add", ["-L"])
+        #expect(listed.status == 0, "\(listed.output)")
+        let lines = listed.output.split(separator: "\n")
+        #expect(lines.count == 1, "\(listed.output)")
+        let line = try #require(lines.first)
+        #expect(line.hasPrefix("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY") && line.hasSuffix(" laptop"))
+
+        let publicKey = fixture.directory + "/laptop.pub"
+        let message = fixture.directory + "/message"
+        try (line + "\n").write(toFile: publicKey, atomically: true, encoding: .utf8)
+        try "deploy main to production\n".write(toFile: message, atomically: true, encoding: .utf8)
+        let signed = try fixture.run("/usr/bin/ssh-keygen", ["-Y", "sign", "-f", publicKey, "-n", "file", message])
+        #expect(signed.status == 0, "\(signed.output)\n\(fixture.agentErrors)")
+        let allowed = fixture.directory + "/allowed_signers"
+        try ("laptop " + line.split(separator: " ").prefix(2).joined(separator: " ") + "\n").write(
+            toFile: allowed, atomically: true, encoding: .utf8)
+        let verified = try fixture.run(
+            "/usr/bin/ssh-keygen",
+            ["-Y", "verify", "-f", allowed, "-I", "laptop", "-n", "file", "-s", message + ".sig"],
+            stdin: "deploy main to production\n")
+        #expect(verified.status == 0, "\(verified.output)")
+        let forged = try fixture.run(
+            "/usr/bin/ssh-keygen",
+            ["-Y", "verify", "-f", allowed, "-I", "laptop", "-n", "file", "-s", message + ".sig"],
+            stdin: "deploy a fork to production\n")
+        #expect(forged.status != 0, "a signature of another message must not verify")
+        #expect(fixture.agentErrors.contains("signed for /usr/bin/ssh-keygen"), "\(fixture.agentErrors)")
+    }
+
+    @Test("a key handed in with ssh-add is refused: keys are made in the TPM")
+    func addingAKeyIsRefused() throws {
+        let fixture = try Fixture()
+        let key = fixture.directory + "/software-key"
+        try Fixture.expectSuccess(try fixture.run("/usr/bin/ssh-keygen", ["-q", "-t", "ecdsa", "-N", "", "-f", key]))
+        let added = try fixture.run("/usr/bin/ssh-add", [key])
+        #expect(added.status != 0, "\(added.output)")
+        #expect(fixture.agentErrors.contains("keys are made in the TPM"), "\(fixture.agentErrors)")
+        #expect(try fixture.run("/usr/bin/ssh-add", ["-L"]).output.split(separator: "\n").count == 1)
+    }
+
+    @Test("locked with a passphrase the agent lists nothing and signs nothing; a wrong passphrase does not unlock it")
+    func lockAndUnlock() throws {
+        let fixture = try Fixture()
+        let client = try AgentClient(fixture.socket)
+        let identities = try client.ask([11])
+        #expect(identities.first == 12 && identities[1...4] == [0, 0, 0, 1])
+        #expect(try client.ask(Self.message(22, "correct horse")) == [6])
+        #expect(try client.ask([11]) == [12, 0, 0, 0, 0])
+        #expect(try client.ask(Self.message(23, "wrong")) == [5])
+        #expect(try client.ask([11]) == [12, 0, 0, 0, 0])
+        #expect(try client.ask(Self.message(23, "correct horse")) == [6])
+        #expect(try client.ask([11]) == identities)
+    }
+
+    @Test("a malformed message closes that connection only; a client that hangs up mid-message harms no one")
+    func malformedAndHungUpClients() throws {
+        let fixture = try Fixture()
+        let oversized = try AgentClient(fixture.socket)
+        try oversized.send([0x7F, 0xFF, 0xFF, 0xFF, 11])
+        #expect(try oversized.receive() == nil, "a length past 256 KiB closes the connection")
+        let garbage = try AgentClient(fixture.socket)
+        #expect(try garbage.askRaw([0, 0, 0, 6, 13, 0xFF, 0xFF, 0xFF, 0xFF, 1]) == nil, "a string past its message")
+        let halfway = try AgentClient(fixture.socket)
+        try halfway.send([0, 0, 0, 100, 13, 0, 0])
+        halfway.close()
+        let unknown = try AgentClient(fixture.socket)
+        #expect(try unknown.ask([1]) == [5], "an unknown type is answered with failure")
+        #expect(try unknown.ask([27, 0, 0, 0, 5] + Array("query".utf8)) == [28])
+        #expect(try unknown.ask([11]).first == 12, "the same connection goes on")
+        #expect(fixture.agent.isRunning)
+    }
+
+    @Test(
+        "another user is refused by the agent itself, even where the socket's permissions would let them connect",
+        .enabled(if: geteuid() == 0, "needs root: the test creates its user with useradd"))
+    func anotherUserIsRefused() throws {
+        let fixture = try Fixture()
+        let user = "tkssh" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        try SystemTool.run("/usr/sbin/useradd", ["-M", "-N", "-s", "/usr/sbin/nologin", user])
+        defer { try? SystemTool.run("/usr/sbin/userdel", [user]) }
+        // Opened to everyone on purpose: what the file system would refuse, the agent refuses too.
+        #expect(chmod(fixture.directory, 0o755) == 0 && chmod(fixture.socket, 0o777) == 0)
+        let listed = try fixture.run("/usr/bin/ssh-add", ["-L"], via: ["/usr/sbin/runuser", "-u", user, "--"])
+        #expect(listed.status != 0, "\(listed.output)")
+        #expect(!listed.output.contains("ecdsa-sha2-nistp256"), "\(listed.output)")
+        #expect(fixture.agentErrors.contains("this agent serves uid 0 only"), "\(fixture.agentErrors)")
+        #expect(try fixture.run("/usr/bin/ssh-add", ["-L"]).status == 0, "the owner is still served")
+    }
+
+    static func message(_ type: UInt8, _ text: String) -> [UInt8] {
+        var writer = SSHWireWriter()
+        writer.byte(type)
+        writer.string(text)
+        return writer.bytes
+    }
+}
+
+struct AgentTestError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A raw agent client: one Unix socket, framed messages.
+final class AgentClient {
+    private var descriptor: Int32
+
+    init(_ path: String) throws {
+        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0, withUnixSocketAddress(path, { connect(descriptor, $0, $1) }) == 0 else {
+            throw AgentTestError("cannot connect to \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    func send(_ bytes: [UInt8]) throws {
+        try writeAll(descriptor, bytes)
+    }
+
+    /// One response's body, or nil when the agent closed the connection.
+    func receive() throws -> [UInt8]? {
+        guard let prefix = read(4) else { return nil }
+        let length = Int(prefix[0]) << 24 | Int(prefix[1]) << 16 | Int(prefix[2]) << 8 | Int(prefix[3])
+        return read(length)
+    }
+
+    func ask(_ body: [UInt8]) throws -> [UInt8] {
+        var framed = SSHWireWriter()
+        framed.string(body)
+        guard let answer = try askRaw(framed.bytes) else { throw AgentTestError("the agent closed the connection") }
+        return answer
+    }
+
+    func askRaw(_ bytes: [UInt8]) throws -> [UInt8]? {
+        try send(bytes)
+        return try receive()
+    }
+
+    /// Hangs up; the descriptor is not closed a second time (its number may be another's by then).
+    func close() {
+        if descriptor >= 0 { Glibc.close(descriptor) }
+        descriptor = -1
+    }
+
+    private func read(_ count: Int) -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let got = bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress! + filled, count - filled) }
+            if got < 0, errno == EINTR { continue }
+            guard got > 0 else { return nil }
+            filled += got
+        }
+        return bytes
+    }
+
+    deinit { close() }
+}
