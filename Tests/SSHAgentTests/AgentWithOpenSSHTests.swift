@@ -20,10 +20,13 @@ struct AgentWithOpenSSHTests {
         let socket: String
         let agent: Process
         let agentOutput: String
+        /// Between the agent and the simulator when asked for: it counts the agent's TPM commands.
+        let proxy: RecordingTPMProxy?
         var store: String { directory + "/store" }
 
-        init() throws {
+        init(recordingTheAgentsTPMCommands: Bool = false) throws {
             simulator = try SoftwareTPM.start()
+            proxy = recordingTheAgentsTPMCommands ? try RecordingTPMProxy.start(forwardingTo: simulator.port) : nil
             directory = NSTemporaryDirectory() + "tpm-keychain-ssh-agent-" + UUID().uuidString
             try FileManager.default.createDirectory(
                 atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
@@ -41,7 +44,9 @@ struct AgentWithOpenSSHTests {
             _ = FileManager.default.createFile(atPath: directory + "/agent.err", contents: nil)
             agent.executableURL = URL(fileURLWithPath: Self.tool("tpm-keychain-ssh-agent"))
             agent.arguments = ["--keychain", store, "-a", socket]
-            agent.environment = environment
+            var agentEnvironment = environment
+            if let proxy { agentEnvironment["TPM_KEYCHAIN_TCTI"] = proxy.tcti }
+            agent.environment = agentEnvironment
             agent.standardOutput = FileHandle(forWritingAtPath: agentOutput)
             agent.standardError = FileHandle(forWritingAtPath: directory + "/agent.err")
             try agent.run()
@@ -111,6 +116,7 @@ struct AgentWithOpenSSHTests {
                 kill(agent.processIdentifier, SIGTERM)
                 agent.waitUntilExit()
             }
+            proxy?.stop()
             simulator.stop()
             try? FileManager.default.removeItem(atPath: directory)
         }
@@ -147,6 +153,20 @@ struct AgentWithOpenSSHTests {
             stdin: "deploy a fork to production\n")
         #expect(forged.status != 0, "a signature of another message must not verify")
         #expect(fixture.agentErrors.contains("signed for /usr/bin/ssh-keygen"), "\(fixture.agentErrors)")
+    }
+
+    @Test("once the store is open, a listing asks the TPM nothing: the public keys are in the items' attributes")
+    func listingAsksNoTPM() throws {
+        let fixture = try Fixture(recordingTheAgentsTPMCommands: true)
+        let proxy = try #require(fixture.proxy)
+        let first = try fixture.run("/usr/bin/ssh-add", ["-L"])
+        #expect(first.status == 0, "\(first.output)")
+        #expect(proxy.commandCount > 0, "opening the store unseals its master key through the proxy")
+        proxy.reset()
+        for _ in 0..<3 {
+            #expect(try fixture.run("/usr/bin/ssh-add", ["-L"]).output == first.output)
+        }
+        #expect(proxy.commandCount == 0, "TPM commands of a listing: \(proxy.commandCodes)")
     }
 
     @Test("a key handed in with ssh-add is refused: keys are made in the TPM")
