@@ -298,7 +298,7 @@ let package = Package(
             name: "TPMBenchmarks",
             dependencies: [
                 "TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "WireFormat",
-                "SecurityCompat", "KeychainStorageCompat",
+                "SecurityCompat", "KeychainStorageCompat", "SSHAgent",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Tests/Benchmarks/TPMBenchmarks",

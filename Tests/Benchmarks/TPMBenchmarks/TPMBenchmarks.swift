@@ -22,6 +22,7 @@ import Glibc
 /// - rotate: rotating the master key of 1,000 and 10,000 items (RotationBenchmarks).
 /// - secitem: SecurityCompat's SecItem calls next to the Keychain API on the same store (SecItemBenchmarks).
 /// - keys: a signature with a P-256 key made in the TPM, against the C floor's TPM2_Sign (KeyBenchmarks).
+/// - agent: a signature through the ssh agent's socket, against the same floor (AgentBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
 /// - cold-lookup: `tpm-keychain find-generic-password` as a process in stores of 10,000 and
@@ -46,14 +47,14 @@ struct TPMBenchmarks {
         guard
             [
                 "tpm", "store", "store-get", "store-set", "store-list", "store-scale", "cli", "access", "access-first",
-                "keys",
+                "keys", "agent",
                 "secitem",
                 "secitem-get",
                 "storage", "rotate", "transfer", "cold-lookup", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|access-first|keys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|access-first|keys|agent|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
             )
             exit(64)
         }
@@ -91,6 +92,9 @@ struct TPMBenchmarks {
         }
         if suite == "keys" || suite == "all" {
             try KeyBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        if suite == "agent" || suite == "all" {
+            try AgentBenchmarks(summary: summary, iterations: iterations).run()
         }
         if suite == "cli" || suite == "all" {
             try CLIBenchmarks(summary: summary, iterations: iterations).run()
