@@ -91,7 +91,7 @@ struct AgentBenchmarks: @unchecked Sendable { // Summary is only used from one t
         try writeAll(descriptor, message)
         var answer: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 1024)
-        while answer.count < 4 || answer.count < 4 + Int(BigEndianLength(answer)) {
+        while answer.count < 4 || answer.count < 4 + Int(bigEndianLength(answer)) {
             let count = read(descriptor, &buffer, buffer.count)
             guard count > 0 else { throw BenchmarkError("the agent hung up") }
             answer += buffer[0..<count]
@@ -100,6 +100,6 @@ struct AgentBenchmarks: @unchecked Sendable { // Summary is only used from one t
     }
 }
 
-private func BigEndianLength(_ bytes: [UInt8]) -> UInt32 {
+private func bigEndianLength(_ bytes: [UInt8]) -> UInt32 {
     UInt32(bytes[0]) << 24 | UInt32(bytes[1]) << 16 | UInt32(bytes[2]) << 8 | UInt32(bytes[3])
 }
