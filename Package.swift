@@ -173,7 +173,7 @@ let package = Package(
             name: "SecretService",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "ToolSupport", "DBus", "SystemCalls", "WireFormat",
-                "CModularExponentiation",
+                "CModularExponentiation", "PersonPrompts",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
@@ -184,11 +184,14 @@ let package = Package(
         .target(
             name: "SSHAgent",
             dependencies: [
-                "TPMKeychain", "KeychainVocabulary", "SystemCalls", "WireFormat",
+                "TPMKeychain", "KeychainVocabulary", "SystemCalls", "WireFormat", "PersonPrompts",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),
+        // Asking the person through a command they configure (systemd-ask-password, a dialog):
+        // the passcode and yes/no questions of the daemons (Secret Service, ssh agent).
+        .target(name: "PersonPrompts", dependencies: ["TPMKeychain"], swiftSettings: strictness),
         // A fingerprint authenticator over fprintd (system D-Bus), and the session lock from logind.
         .target(
             name: "TPMKeychainFprintd",
@@ -207,7 +210,7 @@ let package = Package(
         .target(
             name: "CommandLineSupport",
             dependencies: [
-                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "ToolSupport",
+                "TPMKeychain", "TPM", "TPMSimulator", "SystemCalls", "ToolSupport", "WireFormat",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -241,7 +244,7 @@ let package = Package(
             name: "tpm-keychain-secret-service",
             dependencies: [
                 "SecretService", "TPMKeychain", "TPMKeychainFprintd", "ToolSupport", "SystemCalls",
-                "CommandLineSupport",
+                "CommandLineSupport", "PersonPrompts",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -250,7 +253,8 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain-ssh-agent",
             dependencies: [
-                "SSHAgent", "TPMKeychain", "ToolSupport", "SystemCalls", "CommandLineSupport",
+                "SSHAgent", "TPMKeychain", "ToolSupport", "SystemCalls", "CommandLineSupport", "PersonPrompts",
+                "TPMKeychainFprintd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
@@ -418,6 +422,7 @@ let package = Package(
         .testTarget(
             name: "SecretServiceUnitTests",
             dependencies: [
+                "PersonPrompts",
                 "SecretService", "KeychainVocabulary", "DBus", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -76,6 +76,27 @@ struct CreateKey: ParsableCommand {
         help: ArgumentHelp("Also write the key as a TPM 2.0 Key File.", valueName: "path"))
     var keyFile: String?
 
+    @Option(
+        name: .customLong("access-control"),
+        help: ArgumentHelp(
+            "Who may use the key, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM at each use.",
+            valueName: "flags"))
+    var accessControl: String?
+
+    @Option(
+        name: .customLong("accessible"),
+        help: ArgumentHelp(
+            "When the key is usable (kSecAttrAccessible): whenUnlocked, afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly.",
+            valueName: "class"))
+    var accessible: String?
+
+    func validate() throws {
+        if keyFile != nil, accessControl != nil || accessible != nil {
+            // A key file carries no policy: whoever holds it could use the key without the control.
+            throw ValidationError("--key-file cannot be combined with --access-control or --accessible")
+        }
+    }
+
     func run() throws {
         try reportingErrors {
             try StoreSession.with(store.path) { try perform(in: $0) }
@@ -95,6 +116,9 @@ struct CreateKey: ParsableCommand {
         ]
         if let tag = name.tag { privateAttributes[kSecAttrApplicationTag] = Data(tag.utf8) }
         if file != nil { privateAttributes[kSecAttrTPMKeyFile] = true }
+        if let control = try AccessControlArgument.parse(flags: accessControl, accessible: accessible) {
+            privateAttributes[kSecAttrAccessControl] = try Self.secAccessControl(control)
+        }
         let parameters: [CFString: Any] = [
             kSecAttrKeyType: kSecAttrKeyTypeECSECPrimeRandom, kSecAttrKeySizeInBits: 256,
             kSecAttrTokenID: kSecAttrTokenIDSecureEnclave, kSecPrivateKeyAttrs: privateAttributes,
@@ -114,6 +138,30 @@ struct CreateKey: ParsableCommand {
             }
         }
         output("key \"\(name.label)\" created in the TPM" + (keyFile.map { "; key file written to \($0)" } ?? ""))
+    }
+}
+
+extension CreateKey {
+    /// kSecAttrAccessible's constants by class; made on each use (CFString is not Sendable).
+    static var protections: [Accessibility: CFString] {
+        [
+            .whenUnlocked: kSecAttrAccessibleWhenUnlocked, .afterFirstUnlock: kSecAttrAccessibleAfterFirstUnlock,
+            .always: kSecAttrAccessibleAlways,
+            .whenUnlockedThisDeviceOnly: kSecAttrAccessibleWhenUnlockedThisDeviceOnly,
+            .afterFirstUnlockThisDeviceOnly: kSecAttrAccessibleAfterFirstUnlockThisDeviceOnly,
+            .alwaysThisDeviceOnly: kSecAttrAccessibleAlwaysThisDeviceOnly,
+            .whenPasscodeSetThisDeviceOnly: kSecAttrAccessibleWhenPasscodeSetThisDeviceOnly,
+        ]
+    }
+
+    /// The SecKey face's form of `control`, made as iOS code makes one.
+    static func secAccessControl(_ control: AccessControl) throws -> SecAccessControl {
+        var error: Unmanaged<CFError>?
+        guard let protection = protections[control.accessibility],
+            let made = SecAccessControlCreateWithFlags(
+                nil, protection, SecAccessControlCreateFlags(rawValue: control.flags.rawValue), &error)
+        else { throw KeyLookup.failure(error, "The access control is not one a key can have") }
+        return made
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Dispatch
 import Foundation
+import PersonPrompts
 import SecretService
 import SystemCalls
 import TPMKeychain

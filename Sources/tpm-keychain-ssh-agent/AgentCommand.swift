@@ -1,8 +1,10 @@
 import ArgumentParser
 import CommandLineSupport
+import PersonPrompts
 import SSHAgent
 import SystemCalls
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
 
 #if canImport(Glibc)
@@ -22,9 +24,10 @@ struct AgentCommand: ParsableCommand {
             made in the TPM and never leaves it. The agent prints the line that points SSH clients \
             at its socket (SSH_AUTH_SOCK=...), then answers them until it is stopped. Only this \
             user's programs are served. Each signature is decided for the program asking, under \
-            the key's own access control; a key that needs biometry or the passcode is refused \
-            for now (the agent cannot ask yet). Keys cannot be added with ssh-add: they are made \
-            in the TPM.
+            the key's own access control: a key that needs biometry or the passcode is opened \
+            by asking the person (--fprintd, --passcode-command), naming the key and the program \
+            asking, and refused when the agent has no way to ask. Keys cannot be added with \
+            ssh-add: they are made in the TPM.
 
             \(ExitStatus.helpText)
             """)
@@ -36,6 +39,16 @@ struct AgentCommand: ParsableCommand {
         help: ArgumentHelp(
             "The socket's path; default $XDG_RUNTIME_DIR/tpm-keychain/ssh-agent.socket.", valueName: "socket"))
     var socket: String?
+
+    @Option(
+        name: .customLong("passcode-command"),
+        help: ArgumentHelp(
+            "A command that asks the person for the device passcode when a key needs it, and prints it (for example: systemd-ask-password --no-tty \"$TPM_KEYCHAIN_PROMPT_REASON\"); the reason names the key and the program asking. Its exit status other than 0 cancels.",
+            valueName: "command"))
+    var passcodeCommand: String?
+
+    @Flag(help: "Use fprintd (system bus) for keys that need biometry.")
+    var fprintd = false
 
     static func main() {
         CommandStart.prepare()
@@ -49,7 +62,10 @@ struct AgentCommand: ParsableCommand {
                 let server: AgentServer
                 do throws(AgentServerError) {
                     server = try AgentServer(
-                        socketPath: path, keyring: AgentKeyring(location: session.location),
+                        socketPath: path,
+                        keyring: AgentKeyring(
+                            location: session.location, authenticator: fprintd ? FprintdAuthenticator() : nil,
+                            passcode: passcodeCommand.map(PasscodeCommand.source)),
                         log: { writeStandardError("tpm-keychain-ssh-agent: " + $0 + "\n") })
                 } catch {
                     throw CommandFailure(ExitStatus.ioError, error.description)

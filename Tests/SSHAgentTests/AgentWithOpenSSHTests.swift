@@ -24,7 +24,14 @@ struct AgentWithOpenSSHTests {
         let proxy: RecordingTPMProxy?
         var store: String { directory + "/store" }
 
-        init(recordingTheAgentsTPMCommands: Bool = false) throws {
+        static let passcode = "4711-correct-horse"
+
+        /// - Parameters:
+        ///   - guardedKey: also set a device passcode and make a key tagged ssh that needs it ("guarded").
+        ///   - agentArguments: given to the agent after its store and socket.
+        init(
+            recordingTheAgentsTPMCommands: Bool = false, guardedKey: Bool = false, agentArguments: [String] = []
+        ) throws {
             simulator = try SoftwareTPM.start()
             proxy = recordingTheAgentsTPMCommands ? try RecordingTPMProxy.start(forwardingTo: simulator.port) : nil
             directory = NSTemporaryDirectory() + "tpm-keychain-ssh-agent-" + UUID().uuidString
@@ -34,6 +41,19 @@ struct AgentWithOpenSSHTests {
             agentOutput = directory + "/agent.out"
             agent = Process()
             try Self.expectSuccess(try run(Self.tool("tpm-keychain"), ["create-keychain", directory + "/store"]))
+            if guardedKey {
+                try Self.expectSuccess(
+                    try run(
+                        Self.tool("tpm-keychain"), ["set-passcode", "--keychain", store, "--passcode-fd", "0"],
+                        stdin: Self.passcode + "\n"))
+                try Self.expectSuccess(
+                    try run(
+                        Self.tool("tpm-keychain-keys"),
+                        [
+                            "create", "--keychain", store, "--label", "guarded", "--tag", "ssh", "--access-control",
+                            "devicePasscode",
+                        ]))
+            }
             try Self.expectSuccess(
                 try run(
                     Self.tool("tpm-keychain-keys"),
@@ -43,7 +63,7 @@ struct AgentWithOpenSSHTests {
             _ = FileManager.default.createFile(atPath: agentOutput, contents: nil)
             _ = FileManager.default.createFile(atPath: directory + "/agent.err", contents: nil)
             agent.executableURL = URL(fileURLWithPath: Self.tool("tpm-keychain-ssh-agent"))
-            agent.arguments = ["--keychain", store, "-a", socket]
+            agent.arguments = ["--keychain", store, "-a", socket] + agentArguments
             var agentEnvironment = environment
             if let proxy { agentEnvironment["TPM_KEYCHAIN_TCTI"] = proxy.tcti }
             agent.environment = agentEnvironment
@@ -64,6 +84,9 @@ struct AgentWithOpenSSHTests {
             var environment = ProcessInfo.processInfo.environment
             environment["TPM_KEYCHAIN_TCTI"] = simulator.tcti
             environment["SSH_AUTH_SOCK"] = socket
+            // The device (passcode, lock state) and any default store stay inside the fixture.
+            environment["XDG_STATE_HOME"] = directory + "/xdg-state"
+            environment["XDG_DATA_HOME"] = directory + "/xdg-data"
             return environment
         }
 
@@ -153,6 +176,48 @@ struct AgentWithOpenSSHTests {
             stdin: "deploy a fork to production\n")
         #expect(forged.status != 0, "a signature of another message must not verify")
         #expect(fixture.agentErrors.contains("signed for /usr/bin/ssh-keygen"), "\(fixture.agentErrors)")
+    }
+
+    /// Signs `message` with the key `label` through the agent: ssh-keygen's status and output.
+    static func sign(_ label: String, in fixture: Fixture) throws -> (status: Int32, output: String) {
+        let listed = try fixture.run("/usr/bin/ssh-add", ["-L"]).output.split(separator: "\n")
+        let line = try #require(listed.first { $0.hasSuffix(" " + label) }, "\(listed)")
+        let publicKey = fixture.directory + "/\(label).pub"
+        let message = fixture.directory + "/message-\(UUID().uuidString)"
+        try (line + "\n").write(toFile: publicKey, atomically: true, encoding: .utf8)
+        try "a message\n".write(toFile: message, atomically: true, encoding: .utf8)
+        return try fixture.run("/usr/bin/ssh-keygen", ["-Y", "sign", "-f", publicKey, "-n", "file", message])
+    }
+
+    @Test("a key that needs the passcode asks for it, naming the key and the program; a wrong passcode signs nothing")
+    func passcodeKeyAsksThePerson() throws {
+        let reason = NSTemporaryDirectory() + "ssh-agent-reason-" + UUID().uuidString
+        let answer = reason + ".answer"
+        defer { try? FileManager.default.removeItem(atPath: reason) }
+        defer { try? FileManager.default.removeItem(atPath: answer) }
+        try Fixture.passcode.write(toFile: answer, atomically: true, encoding: .utf8)
+        let command = "printf '%s' \"$TPM_KEYCHAIN_PROMPT_REASON\" > \(reason); cat \(answer)"
+        let fixture = try Fixture(guardedKey: true, agentArguments: ["--passcode-command", command])
+        #expect(try fixture.run("/usr/bin/ssh-add", ["-L"]).output.split(separator: "\n").count == 2)
+        let signed = try Self.sign("guarded", in: fixture)
+        #expect(signed.status == 0, "\(signed.output)\n\(fixture.agentErrors)")
+        let asked = (try? String(contentsOfFile: reason, encoding: .utf8)) ?? ""
+        #expect(asked.contains("\"guarded\"") && asked.contains("/usr/bin/ssh-keygen"), "\(asked)")
+
+        try "not-the-passcode".write(toFile: answer, atomically: true, encoding: .utf8)
+        let refused = try Self.sign("guarded", in: fixture)
+        #expect(refused.status != 0, "\(refused.output)")
+        #expect(fixture.agentErrors.contains("refused a signature"), "\(fixture.agentErrors)")
+        // The key under the master key needs nobody.
+        #expect(try Self.sign("laptop", in: fixture).status == 0)
+    }
+
+    @Test("an agent with nobody to ask refuses a key that needs the passcode, and says how to start it")
+    func passcodeKeyWithoutAPrompt() throws {
+        let fixture = try Fixture(guardedKey: true)
+        let refused = try Self.sign("guarded", in: fixture)
+        #expect(refused.status != 0, "\(refused.output)")
+        #expect(fixture.agentErrors.contains("--passcode-command"), "\(fixture.agentErrors)")
     }
 
     @Test("once the store is open, a listing asks the TPM nothing: the public keys are in the items' attributes")

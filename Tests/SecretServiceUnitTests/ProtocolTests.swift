@@ -1,3 +1,4 @@
+import PersonPrompts
 import Testing
 
 @testable import SecretService

@@ -1,4 +1,7 @@
 import Crypto
+import Dispatch
+import PersonPrompts
+import SystemCalls
 package import TPMKeychain
 
 /// The keychain's SSH keys as the agent offers them: the TPM key items whose application tag is
@@ -10,9 +13,17 @@ package struct AgentKeyring: Sendable {
     package static let sshTag: [UInt8] = Array("ssh".utf8)
 
     package let location: KeychainLocation
+    /// Who asks the person for a key that needs biometry (fprintd) or the passcode (a command);
+    /// nil each: such keys are refused.
+    package let authenticator: (any Authenticator)?
+    package let passcode: PasscodeSource?
 
-    package init(location: KeychainLocation) {
+    package init(
+        location: KeychainLocation, authenticator: (any Authenticator)? = nil, passcode: PasscodeSource? = nil
+    ) {
         self.location = location
+        self.authenticator = authenticator
+        self.passcode = passcode
     }
 
     /// One key the agent offers.
@@ -24,13 +35,16 @@ package struct AgentKeyring: Sendable {
 
     /// The keys offered to `caller`, in creation order.
     func keys(for caller: AccessCaller) throws(KeychainError) -> [Offered] {
-        let service = try ItemService(location: location, caller: caller)
+        try Self.keys(in: try ItemService(location: location, caller: caller))
+    }
+
+    private static func keys(in service: ItemService) throws(KeychainError) -> [Offered] {
         var matching = AttributeList()
-        matching[AttributeTag.applicationTag] = Self.sshTag
+        matching[AttributeTag.applicationTag] = sshTag
         return try service.query(ItemQuery(itemClass: .key, matching: matching, synchronizable: .any)).compactMap {
             result in
             // A public key item of the same key (SecKey keeps both) is not another identity.
-            guard ItemService.holdsTPMKey(result), let publicKey = Self.publicKey(of: result) else { return nil }
+            guard ItemService.holdsTPMKey(result), let publicKey = publicKey(of: result) else { return nil }
             return Offered(
                 result: result, publicKey: publicKey, comment: result.attributes.string(AttributeTag.label) ?? "")
         }
@@ -44,20 +58,57 @@ package struct AgentKeyring: Sendable {
         return key
     }
 
-    /// Signs `data` with the offered key whose blob is `blob`, for `caller`: an ECDSA P-256
-    /// signature over SHA-256(data), made by the TPM.
+    /// Signs `data` with the offered key whose blob is `blob`, for `caller` (process `pid`): an
+    /// ECDSA P-256 signature over SHA-256(data), made by the TPM. A key that needs a person is
+    /// opened by asking them (biometry, the passcode), with the key and the program named.
     ///
     /// - Returns: nil when no offered key has that blob.
-    /// - Throws: ``KeychainError``: `.interactionNotAllowed` for a key that needs a person or
-    ///   while the keychain is locked for it, `.itemInvalidated` after re-enrollment, what the
-    ///   decision point refuses.
-    func sign(_ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller) throws(KeychainError) -> [UInt8]? {
-        guard let wanted = SSHECDSAKey.publicKey(ofBlob: blob),
-            let key = try keys(for: caller).first(where: { $0.publicKey == wanted })
-        else { return nil }
+    /// - Throws: ``KeychainError``: `.interactionNotAllowed` for a key that needs a person when
+    ///   the agent has nobody to ask, and while the keychain is locked for a lock-bound key;
+    ///   `.userCanceled`, `.authenticationFailed`, `.lockout` from the person's answer;
+    ///   `.itemInvalidated` after re-enrollment; what the decision point refuses.
+    func sign(
+        _ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32
+    ) throws(KeychainError) -> [UInt8]? {
+        guard let wanted = SSHECDSAKey.publicKey(ofBlob: blob) else { return nil }
+        // One service for the search and the signature: the caller is decided for both.
         let service = try ItemService(location: location, caller: caller)
-        // A key bound to the lock state opens without a person; one that needs a person
-        // (biometry, the passcode) is refused until the agent can ask.
-        return try service.signNeedingNoPerson(digest: Array(SHA256.hash(data: data)), with: key.result)
+        guard let key = try Self.keys(in: service).first(where: { $0.publicKey == wanted }) else { return nil }
+        let digest = Array(SHA256.hash(data: data))
+        guard try service.needsAPerson(key.result) else {
+            // Under the master key, or bound to the lock state only: the TPM decides, nobody is asked.
+            return try service.signNeedingNoPerson(digest: digest, with: key.result)
+        }
+        guard authenticator != nil || passcode != nil else {
+            throw KeychainError(
+                .interactionNotAllowed,
+                "The key needs biometry or the device passcode, and the agent has no way to ask (start it with --passcode-command or --fprintd)"
+            )
+        }
+        let context = AuthenticationContext(authenticator: authenticator, passcode: passcode, location: location)
+        let program = caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program"
+        context.localizedReason =
+            "Sign with the SSH key \(DisplayText.quoted(key.comment, limit: 100)) for \(program) (pid \(pid))"
+        let opened = try Self.waitFor { () async throws(KeychainError) -> ItemService.OpenedKey? in
+            try await service.openKey(for: key.result, context: context)
+        }
+        return try service.sign(digest: digest, with: key.result, key: opened)
+    }
+
+    /// Runs `body` on the concurrency pool and waits for it on this thread: a connection's own
+    /// thread, not one of the pool's, so that a person taking their time holds no pool thread.
+    private static func waitFor<T: Sendable>(
+        _ body: @escaping @Sendable () async throws(KeychainError) -> T
+    ) throws(KeychainError) -> T {
+        let outcome = Locked<Result<T, KeychainError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let result: Result<T, KeychainError>
+            do throws(KeychainError) { result = .success(try await body()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return try outcome.withLock { $0! }.get()
     }
 }

@@ -144,7 +144,7 @@ package final class AgentServer: Sendable {
         case .sign(let blob, let data, _):
             guard !locked else { return .failure }
             do {
-                guard let rs = try keyring.sign(data, withKeyBlob: blob, for: caller),
+                guard let rs = try keyring.sign(data, withKeyBlob: blob, for: caller, pid: pid),
                     let signature = SSHECDSAKey.signatureBlob(rs: rs)
                 else {
                     log("\(Self.describe(caller, pid)) asked for a signature by a key the agent does not offer")

@@ -1,6 +1,7 @@
 import Crypto
 import DBus
 import Foundation
+import PersonPrompts
 import WireFormat
 
 #if canImport(Glibc)

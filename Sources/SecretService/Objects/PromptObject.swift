@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import PersonPrompts
 import SystemCalls
 import TPMKeychain
 

@@ -1,18 +1,18 @@
 import Foundation
-import TPMKeychain
+package import TPMKeychain
 
 /// The device passcode from a command the person answers (systemd-ask-password, a dialog):
 /// its standard output up to the first line break. Run through /bin/sh with the reason in
 /// `TPM_KEYCHAIN_PROMPT_REASON`; a status other than 0 is a cancel.
-enum PasscodeCommand {
+package enum PasscodeCommand {
     /// A yes/no question put to `command`: exit status 0 is yes.
-    static func confirmation(_ command: String) -> @Sendable (String) async -> Bool {
+    package static func confirmation(_ command: String) -> @Sendable (String) async -> Bool {
         { question in
             await run(command, reason: question) { status, _ in status == 0 }
         }
     }
 
-    static func source(_ command: String) -> PasscodeSource {
+    package static func source(_ command: String) -> PasscodeSource {
         .secret { reason in
             await run(command, reason: reason) { status, output in
                 guard status == 0 else { return nil }
