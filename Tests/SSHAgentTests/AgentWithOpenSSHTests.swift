@@ -220,7 +220,9 @@ struct AgentWithOpenSSHTests {
         #expect(fixture.agentErrors.contains("--passcode-command"), "\(fixture.agentErrors)")
     }
 
-    @Test("once the store is open, a listing asks the TPM nothing: the public keys are in the items' attributes")
+    @Test(
+        "once the store is open, a listing asks the TPM nothing, and a signature only what the key's own use needs"
+    )
     func listingAsksNoTPM() throws {
         let fixture = try Fixture(recordingTheAgentsTPMCommands: true)
         let proxy = try #require(fixture.proxy)
@@ -232,6 +234,16 @@ struct AgentWithOpenSSHTests {
             #expect(try fixture.run("/usr/bin/ssh-add", ["-L"]).output == first.output)
         }
         #expect(proxy.commandCount == 0, "TPM commands of a listing: \(proxy.commandCodes)")
+        // The first signature finds the device's directory (the storage key's name), once.
+        #expect(try Self.sign("laptop", in: fixture).status == 0)
+        proxy.reset()
+        #expect(try Self.sign("laptop", in: fixture).status == 0)
+        let names = proxy.commandCodes.map(RecordingTPMProxy.commandName)
+        // A signature costs what the library's own costs (KeyBenchmarks): no command for the agent.
+        #expect(
+            names == [
+                "ContextLoad", "Load", "StartAuthSession", "Sign", "FlushContext", "FlushContext", "FlushContext",
+            ], "\(names)")
     }
 
     @Test("a key handed in with ssh-add is refused: keys are made in the TPM")
