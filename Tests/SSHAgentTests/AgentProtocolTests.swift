@@ -63,6 +63,7 @@ import Testing
             AgentResponse.identities([(blob: [7, 8], comment: "k")]).framed
                 == [0, 0, 0, 16, 12, 0, 0, 0, 1, 0, 0, 0, 2, 7, 8, 0, 0, 0, 1, UInt8(ascii: "k")])
         #expect(AgentResponse.signature([1]).framed == [0, 0, 0, 6, 14, 0, 0, 0, 1, 1])
+        #expect(AgentResponse.extensionAnswer([0, 0, 0, 1, 9]).framed == [0, 0, 0, 6, 6, 0, 0, 0, 1, 9])
     }
 
     @Test("a P-256 key's blob, signature and authorized_keys line follow RFC 5656 and RFC 4251")

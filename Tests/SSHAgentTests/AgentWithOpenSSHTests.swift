@@ -285,6 +285,14 @@ struct AgentWithOpenSSHTests {
         let unknown = try AgentClient(fixture.socket)
         #expect(try unknown.ask([1]) == [5], "an unknown type is answered with failure")
         #expect(try unknown.ask([27, 0, 0, 0, 5] + Array("query".utf8)) == [28])
+        // The digest extension with fields that do not parse, or a digest that is not 32 bytes.
+        var digestRequest = SSHWireWriter()
+        digestRequest.byte(27)
+        digestRequest.string(AgentServer.signDigest)
+        digestRequest.string([1, 2, 3])
+        #expect(try unknown.ask(digestRequest.bytes) == [5])
+        digestRequest.string([UInt8](repeating: 7, count: 31))
+        #expect(try unknown.ask(digestRequest.bytes) == [5])
         #expect(try unknown.ask([11]).first == 12, "the same connection goes on")
         #expect(fixture.agent.isRunning)
     }

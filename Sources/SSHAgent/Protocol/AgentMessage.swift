@@ -71,6 +71,8 @@ package enum AgentResponse: Equatable, Sendable {
     case signature([UInt8])
     /// An extension this agent does not support (SSH_AGENT_EXTENSION_FAILURE).
     case extensionFailure
+    /// An extension's answer: SSH_AGENT_SUCCESS, then the extension's own fields.
+    case extensionAnswer([UInt8])
 
     /// The message with its length prefix, ready to write.
     package var framed: [UInt8] {
@@ -89,6 +91,9 @@ package enum AgentResponse: Equatable, Sendable {
             writer.byte(14)
             writer.string(blob)
         case .extensionFailure: writer.byte(28)
+        case .extensionAnswer(let fields):
+            writer.byte(6)
+            writer.raw(fields)
         }
         var framed = SSHWireWriter()
         framed.string(writer.bytes)
@@ -108,6 +113,7 @@ package struct AgentProtocolError: Error, Equatable, CustomStringConvertible {
 package struct SSHWireWriter {
     package private(set) var bytes: [UInt8] = []
     package init() {}
+    package mutating func raw(_ fields: [UInt8]) { bytes += fields }
     package mutating func byte(_ value: UInt8) { bytes.append(value) }
     package mutating func uint32(_ value: UInt32) { BigEndian.append(value, to: &bytes) }
     package mutating func string(_ value: [UInt8]) {

@@ -70,11 +70,24 @@ package struct AgentKeyring: Sendable {
     func sign(
         _ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32
     ) throws(KeychainError) -> [UInt8]? {
+        try sign(digest: Array(SHA256.hash(data: data)), withKeyBlob: blob, for: caller, pid: pid)
+    }
+
+    /// As ``sign(_:withKeyBlob:for:pid:)`` over a SHA-256 digest the caller made (PKCS#11's
+    /// CKM_ECDSA, through the `sign-digest@tpm-keychain` extension).
+    ///
+    /// - Throws: as ``sign(_:withKeyBlob:for:pid:)``; `.invalidParameter` for a digest that is
+    ///   not 32 bytes.
+    func sign(
+        digest: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32
+    ) throws(KeychainError) -> [UInt8]? {
+        guard digest.count == 32 else {
+            throw KeychainError(.invalidParameter, "A digest to sign is 32 bytes (SHA-256), not \(digest.count)")
+        }
         guard let wanted = SSHECDSAKey.publicKey(ofBlob: blob) else { return nil }
         // One service for the search and the signature: the caller is decided for both.
         let service = try ItemService(location: location, caller: caller)
         guard let key = try Self.keys(in: service).first(where: { $0.publicKey == wanted }) else { return nil }
-        let digest = Array(SHA256.hash(data: data))
         guard try service.needsAPerson(key.result) else {
             // Under the master key, or bound to the lock state only: the TPM decides, nobody is asked.
             return try service.signNeedingNoPerson(digest: digest, with: key.result)

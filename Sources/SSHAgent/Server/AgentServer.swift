@@ -142,20 +142,14 @@ package final class AgentServer: Sendable {
                 return .failure
             }
         case .sign(let blob, let data, _):
-            guard !locked else { return .failure }
-            do {
-                guard let rs = try keyring.sign(data, withKeyBlob: blob, for: caller, pid: pid),
-                    let signature = SSHECDSAKey.signatureBlob(rs: rs)
-                else {
-                    log("\(Self.describe(caller, pid)) asked for a signature by a key the agent does not offer")
-                    return .failure
-                }
-                log("signed for \(Self.describe(caller, pid))")
-                return .signature(signature)
-            } catch {
-                log("refused a signature for \(Self.describe(caller, pid)): \(error.message)")
-                return .failure
-            }
+            guard !locked,
+                let signature = signature(
+                    caller, pid,
+                    { () throws(KeychainError) in
+                        try keyring.sign(data, withKeyBlob: blob, for: caller, pid: pid)
+                    })
+            else { return .failure }
+            return .signature(signature)
         case .addIdentity:
             log(
                 "refused to add a key for \(Self.describe(caller, pid)): keys are made in the TPM (tpm-keychain key create --label NAME --tag ssh), not handed to the agent"
@@ -180,10 +174,43 @@ package final class AgentServer: Sendable {
             // A wrong passphrase costs the guesser time, as OpenSSH's agent makes it.
             if !unlocked { SystemCalls.sleep(for: .milliseconds(100)) }
             return unlocked ? .success : .failure
+        case .extension(Self.signDigest, let contents):
+            // PKCS#11's CKM_ECDSA (the module in Sources/TPMKeychainPKCS11): a digest made by the caller.
+            var reader = SSHWireReader(contents)
+            guard !locked, let blob = try? reader.string(), let digest = try? reader.string(), reader.isAtEnd,
+                let signature = signature(
+                    caller, pid,
+                    { () throws(KeychainError) in
+                        try keyring.sign(digest: digest, withKeyBlob: blob, for: caller, pid: pid)
+                    })
+            else { return .failure }
+            var answer = SSHWireWriter()
+            answer.string(signature)
+            return .extensionAnswer(answer.bytes)
         case .extension:
             return .extensionFailure
         case .other:
             return .failure
+        }
+    }
+
+    /// The extension that signs a digest the caller made: string key blob, string digest.
+    package static let signDigest = "sign-digest@tpm-keychain"
+
+    /// A signature blob from `make` (r ‖ s), or nil when the key is not offered or the use refused; logged either way.
+    private func signature(
+        _ caller: AccessCaller, _ pid: Int32, _ make: () throws(KeychainError) -> [UInt8]?
+    ) -> [UInt8]? {
+        do {
+            guard let rs = try make(), let signature = SSHECDSAKey.signatureBlob(rs: rs) else {
+                log("\(Self.describe(caller, pid)) asked for a signature by a key the agent does not offer")
+                return nil
+            }
+            log("signed for \(Self.describe(caller, pid))")
+            return signature
+        } catch {
+            log("refused a signature for \(Self.describe(caller, pid)): \(error.message)")
+            return nil
         }
     }
 

@@ -1,0 +1,541 @@
+// The PKCS#11 functions the module implements: one slot with one token, "TPMKeychain", whose
+// objects are the keys the user's ssh agent offers (each as a private and a public key object),
+// and ECDSA signatures by them. No login: each use is decided by the agent for this process,
+// under the key's own access control (it may ask the person). Everything else is in
+// FunctionList.c, answering CKR_FUNCTION_NOT_SUPPORTED.
+#include "Module.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TK_SLOT 1
+#define TK_MAX_SESSIONS 64
+#define TK_MAX_SIGNED (240 * 1024)
+
+struct session {
+    int open;
+    ck_flags_t flags;
+    // Find: the handles that matched, and how many were handed out.
+    int finding;
+    ck_object_handle_t found[2 * TK_MAX_IDENTITIES];
+    unsigned long found_count;
+    unsigned long found_next;
+    // Sign: the key and mechanism, and what SignUpdate gave so far.
+    int signing;
+    ck_mechanism_type_t mechanism;
+    struct tk_identity key;
+    struct tk_buffer data;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized;
+static struct session sessions[TK_MAX_SESSIONS];
+/// The agent's keys as the last search found them: object 2i+1 is key i's private key, 2i+2 its public key.
+static struct tk_identity identities[TK_MAX_IDENTITIES];
+static int identity_count;
+
+static void pad(unsigned char *field, size_t size, const char *text) {
+    memset(field, ' ', size);
+    memcpy(field, text, strlen(text) < size ? strlen(text) : size);
+}
+
+static struct session *session_for(ck_session_handle_t handle) {
+    if (handle < 1 || handle > TK_MAX_SESSIONS || !sessions[handle - 1].open) return NULL;
+    return &sessions[handle - 1];
+}
+
+static void close_session(struct session *session) {
+    tk_buffer_free(&session->data);
+    memset(session, 0, sizeof *session);
+}
+
+ck_rv_t C_Initialize(void *init_args) {
+    if (init_args) {
+        struct ck_c_initialize_args *args = init_args;
+        if (args->reserved) return CKR_ARGUMENTS_BAD;
+        // Own locks are used whatever the caller offers; a caller that forbids OS threads is refused.
+        if ((args->flags & CKF_LIBRARY_CANT_CREATE_OS_THREADS) && !(args->flags & CKF_OS_LOCKING_OK))
+            return CKR_NEED_TO_CREATE_THREADS;
+    }
+    pthread_mutex_lock(&lock);
+    ck_rv_t result = initialized ? CKR_CRYPTOKI_ALREADY_INITIALIZED : CKR_OK;
+    initialized = 1;
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+ck_rv_t C_Finalize(void *reserved) {
+    if (reserved) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    ck_rv_t result = initialized ? CKR_OK : CKR_CRYPTOKI_NOT_INITIALIZED;
+    for (int index = 0; index < TK_MAX_SESSIONS; index++) close_session(&sessions[index]);
+    initialized = 0;
+    identity_count = 0;
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+ck_rv_t C_GetFunctionList(struct ck_function_list **list) {
+    if (!list) return CKR_ARGUMENTS_BAD;
+    *list = &tk_function_list;
+    return CKR_OK;
+}
+
+ck_rv_t C_GetInfo(struct ck_info *info) {
+    if (!info) return CKR_ARGUMENTS_BAD;
+    memset(info, 0, sizeof *info);
+    info->cryptoki_version = (struct ck_version){2, 40};
+    pad(info->manufacturer_id, sizeof info->manufacturer_id, "TPMKeychain");
+    pad(info->library_description, sizeof info->library_description, "Keys in the TPM, through the keychain");
+    info->library_version = (struct ck_version){0, 4};
+    return initialized ? CKR_OK : CKR_CRYPTOKI_NOT_INITIALIZED;
+}
+
+ck_rv_t C_GetSlotList(unsigned char token_present, ck_slot_id_t *slots, unsigned long *count) {
+    (void)token_present;
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!count) return CKR_ARGUMENTS_BAD;
+    if (slots) {
+        if (*count < 1) {
+            *count = 1;
+            return CKR_BUFFER_TOO_SMALL;
+        }
+        slots[0] = TK_SLOT;
+    }
+    *count = 1;
+    return CKR_OK;
+}
+
+ck_rv_t C_GetSlotInfo(ck_slot_id_t slot, struct ck_slot_info *info) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!info) return CKR_ARGUMENTS_BAD;
+    memset(info, 0, sizeof *info);
+    pad(info->slot_description, sizeof info->slot_description, "TPMKeychain ssh agent");
+    pad(info->manufacturer_id, sizeof info->manufacturer_id, "TPMKeychain");
+    info->flags = CKF_TOKEN_PRESENT;
+    return CKR_OK;
+}
+
+ck_rv_t C_GetTokenInfo(ck_slot_id_t slot, struct ck_token_info *info) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!info) return CKR_ARGUMENTS_BAD;
+    memset(info, 0, sizeof *info);
+    pad(info->label, sizeof info->label, "TPMKeychain");
+    pad(info->manufacturer_id, sizeof info->manufacturer_id, "TPMKeychain");
+    pad(info->model, sizeof info->model, "TPM 2.0");
+    pad(info->serial_number, sizeof info->serial_number, "1");
+    // Keys are made with tpm-keychain key create, never through the module; no PIN: the agent
+    // asks the person when a key's access control wants one.
+    info->flags = CKF_TOKEN_INITIALIZED | CKF_WRITE_PROTECTED;
+    info->max_session_count = TK_MAX_SESSIONS;
+    info->max_rw_session_count = 0;
+    info->max_pin_len = 0;
+    info->min_pin_len = 0;
+    info->total_public_memory = info->free_public_memory = CK_UNAVAILABLE_INFORMATION;
+    info->total_private_memory = info->free_private_memory = CK_UNAVAILABLE_INFORMATION;
+    return CKR_OK;
+}
+
+static const ck_mechanism_type_t mechanisms[] = {CKM_ECDSA, CKM_ECDSA_SHA256};
+
+ck_rv_t C_GetMechanismList(ck_slot_id_t slot, ck_mechanism_type_t *list, unsigned long *count) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!count) return CKR_ARGUMENTS_BAD;
+    unsigned long needed = sizeof mechanisms / sizeof mechanisms[0];
+    if (list) {
+        if (*count < needed) {
+            *count = needed;
+            return CKR_BUFFER_TOO_SMALL;
+        }
+        memcpy(list, mechanisms, sizeof mechanisms);
+    }
+    *count = needed;
+    return CKR_OK;
+}
+
+ck_rv_t C_GetMechanismInfo(ck_slot_id_t slot, ck_mechanism_type_t type, struct ck_mechanism_info *info) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!info) return CKR_ARGUMENTS_BAD;
+    if (type != CKM_ECDSA && type != CKM_ECDSA_SHA256) return CKR_MECHANISM_INVALID;
+    info->min_key_size = 256;
+    info->max_key_size = 256;
+    info->flags = CKF_SIGN | CKF_HW | CKF_EC_F_P | CKF_EC_NAMEDCURVE | CKF_EC_UNCOMPRESS;
+    return CKR_OK;
+}
+
+ck_rv_t C_OpenSession(ck_slot_id_t slot, ck_flags_t flags, void *application, ck_notify_t notify,
+                      ck_session_handle_t *handle) {
+    (void)application;
+    (void)notify;
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!(flags & CKF_SERIAL_SESSION)) return CKR_SESSION_PARALLEL_NOT_SUPPORTED;
+    if (flags & CKF_RW_SESSION) return CKR_TOKEN_WRITE_PROTECTED;
+    if (!handle) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    ck_rv_t result = CKR_SESSION_COUNT;
+    for (int index = 0; index < TK_MAX_SESSIONS; index++) {
+        if (sessions[index].open) continue;
+        memset(&sessions[index], 0, sizeof sessions[index]);
+        sessions[index].open = 1;
+        sessions[index].flags = flags;
+        *handle = (ck_session_handle_t)index + 1;
+        result = CKR_OK;
+        break;
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+ck_rv_t C_CloseSession(ck_session_handle_t handle) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    if (session) close_session(session);
+    pthread_mutex_unlock(&lock);
+    return session ? CKR_OK : CKR_SESSION_HANDLE_INVALID;
+}
+
+ck_rv_t C_CloseAllSessions(ck_slot_id_t slot) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    pthread_mutex_lock(&lock);
+    for (int index = 0; index < TK_MAX_SESSIONS; index++) close_session(&sessions[index]);
+    pthread_mutex_unlock(&lock);
+    return CKR_OK;
+}
+
+ck_rv_t C_GetSessionInfo(ck_session_handle_t handle, struct ck_session_info *info) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!info) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    if (session) {
+        memset(info, 0, sizeof *info);
+        info->slot_id = TK_SLOT;
+        info->state = CKS_RO_USER_FUNCTIONS;
+        info->flags = session->flags;
+    }
+    pthread_mutex_unlock(&lock);
+    return session ? CKR_OK : CKR_SESSION_HANDLE_INVALID;
+}
+
+ck_rv_t C_Login(ck_session_handle_t handle, ck_user_type_t user, unsigned char *pin, unsigned long pin_len) {
+    (void)pin;
+    (void)pin_len;
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    int valid = session_for(handle) != NULL;
+    pthread_mutex_unlock(&lock);
+    if (!valid) return CKR_SESSION_HANDLE_INVALID;
+    // No PIN of the module's own: each use is the agent's to decide, and it asks the person.
+    return user == CKU_USER ? CKR_USER_ALREADY_LOGGED_IN : CKR_USER_TYPE_INVALID;
+}
+
+ck_rv_t C_Logout(ck_session_handle_t handle) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    int valid = session_for(handle) != NULL;
+    pthread_mutex_unlock(&lock);
+    return valid ? CKR_OK : CKR_SESSION_HANDLE_INVALID;
+}
+
+// MARK: Objects
+
+static const unsigned char p256_oid[] = {0x06, 0x08, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07};
+
+/// Copies one attribute's value out, as C_GetAttributeValue's rules say.
+static ck_rv_t give(struct ck_attribute *attribute, const void *value, unsigned long count) {
+    if (!attribute->value) {
+        attribute->value_len = count;
+        return CKR_OK;
+    }
+    if (attribute->value_len < count) {
+        attribute->value_len = CK_UNAVAILABLE_INFORMATION;
+        return CKR_BUFFER_TOO_SMALL;
+    }
+    memcpy(attribute->value, value, count);
+    attribute->value_len = count;
+    return CKR_OK;
+}
+
+static ck_rv_t give_bool(struct ck_attribute *attribute, unsigned char value) {
+    return give(attribute, &value, 1);
+}
+
+static ck_rv_t give_ulong(struct ck_attribute *attribute, unsigned long value) {
+    return give(attribute, &value, sizeof value);
+}
+
+/// The value of `attribute->type` for object `handle` (under the lock).
+static ck_rv_t attribute_of(ck_object_handle_t handle, struct ck_attribute *attribute) {
+    if (handle < 1 || handle > 2 * (ck_object_handle_t)identity_count) return CKR_OBJECT_HANDLE_INVALID;
+    const struct tk_identity *identity = &identities[(handle - 1) / 2];
+    int private_key = handle % 2 == 1;
+    switch (attribute->type) {
+    case CKA_CLASS: return give_ulong(attribute, private_key ? CKO_PRIVATE_KEY : CKO_PUBLIC_KEY);
+    case CKA_TOKEN: return give_bool(attribute, 1);
+    case CKA_PRIVATE: return give_bool(attribute, 0);
+    case CKA_MODIFIABLE: return give_bool(attribute, 0);
+    case CKA_LABEL: return give(attribute, identity->label, strlen(identity->label));
+    // The x coordinate's first 20 bytes: stable, and shared by the key's two objects as PKCS#11 wants.
+    case CKA_ID: return give(attribute, identity->point + 1, 20);
+    case CKA_KEY_TYPE: return give_ulong(attribute, CKK_EC);
+    case CKA_EC_PARAMS: return give(attribute, p256_oid, sizeof p256_oid);
+    case CKA_EC_POINT:
+        if (private_key) break;
+        {
+            // DER: an OCTET STRING holding the uncompressed point.
+            unsigned char point[67] = {0x04, 65};
+            memcpy(point + 2, identity->point, 65);
+            return give(attribute, point, sizeof point);
+        }
+    case CKA_LOCAL: return give_bool(attribute, 1);
+    case CKA_SIGN: return give_bool(attribute, private_key);
+    case CKA_VERIFY: return give_bool(attribute, !private_key);
+    case CKA_DERIVE:
+    case CKA_DECRYPT:
+    case CKA_ENCRYPT:
+    case CKA_UNWRAP:
+    case CKA_WRAP:
+    case CKA_SIGN_RECOVER:
+    case CKA_VERIFY_RECOVER: return give_bool(attribute, 0);
+    case CKA_SENSITIVE:
+    case CKA_ALWAYS_SENSITIVE:
+    case CKA_NEVER_EXTRACTABLE:
+        if (private_key) return give_bool(attribute, 1);
+        break;
+    case CKA_EXTRACTABLE:
+        if (private_key) return give_bool(attribute, 0);
+        break;
+    case CKA_ALWAYS_AUTHENTICATE:
+        if (private_key) return give_bool(attribute, 0);
+        break;
+    default: break;
+    }
+    attribute->value_len = CK_UNAVAILABLE_INFORMATION;
+    return CKR_ATTRIBUTE_TYPE_INVALID;
+}
+
+ck_rv_t C_GetAttributeValue(ck_session_handle_t handle, ck_object_handle_t object, struct ck_attribute *template,
+                            unsigned long count) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!template && count) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    ck_rv_t result = session_for(handle) ? CKR_OK : CKR_SESSION_HANDLE_INVALID;
+    for (unsigned long index = 0; result != CKR_SESSION_HANDLE_INVALID && index < count; index++) {
+        ck_rv_t one = attribute_of(object, &template[index]);
+        if (one == CKR_OBJECT_HANDLE_INVALID) {
+            result = one;
+            break;
+        }
+        // Every attribute is answered; the first problem is what the call returns.
+        if (one != CKR_OK && result == CKR_OK) result = one;
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+/// Whether object `handle` has every value `template` gives (under the lock).
+static int matches(ck_object_handle_t handle, const struct ck_attribute *template, unsigned long count) {
+    for (unsigned long index = 0; index < count; index++) {
+        unsigned char value[256];
+        struct ck_attribute actual = {template[index].type, value, sizeof value};
+        if (attribute_of(handle, &actual) != CKR_OK || actual.value_len != template[index].value_len ||
+            (actual.value_len && memcmp(value, template[index].value, actual.value_len) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *template, unsigned long count) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!template && count) return CKR_ARGUMENTS_BAD;
+    // Asked outside the lock: the agent may take a moment, and other sessions go on meanwhile.
+    struct tk_identity *fresh = calloc(TK_MAX_IDENTITIES, sizeof *fresh);
+    if (!fresh) return CKR_HOST_MEMORY;
+    int fresh_count = tk_agent_identities(fresh, TK_MAX_IDENTITIES);
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    ck_rv_t result = CKR_OK;
+    if (!session) {
+        result = CKR_SESSION_HANDLE_INVALID;
+    } else if (session->finding) {
+        result = CKR_OPERATION_ACTIVE;
+    } else {
+        // No agent: no objects (the token stays, empty), rather than an error every caller reports.
+        identity_count = fresh_count < 0 ? 0 : fresh_count;
+        memcpy(identities, fresh, sizeof *fresh * (size_t)identity_count);
+        session->finding = 1;
+        session->found_count = 0;
+        session->found_next = 0;
+        for (ck_object_handle_t object = 1; object <= 2 * (ck_object_handle_t)identity_count; object++) {
+            if (matches(object, template, count)) session->found[session->found_count++] = object;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    free(fresh);
+    return result;
+}
+
+ck_rv_t C_FindObjects(ck_session_handle_t handle, ck_object_handle_t *objects, unsigned long maximum,
+                      unsigned long *count) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!count || (!objects && maximum)) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    ck_rv_t result = CKR_OK;
+    if (!session) {
+        result = CKR_SESSION_HANDLE_INVALID;
+    } else if (!session->finding) {
+        result = CKR_OPERATION_NOT_INITIALIZED;
+    } else {
+        *count = 0;
+        while (*count < maximum && session->found_next < session->found_count)
+            objects[(*count)++] = session->found[session->found_next++];
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+ck_rv_t C_FindObjectsFinal(ck_session_handle_t handle) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    ck_rv_t result = !session ? CKR_SESSION_HANDLE_INVALID : session->finding ? CKR_OK : CKR_OPERATION_NOT_INITIALIZED;
+    if (session) session->finding = 0;
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+// MARK: Signing
+
+ck_rv_t C_SignInit(ck_session_handle_t handle, struct ck_mechanism *mechanism, ck_object_handle_t key) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!mechanism) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    ck_rv_t result = CKR_OK;
+    if (!session) {
+        result = CKR_SESSION_HANDLE_INVALID;
+    } else if (session->signing) {
+        result = CKR_OPERATION_ACTIVE;
+    } else if (mechanism->mechanism != CKM_ECDSA && mechanism->mechanism != CKM_ECDSA_SHA256) {
+        result = CKR_MECHANISM_INVALID;
+    } else if (key < 1 || key > 2 * (ck_object_handle_t)identity_count) {
+        result = CKR_KEY_HANDLE_INVALID;
+    } else if (key % 2 == 0) {
+        result = CKR_KEY_FUNCTION_NOT_PERMITTED;  // a public key object
+    } else {
+        session->signing = 1;
+        session->mechanism = mechanism->mechanism;
+        session->key = identities[(key - 1) / 2];
+        tk_buffer_free(&session->data);
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+/// Ends the session's signature, taking its key, mechanism and data out (under the lock).
+static void end_signing(struct session *session, struct tk_identity *key, ck_mechanism_type_t *mechanism,
+                        struct tk_buffer *data) {
+    *key = session->key;
+    *mechanism = session->mechanism;
+    *data = session->data;
+    memset(&session->data, 0, sizeof session->data);
+    session->signing = 0;
+}
+
+/// Signs `data` with `key`: the agent is asked outside the lock (it may ask the person).
+static ck_rv_t sign(const struct tk_identity *key, ck_mechanism_type_t mechanism, const unsigned char *data,
+                    unsigned long count, unsigned char *signature, unsigned long *signature_len) {
+    if (mechanism == CKM_ECDSA && count != 32) return CKR_DATA_LEN_RANGE;  // a SHA-256 digest
+    if (count > TK_MAX_SIGNED) return CKR_DATA_LEN_RANGE;
+    unsigned char raw[64];
+    ck_rv_t result = tk_agent_sign(key, data, count, mechanism == CKM_ECDSA, raw);
+    if (result == CKR_OK) {
+        memcpy(signature, raw, 64);
+        *signature_len = 64;
+    }
+    return result;
+}
+
+/// The common start of C_Sign and C_SignFinal: the session's signature is taken out for this
+/// call (`*taken` set), or the call answers without it: only a length asked for, or a buffer too
+/// short (the operation stays active, as PKCS#11 wants), or no such operation.
+static ck_rv_t take_signing(ck_session_handle_t handle, unsigned char *signature, unsigned long *signature_len,
+                            struct tk_identity *key, ck_mechanism_type_t *mechanism, struct tk_buffer *data,
+                            int *taken) {
+    *taken = 0;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    ck_rv_t result = CKR_OK;
+    if (!session || !session->signing) {
+        result = session ? CKR_OPERATION_NOT_INITIALIZED : CKR_SESSION_HANDLE_INVALID;
+    } else if (!signature || *signature_len < 64) {
+        result = signature ? CKR_BUFFER_TOO_SMALL : CKR_OK;
+        *signature_len = 64;
+    } else {
+        end_signing(session, key, mechanism, data);
+        *taken = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+ck_rv_t C_Sign(ck_session_handle_t handle, unsigned char *data, unsigned long data_len, unsigned char *signature,
+               unsigned long *signature_len) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!signature_len || (!data && data_len)) return CKR_ARGUMENTS_BAD;
+    struct tk_identity key;
+    ck_mechanism_type_t mechanism;
+    struct tk_buffer kept = {0};
+    int taken;
+    ck_rv_t result = take_signing(handle, signature, signature_len, &key, &mechanism, &kept, &taken);
+    tk_buffer_free(&kept);
+    if (!taken) return result;
+    return sign(&key, mechanism, data, data_len, signature, signature_len);
+}
+
+ck_rv_t C_SignUpdate(ck_session_handle_t handle, unsigned char *part, unsigned long part_len) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!part && part_len) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    struct session *session = session_for(handle);
+    ck_rv_t result = CKR_OK;
+    if (!session) {
+        result = CKR_SESSION_HANDLE_INVALID;
+    } else if (!session->signing) {
+        result = CKR_OPERATION_NOT_INITIALIZED;
+    } else {
+        tk_buffer_append(&session->data, part, part_len);
+        if (session->data.failed || session->data.count > TK_MAX_SIGNED) {
+            result = CKR_DATA_LEN_RANGE;
+            struct tk_identity key;
+            ck_mechanism_type_t mechanism;
+            struct tk_buffer dropped;
+            end_signing(session, &key, &mechanism, &dropped);
+            tk_buffer_free(&dropped);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+ck_rv_t C_SignFinal(ck_session_handle_t handle, unsigned char *signature, unsigned long *signature_len) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!signature_len) return CKR_ARGUMENTS_BAD;
+    struct tk_identity key;
+    ck_mechanism_type_t mechanism;
+    struct tk_buffer data = {0};
+    int taken;
+    ck_rv_t result = take_signing(handle, signature, signature_len, &key, &mechanism, &data, &taken);
+    if (taken) result = sign(&key, mechanism, data.bytes, data.count, signature, signature_len);
+    tk_buffer_free(&data);
+    return result;
+}

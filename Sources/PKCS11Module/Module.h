@@ -1,0 +1,45 @@
+// The module's shared declarations. It is C, and talks to the user's ssh agent
+// (tpm-keychain-ssh-agent) over its socket: see docs/ARCHITECTURE.md, "The PKCS#11 module".
+#ifndef TK_PKCS11_MODULE_H
+#define TK_PKCS11_MODULE_H
+
+// The GNU names (ck_rv_t, struct ck_info): the header declares every function with them.
+#define CRYPTOKI_GNU 1
+#include <p11-kit-1/p11-kit/pkcs11.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern struct ck_function_list tk_function_list;
+
+/// One key the agent offers: its public point (X9.63, 65 bytes) and its label.
+struct tk_identity {
+    unsigned char point[65];
+    char label[256];
+};
+
+#define TK_MAX_IDENTITIES 64
+
+/// A buffer that grows; `failed` once an allocation failed or a limit was passed.
+struct tk_buffer {
+    unsigned char *bytes;
+    size_t count;
+    size_t capacity;
+    int failed;
+};
+
+void tk_buffer_append(struct tk_buffer *buffer, const void *bytes, size_t count);
+void tk_buffer_uint32(struct tk_buffer *buffer, uint32_t value);
+void tk_buffer_string(struct tk_buffer *buffer, const void *bytes, size_t count);
+void tk_buffer_free(struct tk_buffer *buffer);
+
+/// The agent's identities that are P-256 keys: how many (at most `capacity`), or -1 when the
+/// agent cannot be reached or answered something else.
+int tk_agent_identities(struct tk_identity *identities, int capacity);
+
+/// Asks the agent for a signature by `identity`: over SHA-256(data) when `prehashed` is 0,
+/// over the 32-byte digest `data` when it is 1. Writes r ‖ s (64 bytes) to `signature`.
+/// Returns CKR_OK, CKR_DEVICE_ERROR (no agent) or CKR_FUNCTION_FAILED (refused).
+ck_rv_t tk_agent_sign(const struct tk_identity *identity, const unsigned char *data, size_t count, int prehashed,
+                      unsigned char signature[64]);
+
+#endif
