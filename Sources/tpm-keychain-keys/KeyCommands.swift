@@ -76,22 +76,10 @@ struct CreateKey: ParsableCommand {
         help: ArgumentHelp("Also write the key as a TPM 2.0 Key File.", valueName: "path"))
     var keyFile: String?
 
-    @Option(
-        name: .customLong("access-control"),
-        help: ArgumentHelp(
-            "Who may use the key, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM at each use.",
-            valueName: "flags"))
-    var accessControl: String?
-
-    @Option(
-        name: .customLong("accessible"),
-        help: ArgumentHelp(
-            "When the key is usable (kSecAttrAccessible): whenUnlocked, afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly.",
-            valueName: "class"))
-    var accessible: String?
+    @OptionGroup var protection: ProtectionOptions
 
     func validate() throws {
-        if keyFile != nil, accessControl != nil || accessible != nil {
+        if keyFile != nil, protection.given {
             // A key file carries no policy: whoever holds it could use the key without the control.
             throw ValidationError("--key-file cannot be combined with --access-control or --accessible")
         }
@@ -116,7 +104,7 @@ struct CreateKey: ParsableCommand {
         ]
         if let tag = name.tag { privateAttributes[kSecAttrApplicationTag] = Data(tag.utf8) }
         if file != nil { privateAttributes[kSecAttrTPMKeyFile] = true }
-        if let control = try AccessControlArgument.parse(flags: accessControl, accessible: accessible) {
+        if let control = try protection.accessControl() {
             privateAttributes[kSecAttrAccessControl] = try Self.secAccessControl(control)
         }
         let parameters: [CFString: Any] = [

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import Dispatch
 import Foundation
 import PersonPrompts
@@ -43,12 +44,7 @@ struct SecretServiceServe: ParsableCommand {
             valueName: "file"))
     var auditLog: String?
 
-    @Option(
-        name: .customLong("passcode-command"),
-        help: ArgumentHelp(
-            "A command that asks the person for the device passcode when a collection's unlock needs it, and prints it (for example: systemd-ask-password --no-tty \"$TPM_KEYCHAIN_PROMPT_REASON\"). Its exit status other than 0 cancels.",
-            valueName: "command"))
-    var passcodeCommand: String?
+    @OptionGroup var prompts: PersonPromptOptions
 
     @Option(
         name: .customLong("confirm-command"),
@@ -56,14 +52,6 @@ struct SecretServiceServe: ParsableCommand {
             "A command that asks the person whether a program may read from a confirm-each-access collection (the question is in $TPM_KEYCHAIN_PROMPT_REASON; for example: zenity --question --text \"$TPM_KEYCHAIN_PROMPT_REASON\"). Exit status 0 allows one read.",
             valueName: "command"))
     var confirmCommand: String?
-
-    @Flag(help: "Use fprintd (system bus) for collections whose unlock asks for biometry.")
-    var fprintd = false
-
-    @Option(
-        name: .customLong("fprintd-address"),
-        help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
-    var fprintdAddress: String?
 
     @Flag(
         name: .customLong("lock-with-session"),
@@ -94,8 +82,8 @@ struct SecretServiceServe: ParsableCommand {
         options.replace = replace
         options.allowsSimulatedTPM = allowSimulated || StoreTPM.simulationAllowedByEnvironment
         options.auditLog = auditLog.map(StoreDirectory.absolute)
-        if fprintd || fprintdAddress != nil { options.authenticator = FprintdAuthenticator(busAddress: fprintdAddress) }
-        options.passcode = passcodeCommand.map(PasscodeCommand.source)
+        if prompts.asksFprintd { options.authenticator = FprintdAuthenticator(busAddress: prompts.fprintdAddress) }
+        options.passcode = prompts.passcodeCommand.map(PasscodeCommand.source)
         options.confirm = confirmCommand.map(PasscodeCommand.confirmation)
         if lockWithSession || logindAddress != nil {
             do {

@@ -40,15 +40,7 @@ struct AgentCommand: ParsableCommand {
             "The socket's path; default $XDG_RUNTIME_DIR/tpm-keychain/ssh-agent.socket.", valueName: "socket"))
     var socket: String?
 
-    @Option(
-        name: .customLong("passcode-command"),
-        help: ArgumentHelp(
-            "A command that asks the person for the device passcode when a key needs it, and prints it (for example: systemd-ask-password --no-tty \"$TPM_KEYCHAIN_PROMPT_REASON\"); the reason names the key and the program asking. Its exit status other than 0 cancels.",
-            valueName: "command"))
-    var passcodeCommand: String?
-
-    @Flag(help: "Use fprintd (system bus) for keys that need biometry.")
-    var fprintd = false
+    @OptionGroup var prompts: PersonPromptOptions
 
     static func main() {
         CommandStart.prepare()
@@ -64,8 +56,10 @@ struct AgentCommand: ParsableCommand {
                     server = try AgentServer(
                         socketPath: path,
                         keyring: AgentKeyring(
-                            location: session.location, authenticator: fprintd ? FprintdAuthenticator() : nil,
-                            passcode: passcodeCommand.map(PasscodeCommand.source)),
+                            location: session.location,
+                            authenticator: prompts.asksFprintd
+                                ? FprintdAuthenticator(busAddress: prompts.fprintdAddress) : nil,
+                            passcode: prompts.passcodeCommand.map(PasscodeCommand.source)),
                         log: { writeStandardError("tpm-keychain-ssh-agent: " + $0 + "\n") })
                 } catch {
                     throw CommandFailure(ExitStatus.ioError, error.description)

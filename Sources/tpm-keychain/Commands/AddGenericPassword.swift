@@ -36,26 +36,14 @@ struct AddGenericPassword: ParsableCommand {
         help: "Generic attribute (kSecAttrGeneric), stored as the UTF-8 bytes of the text given.")
     var generic: String?
 
-    @Option(
-        name: .customLong("access-control"),
-        help: ArgumentHelp(
-            "Who may read the item, as SecAccessControl flags separated by commas: userPresence, biometryAny, biometryCurrentSet, devicePasscode, or, and. Enforced by the TPM.",
-            valueName: "flags"))
-    var accessControl: String?
-
-    @Option(
-        name: .customLong("accessible"),
-        help: ArgumentHelp(
-            "When the item is readable (kSecAttrAccessible): whenUnlocked (default), afterFirstUnlock, whenPasscodeSetThisDeviceOnly, whenUnlockedThisDeviceOnly, afterFirstUnlockThisDeviceOnly, always, alwaysThisDeviceOnly. The lock-state classes are enforced by the TPM only for items written while a device passcode is set (set-passcode): without one the device is always unlocked, and a whenUnlocked item is as readable as an always one.",
-            valueName: "class"))
-    var accessible: String?
+    @OptionGroup var protection: ProtectionOptions
 
     func run() throws {
         try reportingErrors {
             // Validate and read the password before a TPM (or a simulator) is started for nothing.
             _ = try Keychain(service: service)
             try ItemIdentity.validate(account, "account")
-            if try AccessControlArgument.parse(flags: accessControl, accessible: accessible) != nil,
+            if try protection.accessControl() != nil,
                 kind != nil || generic != nil
             {
                 // The protected write takes no such attributes; storing the item without them would drop them silently.
@@ -70,7 +58,7 @@ struct AddGenericPassword: ParsableCommand {
     /// Adds (or with -U upserts) the item; prints nothing on success, like `security`.
     func perform(in session: StoreSession, value: PasswordValue, context: AuthenticationContext? = nil) throws {
         let keychain = try Keychain(service: service, location: session.location).acting(for: .cli)
-        if let control = try AccessControlArgument.parse(flags: accessControl, accessible: accessible) {
+        if let control = try protection.accessControl() {
             // Adding never prompts; biometryCurrentSet binds to the authenticator's enrollment.
             if !item.update, try keychain.contains(account) {
                 throw KeychainError(.duplicateItem, "An item for \(account) already exists")

@@ -61,24 +61,15 @@ struct AgentBenchmarks: @unchecked Sendable { // Summary is only used from one t
         let first = try Self.sign(message, socket)
         guard first.first == 14 else { throw BenchmarkError("the agent refused to sign: \(first)") }
 
-        let clock = ContinuousClock()
-        var ours: [Duration] = []
-        var floor: [Double] = []
         let batch = max((iterations ?? 200) / 10, 2)
-        for round in 0..<10 {
-            for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
-                if side == 0 {
-                    for _ in 0..<batch { ours.append(try clock.measure { _ = try Self.sign(message, socket) }) }
-                } else {
-                    floor += try AccessBenchmarks.floorSamples(simulator.tcti, batch, mode: "sign")
-                }
-            }
-        }
+        let (ours, floor) = try interleavedWithFloor(
+            batch: batch, ours: { _ = try Self.sign(message, socket) },
+            floor: { try AccessBenchmarks.floorSamples(simulator.tcti, $0, mode: "sign") })
         summary.add(
             Figure(
-                name: "ssh agent signature (connect, SIGN_REQUEST, answer; P-256 in the TPM)", ours: Samples(ours),
+                name: "ssh agent signature (connect, SIGN_REQUEST, answer; P-256 in the TPM)", ours: ours,
                 floorName: "C ESAPI: connect, ContextLoad, Load, salted HMAC session, Sign, flushes",
-                floor: Samples(floor.map { Duration.nanoseconds(Int64($0 * 1e6)) }), goal: 1.2))
+                floor: floor, goal: 1.2))
     }
 
     /// One client: connects, sends `message`, reads the answer's body.

@@ -26,29 +26,16 @@ struct KeyBenchmarks: @unchecked Sendable { // Summary is only used from one tas
                 for: SHA256.hash(data: Data("a message to sign".utf8)))
         else { throw BenchmarkError("the TPM's signature does not verify") }
 
-        let clock = ContinuousClock()
-        var ours: [Duration] = []
-        var floor: [Double] = []
         let batch = max((iterations ?? 200) / 10, 2)
-        for round in 0..<10 {
-            for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
-                if side == 0 {
-                    for _ in 0..<batch {
-                        ours.append(
-                            try clock.measure {
-                                _ = try TPMBenchmarks.withConnection(configuration) { try $0.sign(digest, with: key) }
-                            })
-                    }
-                } else {
-                    floor += try AccessBenchmarks.floorSamples(simulator.tcti, batch, mode: "sign")
-                }
-            }
-        }
+        let (ours, floor) = try interleavedWithFloor(
+            batch: batch,
+            ours: { _ = try TPMBenchmarks.withConnection(configuration) { try $0.sign(digest, with: key) } },
+            floor: { try AccessBenchmarks.floorSamples(simulator.tcti, $0, mode: "sign") })
         summary.add(
             Figure(
-                name: "TPM key signature (P-256 ECDSA over a SHA-256 digest, fresh connection)", ours: Samples(ours),
+                name: "TPM key signature (P-256 ECDSA over a SHA-256 digest, fresh connection)", ours: ours,
                 floorName: "C ESAPI: connect, ContextLoad, Load, salted HMAC session, Sign, flushes",
-                floor: Samples(floor.map { Duration.nanoseconds(Int64($0 * 1e6)) }), goal: 1.2))
+                floor: floor, goal: 1.2))
 
         let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
         defer { proxy.stop() }

@@ -115,6 +115,27 @@ func measurePair(
 nonisolated(unsafe) var sink = 0
 
 /// This process's resident set size in bytes (/proc/self/statm, second field).
+/// Ours one by one against a floor that is another process, in ten rounds of `batch` each, the
+/// side that goes first alternating from round to round (the machine drifts within minutes).
+/// `floor` runs `batch` of its own and returns their times in milliseconds.
+func interleavedWithFloor(
+    batch: Int, ours: () throws -> Void, floor: (Int) throws -> [Double]
+) throws -> (ours: Samples, floor: Samples) {
+    let clock = ContinuousClock()
+    var oursTimes: [Duration] = []
+    var floorTimes: [Double] = []
+    for round in 0..<10 {
+        for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
+            if side == 0 {
+                for _ in 0..<batch { oursTimes.append(try clock.measure { try ours() }) }
+            } else {
+                floorTimes += try floor(batch)
+            }
+        }
+    }
+    return (Samples(oursTimes), Samples(floorTimes.map { Duration.nanoseconds(Int64($0 * 1e6)) }))
+}
+
 func residentBytes() -> Int {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
     let fields = text.split(separator: " ")
