@@ -313,7 +313,7 @@ let package = Package(
         .target(name: "CFuzzing", path: "Tests/Fuzz/CFuzzing"),
         .executableTarget(
             name: "tpm-keychain-fuzz",
-            dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport", "KeychainTransfer"],
+            dependencies: ["CFuzzing", "KeychainStore", "TPMKeychain", "ToolSupport", "KeychainTransfer", "SSHAgent"],
             path: "Tests/Fuzz/tpm-keychain-fuzz", swiftSettings: strictness),
         .testTarget(
             name: "TPMTests",

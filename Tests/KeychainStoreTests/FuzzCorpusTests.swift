@@ -15,8 +15,11 @@ import Testing
     func replayCorpus() throws {
         let targets = try FileManager.default.contentsOfDirectory(atPath: Self.corpus).sorted()
         #expect(
-            Set(ParserFuzzing.targets + ["git-credential", "archive-record", "password-csv", "password-json"])
-                == Set(targets),
+            Set(
+                ParserFuzzing.targets + [
+                    "git-credential", "archive-record", "password-csv", "password-json", "agent-request",
+                    "ssh-key-blob",
+                ]) == Set(targets),
             "a parser without a corpus, or a corpus without a parser")
         var files: [String] = []
         for target in targets {

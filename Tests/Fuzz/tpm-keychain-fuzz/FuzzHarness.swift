@@ -6,18 +6,23 @@
 //                                                        target (named by its directory)
 //
 // Targets: ParserFuzzing.targets (the store's files), "git-credential" (the git helper's input),
-// "archive-record" (an export archive's records, after their chunk authenticates) and
-// "password-csv", "password-json" (password managers' exports, read by `import`).
+// "archive-record" (an export archive's records, after their chunk authenticates),
+// "password-csv", "password-json" (password managers' exports, read by `import`), and
+// "agent-request", "ssh-key-blob" (what the ssh agent reads from its clients).
 // Seed corpora: Fixtures/fuzz/<target>/.
 import CFuzzing
 import Foundation
 import KeychainStore
 import KeychainTransfer
+import SSHAgent
 import TPMKeychain
 import ToolSupport
 
 enum Harness {
-    static let targets = ParserFuzzing.targets + ["git-credential", "archive-record", "password-csv", "password-json"]
+    static let targets =
+        ParserFuzzing.targets + [
+            "git-credential", "archive-record", "password-csv", "password-json", "agent-request", "ssh-key-blob",
+        ]
 
     /// Runs one input; returns a description of a property that failed (a finding), else nil.
     static func run(_ target: String, _ bytes: [UInt8]) -> String? {
@@ -30,6 +35,8 @@ enum Harness {
         case "password-json":
             _ = try? PasswordManagerExport.items(json: bytes)
             return nil
+        case "agent-request": return agentRequest(bytes)
+        case "ssh-key-blob": return sshKeyBlob(bytes)
         default: break
         }
         switch ParserFuzzing.run(target, bytes) {
@@ -60,6 +67,24 @@ enum Harness {
     static func archiveRecord(_ bytes: [UInt8]) -> String? {
         guard case .item(let item) = try? ArchiveFormat.record(bytes, path: "fuzz") else { return nil }
         return ArchiveFormat.itemRecord(item) == bytes ? nil : "an archive item record changed through a re-encoding"
+    }
+
+    /// An ssh agent request: a sign request that parses re-encodes to the same bytes (nothing of
+    /// a client's message is skipped or read twice).
+    static func agentRequest(_ bytes: [UInt8]) -> String? {
+        guard case .sign(let blob, let data, let flags) = try? AgentRequest(parsing: bytes) else { return nil }
+        var writer = SSHWireWriter()
+        writer.byte(13)
+        writer.string(blob)
+        writer.string(data)
+        writer.uint32(flags)
+        return writer.bytes == bytes ? nil : "an agent sign request changed through a re-encoding"
+    }
+
+    /// A key blob a client names: one that gives a P-256 point is that point's own blob.
+    static func sshKeyBlob(_ bytes: [UInt8]) -> String? {
+        guard let point = SSHECDSAKey.publicKey(ofBlob: bytes) else { return nil }
+        return SSHECDSAKey.blob(publicKey: point) == bytes ? nil : "a key blob changed through a re-encoding"
     }
 
     nonisolated(unsafe) static var target = ""
