@@ -173,7 +173,7 @@ let package = Package(
             name: "SecretService",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "ToolSupport", "DBus", "SystemCalls", "WireFormat",
-                "CModularExponentiation", "PersonPrompts",
+                "CModularExponentiation",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
@@ -184,13 +184,14 @@ let package = Package(
         .target(
             name: "SSHAgent",
             dependencies: [
-                "TPMKeychain", "KeychainVocabulary", "SystemCalls", "WireFormat", "PersonPrompts",
+                "TPMKeychain", "KeychainVocabulary", "SystemCalls", "WireFormat",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),
         // Asking the person through a command they configure (systemd-ask-password, a dialog):
-        // the passcode and yes/no questions of the daemons (Secret Service, ssh agent).
+        // the passcode and yes/no questions of the daemons (Secret Service, ssh agent), which
+        // bring Foundation's Process (the lookup CLI does not link this target).
         .target(name: "PersonPrompts", dependencies: ["TPMKeychain"], swiftSettings: strictness),
         // A fingerprint authenticator over fprintd (system D-Bus), and the session lock from logind.
         .target(
@@ -422,8 +423,8 @@ let package = Package(
         .testTarget(
             name: "SecretServiceUnitTests",
             dependencies: [
-                "PersonPrompts",
-                "SecretService", "KeychainVocabulary", "DBus", .product(name: "Crypto", package: "swift-crypto"),
+                "SecretService", "KeychainVocabulary", "DBus", "WireFormat",
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

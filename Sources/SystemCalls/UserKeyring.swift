@@ -14,7 +14,7 @@ public enum UserKeyring {
     /// copy `body` sees is zeroed afterwards.
     public static func read<R>(_ name: String, count: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R? {
         var buffer = [UInt8](repeating: 0, count: count)
-        defer { buffer.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
+        defer { erase(&buffer) }
         let length = buffer.withUnsafeMutableBytes { tk_user_keyring_read(name, $0.baseAddress, count) }
         guard length == count else { return nil }
         return buffer.withUnsafeBytes { body($0) }

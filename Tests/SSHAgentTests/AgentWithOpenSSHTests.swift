@@ -92,6 +92,12 @@ struct AgentWithOpenSSHTests {
 
         var agentErrors: String { (try? String(contentsOfFile: directory + "/agent.err", encoding: .utf8)) ?? "" }
 
+        /// The owner's record of key uses (KeyUseLog), in the fixture's state directory.
+        var keyUses: [Substring] {
+            ((try? String(contentsOfFile: directory + "/xdg-state/tpm-keychain/key-uses.log", encoding: .utf8)) ?? "")
+                .split(separator: "\n")
+        }
+
         /// Runs `executable` to its end with the fixture's environment; its status and output.
         func run(
             _ executable: String, _ arguments: [String], stdin: String? = nil, via wrapper: [String] = []
@@ -210,6 +216,16 @@ struct AgentWithOpenSSHTests {
         #expect(fixture.agentErrors.contains("refused a signature"), "\(fixture.agentErrors)")
         // The key under the master key needs nobody.
         #expect(try Self.sign("laptop", in: fixture).status == 0)
+        // Each use on the owner's record: who, which key, what came of it.
+        let uses = fixture.keyUses
+        #expect(uses.count == 3, "\(uses)")
+        #expect(
+            uses.first?.contains(#"sign "guarded" by "/usr/bin/ssh-keygen" (sshAgent, uid 0): "done""#) == true,
+            "\(uses)")
+        #expect(
+            uses.dropFirst().first?.contains(#"open "guarded" by "/usr/bin/ssh-keygen" (sshAgent, uid 0): "refused"#)
+                == true, "\(uses)")
+        #expect(uses.last?.contains(#"sign "laptop" by "/usr/bin/ssh-keygen""#) == true, "\(uses)")
     }
 
     @Test("an agent with nobody to ask refuses a key that needs the passcode, and says how to start it")

@@ -61,6 +61,9 @@ struct PKCS11ModuleTests {
         #expect(signed.status == 0, "\(signed.output)\n\(fixture.agentErrors)")
         #expect(signed.output.contains("Verifying against public key in the token... ok"), "\(signed.output)")
         #expect(fixture.agentErrors.contains("signed for /usr/bin/p11tool"), "\(fixture.agentErrors)")
+        #expect(
+            fixture.keyUses.contains { $0.contains(#"sign "laptop" by "/usr/bin/p11tool" (sshAgent, uid 0): "done""#) },
+            "\(fixture.keyUses)")
     }
 
     @Test("a key that needs the passcode asks the person through the agent, naming p11tool")

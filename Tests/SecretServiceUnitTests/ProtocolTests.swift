@@ -1,5 +1,5 @@
-import PersonPrompts
 import Testing
+import WireFormat
 
 @testable import SecretService
 

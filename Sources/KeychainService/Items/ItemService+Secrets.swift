@@ -51,6 +51,22 @@ extension ItemService {
         for result: ItemQueryResult, context: any ProofSource,
         allowsInteraction: Bool = true
     ) async throws(KeychainError) -> OpenedKey? {
+        do {
+            return try await openKeyUnrecorded(for: result, context: context, allowsInteraction: allowsInteraction)
+        } catch {
+            // A key in the TPM that could not be opened for a use is a use refused: on the owner's record.
+            if Self.holdsTPMKey(result) {
+                KeyUseLog.record(
+                    "open", label: result.attributes.string(AttributeTag.label) ?? "", caller: caller,
+                    outcome: "refused: " + error.message)
+            }
+            throw error
+        }
+    }
+
+    private func openKeyUnrecorded(
+        for result: ItemQueryResult, context: any ProofSource, allowsInteraction: Bool
+    ) async throws(KeychainError) -> OpenedKey? {
         try authorize(.readSecret, group: Self.group(of: result.attributes))
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)

@@ -43,6 +43,14 @@ extension ItemService {
     ///   `.interactionNotAllowed` for a protected one without its key, `.itemInvalidated` once
     ///   the TPM refuses it for an enrollment change, `.tampered`.
     package func sign(digest: [UInt8], with result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> [UInt8] {
+        try recordingUse("sign", of: result) { () throws(KeychainError) in
+            try signUnrecorded(digest: digest, with: result, key: key)
+        }
+    }
+
+    private func signUnrecorded(
+        digest: [UInt8], with result: ItemQueryResult, key: OpenedKey?
+    ) throws(KeychainError) -> [UInt8] {
         try withTPMKey(result, key: key, usage: .signing) { connection, value, policy, authorizations in
             try connection.sign(
                 digest, with: value.key, policy: policy, authValue: value.authValue, nvAuthorizations: authorizations)
@@ -56,12 +64,30 @@ extension ItemService {
     /// - Throws: as ``sign(digest:with:key:)``; `.interactionNotAllowed` for a key that needs
     ///   biometry or the passcode, and while the keychain or the login session is locked for it.
     package func signNeedingNoPerson(digest: [UInt8], with result: ItemQueryResult) throws(KeychainError) -> [UInt8] {
-        guard result.isProtected else { return try sign(digest: digest, with: result, key: nil) }
-        try authorize(.readSecret, group: Self.group(of: result.attributes))
-        let recordKey = try recordKeyNeedingNoPerson(
-            try store.protection(ofRecord: result.keyRecord),
-            person: "The key needs biometry or the device passcode, which this face cannot ask for")
-        return try sign(digest: digest, with: result, key: OpenedKey(recordKey: recordKey))
+        try recordingUse("sign", of: result) { () throws(KeychainError) in
+            guard result.isProtected else { return try signUnrecorded(digest: digest, with: result, key: nil) }
+            try authorize(.readSecret, group: Self.group(of: result.attributes))
+            let recordKey = try recordKeyNeedingNoPerson(
+                try store.protection(ofRecord: result.keyRecord),
+                person: "The key needs biometry or the device passcode, which this face cannot ask for")
+            return try signUnrecorded(digest: digest, with: result, key: OpenedKey(recordKey: recordKey))
+        }
+    }
+
+    /// Runs one use of the TPM key `result` holds and records it, done or refused, in the
+    /// owner's ``KeyUseLog``: every face's use passes here.
+    func recordingUse<R>(
+        _ operation: String, of result: ItemQueryResult, _ body: () throws(KeychainError) -> R
+    ) throws(KeychainError) -> R {
+        let label = result.attributes.string(AttributeTag.label) ?? ""
+        do {
+            let value = try body()
+            KeyUseLog.record(operation, label: label, caller: caller, outcome: "done")
+            return value
+        } catch {
+            KeyUseLog.record(operation, label: label, caller: caller, outcome: "refused: " + error.message)
+            throw error
+        }
     }
 
     /// The ECDH shared secret (the x-coordinate) of the TPM key the item holds and `peerPublicKey`
@@ -69,6 +95,14 @@ extension ItemService {
     ///
     /// - Throws: as ``sign(digest:with:key:)``; `.invalidParameter` for a public key not on P-256.
     package func sharedSecret(
+        with peerPublicKey: [UInt8], using result: ItemQueryResult, key: OpenedKey?
+    ) throws(KeychainError) -> SecretBytes {
+        try recordingUse("key agreement", of: result) { () throws(KeychainError) in
+            try sharedSecretUnrecorded(with: peerPublicKey, using: result, key: key)
+        }
+    }
+
+    private func sharedSecretUnrecorded(
         with peerPublicKey: [UInt8], using result: ItemQueryResult, key: OpenedKey?
     ) throws(KeychainError) -> SecretBytes {
         try withTPMKey(result, key: key, usage: .keyAgreement) { connection, value, policy, authorizations in
@@ -85,24 +119,26 @@ extension ItemService {
     ///   not made for key files (``ItemStore/makeTPMKey(_:device:protection:enrollmentIdentifier:forKeyFile:)``),
     ///   whose authorization the file could not carry; `.interactionNotAllowed` and the reading errors.
     package func keyFile(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> String {
-        try authorize(.readSecret, group: Self.group(of: result.attributes))
-        guard Self.holdsTPMKey(result) else {
-            throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
-        }
-        guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
-            throw KeychainError(.itemNotFound, "The key item was deleted")
-        }
-        let value = try TPMKeyValue(parsing: secret)
-        guard value.key.isWritableAsKeyFile, value.authValue.count == 0 else {
-            throw KeychainError(
-                .invalidParameter,
-                "The key was not made for key files: its authorization and parent are the keychain's own, which other tools cannot use (make one with tpm-keychain key create --key-file, or kSecAttrTPMKeyFile)"
-            )
-        }
-        do {
-            return try value.key.tss2KeyFile(emptyAuth: true)
-        } catch {
-            throw KeychainError(.invalidParameter, error.message)
+        try recordingUse("key file export", of: result) { () throws(KeychainError) in
+            try authorize(.readSecret, group: Self.group(of: result.attributes))
+            guard Self.holdsTPMKey(result) else {
+                throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
+            }
+            guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
+                throw KeychainError(.itemNotFound, "The key item was deleted")
+            }
+            let value = try TPMKeyValue(parsing: secret)
+            guard value.key.isWritableAsKeyFile, value.authValue.count == 0 else {
+                throw KeychainError(
+                    .invalidParameter,
+                    "The key was not made for key files: its authorization and parent are the keychain's own, which other tools cannot use (make one with tpm-keychain key create --key-file, or kSecAttrTPMKeyFile)"
+                )
+            }
+            do throws(TPMError) {
+                return try value.key.tss2KeyFile(emptyAuth: true)
+            } catch {
+                throw KeychainError(.invalidParameter, error.message)
+            }
         }
     }
 

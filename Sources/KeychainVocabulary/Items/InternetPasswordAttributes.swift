@@ -1,5 +1,3 @@
-package import KeychainVocabulary
-
 /// How internet-password attributes are stored, as SecItem (and so Apple's keychain) stores them.
 package enum InternetPasswordAttributes {
     /// A port as SecItem stores a number: eight bytes, big-endian; 0 for none (Apple's "no

@@ -1,8 +1,8 @@
 import Crypto
 import Dispatch
-import PersonPrompts
 import SystemCalls
 package import TPMKeychain
+import WireFormat
 
 /// The keychain's SSH keys as the agent offers them: the TPM key items whose application tag is
 /// `ssh` (`tpm-keychain key create --label NAME --tag ssh`), each listed by its label. Every list

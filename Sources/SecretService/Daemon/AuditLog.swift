@@ -1,7 +1,6 @@
 import Crypto
 import DBus
 import Foundation
-import PersonPrompts
 import WireFormat
 
 #if canImport(Glibc)

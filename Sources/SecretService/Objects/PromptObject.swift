@@ -1,8 +1,8 @@
 import DBus
 import Foundation
-import PersonPrompts
 import SystemCalls
 import TPMKeychain
+import WireFormat
 
 /// A prompt the daemon handed out and has not completed.
 final class PendingPrompt {
