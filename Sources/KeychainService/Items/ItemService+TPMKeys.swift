@@ -120,14 +120,7 @@ extension ItemService {
     ///   whose authorization the file could not carry; `.interactionNotAllowed` and the reading errors.
     package func keyFile(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> String {
         try recordingUse("key file export", of: result) { () throws(KeychainError) in
-            try authorize(.readSecret, group: Self.group(of: result.attributes))
-            guard Self.holdsTPMKey(result) else {
-                throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
-            }
-            guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
-                throw KeychainError(.itemNotFound, "The key item was deleted")
-            }
-            let value = try TPMKeyValue(parsing: secret)
+            let value = try tpmKey(of: result, key: key)
             guard value.key.isWritableAsKeyFile, value.authValue.count == 0 else {
                 throw KeychainError(
                     .invalidParameter,
@@ -152,15 +145,7 @@ extension ItemService {
         _ result: ItemQueryResult, key: OpenedKey?, usage: TPMKeyUsage,
         _ body: (TPMConnection, TPMKeyValue, Policy, [UInt32: SecretBytes]) throws -> R
     ) throws(KeychainError) -> R {
-        // Using a key is reading its secret, though the secret never leaves the TPM.
-        try authorize(.readSecret, group: Self.group(of: result.attributes))
-        guard Self.holdsTPMKey(result) else {
-            throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
-        }
-        guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
-            throw KeychainError(.itemNotFound, "The key item was deleted")
-        }
-        let value = try TPMKeyValue(parsing: secret)
+        let value = try tpmKey(of: result, key: key)
         guard usage == .signing ? value.key.usage.signs : value.key.usage.agreesOnKeys else {
             throw KeychainError(
                 .invalidParameter,
@@ -172,5 +157,21 @@ extension ItemService {
                 try body(connection, value, policy, authorizations)
             }
         }
+    }
+
+    /// The TPM key the item holds, read after the decision: using a key is reading its secret,
+    /// though the secret never leaves the TPM.
+    ///
+    /// - Throws: ``KeychainError`` `.invalidParameter` for an item that holds no TPM key,
+    ///   `.itemNotFound` once it was deleted, the decision's refusals and the reading errors.
+    private func tpmKey(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> TPMKeyValue {
+        try authorize(.readSecret, group: Self.group(of: result.attributes))
+        guard Self.holdsTPMKey(result) else {
+            throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
+        }
+        guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
+            throw KeychainError(.itemNotFound, "The key item was deleted")
+        }
+        return try TPMKeyValue(parsing: secret)
     }
 }

@@ -113,8 +113,10 @@ package final class AgentServer: Sendable {
         }
         let caller = AccessCaller(
             face: .sshAgent, uid: peer.uid, source: .peerCredentials, executable: Self.executable(of: peer.pid))
-        while let body = Self.readMessage(connection) {
+        while var body = Self.readMessage(connection) {
             let response: AgentResponse
+            // The message may hold a lock passphrase: its bytes do not outlive their answer.
+            defer { erase(&body) }
             do throws(AgentProtocolError) {
                 response = respond(to: try AgentRequest(parsing: body), caller: caller, pid: peer.pid)
             } catch {
