@@ -262,6 +262,38 @@ struct AgentWithOpenSSHTests {
             ], "\(names)")
     }
 
+    @Test(
+        "a connection bound to a host (session-bind@openssh.com) names it in the log; a second binding is refused unless forwarded"
+    )
+    func sessionBindingNamesTheHost() throws {
+        let fixture = try Fixture()
+        let client = try AgentClient(fixture.socket)
+        func bind(_ fields: [UInt8]) throws -> [UInt8] {
+            var request = SSHWireWriter()
+            request.byte(27)
+            request.string(AgentServer.sessionBind)
+            request.raw(fields)
+            return try client.ask(request.bytes)
+        }
+        let (fields, _) = try SessionBindingTests.ed25519Binding()
+        let binding = try #require(SessionBinding(fields: fields))
+        #expect(try bind(fields) == [6])
+        #expect(try bind(try SessionBindingTests.ed25519Binding().fields) == [5], "one session per connection")
+        // A signature on the bound connection: the log says where it goes.
+        let identities = try client.ask([11])
+        var reader = SSHWireReader(Array(identities.dropFirst()))
+        _ = try reader.uint32()
+        let blob = try reader.string()
+        var sign = SSHWireWriter()
+        sign.byte(13)
+        sign.string(blob)
+        sign.string(binding.sessionIdentifier)
+        sign.uint32(0)
+        #expect(try client.ask(sign.bytes).first == 14)
+        #expect(fixture.agentErrors.contains("to host key \(binding.hostKeyFingerprint)"), "\(fixture.agentErrors)")
+        #expect(try bind(try SessionBindingTests.ed25519Binding(forwarding: true).fields) == [6], "a forwarding hop")
+    }
+
     @Test("a key handed in with ssh-add is refused: keys are made in the TPM")
     func addingAKeyIsRefused() throws {
         let fixture = try Fixture()

@@ -68,9 +68,10 @@ package struct AgentKeyring: Sendable {
     ///   `.userCanceled`, `.authenticationFailed`, `.lockout` from the person's answer;
     ///   `.itemInvalidated` after re-enrollment; what the decision point refuses.
     func sign(
-        _ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32
+        _ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32, destination: String? = nil
     ) throws(KeychainError) -> [UInt8]? {
-        try sign(digest: Array(SHA256.hash(data: data)), withKeyBlob: blob, for: caller, pid: pid)
+        try sign(
+            digest: Array(SHA256.hash(data: data)), withKeyBlob: blob, for: caller, pid: pid, destination: destination)
     }
 
     /// As ``sign(_:withKeyBlob:for:pid:)`` over a SHA-256 digest the caller made (PKCS#11's
@@ -78,8 +79,10 @@ package struct AgentKeyring: Sendable {
     ///
     /// - Throws: as ``sign(_:withKeyBlob:for:pid:)``; `.invalidParameter` for a digest that is
     ///   not 32 bytes.
+    ///
+    /// - Parameter destination: where the client's session goes (a bound host key), for the person.
     func sign(
-        digest: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32
+        digest: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32, destination: String? = nil
     ) throws(KeychainError) -> [UInt8]? {
         guard digest.count == 32 else {
             throw KeychainError(.invalidParameter, "A digest to sign is 32 bytes (SHA-256), not \(digest.count)")
@@ -102,6 +105,7 @@ package struct AgentKeyring: Sendable {
         let program = caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program"
         context.localizedReason =
             "Sign with the SSH key \(DisplayText.quoted(key.comment, limit: 100)) for \(program) (pid \(pid))"
+            + (destination.map { ", to \($0)" } ?? "")
         let opened = try Self.waitFor { () async throws(KeychainError) -> ItemService.OpenedKey? in
             try await service.openKey(for: key.result, context: context)
         }

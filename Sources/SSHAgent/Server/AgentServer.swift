@@ -111,14 +111,16 @@ package final class AgentServer: Sendable {
             log("refused uid \(peer.uid) (pid \(peer.pid)): this agent serves uid \(ownerUID) only")
             return
         }
-        let caller = AccessCaller(
-            face: .sshAgent, uid: peer.uid, source: .peerCredentials, executable: Self.executable(of: peer.pid))
+        var state = ConnectionState(
+            caller: AccessCaller(
+                face: .sshAgent, uid: peer.uid, source: .peerCredentials, executable: Self.executable(of: peer.pid)),
+            pid: peer.pid)
         while var body = Self.readMessage(connection) {
             let response: AgentResponse
             // The message may hold a lock passphrase: its bytes do not outlive their answer.
             defer { erase(&body) }
             do throws(AgentProtocolError) {
-                response = respond(to: try AgentRequest(parsing: body), caller: caller, pid: peer.pid)
+                response = respond(to: try AgentRequest(parsing: body), on: &state)
             } catch {
                 log("closed a connection of pid \(peer.pid): \(error.description)")
                 return
@@ -131,7 +133,27 @@ package final class AgentServer: Sendable {
         }
     }
 
-    package func respond(to request: AgentRequest, caller: AccessCaller, pid: Int32) -> AgentResponse {
+    /// What the agent knows of one connection: who it is, and the host its session is bound to.
+    package struct ConnectionState: Sendable {
+        package let caller: AccessCaller
+        package let pid: Int32
+        /// Set by `session-bind@openssh.com`: the host (by its key) the client's session reaches.
+        package var binding: SessionBinding?
+
+        package init(caller: AccessCaller, pid: Int32) {
+            self.caller = caller
+            self.pid = pid
+        }
+
+        /// The program, its pid and, once bound, the host, as a person and the log read them.
+        var description: String {
+            "\(caller.executable ?? "an unknown program") (pid \(pid))"
+                + (binding.map { ", to " + $0.description } ?? "")
+        }
+    }
+
+    package func respond(to request: AgentRequest, on state: inout ConnectionState) -> AgentResponse {
+        let (caller, pid) = (state.caller, state.pid)
         let locked = lock.withLock { $0 != nil }
         switch request {
         case .requestIdentities:
@@ -140,21 +162,22 @@ package final class AgentServer: Sendable {
                 return .identities(
                     try keyring.keys(for: caller).map { (SSHECDSAKey.blob(publicKey: $0.publicKey), $0.comment) })
             } catch {
-                log("listing keys for \(Self.describe(caller, pid)) failed: \(error.message)")
+                log("listing keys for \(state.description) failed: \(error.message)")
                 return .failure
             }
         case .sign(let blob, let data, _):
             guard !locked,
                 let signature = signature(
-                    caller, pid,
+                    state,
                     { () throws(KeychainError) in
-                        try keyring.sign(data, withKeyBlob: blob, for: caller, pid: pid)
+                        try keyring.sign(
+                            data, withKeyBlob: blob, for: caller, pid: pid, destination: state.binding?.description)
                     })
             else { return .failure }
             return .signature(signature)
         case .addIdentity:
             log(
-                "refused to add a key for \(Self.describe(caller, pid)): keys are made in the TPM (tpm-keychain key create --label NAME --tag ssh), not handed to the agent"
+                "refused to add a key for \(state.description): keys are made in the TPM (tpm-keychain key create --label NAME --tag ssh), not handed to the agent"
             )
             return .failure
         case .removeIdentity, .removeAllIdentities:
@@ -177,18 +200,30 @@ package final class AgentServer: Sendable {
             if !unlocked { SystemCalls.sleep(for: .milliseconds(100)) }
             return unlocked ? .success : .failure
         case .extension(Self.signDigest, let contents):
-            // PKCS#11's CKM_ECDSA (the module in Sources/TPMKeychainPKCS11): a digest made by the caller.
+            // PKCS#11's CKM_ECDSA (the module in Sources/PKCS11Module): a digest made by the caller.
             var reader = SSHWireReader(contents)
             guard !locked, let blob = try? reader.string(), let digest = try? reader.string(), reader.isAtEnd,
                 let signature = signature(
-                    caller, pid,
+                    state,
                     { () throws(KeychainError) in
-                        try keyring.sign(digest: digest, withKeyBlob: blob, for: caller, pid: pid)
+                        try keyring.sign(
+                            digest: digest, withKeyBlob: blob, for: caller, pid: pid,
+                            destination: state.binding?.description)
                     })
             else { return .failure }
             var answer = SSHWireWriter()
             answer.string(signature)
             return .extensionAnswer(answer.bytes)
+        case .extension(Self.sessionBind, let contents):
+            // A session is bound once; later binds only through forwarding hops (as OpenSSH's agent).
+            guard let binding = SessionBinding(fields: contents),
+                state.binding == nil || binding.isForwarding
+            else {
+                log("refused a session binding from \(state.description)")
+                return .failure
+            }
+            state.binding = binding
+            return .success
         case .extension:
             return .extensionFailure
         case .other:
@@ -198,20 +233,22 @@ package final class AgentServer: Sendable {
 
     /// The extension that signs a digest the caller made: string key blob, string digest.
     package static let signDigest = "sign-digest@tpm-keychain"
+    /// OpenSSH's extension that binds a connection to the host its session reaches.
+    package static let sessionBind = "session-bind@openssh.com"
 
     /// A signature blob from `make` (r ‖ s), or nil when the key is not offered or the use refused; logged either way.
     private func signature(
-        _ caller: AccessCaller, _ pid: Int32, _ make: () throws(KeychainError) -> [UInt8]?
+        _ state: ConnectionState, _ make: () throws(KeychainError) -> [UInt8]?
     ) -> [UInt8]? {
         do {
             guard let rs = try make(), let signature = SSHECDSAKey.signatureBlob(rs: rs) else {
-                log("\(Self.describe(caller, pid)) asked for a signature by a key the agent does not offer")
+                log("\(state.description) asked for a signature by a key the agent does not offer")
                 return nil
             }
-            log("signed for \(Self.describe(caller, pid))")
+            log("signed for \(state.description)")
             return signature
         } catch {
-            log("refused a signature for \(Self.describe(caller, pid)): \(error.message)")
+            log("refused a signature for \(state.description): \(error.message)")
             return nil
         }
     }
@@ -220,10 +257,6 @@ package final class AgentServer: Sendable {
 
     private static func hash(_ passphrase: [UInt8], salt: [UInt8]) -> [UInt8] {
         Array(SHA256.hash(data: salt + passphrase))
-    }
-
-    private static func describe(_ caller: AccessCaller, _ pid: Int32) -> String {
-        "\(caller.executable ?? "an unknown program") (pid \(pid))"
     }
 
     /// The next message's body, or nil when the client hung up (also mid-message) or sent a
