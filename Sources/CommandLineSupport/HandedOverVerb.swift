@@ -30,12 +30,7 @@ package struct HandedOverVerb: Sendable {
 
     /// The binary's path: beside this process's own executable.
     package var path: String {
-        var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/self/exe", &target, target.count - 1)
-        let executable =
-            length > 0
-            ? String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            : CommandLine.arguments[0]
+        let executable = executablePath() ?? CommandLine.arguments[0]
         let directory = executable.lastIndex(of: "/").map { String(executable[..<$0]) } ?? "."
         return directory + "/" + executableName
     }

@@ -204,13 +204,10 @@ struct EnrollmentHelper {
     // MARK: Sockets
 
     static func peerUID(_ connection: Int32) throws -> uid_t {
-        // struct ucred (pid, uid, gid), which Glibc's module does not export without _GNU_SOURCE.
-        var credentials: [Int32] = [0, 0, 0]
-        var length = socklen_t(MemoryLayout<Int32>.size * 3)
-        guard getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
+        guard let peer = peerCredentials(of: connection) else {
             throw HelperError("not a Unix socket with peer credentials: \(String(cString: strerror(errno)))")
         }
-        return uid_t(bitPattern: credentials[1])
+        return peer.uid
     }
 
     static func listen(on path: String, prints: String, keyPath: String) {

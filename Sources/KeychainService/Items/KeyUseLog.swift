@@ -19,8 +19,10 @@ import Glibc
 /// tamper-evident audit for that); a line that cannot be written is dropped, never a reason to
 /// refuse the use.
 package enum KeyUseLog {
-    /// The log's path for this process.
-    package static var path: String { Devices.stateDirectory + "/key-uses.log" }
+    /// The log's directory and path, worked out once per process: the state directory reads the
+    /// whole environment, which a signature should not pay for each time.
+    private static let directory = Devices.stateDirectory
+    package static let path = directory + "/key-uses.log"
 
     /// Appends one line: `operation` on the key `label` for `caller`, with its `outcome`.
     static func record(_ operation: String, label: String, caller: AccessCaller, outcome: String) {
@@ -28,7 +30,6 @@ package enum KeyUseLog {
         let program = caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program"
         let line =
             "\(time) \(operation) \(DisplayText.quoted(label, limit: 200)) by \(program) (\(caller.face.rawValue), uid \(caller.uid)): \(DisplayText.quoted(outcome, limit: 400))\n"
-        let directory = Devices.stateDirectory
         try? createDirectories(directory)
         let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else { return }

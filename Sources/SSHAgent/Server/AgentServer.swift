@@ -106,14 +106,15 @@ package final class AgentServer: Sendable {
 
     private func answer(_ connection: Int32) {
         defer { close(connection) }
-        guard let peer = Self.peer(of: connection) else { return }
+        guard let peer = peerCredentials(of: connection) else { return }
         guard peer.uid == ownerUID else {
             log("refused uid \(peer.uid) (pid \(peer.pid)): this agent serves uid \(ownerUID) only")
             return
         }
         var state = ConnectionState(
             caller: AccessCaller(
-                face: .sshAgent, uid: peer.uid, source: .peerCredentials, executable: Self.executable(of: peer.pid)),
+                face: .sshAgent, uid: peer.uid, source: .peerCredentials,
+                executable: executablePath(ofProcess: peer.pid)),
             pid: peer.pid)
         while var body = Self.readMessage(connection) {
             let response: AgentResponse
@@ -280,20 +281,6 @@ package final class AgentServer: Sendable {
         return bytes
     }
 
-    private static func peer(of connection: Int32) -> (uid: UInt32, pid: Int32)? {
-        // struct ucred (pid, uid, gid), which Glibc's module does not export without _GNU_SOURCE.
-        var credentials: [Int32] = [0, 0, 0]
-        var length = socklen_t(MemoryLayout<Int32>.size * 3)
-        guard getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return nil }
-        return (UInt32(bitPattern: credentials[1]), credentials[0])
-    }
-
-    private static func executable(of pid: Int32) -> String? {
-        var target = [CChar](repeating: 0, count: 4096)
-        let length = readlink("/proc/\(pid)/exe", &target, target.count - 1)
-        guard length > 0 else { return nil }
-        return String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
 }
 
 package struct AgentServerError: Error, CustomStringConvertible {
