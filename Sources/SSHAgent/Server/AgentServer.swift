@@ -127,7 +127,7 @@ package final class AgentServer: Sendable {
                 return
             }
             do {
-                try writeAll(connection, response.framed)
+                try sendAll(connection, response.framed)
             } catch {
                 return // The client hung up.
             }
