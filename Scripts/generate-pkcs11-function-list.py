@@ -15,7 +15,7 @@ IMPLEMENTED = {
     "C_GetTokenInfo", "C_GetMechanismList", "C_GetMechanismInfo", "C_OpenSession", "C_CloseSession",
     "C_CloseAllSessions", "C_GetSessionInfo", "C_Login", "C_Logout", "C_GetAttributeValue",
     "C_FindObjectsInit", "C_FindObjects", "C_FindObjectsFinal", "C_SignInit", "C_Sign", "C_SignUpdate",
-    "C_SignFinal",
+    "C_SignFinal", "C_GenerateRandom",
 }
 
 header = Path("/usr/include/p11-kit-1/p11-kit/pkcs11.h").read_text()

@@ -158,6 +158,19 @@ static void append_blob(struct tk_buffer *buffer, const struct tk_identity *iden
     tk_buffer_free(&blob);
 }
 
+/// The point of an ecdsa-sha2-nistp256 key blob, or NULL for any other blob.
+static const unsigned char *p256_point(const unsigned char *blob, size_t blob_count) {
+    struct reader key = {blob, blob_count, 0, 0};
+    size_t name_count, curve_count, point_count;
+    const unsigned char *name = read_string(&key, &name_count);
+    const unsigned char *curve_name = read_string(&key, &curve_count);
+    const unsigned char *point = read_string(&key, &point_count);
+    if (key.failed || key.offset != blob_count || !equals(name, name_count, algorithm) ||
+        !equals(curve_name, curve_count, curve) || point_count != 65 || point[0] != 4)
+        return NULL;
+    return point;
+}
+
 int tk_agent_identities(struct tk_identity *identities, int capacity) {
     struct tk_buffer request = {0}, answer = {0};
     unsigned char type = 11;  // SSH_AGENTC_REQUEST_IDENTITIES
@@ -172,15 +185,9 @@ int tk_agent_identities(struct tk_identity *identities, int capacity) {
             const unsigned char *blob = read_string(&reader, &blob_count);
             const unsigned char *comment = read_string(&reader, &comment_count);
             if (reader.failed) break;
-            struct reader key = {blob, blob_count, 0, 0};
-            size_t name_count, curve_count, point_count;
-            const unsigned char *name = read_string(&key, &name_count);
-            const unsigned char *curve_name = read_string(&key, &curve_count);
-            const unsigned char *point = read_string(&key, &point_count);
+            const unsigned char *point = p256_point(blob, blob_count);
             // Only P-256 keys: the keychain makes no other in the TPM.
-            if (key.failed || key.offset != blob_count || !equals(name, name_count, algorithm) ||
-                !equals(curve_name, curve_count, curve) || point_count != 65 || point[0] != 4 || found == capacity)
-                continue;
+            if (!point || found == capacity) continue;
             memcpy(identities[found].point, point, 65);
             size_t label_count = comment_count < sizeof identities[found].label - 1 ? comment_count
                                                                                     : sizeof identities[found].label - 1;
@@ -189,6 +196,72 @@ int tk_agent_identities(struct tk_identity *identities, int capacity) {
             found++;
         }
         if (reader.failed) found = -1;
+    }
+    tk_buffer_free(&request);
+    tk_buffer_free(&answer);
+    return found;
+}
+
+static unsigned char *copy(const unsigned char *bytes, size_t count) {
+    unsigned char *copied = malloc(count ? count : 1);
+    if (copied && count) memcpy(copied, bytes, count);
+    return copied;
+}
+
+void tk_certificate_free(struct tk_certificate *certificate) {
+    free(certificate->der);
+    free(certificate->subject);
+    free(certificate->issuer);
+    free(certificate->serial);
+    memset(certificate, 0, sizeof *certificate);
+}
+
+int tk_agent_certificates(struct tk_certificate *certificates, int capacity) {
+    struct tk_buffer request = {0}, answer = {0};
+    unsigned char type = 27;  // SSH_AGENTC_EXTENSION
+    static const char name[] = "certificates@tpm-keychain";
+    tk_buffer_append(&request, &type, 1);
+    tk_buffer_string(&request, name, strlen(name));
+    int found = -1;
+    if (ask(&request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 6) {
+        struct reader reader = {answer.bytes, answer.count, 1, 0};
+        uint32_t count = read_uint32(&reader);
+        found = 0;
+        for (uint32_t index = 0; index < count && !reader.failed; index++) {
+            size_t blob_count, der_count, subject_count, issuer_count, serial_count;
+            const unsigned char *blob = read_string(&reader, &blob_count);
+            const unsigned char *der = read_string(&reader, &der_count);
+            const unsigned char *subject = read_string(&reader, &subject_count);
+            const unsigned char *issuer = read_string(&reader, &issuer_count);
+            const unsigned char *serial = read_string(&reader, &serial_count);
+            if (reader.failed) break;
+            const unsigned char *point = p256_point(blob, blob_count);
+            // A serial number is at most 20 octets (RFC 5280), so its DER length is one byte.
+            if (!point || der_count == 0 || serial_count == 0 || serial_count > 126 || found == capacity) continue;
+            struct tk_certificate *certificate = &certificates[found];
+            memset(certificate, 0, sizeof *certificate);
+            memcpy(certificate->point, point, 65);
+            certificate->der = copy(der, der_count);
+            certificate->subject = copy(subject, subject_count);
+            certificate->issuer = copy(issuer, issuer_count);
+            certificate->serial = malloc(serial_count + 2);
+            if (!certificate->der || !certificate->subject || !certificate->issuer || !certificate->serial) {
+                tk_certificate_free(certificate);
+                continue;
+            }
+            certificate->serial[0] = 0x02;
+            certificate->serial[1] = (unsigned char)serial_count;
+            memcpy(certificate->serial + 2, serial, serial_count);
+            certificate->der_count = der_count;
+            certificate->subject_count = subject_count;
+            certificate->issuer_count = issuer_count;
+            certificate->serial_count = serial_count + 2;
+            found++;
+        }
+        if (reader.failed) {
+            for (int index = 0; index < found; index++) tk_certificate_free(&certificates[index]);
+            found = -1;
+        }
     }
     tk_buffer_free(&request);
     tk_buffer_free(&answer);

@@ -336,13 +336,6 @@ ck_rv_t C_SeedRandom(ck_session_handle_t session, unsigned char *seed, unsigned 
     return CKR_FUNCTION_NOT_SUPPORTED;
 }
 
-ck_rv_t C_GenerateRandom(ck_session_handle_t session, unsigned char *random_data, unsigned long random_len) {
-    (void)session;
-    (void)random_data;
-    (void)random_len;
-    return CKR_FUNCTION_NOT_SUPPORTED;
-}
-
 ck_rv_t C_GetFunctionStatus(ck_session_handle_t session) {
     (void)session;
     return CKR_FUNCTION_NOT_SUPPORTED;

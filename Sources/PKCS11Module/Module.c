@@ -1,13 +1,17 @@
 // The PKCS#11 functions the module implements: one slot with one token, "TPMKeychain", whose
-// objects are the keys the user's ssh agent offers (each as a private and a public key object),
-// and ECDSA signatures by them. No login: each use is decided by the agent for this process,
+// objects are the keys the user's ssh agent offers (each as a private and a public key object,
+// and a certificate object where the keychain has the key's certificate: an identity), and
+// ECDSA signatures by them. No login: each use is decided by the agent for this process,
 // under the key's own access control (it may ask the person). Everything else is in
 // FunctionList.c, answering CKR_FUNCTION_NOT_SUPPORTED.
 #include "Module.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define TK_SLOT 1
 #define TK_MAX_SESSIONS 64
@@ -18,7 +22,7 @@ struct session {
     ck_flags_t flags;
     // Find: the handles that matched, and how many were handed out.
     int finding;
-    ck_object_handle_t found[2 * TK_MAX_IDENTITIES];
+    ck_object_handle_t found[3 * TK_MAX_IDENTITIES];
     unsigned long found_count;
     unsigned long found_next;
     // Sign: the key and mechanism, and what SignUpdate gave so far.
@@ -29,11 +33,31 @@ struct session {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int initialized;
+/// Read by every call without the lock: C_Finalize may run while another thread is in C_Sign.
+static atomic_int initialized;
 static struct session sessions[TK_MAX_SESSIONS];
-/// The agent's keys as the last search found them: object 2i+1 is key i's private key, 2i+2 its public key.
+/// The agent's keys as the last search found them: object 3i+1 is key i's private key, 3i+2 its
+/// public key, 3i+3 its certificate (when `certificate_of[i]` is not -1).
 static struct tk_identity identities[TK_MAX_IDENTITIES];
 static int identity_count;
+static struct tk_certificate certificates[TK_MAX_IDENTITIES];
+static int certificate_count;
+static int certificate_of[TK_MAX_IDENTITIES];
+
+enum object_kind { private_key_object, public_key_object, certificate_object };
+
+/// Key `*index`'s object `handle` and its kind, or 0 for no such object (under the lock).
+static int object(ck_object_handle_t handle, int *index, enum object_kind *kind) {
+    if (handle < 1 || handle > 3 * (ck_object_handle_t)identity_count) return 0;
+    *index = (int)((handle - 1) / 3);
+    *kind = (enum object_kind)((handle - 1) % 3);
+    return *kind != certificate_object || certificate_of[*index] >= 0;
+}
+
+static void forget_certificates(void) {
+    for (int index = 0; index < certificate_count; index++) tk_certificate_free(&certificates[index]);
+    certificate_count = 0;
+}
 
 static void pad(unsigned char *field, size_t size, const char *text) {
     memset(field, ' ', size);
@@ -72,6 +96,7 @@ ck_rv_t C_Finalize(void *reserved) {
     for (int index = 0; index < TK_MAX_SESSIONS; index++) close_session(&sessions[index]);
     initialized = 0;
     identity_count = 0;
+    forget_certificates();
     pthread_mutex_unlock(&lock);
     return result;
 }
@@ -127,11 +152,13 @@ ck_rv_t C_GetTokenInfo(ck_slot_id_t slot, struct ck_token_info *info) {
     pad(info->manufacturer_id, sizeof info->manufacturer_id, "TPMKeychain");
     pad(info->model, sizeof info->model, "TPM 2.0");
     pad(info->serial_number, sizeof info->serial_number, "1");
-    // Keys are made with tpm-keychain key create, never through the module; no PIN: the agent
-    // asks the person when a key's access control wants one.
-    info->flags = CKF_TOKEN_INITIALIZED | CKF_WRITE_PROTECTED;
+    // Keys are made with tpm-keychain key create, never through the module (C_CreateObject and
+    // C_GenerateKeyPair are not supported); no PIN: the agent asks the person when a key's access
+    // control wants one. Read-write sessions are opened, as tools like pkcs11-tool --test ask,
+    // though nothing can be written through them: a write-protected token could not have them.
+    info->flags = CKF_TOKEN_INITIALIZED;
     info->max_session_count = TK_MAX_SESSIONS;
-    info->max_rw_session_count = 0;
+    info->max_rw_session_count = TK_MAX_SESSIONS;
     info->max_pin_len = 0;
     info->min_pin_len = 0;
     info->total_public_memory = info->free_public_memory = CK_UNAVAILABLE_INFORMATION;
@@ -175,7 +202,6 @@ ck_rv_t C_OpenSession(ck_slot_id_t slot, ck_flags_t flags, void *application, ck
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
     if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
     if (!(flags & CKF_SERIAL_SESSION)) return CKR_SESSION_PARALLEL_NOT_SUPPORTED;
-    if (flags & CKF_RW_SESSION) return CKR_TOKEN_WRITE_PROTECTED;
     if (!handle) return CKR_ARGUMENTS_BAD;
     pthread_mutex_lock(&lock);
     ck_rv_t result = CKR_SESSION_COUNT;
@@ -218,7 +244,7 @@ ck_rv_t C_GetSessionInfo(ck_session_handle_t handle, struct ck_session_info *inf
     if (session) {
         memset(info, 0, sizeof *info);
         info->slot_id = TK_SLOT;
-        info->state = CKS_RO_USER_FUNCTIONS;
+        info->state = session->flags & CKF_RW_SESSION ? CKS_RW_USER_FUNCTIONS : CKS_RO_USER_FUNCTIONS;
         info->flags = session->flags;
     }
     pthread_mutex_unlock(&lock);
@@ -272,19 +298,56 @@ static ck_rv_t give_ulong(struct ck_attribute *attribute, unsigned long value) {
     return give(attribute, &value, sizeof value);
 }
 
+/// The value of a certificate object's `attribute->type`.
+static ck_rv_t certificate_attribute(const struct tk_certificate *certificate, struct ck_attribute *attribute) {
+    switch (attribute->type) {
+    case CKA_CERTIFICATE_TYPE: return give_ulong(attribute, CKC_X_509);
+    case CKA_VALUE: return give(attribute, certificate->der, certificate->der_count);
+    case CKA_SUBJECT: return give(attribute, certificate->subject, certificate->subject_count);
+    case CKA_ISSUER: return give(attribute, certificate->issuer, certificate->issuer_count);
+    case CKA_SERIAL_NUMBER: return give(attribute, certificate->serial, certificate->serial_count);
+    case CKA_TRUSTED: return give_bool(attribute, 0);
+    case CKA_CERTIFICATE_CATEGORY: return give_ulong(attribute, 1);  // the token user's own
+    case CKA_JAVA_MIDP_SECURITY_DOMAIN: return give_ulong(attribute, 0);
+    case CKA_START_DATE:
+    case CKA_END_DATE:
+    case CKA_URL:
+    case CKA_HASH_OF_SUBJECT_PUBLIC_KEY:
+    case CKA_HASH_OF_ISSUER_PUBLIC_KEY: return give(attribute, "", 0);
+    default: break;
+    }
+    attribute->value_len = CK_UNAVAILABLE_INFORMATION;
+    return CKR_ATTRIBUTE_TYPE_INVALID;
+}
+
 /// The value of `attribute->type` for object `handle` (under the lock).
 static ck_rv_t attribute_of(ck_object_handle_t handle, struct ck_attribute *attribute) {
-    if (handle < 1 || handle > 2 * (ck_object_handle_t)identity_count) return CKR_OBJECT_HANDLE_INVALID;
-    const struct tk_identity *identity = &identities[(handle - 1) / 2];
-    int private_key = handle % 2 == 1;
+    int index;
+    enum object_kind kind;
+    if (!object(handle, &index, &kind)) return CKR_OBJECT_HANDLE_INVALID;
+    const struct tk_identity *identity = &identities[index];
+    const struct tk_certificate *certificate =
+        certificate_of[index] >= 0 ? &certificates[certificate_of[index]] : NULL;
+    int private_key = kind == private_key_object;
     switch (attribute->type) {
-    case CKA_CLASS: return give_ulong(attribute, private_key ? CKO_PRIVATE_KEY : CKO_PUBLIC_KEY);
+    case CKA_CLASS:
+        return give_ulong(attribute, kind == certificate_object ? CKO_CERTIFICATE
+                                     : private_key                ? CKO_PRIVATE_KEY
+                                                                  : CKO_PUBLIC_KEY);
     case CKA_TOKEN: return give_bool(attribute, 1);
     case CKA_PRIVATE: return give_bool(attribute, 0);
     case CKA_MODIFIABLE: return give_bool(attribute, 0);
     case CKA_LABEL: return give(attribute, identity->label, strlen(identity->label));
-    // The x coordinate's first 20 bytes: stable, and shared by the key's two objects as PKCS#11 wants.
+    // The x coordinate's first 20 bytes: stable, and shared by the key's objects as PKCS#11 wants.
     case CKA_ID: return give(attribute, identity->point + 1, 20);
+    default: break;
+    }
+    if (kind == certificate_object) return certificate_attribute(certificate, attribute);
+    switch (attribute->type) {
+    // A key's subject is its certificate's, where it has one (NSS pairs them by it).
+    case CKA_SUBJECT:
+        if (certificate) return give(attribute, certificate->subject, certificate->subject_count);
+        return give(attribute, "", 0);
     case CKA_KEY_TYPE: return give_ulong(attribute, CKK_EC);
     case CKA_EC_PARAMS: return give(attribute, p256_oid, sizeof p256_oid);
     case CKA_EC_POINT:
@@ -344,11 +407,17 @@ ck_rv_t C_GetAttributeValue(ck_session_handle_t handle, ck_object_handle_t objec
 /// Whether object `handle` has every value `template` gives (under the lock).
 static int matches(ck_object_handle_t handle, const struct ck_attribute *template, unsigned long count) {
     for (unsigned long index = 0; index < count; index++) {
-        unsigned char value[256];
-        struct ck_attribute actual = {template[index].type, value, sizeof value};
-        if (attribute_of(handle, &actual) != CKR_OK || actual.value_len != template[index].value_len ||
-            (actual.value_len && memcmp(value, template[index].value, actual.value_len) != 0))
-            return 0;
+        // A value longer than the template's cannot match it: the template's length is enough room.
+        unsigned long wanted = template[index].value_len;
+        if (wanted == CK_UNAVAILABLE_INFORMATION || (wanted && !template[index].value)) return 0;
+        unsigned char small[256];
+        unsigned char *value = wanted <= sizeof small ? small : malloc(wanted);
+        if (!value) return 0;
+        struct ck_attribute actual = {template[index].type, value, wanted};
+        int same = attribute_of(handle, &actual) == CKR_OK && actual.value_len == wanted &&
+                   (wanted == 0 || memcmp(value, template[index].value, wanted) == 0);
+        if (value != small) free(value);
+        if (!same) return 0;
     }
     return 1;
 }
@@ -358,8 +427,15 @@ ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *templ
     if (!template && count) return CKR_ARGUMENTS_BAD;
     // Asked outside the lock: the agent may take a moment, and other sessions go on meanwhile.
     struct tk_identity *fresh = calloc(TK_MAX_IDENTITIES, sizeof *fresh);
-    if (!fresh) return CKR_HOST_MEMORY;
+    struct tk_certificate *fresh_certificates = calloc(TK_MAX_IDENTITIES, sizeof *fresh_certificates);
+    if (!fresh || !fresh_certificates) {
+        free(fresh);
+        free(fresh_certificates);
+        return CKR_HOST_MEMORY;
+    }
     int fresh_count = tk_agent_identities(fresh, TK_MAX_IDENTITIES);
+    int fresh_certificate_count = fresh_count > 0 ? tk_agent_certificates(fresh_certificates, TK_MAX_IDENTITIES) : 0;
+    if (fresh_certificate_count < 0) fresh_certificate_count = 0;
     pthread_mutex_lock(&lock);
     struct session *session = session_for(handle);
     ck_rv_t result = CKR_OK;
@@ -371,15 +447,33 @@ ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *templ
         // No agent: no objects (the token stays, empty), rather than an error every caller reports.
         identity_count = fresh_count < 0 ? 0 : fresh_count;
         memcpy(identities, fresh, sizeof *fresh * (size_t)identity_count);
+        forget_certificates();
+        memcpy(certificates, fresh_certificates, sizeof *fresh_certificates * (size_t)fresh_certificate_count);
+        certificate_count = fresh_certificate_count;
+        fresh_certificate_count = 0;  // kept: not freed below
+        for (int index = 0; index < identity_count; index++) {
+            certificate_of[index] = -1;
+            for (int candidate = 0; candidate < certificate_count; candidate++) {
+                if (memcmp(certificates[candidate].point, identities[index].point, 65) == 0) {
+                    certificate_of[index] = candidate;
+                    break;
+                }
+            }
+        }
         session->finding = 1;
         session->found_count = 0;
         session->found_next = 0;
-        for (ck_object_handle_t object = 1; object <= 2 * (ck_object_handle_t)identity_count; object++) {
-            if (matches(object, template, count)) session->found[session->found_count++] = object;
+        for (ck_object_handle_t handle = 1; handle <= 3 * (ck_object_handle_t)identity_count; handle++) {
+            int index;
+            enum object_kind kind;
+            if (object(handle, &index, &kind) && matches(handle, template, count))
+                session->found[session->found_count++] = handle;
         }
     }
     pthread_mutex_unlock(&lock);
+    for (int index = 0; index < fresh_certificate_count; index++) tk_certificate_free(&fresh_certificates[index]);
     free(fresh);
+    free(fresh_certificates);
     return result;
 }
 
@@ -421,20 +515,22 @@ ck_rv_t C_SignInit(ck_session_handle_t handle, struct ck_mechanism *mechanism, c
     pthread_mutex_lock(&lock);
     struct session *session = session_for(handle);
     ck_rv_t result = CKR_OK;
+    int index;
+    enum object_kind kind;
     if (!session) {
         result = CKR_SESSION_HANDLE_INVALID;
     } else if (session->signing) {
         result = CKR_OPERATION_ACTIVE;
     } else if (mechanism->mechanism != CKM_ECDSA && mechanism->mechanism != CKM_ECDSA_SHA256) {
         result = CKR_MECHANISM_INVALID;
-    } else if (key < 1 || key > 2 * (ck_object_handle_t)identity_count) {
+    } else if (!object(key, &index, &kind)) {
         result = CKR_KEY_HANDLE_INVALID;
-    } else if (key % 2 == 0) {
-        result = CKR_KEY_FUNCTION_NOT_PERMITTED;  // a public key object
+    } else if (kind != private_key_object) {
+        result = CKR_KEY_FUNCTION_NOT_PERMITTED;  // a public key or a certificate
     } else {
         session->signing = 1;
         session->mechanism = mechanism->mechanism;
-        session->key = identities[(key - 1) / 2];
+        session->key = identities[index];
         tk_buffer_free(&session->data);
     }
     pthread_mutex_unlock(&lock);
@@ -538,4 +634,28 @@ ck_rv_t C_SignFinal(ck_session_handle_t handle, unsigned char *signature, unsign
     if (taken) result = sign(&key, mechanism, data.bytes, data.count, signature, signature_len);
     tk_buffer_free(&data);
     return result;
+}
+
+// MARK: Random numbers
+
+/// From the kernel's random number generator, which the kernel feeds from the TPM's (tpm-rng)
+/// where it has one: asking the TPM through the agent for each call would add a round trip and
+/// nothing a caller can rely on.
+ck_rv_t C_GenerateRandom(ck_session_handle_t handle, unsigned char *random_data, unsigned long random_len) {
+    if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
+    if (!random_data && random_len) return CKR_ARGUMENTS_BAD;
+    pthread_mutex_lock(&lock);
+    int valid = session_for(handle) != NULL;
+    pthread_mutex_unlock(&lock);
+    if (!valid) return CKR_SESSION_HANDLE_INVALID;
+    while (random_len > 0) {
+        ssize_t got = getrandom(random_data, random_len, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return CKR_FUNCTION_FAILED;
+        }
+        random_data += got;
+        random_len -= (unsigned long)got;
+    }
+    return CKR_OK;
 }

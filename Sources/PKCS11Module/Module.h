@@ -19,6 +19,16 @@ struct tk_identity {
 
 #define TK_MAX_IDENTITIES 64
 
+/// A certificate of one of the agent's keys (an identity): its DER and the fields PKCS#11's
+/// certificate objects carry, each allocated; `point` names the key.
+struct tk_certificate {
+    unsigned char point[65];
+    unsigned char *der, *subject, *issuer, *serial;
+    size_t der_count, subject_count, issuer_count;
+    /// The serial number as DER: an INTEGER's tag, length and content (CKA_SERIAL_NUMBER).
+    size_t serial_count;
+};
+
 /// A buffer that grows; `failed` once an allocation failed or a limit was passed.
 struct tk_buffer {
     unsigned char *bytes;
@@ -35,6 +45,11 @@ void tk_buffer_free(struct tk_buffer *buffer);
 /// The agent's identities that are P-256 keys: how many (at most `capacity`), or -1 when the
 /// agent cannot be reached or answered something else.
 int tk_agent_identities(struct tk_identity *identities, int capacity);
+
+/// The certificates of the agent's keys (at most `capacity`): how many, or -1 when the agent
+/// cannot be reached or answered something else. Free each with tk_certificate_free.
+int tk_agent_certificates(struct tk_certificate *certificates, int capacity);
+void tk_certificate_free(struct tk_certificate *certificate);
 
 /// Asks the agent for a signature by `identity`: over SHA-256(data) when `prehashed` is 0,
 /// over the 32-byte digest `data` when it is 1. Writes r ‖ s (64 bytes) to `signature`.

@@ -29,7 +29,9 @@ struct KeyCommand: ParsableCommand {
             \(ExitStatus.helpText)
             """,
         subcommands: [
-            CreateKey.self, ListKeys.self, PrintPublicKey.self, SignWithKey.self, ExportKeyFile.self, DeleteKey.self,
+            CreateKey.self, ListKeys.self, PrintPublicKey.self, SignWithKey.self, ExportKeyFile.self,
+            AddCertificate.self,
+            DeleteKey.self,
         ])
 
     static func main() {

@@ -66,4 +66,14 @@ package enum AttributeTag {
     /// The public key of a stored private key (X9.63 for EC, PKCS#1 for RSA): not Apple's, never
     /// returned as an attribute; it lets the public key be read without opening the private one.
     package static let publicKey = FourCharacterCode("TKPK")
+    // Certificates (kSecClassCertificate), derived from the certificate when it is stored.
+    /// kSecAttrSubject: the subject's DER-encoded distinguished name.
+    package static let subject = FourCharacterCode("subj")
+    /// kSecAttrIssuer: the issuer's DER-encoded distinguished name.
+    package static let issuer = FourCharacterCode("issr")
+    /// kSecAttrSerialNumber: the serial number's content octets (big-endian, two's complement).
+    package static let serialNumber = FourCharacterCode("slnr")
+    /// kSecAttrPublicKeyHash: the SHA-1 of the certificate's public key (X9.63 for EC), which
+    /// is the application label of its private key: how an identity pairs the two.
+    package static let publicKeyHash = FourCharacterCode("pkhh")
 }

@@ -50,6 +50,40 @@ package struct AgentKeyring: Sendable {
         }
     }
 
+    /// A certificate of an offered key: an identity, as PKCS#11 and SecItem pair them.
+    package struct Certificate: Equatable, Sendable {
+        /// The key's SSH public key blob, naming which offered key the certificate is for.
+        package let keyBlob: [UInt8]
+        package let der: [UInt8]
+        /// The DER distinguished names and the serial number's content octets, as the
+        /// certificate item keeps them (derived when it was stored).
+        package let subject: [UInt8]
+        package let issuer: [UInt8]
+        package let serialNumber: [UInt8]
+    }
+
+    /// The certificates of the keys offered to `caller`: each certificate item whose public key
+    /// hash (kSecAttrPublicKeyHash) is an offered key's (`tpm-keychain key add-certificate`).
+    /// A certificate is public: reading one needs no person, and a protected one is skipped.
+    func certificates(for caller: AccessCaller) throws(KeychainError) -> [Certificate] {
+        let service = try ItemService(location: location, caller: caller)
+        var found: [Certificate] = []
+        for key in try Self.keys(in: service) {
+            var matching = AttributeList()
+            matching[AttributeTag.publicKeyHash] = Array(Insecure.SHA1.hash(data: key.publicKey))
+            for item in try service.query(.certificate, matching: matching) where !item.isProtected {
+                guard let der = try service.secret(of: item, key: nil), !der.isEmpty else { continue }
+                found.append(
+                    Certificate(
+                        keyBlob: SSHECDSAKey.blob(publicKey: key.publicKey), der: der,
+                        subject: item.attributes[AttributeTag.subject] ?? [],
+                        issuer: item.attributes[AttributeTag.issuer] ?? [],
+                        serialNumber: item.attributes[AttributeTag.serialNumber] ?? []))
+            }
+        }
+        return found
+    }
+
     /// The public key of a TPM key item, kept in its attributes (readable without a person).
     static func publicKey(of result: ItemQueryResult) -> [UInt8]? {
         guard let key = result.attributes[AttributeTag.publicKey], key.count == 65, key.first == 4 else {

@@ -215,6 +215,25 @@ package final class AgentServer: Sendable {
             var answer = SSHWireWriter()
             answer.string(signature)
             return .extensionAnswer(answer.bytes)
+        case .extension(Self.certificates, let contents):
+            // PKCS#11's CKO_CERTIFICATE objects: the offered keys' certificates, nothing asked.
+            guard !locked, contents.isEmpty else { return locked ? .extensionAnswer([0, 0, 0, 0]) : .failure }
+            do {
+                let certificates = try keyring.certificates(for: caller)
+                var answer = SSHWireWriter()
+                answer.uint32(UInt32(certificates.count))
+                for certificate in certificates {
+                    answer.string(certificate.keyBlob)
+                    answer.string(certificate.der)
+                    answer.string(certificate.subject)
+                    answer.string(certificate.issuer)
+                    answer.string(certificate.serialNumber)
+                }
+                return .extensionAnswer(answer.bytes)
+            } catch {
+                log("listing certificates for \(state.description) failed: \(error.message)")
+                return .failure
+            }
         case .extension(Self.sessionBind, let contents):
             // A session is bound once; later binds only through forwarding hops (as OpenSSH's agent).
             guard let binding = SessionBinding(fields: contents),
@@ -234,6 +253,9 @@ package final class AgentServer: Sendable {
 
     /// The extension that signs a digest the caller made: string key blob, string digest.
     package static let signDigest = "sign-digest@tpm-keychain"
+    /// The extension that lists the offered keys' certificates: no fields; the answer is a
+    /// uint32 count, then per certificate the strings key blob, DER, subject, issuer, serial.
+    package static let certificates = "certificates@tpm-keychain"
     /// OpenSSH's extension that binds a connection to the host its session reaches.
     package static let sessionBind = "session-bind@openssh.com"
 

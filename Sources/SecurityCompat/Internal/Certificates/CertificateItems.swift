@@ -39,10 +39,10 @@ enum CertificateItems {
         var given = request.attributes
         given[FourCharacterCode("ctyp")] = NSNumber(value: x509v3)
         given[FourCharacterCode("cenc")] = NSNumber(value: derEncoding)
-        given[FourCharacterCode("subj")] = Data(parsed.subject)
-        given[FourCharacterCode("issr")] = Data(parsed.issuer)
-        given[FourCharacterCode("slnr")] = Data(parsed.serialNumber)
-        given[FourCharacterCode("pkhh")] = Data(parsed.publicKeyHash)
+        given[AttributeTag.subject] = Data(parsed.subject)
+        given[AttributeTag.issuer] = Data(parsed.issuer)
+        given[AttributeTag.serialNumber] = Data(parsed.serialNumber)
+        given[AttributeTag.publicKeyHash] = Data(parsed.publicKeyHash)
         if let identifier = parsed.subjectKeyIdentifier { given[FourCharacterCode("skid")] = Data(identifier) }
         if given[AttributeTag.label] == nil { given[AttributeTag.label] = parsed.subjectSummary }
         given[AttributeTag.synchronizable] = nil
@@ -83,7 +83,7 @@ enum CertificateItems {
         certificates.classCode = "cert"
         var found: [(ItemQueryResult, ItemQueryResult)] = []
         for certificate in try SecItemOperations.matches(certificates, items: items) {
-            guard let hash = certificate.attributes[FourCharacterCode("pkhh")] else { continue }
+            guard let hash = certificate.attributes[AttributeTag.publicKeyHash] else { continue }
             var matching = AttributeList()
             matching[AttributeTag.applicationLabel] = hash
             matching.setString("1", for: AttributeTag.keyClass)
