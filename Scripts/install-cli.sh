@@ -17,6 +17,7 @@
 #   share/systemd/user/tpm-keychain-secrets.service        the same as a systemd user service
 # and with --ssh-agent:
 #   share/systemd/user/tpm-keychain-ssh-agent.service      the ssh agent as a systemd user service
+#   share/systemd/user/tpm-keychain-ssh-agent.socket       its socket: the agent starts on first use
 #
 # The man page and the completions are generated from the command's ArgumentParser definitions,
 # so they always match the binary. --dry-run prints the commands and runs none of them.
@@ -40,7 +41,7 @@ Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [-
   --secret-service
                  also install the D-Bus activation file and systemd user unit that make
                  `tpm-keychain secret-service` the session's org.freedesktop.secrets
-  --ssh-agent    also install the systemd user unit of tpm-keychain-ssh-agent
+  --ssh-agent    also install the systemd user units (socket and service) of tpm-keychain-ssh-agent
   --dry-run      print what would be run, build and install nothing
   -h, --help     this text
 EOF
@@ -164,6 +165,7 @@ if $ssh_agent; then
     sed "s|@BINDIR@|$bin_dir|g" Scripts/ssh-agent/tpm-keychain-ssh-agent.service.in > "$staging/tpm-keychain-ssh-agent.service"
     run install -d -m 755 "$unit_dir"
     run install -m 644 "$staging/tpm-keychain-ssh-agent.service" "$unit_dir/tpm-keychain-ssh-agent.service"
+    run install -m 644 Scripts/ssh-agent/tpm-keychain-ssh-agent.socket "$unit_dir/tpm-keychain-ssh-agent.socket"
 fi
 
 if $dry_run; then

@@ -49,25 +49,30 @@ struct AgentCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let path = try socketPath()
+            // Started by its socket unit (tpm-keychain-ssh-agent.socket), the agent serves that socket.
+            let activated = activatedListeningSocket()
+            let path = activated == nil ? try socketPath() : nil
             try StoreSession.withExisting(store.path) { session in
+                let keyring = AgentKeyring(
+                    location: session.location,
+                    authenticator: prompts.asksFprintd ? FprintdAuthenticator(busAddress: prompts.fprintdAddress) : nil,
+                    passcode: prompts.passcodeCommand.map(PasscodeCommand.source))
+                let log: @Sendable (String) -> Void = { writeStandardError("tpm-keychain-ssh-agent: " + $0 + "\n") }
                 let server: AgentServer
-                do throws(AgentServerError) {
-                    server = try AgentServer(
-                        socketPath: path,
-                        keyring: AgentKeyring(
-                            location: session.location,
-                            authenticator: prompts.asksFprintd
-                                ? FprintdAuthenticator(busAddress: prompts.fprintdAddress) : nil,
-                            passcode: prompts.passcodeCommand.map(PasscodeCommand.source)),
-                        log: { writeStandardError("tpm-keychain-ssh-agent: " + $0 + "\n") })
-                } catch {
-                    throw CommandFailure(ExitStatus.ioError, error.description)
+                if let activated {
+                    server = AgentServer(listeningOn: activated, keyring: keyring, log: log)
+                    log("serving \(server.socketPath), handed over by the service manager")
+                } else {
+                    do throws(AgentServerError) {
+                        server = try AgentServer(socketPath: path ?? "", keyring: keyring, log: log)
+                    } catch {
+                        throw CommandFailure(ExitStatus.ioError, error.description)
+                    }
                 }
                 let token = ProcessGuard.onInterruption { server.stop() }
                 defer { ProcessGuard.remove(token) }
                 // Written at once, unbuffered: whoever waits for this line reads it before any request.
-                try? writeAll(1, Array("SSH_AUTH_SOCK=\(path); export SSH_AUTH_SOCK;\n".utf8))
+                try? writeAll(1, Array("SSH_AUTH_SOCK=\(server.socketPath); export SSH_AUTH_SOCK;\n".utf8))
                 server.serve()
             }
         }

@@ -108,6 +108,67 @@ struct OpenSSHClientsTests {
     }
 
     @Test(
+        "started by its socket (systemd socket activation), the agent serves the socket it is handed and leaves it there"
+    )
+    func socketActivation() throws {
+        // The fixture's own agent stands aside; the store and its keys stay.
+        let fixture = try Fixture()
+        kill(fixture.agent.processIdentifier, SIGTERM)
+        fixture.agent.waitUntilExit()
+        let socket = fixture.directory + "/activated.socket"
+        let errors = fixture.directory + "/activated.err"
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
+        // systemd-socket-activate closes every descriptor but the socket before it becomes the
+        // agent, the one Foundation's Process watches among them (as sshd does): a shell holds it.
+        let activator = Process()
+        activator.executableURL = URL(fileURLWithPath: "/bin/sh")
+        // The agent's own -a names another path: the socket handed over wins.
+        activator.arguments = [
+            "-c", "\"$@\"; exit $?", "sh", "/usr/bin/systemd-socket-activate", "-l", socket, "-E",
+            "TPM_KEYCHAIN_TCTI", "-E", "XDG_STATE_HOME", "-E", "XDG_DATA_HOME", Fixture.tool("tpm-keychain-ssh-agent"),
+            "--keychain", fixture.store, "-a", fixture.directory + "/unused.socket",
+        ]
+        activator.environment = fixture.environment
+        activator.standardOutput = FileHandle.nullDevice
+        activator.standardError = FileHandle(forWritingAtPath: errors)
+        activator.standardInput = FileHandle.nullDevice
+        try activator.run()
+        // The shell's child: systemd-socket-activate, which becomes the agent in the same process.
+        let agentPID = {
+            Int32(
+                TestSSHD.contents(
+                    of: "/proc/\(activator.processIdentifier)/task/\(activator.processIdentifier)/children"
+                )
+                .split(separator: " ").first ?? "") ?? 0
+        }
+        defer {
+            if activator.isRunning {
+                if agentPID() > 0 { kill(agentPID(), SIGTERM) }
+                activator.waitUntilExit()
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !FileManager.default.fileExists(atPath: socket), activator.isRunning, ContinuousClock.now < deadline {
+            usleep(10_000)
+        }
+        // The first client's connection starts the agent, which answers it.
+        let listed = try fixture.run("/usr/bin/env", ["SSH_AUTH_SOCK=" + socket, "/usr/bin/ssh-add", "-L"])
+        #expect(
+            listed.status == 0 && listed.output.hasSuffix(" laptop\n"),
+            "\(listed.output)\n\(TestSSHD.contents(of: errors))")
+        #expect(
+            TestSSHD.contents(of: errors).contains("serving \(socket), handed over by the service manager"),
+            "\(TestSSHD.contents(of: errors))")
+        #expect(!FileManager.default.fileExists(atPath: fixture.directory + "/unused.socket"))
+        // Stopped, the agent leaves the manager's socket in place for the next start.
+        let pid = agentPID()
+        #expect(pid > 0)
+        if pid > 0 { kill(pid, SIGTERM) }
+        activator.waitUntilExit()
+        #expect(FileManager.default.fileExists(atPath: socket))
+    }
+
+    @Test(
         "a thousand clients that connect and hang up (before, during or after a message) cost the agent nothing"
     )
     func aThousandClientsHangUp() throws {

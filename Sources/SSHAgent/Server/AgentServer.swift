@@ -19,6 +19,8 @@ package final class AgentServer: Sendable {
     package let socketPath: String
     private let keyring: AgentKeyring
     private let listener: Int32
+    /// Whether the agent made the socket (and removes it at ``stop()``), rather than a service manager.
+    private let ownsSocket: Bool
     private let ownerUID = geteuid()
     /// The salted hash of the passphrase the agent was locked with (`ssh-add -x`); nil: unlocked.
     private let lock = Locked<(salt: [UInt8], hash: [UInt8])?>(nil)
@@ -58,6 +60,20 @@ package final class AgentServer: Sendable {
             throw AgentServerError("Cannot listen on \(socketPath): \(reason)")
         }
         self.listener = listener
+        ownsSocket = true
+    }
+
+    /// Serves `descriptor`, a listening Unix socket a service manager made and handed over
+    /// (systemd socket activation: its unit sets the socket's mode and its directory's). The
+    /// owner-only check on each connection is the agent's as with a socket of its own.
+    package init(
+        listeningOn descriptor: Int32, keyring: AgentKeyring, log: @escaping @Sendable (String) -> Void
+    ) {
+        socketPath = boundPath(ofUnixSocket: descriptor) ?? "the socket handed over"
+        self.keyring = keyring
+        self.log = log
+        listener = descriptor
+        ownsSocket = false
     }
 
     /// Accepts and answers connections until ``stop()``.
@@ -99,7 +115,8 @@ package final class AgentServer: Sendable {
     package func stop() {
         stopped.withLock { $0 = true }
         shutdown(listener, Int32(SHUT_RDWR))
-        unlink(socketPath)
+        // A service manager's socket stays: it listens again for the next start.
+        if ownsSocket { unlink(socketPath) }
     }
 
     // MARK: One connection
