@@ -70,6 +70,67 @@ struct AgentBenchmarks: @unchecked Sendable { // Summary is only used from one t
                 name: "ssh agent signature (connect, SIGN_REQUEST, answer; P-256 in the TPM)", ours: ours,
                 floorName: "C ESAPI: connect, ContextLoad, Load, salted HMAC session, Sign, flushes",
                 floor: floor, goal: 1.2))
+
+        // The PKCS#11 module in a C program (Fixtures/pkcs11/pkcs11-client.c): C_SignInit and
+        // C_Sign of a digest, each a connection to the agent; both sides are processes that
+        // time their own operations, in alternating batches.
+        let client = try Self.buildModuleClient(in: directory)
+        let moduleSamples = { (count: Int) throws -> [Double] in
+            try Self.samples(
+                client.executable, [client.module, "bench", "bench", String(count)],
+                environment: ["TPM_KEYCHAIN_AGENT_SOCK": socket])
+        }
+        guard try moduleSamples(1).count == 1 else { throw BenchmarkError("the module did not sign") }
+        let (module, moduleFloor) = try interleavedProcesses(
+            batch: batch, ours: moduleSamples,
+            floor: { try AccessBenchmarks.floorSamples(simulator.tcti, $0, mode: "sign") })
+        summary.add(
+            Figure(
+                name: "PKCS#11 module signature (C_SignInit + C_Sign of a digest, through the agent)",
+                ours: module, floorName: "C ESAPI: connect, ContextLoad, Load, salted HMAC session, Sign, flushes",
+                floor: moduleFloor, goal: 1.2))
+    }
+
+    /// The module (Scripts/install-pkcs11-module.sh) and the C client that loads it, built into `directory`.
+    static func buildModuleClient(in directory: String) throws -> (module: String, executable: String) {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent()
+        let executable = directory + "/pkcs11-client"
+        for (tool, arguments) in [
+            (root.appendingPathComponent("Scripts/install-pkcs11-module.sh").path, ["--output", directory]),
+            (
+                "/usr/bin/cc",
+                [
+                    "-O2", root.appendingPathComponent("Fixtures/pkcs11/pkcs11-client.c").path, "-o", executable,
+                    "-lcrypto", "-lpthread", "-ldl",
+                ]
+            ),
+        ] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: tool)
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            guard process.terminationStatus == 0 else { throw BenchmarkError("\(tool) failed") }
+        }
+        return (directory + "/libtpm-keychain-pkcs11.so", executable)
+    }
+
+    /// Runs `executable`, which prints one `sample MS` line per timed operation; those times.
+    static func samples(_ executable: String, _ arguments: [String], environment: [String: String]) throws -> [Double] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
+            line.hasPrefix("sample ") ? Double(line.dropFirst(7)) : nil
+        }
     }
 
     /// One client: connects, sends `message`, reads the answer's body.

@@ -114,7 +114,6 @@ func measurePair(
 /// Keeps results alive so the optimiser cannot drop the work that made them.
 nonisolated(unsafe) var sink = 0
 
-/// This process's resident set size in bytes (/proc/self/statm, second field).
 /// Ours one by one against a floor that is another process, in ten rounds of `batch` each, the
 /// side that goes first alternating from round to round (the machine drifts within minutes).
 /// `floor` runs `batch` of its own and returns their times in milliseconds.
@@ -136,6 +135,23 @@ func interleavedWithFloor(
     return (Samples(oursTimes), Samples(floorTimes.map { Duration.nanoseconds(Int64($0 * 1e6)) }))
 }
 
+/// As ``interleavedWithFloor(batch:ours:floor:)`` when ours is another process too: each side
+/// runs `batch` of its own and returns their times in milliseconds.
+func interleavedProcesses(
+    batch: Int, ours: (Int) throws -> [Double], floor: (Int) throws -> [Double]
+) throws -> (ours: Samples, floor: Samples) {
+    var oursTimes: [Double] = []
+    var floorTimes: [Double] = []
+    for round in 0..<10 {
+        for side in (round % 2 == 0 ? [0, 1] : [1, 0]) {
+            if side == 0 { oursTimes += try ours(batch) } else { floorTimes += try floor(batch) }
+        }
+    }
+    func samples(_ times: [Double]) -> Samples { Samples(times.map { Duration.nanoseconds(Int64($0 * 1e6)) }) }
+    return (samples(oursTimes), samples(floorTimes))
+}
+
+/// This process's resident set size in bytes (/proc/self/statm, second field).
 func residentBytes() -> Int {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
     let fields = text.split(separator: " ")
