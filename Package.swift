@@ -232,7 +232,7 @@ let package = Package(
         .executableTarget(
             name: "tpm-keychain-keys",
             dependencies: [
-                "SecurityCompat", "TPMKeychain", "ToolSupport", "CommandLineSupport",
+                "SecurityCompat", "TPMKeychain", "ToolSupport", "CommandLineSupport", "TPMKeychainFprintd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -383,7 +383,7 @@ let package = Package(
             name: "FprintdTests",
             dependencies: [
                 "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls", "tpm-keychain-enrollment",
-                "tpm-keychain", "LocalAuthenticationCompat", "TPM",
+                "tpm-keychain", "tpm-keychain-keys", "tpm-keychain-ssh-agent", "LocalAuthenticationCompat", "TPM",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -3,6 +3,7 @@ import CommandLineSupport
 import Foundation
 import SecurityCompat
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
 
 #if canImport(Glibc)
@@ -80,6 +81,11 @@ struct CreateKey: ParsableCommand {
 
     @OptionGroup var protection: ProtectionOptions
 
+    @Option(
+        name: .customLong("fprintd-address"),
+        help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
+    var fprintdAddress: String?
+
     func validate() throws {
         if keyFile != nil, protection.given {
             // A key file carries no policy: whoever holds it could use the key without the control.
@@ -108,6 +114,12 @@ struct CreateKey: ParsableCommand {
         if file != nil { privateAttributes[kSecAttrTPMKeyFile] = true }
         if let control = try protection.accessControl() {
             privateAttributes[kSecAttrAccessControl] = try Self.secAccessControl(control)
+            // A biometryCurrentSet key is bound to the fingers enrolled now: fprintd says which.
+            if control.flags.contains(.biometryCurrentSet) || control.flags.contains(.biometryAny),
+                ProcessInfo.processInfo.environment["TPM_KEYCHAIN_AUTHENTICATOR"] != "none"
+            {
+                KeychainEnvironment.authenticator = FprintdAuthenticator(busAddress: fprintdAddress)
+            }
         }
         let parameters: [CFString: Any] = [
             kSecAttrKeyType: kSecAttrKeyTypeECSECPrimeRandom, kSecAttrKeySizeInBits: 256,
