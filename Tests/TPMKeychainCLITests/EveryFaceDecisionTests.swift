@@ -140,6 +140,12 @@ struct EveryFaceDecisionTests {
         cli("key sign", ["--label", "key", "--input", "/etc/passwd", "--base64"], locked: .refused),
         cli("key export", ["--label", "key", "--output", "@scratch/key.pem"], locked: .refused),
         cli("key delete", ["--label", "key"], locked: .refused),
+        cli(
+            "key add-certificate", ["--label", "key", "--certificate", "@scratch/key.crt"],
+            locked: .notCalled(
+                why:
+                    "adds an item, as key create does while locked; the certificate must be the key's (PKCS11ClientsTests)"
+            )),
         cli("rotate-keys", locked: .refused),
         cli("add-recovery-key", locked: .notCalled(why: "store maintenance; the lock binds items, not the store")),
         cli(
