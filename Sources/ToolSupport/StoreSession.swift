@@ -44,12 +44,28 @@ package final class StoreSession {
         self.location = location
         if announceSimulation, case .simulatedInStore = tpm.source {
             printError("\(ProcessGuard.programName): note: \(tpm.summary)")
+        } else if announceSimulation, !tpm.isSimulated, found.recordedTPMIsSimulated == true {
+            printError("\(ProcessGuard.programName): note: \(Self.reportedSoftware(tpm))")
         }
+    }
+
+    /// Whether nothing in the store is bound to hardware: the TPM is reached as a simulator, or
+    /// the store was made on a TPM that said it is software (however it was reached).
+    package var isSimulated: Bool {
+        tpm.isSimulated || location.recordedTPMIsSimulated == true
+    }
+
+    /// The note for a TPM reached as a device that says it is software (swtpm behind /dev/tpmrm0).
+    private static func reportedSoftware(_ tpm: StoreTPM) -> String {
+        "SIMULATED: the TPM at \(tpm.configuration.tcti) reports itself as a software TPM (swtpm), although it is reached as a device; secrets are not bound to hardware"
     }
 
     package func close() {
         // A store is made without rollback protection only when the TPM has no room for its
         // counter (anyone who can use the TPM can fill NV): said once, at creation.
+        if !existedBefore, location.storeExists, !tpm.isSimulated, location.recordedTPMIsSimulated == true {
+            printError("\(ProcessGuard.programName): note: \(Self.reportedSoftware(tpm))")
+        }
         if !existedBefore, location.storeExists, Self.lacksRollbackCounter(location) {
             printError(
                 "\(ProcessGuard.programName): warning: the TPM had no room for this store's rollback counter, so older copies of its files and deleted items will not be detected; free NV space (tpm2_getcap handles-nv-index) and see docs/SECURITY.md, \"Rollback and deletion\""

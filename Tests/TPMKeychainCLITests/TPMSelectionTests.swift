@@ -88,6 +88,55 @@ struct TPMSelectionTests {
     }
 
     @Test(
+        "a swtpm reached by a TCTI that does not say so, as a device would be, is reported SIMULATED by what it says it is"
+    )
+    func softwareTPMReachedAsADevice() throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let directory = try makeScratchDirectory("plain-tcti")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The swtpm TCTI under a name that says nothing (as /dev/tpmrm0 says nothing of what is behind it).
+        let library = directory + "/libtss2-tcti-plain.so"
+        // The library itself, not its symbolic link (copyItem copies a link as a link).
+        let installed = URL(fileURLWithPath: "/usr/lib/\(Self.multiarch)/libtss2-tcti-swtpm.so.0")
+            .resolvingSymlinksInPath().path
+        try FileManager.default.copyItem(atPath: installed, toPath: library)
+        let tcti = library + simulator.tcti.drop { $0 != ":" }
+        #expect(!TPMConfiguration(tcti: tcti).isSimulator, "the name must not give it away")
+        let description = try {
+            let connection = try TPMConnection(TPMConfiguration(tcti: tcti))
+            defer { connection.close() }
+            return try connection.describe()
+        }()
+        #expect(description.isSimulator && description.manufacturer == "IBM", "\(description)")
+
+        let store = directory + "/keychain"
+        let environment: [String: String?] = ["TPM_KEYCHAIN_TCTI": tcti]
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w", "kept"],
+            environment: environment)
+        #expect(added.status == 0 && added.stderr.contains("reports itself as a software TPM"), "\(added)")
+        #expect(try KeychainLocation(path: store).recordedTPMIsSimulated == true, "store.meta records a simulated TPM")
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: environment)
+        #expect(found.status == 0 && found.stdout == "kept\n" && found.stderr.contains("SIMULATED"), "\(found)")
+        let status = try CLI.run(["tpm-status", "--keychain", store], environment: environment)
+        #expect(status.stdout.contains("simulated:    yes"), "\(status)")
+        #expect(status.stdout.contains("reports itself as a software TPM: SIMULATED"), "\(status)")
+        let doctor = try CLI.run(["doctor", "--keychain", store], environment: environment)
+        #expect(doctor.stdout.contains("is a simulated TPM (IBM"), "\(doctor)")
+    }
+
+    /// Debian's multiarch directory for this machine's libraries.
+    static var multiarch: String {
+        #if arch(arm64)
+        "aarch64-linux-gnu"
+        #else
+        "x86_64-linux-gnu"
+        #endif
+    }
+
+    @Test(
         "a store created on a TPM with no room for its rollback counter works, and the command that created it says so, once"
     )
     func noRoomForARollbackCounter() throws {

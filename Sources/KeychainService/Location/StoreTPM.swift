@@ -133,6 +133,20 @@ public final class StoreTPM: Sendable, Hashable {
         }
     }
 
+    /// What store.meta is to record for a store made now: ``kind``, except that a TPM reached as
+    /// a device which says it is software (its vendor strings, as systemd's swtpm behind
+    /// /dev/tpmrm0 says) is recorded as a simulator. Asked once, at creation: opening a store
+    /// sends the TPM nothing more for it. A TPM that cannot be asked keeps ``kind``.
+    var kindForNewStore: TPMKind {
+        guard kind == .device else { return kind }
+        let described = try? {
+            let connection = try TPMConnection(configuration)
+            defer { connection.close() }
+            return try connection.describe()
+        }()
+        return described?.isSimulator == true ? .simulator : .device
+    }
+
     /// One line for people: where the TPM is and whether it is real.
     public var summary: String {
         switch source {

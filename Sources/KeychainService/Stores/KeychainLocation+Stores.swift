@@ -53,7 +53,8 @@ extension KeychainLocation {
         let gid = try Self.memberGroupID(group)
         let tpm = try StoreTPM.choose(for: self)
         defer { tpm.stop() }
-        let store = try ItemStore.open(at: path, tpm: tpm.configuration, sharedGroup: gid, tpmKind: tpm.kind)
+        let store = try ItemStore.open(
+            at: path, tpm: tpm.configuration, sharedGroup: gid, tpmKind: tpm.kindForNewStore)
         store.close()
     }
 

@@ -33,7 +33,8 @@ package enum OpenStores {
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
             let newStore = try ItemStore.open(
-                at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location), tpmKind: tpm.kind)
+                at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location),
+                tpmKind: location.storeExists ? tpm.kind : tpm.kindForNewStore)
             store = newStore
             opened.withLock { $0[location] = newStore }
             return newStore

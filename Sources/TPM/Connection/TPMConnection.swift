@@ -115,7 +115,7 @@ public final class TPMConnection: Sendable {
                 manufacturer: text(TPMProperty.manufacturer),
                 vendor: vendor,
                 firmwareVersion: firmware1.hexString(width: 8) + "." + firmware2.hexString(width: 8),
-                isSimulator: configuration.isSimulator)
+                isSimulator: configuration.isSimulator || TPMDescription.reportsSoftware(vendor: vendor))
         }
     }
 
@@ -299,8 +299,17 @@ public struct TPMDescription: Sendable, Hashable {
     public let manufacturer: String
     public let vendor: String
     public let firmwareVersion: String
-    /// True for swtpm or the Microsoft simulator: nothing is bound to hardware.
+    /// True for swtpm or the Microsoft simulator, however it is reached (a simulator's TCTI, or a
+    /// device node or resource manager in front of one, as systemd's `systemd-tpm2-swtpm` puts
+    /// swtpm behind /dev/tpmrm0): nothing is bound to hardware.
     public let isSimulator: Bool
+
+    /// Whether a TPM's vendor strings (TPM_PT_VENDOR_STRING_1 to _4, joined, each trimmed) are a
+    /// software TPM's: libtpms, which swtpm runs, and IBM's simulator report "SW   TPM". Firmware
+    /// and discrete TPMs report their product ("SLB9670", "fTPM", ...).
+    public static func reportsSoftware(vendor: String) -> Bool {
+        vendor.filter { $0 != " " }.uppercased() == "SWTPM"
+    }
 }
 
 extension Engine {

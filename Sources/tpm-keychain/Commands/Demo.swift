@@ -92,7 +92,7 @@ struct Demo: ParsableCommand {
             print(
                 "\nreopen store: \(milliseconds(elapsed))  (keys erased from memory, then the master key unsealed by the TPM again)"
             )
-            if session.tpm.isSimulated {
+            if session.isSimulated {
                 print("note: this TPM is SIMULATED; on a machine with a TPM the store would be bound to its hardware")
             }
         }

@@ -30,9 +30,14 @@ struct TPMStatus: ParsableCommand {
                 return (try tpm.describe(), try tpm.storageKey(), try tpm.dictionaryAttackStatus())
             }()
             let lockout = status.inLockout ? "IN LOCKOUT" : "not in lockout"
-            print("tpm:          \(selection.summary)")
+            // What the TPM says it is counts, not only how it is reached.
+            let simulated = selection.isSimulated || description.isSimulator || session.isSimulated
+            print(
+                "tpm:          \(selection.summary)"
+                    + (simulated && !selection.isSimulated
+                        ? ", but it reports itself as a software TPM: SIMULATED" : ""))
             print("tcti:         \(selection.configuration.tcti)")
-            print("simulated:    \(selection.isSimulated ? "yes" : "no")")
+            print("simulated:    \(simulated ? "yes" : "no")")
             print(
                 "manufacturer: \(description.manufacturer) (\(description.vendor)), firmware \(description.firmwareVersion)"
             )
