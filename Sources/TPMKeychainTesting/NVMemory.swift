@@ -23,7 +23,7 @@ package enum NVMemory {
                 do {
                     try tpm.defineNVIndex(handle, kind: kind)
                     defined.append(handle)
-                } catch let error as TPMError where error.code == .outOfResources {
+                } catch let error as TPMError where error.code == .nvSpaceExhausted || error.code == .outOfResources {
                     full = true
                     break
                 }

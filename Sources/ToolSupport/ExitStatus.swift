@@ -21,7 +21,7 @@ package enum ExitStatus {
         switch code {
         case .tpmUnavailable: unavailable
         case .authorizationFailed, .policyCheckFailed: permissionDenied
-        case .lockout, .outOfResources, .busy, .timedOut: temporaryFailure
+        case .lockout, .outOfResources, .nvSpaceExhausted, .busy, .timedOut: temporaryFailure
         case .wrongStorageKey, .malformedData: dataError
         case .invalidArgument: usage
         default: software

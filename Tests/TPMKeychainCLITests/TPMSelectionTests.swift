@@ -157,6 +157,41 @@ struct TPMSelectionTests {
     }
 
     @Test(
+        "with NV full (as systemd's NvPCRs leave some chips), set-passcode fails saying TPM_RC_NV_SPACE and what to free; nothing stored is lost"
+    )
+    func passcodeWithNVFull() throws {
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let directory = try makeScratchDirectory("nv-full-passcode")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let environment: [String: String?] = [
+            "TPM_KEYCHAIN_TCTI": simulator.tcti, "XDG_STATE_HOME": directory + "/state",
+        ]
+        let added = try CLI.run(
+            ["add-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w", "kept"],
+            environment: environment)
+        #expect(added.status == 0, "\(added)")
+        // Filled after the store has its counter: only the device's indices find no room.
+        let fillers = try NVMemory.fill(tcti: simulator.tcti)
+        let refused = try CLI.run(
+            ["set-passcode", "--keychain", store, "--passcode-fd", "0"], environment: environment,
+            stdin: Data("a passcode 1234\n".utf8))
+        #expect(refused.status != 0, "\(refused)")
+        #expect(refused.stderr.contains("no room for another NV index (TPM_RC_NV_SPACE)"), "\(refused)")
+        #expect(refused.stderr.contains("tpm2_getcap handles-nv-index"), "\(refused)")
+        let found = try CLI.run(
+            ["find-generic-password", "--keychain", store, "-s", "svc", "-a", "a", "-w"], environment: environment)
+        #expect(found.status == 0 && found.stdout == "kept\n", "\(found)")
+        // Room made, as the message says: the passcode is set.
+        try NVMemory.release(fillers, tcti: simulator.tcti)
+        let set = try CLI.run(
+            ["set-passcode", "--keychain", store, "--passcode-fd", "0"], environment: environment,
+            stdin: Data("a passcode 1234\n".utf8))
+        #expect(set.status == 0, "\(set)")
+    }
+
+    @Test(
         "the owner password can come from a file no other user can read (TPM_KEYCHAIN_OWNER_AUTH_FILE); a file others can read, a link or a missing file stops the command with 77, saying why"
     )
     func ownerPasswordFromAFile() throws {

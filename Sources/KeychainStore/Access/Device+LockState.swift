@@ -153,7 +153,12 @@ extension KeychainError {
         case .outOfResources:
             self.init(
                 .notAvailable,
-                "The TPM has no room for another NV index or object; free one (tpm2_nvundefine) or clear the TPM",
+                "The TPM has no room for another object or session: another program may be holding handles (tpm2_getcap handles-transient, handles-loaded-session)",
+                underlying: error)
+        case .nvSpaceExhausted:
+            self.init(
+                .notAvailable,
+                "The TPM has no room for another NV index (TPM_RC_NV_SPACE): other programs' indices fill it (systemd 259's NvPCRs do on some chips). List them with tpm2_getcap handles-nv-index and undefine those no longer used (tpm2_nvundefine); clearing the TPM would also free NV, but destroys every key sealed to it, this keychain's included",
                 underlying: error)
         default: self.init(.tpmUnavailable, "The TPM failed: \(error.message)", underlying: error)
         }

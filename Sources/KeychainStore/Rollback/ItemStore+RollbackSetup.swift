@@ -107,7 +107,7 @@ extension ItemStore {
                 try tpm.defineNVIndex(index, kind: .counter, authValue: authorization, options: .noDictionaryAttack)
             } catch let error as TPMError where error.code == .nvIndexAlreadyDefined {
                 continue
-            } catch let error as TPMError where error.code == .outOfResources {
+            } catch let error as TPMError where error.code == .nvSpaceExhausted || error.code == .outOfResources {
                 throw KeychainError(
                     .notAvailable, "The TPM has no room for the keychain's rollback counter", underlying: error)
             } catch let error as TPMError {

@@ -45,8 +45,9 @@ extension TPMError {
                 return .policyCheckFailed
             case ResponseCodes.lockout: return .lockout
             case ResponseCodes.objectMemory, ResponseCodes.sessionMemory, ResponseCodes.memory,
-                ResponseCodes.sessionHandles, ResponseCodes.objectHandles, ResponseCodes.nvSpace:
+                ResponseCodes.sessionHandles, ResponseCodes.objectHandles:
                 return .outOfResources
+            case ResponseCodes.nvSpace: return .nvSpaceExhausted
             case ResponseCodes.nvDefined: return .nvIndexAlreadyDefined
             case ResponseCodes.nvUninitialized: return .nvIndexUninitialized
             case ResponseCodes.handle: return .handleNotFound
@@ -83,6 +84,7 @@ extension TPMError {
         case .lockout:
             "The TPM is in dictionary-attack lockout; wait for it to recover or reset it with the lockout authorization"
         case .outOfResources: "The TPM is out of object or session memory; another program may be holding handles"
+        case .nvSpaceExhausted: "The TPM has no room for another NV index (TPM_RC_NV_SPACE)"
         case .nvIndexAlreadyDefined: "The NV index is already defined"
         case .nvIndexUninitialized: "The NV index has never been written"
         case .handleNotFound: "The TPM has no object or NV index at that handle"

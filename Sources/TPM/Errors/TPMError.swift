@@ -18,6 +18,9 @@ public struct TPMError: Error, Sendable, Hashable, CustomStringConvertible {
         case lockout
         /// The TPM ran out of object or session slots or memory.
         case outOfResources
+        /// The TPM has no room for another NV index (TPM_RC_NV_SPACE): what other programs
+        /// defined may fill it (systemd 259's NvPCRs do on some chips).
+        case nvSpaceExhausted
         /// The storage key found on this TPM is not the one the data was sealed to (another TPM, or a cleared owner hierarchy).
         case wrongStorageKey
         /// An NV index already exists at the handle that was to be defined.
