@@ -37,6 +37,18 @@ import Testing
         #expect(try AgentRequest(parsing: Self.message(1)) == .other(type: 1))
     }
 
+    @Test("a lock or unlock request lets go of its passphrase once answered; other requests stay as they are")
+    func passphraseIsDropped() throws {
+        for type: UInt8 in [22, 23] {
+            var request = try AgentRequest(parsing: Self.message(type) { $0.string("correct horse") })
+            request.erasePassphrase()
+            #expect(request == .other(type: 0), "\(type)")
+        }
+        var listing = AgentRequest.requestIdentities
+        listing.erasePassphrase()
+        #expect(listing == .requestIdentities)
+    }
+
     @Test("an empty, truncated or overlong message is a protocol error, never a crash")
     func refusesMalformedMessages() {
         #expect(throws: AgentProtocolError.self) { try AgentRequest(parsing: []) }

@@ -1,3 +1,4 @@
+import SystemCalls
 import WireFormat
 
 /// The messages of OpenSSH's agent protocol (draft-miller-ssh-agent, PROTOCOL.agent) this agent
@@ -18,6 +19,18 @@ package enum AgentRequest: Equatable, Sendable {
     case `extension`(name: String, contents: [UInt8])
     /// A type this agent does not know (smartcard keys, the SSH1 messages): answered with failure.
     case other(type: UInt8)
+
+    /// Drops a lock or unlock passphrase from the request and zeroes its bytes: the request's
+    /// copy is then the only one (the answer is made), so the zeroing reaches the bytes read.
+    package mutating func erasePassphrase() {
+        switch self {
+        case .lock(var passphrase), .unlock(var passphrase):
+            self = .other(type: 0)
+            erase(&passphrase)
+        default:
+            break
+        }
+    }
 
     /// The largest message this agent reads: OpenSSH's own agent refuses more than 256 KiB.
     package static let maximumLength = 256 * 1024

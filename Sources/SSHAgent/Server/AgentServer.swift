@@ -137,12 +137,16 @@ package final class AgentServer: Sendable {
             let response: AgentResponse
             // The message may hold a lock passphrase: its bytes do not outlive their answer.
             defer { erase(&body) }
+            var request: AgentRequest
             do throws(AgentProtocolError) {
-                response = respond(to: try AgentRequest(parsing: body), on: &state)
+                request = try AgentRequest(parsing: body)
             } catch {
                 log("closed a connection of pid \(peer.pid): \(error.description)")
                 return
             }
+            response = respond(to: request, on: &state)
+            // A lock passphrase's parsed copy does not outlive its answer either.
+            request.erasePassphrase()
             do {
                 try sendAll(connection, response.framed)
             } catch {
