@@ -129,17 +129,7 @@ struct AccessBenchmarks: @unchecked Sendable { // Summary is only used from one 
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
             throw BenchmarkError("build the floor first: swift build -c release --product ESAPIFloor")
         }
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = [tcti, String(count), mode]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
-            line.hasPrefix("sample ") ? Double(line.dropFirst(7)) : nil
-        }
+        return try processSamples(executable.path, [tcti, String(count), mode])
     }
 
     // MARK: 3. TPM commands per operation

@@ -76,7 +76,7 @@ struct AgentBenchmarks: @unchecked Sendable { // Summary is only used from one t
         // time their own operations, in alternating batches.
         let client = try Self.buildModuleClient(in: directory)
         let moduleSamples = { (count: Int) throws -> [Double] in
-            try Self.samples(
+            try processSamples(
                 client.executable, [client.module, "bench", "bench", String(count)],
                 environment: ["TPM_KEYCHAIN_AGENT_SOCK": socket])
         }
@@ -115,22 +115,6 @@ struct AgentBenchmarks: @unchecked Sendable { // Summary is only used from one t
             guard process.terminationStatus == 0 else { throw BenchmarkError("\(tool) failed") }
         }
         return (directory + "/libtpm-keychain-pkcs11.so", executable)
-    }
-
-    /// Runs `executable`, which prints one `sample MS` line per timed operation; those times.
-    static func samples(_ executable: String, _ arguments: [String], environment: [String: String]) throws -> [Double] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
-            line.hasPrefix("sample ") ? Double(line.dropFirst(7)) : nil
-        }
     }
 
     /// One client: connects, sends `message`, reads the answer's body.

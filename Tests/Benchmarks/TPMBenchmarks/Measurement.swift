@@ -222,3 +222,24 @@ enum PlotData {
         }
     }
 }
+
+/// Runs `executable` (`environment` added to this process's), which prints one `sample MS` line
+/// per operation it timed itself; those times in milliseconds.
+func processSamples(
+    _ executable: String, _ arguments: [String], environment: [String: String] = [:]
+) throws -> [Double] {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if !environment.isEmpty {
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { line in
+        line.hasPrefix("sample ") ? Double(line.dropFirst(7)) : nil
+    }
+}
