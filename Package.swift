@@ -433,8 +433,8 @@ let package = Package(
         .testTarget(
             name: "SSHAgentTests",
             dependencies: [
-                "SSHAgent", "TPMKeychain", "KeychainVocabulary", "tpm-keychain-ssh-agent", "tpm-keychain",
-                "tpm-keychain-keys", "TPMKeychainTesting", "SystemCalls",
+                "SSHAgent", "TPMKeychain", "KeychainService", "KeychainVocabulary", "tpm-keychain-ssh-agent",
+                "tpm-keychain", "tpm-keychain-keys", "TPMKeychainTesting", "SystemCalls",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

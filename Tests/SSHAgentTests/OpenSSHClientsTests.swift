@@ -49,6 +49,8 @@ struct OpenSSHClientsTests {
         #expect(verified.status == 0, "\(verified.output)")
         #expect(verified.output.contains("Good \"git\" signature for tpm@example.org"), "\(verified.output)")
         #expect(fixture.agentErrors.contains("signed for /usr/bin/ssh-keygen"), "\(fixture.agentErrors)")
+        // The chain that led to the signature, from the kernel: git ran ssh-keygen.
+        #expect(fixture.agentErrors.contains(" → git → ssh-keygen\""), "\(fixture.agentErrors)")
     }
 
     /// How the person answers the passcode prompt in ``refusalsFailCleanly(_:)``.

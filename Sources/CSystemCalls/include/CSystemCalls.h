@@ -58,4 +58,15 @@ long tk_user_keyring_read(const char *description, void *buffer, size_t capacity
 /// Removes the "user" key named `description` from the user keyring (invalidates it).
 long tk_user_keyring_remove(const char *description);
 
+/// pidfd_open(2): a descriptor that refers to process `pid` itself, not to whatever later
+/// takes its number (close-on-exec).
+int tk_pidfd_open(pid_t pid);
+
+/// The pidfd of the peer of a connected Unix socket, taken by the kernel when it connected
+/// (SO_PEERPIDFD, Linux 6.5): no race with the peer's exit and its pid's reuse.
+int tk_peer_pidfd(int socket);
+
+/// 0 when the process `pidfd` refers to is still running (pidfd_send_signal(2) of signal 0).
+int tk_pidfd_check_alive(int pidfd);
+
 #endif

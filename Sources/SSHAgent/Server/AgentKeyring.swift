@@ -92,7 +92,8 @@ package struct AgentKeyring: Sendable {
         return key
     }
 
-    /// Signs `data` with the offered key whose blob is `blob`, for `caller` (process `pid`): an
+    /// Signs `data` with the offered key whose blob is `blob`, for `caller` (`requester` names it
+    /// to the person: the program, its pid and chain, as ``CallerIdentity`` reads them): an
     /// ECDSA P-256 signature over SHA-256(data), made by the TPM. A key that needs a person is
     /// opened by asking them (biometry, the passcode), with the key and the program named.
     ///
@@ -102,21 +103,24 @@ package struct AgentKeyring: Sendable {
     ///   `.userCanceled`, `.authenticationFailed`, `.lockout` from the person's answer;
     ///   `.itemInvalidated` after re-enrollment; what the decision point refuses.
     func sign(
-        _ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32, destination: String? = nil
+        _ data: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, requester: String,
+        destination: String? = nil
     ) throws(KeychainError) -> [UInt8]? {
         try sign(
-            digest: Array(SHA256.hash(data: data)), withKeyBlob: blob, for: caller, pid: pid, destination: destination)
+            digest: Array(SHA256.hash(data: data)), withKeyBlob: blob, for: caller, requester: requester,
+            destination: destination)
     }
 
-    /// As ``sign(_:withKeyBlob:for:pid:)`` over a SHA-256 digest the caller made (PKCS#11's
+    /// As ``sign(_:withKeyBlob:for:requester:destination:)`` over a SHA-256 digest the caller made (PKCS#11's
     /// CKM_ECDSA, through the `sign-digest@tpm-keychain` extension).
     ///
-    /// - Throws: as ``sign(_:withKeyBlob:for:pid:)``; `.invalidParameter` for a digest that is
+    /// - Throws: as ``sign(_:withKeyBlob:for:requester:destination:)``; `.invalidParameter` for a digest that is
     ///   not 32 bytes.
     ///
     /// - Parameter destination: where the client's session goes (a bound host key), for the person.
     func sign(
-        digest: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, pid: Int32, destination: String? = nil
+        digest: [UInt8], withKeyBlob blob: [UInt8], for caller: AccessCaller, requester: String,
+        destination: String? = nil
     ) throws(KeychainError) -> [UInt8]? {
         guard digest.count == 32 else {
             throw KeychainError(.invalidParameter, "A digest to sign is 32 bytes (SHA-256), not \(digest.count)")
@@ -136,9 +140,8 @@ package struct AgentKeyring: Sendable {
             )
         }
         let context = AuthenticationContext(authenticator: authenticator, passcode: passcode, location: location)
-        let program = caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program"
         context.localizedReason =
-            "Sign with the SSH key \(DisplayText.quoted(key.comment, limit: 100)) for \(program) (pid \(pid))"
+            "Sign with the SSH key \(DisplayText.quoted(key.comment, limit: 100)) for \(requester)"
             + (destination.map { ", to \($0)" } ?? "")
         let opened = try Self.waitFor { () async throws(KeychainError) -> ItemService.OpenedKey? in
             try await service.openKey(for: key.result, context: context)

@@ -2,6 +2,7 @@ import Crypto
 import FoundationEssentials
 import SystemCalls
 package import TPMKeychain
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -128,11 +129,13 @@ package final class AgentServer: Sendable {
             log("refused uid \(peer.uid) (pid \(peer.pid)): this agent serves uid \(ownerUID) only")
             return
         }
+        // Who asks, from the kernel: the process held by its pidfd while /proc is read.
+        let identity = PinnedProcess(peerOf: connection).flatMap { CallerIdentity.of($0, uid: peer.uid) }
         var state = ConnectionState(
             caller: AccessCaller(
                 face: .sshAgent, uid: peer.uid, source: .peerCredentials,
-                executable: executablePath(ofProcess: peer.pid)),
-            pid: peer.pid)
+                executable: identity?.process.executable ?? executablePath(ofProcess: peer.pid)),
+            pid: peer.pid, identity: identity)
         while var body = Self.readMessage(connection) {
             let response: AgentResponse
             // The message may hold a lock passphrase: its bytes do not outlive their answer.
@@ -159,17 +162,29 @@ package final class AgentServer: Sendable {
     package struct ConnectionState: Sendable {
         package let caller: AccessCaller
         package let pid: Int32
+        /// What the kernel says of the peer (chain, unit, app id, executable's hash); nil when it
+        /// ended before it could be read.
+        package let identity: CallerIdentity?
         /// Set by `session-bind@openssh.com`: the host (by its key) the client's session reaches.
         package var binding: SessionBinding?
 
-        package init(caller: AccessCaller, pid: Int32) {
+        package init(caller: AccessCaller, pid: Int32, identity: CallerIdentity? = nil) {
             self.caller = caller
             self.pid = pid
+            self.identity = identity
         }
 
-        /// The program, its pid and, once bound, the host, as a person and the log read them.
+        /// The pid, and what the kernel says of where the program comes from.
+        private var details: String { identity?.details ?? "pid \(pid)" }
+
+        /// The program as the person asked reads it: its path quoted and escaped, then ``details``.
+        var requester: String {
+            (caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program") + " (\(details))"
+        }
+
+        /// The program, its details and, once bound, the host, as the log reads them.
         var description: String {
-            "\(caller.executable ?? "an unknown program") (pid \(pid))"
+            "\(caller.executable ?? "an unknown program") (\(details))"
                 + (binding.map { ", to " + $0.description } ?? "")
         }
     }
@@ -193,7 +208,8 @@ package final class AgentServer: Sendable {
                     state,
                     { () throws(KeychainError) in
                         try keyring.sign(
-                            data, withKeyBlob: blob, for: caller, pid: pid, destination: state.binding?.description)
+                            data, withKeyBlob: blob, for: caller, requester: state.requester,
+                            destination: state.binding?.description)
                     })
             else { return .failure }
             return .signature(signature)
@@ -229,7 +245,7 @@ package final class AgentServer: Sendable {
                     state,
                     { () throws(KeychainError) in
                         try keyring.sign(
-                            digest: digest, withKeyBlob: blob, for: caller, pid: pid,
+                            digest: digest, withKeyBlob: blob, for: caller, requester: state.requester,
                             destination: state.binding?.description)
                     })
             else { return .failure }

@@ -1,0 +1,122 @@
+import Crypto
+package import SystemCalls
+import WireFormat
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Who a caller is, as the kernel tells it: the process (held by a pidfd while it is read), the
+/// executable it runs and that file's SHA-256, its ancestors up to its session's leader, its
+/// systemd unit and its Flatpak application id. Every fact comes from /proc or the socket, never
+/// from the caller's own word, and is kept only if the process was still running after it was
+/// read (``PinnedProcess``). What prompts and logs show, and what grants can name.
+package struct CallerIdentity: Sendable, Hashable {
+    /// One process of the chain.
+    package struct Member: Sendable, Hashable {
+        package let pid: Int32
+        /// /proc/PID/exe; nil when it could not be read (another user's process, a kernel thread).
+        package let executable: String?
+
+        /// The executable's file name, or the pid for a process whose executable is unknown.
+        package var name: String {
+            executable.map { String($0.split(separator: "/").last ?? Substring($0)) } ?? "pid \(pid)"
+        }
+    }
+
+    package let uid: UInt32
+    package let process: Member
+    /// The SHA-256 of the file the process runs, read through /proc/PID/exe (the file itself,
+    /// also when replaced or deleted since): the same bytes have the same hash wherever they lie.
+    package let executableHash: [UInt8]?
+    /// Parent first, up to the session leader (or init), at most ``deepestAncestry``.
+    package let ancestors: [Member]
+    /// /proc/PID/cgroup's last `.service` or `.scope`.
+    package let unit: String?
+    /// `/.flatpak-info` in the process's own root.
+    package let flatpakApplicationID: String?
+
+    /// How far up the chain is followed.
+    package static let deepestAncestry = 16
+
+    /// Reads the identity of `process` for a caller of user `uid`; nil when the process ended
+    /// before its facts were confirmed (they could be another's, under a reused pid).
+    package static func of(_ process: PinnedProcess, uid: UInt32) -> CallerIdentity? {
+        let executable = process.executable
+        let hash = process.openExecutable().flatMap { descriptor in
+            defer { close(descriptor) }
+            return ExecutableHashes.hash(of: descriptor)
+        }
+        var ancestors: [Member] = []
+        var current = process.parentAndSession
+        while let (parent, session) = current, parent > 0, ancestors.count < deepestAncestry {
+            ancestors.append(Member(pid: parent, executable: executablePath(ofProcess: parent)))
+            // The session leader is the chain's top: above it is the login's own machinery.
+            if parent == session || parent == 1 { break }
+            current = PinnedProcess(pid: parent)?.parentAndSession
+        }
+        let identity = CallerIdentity(
+            uid: uid, process: Member(pid: process.pid, executable: executable), executableHash: hash,
+            ancestors: ancestors, unit: process.systemdUnit, flatpakApplicationID: process.flatpakApplicationID)
+        return process.isAlive ? identity : nil
+    }
+
+    /// `bash → node → secret-tool`: the ancestors from the top, then the process.
+    package var chain: String {
+        (ancestors.reversed() + [process]).map(\.name).joined(separator: " → ")
+    }
+
+    /// For people and logs, after the program's name: the pid, the chain that led to it, the
+    /// unit and the app id where there are any, and the executable's hash, shortened. Names are
+    /// quoted and escaped (DisplayText): a program chooses its own file name.
+    package var details: String {
+        var parts = ["pid \(process.pid)"]
+        if !ancestors.isEmpty { parts.append("via " + DisplayText.quoted(chain, limit: 300)) }
+        if let unit { parts.append("unit " + DisplayText.quoted(unit, limit: 100)) }
+        if let flatpakApplicationID { parts.append("app " + DisplayText.quoted(flatpakApplicationID, limit: 100)) }
+        if let executableHash { parts.append("sha256 " + executableHash.prefix(8).hexString) }
+        return parts.joined(separator: ", ")
+    }
+}
+
+/// The SHA-256 of executables, remembered by file (device, inode, size, change time) so that a
+/// caller's hash costs a stat after the first time, however large its executable.
+enum ExecutableHashes {
+    private struct File: Hashable {
+        let device: UInt64
+        let inode: UInt64
+        let size: Int64
+        let changed: Int64
+    }
+
+    private static let known = Locked<[File: [UInt8]]>([:])
+    /// Larger files are not hashed (nil): no executable is that large, and reading one would stall the caller.
+    static let largest: Int64 = 1 << 30
+
+    static func hash(of descriptor: Int32) -> [UInt8]? {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG, Int64(status.st_size) <= largest
+        else { return nil }
+        let file = File(
+            device: UInt64(status.st_dev), inode: UInt64(status.st_ino), size: Int64(status.st_size),
+            changed: Int64(status.st_ctim.tv_sec) * 1_000_000_000 + Int64(status.st_ctim.tv_nsec))
+        if let hash = known.withLock({ $0[file] }) { return hash }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var offset: off_t = 0
+        while true {
+            let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, offset) }
+            if count < 0, errno == EINTR { continue }
+            guard count >= 0 else { return nil }
+            if count == 0 { break }
+            hasher.update(data: buffer[..<count])
+            offset += off_t(count)
+        }
+        let hash = Array(hasher.finalize())
+        known.withLock { known in
+            if known.count >= 256 { known.removeAll() }
+            known[file] = hash
+        }
+        return hash
+    }
+}
