@@ -66,7 +66,10 @@ extension SecretServiceSuites {
             // The audit log names the caller, the action and the labels, never the secret.
             let audit = (try? String(contentsOfFile: fixture.directory + "/audit.log", encoding: .utf8)) ?? ""
             #expect(audit.contains(#" read collection="Vault" item="locked a1""#), "\(audit)")
-            #expect(audit.contains("exe=\"/usr/bin/python3") && audit.contains("exe_sha256="), "\(audit)")
+            #expect(
+                audit.contains("exe=\"/usr/bin/python3") && audit.contains(#/exe_sha256=[0-9a-f]{64} /#), "\(audit)")
+            // The chain that started the caller, from the kernel: this test ran python3.
+            #expect(audit.contains(#/ chain="[^"]* → python3[^"]*"/#), "\(audit)")
             #expect(audit.contains("unlock prompt failed"), "\(audit)")
             #expect(!audit.contains("first secret") && !audit.contains(Self.passcode), "\(audit)")
         }

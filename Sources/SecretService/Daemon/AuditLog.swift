@@ -1,6 +1,7 @@
-import Crypto
 import DBus
 import Foundation
+import SystemCalls
+import TPMKeychain
 import WireFormat
 
 #if canImport(Glibc)
@@ -8,11 +9,10 @@ import Glibc
 #endif
 
 /// A record of accesses, off by default: when, who (uid, pid, executable and the SHA-256 of its
-/// file), what, and the collection's and item's labels. Never a secret, never an attribute value.
+/// file, the chain of processes that started it, its unit and Flatpak app id: CallerIdentity),
+/// what, and the collection's and item's labels. Never a secret, never an attribute value.
 final class AuditLog {
     private let handle: FileHandle
-    /// Executables' digests by path, kept while the file's inode, size and time are the same.
-    private var digests: [String: (stamp: [Int64], digest: String)] = [:]
 
     /// Appends to `path` (created 0600).
     init(path: String) throws {
@@ -28,8 +28,16 @@ final class AuditLog {
     }
 
     func record(peer: BusPeer, action: String, collection: String, item: String?) {
-        var line = "uid=\(peer.uid) pid=\(peer.pid) exe=\(DisplayText.quoted(peer.executable ?? "?"))"
-        if let executable = peer.executable { line += " exe_sha256=\(digest(of: executable))" }
+        // What the kernel says of the caller: the file it runs (hashed through /proc/PID/exe,
+        // not by path), the chain that started it, its unit and its Flatpak app id. The bus
+        // gives a pid, not a pidfd (dbus 1.14): it is held from here, while the caller waits.
+        let identity = PinnedProcess(pid: peer.pid).flatMap { CallerIdentity.of($0, uid: peer.uid) }
+        var line =
+            "uid=\(peer.uid) pid=\(peer.pid) exe=\(DisplayText.quoted(identity?.process.executable ?? peer.executable ?? "?"))"
+        line += " exe_sha256=\(identity?.executableHash?.hexString ?? "?")"
+        if let identity, !identity.ancestors.isEmpty { line += " chain=\(DisplayText.quoted(identity.chain))" }
+        if let unit = identity?.unit { line += " unit=\(DisplayText.quoted(unit))" }
+        if let app = identity?.flatpakApplicationID { line += " app=\(DisplayText.quoted(app))" }
         line += " \(action)"
         line += " collection=\(DisplayText.quoted(collection))"
         if let item { line += " item=\(DisplayText.quoted(item))" }
@@ -44,19 +52,5 @@ final class AuditLog {
     private func write(_ line: String) {
         let time = ISO8601DateFormatter().string(from: Date())
         handle.write(Data((time + " " + line + "\n").utf8))
-    }
-
-    /// The SHA-256 of the file at `path` ("?" when it cannot be read), hashed once per version.
-    private func digest(of path: String) -> String {
-        var status = stat()
-        guard stat(path, &status) == 0 else { return "?" }
-        let stamp = [
-            Int64(status.st_ino), Int64(status.st_size), Int64(status.st_mtim.tv_sec), Int64(status.st_mtim.tv_nsec),
-        ]
-        if let known = digests[path], known.stamp == stamp { return known.digest }
-        guard let contents = FileManager.default.contents(atPath: path) else { return "?" }
-        let digest = Array(SHA256.hash(data: contents)).hexString
-        digests[path] = (stamp, digest)
-        return digest
     }
 }
