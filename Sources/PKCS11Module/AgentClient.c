@@ -87,14 +87,29 @@ static int equals(const unsigned char *bytes, size_t count, const char *text) {
     return bytes && count == strlen(text) && memcmp(bytes, text, count) == 0;
 }
 
-static void socket_path(char *path, size_t capacity) {
+int tk_agent_sockets(char sockets[][TK_SOCKET_PATH], int capacity) {
     const char *explicit = getenv("TPM_KEYCHAIN_AGENT_SOCK");
-    if (explicit && explicit[0] == '/') {
-        snprintf(path, capacity, "%s", explicit);
-        return;
+    int count = 0;
+    if (explicit && explicit[0]) {
+        // Several agents (one per store), separated by ':' as in PATH; only absolute paths.
+        const char *start = explicit;
+        while (*start && count < capacity) {
+            const char *end = strchr(start, ':');
+            size_t length = end ? (size_t)(end - start) : strlen(start);
+            if (length > 0 && length < TK_SOCKET_PATH && start[0] == '/') {
+                memcpy(sockets[count], start, length);
+                sockets[count][length] = 0;
+                count++;
+            }
+            if (!end) break;
+            start = end + 1;
+        }
+        if (count > 0) return count;
     }
     const char *runtime = getenv("XDG_RUNTIME_DIR");
-    snprintf(path, capacity, "%s/tpm-keychain/ssh-agent.socket", runtime && runtime[0] == '/' ? runtime : "/nonexistent");
+    snprintf(sockets[0], TK_SOCKET_PATH, "%s/tpm-keychain/ssh-agent.socket",
+             runtime && runtime[0] == '/' ? runtime : "/nonexistent");
+    return 1;
 }
 
 static int write_all(int descriptor, const unsigned char *bytes, size_t count) {
@@ -119,11 +134,9 @@ static int read_all(int descriptor, unsigned char *bytes, size_t count) {
     return 0;
 }
 
-/// Sends `request` (a message body) and reads the answer's body into `answer`.
-/// Returns 0, or -1 when the agent cannot be reached or hangs up.
-static int ask(const struct tk_buffer *request, struct tk_buffer *answer) {
-    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    socket_path(path, sizeof path);
+/// Sends `request` (a message body) to the agent at `path` and reads the answer's body into
+/// `answer`. Returns 0, or -1 when the agent cannot be reached or hangs up.
+static int ask(const char *path, const struct tk_buffer *request, struct tk_buffer *answer) {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof address.sun_path) return -1;
     memcpy(address.sun_path, path, strlen(path) + 1);
@@ -171,12 +184,12 @@ static const unsigned char *p256_point(const unsigned char *blob, size_t blob_co
     return point;
 }
 
-int tk_agent_identities(struct tk_identity *identities, int capacity) {
+int tk_agent_identities(const char *socket, struct tk_identity *identities, int capacity) {
     struct tk_buffer request = {0}, answer = {0};
     unsigned char type = 11;  // SSH_AGENTC_REQUEST_IDENTITIES
     tk_buffer_append(&request, &type, 1);
     int found = -1;
-    if (ask(&request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 12) {
+    if (ask(socket, &request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 12) {
         struct reader reader = {answer.bytes, answer.count, 1, 0};
         uint32_t count = read_uint32(&reader);
         found = 0;
@@ -216,14 +229,14 @@ void tk_certificate_free(struct tk_certificate *certificate) {
     memset(certificate, 0, sizeof *certificate);
 }
 
-int tk_agent_certificates(struct tk_certificate *certificates, int capacity) {
+int tk_agent_certificates(const char *socket, struct tk_certificate *certificates, int capacity) {
     struct tk_buffer request = {0}, answer = {0};
     unsigned char type = 27;  // SSH_AGENTC_EXTENSION
     static const char name[] = "certificates@tpm-keychain";
     tk_buffer_append(&request, &type, 1);
     tk_buffer_string(&request, name, strlen(name));
     int found = -1;
-    if (ask(&request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 6) {
+    if (ask(socket, &request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 6) {
         struct reader reader = {answer.bytes, answer.count, 1, 0};
         uint32_t count = read_uint32(&reader);
         found = 0;
@@ -283,8 +296,8 @@ static int integer(struct reader *reader, unsigned char out[32]) {
     return 0;
 }
 
-ck_rv_t tk_agent_sign(const struct tk_identity *identity, const unsigned char *data, size_t count, int prehashed,
-                      unsigned char signature[64]) {
+ck_rv_t tk_agent_sign(const char *socket, const struct tk_identity *identity, const unsigned char *data, size_t count,
+                      int prehashed, unsigned char signature[64]) {
     struct tk_buffer request = {0}, answer = {0};
     if (prehashed) {
         unsigned char type = 27;  // SSH_AGENTC_EXTENSION
@@ -301,7 +314,7 @@ ck_rv_t tk_agent_sign(const struct tk_identity *identity, const unsigned char *d
         tk_buffer_uint32(&request, 0);
     }
     ck_rv_t result = CKR_DEVICE_ERROR;
-    if (ask(&request, &answer) == 0) {
+    if (ask(socket, &request, &answer) == 0) {
         result = CKR_FUNCTION_FAILED;
         // A signature: SSH_AGENT_SIGN_RESPONSE, or the extension's SSH_AGENT_SUCCESS with it.
         if (answer.count >= 1 && answer.bytes[0] == (prehashed ? 6 : 14)) {
@@ -317,6 +330,28 @@ ck_rv_t tk_agent_sign(const struct tk_identity *identity, const unsigned char *d
                 integer(&integers, signature) == 0 && integer(&integers, signature + 32) == 0 &&
                 integers.offset == inner_count)
                 result = CKR_OK;
+        }
+    }
+    tk_buffer_free(&request);
+    tk_buffer_free(&answer);
+    return result;
+}
+
+int tk_agent_store_name(const char *socket, char *name, size_t capacity) {
+    struct tk_buffer request = {0}, answer = {0};
+    unsigned char type = 27;  // SSH_AGENTC_EXTENSION
+    static const char extension[] = "store@tpm-keychain";
+    tk_buffer_append(&request, &type, 1);
+    tk_buffer_string(&request, extension, strlen(extension));
+    int result = -1;
+    if (ask(socket, &request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 6) {
+        struct reader reader = {answer.bytes, answer.count, 1, 0};
+        size_t count;
+        const unsigned char *text = read_string(&reader, &count);
+        if (!reader.failed && reader.offset == answer.count && count > 0 && count < capacity) {
+            memcpy(name, text, count);
+            name[count] = 0;
+            result = 0;
         }
     }
     tk_buffer_free(&request);

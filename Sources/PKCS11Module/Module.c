@@ -1,5 +1,5 @@
-// The PKCS#11 functions the module implements: one slot with one token, "TPMKeychain", whose
-// objects are the keys the user's ssh agent offers (each as a private and a public key object,
+// The PKCS#11 functions the module implements: a slot with a token per agent (per store), whose
+// objects are the keys that agent offers (each as a private and a public key object,
 // and a certificate object where the keychain has the key's certificate: an identity), and
 // ECDSA signatures by them. No login: each use is decided by the agent for this process,
 // under the key's own access control (it may ask the person). Everything else is in
@@ -9,17 +9,19 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
-#define TK_SLOT 1
 #define TK_MAX_SESSIONS 64
 #define TK_MAX_SIGNED (240 * 1024)
 
 struct session {
     int open;
     ck_flags_t flags;
+    /// The index of the session's slot in `slots`.
+    int slot;
     // Find: the handles that matched, and how many were handed out.
     int finding;
     ck_object_handle_t found[3 * TK_MAX_IDENTITIES];
@@ -29,34 +31,49 @@ struct session {
     int signing;
     ck_mechanism_type_t mechanism;
     struct tk_identity key;
+    /// The socket of the agent that offers `key`.
+    char key_socket[TK_SOCKET_PATH];
     struct tk_buffer data;
+};
+
+/// One agent, that is one store: a slot with its token. Its keys as the last search found them:
+/// object 3i+1 is key i's private key, 3i+2 its public key, 3i+3 its certificate (when
+/// `certificate_of[i]` is not -1).
+struct slot {
+    char socket[TK_SOCKET_PATH];
+    struct tk_identity identities[TK_MAX_IDENTITIES];
+    int identity_count;
+    struct tk_certificate certificates[TK_MAX_IDENTITIES];
+    int certificate_count;
+    int certificate_of[TK_MAX_IDENTITIES];
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /// Read by every call without the lock: C_Finalize may run while another thread is in C_Sign.
 static atomic_int initialized;
 static struct session sessions[TK_MAX_SESSIONS];
-/// The agent's keys as the last search found them: object 3i+1 is key i's private key, 3i+2 its
-/// public key, 3i+3 its certificate (when `certificate_of[i]` is not -1).
-static struct tk_identity identities[TK_MAX_IDENTITIES];
-static int identity_count;
-static struct tk_certificate certificates[TK_MAX_IDENTITIES];
-static int certificate_count;
-static int certificate_of[TK_MAX_IDENTITIES];
+/// Set by C_Initialize from TPM_KEYCHAIN_AGENT_SOCK; slot ID i+1 is slots[i].
+static struct slot slots[TK_MAX_SLOTS];
+static int slot_count;
 
 enum object_kind { private_key_object, public_key_object, certificate_object };
 
-/// Key `*index`'s object `handle` and its kind, or 0 for no such object (under the lock).
-static int object(ck_object_handle_t handle, int *index, enum object_kind *kind) {
-    if (handle < 1 || handle > 3 * (ck_object_handle_t)identity_count) return 0;
-    *index = (int)((handle - 1) / 3);
-    *kind = (enum object_kind)((handle - 1) % 3);
-    return *kind != certificate_object || certificate_of[*index] >= 0;
+/// The slot of PKCS#11 slot ID `id`, or NULL.
+static struct slot *slot_for(ck_slot_id_t id) {
+    return id >= 1 && id <= (ck_slot_id_t)slot_count ? &slots[id - 1] : NULL;
 }
 
-static void forget_certificates(void) {
-    for (int index = 0; index < certificate_count; index++) tk_certificate_free(&certificates[index]);
-    certificate_count = 0;
+/// Key `*index`'s object `handle` in `slot` and its kind, or 0 for no such object (under the lock).
+static int object(const struct slot *slot, ck_object_handle_t handle, int *index, enum object_kind *kind) {
+    if (handle < 1 || handle > 3 * (ck_object_handle_t)slot->identity_count) return 0;
+    *index = (int)((handle - 1) / 3);
+    *kind = (enum object_kind)((handle - 1) % 3);
+    return *kind != certificate_object || slot->certificate_of[*index] >= 0;
+}
+
+static void forget_certificates(struct slot *slot) {
+    for (int index = 0; index < slot->certificate_count; index++) tk_certificate_free(&slot->certificates[index]);
+    slot->certificate_count = 0;
 }
 
 static void pad(unsigned char *field, size_t size, const char *text) {
@@ -84,7 +101,15 @@ ck_rv_t C_Initialize(void *init_args) {
     }
     pthread_mutex_lock(&lock);
     ck_rv_t result = initialized ? CKR_CRYPTOKI_ALREADY_INITIALIZED : CKR_OK;
-    initialized = 1;
+    if (!initialized) {
+        char sockets[TK_MAX_SLOTS][TK_SOCKET_PATH];
+        slot_count = tk_agent_sockets(sockets, TK_MAX_SLOTS);
+        for (int index = 0; index < slot_count; index++) {
+            memset(&slots[index], 0, sizeof slots[index]);
+            memcpy(slots[index].socket, sockets[index], TK_SOCKET_PATH);
+        }
+        initialized = 1;
+    }
     pthread_mutex_unlock(&lock);
     return result;
 }
@@ -95,8 +120,10 @@ ck_rv_t C_Finalize(void *reserved) {
     ck_rv_t result = initialized ? CKR_OK : CKR_CRYPTOKI_NOT_INITIALIZED;
     for (int index = 0; index < TK_MAX_SESSIONS; index++) close_session(&sessions[index]);
     initialized = 0;
-    identity_count = 0;
-    forget_certificates();
+    for (int index = 0; index < slot_count; index++) {
+        slots[index].identity_count = 0;
+        forget_certificates(&slots[index]);
+    }
     pthread_mutex_unlock(&lock);
     return result;
 }
@@ -117,24 +144,25 @@ ck_rv_t C_GetInfo(struct ck_info *info) {
     return initialized ? CKR_OK : CKR_CRYPTOKI_NOT_INITIALIZED;
 }
 
-ck_rv_t C_GetSlotList(unsigned char token_present, ck_slot_id_t *slots, unsigned long *count) {
+ck_rv_t C_GetSlotList(unsigned char token_present, ck_slot_id_t *slot_list, unsigned long *count) {
     (void)token_present;
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
     if (!count) return CKR_ARGUMENTS_BAD;
-    if (slots) {
-        if (*count < 1) {
-            *count = 1;
+    unsigned long needed = (unsigned long)slot_count;
+    if (slot_list) {
+        if (*count < needed) {
+            *count = needed;
             return CKR_BUFFER_TOO_SMALL;
         }
-        slots[0] = TK_SLOT;
+        for (unsigned long index = 0; index < needed; index++) slot_list[index] = index + 1;
     }
-    *count = 1;
+    *count = needed;
     return CKR_OK;
 }
 
 ck_rv_t C_GetSlotInfo(ck_slot_id_t slot, struct ck_slot_info *info) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!slot_for(slot)) return CKR_SLOT_ID_INVALID;
     if (!info) return CKR_ARGUMENTS_BAD;
     memset(info, 0, sizeof *info);
     pad(info->slot_description, sizeof info->slot_description, "TPMKeychain ssh agent");
@@ -145,13 +173,25 @@ ck_rv_t C_GetSlotInfo(ck_slot_id_t slot, struct ck_slot_info *info) {
 
 ck_rv_t C_GetTokenInfo(ck_slot_id_t slot, struct ck_token_info *info) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
     if (!info) return CKR_ARGUMENTS_BAD;
+    char socket[TK_SOCKET_PATH];
+    pthread_mutex_lock(&lock);
+    struct slot *found = slot_for(slot);
+    if (found) memcpy(socket, found->socket, sizeof socket);
+    pthread_mutex_unlock(&lock);
+    if (!found) return CKR_SLOT_ID_INVALID;
+    // A token per store, named by the agent: "TPMKeychain" for the default store (and when no
+    // agent answers), "TPMKeychain NAME" for the store named NAME.
+    char store[64], label[80] = "TPMKeychain";
+    if (tk_agent_store_name(socket, store, sizeof store) == 0 && strcmp(store, "default") != 0)
+        snprintf(label, sizeof label, "TPMKeychain %s", store);
     memset(info, 0, sizeof *info);
-    pad(info->label, sizeof info->label, "TPMKeychain");
+    pad(info->label, sizeof info->label, label);
     pad(info->manufacturer_id, sizeof info->manufacturer_id, "TPMKeychain");
     pad(info->model, sizeof info->model, "TPM 2.0");
-    pad(info->serial_number, sizeof info->serial_number, "1");
+    char serial[24];
+    snprintf(serial, sizeof serial, "%lu", (unsigned long)slot);
+    pad(info->serial_number, sizeof info->serial_number, serial);
     // Keys are made with tpm-keychain key create, never through the module (C_CreateObject and
     // C_GenerateKeyPair are not supported); no PIN: the agent asks the person when a key's access
     // control wants one. Read-write sessions are opened, as tools like pkcs11-tool --test ask,
@@ -170,7 +210,7 @@ static const ck_mechanism_type_t mechanisms[] = {CKM_ECDSA, CKM_ECDSA_SHA256};
 
 ck_rv_t C_GetMechanismList(ck_slot_id_t slot, ck_mechanism_type_t *list, unsigned long *count) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!slot_for(slot)) return CKR_SLOT_ID_INVALID;
     if (!count) return CKR_ARGUMENTS_BAD;
     unsigned long needed = sizeof mechanisms / sizeof mechanisms[0];
     if (list) {
@@ -186,7 +226,7 @@ ck_rv_t C_GetMechanismList(ck_slot_id_t slot, ck_mechanism_type_t *list, unsigne
 
 ck_rv_t C_GetMechanismInfo(ck_slot_id_t slot, ck_mechanism_type_t type, struct ck_mechanism_info *info) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!slot_for(slot)) return CKR_SLOT_ID_INVALID;
     if (!info) return CKR_ARGUMENTS_BAD;
     if (type != CKM_ECDSA && type != CKM_ECDSA_SHA256) return CKR_MECHANISM_INVALID;
     info->min_key_size = 256;
@@ -200,7 +240,7 @@ ck_rv_t C_OpenSession(ck_slot_id_t slot, ck_flags_t flags, void *application, ck
     (void)application;
     (void)notify;
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!slot_for(slot)) return CKR_SLOT_ID_INVALID;
     if (!(flags & CKF_SERIAL_SESSION)) return CKR_SESSION_PARALLEL_NOT_SUPPORTED;
     if (!handle) return CKR_ARGUMENTS_BAD;
     pthread_mutex_lock(&lock);
@@ -210,6 +250,7 @@ ck_rv_t C_OpenSession(ck_slot_id_t slot, ck_flags_t flags, void *application, ck
         memset(&sessions[index], 0, sizeof sessions[index]);
         sessions[index].open = 1;
         sessions[index].flags = flags;
+        sessions[index].slot = (int)slot - 1;
         *handle = (ck_session_handle_t)index + 1;
         result = CKR_OK;
         break;
@@ -229,9 +270,11 @@ ck_rv_t C_CloseSession(ck_session_handle_t handle) {
 
 ck_rv_t C_CloseAllSessions(ck_slot_id_t slot) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
-    if (slot != TK_SLOT) return CKR_SLOT_ID_INVALID;
+    if (!slot_for(slot)) return CKR_SLOT_ID_INVALID;
     pthread_mutex_lock(&lock);
-    for (int index = 0; index < TK_MAX_SESSIONS; index++) close_session(&sessions[index]);
+    for (int index = 0; index < TK_MAX_SESSIONS; index++) {
+        if (sessions[index].open && sessions[index].slot == (int)slot - 1) close_session(&sessions[index]);
+    }
     pthread_mutex_unlock(&lock);
     return CKR_OK;
 }
@@ -243,7 +286,7 @@ ck_rv_t C_GetSessionInfo(ck_session_handle_t handle, struct ck_session_info *inf
     struct session *session = session_for(handle);
     if (session) {
         memset(info, 0, sizeof *info);
-        info->slot_id = TK_SLOT;
+        info->slot_id = (ck_slot_id_t)session->slot + 1;
         info->state = session->flags & CKF_RW_SESSION ? CKS_RW_USER_FUNCTIONS : CKS_RO_USER_FUNCTIONS;
         info->flags = session->flags;
     }
@@ -321,13 +364,13 @@ static ck_rv_t certificate_attribute(const struct tk_certificate *certificate, s
 }
 
 /// The value of `attribute->type` for object `handle` (under the lock).
-static ck_rv_t attribute_of(ck_object_handle_t handle, struct ck_attribute *attribute) {
+static ck_rv_t attribute_of(const struct slot *slot, ck_object_handle_t handle, struct ck_attribute *attribute) {
     int index;
     enum object_kind kind;
-    if (!object(handle, &index, &kind)) return CKR_OBJECT_HANDLE_INVALID;
-    const struct tk_identity *identity = &identities[index];
+    if (!object(slot, handle, &index, &kind)) return CKR_OBJECT_HANDLE_INVALID;
+    const struct tk_identity *identity = &slot->identities[index];
     const struct tk_certificate *certificate =
-        certificate_of[index] >= 0 ? &certificates[certificate_of[index]] : NULL;
+        slot->certificate_of[index] >= 0 ? &slot->certificates[slot->certificate_of[index]] : NULL;
     int private_key = kind == private_key_object;
     switch (attribute->type) {
     case CKA_CLASS:
@@ -390,9 +433,10 @@ ck_rv_t C_GetAttributeValue(ck_session_handle_t handle, ck_object_handle_t objec
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
     if (!template && count) return CKR_ARGUMENTS_BAD;
     pthread_mutex_lock(&lock);
-    ck_rv_t result = session_for(handle) ? CKR_OK : CKR_SESSION_HANDLE_INVALID;
+    struct session *session = session_for(handle);
+    ck_rv_t result = session ? CKR_OK : CKR_SESSION_HANDLE_INVALID;
     for (unsigned long index = 0; result != CKR_SESSION_HANDLE_INVALID && index < count; index++) {
-        ck_rv_t one = attribute_of(object, &template[index]);
+        ck_rv_t one = attribute_of(&slots[session->slot], object, &template[index]);
         if (one == CKR_OBJECT_HANDLE_INVALID) {
             result = one;
             break;
@@ -405,7 +449,8 @@ ck_rv_t C_GetAttributeValue(ck_session_handle_t handle, ck_object_handle_t objec
 }
 
 /// Whether object `handle` has every value `template` gives (under the lock).
-static int matches(ck_object_handle_t handle, const struct ck_attribute *template, unsigned long count) {
+static int matches(const struct slot *slot, ck_object_handle_t handle, const struct ck_attribute *template,
+                   unsigned long count) {
     for (unsigned long index = 0; index < count; index++) {
         // A value longer than the template's cannot match it: the template's length is enough room.
         unsigned long wanted = template[index].value_len;
@@ -414,7 +459,7 @@ static int matches(ck_object_handle_t handle, const struct ck_attribute *templat
         unsigned char *value = wanted <= sizeof small ? small : malloc(wanted);
         if (!value) return 0;
         struct ck_attribute actual = {template[index].type, value, wanted};
-        int same = attribute_of(handle, &actual) == CKR_OK && actual.value_len == wanted &&
+        int same = attribute_of(slot, handle, &actual) == CKR_OK && actual.value_len == wanted &&
                    (wanted == 0 || memcmp(value, template[index].value, wanted) == 0);
         if (value != small) free(value);
         if (!same) return 0;
@@ -425,6 +470,12 @@ static int matches(ck_object_handle_t handle, const struct ck_attribute *templat
 ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *template, unsigned long count) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
     if (!template && count) return CKR_ARGUMENTS_BAD;
+    char socket[TK_SOCKET_PATH];
+    pthread_mutex_lock(&lock);
+    struct session *asking = session_for(handle);
+    if (asking) memcpy(socket, slots[asking->slot].socket, sizeof socket);
+    pthread_mutex_unlock(&lock);
+    if (!asking) return CKR_SESSION_HANDLE_INVALID;
     // Asked outside the lock: the agent may take a moment, and other sessions go on meanwhile.
     struct tk_identity *fresh = calloc(TK_MAX_IDENTITIES, sizeof *fresh);
     struct tk_certificate *fresh_certificates = calloc(TK_MAX_IDENTITIES, sizeof *fresh_certificates);
@@ -433,8 +484,9 @@ ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *templ
         free(fresh_certificates);
         return CKR_HOST_MEMORY;
     }
-    int fresh_count = tk_agent_identities(fresh, TK_MAX_IDENTITIES);
-    int fresh_certificate_count = fresh_count > 0 ? tk_agent_certificates(fresh_certificates, TK_MAX_IDENTITIES) : 0;
+    int fresh_count = tk_agent_identities(socket, fresh, TK_MAX_IDENTITIES);
+    int fresh_certificate_count =
+        fresh_count > 0 ? tk_agent_certificates(socket, fresh_certificates, TK_MAX_IDENTITIES) : 0;
     if (fresh_certificate_count < 0) fresh_certificate_count = 0;
     pthread_mutex_lock(&lock);
     struct session *session = session_for(handle);
@@ -445,17 +497,18 @@ ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *templ
         result = CKR_OPERATION_ACTIVE;
     } else {
         // No agent: no objects (the token stays, empty), rather than an error every caller reports.
-        identity_count = fresh_count < 0 ? 0 : fresh_count;
-        memcpy(identities, fresh, sizeof *fresh * (size_t)identity_count);
-        forget_certificates();
-        memcpy(certificates, fresh_certificates, sizeof *fresh_certificates * (size_t)fresh_certificate_count);
-        certificate_count = fresh_certificate_count;
+        struct slot *slot = &slots[session->slot];
+        slot->identity_count = fresh_count < 0 ? 0 : fresh_count;
+        memcpy(slot->identities, fresh, sizeof *fresh * (size_t)slot->identity_count);
+        forget_certificates(slot);
+        memcpy(slot->certificates, fresh_certificates, sizeof *fresh_certificates * (size_t)fresh_certificate_count);
+        slot->certificate_count = fresh_certificate_count;
         fresh_certificate_count = 0;  // kept: not freed below
-        for (int index = 0; index < identity_count; index++) {
-            certificate_of[index] = -1;
-            for (int candidate = 0; candidate < certificate_count; candidate++) {
-                if (memcmp(certificates[candidate].point, identities[index].point, 65) == 0) {
-                    certificate_of[index] = candidate;
+        for (int index = 0; index < slot->identity_count; index++) {
+            slot->certificate_of[index] = -1;
+            for (int candidate = 0; candidate < slot->certificate_count; candidate++) {
+                if (memcmp(slot->certificates[candidate].point, slot->identities[index].point, 65) == 0) {
+                    slot->certificate_of[index] = candidate;
                     break;
                 }
             }
@@ -463,11 +516,12 @@ ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *templ
         session->finding = 1;
         session->found_count = 0;
         session->found_next = 0;
-        for (ck_object_handle_t handle = 1; handle <= 3 * (ck_object_handle_t)identity_count; handle++) {
+        for (ck_object_handle_t object_handle = 1; object_handle <= 3 * (ck_object_handle_t)slot->identity_count;
+             object_handle++) {
             int index;
             enum object_kind kind;
-            if (object(handle, &index, &kind) && matches(handle, template, count))
-                session->found[session->found_count++] = handle;
+            if (object(slot, object_handle, &index, &kind) && matches(slot, object_handle, template, count))
+                session->found[session->found_count++] = object_handle;
         }
     }
     pthread_mutex_unlock(&lock);
@@ -523,24 +577,32 @@ ck_rv_t C_SignInit(ck_session_handle_t handle, struct ck_mechanism *mechanism, c
         result = CKR_OPERATION_ACTIVE;
     } else if (mechanism->mechanism != CKM_ECDSA && mechanism->mechanism != CKM_ECDSA_SHA256) {
         result = CKR_MECHANISM_INVALID;
-    } else if (!object(key, &index, &kind)) {
+    } else if (!object(&slots[session->slot], key, &index, &kind)) {
         result = CKR_KEY_HANDLE_INVALID;
     } else if (kind != private_key_object) {
         result = CKR_KEY_FUNCTION_NOT_PERMITTED;  // a public key or a certificate
     } else {
         session->signing = 1;
         session->mechanism = mechanism->mechanism;
-        session->key = identities[index];
+        session->key = slots[session->slot].identities[index];
+        memcpy(session->key_socket, slots[session->slot].socket, sizeof session->key_socket);
         tk_buffer_free(&session->data);
     }
     pthread_mutex_unlock(&lock);
     return result;
 }
 
+/// A key as a signature needs it: the identity, and the socket of the agent that offers it.
+struct signing_key {
+    struct tk_identity identity;
+    char socket[TK_SOCKET_PATH];
+};
+
 /// Ends the session's signature, taking its key, mechanism and data out (under the lock).
-static void end_signing(struct session *session, struct tk_identity *key, ck_mechanism_type_t *mechanism,
+static void end_signing(struct session *session, struct signing_key *key, ck_mechanism_type_t *mechanism,
                         struct tk_buffer *data) {
-    *key = session->key;
+    key->identity = session->key;
+    memcpy(key->socket, session->key_socket, sizeof key->socket);
     *mechanism = session->mechanism;
     *data = session->data;
     memset(&session->data, 0, sizeof session->data);
@@ -548,12 +610,12 @@ static void end_signing(struct session *session, struct tk_identity *key, ck_mec
 }
 
 /// Signs `data` with `key`: the agent is asked outside the lock (it may ask the person).
-static ck_rv_t sign(const struct tk_identity *key, ck_mechanism_type_t mechanism, const unsigned char *data,
+static ck_rv_t sign(const struct signing_key *key, ck_mechanism_type_t mechanism, const unsigned char *data,
                     unsigned long count, unsigned char *signature, unsigned long *signature_len) {
     if (mechanism == CKM_ECDSA && count != 32) return CKR_DATA_LEN_RANGE;  // a SHA-256 digest
     if (count > TK_MAX_SIGNED) return CKR_DATA_LEN_RANGE;
     unsigned char raw[64];
-    ck_rv_t result = tk_agent_sign(key, data, count, mechanism == CKM_ECDSA, raw);
+    ck_rv_t result = tk_agent_sign(key->socket, &key->identity, data, count, mechanism == CKM_ECDSA, raw);
     if (result == CKR_OK) {
         memcpy(signature, raw, 64);
         *signature_len = 64;
@@ -565,7 +627,7 @@ static ck_rv_t sign(const struct tk_identity *key, ck_mechanism_type_t mechanism
 /// call (`*taken` set), or the call answers without it: only a length asked for, or a buffer too
 /// short (the operation stays active, as PKCS#11 wants), or no such operation.
 static ck_rv_t take_signing(ck_session_handle_t handle, unsigned char *signature, unsigned long *signature_len,
-                            struct tk_identity *key, ck_mechanism_type_t *mechanism, struct tk_buffer *data,
+                            struct signing_key *key, ck_mechanism_type_t *mechanism, struct tk_buffer *data,
                             int *taken) {
     *taken = 0;
     pthread_mutex_lock(&lock);
@@ -588,7 +650,7 @@ ck_rv_t C_Sign(ck_session_handle_t handle, unsigned char *data, unsigned long da
                unsigned long *signature_len) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
     if (!signature_len || (!data && data_len)) return CKR_ARGUMENTS_BAD;
-    struct tk_identity key;
+    struct signing_key key;
     ck_mechanism_type_t mechanism;
     struct tk_buffer kept = {0};
     int taken;
@@ -612,7 +674,7 @@ ck_rv_t C_SignUpdate(ck_session_handle_t handle, unsigned char *part, unsigned l
         tk_buffer_append(&session->data, part, part_len);
         if (session->data.failed || session->data.count > TK_MAX_SIGNED) {
             result = CKR_DATA_LEN_RANGE;
-            struct tk_identity key;
+            struct signing_key key;
             ck_mechanism_type_t mechanism;
             struct tk_buffer dropped;
             end_signing(session, &key, &mechanism, &dropped);
@@ -626,7 +688,7 @@ ck_rv_t C_SignUpdate(ck_session_handle_t handle, unsigned char *part, unsigned l
 ck_rv_t C_SignFinal(ck_session_handle_t handle, unsigned char *signature, unsigned long *signature_len) {
     if (!initialized) return CKR_CRYPTOKI_NOT_INITIALIZED;
     if (!signature_len) return CKR_ARGUMENTS_BAD;
-    struct tk_identity key;
+    struct signing_key key;
     ck_mechanism_type_t mechanism;
     struct tk_buffer data = {0};
     int taken;

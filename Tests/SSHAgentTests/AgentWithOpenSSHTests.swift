@@ -22,7 +22,8 @@ struct AgentWithOpenSSHTests {
         let agentOutput: String
         /// Between the agent and the simulator when asked for: it counts the agent's TPM commands.
         let proxy: RecordingTPMProxy?
-        var store: String { directory + "/store" }
+        /// Named `default`, as the default store is: its PKCS#11 token is "TPMKeychain".
+        var store: String { directory + "/default" }
 
         static let passcode = "4711-correct-horse"
 
@@ -40,7 +41,7 @@ struct AgentWithOpenSSHTests {
             socket = directory + "/agent.socket"
             agentOutput = directory + "/agent.out"
             agent = Process()
-            try Self.expectSuccess(try run(Self.tool("tpm-keychain"), ["create-keychain", directory + "/store"]))
+            try Self.expectSuccess(try run(Self.tool("tpm-keychain"), ["create-keychain", store]))
             if guardedKey {
                 try Self.expectSuccess(
                     try run(

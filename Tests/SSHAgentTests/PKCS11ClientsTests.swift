@@ -155,6 +155,54 @@ struct PKCS11ClientsTests {
         #expect(keys.output.contains("ec ") && keys.output.contains("laptop"), "\(keys.output)")
     }
 
+    @Test("a token per store: with two agents the module shows two tokens, each with its own store's keys")
+    func aTokenPerStore() throws {
+        let fixture = try Fixture()
+        let module = try PKCS11ModuleTests.build(into: fixture.directory)
+        // A second store, "work", with a key of its own, served by a second agent.
+        let work = fixture.directory + "/work"
+        try Fixture.expectSuccess(try fixture.run(Fixture.tool("tpm-keychain"), ["create-keychain", work]))
+        try Fixture.expectSuccess(
+            try fixture.run(
+                Fixture.tool("tpm-keychain-keys"), ["create", "--keychain", work, "--label", "deploy", "--tag", "ssh"]))
+        let workSocket = fixture.directory + "/work.socket"
+        let output = fixture.directory + "/work-agent.out"
+        _ = FileManager.default.createFile(atPath: output, contents: nil)
+        let agent = Process()
+        agent.executableURL = URL(fileURLWithPath: Fixture.tool("tpm-keychain-ssh-agent"))
+        agent.arguments = ["--keychain", work, "-a", workSocket]
+        agent.environment = fixture.environment
+        agent.standardOutput = FileHandle(forWritingAtPath: output)
+        agent.standardError = FileHandle.nullDevice
+        try agent.run()
+        defer {
+            kill(agent.processIdentifier, SIGTERM)
+            agent.waitUntilExit()
+        }
+        let deadline = ContinuousClock.now + .seconds(120)
+        while !TestSSHD.contents(of: output).contains("SSH_AUTH_SOCK="), agent.isRunning, ContinuousClock.now < deadline
+        {
+            usleep(20_000)
+        }
+
+        func p11tool(_ arguments: [String]) throws -> (status: Int32, output: String) {
+            try fixture.run(
+                "/usr/bin/env",
+                [
+                    "TPM_KEYCHAIN_AGENT_SOCK=\(fixture.socket):\(workSocket)", "/usr/bin/p11tool", "--provider", module,
+                ] + arguments)
+        }
+        let tokens = try p11tool(["--list-tokens"])
+        #expect(tokens.output.contains("Label: TPMKeychain\n"), "the default store's token: \(tokens.output)")
+        #expect(tokens.output.contains("Label: TPMKeychain work\n"), "\(tokens.output)")
+        let workKeys = try p11tool(["--list-all", "pkcs11:token=TPMKeychain%20work"])
+        #expect(workKeys.output.contains("Label: deploy") && !workKeys.output.contains("Label: laptop"), "\(workKeys)")
+        let defaultKeys = try p11tool(["--list-all", "pkcs11:token=TPMKeychain"])
+        #expect(defaultKeys.output.contains("Label: laptop") && !defaultKeys.output.contains("Label: deploy"))
+        let signed = try p11tool(["--test-sign", "pkcs11:token=TPMKeychain%20work;object=deploy;type=private"])
+        #expect(signed.output.contains("Verifying against public key in the token... ok"), "\(signed.output)")
+    }
+
     /// Fixtures/pkcs11/pkcs11-client.c, compiled into the fixture's directory.
     static func client(in fixture: Fixture) throws -> String {
         let source = ProjectFixtures.directory.appendingPathComponent("pkcs11/pkcs11-client.c").path

@@ -26,6 +26,11 @@ package struct AgentKeyring: Sendable {
         self.passcode = passcode
     }
 
+    /// The store's name: its directory's (`default` for the default store).
+    var storeName: String {
+        String(location.path.split(separator: "/").last ?? "default")
+    }
+
     /// One key the agent offers.
     struct Offered {
         let result: ItemQueryResult

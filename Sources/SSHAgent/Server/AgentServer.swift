@@ -271,6 +271,12 @@ package final class AgentServer: Sendable {
                 log("listing certificates for \(state.description) failed: \(error.message)")
                 return .failure
             }
+        case .extension(Self.storeName, let contents):
+            // The PKCS#11 module's token label: which store this agent serves.
+            guard contents.isEmpty else { return .failure }
+            var answer = SSHWireWriter()
+            answer.string(keyring.storeName)
+            return .extensionAnswer(answer.bytes)
         case .extension(Self.sessionBind, let contents):
             // A session is bound once; later binds only through forwarding hops (as OpenSSH's agent).
             guard let binding = SessionBinding(fields: contents),
@@ -293,6 +299,9 @@ package final class AgentServer: Sendable {
     /// The extension that lists the offered keys' certificates: no fields; the answer is a
     /// uint32 count, then per certificate the strings key blob, DER, subject, issuer, serial.
     package static let certificates = "certificates@tpm-keychain"
+    /// The extension that names the store the agent serves (its directory's name): no fields;
+    /// the answer is one string.
+    package static let storeName = "store@tpm-keychain"
     /// OpenSSH's extension that binds a connection to the host its session reaches.
     package static let sessionBind = "session-bind@openssh.com"
 
