@@ -240,6 +240,10 @@ extension SecretServiceSuites {
             #expect(first.stdout == "allowed", "\(first)\n\(fixture.daemonLogs())")
             #expect(questions().count == 1, "\(questions())")
             #expect(questions().first?.contains("secret-tool") == true && questions().first?.contains("Ask me") == true)
+            // The person sees where the caller comes from, as the kernel says: the chain and the file's hash.
+            #expect(
+                questions().first?.contains(#/via "[^"]* → secret-tool", [^)]*sha256 [0-9a-f]{16}\)/#) == true,
+                "\(questions())")
             let second = try fixture.secretTool(["lookup", "service", "confirm", "account", "a"])
             #expect(second.stdout == "allowed", "\(second)")
             #expect(questions().count == 2, "each read asks again: \(questions())")

@@ -149,9 +149,13 @@ struct PromptObject: SecretServiceObject {
         }
         // Labels and executable paths are the callers' choice: quoted and escaped before a person
         // reads them (--confirm-command), so none can add a line or reword the question.
+        // With what the kernel says of it: the chain that started it, its unit, app id and hash.
         let who =
-            registry.peers[prompt.owner].map {
-                "\($0.executable.map { DisplayText.quoted($0, limit: Self.shownLength) } ?? "an unknown program") (pid \($0.pid))"
+            registry.peers[prompt.owner].map { peer in
+                let identity = PinnedProcess(pid: peer.pid).flatMap { CallerIdentity.of($0, uid: peer.uid) }
+                let program =
+                    peer.executable.map { DisplayText.quoted($0, limit: Self.shownLength) } ?? "an unknown program"
+                return "\(program) (\(identity?.details ?? "pid \(peer.pid)"))"
             } ?? "a program"
         let confirm = registry.confirm
         let authenticator = registry.authenticator
@@ -167,7 +171,8 @@ struct PromptObject: SecretServiceObject {
             for (id, request) in requests where unlocked != nil {
                 let context = AuthenticationContext(
                     authenticator: authenticator, passcode: passcode, location: request.service.location)
-                context.localizedReason = "Unlock the keyring \(DisplayText.quoted(request.label, limit: shownLength))"
+                context.localizedReason =
+                    "Unlock the keyring \(DisplayText.quoted(request.label, limit: shownLength)) for \(who)"
                 do throws(KeychainError) {
                     var keys: [[UInt8]: ItemService.OpenedKey] = [:]
                     for record in request.records {
