@@ -283,6 +283,13 @@ struct SignWithKey: ParsableCommand {
     @Flag(help: "Write the signature in base64 with a newline, not in binary.")
     var base64 = false
 
+    @OptionGroup var passcodeOptions: PasscodeOptions
+
+    @Option(
+        name: .customLong("fprintd-address"),
+        help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
+    var fprintdAddress: String?
+
     func run() throws {
         try reportingErrors {
             try StoreSession.withExisting(store.path) { try perform(in: $0) }
@@ -298,6 +305,15 @@ struct SignWithKey: ParsableCommand {
                 ?? FileHandle.standardInput.readDataToEndOfFile()
         } catch {
             throw CommandFailure(ExitStatus.noInput, "The message could not be read: \(error.localizedDescription)")
+        }
+        // A key under access control asks the person, as iOS would: the passcode (--passcode-fd,
+        // TPM_KEYCHAIN_ASKPASS or the terminal) and fprintd for biometry.
+        let passcode = PasscodeInput(passcodeOptions)
+        KeychainEnvironment.passcode = PasscodeSource.secret { reason in
+            try? passcode.read(prompt: "device passcode to \(reason): ")
+        }
+        if ProcessInfo.processInfo.environment["TPM_KEYCHAIN_AUTHENTICATOR"] != "none" {
+            KeychainEnvironment.authenticator = FprintdAuthenticator(busAddress: fprintdAddress)
         }
         let key = try KeyLookup.one(name)
         let isRSA =

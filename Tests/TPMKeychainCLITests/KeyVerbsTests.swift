@@ -112,6 +112,42 @@ struct KeyVerbsTests {
     }
 }
 
+extension KeyVerbsTests {
+    @Test(
+        "key sign of a devicePasscode key asks for the passcode (--passcode-fd): the right one signs, a wrong one signs nothing"
+    )
+    func signingAsksForThePasscode() throws {
+        let fixture = try CLIFixture()
+        let passcode = "a passcode 2468\n"
+        let set = try CLI.run(
+            ["set-passcode", "--keychain", fixture.store, "--passcode-fd", "0"], environment: fixture.environment,
+            stdin: Data(passcode.utf8))
+        #expect(set.status == 0, "\(set)")
+        try fixture.succeedKey("create", "-l", "guarded", "--access-control", "devicePasscode")
+        try Self.message.write(to: URL(fileURLWithPath: fixture.directory + "/message"))
+        let publicPEM = try fixture.succeedKey("public", "-l", "guarded").stdout
+        try Data(publicPEM.utf8).write(to: URL(fileURLWithPath: fixture.directory + "/public.pem"))
+
+        let signed = try fixture.runKey(
+            "sign", "-l", "guarded", "--input", fixture.directory + "/message", "--output",
+            fixture.directory + "/signature", "--passcode-fd", "0", stdin: Data(passcode.utf8))
+        #expect(signed.status == 0, "\(signed)")
+        let verified = try SystemTool.output(
+            "/usr/bin/openssl",
+            [
+                "dgst", "-sha256", "-verify", fixture.directory + "/public.pem", "-signature",
+                fixture.directory + "/signature", fixture.directory + "/message",
+            ])
+        #expect(String(decoding: verified, as: UTF8.self).contains("Verified OK"))
+
+        let refused = try fixture.runKey(
+            "sign", "-l", "guarded", "--input", fixture.directory + "/message", "--output",
+            fixture.directory + "/refused", "--passcode-fd", "0", stdin: Data("not it\n".utf8))
+        #expect(refused.status != 0, "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: fixture.directory + "/refused"), "nothing is written")
+    }
+}
+
 extension CLIFixture {
     /// Runs `key <verb> --keychain <store> arguments...` against this fixture's TPM.
     func runKey(_ verb: String, _ arguments: String..., stdin: Data? = nil) throws -> CLIResult {

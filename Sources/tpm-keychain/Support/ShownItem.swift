@@ -1,3 +1,4 @@
+import CommandLineSupport
 import FoundationEssentials
 import KeychainVocabulary
 import ToolSupport

@@ -1,22 +1,21 @@
-import CommandLineSupport
-import FoundationEssentials
+package import FoundationEssentials
 import SystemCalls
-import ToolSupport
+package import ToolSupport
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// A password as given: text when it is UTF-8 (stored as a string item), else raw bytes.
-enum PasswordValue {
+package enum PasswordValue {
     case text(String)
     case bytes(Data)
 
-    init(_ data: Data) {
+    package init(_ data: Data) {
         if let text = String(validating: data, as: UTF8.self) { self = .text(text) } else { self = .bytes(data) }
     }
 
-    var isEmpty: Bool {
+    package var isEmpty: Bool {
         switch self {
         case .text(let text): text.isEmpty
         case .bytes(let bytes): bytes.isEmpty
@@ -26,9 +25,9 @@ enum PasswordValue {
 
 /// Reads a password from standard input, so that it never appears in argv (visible to every user
 /// through /proc) or in shell history.
-enum PasswordInput {
+package enum PasswordInput {
     /// The store refuses larger values anyway; stop reading rather than fill memory first.
-    static let maximumSize = 16 << 20
+    package static let maximumSize = 16 << 20
 
     /// The password of an `add-*-password` verb: the one given with `-w`, after warning that
     /// every local user can read it while the command runs; else ``read(prompt:)``, refusing an
@@ -36,7 +35,7 @@ enum PasswordInput {
     ///
     /// - Throws: ``CommandFailure`` (usage) for an empty password from standard input, and what
     ///   ``read(prompt:)`` throws.
-    static func forNewItem(given password: String?, allowEmpty: Bool) throws(CommandFailure) -> PasswordValue {
+    package static func forNewItem(given password: String?, allowEmpty: Bool) throws(CommandFailure) -> PasswordValue {
         if let password {
             printError(
                 "tpm-keychain: warning: a password given with -w can be read by every local user (ps, /proc/<pid>/cmdline) until the command overwrites it as it starts, and stays in the shell's history; give it on standard input instead"
@@ -57,7 +56,7 @@ enum PasswordInput {
     /// standard input and drops one trailing newline (what `echo` and here-strings add).
     ///
     /// - Throws: ``CommandFailure`` when standard input cannot be read or is too large.
-    static func read(prompt: String) throws(CommandFailure) -> PasswordValue {
+    package static func read(prompt: String) throws(CommandFailure) -> PasswordValue {
         if isatty(STDIN_FILENO) == 1 {
             return PasswordValue(try readLineWithoutEcho(prompt: prompt))
         }

@@ -1,46 +1,47 @@
-import ArgumentParser
-import CommandLineSupport
+package import ArgumentParser
 import FoundationEssentials
 import SystemCalls
-import TPMKeychain
-import ToolSupport
+package import TPMKeychain
+package import ToolSupport
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `--passcode-fd N`: where a non-interactive caller gives the device passcode.
-struct PasscodeOptions: ParsableArguments {
+package struct PasscodeOptions: ParsableArguments {
+    package init() {}
+
     @Option(
         name: .customLong("passcode-fd"),
         help: ArgumentHelp(
             "Read passcodes from this file descriptor, one per line (for change-passcode: the old, then the new). Without it: TPM_KEYCHAIN_ASKPASS, else the terminal (no echo), else standard input.",
             valueName: "fd"))
-    var passcodeDescriptor: Int32?
+    package var passcodeDescriptor: Int32?
 }
 
 /// The device passcode, from (in order) a file descriptor, an askpass program, the terminal with
 /// echo off, or standard input. It is never taken from argv, where every local user can read it.
-final class PasscodeInput: @unchecked Sendable {
+package final class PasscodeInput: @unchecked Sendable {
     /// An askpass program, as ssh's SSH_ASKPASS: run with the prompt as its argument, it prints
     /// the passcode on standard output.
-    static let askpassVariable = "TPM_KEYCHAIN_ASKPASS"
+    package static let askpassVariable = "TPM_KEYCHAIN_ASKPASS"
 
     private let descriptor: Int32?
     /// Passcodes read from the descriptor and not used yet, in zeroized memory.
     private var lines: [SecretBytes]?
 
-    init(_ options: PasscodeOptions) {
+    package init(_ options: PasscodeOptions) {
         descriptor = options.passcodeDescriptor
     }
 
     /// Another secret read the same way (a recovery key): from `descriptor`, else askpass or the terminal.
-    init(descriptor: Int32?) {
+    package init(descriptor: Int32?) {
         self.descriptor = descriptor
     }
 
     /// One passcode. - Throws: ``CommandFailure`` when there is none to read, or it is empty.
-    func read(prompt: String) throws(CommandFailure) -> SecretBytes {
+    package func read(prompt: String) throws(CommandFailure) -> SecretBytes {
         var data: [UInt8]
         if let descriptor {
             if lines == nil { lines = try Self.readLines(descriptor) }
@@ -116,7 +117,7 @@ final class PasscodeInput: @unchecked Sendable {
 
 /// Runs async library calls from a synchronous command: the command's thread waits (TPMKeychain's
 /// ``SynchronousWait``).
-func waitFor<R: Sendable>(_ body: @escaping @Sendable () async throws -> R) throws -> R {
+package func waitFor<R: Sendable>(_ body: @escaping @Sendable () async throws -> R) throws -> R {
     try SynchronousWait.run { () async -> Result<R, any Error> in
         do { return .success(try await body()) } catch { return .failure(error) }
     }.get()
