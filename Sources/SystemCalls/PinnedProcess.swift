@@ -52,13 +52,31 @@ package final class PinnedProcess: Sendable {
 
     /// The parent's pid and the session's id (/proc/PID/stat, fields 4 and 6).
     package var parentAndSession: (parent: Int32, session: Int32)? {
+        status.map { ($0.parent, $0.session) }
+    }
+
+    /// What tells this process from any other that ever had its pid, and from itself before an
+    /// exec: its start time (/proc/PID/stat, field 22) and its executable's device and inode.
+    package var incarnation: [UInt64]? {
+        guard let status, let descriptor = openExecutable() else { return nil }
+        defer { close(descriptor) }
+        var executable = stat()
+        guard fstat(descriptor, &executable) == 0 else { return nil }
+        return [status.startTime, UInt64(executable.st_dev), UInt64(executable.st_ino)]
+    }
+
+    /// /proc/PID/stat's parent, session and start time.
+    private var status: (parent: Int32, session: Int32, startTime: UInt64)? {
         guard let stat = Self.read("/proc/\(pid)/stat", limit: 4096),
             let end = stat.lastIndex(of: ")")
         else { return nil }
-        // After the command name in parentheses (which may hold anything): state, ppid, pgrp, session.
+        // After the command name in parentheses (which may hold anything): state (field 3),
+        // ppid, pgrp, session, ... starttime (field 22).
         let fields = stat[stat.index(after: end)...].split(separator: " ")
-        guard fields.count > 3, let parent = Int32(fields[1]), let session = Int32(fields[3]) else { return nil }
-        return (parent, session)
+        guard fields.count > 19, let parent = Int32(fields[1]), let session = Int32(fields[3]),
+            let startTime = UInt64(fields[19])
+        else { return nil }
+        return (parent, session, startTime)
     }
 
     /// The systemd unit the process runs in: the last `.service` or `.scope` of its cgroup v2

@@ -13,7 +13,8 @@ import Glibc
 @Suite("caller identity from the kernel", .serialized)
 struct CallerIdentityTests {
     /// `command` run by /bin/sh under a shell that stays (so that Foundation's Process keeps its
-    /// watch): the shell, and the pid `command` wrote to `pidFile` once it started.
+    /// watch): the shell, and the pid `command` wrote to `pidFile`, once that process runs
+    /// /usr/bin/sleep (the command writes its pid, then execs sleep: read before, it is a shell).
     static func start(_ command: String, pidFile: String) throws -> (shell: Process, pid: Int32) {
         let shell = Process()
         shell.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -24,7 +25,11 @@ struct CallerIdentityTests {
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             let text = (try? String(contentsOfFile: pidFile, encoding: .utf8)) ?? ""
-            if text.hasSuffix("\n"), let pid = Int32(text.dropLast()) { return (shell, pid) }
+            if text.hasSuffix("\n"), let pid = Int32(text.dropLast()),
+                executablePath(ofProcess: pid) == "/usr/bin/sleep"
+            {
+                return (shell, pid)
+            }
             guard shell.isRunning else { break }
             usleep(10_000)
         }

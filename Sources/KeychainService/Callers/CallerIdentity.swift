@@ -42,6 +42,28 @@ package struct CallerIdentity: Sendable, Hashable {
     /// Reads the identity of `process` for a caller of user `uid`; nil when the process ended
     /// before its facts were confirmed (they could be another's, under a reused pid).
     package static func of(_ process: PinnedProcess, uid: UInt32) -> CallerIdentity? {
+        // A process that connects again (a browser's PKCS#11 module, a long-lived client) is
+        // read once: the same pid, start time and executable file are the same process, as it was.
+        let incarnation = process.incarnation
+        if let incarnation, let known = known.withLock({ $0[process.pid] }), known.incarnation == incarnation,
+            known.identity.uid == uid
+        {
+            return process.isAlive ? known.identity : nil
+        }
+        guard let identity = read(process, uid: uid) else { return nil }
+        if let incarnation {
+            known.withLock { known in
+                if known.count >= 256 { known.removeAll() }
+                known[process.pid] = (incarnation, identity)
+            }
+        }
+        return identity
+    }
+
+    /// The identities read so far, by pid, with the incarnation they were read of.
+    private static let known = Locked<[Int32: (incarnation: [UInt64], identity: CallerIdentity)]>([:])
+
+    private static func read(_ process: PinnedProcess, uid: UInt32) -> CallerIdentity? {
         let executable = process.executable
         let hash = process.openExecutable().flatMap { descriptor in
             defer { close(descriptor) }
