@@ -2,6 +2,8 @@
 #include "CSystemCalls.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,4 +31,17 @@ int tk_peer_pidfd(int socket) {
 
 int tk_pidfd_check_alive(int pidfd) {
     return (int)syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0);
+}
+
+#ifndef PIDFS_MAGIC
+#define PIDFS_MAGIC 0x50494446
+#endif
+
+unsigned long long tk_pidfd_process_id(int pidfd) {
+    struct statfs filesystem;
+    struct stat status;
+    // Before pidfs, every pidfd was the same anon_inode: its inode names no process.
+    if (fstatfs(pidfd, &filesystem) != 0 || (unsigned long)filesystem.f_type != PIDFS_MAGIC) return 0;
+    if (fstat(pidfd, &status) != 0) return 0;
+    return (unsigned long long)status.st_ino;
 }

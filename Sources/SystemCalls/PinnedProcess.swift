@@ -56,13 +56,18 @@ package final class PinnedProcess: Sendable {
     }
 
     /// What tells this process from any other that ever had its pid, and from itself before an
-    /// exec: its start time (/proc/PID/stat, field 22) and its executable's device and inode.
+    /// exec: the kernel's number for it (its pidfd's inode on pidfs), else its start time
+    /// (/proc/PID/stat, field 22); and its executable's device and inode.
     package var incarnation: [UInt64]? {
-        guard let status, let descriptor = openExecutable() else { return nil }
-        defer { close(descriptor) }
+        // The pidfd's own number where the kernel gives one: no /proc/PID/stat to read.
+        let processID = tk_pidfd_process_id(descriptor)
+        guard let identifier = processID != 0 ? UInt64(processID) : status?.startTime,
+            let executableFile = openExecutable()
+        else { return nil }
+        defer { close(executableFile) }
         var executable = stat()
-        guard fstat(descriptor, &executable) == 0 else { return nil }
-        return [status.startTime, UInt64(executable.st_dev), UInt64(executable.st_ino)]
+        guard fstat(executableFile, &executable) == 0 else { return nil }
+        return [processID != 0 ? 1 : 0, identifier, UInt64(executable.st_dev), UInt64(executable.st_ino)]
     }
 
     /// /proc/PID/stat's parent, session and start time.

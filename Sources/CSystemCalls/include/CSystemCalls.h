@@ -69,4 +69,8 @@ int tk_peer_pidfd(int socket);
 /// 0 when the process `pidfd` refers to is still running (pidfd_send_signal(2) of signal 0).
 int tk_pidfd_check_alive(int pidfd);
 
+/// The number the kernel gives the process `pidfd` refers to and never gives another while it
+/// runs: the pidfd's inode on pidfs (Linux 6.9), or 0 where pidfds share one anonymous inode.
+unsigned long long tk_pidfd_process_id(int pidfd);
+
 #endif
