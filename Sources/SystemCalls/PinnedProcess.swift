@@ -11,15 +11,15 @@ package final class PinnedProcess: Sendable {
     package let pid: Int32
     private let descriptor: Int32
 
-    /// The peer of a connected Unix socket: its pidfd from the kernel (SO_PEERPIDFD) where the
-    /// kernel has it, else one opened for the pid it recorded (SO_PEERCRED); nil when neither.
-    package convenience init?(peerOf socket: Int32) {
-        guard let credentials = peerCredentials(of: socket) else { return nil }
+    /// The peer of a connected Unix socket, whose pid `pid` is (``peerCredentials(of:)``): its
+    /// pidfd from the kernel (SO_PEERPIDFD) where the kernel has it, else one opened for the pid;
+    /// nil when neither.
+    package convenience init?(peerOf socket: Int32, pid: Int32) {
         let taken = tk_peer_pidfd(socket)
         if taken >= 0 {
-            self.init(pid: credentials.pid, descriptor: taken)
+            self.init(pid: pid, descriptor: taken)
         } else {
-            self.init(pid: credentials.pid)
+            self.init(pid: pid)
         }
     }
 
@@ -124,22 +124,12 @@ package final class PinnedProcess: Sendable {
         return nil
     }
 
-    /// At most `limit` bytes of a /proc file as text; nil when it cannot be read.
+    /// At most `limit` bytes of a /proc file as text; nil when it cannot be opened.
     private static func read(_ path: String, limit: Int) -> String? {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
-        var bytes = [UInt8](repeating: 0, count: limit)
-        var filled = 0
-        while filled < limit {
-            let count = bytes.withUnsafeMutableBytes {
-                Glibc.read(descriptor, $0.baseAddress! + filled, limit - filled)
-            }
-            if count < 0, errno == EINTR { continue }
-            guard count > 0 else { break }
-            filled += count
-        }
-        return String(decoding: bytes[..<filled], as: UTF8.self)
+        return String(decoding: readToEnd(descriptor, atMost: limit), as: UTF8.self)
     }
 }
 

@@ -130,7 +130,7 @@ package final class AgentServer: Sendable {
             return
         }
         // Who asks, from the kernel: the process held by its pidfd while /proc is read.
-        let identity = PinnedProcess(peerOf: connection).flatMap { CallerIdentity.of($0, uid: peer.uid) }
+        let identity = PinnedProcess(peerOf: connection, pid: peer.pid).flatMap { CallerIdentity.of($0, uid: peer.uid) }
         var state = ConnectionState(
             caller: AccessCaller(
                 face: .sshAgent, uid: peer.uid, source: .peerCredentials,
@@ -190,7 +190,7 @@ package final class AgentServer: Sendable {
     }
 
     package func respond(to request: AgentRequest, on state: inout ConnectionState) -> AgentResponse {
-        let (caller, pid) = (state.caller, state.pid)
+        let caller = state.caller
         let locked = lock.withLock { $0 != nil }
         switch request {
         case .requestIdentities:

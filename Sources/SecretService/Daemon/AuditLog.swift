@@ -1,6 +1,5 @@
 import DBus
 import Foundation
-import SystemCalls
 import TPMKeychain
 import WireFormat
 
@@ -31,7 +30,7 @@ final class AuditLog {
         // What the kernel says of the caller: the file it runs (hashed through /proc/PID/exe,
         // not by path), the chain that started it, its unit and its Flatpak app id. The bus
         // gives a pid, not a pidfd (dbus 1.14): it is held from here, while the caller waits.
-        let identity = PinnedProcess(pid: peer.pid).flatMap { CallerIdentity.of($0, uid: peer.uid) }
+        let identity = peer.identity
         var line =
             "uid=\(peer.uid) pid=\(peer.pid) exe=\(DisplayText.quoted(identity?.process.executable ?? peer.executable ?? "?"))"
         line += " exe_sha256=\(identity?.executableHash?.hexString ?? "?")"

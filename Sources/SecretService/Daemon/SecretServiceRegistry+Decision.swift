@@ -1,4 +1,5 @@
 import DBus
+import SystemCalls
 import TPMKeychain
 
 /// What a call does to a collection or its items: the operations of the one decision point.
@@ -59,5 +60,11 @@ extension BusPeer {
     /// kernel's SO_PEERCRED), its executable from /proc at its first call.
     var caller: AccessCaller {
         AccessCaller(face: .secretService, uid: uid, source: .peerCredentials, executable: executable)
+    }
+
+    /// What the kernel says of the peer (CallerIdentity), read now: the bus gives a pid, not a
+    /// pidfd (dbus 1.14), so the process is held from here, while the caller waits for its answer.
+    var identity: CallerIdentity? {
+        PinnedProcess(pid: pid).flatMap { CallerIdentity.of($0, uid: uid) }
     }
 }

@@ -152,7 +152,7 @@ struct PromptObject: SecretServiceObject {
         // With what the kernel says of it: the chain that started it, its unit, app id and hash.
         let who =
             registry.peers[prompt.owner].map { peer in
-                let identity = PinnedProcess(pid: peer.pid).flatMap { CallerIdentity.of($0, uid: peer.uid) }
+                let identity = peer.identity
                 let program =
                     peer.executable.map { DisplayText.quoted($0, limit: Self.shownLength) } ?? "an unknown program"
                 return "\(program) (\(identity?.details ?? "pid \(peer.pid)"))"
