@@ -161,6 +161,13 @@ static int ask(const char *path, const struct tk_buffer *request, struct tk_buff
     return result;
 }
 
+/// Starts an SSH_AGENTC_EXTENSION request for the extension `name`; its fields follow.
+static void extension_request(struct tk_buffer *request, const char *name) {
+    unsigned char type = 27;  // SSH_AGENTC_EXTENSION
+    tk_buffer_append(request, &type, 1);
+    tk_buffer_string(request, name, strlen(name));
+}
+
 static void append_blob(struct tk_buffer *buffer, const struct tk_identity *identity) {
     struct tk_buffer blob = {0};
     tk_buffer_string(&blob, algorithm, strlen(algorithm));
@@ -231,10 +238,7 @@ void tk_certificate_free(struct tk_certificate *certificate) {
 
 int tk_agent_certificates(const char *socket, struct tk_certificate *certificates, int capacity) {
     struct tk_buffer request = {0}, answer = {0};
-    unsigned char type = 27;  // SSH_AGENTC_EXTENSION
-    static const char name[] = "certificates@tpm-keychain";
-    tk_buffer_append(&request, &type, 1);
-    tk_buffer_string(&request, name, strlen(name));
+    extension_request(&request, "certificates@tpm-keychain");
     int found = -1;
     if (ask(socket, &request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 6) {
         struct reader reader = {answer.bytes, answer.count, 1, 0};
@@ -300,10 +304,7 @@ ck_rv_t tk_agent_sign(const char *socket, const struct tk_identity *identity, co
                       int prehashed, unsigned char signature[64]) {
     struct tk_buffer request = {0}, answer = {0};
     if (prehashed) {
-        unsigned char type = 27;  // SSH_AGENTC_EXTENSION
-        static const char name[] = "sign-digest@tpm-keychain";
-        tk_buffer_append(&request, &type, 1);
-        tk_buffer_string(&request, name, strlen(name));
+        extension_request(&request, "sign-digest@tpm-keychain");
         append_blob(&request, identity);
         tk_buffer_string(&request, data, count);
     } else {
@@ -339,10 +340,7 @@ ck_rv_t tk_agent_sign(const char *socket, const struct tk_identity *identity, co
 
 int tk_agent_store_name(const char *socket, char *name, size_t capacity) {
     struct tk_buffer request = {0}, answer = {0};
-    unsigned char type = 27;  // SSH_AGENTC_EXTENSION
-    static const char extension[] = "store@tpm-keychain";
-    tk_buffer_append(&request, &type, 1);
-    tk_buffer_string(&request, extension, strlen(extension));
+    extension_request(&request, "store@tpm-keychain");
     int result = -1;
     if (ask(socket, &request, &answer) == 0 && answer.count >= 1 && answer.bytes[0] == 6) {
         struct reader reader = {answer.bytes, answer.count, 1, 0};
