@@ -37,8 +37,8 @@ struct AddCertificate: ParsableCommand {
         KeychainEnvironment.location = session.location
         let parsed = try Self.read(certificate)
         let key = try KeyLookup.one(name)
-        guard let certified = SecCertificateCopyKey(parsed), Self.publicBytes(of: certified) != nil,
-            Self.publicBytes(of: certified) == SecKeyCopyPublicKey(key).flatMap(Self.publicBytes)
+        guard let certified = SecCertificateCopyKey(parsed).flatMap(Self.publicBytes),
+            certified == SecKeyCopyPublicKey(key).flatMap(Self.publicBytes)
         else {
             throw CommandFailure(
                 ExitStatus.dataError,
