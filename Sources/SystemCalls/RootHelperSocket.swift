@@ -26,29 +26,19 @@ public struct RootHelperSocket: Sendable {
     /// - Parameter timeoutSeconds: how long a read may wait: a helper that hangs costs its
     ///   caller this much at most.
     public func ask(_ request: String?, timeoutSeconds: Int = 10) throws(Failure) -> String {
-        var status = stat()
-        guard lstat(path, &status) == 0 else {
-            if errno == ENOENT { throw .notInstalled }
-            throw .unavailable("cannot check \(path): \(Errno.current)")
+        let connection: Int32
+        do throws(OwnedSocketFailure) {
+            connection = try connectToOwnedSocket(path, owner: 0, timeoutSeconds: timeoutSeconds)
+        } catch {
+            switch error {
+            case .absent: throw .notInstalled
+            case .unchecked(let reason): throw .unavailable("cannot check \(path): \(reason)")
+            case .foreignSocket: throw .unavailable("\(path) is not a socket of root's, so it is not the helper")
+            case .refused(let reason): throw .unavailable("the helper at \(path) does not answer: \(reason)")
+            case .foreignPeer: throw .unavailable("the process behind \(path) is not root's, so it is not the helper")
+            }
         }
-        guard status.st_mode & S_IFMT == S_IFSOCK, status.st_uid == 0 else {
-            throw .unavailable("\(path) is not a socket of root's, so it is not the helper")
-        }
-        let connection = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard connection >= 0 else { throw .unavailable("socket: \(Errno.current)") }
         defer { close(connection) }
-        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-        _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        guard withUnixSocketAddress(path, { Glibc.connect(connection, $0, $1) }) == 0 else {
-            throw .unavailable("the helper at \(path) does not answer: \(Errno.current)")
-        }
-        // struct ucred (pid, uid, gid), which Glibc's module does not export without _GNU_SOURCE.
-        var credentials: [Int32] = [0, 0, 0]
-        var length = socklen_t(MemoryLayout<Int32>.size * 3)
-        guard getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, credentials[1] == 0 else {
-            throw .unavailable("the process behind \(path) is not root's, so it is not the helper")
-        }
         if let request {
             let bytes = Array((request + "\n").utf8)
             var written = 0

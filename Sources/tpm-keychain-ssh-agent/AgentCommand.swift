@@ -63,7 +63,7 @@ struct AgentCommand: ParsableCommand {
                     server = AgentServer(listeningOn: activated, keyring: keyring, log: log)
                     log("serving \(server.socketPath), handed over by the service manager")
                 } else {
-                    do throws(AgentServerError) {
+                    do throws(OwnerSocketServerError) {
                         server = try AgentServer(socketPath: path ?? "", keyring: keyring, log: log)
                     } catch {
                         throw CommandFailure(ExitStatus.ioError, error.description)
@@ -81,14 +81,7 @@ struct AgentCommand: ParsableCommand {
     /// `-a`, or the socket in the user's runtime directory (made 0700 when missing).
     private func socketPath() throws -> String {
         if let socket { return socket }
-        guard let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), runtime.hasPrefix("/") else {
-            throw CommandFailure(ExitStatus.usage, "XDG_RUNTIME_DIR is not set: give the socket's path with -a")
-        }
-        let directory = runtime + "/tpm-keychain"
-        if mkdir(directory, 0o700) != 0, errno != EEXIST {
-            throw CommandFailure(
-                ExitStatus.ioError, "Cannot create \(directory): \(String(cString: strerror(errno)))")
-        }
+        let directory = try RuntimeSockets.directory(option: "-a")
         return directory + "/ssh-agent.socket"
     }
 }

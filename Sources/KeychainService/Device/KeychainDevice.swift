@@ -131,8 +131,10 @@ public struct KeychainDevice: Sendable {
     /// Locks the device: items of the whenUnlocked classes are refused by the TPM until ``unlock(passcode:)``.
     ///
     /// - Throws: ``KeychainError`` `.passcodeNotSet`.
+    /// A session holder of the user's (``SessionHolder``) is told, and erases the keys it holds.
     public func lock() throws(KeychainError) {
         try withDevice { (device) throws(KeychainError) in try device.lock() }
+        SessionHolder.tell(.lock)
     }
 
     /// Unlocks the device with its passcode (a wrong one counts toward the TPM's lockout).
@@ -140,6 +142,7 @@ public struct KeychainDevice: Sendable {
     /// - Throws: ``KeychainError`` `.authenticationFailed`, `.lockout`, `.passcodeNotSet`.
     public func unlock(passcode: SecretBytes) throws(KeychainError) {
         try withDevice { (device) throws(KeychainError) in try device.unlock(passcode: passcode) }
+        SessionHolder.tell(.unlock)
     }
 
     private func withDevice<R>(_ body: (Device) throws(KeychainError) -> R) throws(KeychainError) -> R {

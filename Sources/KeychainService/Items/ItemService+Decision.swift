@@ -92,7 +92,7 @@ extension ItemService {
         let restricted = AccessCaller(
             face: caller.face, uid: caller.uid, source: caller.source, accessGroups: accessGroups.sorted(),
             executable: caller.executable)
-        return ItemService(location: location, caller: restricted, store: store)
+        return ItemService(location: location, caller: restricted, openedStore: openedStore)
     }
 
     /// The access group a primary key names; "" for none.

@@ -22,12 +22,22 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` for an item that needs a person (read
     ///   it with a context) or while the session or keychain is locked, `.tampered`.
     package func value(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
+        if let value = warmValue(identity) { return value }
         try authorize(.readSecret, group: identity.accessGroup)
         do {
             return try store.value(identity)
         } catch  where error.code == .interactionNotAllowed {
             return try valueNeedingNoPerson(identity)
         }
+    }
+
+    /// The value of an item under the master key (no TPM command), or nil when there is none;
+    /// what the session holder answers with.
+    ///
+    /// - Throws: ``KeychainError`` `.interactionNotAllowed` for a protected item, `.tampered`.
+    package func valueUnderMasterKey(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {
+        try authorize(.readSecret, group: identity.accessGroup)
+        return try store.value(identity)
     }
 
     private func valueNeedingNoPerson(_ identity: ItemIdentity) throws(KeychainError) -> ItemValue? {

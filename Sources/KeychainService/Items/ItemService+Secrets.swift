@@ -97,6 +97,7 @@ extension ItemService {
     package func secret(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> [UInt8]? {
         try authorize(.readSecret, group: Self.group(of: result.attributes))
         if let value = result.value { return value }
+        if !result.isProtected, let value = warmSecret(of: result) { return value }
         return try store.secret(of: result, recordKey: key?.recordKey)
     }
 

@@ -17,26 +17,74 @@ package import KeychainVocabulary
 ///
 /// A service is a handle on the store the location names, opened once per process (one TPM
 /// unseal, shared with every other user of the location); it is cheap to make.
+///
+/// Where a session holder runs (``SessionHolder``), a short-lived process's reads of items under
+/// the master key are answered by it with no TPM command, and the store is opened here only when
+/// something else is asked (the warm path, docs/ARCHITECTURE.md).
 package struct ItemService: Sendable {
     package let location: KeychainLocation
     /// Who is asking, as its face knows it: every operation is decided for this caller.
     package let caller: AccessCaller
-    let store: ItemStore
+    /// The store, opened when the service was made; nil while reads go to the session holder.
+    let openedStore: ItemStore?
 
     /// The store at `location`, opened (unsealed) on first use in this process, for `caller`.
     ///
     /// - Throws: ``KeychainError`` from opening the store: `.tpmUnavailable`, `.wrongTPM`,
     ///   `.tampered`, `.unsafeFileSystem`, `.storeNotFound` and the rest of ``KeychainLocation``'s.
+    ///   With a session holder, those come from the first operation the holder does not answer.
     package init(location: KeychainLocation, caller: AccessCaller) throws(KeychainError) {
         self.location = location
         self.caller = caller
-        store = try OpenStores.store(at: location)
+        openedStore = SessionHolder.mayServe(caller, at: location) ? nil : try OpenStores.store(at: location)
     }
 
-    init(location: KeychainLocation, caller: AccessCaller, store: ItemStore) {
+    /// The same store for another caller: opened, or still left to the holder, as `openedStore` says.
+    init(location: KeychainLocation, caller: AccessCaller, openedStore: ItemStore?) {
         self.location = location
         self.caller = caller
-        self.store = store
+        self.openedStore = openedStore
+    }
+
+    /// The open store: the one opened when the service was made, else this process's, opened now.
+    var store: ItemStore {
+        get throws(KeychainError) {
+            if let openedStore { return openedStore }
+            return try OpenStores.store(at: location)
+        }
+    }
+
+    /// The session holder's answer to `read` for this caller; nil when this service opened its
+    /// store itself, or the holder does not answer (then the caller's own path runs).
+    private func warm(_ read: (HolderRequest.HolderStore) -> HolderRequest) -> HolderResponse? {
+        guard openedStore == nil, !OpenStores.isOpen(location),
+            let target = SessionHolder.store(for: location, caller: caller)
+        else { return nil }
+        return SessionHolder.ask(read(target))
+    }
+
+    /// The holder's answer to a query; nil to run it here.
+    func warmResults(_ query: ItemQuery) -> [ItemQueryResult]? {
+        guard case .results(let results) = warm({ .query($0, HolderRequest.HolderQuery(query)) }) else { return nil }
+        return results
+    }
+
+    /// The holder's answer for the secret of `result`, an item under the master key found
+    /// without its secret: the item its primary key names, found again with its secret (the
+    /// same item: its reference); nil to read it here.
+    func warmSecret(of result: ItemQueryResult) -> [UInt8]? {
+        var matching = AttributeList()
+        for tag in result.itemClass.primaryKey where tag != AttributeTag.synchronizable {
+            matching[tag] = result.attributes[tag]
+        }
+        let query = ItemQuery(itemClass: result.itemClass, matching: matching, synchronizable: .any, returnsData: true)
+        return warmResults(query)?.first { $0.reference == result.reference }?.value
+    }
+
+    /// The holder's answer to a generic password's value; nil to read it here.
+    func warmValue(_ identity: ItemIdentity) -> ItemValue?? {
+        guard case .value(let value) = warm({ .value($0, identity) }) else { return nil }
+        return .some(value)
     }
 
     // MARK: Finding
@@ -45,6 +93,7 @@ package struct ItemService: Sendable {
     ///
     /// - Throws: ``KeychainError`` `.tampered` for a damaged or misplaced file met on the way.
     package func query(_ query: ItemQuery) throws(KeychainError) -> [ItemQueryResult] {
+        if let results = warmResults(query) { return results }
         try authorize(query.returnsData ? .readSecret : .readMetadata, namedIn: query.matching)
         return try store.query(query).filter(visible)
     }
@@ -87,8 +136,9 @@ package struct ItemService: Sendable {
 
     /// Changes whenever any process adds, replaces or removes an item of the store: for faces
     /// that keep their own view of the items (the Secret Service's index) and rebuild it on change.
+    /// Empty when the store cannot be opened.
     package func changeStamp() -> [Int64] {
-        store.changeStamp()
+        (try? store)?.changeStamp() ?? []
     }
 
     // MARK: Writing

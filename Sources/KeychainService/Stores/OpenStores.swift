@@ -18,6 +18,16 @@ package enum OpenStores {
     /// The stores already open: the get path's one lock and one lookup.
     private static let opened = Locked<[KeychainLocation: ItemStore]>([:])
 
+    /// Whether this process has the store at `location` open: its reads need no TPM here.
+    static func isOpen(_ location: KeychainLocation) -> Bool {
+        opened.withLock { $0[location] != nil }
+    }
+
+    /// Every store this process has open, for a holder that lets go of them all at a lock.
+    static var openLocations: [KeychainLocation] {
+        opened.withLock { Array($0.keys) }
+    }
+
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
     static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
         if let store = opened.withLock({ $0[location] }) { return store }

@@ -1,6 +1,6 @@
 import Crypto
 import FoundationEssentials
-import SystemCalls
+package import SystemCalls
 package import TPMKeychain
 import WireFormat
 
@@ -9,59 +9,33 @@ import Glibc
 #endif
 
 /// The agent on its Unix socket: every connection answered on a thread of its own, one message at
-/// a time, as OpenSSH's agent answers them. Only the socket's owner is served: the socket is made
-/// 0600 in a directory the caller keeps private, and each connection's peer (SO_PEERCRED) must be
-/// this process's user, root included, or it is closed unanswered.
+/// a time, as OpenSSH's agent answers them. Only the socket's owner is served (OwnerSocketServer:
+/// the socket is 0600, and each connection's peer must be this process's user, root included).
 ///
 /// The agent decides nothing itself: a key is listed and used through the service for the
 /// connection's caller (uid, pid, executable), so the decision point and the key's own access
 /// control apply as for every face.
 package final class AgentServer: Sendable {
-    package let socketPath: String
+    private let server: OwnerSocketServer
     private let keyring: AgentKeyring
-    private let listener: Int32
-    /// Whether the agent made the socket (and removes it at ``stop()``), rather than a service manager.
-    private let ownsSocket: Bool
-    private let ownerUID = geteuid()
     /// The salted hash of the passphrase the agent was locked with (`ssh-add -x`); nil: unlocked.
     private let lock = Locked<(salt: [UInt8], hash: [UInt8])?>(nil)
-    private let connections = Locked<Int>(0)
-    private let stopped = Locked<Bool>(false)
     private let log: @Sendable (String) -> Void
 
     /// How many clients are served at once; more are closed at once (each holds a thread).
     package static let connectionLimit = 64
 
+    package var socketPath: String { server.socketPath }
+
     /// Listens on `socketPath` (a stale socket there of this user's is replaced).
     ///
-    /// - Throws: ``AgentServerError`` when the socket cannot be made.
+    /// - Throws: ``OwnerSocketServerError`` when the socket cannot be made.
     package init(
         socketPath: String, keyring: AgentKeyring, log: @escaping @Sendable (String) -> Void
-    ) throws(AgentServerError) {
-        self.socketPath = socketPath
+    ) throws(OwnerSocketServerError) {
+        server = try OwnerSocketServer(socketPath: socketPath, name: "agent", connectionLimit: Self.connectionLimit, log: log)
         self.keyring = keyring
         self.log = log
-        var status = stat()
-        if lstat(socketPath, &status) == 0 {
-            guard status.st_mode & S_IFMT == S_IFSOCK, status.st_uid == geteuid() else {
-                throw AgentServerError(
-                    "\(socketPath) exists and is not a socket of this user: remove it or choose another path")
-            }
-            unlink(socketPath)
-        }
-        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard listener >= 0 else { throw AgentServerError("Cannot make a socket: \(String(cString: strerror(errno)))") }
-        // The socket is made 0600 by bind itself: no moment exists where another user may connect.
-        let previous = umask(0o177)
-        let bound = withUnixSocketAddress(socketPath) { Glibc.bind(listener, $0, $1) }
-        umask(previous)
-        guard bound == 0, Glibc.listen(listener, 64) == 0 else {
-            let reason = String(cString: strerror(errno))
-            close(listener)
-            throw AgentServerError("Cannot listen on \(socketPath): \(reason)")
-        }
-        self.listener = listener
-        ownsSocket = true
     }
 
     /// Serves `descriptor`, a listening Unix socket a service manager made and handed over
@@ -70,73 +44,32 @@ package final class AgentServer: Sendable {
     package init(
         listeningOn descriptor: Int32, keyring: AgentKeyring, log: @escaping @Sendable (String) -> Void
     ) {
-        socketPath = boundPath(ofUnixSocket: descriptor) ?? "the socket handed over"
+        server = OwnerSocketServer(listeningOn: descriptor, name: "agent", connectionLimit: Self.connectionLimit, log: log)
         self.keyring = keyring
         self.log = log
-        listener = descriptor
-        ownsSocket = false
     }
 
     /// Accepts and answers connections until ``stop()``.
     package func serve() {
-        while !stopped.withLock({ $0 }) {
-            // accept4 is not in Glibc's module (it needs _GNU_SOURCE); the agent starts no
-            // child, so no descriptor can leak between accept and FD_CLOEXEC.
-            let connection = accept(listener, nil, nil)
-            if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
-            if connection < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                if stopped.withLock({ $0 }) { return }
-                log("accept failed: \(String(cString: strerror(errno)))")
-                return
-            }
-            let admitted = connections.withLock { count -> Bool in
-                guard count < Self.connectionLimit else { return false }
-                count += 1
-                return true
-            }
-            guard admitted else {
-                log("refused a connection: \(Self.connectionLimit) clients are connected already")
-                close(connection)
-                continue
-            }
-            do {
-                _ = try JoinableThread { [self] in
-                    defer { connections.withLock { $0 -= 1 } }
-                    answer(connection)
-                }
-            } catch {
-                connections.withLock { $0 -= 1 }
-                close(connection)
-            }
-        }
+        server.serve { [self] connection, pid, uid in answer(connection, pid: pid, uid: uid) }
     }
 
     /// Stops accepting (connections being answered finish their current message) and removes the socket.
     package func stop() {
-        stopped.withLock { $0 = true }
-        shutdown(listener, Int32(SHUT_RDWR))
-        // A service manager's socket stays: it listens again for the next start.
-        if ownsSocket { unlink(socketPath) }
+        server.stop()
     }
 
     // MARK: One connection
 
-    private func answer(_ connection: Int32) {
-        defer { close(connection) }
-        guard let peer = peerCredentials(of: connection) else { return }
-        guard peer.uid == ownerUID else {
-            log("refused uid \(peer.uid) (pid \(peer.pid)): this agent serves uid \(ownerUID) only")
-            return
-        }
+    private func answer(_ connection: Int32, pid: Int32, uid: UInt32) {
         // Who asks, from the kernel: the process held by its pidfd while /proc is read.
-        let identity = PinnedProcess(peerOf: connection, pid: peer.pid).flatMap { CallerIdentity.of($0, uid: peer.uid) }
+        let identity = PinnedProcess(peerOf: connection, pid: pid).flatMap { CallerIdentity.of($0, uid: uid) }
         var state = ConnectionState(
             caller: AccessCaller(
-                face: .sshAgent, uid: peer.uid, source: .peerCredentials,
-                executable: identity?.process.executable ?? executablePath(ofProcess: peer.pid)),
-            pid: peer.pid, identity: identity)
-        while var body = Self.readMessage(connection) {
+                face: .sshAgent, uid: uid, source: .peerCredentials,
+                executable: identity?.process.executable ?? executablePath(ofProcess: pid)),
+            pid: pid, identity: identity)
+        while var body = OwnerSocketServer.readMessage(connection, maximumLength: AgentRequest.maximumLength) {
             let response: AgentResponse
             // The message may hold a lock passphrase: its bytes do not outlive their answer.
             defer { erase(&body) }
@@ -144,7 +77,7 @@ package final class AgentServer: Sendable {
             do throws(AgentProtocolError) {
                 request = try AgentRequest(parsing: body)
             } catch {
-                log("closed a connection of pid \(peer.pid): \(error.description)")
+                log("closed a connection of pid \(pid): \(error.description)")
                 return
             }
             response = respond(to: request, on: &state)
@@ -327,31 +260,4 @@ package final class AgentServer: Sendable {
     private static func hash(_ passphrase: [UInt8], salt: [UInt8]) -> [UInt8] {
         Array(SHA256.hash(data: salt + passphrase))
     }
-
-    /// The next message's body, or nil when the client hung up (also mid-message) or sent a
-    /// length the protocol does not allow.
-    private static func readMessage(_ connection: Int32) -> [UInt8]? {
-        guard let prefix = readExactly(connection, 4) else { return nil }
-        let length = Int(UInt32(prefix[0]) << 24 | UInt32(prefix[1]) << 16 | UInt32(prefix[2]) << 8 | UInt32(prefix[3]))
-        guard length > 0, length <= AgentRequest.maximumLength else { return nil }
-        return readExactly(connection, length)
-    }
-
-    private static func readExactly(_ connection: Int32, _ count: Int) -> [UInt8]? {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var filled = 0
-        while filled < count {
-            let read = bytes.withUnsafeMutableBytes { Glibc.read(connection, $0.baseAddress! + filled, count - filled) }
-            if read < 0, errno == EINTR { continue }
-            guard read > 0 else { return nil }
-            filled += read
-        }
-        return bytes
-    }
-
-}
-
-package struct AgentServerError: Error, CustomStringConvertible {
-    package let description: String
-    init(_ description: String) { self.description = description }
 }

@@ -1,0 +1,94 @@
+import KeychainStore
+package import KeychainVocabulary
+import SystemCalls
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The warm path's client side: a short-lived process of the user asks the session holder
+/// (``SessionHolderServer``, `tpm-keychain hold-session`), which keeps the user's stores open
+/// for the login session, instead of unsealing a store itself (docs/ARCHITECTURE.md, "The warm
+/// path"). Only reads of items under the master key are answered; anything else, and every
+/// failure to reach the holder, falls back to the caller's own cold path with the same result.
+package enum SessionHolder {
+    /// The holder's socket; empty turns the warm path off.
+    package static let socketVariable = "TPM_KEYCHAIN_SESSION_HOLDER"
+
+    /// How long a read may wait for the holder. Its first read of a store opens it (one TPM
+    /// unseal); a holder that hangs longer costs a caller this much once, then the cold path.
+    static let timeoutSeconds = 5
+
+    /// `TPM_KEYCHAIN_SESSION_HOLDER`, else `$XDG_RUNTIME_DIR/tpm-keychain/session.socket`; nil
+    /// when neither names one. Read with getenv: a lookup does not pay for the whole environment.
+    package static var socketPath: String? {
+        if let chosen = getenv(socketVariable) {
+            let path = String(cString: chosen)
+            return path.hasPrefix("/") ? path : nil
+        }
+        guard let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), runtime.hasPrefix("/") else {
+            return nil
+        }
+        return runtime + "/tpm-keychain/session.socket"
+    }
+
+    /// The faces of short-lived processes. The daemons (Secret Service, ssh agent) hold their
+    /// stores open themselves.
+    static let warmFaces: Set<AccessCaller.Face> = [.keychain, .secItem, .keychainStorage, .cli, .gitHelper]
+
+    /// Whether `caller` at `location` may read through the holder: a caller of a short-lived
+    /// face in this process, a store not open here already (then it is warm in this process),
+    /// no session lock set in code (the holder would not see it), a TPM the holder can reach as
+    /// the caller does, and a holder socket in place.
+    static func mayServe(_ caller: AccessCaller, at location: KeychainLocation) -> Bool {
+        guard caller.source == .thisProcess, warmFaces.contains(caller.face), location.sessionLock == nil,
+            store(for: location, caller: caller) != nil, !OpenStores.isOpen(location), let path = socketPath
+        else { return false }
+        var status = stat()
+        return lstat(path, &status) == 0 && status.st_mode & S_IFMT == S_IFSOCK
+    }
+
+    /// The store and caller as a request names them; nil for a store with its own simulated TPM,
+    /// which this process started already (the holder would wait for its lock).
+    static func store(for location: KeychainLocation, caller: AccessCaller) -> HolderRequest.HolderStore? {
+        let tcti: String?
+        switch location.tpm {
+        case .automatic: tcti = nil
+        case .automaticOrSimulated: return nil
+        case .tcti(let chosen): tcti = chosen
+        case .chosen(let tpm):
+            if case .simulatedInStore = tpm.source { return nil }
+            tcti = tpm.configuration.tcti
+        }
+        return HolderRequest.HolderStore(
+            path: location.path, tcti: tcti, deviceDirectory: location.deviceDirectory, face: caller.face,
+            accessGroups: caller.accessGroups)
+    }
+
+    /// The holder's answer to `request`; nil when there is no holder or it could not answer.
+    static func ask(_ request: HolderRequest) -> HolderResponse? {
+        guard let path = socketPath else { return nil }
+        let connection: Int32
+        do throws(OwnedSocketFailure) {
+            connection = try connectToOwnedSocket(path, owner: UInt32(geteuid()), timeoutSeconds: timeoutSeconds)
+        } catch {
+            return nil
+        }
+        defer { close(connection) }
+        do {
+            try sendAll(connection, OwnerSocketServer.framed(request.encoded))
+        } catch {
+            return nil
+        }
+        guard var body = OwnerSocketServer.readMessage(connection, maximumLength: HolderResponse.maximumLength)
+        else { return nil }
+        // The answer may hold secrets: the bytes read do not outlive their parsing.
+        defer { erase(&body) }
+        return try? HolderResponse(parsing: body)
+    }
+
+    /// Tells a running holder that the keychain was locked or unlocked; nothing when none runs.
+    package static func tell(_ change: HolderRequest) {
+        _ = ask(change)
+    }
+}
