@@ -355,7 +355,7 @@ let package = Package(
                 "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
                 "tpm-keychain-keys",
                 "git-credential-tpm-keychain", "tpm-keychain-face-probe", "KeychainStore", "ToolSupport",
-                "KeychainTransfer",
+                "KeychainTransfer", "SystemCalls",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

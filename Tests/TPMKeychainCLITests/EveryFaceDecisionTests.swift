@@ -170,6 +170,11 @@ struct EveryFaceDecisionTests {
         cli("login-unlock", otherUser: .notCalled(why: ownDevice), locked: .notCalled(why: lockItself)),
         cli("pam-hook", otherUser: .notCalled(why: ownDevice), locked: .notCalled(why: lockItself)),
         cli("follow-screen-lock", otherUser: .notCalled(why: ownDevice), locked: .notCalled(why: lockItself)),
+        cli(
+            "hold-session",
+            otherUser: .notCalled(
+                why: "answers through the service for each caller; its socket refuses other users: WarmPathTests"),
+            locked: .notCalled(why: "WarmPathTests: a lock erases what it holds, and it answers nothing until unlocked")),
         cli("doctor", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
         cli("demo", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
         cli(

@@ -10,6 +10,9 @@ package enum HolderRequest: Equatable, Sendable {
     case value(HolderStore, ItemIdentity)
     /// The items a query matches (``ItemService/query(_:)``).
     case query(HolderStore, HolderQuery)
+    /// The item of a class its primary key names, with its secret when asked and under the
+    /// master key (``ItemService/item(_:primary:withSecret:)``).
+    case item(HolderStore, ItemClass, primary: AttributeList, withSecret: Bool)
     /// The keychain was locked: erase every key held, and answer every read "cold" until an unlock.
     case lock
     /// The keychain was unlocked: stores may be held again, each from its next read on.
@@ -69,7 +72,7 @@ package enum HolderRequest: Equatable, Sendable {
     }
 
     private enum Operation: UInt8 {
-        case value = 1, query = 2, lock = 3, unlock = 4
+        case value = 1, query = 2, lock = 3, unlock = 4, item = 5
     }
 
     package var encoded: [UInt8] {
@@ -87,9 +90,13 @@ package enum HolderRequest: Equatable, Sendable {
             writer.append(query.synchronizable)
             writer.append(UInt8(query.limitsToOne ? 1 : 0))
             writer.append(UInt8(query.returnsData ? 1 : 0))
-            let attributes = query.matching.encoded()
-            writer.append(UInt32(attributes.count))
-            writer.append(raw: attributes)
+            Self.append(query.matching, to: &writer)
+        case .item(let store, let itemClass, let primary, let withSecret):
+            writer.append(Operation.item.rawValue)
+            Self.append(store, to: &writer)
+            writer.append(itemClass.rawValue)
+            writer.append(UInt8(withSecret ? 1 : 0))
+            Self.append(primary, to: &writer)
         case .lock:
             writer.append(Operation.lock.rawValue)
         case .unlock:
@@ -123,20 +130,20 @@ package enum HolderRequest: Equatable, Sendable {
             let synchronizable = try reader.readUInt8()
             let (limit, returnsData) = (try reader.readUInt8(), try reader.readUInt8())
             guard synchronizable <= 2, limit <= 1, returnsData <= 1 else { throw WireFormatError("Bad query flags") }
-            let count = Int(try reader.readUInt32())
-            guard count <= Self.maximumLength else { throw WireFormatError("Attributes over the limit") }
-            let encodedMatching = try reader.readBytes(count)
-            let matching: AttributeList
-            do throws(KeychainError) {
-                matching = try AttributeList(decoding: encodedMatching, path: "the request")
-            } catch {
-                throw WireFormatError(error.message)
-            }
+            let matching = try Self.readAttributes(&reader)
             var query = ItemQuery(itemClass: itemClass, matching: matching)
             query.synchronizable = synchronizable == 0 ? .yes : synchronizable == 1 ? .no : .any
             query.limit = limit == 1 ? .one : .all
             query.returnsData = returnsData == 1
             self = .query(store, HolderQuery(query))
+        case .item:
+            let store = try Self.readStore(&reader)
+            guard let itemClass = ItemClass(rawValue: try reader.readUInt32()) else {
+                throw WireFormatError("Unknown item class")
+            }
+            let withSecret = try reader.readUInt8()
+            guard withSecret <= 1 else { throw WireFormatError("Bad secret flag") }
+            self = .item(store, itemClass, primary: try Self.readAttributes(&reader), withSecret: withSecret == 1)
         case .lock:
             self = .lock
         case .unlock:
@@ -156,6 +163,23 @@ package enum HolderRequest: Equatable, Sendable {
             for group in groups { writer.appendSized(Array(group.utf8)) }
         } else {
             writer.append(UInt8(0))
+        }
+    }
+
+    static func append(_ attributes: AttributeList, to writer: inout WireWriter) {
+        let encoded = attributes.encoded()
+        writer.append(UInt32(encoded.count))
+        writer.append(raw: encoded)
+    }
+
+    static func readAttributes(_ reader: inout WireReader) throws(WireFormatError) -> AttributeList {
+        let count = Int(try reader.readUInt32())
+        guard count <= maximumLength else { throw WireFormatError("Attributes over the limit") }
+        let encoded = try reader.readBytes(count)
+        do throws(KeychainError) {
+            return try AttributeList(decoding: encoded, path: "the message")
+        } catch {
+            throw WireFormatError(error.message)
         }
     }
 
@@ -241,9 +265,7 @@ package enum HolderResponse: Equatable, Sendable {
                     writer.append(UInt32(value.count))
                     writer.append(raw: value)
                 }
-                let attributes = result.attributes.encoded()
-                writer.append(UInt32(attributes.count))
-                writer.append(raw: attributes)
+                HolderRequest.append(result.attributes, to: &writer)
             }
         case .done:
             writer.append(Status.done.rawValue)
@@ -298,13 +320,7 @@ package enum HolderResponse: Equatable, Sendable {
             case 1: try readValue(&reader)
             default: throw WireFormatError("Bad value flag")
             }
-        let encodedAttributes = try reader.readBytes(Int(try reader.readUInt32()))
-        let attributes: AttributeList
-        do throws(KeychainError) {
-            attributes = try AttributeList(decoding: encodedAttributes, path: "the holder's answer")
-        } catch {
-            throw WireFormatError(error.message)
-        }
+        let attributes = try HolderRequest.readAttributes(&reader)
         return ItemQueryResult(
             reference: reference, itemClass: itemClass, attributes: attributes, accessibility: accessibility,
             kind: kind, value: value, keyRecord: keyRecord)

@@ -95,6 +95,11 @@ package final class SessionHolderServer: Sendable {
             return read(target, uid: uid, executable: executable) { (service) throws(KeychainError) in
                 .value(try service.valueUnderMasterKey(identity))
             }
+        case .item(let target, let itemClass, let primary, let withSecret):
+            return read(target, uid: uid, executable: executable) { (service) throws(KeychainError) in
+                .results(
+                    try service.item(itemClass, primary: primary, withSecret: withSecret).map { [$0] } ?? [])
+            }
         case .query(let target, let query):
             return read(target, uid: uid, executable: executable) { (service) throws(KeychainError) in
                 .results(try service.query(query.query))

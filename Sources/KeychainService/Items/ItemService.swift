@@ -130,6 +130,11 @@ package struct ItemService: Sendable {
     package func item(
         _ itemClass: ItemClass, primary: AttributeList, withSecret: Bool
     ) throws(KeychainError) -> ItemQueryResult? {
+        if case .results(let found) = warm({ .item($0, itemClass, primary: primary, withSecret: withSecret) }),
+            found.count <= 1
+        {
+            return found.first
+        }
         try authorize(withSecret ? .readSecret : .readMetadata, group: Self.group(of: primary))
         return try store.item(itemClass, primary: primary, withSecret: withSecret)
     }
