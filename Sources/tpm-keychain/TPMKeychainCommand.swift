@@ -25,7 +25,8 @@ struct TPMKeychainCommand: ParsableCommand {
             AddRecoveryKey.self, Recover.self, AcceptRollbackRisk.self,
             SetPasscode.self, ChangePasscode.self, RecoverPasscode.self, RemovePasscode.self, LockKeychain.self,
             UnlockKeychain.self,
-            TPMStatus.self, ResetLockout.self, Doctor.self, LoginUnlock.self, PAMHook.self, FollowScreenLock.self, HoldSession.self,
+            TPMStatus.self, ResetLockout.self, Doctor.self, LoginUnlock.self, PAMHook.self, FollowScreenLock.self,
+            HoldSession.self,
             KeyCommand.self, Export.self, Import.self, DeviceKey.self,
             SecretServiceCommand.self, Demo.self,
         ])

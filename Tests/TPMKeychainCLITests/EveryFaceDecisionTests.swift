@@ -174,7 +174,8 @@ struct EveryFaceDecisionTests {
             "hold-session",
             otherUser: .notCalled(
                 why: "answers through the service for each caller; its socket refuses other users: WarmPathTests"),
-            locked: .notCalled(why: "WarmPathTests: a lock erases what it holds, and it answers nothing until unlocked")),
+            locked: .notCalled(why: "WarmPathTests: a lock erases what it holds, and it answers nothing until unlocked")
+        ),
         cli("doctor", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
         cli("demo", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
         cli(

@@ -152,7 +152,8 @@ struct WarmPathTests {
 
         // The cold path still gives the same answers beside a running holder.
         #expect(try lookUp(fixture, warm: false).stdout == "warm secret\n")
-        #expect(try fixture.gitHelper("get", Self.gitQuery, warm: false).stdout == "username=octo\npassword=git secret\n")
+        #expect(
+            try fixture.gitHelper("get", Self.gitQuery, warm: false).stdout == "username=octo\npassword=git secret\n")
     }
 
     @Test(
@@ -176,7 +177,10 @@ struct WarmPathTests {
         #expect(changed?.stdout == "changed\n")
         #expect(read == [])
         // A devicePasscode item needs the TPM: the holder answers "cold", the CLI asks for the passcode.
-        #expect(try fixture.cli(["set-passcode", "--passcode-fd", "0", "--keychain", fixture.store], stdin: "warm passcode 1\n").status == 0)
+        #expect(
+            try fixture.cli(
+                ["set-passcode", "--passcode-fd", "0", "--keychain", fixture.store], stdin: "warm passcode 1\n"
+            ).status == 0)
         let protected = try fixture.cli(
             [
                 "add-generic-password", "-s", "face", "-a", "pin", "--access-control", "devicePasscode",
@@ -200,7 +204,10 @@ struct WarmPathTests {
         .timeLimit(.minutes(5)))
     func lockErasesTheHeldKeys() throws {
         let fixture = try Self.populated()
-        #expect(try fixture.cli(["set-passcode", "--passcode-fd", "0", "--keychain", fixture.store], stdin: "warm passcode 1\n").status == 0)
+        #expect(
+            try fixture.cli(
+                ["set-passcode", "--passcode-fd", "0", "--keychain", fixture.store], stdin: "warm passcode 1\n"
+            ).status == 0)
         try fixture.startHolder()
         #expect(try lookUp(fixture).stdout == "warm secret\n")
         #expect(try fixture.commands { _ = try lookUp(fixture) } == [])
@@ -215,7 +222,7 @@ struct WarmPathTests {
         let unlocked = try fixture.cli(
             ["unlock-keychain", "--passcode-fd", "0", "--keychain", fixture.store], stdin: "warm passcode 1\n")
         #expect(unlocked.status == 0, "\(unlocked)")
-        _ = try lookUp(fixture)  // the holder opens the store again
+        _ = try lookUp(fixture) // the holder opens the store again
         #expect(try fixture.commands { result = try lookUp(fixture) } == [])
         #expect(result?.stdout == "warm secret\n")
 
@@ -295,7 +302,10 @@ struct WarmPathTests {
             print("answered" if data else "closed", len(data))
             """
         let attempt = try CLI.run(
-            ["-u", users.names[0], "--", "/usr/bin/python3", "-c", script, socket, frame.map { String(format: "%02x", $0) }.joined()],
+            [
+                "-u", users.names[0], "--", "/usr/bin/python3", "-c", script, socket,
+                frame.map { String(format: "%02x", $0) }.joined(),
+            ],
             environment: [:], executable: "/usr/sbin/runuser")
         #expect(attempt.stdout.hasPrefix("closed 0"), "\(attempt)\n\(attempt.stderr)")
         #expect(!attempt.stdout.contains("warm secret"))

@@ -72,7 +72,11 @@ package enum HolderRequest: Equatable, Sendable {
     }
 
     private enum Operation: UInt8 {
-        case value = 1, query = 2, lock = 3, unlock = 4, item = 5
+        case value = 1
+        case query = 2
+        case lock = 3
+        case unlock = 4
+        case item = 5
     }
 
     package var encoded: [UInt8] {
@@ -82,7 +86,9 @@ package enum HolderRequest: Equatable, Sendable {
         case .value(let store, let identity):
             writer.append(Operation.value.rawValue)
             Self.append(store, to: &writer)
-            for name in [identity.accessGroup, identity.service, identity.account] { writer.appendSized(Array(name.utf8)) }
+            for name in [identity.accessGroup, identity.service, identity.account] {
+                writer.appendSized(Array(name.utf8))
+            }
         case .query(let store, let query):
             writer.append(Operation.query.rawValue)
             Self.append(store, to: &writer)
@@ -237,7 +243,10 @@ package enum HolderResponse: Equatable, Sendable {
     package static let maximumLength = 256 << 20
 
     private enum Status: UInt8 {
-        case value = 0, results = 1, done = 2, cold = 3
+        case value = 0
+        case results = 1
+        case done = 2
+        case cold = 3
     }
 
     package var encoded: [UInt8] {

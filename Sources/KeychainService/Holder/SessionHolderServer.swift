@@ -74,7 +74,7 @@ package final class SessionHolderServer: Sendable {
             do {
                 try sendAll(connection, answer)
             } catch {
-                return  // The client hung up.
+                return // The client hung up.
             }
         }
     }

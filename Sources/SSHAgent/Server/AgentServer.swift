@@ -33,7 +33,8 @@ package final class AgentServer: Sendable {
     package init(
         socketPath: String, keyring: AgentKeyring, log: @escaping @Sendable (String) -> Void
     ) throws(OwnerSocketServerError) {
-        server = try OwnerSocketServer(socketPath: socketPath, name: "agent", connectionLimit: Self.connectionLimit, log: log)
+        server = try OwnerSocketServer(
+            socketPath: socketPath, name: "agent", connectionLimit: Self.connectionLimit, log: log)
         self.keyring = keyring
         self.log = log
     }
@@ -44,7 +45,8 @@ package final class AgentServer: Sendable {
     package init(
         listeningOn descriptor: Int32, keyring: AgentKeyring, log: @escaping @Sendable (String) -> Void
     ) {
-        server = OwnerSocketServer(listeningOn: descriptor, name: "agent", connectionLimit: Self.connectionLimit, log: log)
+        server = OwnerSocketServer(
+            listeningOn: descriptor, name: "agent", connectionLimit: Self.connectionLimit, log: log)
         self.keyring = keyring
         self.log = log
     }

@@ -12,7 +12,12 @@ import Glibc
 /// - tpm2-tools: `tpm2_load` + `tpm2_unseal` of an object sealed once under an owner primary
 /// - systemd: `systemd-creds decrypt` of a credential encrypted once `--with-key=tpm2`
 ///
-/// All three talk to one swtpm this benchmark starts. Neither peer flushes what it loads, so
+/// and, with a session holder running (`tpm-keychain hold-session`, the warm path), the same
+/// lookup and a git credential `get` (`git-credential-tpm-keychain`, TPM_KEYCHAIN_GIT_HELPER or
+/// beside the CLI), which send no TPM command; once more through a proxy that holds each TPM
+/// command back as a discrete TPM would (TPMLatencyProfile.discrete).
+///
+/// All of them talk to one swtpm this benchmark starts. Neither peer flushes what it loads, so
 /// `tpm2_flushcontext -t`, `-l` and `-s` run between their runs, untimed; our CLI must leave the
 /// TPM empty, which is checked with `tpm2_getcap`. The runs are interleaved (ours, tpm2-tools,
 /// systemd-creds, ours, ...) so that drift falls on all three alike.
@@ -41,7 +46,10 @@ struct CLIBenchmarks {
         func with(_ extra: [String: String]) -> [String] {
             environment.merging(extra) { $1 }.map { "\($0)=\($1)" }
         }
-        let ourEnvironment = with(["TPM_KEYCHAIN_TCTI": tcti])
+        // Ours without a holder: the cold path, whatever holder this user may run.
+        let ourEnvironment = with(["TPM_KEYCHAIN_TCTI": tcti, "TPM_KEYCHAIN_SESSION_HOLDER": ""])
+        let holderSocket = directory + "/session.socket"
+        let warmEnvironment = with(["TPM_KEYCHAIN_TCTI": tcti, "TPM_KEYCHAIN_SESSION_HOLDER": holderSocket])
         let toolsEnvironment = with(["TPM2TOOLS_TCTI": tcti])
         let password = "correct horse battery staple"
 
@@ -58,6 +66,31 @@ struct CLIBenchmarks {
         let ourOutput = try expect(run(ours, environment: ourEnvironment), "tpm-keychain find-generic-password")
         guard ourOutput.trimmingCharacters(in: .newlines) == password else {
             throw BenchmarkError("tpm-keychain printed \(ourOutput)")
+        }
+
+        // The warm path: a holder for the lookup and for a git credential stored once.
+        let gitHelper =
+            ProcessInfo.processInfo.environment["TPM_KEYCHAIN_GIT_HELPER"]
+            ?? URL(fileURLWithPath: executable).deletingLastPathComponent().appendingPathComponent(
+                "git-credential-tpm-keychain"
+            ).path
+        guard FileManager.default.isExecutableFile(atPath: gitHelper) else {
+            throw BenchmarkError("no git helper at \(gitHelper): build it with Scripts/release-build.sh")
+        }
+        let credential = directory + "/credential"
+        try Data("protocol=https\nhost=git.example\nusername=alice\npassword=\(password)\n\n".utf8).write(
+            to: URL(fileURLWithPath: credential))
+        try spawnQuietly(
+            [gitHelper, "--keychain", store, "store"], environment: ourEnvironment, expecting: "git helper store",
+            stdin: credential)
+        let gitQuery = directory + "/git-query"
+        try Data("protocol=https\nhost=git.example\n\n".utf8).write(to: URL(fileURLWithPath: gitQuery))
+        let gitGet = [gitHelper, "--keychain", store, "get"]
+        let holder = try SessionHolderProcess(
+            executable: executable, socket: holderSocket, environment: warmEnvironment)
+        defer { holder.stop() }
+        guard try expect(run(ours, environment: warmEnvironment), "a warm lookup") == password + "\n" else {
+            throw BenchmarkError("the warm lookup printed another secret")
         }
 
         // tpm2-tools: an owner-hierarchy primary (saved as a context file) and a sealed object under it.
@@ -118,10 +151,19 @@ struct CLIBenchmarks {
         var ourTimes: [Duration] = []
         var toolTimes: [Duration] = []
         var credsTimes: [Duration] = []
+        var warmTimes: [Duration] = []
+        var gitTimes: [Duration] = []
         var leftovers: [String] = []
         for index in 0..<(warmup + count) {
             let our = try clock.measure {
                 try spawnQuietly(ours, environment: ourEnvironment, expecting: "tpm-keychain")
+            }
+            let warm = try clock.measure {
+                try spawnQuietly(ours, environment: warmEnvironment, expecting: "tpm-keychain, warm")
+            }
+            let git = try clock.measure {
+                try spawnQuietly(
+                    gitGet, environment: warmEnvironment, expecting: "git helper get, warm", stdin: gitQuery)
             }
             if index < warmup || index == warmup + count - 1 {
                 let handles = try loadedHandles(toolsEnvironment)
@@ -140,6 +182,8 @@ struct CLIBenchmarks {
                 ourTimes.append(our)
                 toolTimes.append(tool)
                 credsTimes.append(creds)
+                warmTimes.append(warm)
+                gitTimes.append(git)
             }
         }
         let oursSamples = Samples(ourTimes)
@@ -151,6 +195,15 @@ struct CLIBenchmarks {
             Figure(
                 name: "CLI lookup vs tpm2-tools", ours: oursSamples,
                 floorName: "tpm2_load + tpm2_unseal", floor: Samples(toolTimes), goal: nil))
+        summary.add(
+            Figure(
+                name: "CLI lookup, warm (a session holder runs)", ours: Samples(warmTimes),
+                floorName: "systemd-creds decrypt", floor: Samples(credsTimes), goal: 0.3))
+        summary.add(
+            Figure(
+                name: "git credential get, warm (goal: under 10 ms)", ours: Samples(gitTimes), floorName: nil,
+                floor: nil, goal: nil))
+        try discreteWarmLookup(ours, environment: with, simulator: simulator, count: count)
         if leftovers.isEmpty {
             print(
                 "handles after our CLI (tpm2_getcap handles-transient, -loaded-session, -saved-session): none, checked \(warmup + 1) times"
@@ -158,6 +211,39 @@ struct CLIBenchmarks {
         } else {
             print("HANDLES LEFT BY OUR CLI: \(leftovers.joined(separator: "; "))")
         }
+    }
+
+    /// The warm lookup with the TPM reached through a proxy at a discrete TPM's pace: the holder's
+    /// first read opens the store through it; the timed ones must send it nothing.
+    private func discreteWarmLookup(
+        _ lookup: [String], environment with: ([String: String]) -> [String], simulator: SoftwareTPM, count: Int
+    ) throws {
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port, latency: .discrete)
+        defer { proxy.stop() }
+        let socket = try makeTemporaryDirectory("tpm-keychain-warm-discrete")
+        defer { removeTree(socket) }
+        let environment = with([
+            "TPM_KEYCHAIN_TCTI": proxy.tcti, "TPM_KEYCHAIN_SESSION_HOLDER": socket + "/session.socket",
+        ])
+        let holder = try SessionHolderProcess(
+            executable: lookup[0], socket: socket + "/session.socket", environment: environment)
+        defer { holder.stop() }
+        try spawnQuietly(lookup, environment: environment, expecting: "the holder's first lookup, discrete profile")
+        proxy.reset()
+        let clock = ContinuousClock()
+        var times: [Duration] = []
+        for _ in 0..<count {
+            times.append(
+                try clock.measure { try spawnQuietly(lookup, environment: environment, expecting: "warm, discrete") })
+        }
+        guard proxy.commandCount == 0 else {
+            throw BenchmarkError("warm lookups sent \(proxy.commandCount) TPM commands")
+        }
+        print("warm lookups through the discrete profile's proxy: \(count), TPM commands sent: 0")
+        summary.add(
+            Figure(
+                name: "CLI lookup, warm, discrete-TPM profile (goal: under 30 ms)", ours: Samples(times),
+                floorName: nil, floor: nil, goal: nil))
     }
 
     /// What tpm2_getcap lists as loaded: transient objects, loaded and saved sessions.
@@ -234,8 +320,49 @@ func siblingExecutable(_ name: String) -> String {
 
 /// posix_spawn with standard input, output and error on /dev/null, then waitpid: the whole life
 /// of a process as a caller (a shell, a script, a service manager) sees it.
-func spawnQuietly(_ arguments: [String], environment: [String], expecting what: String) throws {
-    _ = try spawnAndWait(arguments, environment: environment, expecting: what)
+func spawnQuietly(
+    _ arguments: [String], environment: [String], expecting what: String, stdin: String = "/dev/null"
+) throws {
+    _ = try spawnAndWait(arguments, environment: environment, stdin: stdin, expecting: what)
+}
+
+/// `tpm-keychain hold-session` in the background, until ``stop()``.
+struct SessionHolderProcess {
+    let pid: pid_t
+
+    /// Starts it and waits until its socket is there.
+    init(executable: String, socket: String, environment: [String]) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for descriptor in Int32(0)...2 {
+            posix_spawn_file_actions_addopen(
+                &actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        try closeInheritedDescriptors(&actions)
+        let arguments = [executable, "hold-session", "--socket", socket]
+        let argv = arguments.map { strdup($0) } + [nil]
+        let envp = environment.map { strdup($0) } + [nil]
+        defer {
+            for pointer in argv { free(pointer) }
+            for pointer in envp { free(pointer) }
+        }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        guard result == 0 else { throw BenchmarkError("cannot start the session holder: errno \(result)") }
+        self.pid = pid
+        var status = stat()
+        while stat(socket, &status) != 0 {
+            guard kill(pid, 0) == 0 else { throw BenchmarkError("the session holder ended before it listened") }
+            usleep(2_000)
+        }
+    }
+
+    func stop() {
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+    }
 }
 
 /// posix_spawn with standard input from `stdin` and output to `stdout` (created 0600), error on
