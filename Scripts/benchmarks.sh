@@ -4,12 +4,12 @@
 #
 #     Scripts/benchmarks.sh [SUITE] [iterations]      (no SUITE: every suite)
 #
-# Builds the C floor (ESAPIFloor) and TPMBenchmarks in release mode, and the CLI as it ships
-# (Scripts/release-build.sh, in .build-static), then runs TPMBenchmarks with TPM_KEYCHAIN_CLI set to
-# that CLI. Fails, rather than skipping a suite, when tpm2-tools or systemd-creds is missing.
+# Builds the C floor (ESAPIFloor) and TPMBenchmarks in release mode, and the CLI and the git helper
+# as they ship (Scripts/release-build.sh, in .build-static), then runs TPMBenchmarks with
+# TPM_KEYCHAIN_CLI and TPM_KEYCHAIN_GIT_HELPER set to them. Fails, rather than skipping a suite, when tpm2-tools or systemd-creds is missing.
 # The store and access suites also redraw docs/performance.svg (Scripts/plot-benchmarks.py): gets
 # against the number of items, and each cold path under the swtpm, firmware and discrete profiles.
-# SwiftPM builds one --product per invocation, hence three builds.
+# SwiftPM builds one --product per invocation, hence four builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in swtpm tpm2_unseal systemd-creds; do
@@ -18,12 +18,14 @@ done
 swift build -c release --product ESAPIFloor >&2
 swift build -c release --product TPMBenchmarks >&2
 Scripts/release-build.sh --scratch-path .build-static --product tpm-keychain >&2
+Scripts/release-build.sh --scratch-path .build-static --product git-credential-tpm-keychain >&2
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
 echo "commit: $commit, $(date -u +%Y-%m-%d)"
 # The store and access suites leave their figures here for the plot (docs/performance.svg).
 data="$PWD/.build/benchmark-data"
 rm -rf "$data"
-TPM_KEYCHAIN_BENCH_DATA="$data" TPM_KEYCHAIN_CLI="$PWD/.build-static/release/tpm-keychain" .build/release/TPMBenchmarks "$@"
+TPM_KEYCHAIN_BENCH_DATA="$data" TPM_KEYCHAIN_CLI="$PWD/.build-static/release/tpm-keychain" \
+    TPM_KEYCHAIN_GIT_HELPER="$PWD/.build-static/release/git-credential-tpm-keychain" .build/release/TPMBenchmarks "$@"
 if [ -e "$data/gets-by-item-count.tsv" ] || [ -e "$data/cold-paths-rm.tsv" ]; then
     machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
     python3 Scripts/plot-benchmarks.py "$data" docs/performance.svg \
