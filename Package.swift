@@ -340,7 +340,7 @@ let package = Package(
             name: "TPMKeychainTests",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "KeychainStore", "TPM", "TPMKeychainTesting",
-                "tpm-keychain-stress", "StressProcess",
+                "tpm-keychain-stress", "StressProcess", "tpm-keychain-face-probe",
                 .product(name: "Crypto", package: "swift-crypto"), "SystemCalls",
             ],
             swiftSettings: strictness

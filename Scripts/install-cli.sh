@@ -18,6 +18,9 @@
 # and with --ssh-agent:
 #   share/systemd/user/tpm-keychain-ssh-agent.service      the ssh agent as a systemd user service
 #   share/systemd/user/tpm-keychain-ssh-agent.socket       its socket: the agent starts on first use
+# and with --session-holder (lookups without TPM commands inside a login session):
+#   share/systemd/user/tpm-keychain-session.service        `tpm-keychain hold-session` as a user service
+#   share/systemd/user/tpm-keychain-session.socket         its socket: the holder starts on the first lookup
 #
 # The man page and the completions are generated from the command's ArgumentParser definitions,
 # so they always match the binary. --dry-run prints the commands and runs none of them.
@@ -33,7 +36,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [--dry-run]
+Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [--session-holder] [--dry-run]
 
   --prefix DIR   where to install (default: ~/.local): bin/, share/man/man1/,
                  share/bash-completion/completions/, share/zsh/site-functions/,
@@ -42,6 +45,9 @@ Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [-
                  also install the D-Bus activation file and systemd user unit that make
                  `tpm-keychain secret-service` the session's org.freedesktop.secrets
   --ssh-agent    also install the systemd user units (socket and service) of tpm-keychain-ssh-agent
+  --session-holder
+                 also install the systemd user units (socket and service) of
+                 `tpm-keychain hold-session`, which answers lookups without TPM commands
   --dry-run      print what would be run, build and install nothing
   -h, --help     this text
 EOF
@@ -51,6 +57,7 @@ prefix="${HOME:?HOME is not set}/.local"
 dry_run=false
 secret_service=false
 ssh_agent=false
+session_holder=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix)
@@ -63,6 +70,7 @@ while [ $# -gt 0 ]; do
         --dry-run) dry_run=true; shift ;;
         --secret-service) secret_service=true; shift ;;
         --ssh-agent) ssh_agent=true; shift ;;
+        --session-holder) session_holder=true; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "install-cli.sh: unknown argument: $1" >&2; usage >&2; exit 64 ;;
     esac
@@ -166,6 +174,15 @@ if $ssh_agent; then
     run install -d -m 755 "$unit_dir"
     run install -m 644 "$staging/tpm-keychain-ssh-agent.service" "$unit_dir/tpm-keychain-ssh-agent.service"
     run install -m 644 Scripts/ssh-agent/tpm-keychain-ssh-agent.socket "$unit_dir/tpm-keychain-ssh-agent.socket"
+fi
+
+# 7. The session holder's user units, when asked.
+if $session_holder; then
+    unit_dir="$prefix/share/systemd/user"
+    sed "s|@BINDIR@|$bin_dir|g" Scripts/session-holder/tpm-keychain-session.service.in > "$staging/tpm-keychain-session.service"
+    run install -d -m 755 "$unit_dir"
+    run install -m 644 "$staging/tpm-keychain-session.service" "$unit_dir/tpm-keychain-session.service"
+    run install -m 644 Scripts/session-holder/tpm-keychain-session.socket "$unit_dir/tpm-keychain-session.socket"
 fi
 
 if $dry_run; then

@@ -74,6 +74,7 @@ struct EveryFaceDecisionTests {
     /// later rows of its face find.
     static let table: [Row] = [
         probe(.keychain, "string(forKey:)", .refused),
+        probe(.keychain, "string(forKey:) 40 times", .refused),
         probe(.keychain, "get(_:context:)", .refused),
         probe(.keychain, "attributes(forKey:)", .allowed(why: metadata)),
         probe(.keychain, "contains(_:)", .allowed(why: metadata)),

@@ -150,6 +150,15 @@ struct WarmPathTests {
         #expect(result?.stdout == "allowed\n", "\(String(describing: result))")
         #expect(secItem == [], "a warm SecItemCopyMatching sent \(secItem)")
 
+        // A busy process asks the holder 32 times, then opens the store itself: one cold open.
+        let busy = try fixture.commands {
+            result = try CLI.run(
+                ["keychain", "string(forKey:) 40 times", "--keychain", fixture.store, "--tcti", fixture.proxy.tcti],
+                environment: fixture.environment, executable: EveryFaceDecisionTests.tool("tpm-keychain-face-probe"))
+        }
+        #expect(result?.stdout == "allowed\n", "\(String(describing: result))")
+        #expect(busy.contains("Unseal") && busy.filter { $0 == "Unseal" }.count == 1, "\(busy)")
+
         // The cold path still gives the same answers beside a running holder.
         #expect(try lookUp(fixture, warm: false).stdout == "warm secret\n")
         #expect(

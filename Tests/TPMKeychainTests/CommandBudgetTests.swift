@@ -1,5 +1,6 @@
 import Foundation
 import KeychainStore
+import SystemCalls
 import TPM
 import TPMKeychain
 import TPMKeychainTesting
@@ -34,6 +35,7 @@ import Testing
         ("change-passcode", 14, 11),
         ("add a recovery key", 7, 4),
         ("rotate keys (two protected items open in the context)", 32, 25),
+        ("a warm get in a fresh process (a session holder answers)", 0, 0),
     ]
 
     static let passcode = SecretBytes(copying: Array("budget passcode".utf8))
@@ -157,8 +159,47 @@ import Testing
             let opener = AuthenticationContext(authenticator: face, passcode: .fixed(newPasscode), location: location)
             _ = try await location.rotateKeys(context: opener)
         }
+        // The warm path: a holder in this process, which has the store open, answers a fresh
+        // process (the face probe, through the Keychain API) with what it holds.
+        // The probe reads service "face", key "item" (EveryFaceDecisionTests' item).
+        try Keychain(service: "face", location: location).set("warm", forKey: "item")
+        let socket = tpm.directory + "/session.socket"
+        let holder = try SessionHolderServer(socketPath: socket, log: { _ in })
+        let serving = try JoinableThread { holder.serve() }
+        defer {
+            holder.stop()
+            serving.join()
+        }
+        var probed = ""
+        try await count("a warm get in a fresh process (a session holder answers)") {
+            probed = try Self.probe(
+                ["keychain", "string(forKey:)", "--keychain", location.path, "--tcti", proxy.tcti],
+                holder: socket)
+        }
+        #expect(probed == "allowed\n")
 
         return counted
+    }
+}
+
+extension CommandBudgetTests {
+    /// Runs the face probe (built beside this test bundle) with the holder at `holder`; its output.
+    static func probe(_ arguments: [String], holder: String) throws -> String {
+        let bundle = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent(
+            "tpm-keychain-face-probe")
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment[SessionHolder.socketVariable] = holder
+        environment.removeValue(forKey: "TPM_KEYCHAIN_TCTI")
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let bytes = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 

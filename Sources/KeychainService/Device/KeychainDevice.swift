@@ -131,7 +131,7 @@ public struct KeychainDevice: Sendable {
     /// Locks the device: items of the whenUnlocked classes are refused by the TPM until ``unlock(passcode:)``.
     ///
     /// - Throws: ``KeychainError`` `.passcodeNotSet`.
-    /// A session holder of the user's (``SessionHolder``) is told, and erases the keys it holds.
+    /// A session holder of the user's (`tpm-keychain hold-session`) is told, and erases the keys it holds.
     public func lock() throws(KeychainError) {
         try withDevice { (device) throws(KeychainError) in try device.lock() }
         SessionHolder.tell(.lock)

@@ -18,9 +18,15 @@ package enum OpenStores {
     /// The stores already open: the get path's one lock and one lookup.
     private static let opened = Locked<[KeychainLocation: ItemStore]>([:])
 
-    /// Whether this process has the store at `location` open: its reads need no TPM here.
+    /// The store at `location` when this process has it open already (its reads need no TPM
+    /// here); nil otherwise, without opening it.
+    static func openStore(at location: KeychainLocation) -> ItemStore? {
+        opened.withLock { $0[location] }
+    }
+
+    /// Whether this process has the store at `location` open.
     static func isOpen(_ location: KeychainLocation) -> Bool {
-        opened.withLock { $0[location] != nil }
+        openStore(at: location) != nil
     }
 
     /// Every store this process has open, for a holder that lets go of them all at a lock.
@@ -30,7 +36,7 @@ package enum OpenStores {
 
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
     static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
-        if let store = opened.withLock({ $0[location] }) { return store }
+        if let store = openStore(at: location) { return store }
         let entry = entries.withLock { entries in
             if let entry = entries[location] { return entry }
             let entry = Entry()
