@@ -11,6 +11,8 @@
     mockctl.py ADDRESS set-pid-session PID ID      what GetSessionByPID(PID) answers
     mockctl.py ADDRESS set-display UID ID          the user's display session ("" for none)
     mockctl.py ADDRESS remove-session ID           removes it; emits SessionRemoved
+    mockctl.py ADDRESS prepare-for-sleep true|false emits Manager.PrepareForSleep, as before a suspend (true)
+                                                   and after the wake (false)
     mockctl.py ADDRESS connections PID             prints how many connections process PID has on the bus
     mockctl.py ADDRESS forge-unlock ID PID         another connection, owning nothing, sends what would
                                                    unlock session ID (PropertiesChanged LockedHint false,
@@ -127,6 +129,8 @@ def main(argv):
         mock.RemoveSession(args[0])
     elif command == 'forge-unlock':
         forge_unlock(bus, manager.GetSession(args[0]), int(args[1]))
+    elif command == 'prepare-for-sleep':
+        mock.EmitSignal(MANAGER_IFACE, 'PrepareForSleep', 'b', [dbus.Boolean(args[0] == 'true')])
     elif command == 'connections':
         print(connections(bus, int(args[0])))
     else:

@@ -159,6 +159,14 @@ public final class LogindSessionLock: SessionLockState {
         try cache.timesLocked()
     }
 
+    /// How many times logind announced that the machine is about to suspend or hibernate
+    /// (`PrepareForSleep(true)`) since this lock started following the session.
+    ///
+    /// - Throws: as ``isLocked()``.
+    public func timesSuspended() throws(LogindSessionLockError) -> UInt64 {
+        try cache.timesSuspended()
+    }
+
     /// Stops following the session: the thread closes its connection and ends before this
     /// returns (waiting for a call to logind in progress, at most the `timeout` given at
     /// initialisation). Afterwards ``isLocked()`` throws `.stopped`. Calling it again does

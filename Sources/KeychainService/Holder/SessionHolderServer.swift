@@ -50,6 +50,13 @@ package final class SessionHolderServer: Sendable {
         eraseKeys()
     }
 
+    /// Erases every key held (a suspend, a locked screen): the next read opens its store again.
+    package func eraseHeldKeys(because reason: String) {
+        // Under the lock flag: a read in progress finishes first.
+        locked.withLock { _ in eraseKeys() }
+        log("\(reason): every key held is erased")
+    }
+
     /// Closes every store this process holds: their keys are erased from memory.
     private func eraseKeys() {
         for location in OpenStores.openLocations { OpenStores.close(location) }

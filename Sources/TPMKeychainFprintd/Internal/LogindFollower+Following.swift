@@ -59,6 +59,13 @@ extension LogindFollower {
                 _ = message.readString()
                 if message.readString("o") == followed.path { followed.ended = true }
             }
+            // The machine is about to suspend or hibernate (true), or has woken (false).
+            try bus.subscribe(
+                from: followed.logind, name: Logind.service, path: Logind.managerPath,
+                interface: Logind.managerInterface, member: "PrepareForSleep"
+            ) { message in
+                if message.readBool() == true { followed.timesSuspended += 1 }
+            }
         } catch {
             throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
         }
@@ -168,7 +175,7 @@ extension LogindFollower {
         } else {
             cache.set(
                 lockedHint: followed.lockedHint, lockRequested: followed.lockRequested,
-                timesLocked: followed.timesLocked)
+                timesLocked: followed.timesLocked, timesSuspended: followed.timesSuspended)
         }
     }
 

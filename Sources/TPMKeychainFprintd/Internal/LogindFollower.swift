@@ -35,7 +35,7 @@ enum Logind {
 final class LockStateCache: Sendable {
     private enum State {
         case starting
-        case known(lockedHint: Bool, lockRequested: Bool, timesLocked: UInt64)
+        case known(lockedHint: Bool, lockRequested: Bool, timesLocked: UInt64, timesSuspended: UInt64)
         case unknown(LogindSessionLockError)
         case stopped
     }
@@ -50,10 +50,14 @@ final class LockStateCache: Sendable {
         try known().timesLocked
     }
 
-    private func known() throws(LogindSessionLockError) -> (locked: Bool, timesLocked: UInt64) {
+    func timesSuspended() throws(LogindSessionLockError) -> UInt64 {
+        try known().timesSuspended
+    }
+
+    private func known() throws(LogindSessionLockError) -> (locked: Bool, timesLocked: UInt64, timesSuspended: UInt64) {
         switch state.withLock({ $0 }) {
-        case .known(let lockedHint, let lockRequested, let timesLocked):
-            return (lockedHint || lockRequested, timesLocked)
+        case .known(let lockedHint, let lockRequested, let timesLocked, let timesSuspended):
+            return (lockedHint || lockRequested, timesLocked, timesSuspended)
         case .unknown(let error):
             throw error
         case .starting:
@@ -63,8 +67,11 @@ final class LockStateCache: Sendable {
         }
     }
 
-    func set(lockedHint: Bool, lockRequested: Bool, timesLocked: UInt64) {
-        update(.known(lockedHint: lockedHint, lockRequested: lockRequested, timesLocked: timesLocked))
+    func set(lockedHint: Bool, lockRequested: Bool, timesLocked: UInt64, timesSuspended: UInt64) {
+        update(
+            .known(
+                lockedHint: lockedHint, lockRequested: lockRequested, timesLocked: timesLocked,
+                timesSuspended: timesSuspended))
     }
 
     func fail(_ error: LogindSessionLockError) { update(.unknown(error)) }
@@ -107,6 +114,8 @@ final class FollowedSession {
     /// How many times the session went from unlocked to locked, signal by signal: a lock and an
     /// unlock that arrive together, between two looks of a reader, still count one.
     private(set) var timesLocked: UInt64 = 0
+    /// How many times logind announced a suspend or hibernation (PrepareForSleep(true)).
+    var timesSuspended: UInt64 = 0
     var logindOnBus = true
     /// logind's unique name now: only its broadcasts are followed (see ``SignalSender``).
     let logind = SignalSender(nil)

@@ -2,6 +2,7 @@ import ArgumentParser
 import CommandLineSupport
 import SystemCalls
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
 
 #if canImport(Glibc)
@@ -19,7 +20,8 @@ struct HoldSession: ParsableCommand {
             the Keychain API) ask it first: it answers reads of items under the master key from \
             stores it keeps open, and the program opens the store itself for anything else. It \
             serves only this user, never hands out a key, and erases every key it holds when the \
-            keychain is locked and when it stops (logout stops its unit). The socket is \
+            keychain is locked, when the session's screen locks or the machine is about to \
+            suspend (logind), and when it stops (logout stops its unit). The socket is \
             $TPM_KEYCHAIN_SESSION_HOLDER, else $XDG_RUNTIME_DIR/tpm-keychain/session.socket.
 
             \(ExitStatus.helpText)
@@ -27,6 +29,10 @@ struct HoldSession: ParsableCommand {
 
     @Option(help: ArgumentHelp("The socket's path; default as above.", valueName: "path"))
     var socket: String?
+
+    /// logind's bus and session, for tests (python-dbusmock's logind on a private bus).
+    @Option(help: .hidden) var logindAddress: String?
+    @Option(help: .hidden) var logindSession: String?
 
     func run() throws {
         try reportingErrors {
@@ -45,8 +51,26 @@ struct HoldSession: ParsableCommand {
             }
             let token = ProcessGuard.onInterruption { server.stop() }
             defer { ProcessGuard.remove(token) }
+            let following = followSession(server, log: log)
+            defer { following?.stop() }
             log("serving \(server.socketPath)")
             server.serve()
+        }
+    }
+
+    /// Erases what the holder holds each time the session's screen locks or the machine is about
+    /// to suspend (logind), on a thread of its own, so that serving never waits for logind.
+    private func followSession(
+        _ server: SessionHolderServer, log: @escaping @Sendable (String) -> Void
+    )
+        -> SessionFollowing?
+    {
+        do {
+            return try SessionFollowing(
+                busAddress: logindAddress, session: logindSession, server: server, log: log)
+        } catch {
+            log("not following the session's screen lock and suspend: \(error)")
+            return nil
         }
     }
 
@@ -55,5 +79,59 @@ struct HoldSession: ParsableCommand {
         if let socket { return socket }
         if let chosen = SessionHolder.socketPath, getenv(SessionHolder.socketVariable) != nil { return chosen }
         return try RuntimeSockets.directory(option: "--socket") + "/session.socket"
+    }
+}
+
+/// The holder's watch on logind: a lock of the screen or a suspend erases every key held. It
+/// reads the session lock's cached counts (memory only, no bus traffic) five times a second; when
+/// logind can no longer say, it erases once and stops watching. Where logind cannot be asked (no
+/// system bus, no session), it says so and watches nothing.
+final class SessionFollowing: Sendable {
+    private let lock = Locked<LogindSessionLock?>(nil)
+    private let stopped = Locked(false)
+    private let thread: Locked<JoinableThread?> = Locked(nil)
+
+    init(
+        busAddress: String?, session: String?, server: SessionHolderServer,
+        log: @escaping @Sendable (String) -> Void
+    ) throws {
+        let started = try JoinableThread { [lock, stopped] in
+            let following: LogindSessionLock
+            do {
+                following = try LogindSessionLock(busAddress: busAddress, session: session)
+            } catch {
+                log("not following the session's screen lock and suspend: \(error)")
+                return
+            }
+            lock.withLock { $0 = following }
+            if stopped.withLock({ $0 }) { return following.stop() }
+            log("following the screen lock and suspend of \(following.sessionPath)")
+            var seen: (locks: UInt64, suspends: UInt64)?
+            while !stopped.withLock({ $0 }) {
+                let now: (locks: UInt64, suspends: UInt64)
+                do {
+                    now = (try following.timesLocked() ?? 0, try following.timesSuspended())
+                } catch {
+                    if !stopped.withLock({ $0 }) {
+                        server.eraseHeldKeys(because: "logind can no longer say (\(error))")
+                    }
+                    return
+                }
+                if let seen, now.suspends > seen.suspends {
+                    server.eraseHeldKeys(because: "the machine is about to suspend")
+                } else if let seen, now.locks > seen.locks {
+                    server.eraseHeldKeys(because: "the session's screen locked")
+                }
+                seen = now
+                sleep(for: .milliseconds(200))
+            }
+        }
+        thread.withLock { $0 = started }
+    }
+
+    func stop() {
+        stopped.withLock { $0 = true }
+        lock.withLock { $0 }?.stop()
+        thread.withLock { $0.take() }?.join()
     }
 }

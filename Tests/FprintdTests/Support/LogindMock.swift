@@ -109,6 +109,11 @@ final class LogindMock: @unchecked Sendable {
     /// Removes the session; logind's SessionRemoved follows.
     func removeSession(_ id: String) async throws { try await control(["remove-session", id]) }
 
+    /// Emits Manager.PrepareForSleep: true as logind does before a suspend, false after the wake.
+    func prepareForSleep(_ starting: Bool) async throws {
+        try await control(["prepare-for-sleep", starting ? "true" : "false"])
+    }
+
     /// How many connections process `pid` has on the bus.
     func connections(of pid: pid_t = getpid()) async throws -> Int {
         let output = try await control(["connections", String(pid)]).trimmingCharacters(in: .whitespacesAndNewlines)

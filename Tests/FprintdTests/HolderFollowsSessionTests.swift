@@ -1,0 +1,107 @@
+import Foundation
+import TPMKeychain
+import TPMKeychainTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tpm-keychain hold-session` against python-dbusmock's logind: a suspend (PrepareForSleep)
+/// and a locked screen erase the keys it holds, so its next read opens the store again (TPM
+/// commands, counted by a recording proxy), and the read after is warm again.
+@Suite(.serialized)
+struct HolderFollowsSessionTests {
+    @Test(
+        "a suspend and a screen lock make the session holder erase its keys: the next lookup opens the store again through the TPM"
+    )
+    func suspendAndScreenLockEraseTheKeys() async throws {
+        let mock = try await LogindMock.start()
+        defer { mock.stop() }
+        _ = try await mock.addSession("c1")
+        let simulator = try SoftwareTPM.start()
+        defer { simulator.stop() }
+        let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port)
+        defer { proxy.stop() }
+        let directory = NSTemporaryDirectory() + "tpm-keychain-holder-session-" + UUID().uuidString
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = directory + "/keychain"
+        let socket = directory + "/session.socket"
+        let tool = Self.tool("tpm-keychain")
+        let environment = [
+            "TPM_KEYCHAIN_TCTI=\(proxy.tcti)", "TPM_KEYCHAIN_SESSION_HOLDER=\(socket)", "HOME=\(directory)",
+            "XDG_STATE_HOME=\(directory)/state", "PATH=/usr/bin:/bin",
+        ]
+        func run(_ arguments: [String], stdin: String? = nil) throws -> String {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: tool)
+            process.arguments = arguments
+            process.environment = Dictionary(
+                uniqueKeysWithValues: environment.map {
+                    let parts = $0.split(separator: "=", maxSplits: 1)
+                    return (String(parts[0]), String(parts[1]))
+                })
+            let input = Pipe()
+            let output = Pipe()
+            process.standardInput = input
+            process.standardOutput = output
+            try process.run()
+            if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+            try input.fileHandleForWriting.close()
+            let bytes = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        _ = try run(["add-generic-password", "-s", "svc", "-a", "acct", "--keychain", store], stdin: "held")
+
+        let log = directory + "/holder.log"
+        let holder = try FprintdMock.spawn(
+            tool,
+            ["hold-session", "--socket", socket, "--logind-address", mock.address, "--logind-session", "c1"],
+            environment: environment, standardOutput: log)
+        defer {
+            kill(holder, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(holder, &status, 0)
+        }
+        func holderLog() -> String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+        try await ScreenLockFollowerTests.eventually("the holder follows the session") {
+            holderLog().contains("following the screen lock and suspend")
+        }
+        let lookup = ["find-generic-password", "-s", "svc", "-a", "acct", "-w", "--keychain", store]
+        /// The lookup's output and the TPM commands it made the holder or itself send.
+        func counted() throws -> (output: String, commands: Int) {
+            proxy.reset()
+            let output = try run(lookup)
+            return (output, proxy.commandCount)
+        }
+        #expect(try run(lookup) == "held\n") // the holder opens the store
+        var read = try counted()
+        #expect(read.output == "held\n" && read.commands == 0, "\(read) \(holderLog())")
+
+        try await mock.prepareForSleep(true)
+        try await ScreenLockFollowerTests.eventually("the holder erases its keys before the suspend") {
+            holderLog().contains("about to suspend: every key held is erased")
+        }
+        try await mock.prepareForSleep(false)
+        read = try counted()
+        #expect(read.output == "held\n" && read.commands > 0, "the keys outlived the suspend: \(read)")
+        read = try counted()
+        #expect(read.output == "held\n" && read.commands == 0, "\(read)")
+
+        try await mock.setLockedHint("c1", true)
+        try await ScreenLockFollowerTests.eventually("the holder erases its keys at the screen lock") {
+            holderLog().contains("screen locked: every key held is erased")
+        }
+        read = try counted()
+        #expect(read.output == "held\n" && read.commands > 0, "the keys outlived the screen lock: \(read)")
+    }
+
+    static func tool(_ name: String) -> String {
+        let bundle =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: bundle).deletingLastPathComponent().appendingPathComponent(name).path
+    }
+}
