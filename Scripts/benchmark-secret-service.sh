@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Secret Service benchmark of docs/PERFORMANCE.md: our daemon against gnome-keyring-daemon,
-# interleaved, at 100 and 1,000 items; then ours alone at 10,000 and 100,000.
+# interleaved, at 100 and 1,000 items (lookups, GetSecret beside a Peer.Ping to the same daemon,
+# searches, resident memory after the fill); then ours alone at 10,000 and 100,000.
 #
 #     Scripts/benchmark-secret-service.sh [--quick]      (--quick: 100 and 1,000 only)
 #

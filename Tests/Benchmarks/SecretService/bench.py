@@ -27,6 +27,9 @@ Then, interleaved (round r: A,B for even r, B,A for odd r; each provider-turn is
   lookup   `secret-tool lookup service bench account userK` as a whole process (wall ms)
   get      Item.GetSecret(session) on a reused connection and plain session (ms per call)
   search   Service.SearchItems({service, account}) + Service.GetSecrets (ms per pair)
+  ping     org.freedesktop.DBus.Peer.Ping to the provider, on the same connection: the bus's own
+           round trip, which no provider can go below (each ping is taken just before a get of
+           the batch, so the two are interleaved one by one); get/ping is what a GetSecret adds
 Every sample checks the secret it got. Output: a table with fill seconds, medians and p90s
 (nearest rank), provider RSS after fill; --json FILE also dumps every sample.
 """
@@ -300,6 +303,12 @@ class Provider:
             raise RuntimeError(f'{self.name}: GetSecret user{k} returned {bytes(secret[2])!r}')
         return dt
 
+    def sample_ping(self, k):
+        t0 = time.perf_counter_ns()
+        self.bus.call_blocking(BUS_NAME, SERVICE_PATH, 'org.freedesktop.DBus.Peer', 'Ping', '', (),
+                               timeout=CALL_TIMEOUT)
+        return (time.perf_counter_ns() - t0) / 1e6
+
     def sample_search(self, k):
         attrs = dbus.Dictionary({'service': 'bench', 'account': f'user{k}'}, signature='ss')
         t0 = time.perf_counter_ns()
@@ -314,7 +323,7 @@ class Provider:
         return dt
 
 
-KINDS = ('lookup', 'get', 'search')
+KINDS = ('lookup', 'get', 'search', 'ping')
 
 
 def measure(providers, args, rng):
@@ -324,7 +333,7 @@ def measure(providers, args, rng):
     for p in providers:
         for _ in range(3):
             k = rng.randrange(p.filled)
-            p.sample_lookup(k), p.sample_get(k), p.sample_search(k)
+            p.sample_lookup(k), p.sample_get(k), p.sample_search(k), p.sample_ping(k)
     for r in range(args.batches):
         order = providers if r % 2 == 0 else list(reversed(providers))
         for p in order:
@@ -332,10 +341,12 @@ def measure(providers, args, rng):
             gc.collect()
             gc.disable()
             try:
+                pairs = [(p.sample_ping(k), p.sample_get(k)) for k in keys]
                 batch = {
                     'lookup': [p.sample_lookup(k) for k in keys],
-                    'get': [p.sample_get(k) for k in keys],
+                    'get': [get for _, get in pairs],
                     'search': [p.sample_search(k) for k in keys],
+                    'ping': [ping for ping, _ in pairs],
                 }
             finally:
                 gc.enable()
@@ -349,14 +360,15 @@ def measure(providers, args, rng):
 
 def print_table(rows):
     head = ['provider', 'N', 'fill s', 'items/s', 'RSS MB',
-            'lookup med', 'lookup p90', 'get med', 'get p90', 'search med', 'search p90']
+            'lookup med', 'lookup p90', 'get med', 'get p90', 'search med', 'search p90', 'ping med', 'ping p90',
+            'get/ping']
     table = [head]
     for row in rows:
         table.append([str(c) for c in row])
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     print()
     print('times in ms; lookup = whole `secret-tool lookup` process, get = Item.GetSecret on a reused plain '
-          'session, search = SearchItems + GetSecrets')
+          'session, search = SearchItems + GetSecrets, ping = Peer.Ping to the provider (interleaved with get)')
     for i, r in enumerate(table):
         print('  '.join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))))
         if i == 0:
@@ -432,10 +444,11 @@ def main():
                     entry['batch_medians'] = rounds[p.name]
                     rows.append([p.name, n, f'{p.fill_seconds:.2f}', f'{n / p.fill_seconds:.0f}',
                                  f'{p.rss_kb / 1024:.1f}' if p.rss_kb else '?']
-                                + [f'{entry[f"{k}_{stat}"]:.2f}' for k in KINDS for stat in ('median', 'p90')])
+                                + [f'{entry[f"{k}_{stat}"]:.3f}' for k in KINDS for stat in ('median', 'p90')]
+                                + [f'{entry["get_median"] / entry["ping_median"]:.2f}'])
                 else:
                     rows.append([p.name, n, f'not finished ({p.filled}/{n} in {p.fill_seconds:.0f} s)', '-', '-']
-                                + ['-'] * 6)
+                                + ['-'] * 9)
                 results.append(entry)
             for p in providers:
                 p.stop()
