@@ -224,10 +224,16 @@ extension ItemStore {
             (salt, secretKey) = try Self.protectedWriteKeys(
                 record: record, storeID: storeID, itemsKey: state.keys.items)
         }
+        // The write's key, derived through the decryption cache: the first read after the write
+        // (this process's next get, as often as not) finds it there rather than deriving it again.
+        let key = itemKey(salt: salt[...]) { [storeID] in
+            ItemFileV2.itemKey(
+                parent: state.keys.items, salt: salt[...], storeID: storeID, keyRecord: contents.keyRecord)
+        }
         do {
             return try ItemFileV2.encode(
                 contents, itemKeyParent: state.keys.items, storeID: storeID, salt: salt,
-                nonce: nonce, secretKey: secretKey)
+                nonce: nonce, secretKey: secretKey, derivedKey: key)
         } catch {
             throw KeychainError(.storageFailed, "Encryption failed", underlying: error)
         }

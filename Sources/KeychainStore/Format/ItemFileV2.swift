@@ -111,9 +111,11 @@ enum ItemFileV2 {
     /// `secretKey`, given the attributes key, gives a protected item's secret key (see
     /// ``KeyRecord/protectedSecretKey(attributesKey:shared:recordPublicKey:storeID:recordID:)``);
     /// without it both sections use the attributes key.
+    /// `derivedKey`, when given, is ``itemKey(parent:salt:storeID:keyRecord:)`` of this write,
+    /// derived already by the caller (which keeps it for the reads that follow).
     static func encode(
         _ contents: Contents, itemKeyParent: SymmetricKey, storeID: [UInt8], salt: [UInt8],
-        nonce: [UInt8], secretKey: ((SymmetricKey) -> SymmetricKey)? = nil
+        nonce: [UInt8], secretKey: ((SymmetricKey) -> SymmetricKey)? = nil, derivedKey: SymmetricKey? = nil
     ) throws -> [UInt8] {
         let attributes = contents.attributes.encoded()
         var header = WireWriter()
@@ -135,7 +137,9 @@ enum ItemFileV2 {
         header.append(UInt32(contents.value.count))
         precondition(header.bytes.count == headerSize, "the v2 header layout is fixed")
 
-        let key = itemKey(parent: itemKeyParent, salt: salt[...], storeID: storeID, keyRecord: contents.keyRecord)
+        let key =
+            derivedKey
+            ?? itemKey(parent: itemKeyParent, salt: salt[...], storeID: storeID, keyRecord: contents.keyRecord)
         let attributesSection = try sealedSection(attributes, key: key, nonce: nonce, authenticating: header.bytes)
         let aad = header.bytes + contents.itemClass.encodedPrimaryKey(of: contents.attributes) + attributesSection
         let secretSection = try sealedSection(

@@ -111,6 +111,37 @@ func measurePair(
     return (Samples(first), Samples(second))
 }
 
+/// As ``measurePair(_:warmup:_:_:)``, each timed run preceded by its own untimed preparation
+/// (a write before the read that follows it).
+func measurePair(
+    _ iterations: Int, warmup: Int, preparing prepareA: () throws -> Void, _ a: () throws -> Void,
+    preparing prepareB: () throws -> Void, _ b: () throws -> Void
+) rethrows -> (Samples, Samples) {
+    let clock = ContinuousClock()
+    for _ in 0..<warmup {
+        try prepareA()
+        try a()
+        try prepareB()
+        try b()
+    }
+    var first: [Duration] = []
+    var second: [Duration] = []
+    for index in 0..<iterations {
+        if index % 2 == 0 {
+            try prepareA()
+            first.append(try clock.measure(a))
+            try prepareB()
+            second.append(try clock.measure(b))
+        } else {
+            try prepareB()
+            second.append(try clock.measure(b))
+            try prepareA()
+            first.append(try clock.measure(a))
+        }
+    }
+    return (Samples(first), Samples(second))
+}
+
 /// Keeps results alive so the optimiser cannot drop the work that made them.
 nonisolated(unsafe) var sink = 0
 
