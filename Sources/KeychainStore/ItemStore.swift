@@ -217,6 +217,17 @@ package final class ItemStore: Sendable {
 
     /// The item's file, or nil: a held one when nothing can have replaced it (``HeldItemFile``),
     /// else opened, and held for the next get once its directory has settled.
+    /// Whether the directory this store opened is still the one at its path: false once the
+    /// store was removed, or removed and made again there, by any process. One stat and one
+    /// fstat: a process that keeps stores open for others (the session holder) asks it before
+    /// each answer, since its open store would otherwise answer for a store that is gone.
+    package func isStillAtItsPath() -> Bool {
+        var atPath = stat()
+        var held = stat()
+        guard stat(root, &atPath) == 0, fstat(rootDirectory.descriptor, &held) == 0 else { return false }
+        return held.st_nlink > 0 && atPath.st_dev == held.st_dev && atPath.st_ino == held.st_ino
+    }
+
     func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
         let key = HeldItemFile.Key(group: names.group, file: names.file)
         let (cached, held) = groupDirectories.directoryAndHeldFile(key)

@@ -185,6 +185,17 @@ struct WarmPathTests {
         let read = try fixture.commands { changed = try lookUp(fixture) }
         #expect(changed?.stdout == "changed\n")
         #expect(read == [])
+        // A store removed and made again at the same path: the holder lets go of the one it
+        // held and answers from the new one, as the cold path does.
+        #expect(try fixture.cli(["delete-keychain", fixture.store]).status == 0)
+        let gone = try fixture.cli([
+            "find-generic-password", "-s", "face", "-a", "item", "-w", "--keychain", fixture.store,
+        ])
+        #expect(gone.status == 66, "\(gone)")
+        let again = try fixture.cli(
+            ["add-generic-password", "-s", "face", "-a", "item", "--keychain", fixture.store], stdin: "made again")
+        #expect(again.status == 0, "\(again)")
+        #expect(try lookUp(fixture).stdout == "made again\n")
         // A devicePasscode item needs the TPM: the holder answers "cold", the CLI asks for the passcode.
         #expect(
             try fixture.cli(

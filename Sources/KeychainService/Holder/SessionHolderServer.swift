@@ -131,6 +131,11 @@ package final class SessionHolderServer: Sendable {
             // Under the lock flag: a lock arriving meanwhile waits, then erases what this opened.
             return try locked.withLock { (locked) throws(KeychainError) -> HolderResponse in
                 guard !locked else { return .cold("the keychain is locked") }
+                // A store removed (and perhaps made again) since it was opened here is let go:
+                // the caller's own path would open what is at the path now, and so does this.
+                if let held = OpenStores.openStore(at: location), !held.isStillAtItsPath() {
+                    OpenStores.close(location)
+                }
                 return try body(try ItemService(location: location, caller: caller))
             }
         } catch {
