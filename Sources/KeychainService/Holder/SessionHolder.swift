@@ -70,7 +70,9 @@ package enum SessionHolder {
     static func store(for location: KeychainLocation, caller: AccessCaller) -> HolderRequest.HolderStore? {
         let tcti: String?
         switch location.tpm {
-        case .automatic: tcti = nil
+        // TPM_KEYCHAIN_TCTI as this process has it: the holder's own environment may differ.
+        case .automatic:
+            tcti = getenv("TPM_KEYCHAIN_TCTI").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
         case .automaticOrSimulated: return nil
         case .tcti(let chosen): tcti = chosen
         case .chosen(let tpm):
