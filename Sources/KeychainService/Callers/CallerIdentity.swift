@@ -36,8 +36,36 @@ package struct CallerIdentity: Sendable, Hashable {
     /// `/.flatpak-info` in the process's own root.
     package let flatpakApplicationID: String?
 
+    /// `bash → node → secret-tool`: the ancestors from the top, then the process.
+    package let chain: String
+    /// For people and logs, after the program's name: the pid, the chain that led to it, the
+    /// unit and the app id where there are any, and the executable's hash, shortened. Names are
+    /// quoted and escaped (DisplayText): a program chooses its own file name. Made once with the
+    /// identity, which is kept by incarnation: every signature's log line names its caller.
+    package let details: String
+
     /// How far up the chain is followed.
     package static let deepestAncestry = 16
+
+    init(
+        uid: UInt32, process: Member, executableHash: [UInt8]?, ancestors: [Member], unit: String?,
+        flatpakApplicationID: String?
+    ) {
+        self.uid = uid
+        self.process = process
+        self.executableHash = executableHash
+        self.ancestors = ancestors
+        self.unit = unit
+        self.flatpakApplicationID = flatpakApplicationID
+        let chain = (ancestors.reversed() + [process]).map(\.name).joined(separator: " → ")
+        self.chain = chain
+        var parts = ["pid \(process.pid)"]
+        if !ancestors.isEmpty { parts.append("via " + DisplayText.quoted(chain, limit: 300)) }
+        if let unit { parts.append("unit " + DisplayText.quoted(unit, limit: 100)) }
+        if let flatpakApplicationID { parts.append("app " + DisplayText.quoted(flatpakApplicationID, limit: 100)) }
+        if let executableHash { parts.append("sha256 " + executableHash.prefix(8).hexString) }
+        details = parts.joined(separator: ", ")
+    }
 
     /// Reads the identity of `process` for a caller of user `uid`; nil when the process ended
     /// before its facts were confirmed (they could be another's, under a reused pid).
@@ -81,23 +109,6 @@ package struct CallerIdentity: Sendable, Hashable {
             uid: uid, process: Member(pid: process.pid, executable: executable), executableHash: hash,
             ancestors: ancestors, unit: process.systemdUnit, flatpakApplicationID: process.flatpakApplicationID)
         return process.isAlive ? identity : nil
-    }
-
-    /// `bash → node → secret-tool`: the ancestors from the top, then the process.
-    package var chain: String {
-        (ancestors.reversed() + [process]).map(\.name).joined(separator: " → ")
-    }
-
-    /// For people and logs, after the program's name: the pid, the chain that led to it, the
-    /// unit and the app id where there are any, and the executable's hash, shortened. Names are
-    /// quoted and escaped (DisplayText): a program chooses its own file name.
-    package var details: String {
-        var parts = ["pid \(process.pid)"]
-        if !ancestors.isEmpty { parts.append("via " + DisplayText.quoted(chain, limit: 300)) }
-        if let unit { parts.append("unit " + DisplayText.quoted(unit, limit: 100)) }
-        if let flatpakApplicationID { parts.append("app " + DisplayText.quoted(flatpakApplicationID, limit: 100)) }
-        if let executableHash { parts.append("sha256 " + executableHash.prefix(8).hexString) }
-        return parts.joined(separator: ", ")
     }
 }
 

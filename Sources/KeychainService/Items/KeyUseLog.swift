@@ -30,8 +30,13 @@ package enum KeyUseLog {
         let program = caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program"
         let line =
             "\(time) \(operation) \(DisplayText.quoted(label, limit: 200)) by \(program) (\(caller.face.rawValue), uid \(caller.uid)): \(DisplayText.quoted(outcome, limit: 400))\n"
-        try? createDirectories(directory)
-        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        let flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW
+        var descriptor = open(path, flags, 0o600)
+        // The directory is made the first time only: a signature does not pay for mkdir -p.
+        if descriptor < 0, errno == ENOENT {
+            try? createDirectories(directory)
+            descriptor = open(path, flags, 0o600)
+        }
         guard descriptor >= 0 else { return }
         defer { close(descriptor) }
         try? writeAll(descriptor, Array(line.utf8))
