@@ -332,24 +332,7 @@ struct SessionHolderProcess {
 
     /// Starts it and waits until its socket is there.
     init(executable: String, socket: String, environment: [String]) throws {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        for descriptor in Int32(0)...2 {
-            posix_spawn_file_actions_addopen(
-                &actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
-        }
-        try closeInheritedDescriptors(&actions)
-        let arguments = [executable, "hold-session", "--socket", socket]
-        let argv = arguments.map { strdup($0) } + [nil]
-        let envp = environment.map { strdup($0) } + [nil]
-        defer {
-            for pointer in argv { free(pointer) }
-            for pointer in envp { free(pointer) }
-        }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
-        guard result == 0 else { throw BenchmarkError("cannot start the session holder: errno \(result)") }
+        let pid = try spawn([executable, "hold-session", "--socket", socket], environment: environment)
         self.pid = pid
         var status = stat()
         while stat(socket, &status) != 0 {
@@ -373,6 +356,26 @@ func spawnAndWait(
     _ arguments: [String], environment: [String], stdin: String = "/dev/null", stdout: String = "/dev/null",
     expecting what: String
 ) throws -> rusage {
+    let pid = try spawn(arguments, environment: environment, stdin: stdin, stdout: stdout)
+    var status: Int32 = 0
+    var usage = rusage()
+    while wait4(pid, &status, 0, &usage) < 0 {
+        guard errno == EINTR else { throw BenchmarkError("wait4 failed: errno \(errno)") }
+    }
+    // WIFEXITED and WEXITSTATUS, which Swift does not import as functions.
+    guard status & 0x7F == 0, (status >> 8) & 0xFF == 0 else {
+        throw BenchmarkError("\(what) failed: wait status \(status)")
+    }
+    return usage
+}
+
+/// posix_spawn of `arguments` with standard input from `stdin`, output to `stdout` (created
+/// 0600) and error on /dev/null, and no other descriptor of this process; its pid.
+///
+/// - Throws: ``BenchmarkError`` when it cannot start.
+func spawn(
+    _ arguments: [String], environment: [String], stdin: String = "/dev/null", stdout: String = "/dev/null"
+) throws -> pid_t {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
@@ -389,14 +392,5 @@ func spawnAndWait(
     var pid: pid_t = 0
     let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)
     guard result == 0 else { throw BenchmarkError("cannot start \(arguments[0]): errno \(result)") }
-    var status: Int32 = 0
-    var usage = rusage()
-    while wait4(pid, &status, 0, &usage) < 0 {
-        guard errno == EINTR else { throw BenchmarkError("wait4 failed: errno \(errno)") }
-    }
-    // WIFEXITED and WEXITSTATUS, which Swift does not import as functions.
-    guard status & 0x7F == 0, (status >> 8) & 0xFF == 0 else {
-        throw BenchmarkError("\(what) failed: wait status \(status)")
-    }
-    return usage
+    return pid
 }
