@@ -75,8 +75,10 @@ package final class SessionHolderServer: Sendable {
                 log("closed a connection of pid \(pid): \(error.message)")
                 return
             }
-            var answer = OwnerSocketServer.framed(response.encoded)
-            // The answer may hold secrets: its bytes do not outlive their sending.
+            // The answer may hold secrets: neither its encoding nor its framed copy outlives the sending.
+            var encoded = response.encoded
+            var answer = OwnerSocketServer.framed(encoded)
+            erase(&encoded)
             defer { erase(&answer) }
             do {
                 try sendAll(connection, answer)
