@@ -393,9 +393,7 @@ final class AgentClient {
 
     /// One response's body, or nil when the agent closed the connection.
     func receive() throws -> [UInt8]? {
-        guard let prefix = read(4) else { return nil }
-        let length = Int(prefix[0]) << 24 | Int(prefix[1]) << 16 | Int(prefix[2]) << 8 | Int(prefix[3])
-        return read(length)
+        OwnerSocketServer.readMessage(descriptor, maximumLength: 1 << 24)
     }
 
     func ask(_ body: [UInt8]) throws -> [UInt8] {
@@ -414,18 +412,6 @@ final class AgentClient {
     func close() {
         if descriptor >= 0 { Glibc.close(descriptor) }
         descriptor = -1
-    }
-
-    private func read(_ count: Int) -> [UInt8]? {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var filled = 0
-        while filled < count {
-            let got = bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress! + filled, count - filled) }
-            if got < 0, errno == EINTR { continue }
-            guard got > 0 else { return nil }
-            filled += got
-        }
-        return bytes
     }
 
     deinit { close() }
