@@ -1,5 +1,6 @@
 import Foundation
 import KeychainVocabulary
+import SystemCalls
 import Testing
 
 @testable import KeychainStore
@@ -66,6 +67,28 @@ struct QueryTests {
         #expect(try accounts(ItemQuery(itemClass: .internetPassword, limit: .one)) == ["bob"])
         // The generic password with the same names is another class.
         #expect(try accounts(ItemQuery(itemClass: .genericPassword)) == ["bob"])
+    }
+
+    @Test("listings from eight threads at once each see every item: a listing reads its directories on its own")
+    func concurrentListings() throws {
+        let store = try EngineStore()
+        let opened = try store.open()
+        defer { opened.close() }
+        // Three servers: a listing reads the items directory, then three group directories.
+        for index in 0..<12 {
+            try opened.write(
+                .internetPassword, primary: Self.internet("host\(index % 3).example.com", account: "user\(index)"),
+                mode: .add, value: Self.value("secret \(index)"), changes: AttributeChanges())
+        }
+        // Every thread lists the same open store (its cached directories shared) many times over.
+        let counts = Locked<[Int: Int]>([:])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            for _ in 0..<200 {
+                let count = (try? opened.query(ItemQuery(itemClass: .internetPassword)).count) ?? -1
+                counts.withLock { $0[count, default: 0] += 1 }
+            }
+        }
+        #expect(counts.withLock { $0 } == [12: 1600], "listings by how many items each found")
     }
 
     @Test("a persistent reference is stable across updates and gone with the item")

@@ -241,15 +241,23 @@ extension Directory {
     }
 
     /// The names in the directory (not . and ..).
+    ///
+    /// Read through a descriptor of its own, opened on this directory's ".": a dup would share
+    /// its position with ``descriptor``, and with every other thread listing this directory,
+    /// so that two listings at once would each see part of it (or nothing).
     func entries() throws(KeychainError) -> [String] {
-        let copy = dup(descriptor)
-        guard copy >= 0, let stream = fdopendir(copy) else {
-            if copy >= 0 { closeDescriptor(copy) }
-            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: Errno.current)
+        let own: Int32
+        do {
+            own = try retryingInterrupts { openat(descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        } catch {
+            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: error)
+        }
+        guard let stream = fdopendir(own) else {
+            let error = Errno.current
+            closeDescriptor(own)
+            throw KeychainError(.storageFailed, "Cannot list \(path)", underlying: error)
         }
         defer { closedir(stream) }
-        // The copy shares its position with our descriptor: start from the beginning every time.
-        rewinddir(stream)
         var names: [String] = []
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
