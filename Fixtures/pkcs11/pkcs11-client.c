@@ -7,6 +7,10 @@
 //   pkcs11-client MODULE finalize LABEL                C_Finalize while another thread is in
 //                                                       C_Sign; then the module starts again.
 //   pkcs11-client MODULE bench LABEL COUNT              COUNT timed signatures ("sample MS").
+//   pkcs11-client MODULE stable LABEL COMMAND           A session finds the key LABEL; COMMAND
+//                                                       (sh -c) changes the store's keys; another
+//                                                       session searches again; the first one's
+//                                                       handles still name LABEL and sign with it.
 //
 // Exits 0 when every outcome was right, 1 (with what went wrong on stderr) otherwise.
 // Built by the tests: cc -O2 pkcs11-client.c -o pkcs11-client -lcrypto -lpthread -ldl
@@ -214,6 +218,47 @@ static int finalize_during_sign(void) {
     return failures == 0 ? 0 : 1;
 }
 
+// MARK: stable
+
+/// The label of object `handle`, into `text` (NUL-terminated); 0 when read.
+static int label_of(ck_session_handle_t session, ck_object_handle_t handle, char *text, size_t capacity) {
+    struct ck_attribute attribute = {CKA_LABEL, text, capacity - 1};
+    if (module->C_GetAttributeValue(session, handle, &attribute, 1) != CKR_OK) return -1;
+    text[attribute.value_len] = 0;
+    return 0;
+}
+
+static int stable_handles(const char *command) {
+    if (initialize() != CKR_OK) return 1;
+    ck_session_handle_t first, second;
+    ck_object_handle_t private_key, public_key, ignored_private, ignored_public;
+    if (open_key(&first, &private_key, &public_key) != 0) {
+        FAIL("no key \"%s\" before the change", label);
+        return 1;
+    }
+    EVP_PKEY *key = public_key_of(first, public_key);
+    if (!key) FAIL("the public key could not be read");
+    int status = system(command);
+    if (status != 0) FAIL("the command changing the keys exited with %d", status);
+    // Another session's search asks the agent again, and learns of the change.
+    if (open_key(&second, &ignored_private, &ignored_public) != 0) FAIL("no key \"%s\" after the change", label);
+    char found[256];
+    if (label_of(first, private_key, found, sizeof found) != 0 || strcmp(found, label) != 0)
+        FAIL("the first session's private key handle now names \"%s\", not \"%s\"", found, label);
+    if (ignored_private != private_key) FAIL("the two sessions found the key under different handles");
+    unsigned char digest[32], signature[64];
+    ck_rv_t rv = sign_once(first, private_key, digest, signature);
+    if (rv != CKR_OK) {
+        FAIL("C_Sign with the handle found before the change failed: 0x%lx", rv);
+    } else if (key && !verifies(key, digest, signature)) {
+        FAIL("the handle found before the change signed with another key");
+    }
+    EVP_PKEY_free(key);
+    module->C_Finalize(NULL);
+    printf("the handle found before the change still signs as \"%s\"\n", label);
+    return failures == 0 ? 0 : 1;
+}
+
 // MARK: bench
 
 static int bench(int count) {
@@ -242,7 +287,7 @@ static int bench(int count) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: pkcs11-client MODULE threads|finalize|bench LABEL [ARGS]\n");
+        fprintf(stderr, "usage: pkcs11-client MODULE threads|finalize|bench|stable LABEL [ARGS]\n");
         return 2;
     }
     void *library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -255,6 +300,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "threads") == 0 && argc == 6) return threads(atoi(argv[4]), atoi(argv[5]));
     if (strcmp(argv[2], "finalize") == 0) return finalize_during_sign();
     if (strcmp(argv[2], "bench") == 0 && argc == 5) return bench(atoi(argv[4]));
+    if (strcmp(argv[2], "stable") == 0 && argc == 5) return stable_handles(argv[4]);
     fprintf(stderr, "unknown mode %s\n", argv[2]);
     return 2;
 }

@@ -36,12 +36,16 @@ struct session {
     struct tk_buffer data;
 };
 
-/// One agent, that is one store: a slot with its token. Its keys as the last search found them:
-/// object 3i+1 is key i's private key, 3i+2 its public key, 3i+3 its certificate (when
-/// `certificate_of[i]` is not -1).
+/// One agent, that is one store: a slot with its token. Its keys, each at the entry it got when
+/// a search first found it: object 3i+1 is entry i's private key, 3i+2 its public key, 3i+3 its
+/// certificate (when `certificate_of[i]` is not -1). An entry keeps its key for as long as the
+/// module is initialized, so that a handle another session found never comes to name another
+/// key; `present[i]` says whether the agent offered it at the last search that reached it.
 struct slot {
     char socket[TK_SOCKET_PATH];
     struct tk_identity identities[TK_MAX_IDENTITIES];
+    int present[TK_MAX_IDENTITIES];
+    /// How many entries are in use.
     int identity_count;
     struct tk_certificate certificates[TK_MAX_IDENTITIES];
     int certificate_count;
@@ -68,12 +72,66 @@ static int object(const struct slot *slot, ck_object_handle_t handle, int *index
     if (handle < 1 || handle > 3 * (ck_object_handle_t)slot->identity_count) return 0;
     *index = (int)((handle - 1) / 3);
     *kind = (enum object_kind)((handle - 1) % 3);
+    if (!slot->present[*index]) return 0;
     return *kind != certificate_object || slot->certificate_of[*index] >= 0;
 }
 
 static void forget_certificates(struct slot *slot) {
     for (int index = 0; index < slot->certificate_count; index++) tk_certificate_free(&slot->certificates[index]);
     slot->certificate_count = 0;
+}
+
+/// The entry of the key at `point`, or -1 (under the lock).
+static int entry_of(const struct slot *slot, const unsigned char point[65]) {
+    for (int index = 0; index < slot->identity_count; index++) {
+        if (memcmp(slot->identities[index].point, point, 65) == 0) return index;
+    }
+    return -1;
+}
+
+/// An entry for a key met for the first time: a new one, else (all in use) the first whose key
+/// the agent no longer offers, whose handles then name the new key; -1 when every entry holds a
+/// key still offered (under the lock).
+static int new_entry(struct slot *slot) {
+    if (slot->identity_count < TK_MAX_IDENTITIES) return slot->identity_count++;
+    for (int index = 0; index < slot->identity_count; index++) {
+        if (!slot->present[index]) return index;
+    }
+    return -1;
+}
+
+/// Takes what the agent offers now into `slot`: its keys (each keeping its entry, those no
+/// longer offered marked so) and their certificates, which replace the slot's (under the lock).
+static void take_offered(struct slot *slot, const struct tk_identity *offered, int offered_count,
+                         struct tk_certificate *certificates, int certificate_count) {
+    memset(slot->present, 0, sizeof slot->present);
+    // Known keys first, so that a new key can only take the entry of one that is really gone.
+    int known[TK_MAX_IDENTITIES];
+    for (int index = 0; index < offered_count; index++) {
+        known[index] = entry_of(slot, offered[index].point);
+        if (known[index] < 0) continue;
+        slot->identities[known[index]] = offered[index];
+        slot->present[known[index]] = 1;
+    }
+    for (int index = 0; index < offered_count; index++) {
+        if (known[index] >= 0) continue;
+        int entry = new_entry(slot);
+        if (entry < 0) break;
+        slot->identities[entry] = offered[index];
+        slot->present[entry] = 1;
+    }
+    forget_certificates(slot);
+    memcpy(slot->certificates, certificates, sizeof *certificates * (size_t)certificate_count);
+    slot->certificate_count = certificate_count;
+    for (int index = 0; index < slot->identity_count; index++) {
+        slot->certificate_of[index] = -1;
+        for (int candidate = 0; candidate < slot->certificate_count; candidate++) {
+            if (memcmp(slot->certificates[candidate].point, slot->identities[index].point, 65) == 0) {
+                slot->certificate_of[index] = candidate;
+                break;
+            }
+        }
+    }
 }
 
 static void pad(unsigned char *field, size_t size, const char *text) {
@@ -496,28 +554,18 @@ ck_rv_t C_FindObjectsInit(ck_session_handle_t handle, struct ck_attribute *templ
     } else if (session->finding) {
         result = CKR_OPERATION_ACTIVE;
     } else {
-        // No agent: no objects (the token stays, empty), rather than an error every caller reports.
+        // No agent: this search finds nothing (the token stays, empty, rather than an error every
+        // caller reports), and what other sessions found is left as it was.
         struct slot *slot = &slots[session->slot];
-        slot->identity_count = fresh_count < 0 ? 0 : fresh_count;
-        memcpy(slot->identities, fresh, sizeof *fresh * (size_t)slot->identity_count);
-        forget_certificates(slot);
-        memcpy(slot->certificates, fresh_certificates, sizeof *fresh_certificates * (size_t)fresh_certificate_count);
-        slot->certificate_count = fresh_certificate_count;
-        fresh_certificate_count = 0;  // kept: not freed below
-        for (int index = 0; index < slot->identity_count; index++) {
-            slot->certificate_of[index] = -1;
-            for (int candidate = 0; candidate < slot->certificate_count; candidate++) {
-                if (memcmp(slot->certificates[candidate].point, slot->identities[index].point, 65) == 0) {
-                    slot->certificate_of[index] = candidate;
-                    break;
-                }
-            }
+        if (fresh_count >= 0) {
+            take_offered(slot, fresh, fresh_count, fresh_certificates, fresh_certificate_count);
+            fresh_certificate_count = 0;  // kept: not freed below
         }
         session->finding = 1;
         session->found_count = 0;
         session->found_next = 0;
-        for (ck_object_handle_t object_handle = 1; object_handle <= 3 * (ck_object_handle_t)slot->identity_count;
-             object_handle++) {
+        for (ck_object_handle_t object_handle = 1;
+             fresh_count >= 0 && object_handle <= 3 * (ck_object_handle_t)slot->identity_count; object_handle++) {
             int index;
             enum object_kind kind;
             if (object(slot, object_handle, &index, &kind) && matches(slot, object_handle, template, count))

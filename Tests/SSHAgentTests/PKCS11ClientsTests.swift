@@ -222,6 +222,28 @@ struct PKCS11ClientsTests {
         #expect(result.output.contains("verified 80 of 80 signatures from 8 threads"), "\(result.output)")
     }
 
+    @Test(
+        "a handle keeps naming its key: after another session's search sees a key deleted before it and one added, it signs with its own key"
+    )
+    func handlesStayWithTheirKeys() throws {
+        let fixture = try Fixture()
+        let module = try PKCS11ModuleTests.build(into: fixture.directory)
+        let client = try Self.client(in: fixture)
+        // "second" comes after the fixture's "laptop": its handles follow laptop's.
+        let keys = Fixture.tool("tpm-keychain-keys")
+        try Fixture.expectSuccess(
+            try fixture.run(keys, ["create", "--keychain", fixture.store, "--label", "second", "--tag", "ssh"]))
+        // Between the searches: the key before it goes, and a new one comes after it.
+        let change = [
+            "\(keys) delete --keychain \(fixture.store) --label laptop",
+            "\(keys) create --keychain \(fixture.store) --label third --tag ssh",
+        ].joined(separator: " && ")
+        let result = try Self.run(fixture, client, [module, "stable", "second", change])
+        #expect(result.status == 0, "\(result.output)\n\(fixture.agentErrors)")
+        #expect(
+            result.output.contains("the handle found before the change still signs as \"second\""), "\(result.output)")
+    }
+
     @Test("C_Finalize while another thread is in C_Sign: no crash, and the module starts and signs again")
     func finalizeDuringSign() throws {
         let fixture = try Fixture()
