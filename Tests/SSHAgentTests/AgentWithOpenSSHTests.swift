@@ -196,6 +196,28 @@ struct AgentWithOpenSSHTests {
         return try fixture.run("/usr/bin/ssh-keygen", ["-Y", "sign", "-f", publicKey, "-n", "file", message])
     }
 
+    @Test(
+        "a grant that denies ssh-keygen stops its signatures through the agent (the key is still listed); revoked, it signs again"
+    )
+    func denyGrantStopsSignatures() throws {
+        let fixture = try Fixture()
+        let added = try fixture.run(
+            Fixture.tool("tpm-keychain"),
+            ["grants", "add", "--keychain", fixture.store, "--deny", "--program", "/usr/bin/ssh-keygen"])
+        #expect(added.status == 0, "\(added.output)")
+        let id = added.output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let refused = try Self.sign("laptop", in: fixture)
+        #expect(refused.status != 0, "\(refused.output)")
+        #expect(fixture.agentErrors.contains("A grant of this keychain denies executable"), "\(fixture.agentErrors)")
+        // Another program (ssh-add) is not named by the grant, and lists are not governed.
+        #expect(try fixture.run("/usr/bin/ssh-add", ["-L"]).output.hasSuffix(" laptop\n"))
+        let revoked = try fixture.run(
+            Fixture.tool("tpm-keychain"), ["grants", "revoke", "--keychain", fixture.store, id])
+        #expect(revoked.status == 0, "\(revoked.output)")
+        let signed = try Self.sign("laptop", in: fixture)
+        #expect(signed.status == 0, "\(signed.output)\n\(fixture.agentErrors)")
+    }
+
     @Test("a key that needs the passcode asks for it, naming the key and the program; a wrong passcode signs nothing")
     func passcodeKeyAsksThePerson() throws {
         let reason = NSTemporaryDirectory() + "ssh-agent-reason-" + UUID().uuidString

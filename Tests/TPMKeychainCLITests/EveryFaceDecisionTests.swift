@@ -147,6 +147,13 @@ struct EveryFaceDecisionTests {
                 why:
                     "adds an item, as key create does while locked; the certificate must be the key's (PKCS11ClientsTests)"
             )),
+        cli("grants list", locked: .allowed(why: "grants are rules, not secrets: they are read with the store's key")),
+        cli(
+            "grants add", ["--allow", "--executable", "/usr/bin/secret-tool"],
+            locked: .allowed(why: "a grant unlocks nothing (AccessDecisionTests), as adding while locked works")),
+        cli(
+            "grants revoke", ["0123456789abcdef0123456789abcdef"],
+            locked: .notCalled(why: "names a grant by its ID, which only the owner's list shows (GrantTests)")),
         cli("rotate-keys", locked: .refused),
         cli("add-recovery-key", locked: .notCalled(why: "store maintenance; the lock binds items, not the store")),
         cli(
@@ -196,9 +203,10 @@ struct EveryFaceDecisionTests {
             #expect(Self.table.contains { $0.face.rawValue == pair.first && $0.operation == pair.last }, "\(pair)")
         }
         let help = try Self.output(CLI.executable, ["--help"])
-        let keyHelp = try Self.output(CLI.executable, ["key", "--help"])
-        var verbs = Self.subcommands(help).filter { $0 != "key" }
-        verbs += Self.subcommands(keyHelp).map { "key " + $0 }
+        var verbs = Self.subcommands(help).filter { $0 != "key" && $0 != "grants" }
+        for parent in ["key", "grants"] {
+            verbs += Self.subcommands(try Self.output(CLI.executable, [parent, "--help"])).map { parent + " " + $0 }
+        }
         #expect(verbs.count > 30, "\(help)")
         let cliRows = Set(Self.table.filter { $0.face == .cli }.map(\.operation))
         #expect(Set(verbs) == cliRows, "verbs without a row: \(Set(verbs).subtracting(cliRows))")

@@ -35,6 +35,8 @@ package struct CallerIdentity: Sendable, Hashable {
     package let unit: String?
     /// `/.flatpak-info` in the process's own root.
     package let flatpakApplicationID: String?
+    /// The boot and the kernel's audit session of the process (``GrantBook/loginSession(ofProcess:)``).
+    package let loginSession: String?
 
     /// `bash → node → secret-tool`: the ancestors from the top, then the process.
     package let chain: String
@@ -49,7 +51,7 @@ package struct CallerIdentity: Sendable, Hashable {
 
     init(
         uid: UInt32, process: Member, executableHash: [UInt8]?, ancestors: [Member], unit: String?,
-        flatpakApplicationID: String?
+        flatpakApplicationID: String?, loginSession: String? = nil
     ) {
         self.uid = uid
         self.process = process
@@ -57,6 +59,7 @@ package struct CallerIdentity: Sendable, Hashable {
         self.ancestors = ancestors
         self.unit = unit
         self.flatpakApplicationID = flatpakApplicationID
+        self.loginSession = loginSession
         let chain = (ancestors.reversed() + [process]).map(\.name).joined(separator: " → ")
         self.chain = chain
         var parts = ["pid \(process.pid)"]
@@ -65,6 +68,14 @@ package struct CallerIdentity: Sendable, Hashable {
         if let flatpakApplicationID { parts.append("app " + DisplayText.quoted(flatpakApplicationID, limit: 100)) }
         if let executableHash { parts.append("sha256 " + executableHash.prefix(8).hexString) }
         details = parts.joined(separator: ", ")
+    }
+
+    /// What grants can name of it (``Grant/Subject``).
+    package var facts: CallerFacts {
+        CallerFacts(
+            executable: process.executable, executableHash: executableHash, unit: unit,
+            applicationID: flatpakApplicationID, ancestors: ancestors.compactMap(\.executable),
+            loginSession: loginSession)
     }
 
     /// Reads the identity of `process` for a caller of user `uid`; nil when the process ended
@@ -107,14 +118,15 @@ package struct CallerIdentity: Sendable, Hashable {
         }
         let identity = CallerIdentity(
             uid: uid, process: Member(pid: process.pid, executable: executable), executableHash: hash,
-            ancestors: ancestors, unit: process.systemdUnit, flatpakApplicationID: process.flatpakApplicationID)
+            ancestors: ancestors, unit: process.systemdUnit, flatpakApplicationID: process.flatpakApplicationID,
+            loginSession: GrantBook.loginSession(ofProcess: process.pid))
         return process.isAlive ? identity : nil
     }
 }
 
 /// The SHA-256 of executables, remembered by file (device, inode, size, change time) so that a
 /// caller's hash costs a stat after the first time, however large its executable.
-enum ExecutableHashes {
+package enum ExecutableHashes {
     private struct File: Hashable {
         let device: UInt64
         let inode: UInt64
@@ -125,6 +137,15 @@ enum ExecutableHashes {
     private static let known = Locked<[File: [UInt8]]>([:])
     /// Larger files are not hashed (nil): no executable is that large, and reading one would stall the caller.
     static let largest: Int64 = 1 << 30
+
+    /// The SHA-256 of the regular file at `path` (followed if a link): what a grant for a
+    /// program names, as the caller's hash will be read through /proc/PID/exe.
+    package static func hash(ofFileAt path: String) -> [UInt8]? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        return hash(of: descriptor)
+    }
 
     static func hash(of descriptor: Int32) -> [UInt8]? {
         var status = stat()

@@ -27,6 +27,11 @@ package enum AccessOperation: CaseIterable, Sendable {
 package struct AccessCaller: Sendable, Hashable {
     package enum Face: String, Sendable, CaseIterable {
         case keychain, secItem, keychainStorage, cli, gitHelper, secretService, sshAgent
+
+        /// Whether grants name this face's callers: the faces that serve other programs, which
+        /// cannot open the store themselves. A face in the caller's own process (the library,
+        /// SecItem, the tools) runs as the user with the store's keys in hand: no grant binds it.
+        package var isNamedByGrants: Bool { self == .secretService || self == .sshAgent }
     }
 
     /// Where the caller's identity comes from.
@@ -49,16 +54,20 @@ package struct AccessCaller: Sendable, Hashable {
     /// The caller's executable where the face learns it (the Secret Service, from the bus's
     /// credentials and /proc); nil when unknown.
     package let executable: String?
+    /// What the kernel says of a peer (``CallerIdentity``), which grants name; read by the face
+    /// only when the target has grants, since reading it costs a walk of /proc.
+    package let facts: CallerFacts?
 
     package init(
         face: Face, uid: UInt32 = PrivateOwnership.effectiveUser, source: Source = .thisProcess,
-        accessGroups: [String]? = nil, executable: String? = nil
+        accessGroups: [String]? = nil, executable: String? = nil, facts: CallerFacts? = nil
     ) {
         self.face = face
         self.uid = uid
         self.source = source
         self.accessGroups = accessGroups
         self.executable = executable
+        self.facts = facts
     }
 }
 
@@ -85,16 +94,26 @@ package struct AccessTarget: Sendable, Equatable {
     /// Locked for this caller's reads: locked, or a confirm-each-access collection the person has
     /// not confirmed this caller for.
     package var lockedForReading: Bool
+    /// The keychain's grants (``GrantBook``): those of the whole keychain and of its items.
+    package var grants: [Grant]
+    /// The persistent reference of the one item the operation is on; nil for the keychain (a
+    /// search, a collection).
+    package var item: [UInt8]?
+    /// The time grants' leases are judged at (nanoseconds since 1970, UTC).
+    package var now: Int64
 
     package init(
         owner: UInt32? = nil, accessGroup: String? = nil, rules: Rules = .anyProgram, locked: Bool = false,
-        lockedForReading: Bool? = nil
+        lockedForReading: Bool? = nil, grants: [Grant] = [], item: [UInt8]? = nil, now: Int64? = nil
     ) {
         self.owner = owner
         self.accessGroup = accessGroup
         self.rules = rules
         self.locked = locked
         self.lockedForReading = lockedForReading ?? locked
+        self.grants = grants
+        self.item = item
+        self.now = now ?? GrantBook.now()
     }
 }
 
@@ -108,6 +127,8 @@ package enum AccessRefusal: Error, Equatable {
     case notAllowed(executable: String?)
     /// Locked: for a read, locked for this caller.
     case locked(forReading: Bool)
+    /// A grant denies this caller (its subject and, for an item's grant, the item named).
+    case denied(by: Grant)
 }
 
 package enum AccessDecision {
@@ -115,40 +136,81 @@ package enum AccessDecision {
     ///
     /// - Parameter target: its `accessGroup` is the group the operation names (a SecItem query's
     ///   or new item's); an entitled caller must hold exactly that group.
+    /// Grants are for a peer (another process, its facts read from the kernel), for everything
+    /// but metadata: a deny that applies refuses, whatever else allows; an allow that applies
+    /// stands in for the collection's rules and for a confirm-each-access collection's
+    /// confirmation (the person's remembered answer), never for an unlock or for the item's own
+    /// access control, which the TPM enforces after this decision.
+    ///
+    /// - Returns: the allow grant that decided, if one did: a grant of lease `.once` is then
+    ///   the caller's to use up (``GrantBook/useUp(_:)``).
     /// - Throws: ``AccessRefusal``: `.notOwner` first, for every operation (another user sees
     ///   nothing of the keychain), then `.notEntitled` (an entitlement is checked even for
     ///   metadata: a SecItem caller does not see another group's items), then, for everything but
-    ///   metadata, `.notAllowed` by the collection's rules, then `.locked` for reads, writes,
-    ///   deletes and re-pointing of a locked target. Lock and unlock need only the rules.
+    ///   metadata, `.denied` by a grant, `.notAllowed` by the collection's rules (unless a grant
+    ///   allows), then `.locked` for reads, writes, deletes and re-pointing of a locked target.
+    ///   Lock and unlock need only the rules (or an allow grant).
+    @discardableResult
     package static func decide(
         _ operation: AccessOperation, by caller: AccessCaller, on target: AccessTarget
-    ) throws(AccessRefusal) {
+    ) throws(AccessRefusal) -> Grant? {
         if let owner = target.owner, caller.uid != owner {
             throw .notOwner(uid: caller.uid, owner: owner)
         }
-        if let group = target.accessGroup, let entitled = caller.accessGroups, !entitled.contains(group) {
-            throw .notEntitled(group: group)
+        if let group = target.accessGroup {
+            // The grants' own group: read and written by the decision point's book only.
+            if group == GrantBook.accessGroup { throw .notEntitled(group: group) }
+            if let entitled = caller.accessGroups, !entitled.contains(group) { throw .notEntitled(group: group) }
         }
-        guard operation != .readMetadata else { return }
-        switch target.rules {
-        case .anyProgram: break
-        case .executables(let allowed):
-            guard let executable = caller.executable, allowed.contains(executable) else {
-                throw .notAllowed(executable: caller.executable)
+        guard operation != .readMetadata else { return nil }
+        let granted = try grant(for: caller, on: target)
+        if granted == nil {
+            switch target.rules {
+            case .anyProgram: break
+            case .executables(let allowed):
+                guard let executable = caller.executable, allowed.contains(executable) else {
+                    throw .notAllowed(executable: caller.executable)
+                }
+            case .unknown: throw .notAllowed(executable: caller.executable)
             }
-        case .unknown: throw .notAllowed(executable: caller.executable)
         }
         switch operation {
-        case .readMetadata, .lock, .unlock: return
-        case .readSecret: if target.lockedForReading { throw .locked(forReading: true) }
+        case .readMetadata, .lock, .unlock: break
+        case .readSecret:
+            if granted == nil ? target.lockedForReading : target.locked { throw .locked(forReading: true) }
         case .write, .delete, .repoint: if target.locked { throw .locked(forReading: false) }
         }
+        return granted
+    }
+
+    /// The allow grant that applies to `caller` on `target`, preferring one that lasts over one
+    /// for a single use; nil when none does.
+    ///
+    /// - Throws: `.denied` when a deny grant applies: a deny always wins.
+    private static func grant(for caller: AccessCaller, on target: AccessTarget) throws(AccessRefusal) -> Grant? {
+        guard !target.grants.isEmpty, caller.source == .peerCredentials, caller.face.isNamedByGrants else { return nil }
+        guard let facts = caller.facts else {
+            // A peer whose facts could not be read (it ended meanwhile) is allowed by no grant,
+            // and refused where a deny could have named it.
+            if let deny = target.grants.first(where: {
+                $0.effect == .deny && ($0.item == nil || $0.item == target.item)
+            }) {
+                throw .denied(by: deny)
+            }
+            return nil
+        }
+        let applying = target.grants.filter { $0.applies(to: facts, item: target.item, at: target.now) }
+        if let deny = applying.first(where: { $0.effect == .deny }) { throw .denied(by: deny) }
+        let allows = applying.filter { $0.effect == .allow }
+        return allows.first { $0.lease != .once } ?? allows.first
     }
 
     /// Whether a query that names no group shows `caller` the items of access group `group` (""
     /// for items of none): every group for a caller without entitlements; else its entitled
-    /// groups only, as ``decide(_:by:on:)`` would allow reading them.
+    /// groups only, as ``decide(_:by:on:)`` would allow reading them. Nobody sees the grants'
+    /// group (``GrantBook``).
     package static func sees(_ group: String, _ caller: AccessCaller) -> Bool {
+        if group == GrantBook.accessGroup { return false }
         guard let entitled = caller.accessGroups else { return true }
         return entitled.contains(group)
     }

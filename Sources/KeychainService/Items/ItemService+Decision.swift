@@ -18,12 +18,27 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.missingEntitlement` for a group the caller is not entitled
     ///   to, `.permissionDenied` for a caller the rules do not allow, `.interactionNotAllowed`
     ///   while locked.
-    func authorize(_ operation: AccessOperation, group: String, locked: Bool = false) throws(KeychainError) {
+    ///
+    /// - Parameter item: the persistent reference of the one item the operation is on, which an
+    ///   item's grants name.
+    func authorize(
+        _ operation: AccessOperation, group: String, locked: Bool = false, item: [UInt8]? = nil
+    ) throws(KeychainError) {
+        // Grants name peers whose facts the face read: only then is the book opened.
+        let grants = caller.face.isNamedByGrants ? try grantsFor(operation) : []
+        let used: Grant?
         do throws(AccessRefusal) {
-            try AccessDecision.decide(operation, by: caller, on: AccessTarget(accessGroup: group, locked: locked))
+            used = try AccessDecision.decide(
+                operation, by: caller, on: AccessTarget(accessGroup: group, locked: locked, grants: grants, item: item))
         } catch {
             throw KeychainError(refusal: error)
         }
+        if let used { try useUp(used) }
+    }
+
+    /// The grants an operation is decided with: none for metadata, which grants do not govern.
+    private func grantsFor(_ operation: AccessOperation) throws(KeychainError) -> [Grant] {
+        operation == .readMetadata || caller.source != .peerCredentials ? [] : try grants()
     }
 
     /// As ``authorize(_:group:)`` for the group a search names; a search that names none is
@@ -120,6 +135,11 @@ extension KeychainError {
                 .permissionDenied, "The rules of this keychain do not allow \(executable ?? "an unknown program")")
         case .locked:
             self.init(.interactionNotAllowed, "The keychain is locked: unlock it with the device passcode")
+        case .denied(let grant):
+            self.init(
+                .permissionDenied,
+                "A grant of this keychain denies \(grant.subject.description) (tpm-keychain grants list shows it, grants revoke \(grant.id) lifts it)"
+            )
         }
     }
 }

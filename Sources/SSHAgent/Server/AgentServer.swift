@@ -69,7 +69,7 @@ package final class AgentServer: Sendable {
         var state = ConnectionState(
             caller: AccessCaller(
                 face: .sshAgent, uid: uid, source: .peerCredentials,
-                executable: identity?.process.executable ?? executablePath(ofProcess: pid)),
+                executable: identity?.process.executable ?? executablePath(ofProcess: pid), facts: identity?.facts),
             pid: pid, identity: identity)
         while var body = OwnerSocketServer.readMessage(connection, maximumLength: AgentRequest.maximumLength) {
             let response: AgentResponse

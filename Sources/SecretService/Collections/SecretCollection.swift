@@ -302,6 +302,24 @@ final class SecretCollection {
         return built
     }
 
+    /// The collection's grants (none for a collection in memory).
+    func grants() throws(SecretServiceError) -> [Grant] {
+        do {
+            return try service?.grants() ?? []
+        } catch {
+            throw SecretServiceError(error)
+        }
+    }
+
+    /// Uses up a grant for one use that allowed a call.
+    func useUp(_ grant: Grant) throws(SecretServiceError) {
+        do {
+            try service?.useUp(grant)
+        } catch {
+            throw SecretServiceError(error)
+        }
+    }
+
     private func takeFingerprint() -> [Int64] {
         service?.changeStamp() ?? []
     }

@@ -21,6 +21,8 @@ struct SecretItem {
     var isProtected: Bool
     /// The key record's ID (all zero for the master key).
     var keyRecord: [UInt8] = ItemQueryResult.masterKeyRecord
+    /// The store item's persistent reference, which item grants name; nil in memory.
+    var reference: [UInt8]? = nil
 
     static func id(of identity: ItemIdentity) -> String {
         var bytes = Array(identity.accessGroup.utf8) + [0]
@@ -105,7 +107,7 @@ enum SecretItemMapping {
             label: stored.string(AttributeTag.label) ?? "\(service) (\(account))", attributes: attributes,
             contentType: stored.string(contentTypeTag) ?? defaultContentType,
             created: UInt64(max(0, created / 1_000_000_000)), modified: UInt64(max(0, modified / 1_000_000_000)),
-            isProtected: result.isProtected, keyRecord: result.keyRecord)
+            isProtected: result.isProtected, keyRecord: result.keyRecord, reference: result.reference)
     }
 
     /// The stored attributes a Secret Service write sets (besides the identity's).

@@ -15,19 +15,31 @@ extension SecretServiceRegistry {
     /// - Throws: ``SecretServiceError`` `.accessDenied` (audited) when the collection's rules do not
     ///   name the caller's executable; `.isLocked` when the collection is locked (for reads: locked
     ///   for this caller, which a confirm-each-access collection is until the person confirms).
+    ///
+    /// - Parameter item: the item the call is on, which the collection's item grants name.
     func authorize(
-        _ access: CollectionAccess, _ collection: SecretCollection, for peer: BusPeer
+        _ access: CollectionAccess, _ collection: SecretCollection, for peer: BusPeer, item: SecretItem? = nil
     ) throws(SecretServiceError) {
-        let caller = peer.caller
+        let grants = access == .readMetadata ? [] : try collection.grants()
+        // The kernel's facts of the caller, read (a walk of /proc) only when a grant may name it.
+        let caller = peer.caller(facts: grants.isEmpty ? nil : peer.identity?.facts)
         let rules: AccessTarget.Rules =
             collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
         let target = AccessTarget(
             owner: ownUID, rules: rules, locked: collection.isLocked,
-            lockedForReading: isLocked(collection, for: peer.sender))
+            lockedForReading: isLocked(collection, for: peer.sender), grants: grants, item: item?.reference)
+        let used: Grant?
         do throws(AccessRefusal) {
-            try AccessDecision.decide(access, by: caller, on: target)
+            used = try AccessDecision.decide(access, by: caller, on: target)
         } catch {
             switch error {
+            case .denied(let grant):
+                audit?.record(
+                    peer: peer, action: "refused by grant \(grant.id)", collection: collection.label, item: item?.label)
+                throw SecretServiceError(
+                    .accessDenied,
+                    "A grant of the collection \"\(collection.label)\" denies \(grant.subject.description): tpm-keychain grants revoke \(grant.id) lifts it"
+                )
             case .notAllowed:
                 audit?.record(
                     peer: peer, action: "refused by the collection's rules", collection: collection.label, item: nil)
@@ -52,14 +64,23 @@ extension SecretServiceRegistry {
                 throw SecretServiceError(.accessDenied, "The access group \(group) is not this caller's")
             }
         }
+        if let used {
+            audit?.record(
+                peer: peer, action: "allowed by grant \(used.id)", collection: collection.label, item: item?.label)
+            try collection.useUp(used)
+        }
     }
 }
 
 extension BusPeer {
     /// The peer as the decision point's caller: its uid and pid from the bus's credentials (the
     /// kernel's SO_PEERCRED), its executable from /proc at its first call.
-    var caller: AccessCaller {
-        AccessCaller(face: .secretService, uid: uid, source: .peerCredentials, executable: executable)
+    var caller: AccessCaller { caller(facts: nil) }
+
+    /// The peer as the decision point's caller, with what the kernel says of it where a grant
+    /// may name it.
+    func caller(facts: CallerFacts?) -> AccessCaller {
+        AccessCaller(face: .secretService, uid: uid, source: .peerCredentials, executable: executable, facts: facts)
     }
 
     /// What the kernel says of the peer (CallerIdentity), read now: the bus gives a pid, not a

@@ -33,7 +33,7 @@ struct ItemObject: SecretServiceObject {
             return [secret]
         case "SetSecret":
             try call.requireSignature("(oayays)")
-            try registry.authorize(.write, collection, for: peer)
+            try registry.authorize(.write, collection, for: peer, item: item)
             let secret = try registry.sessions.secret(from: call.arguments[0], sender: call.sender)
             _ = try collection.update(item, secret: secret)
             registry.audit?.record(peer: peer, action: "write", collection: collection.label, item: item.label)
@@ -41,7 +41,7 @@ struct ItemObject: SecretServiceObject {
             return []
         case "Delete":
             try call.requireSignature("")
-            try registry.authorize(.delete, collection, for: peer)
+            try registry.authorize(.delete, collection, for: peer, item: item)
             try collection.delete(item)
             registry.audit?.record(peer: peer, action: "delete", collection: collection.label, item: item.label)
             registry.itemsChanged(in: collection)
@@ -66,7 +66,7 @@ struct ItemObject: SecretServiceObject {
 
     func setProperty(_ name: String, to value: BusValue, by peer: BusPeer) throws(SecretServiceError) {
         let (collection, item) = try resolve()
-        try registry.authorize(.write, collection, for: peer)
+        try registry.authorize(.write, collection, for: peer, item: item)
         let updated: SecretItem
         switch name {
         case "Label":
@@ -99,7 +99,7 @@ struct ItemObject: SecretServiceObject {
         of item: SecretItem, in collection: SecretCollection, for session: TransferSession, peer: BusPeer,
         registry: SecretServiceRegistry
     ) throws(SecretServiceError) -> BusValue {
-        try registry.authorize(.readSecret, collection, for: peer)
+        try registry.authorize(.readSecret, collection, for: peer, item: item)
         let (secret, contentType) = try collection.secret(of: item)
         registry.audit?.record(peer: peer, action: "read", collection: collection.label, item: item.label)
         return try session.secretStruct(secret, contentType: contentType)

@@ -1,0 +1,151 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Grants (`tpm-keychain grants`) over the Secret Service, with Debian's secret-tool as the
+/// program: remembered across a daemon restart, bound to the file's path and hash or to its hash
+/// alone, covering the keychain or one item, for a time or one use, and denies that win.
+@Suite("grants decide which programs the Secret Service serves", .serialized)
+struct GrantTests {
+    /// secret-tool's file, its links resolved: what /proc/PID/exe reads for it.
+    static let secretTool: String = {
+        guard let real = realpath("/usr/bin/secret-tool", nil) else { return "/usr/bin/secret-tool" }
+        defer { free(real) }
+        return String(cString: real)
+    }()
+
+    /// A fixture whose collection "Granted" allows no program of the user's by its rules, with
+    /// two items the CLI stored (the tools are not the Secret Service's callers); its store.
+    static func grantedCollection(_ fixture: SecretServiceFixture) throws -> String {
+        _ = try fixture.createCollection(
+            label: "Granted", properties: "'org.tpmkeychain.Collection.AllowedExecutables': ('as', ['/nonexistent'])")
+        let names = try FileManager.default.contentsOfDirectory(atPath: fixture.dataDirectory)
+        let store = try #require(names.first { $0.hasPrefix("granted") }.map { fixture.dataDirectory + "/" + $0 })
+        for (account, value) in [("me", "first value"), ("other", "second value")] {
+            let added = try cli(
+                fixture, ["add-generic-password", "--keychain", store, "-s", "granted", "-a", account, "-w", value])
+            #expect(added.status == 0, "\(added)")
+        }
+        return store
+    }
+
+    static func cli(_ fixture: SecretServiceFixture, _ arguments: [String]) throws -> ClientRun {
+        try fixture.run(SecretServiceFixture.tool, arguments)
+    }
+
+    /// `grants add … --keychain store`: the new grant's ID.
+    static func grant(_ fixture: SecretServiceFixture, _ store: String, _ arguments: [String]) throws -> String {
+        let added = try cli(fixture, ["grants", "add", "--keychain", store] + arguments)
+        #expect(added.status == 0, "\(added)")
+        return added.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func lookup(
+        _ fixture: SecretServiceFixture, _ tool: String = secretTool, account: String = "me"
+    ) throws
+        -> ClientRun
+    {
+        try fixture.run(tool, ["lookup", "service", "granted", "account", account])
+    }
+
+    @Test(
+        "a grant by path and hash lets secret-tool read, and still after a daemon restart; a byte-identical copy and a changed copy are refused; a grant by hash admits the copy, not the changed one; a deny wins until revoked"
+    )
+    func rememberedByPathAndHash() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        let store = try Self.grantedCollection(fixture)
+        #expect(try Self.lookup(fixture).stdout == "", "the rules name no program")
+
+        let byProgram = try Self.grant(fixture, store, ["--allow", "--program", Self.secretTool])
+        #expect(try Self.lookup(fixture).stdout == "first value")
+        // Remembered in the store: a new daemon, a new secret-tool process, the same answer.
+        fixture.stopDaemon()
+        let audit = fixture.directory + "/audit.log"
+        _ = try fixture.startDaemon(extraArguments: ["--audit-log", audit])
+        #expect(try Self.lookup(fixture).stdout == "first value")
+
+        let copies = fixture.directory + "/copies"
+        try FileManager.default.createDirectory(atPath: copies, withIntermediateDirectories: true)
+        let copy = copies + "/secret-tool"
+        let changed = copies + "/secret-tool-changed"
+        try FileManager.default.copyItem(atPath: Self.secretTool, toPath: copy)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: Self.secretTool))
+        bytes.append(0) // past the end of the ELF image: it still runs, as another file
+        try bytes.write(to: URL(fileURLWithPath: changed))
+        chmod(changed, 0o755)
+        #expect(try Self.lookup(fixture, copy).stdout == "", "the grant names the file at its path")
+        #expect(try Self.lookup(fixture, changed).stdout == "")
+
+        _ = try Self.grant(fixture, store, ["--allow", "--sha256-of", Self.secretTool])
+        #expect(try Self.lookup(fixture, copy).stdout == "first value", "the same bytes, wherever they lie")
+        #expect(try Self.lookup(fixture, changed).stdout == "", "other bytes are another program")
+
+        let deny = try Self.grant(fixture, store, ["--deny", "--executable", copy])
+        #expect(try Self.lookup(fixture, copy).stdout == "")
+        #expect(try Self.lookup(fixture).stdout == "first value")
+        let listed = try Self.cli(fixture, ["grants", "list", "--keychain", store])
+        #expect(listed.stdout.split(separator: "\n").count == 3, "\(listed)")
+        #expect(listed.stdout.contains("\(deny)  deny  executable \"\(copy)\""), "\(listed)")
+        #expect(listed.stdout.contains("\(byProgram)  allow  executable \"\(Self.secretTool)\", sha256 "), "\(listed)")
+        #expect(try Self.cli(fixture, ["grants", "revoke", "--keychain", store, deny]).status == 0)
+        #expect(try Self.lookup(fixture, copy).stdout == "first value")
+
+        // The audit names the grant that allowed, and the chain that led to the program.
+        let chained = try fixture.run(
+            "/bin/bash",
+            [
+                "-c",
+                "\(SecretServiceFixture.python) -c 'import subprocess; subprocess.run([\"\(Self.secretTool)\", \"lookup\", \"service\", \"granted\", \"account\", \"me\"])'",
+            ])
+        #expect(chained.stdout == "first value", "\(chained)")
+        let log = (try? String(contentsOfFile: audit, encoding: .utf8)) ?? ""
+        #expect(log.contains("allowed by grant \(byProgram)"), "\(log)")
+        #expect(log.contains("→ python3.11 → secret-tool") || log.contains("→ python3 → secret-tool"), "\(log)")
+        #expect(log.contains("bash"), "\(log)")
+    }
+
+    @Test(
+        "an item's grant covers that item only; a grant for one use is used up by its read; a grant for a time ends at it"
+    )
+    func scopesAndLeases() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        let store = try Self.grantedCollection(fixture)
+        _ = try Self.grant(
+            fixture, store, ["--allow", "--program", Self.secretTool, "--service", "granted", "--account", "me"])
+        #expect(try Self.lookup(fixture).stdout == "first value")
+        #expect(try Self.lookup(fixture, account: "other").stdout == "", "another item of the collection")
+
+        let once = try Self.cli(
+            fixture,
+            [
+                "grants", "add", "--keychain", store, "--allow", "--program", Self.secretTool, "--service", "granted",
+                "--account", "other", "--once",
+            ])
+        #expect(once.status == 0, "\(once)")
+        #expect(try Self.lookup(fixture, account: "other").stdout == "second value")
+        #expect(try Self.lookup(fixture, account: "other").stdout == "", "used up")
+        let left = try Self.cli(fixture, ["grants", "list", "--keychain", store])
+        #expect(left.stdout.split(separator: "\n").count == 1, "\(left)")
+
+        // A grant for a few seconds: it reads while the time has not passed, and stops reading
+        // once it has (looked at until then, whatever this machine's speed).
+        let started = Date()
+        _ = try Self.grant(
+            fixture, store,
+            [
+                "--allow", "--program", Self.secretTool, "--service", "granted", "--account", "other",
+                "--for-seconds", "3",
+            ])
+        let during = try Self.lookup(fixture, account: "other")
+        if Date().timeIntervalSince(started) < 3 {
+            #expect(during.stdout == "second value", "\(during)")
+        }
+        while Date().timeIntervalSince(started) < 3.5 { usleep(100_000) }
+        #expect(try Self.lookup(fixture, account: "other").stdout == "", "the lease has ended")
+    }
+}
