@@ -5,10 +5,20 @@ package import TPMKeychain
 /// its standard output up to the first line break. Run through /bin/sh with the reason in
 /// `TPM_KEYCHAIN_PROMPT_REASON`; a status other than 0 is a cancel.
 package enum PasscodeCommand {
-    /// A yes/no question put to `command`: exit status 0 is yes.
-    package static func confirmation(_ command: String) -> @Sendable (String) async -> Bool {
+    /// A question put to `command`: exit status 0 is yes, for this once; yes with `remember` as
+    /// the first line of its output is yes from now on (a grant), with `session` for this login
+    /// session. Anything else is no.
+    package static func confirmation(_ command: String) -> @Sendable (String) async -> Confirmation {
         { question in
-            await run(command, reason: question) { status, _ in status == 0 }
+            await run(command, reason: question) { status, output in
+                guard status == 0 else { return .refused }
+                let line = String(decoding: output.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+                switch line.trimmingCharacters(in: .whitespaces) {
+                case "remember": return .remembered
+                case "session": return .forTheSession
+                default: return .once
+                }
+            }
         }
     }
 

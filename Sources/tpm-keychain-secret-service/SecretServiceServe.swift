@@ -49,7 +49,7 @@ struct SecretServiceServe: ParsableCommand {
     @Option(
         name: .customLong("confirm-command"),
         help: ArgumentHelp(
-            "A command that asks the person whether a program may read from a confirm-each-access collection (the question is in $TPM_KEYCHAIN_PROMPT_REASON; for example: zenity --question --text \"$TPM_KEYCHAIN_PROMPT_REASON\"). Exit status 0 allows one read.",
+            "A command that asks the person whether a program may read from a confirm-each-access collection (the question is in $TPM_KEYCHAIN_PROMPT_REASON; for example: zenity --question --text \"$TPM_KEYCHAIN_PROMPT_REASON\"). Exit status 0 allows one read; 0 with the line \"remember\" on standard output allows the program from now on (a grant: tpm-keychain grants), \"session\" for this login session.",
             valueName: "command"))
     var confirmCommand: String?
 

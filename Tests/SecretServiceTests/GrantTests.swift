@@ -148,4 +148,57 @@ struct GrantTests {
         while Date().timeIntervalSince(started) < 3.5 { usleep(100_000) }
         #expect(try Self.lookup(fixture, account: "other").stdout == "", "the lease has ended")
     }
+
+    @Test(
+        "a person who answers remember is not asked again by that program, after a daemon restart too; a changed copy is asked; revoked, it is asked again"
+    )
+    func rememberedAnswer() throws {
+        let fixture = try SecretServiceFixture(startDaemon: false)
+        defer { fixture.stop() }
+        let asked = fixture.directory + "/asked"
+        let answer = fixture.directory + "/answer"
+        // Exit 0 (yes) while the answer file exists, printing what it holds.
+        let confirm = "echo \"$TPM_KEYCHAIN_PROMPT_REASON\" >> \(asked); cat \(answer)"
+        try fixture.startDaemon(extraArguments: ["--confirm-command", confirm])
+        let path = try fixture.createCollection(
+            label: "Ask me", properties: "'org.tpmkeychain.Collection.ConfirmEachAccess': ('b', True)")
+        let stored = try fixture.secretTool(
+            ["store", "--label", "asked", "--collection", path, "service", "granted", "account", "me"],
+            stdin: "first value")
+        #expect(stored.status == 0, "\(stored)")
+        func questions() -> Int {
+            ((try? String(contentsOfFile: asked, encoding: .utf8)) ?? "").split(separator: "\n").count
+        }
+        try "remember\n".write(toFile: answer, atomically: true, encoding: .utf8)
+        #expect(try Self.lookup(fixture).stdout == "first value")
+        #expect(questions() == 1)
+        try FileManager.default.removeItem(atPath: answer) // from now on, every question is a no
+        #expect(try Self.lookup(fixture).stdout == "first value", "remembered")
+        fixture.stopDaemon()
+        try fixture.startDaemon(extraArguments: ["--confirm-command", confirm])
+        #expect(try Self.lookup(fixture).stdout == "first value", "remembered across a restart")
+        #expect(questions() == 1, "nobody was asked again")
+
+        let names = try FileManager.default.contentsOfDirectory(atPath: fixture.dataDirectory)
+        let store = try #require(names.first { $0.hasPrefix("ask_me") }.map { fixture.dataDirectory + "/" + $0 })
+        let listed = try Self.cli(fixture, ["grants", "list", "--keychain", store])
+        let lines = listed.stdout.split(separator: "\n")
+        #expect(lines.count == 1, "\(listed)")
+        #expect(
+            lines.first?.contains("allow  executable \"\(Self.secretTool)\", sha256 ") == true
+                && lines.first?.hasSuffix("the whole keychain  until revoked") == true, "\(listed)")
+
+        let changed = fixture.directory + "/secret-tool-changed"
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: Self.secretTool))
+        bytes.append(0)
+        try bytes.write(to: URL(fileURLWithPath: changed))
+        chmod(changed, 0o755)
+        #expect(try Self.lookup(fixture, changed).stdout == "", "another file is asked, and refused")
+        #expect(questions() == 2)
+
+        let id = try #require(lines.first.map { String($0.prefix(32)) })
+        #expect(try Self.cli(fixture, ["grants", "revoke", "--keychain", store, id]).status == 0)
+        #expect(try Self.lookup(fixture).stdout == "", "asked again, and refused")
+        #expect(questions() == 3)
+    }
 }

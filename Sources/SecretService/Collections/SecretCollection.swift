@@ -311,6 +311,18 @@ final class SecretCollection {
         }
     }
 
+    /// Records a grant the person gave at a prompt.
+    func addGrant(_ grant: Grant) throws(SecretServiceError) {
+        guard let service else {
+            throw SecretServiceError(.failed, "The collection \"\(label)\" lives in memory: it keeps no grants")
+        }
+        do {
+            try service.addGrant(grant)
+        } catch {
+            throw SecretServiceError(error)
+        }
+    }
+
     /// Uses up a grant for one use that allowed a call.
     func useUp(_ grant: Grant) throws(SecretServiceError) {
         do {

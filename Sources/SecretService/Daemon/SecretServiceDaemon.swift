@@ -24,7 +24,7 @@ package enum SecretServiceDaemon {
         package var passcode: PasscodeSource?
         /// Asks the person whether a read may go ahead (a confirm-each-access collection): the
         /// question in, their answer out.
-        package var confirm: (@Sendable (String) async -> Bool)?
+        package var confirm: (@Sendable (String) async -> Confirmation)?
         /// The login session's lock (logind): when it locks, every collection locks and its
         /// opened keys are dropped.
         package var sessionLock: (any SessionLockState)?

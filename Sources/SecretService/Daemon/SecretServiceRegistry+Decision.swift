@@ -27,7 +27,7 @@ extension SecretServiceRegistry {
             collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
         let target = AccessTarget(
             owner: ownUID, rules: rules, locked: collection.isLocked,
-            lockedForReading: isLocked(collection, for: peer.sender), grants: grants, item: item?.reference)
+            lockedForReading: awaitsConfirmation(collection, from: peer.sender), grants: grants, item: item?.reference)
         let used: Grant?
         do throws(AccessRefusal) {
             used = try AccessDecision.decide(access, by: caller, on: target)
@@ -69,6 +69,21 @@ extension SecretServiceRegistry {
                 peer: peer, action: "allowed by grant \(used.id)", collection: collection.label, item: item?.label)
             try collection.useUp(used)
         }
+    }
+}
+
+extension SecretServiceRegistry {
+    /// Whether a grant lets `peer` read the secrets of `collection` without a confirmation: the
+    /// decision for a read the person has not confirmed (nothing is used up by asking).
+    func isGranted(_ collection: SecretCollection, to peer: BusPeer) -> Bool {
+        guard let grants = try? collection.grants(), !grants.isEmpty else { return false }
+        let rules: AccessTarget.Rules =
+            collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
+        let target = AccessTarget(
+            owner: ownUID, rules: rules, locked: collection.isLocked, lockedForReading: true, grants: grants)
+        let granted = try? AccessDecision.decide(
+            .readSecret, by: peer.caller(facts: peer.identity?.facts), on: target)
+        return granted != nil
     }
 }
 

@@ -35,7 +35,7 @@ final class SecretServiceRegistry {
     /// Confirmations given and not yet used, by caller: the collections (by ID) whose secrets the
     /// caller's next read may return (confirm-each-access collections).
     var confirmations: [String: Set<String>] = [:]
-    let confirm: (@Sendable (String) async -> Bool)?
+    let confirm: (@Sendable (String) async -> Confirmation)?
     /// The login session's lock state at the last look (``followSessionLock(_:)``).
     var sessionWasLocked = false
     /// When each collection's `Items` value next goes out (``itemsChanged(in:)``).
@@ -50,7 +50,7 @@ final class SecretServiceRegistry {
 
     init(
         connection: BusConnection, dataDirectory: String, audit: AuditLog?, authenticator: (any Authenticator)?,
-        passcode: PasscodeSource?, confirm: (@Sendable (String) async -> Bool)?, newStoreTPM: TPMChoice,
+        passcode: PasscodeSource?, confirm: (@Sendable (String) async -> Confirmation)?, newStoreTPM: TPMChoice,
         wakeup: Wakeup
     ) {
         self.confirm = confirm
@@ -243,7 +243,15 @@ final class SecretServiceRegistry {
 
     /// Whether `collection` is locked for `caller`: locked, or it confirms each access and the
     /// caller holds no confirmation for it.
-    func isLocked(_ collection: SecretCollection, for caller: String) -> Bool {
+    func isLocked(_ collection: SecretCollection, for peer: BusPeer) -> Bool {
+        guard awaitsConfirmation(collection, from: peer.sender) else { return false }
+        // A grant that allows the caller is the person's answer, remembered: asked of the
+        // decision point, as a read would be.
+        return collection.isLocked || !isGranted(collection, to: peer)
+    }
+
+    /// Locked, or a confirm-each-access collection whose next read by `caller` nobody confirmed.
+    func awaitsConfirmation(_ collection: SecretCollection, from caller: String) -> Bool {
         collection.isLocked
             || (collection.confirmsEachAccess && confirmations[caller]?.contains(collection.id) != true)
     }

@@ -57,7 +57,7 @@ struct CollectionObject: SecretServiceObject {
         try registry.authorize(.readMetadata, collection, for: peer)
         return [
             ("Items", try Self.itemPaths(of: collection)), ("Label", .string(collection.label)),
-            ("Locked", .bool(registry.isLocked(collection, for: peer.sender))),
+            ("Locked", .bool(registry.isLocked(collection, for: peer))),
             ("Created", .uint64(collection.created)), ("Modified", .uint64(collection.modified)),
         ]
     }

@@ -57,7 +57,7 @@ struct ItemObject: SecretServiceObject {
         let (collection, item) = try resolve()
         try registry.authorize(.readMetadata, collection, for: peer)
         return [
-            ("Locked", .bool(registry.isLocked(collection, for: peer.sender))),
+            ("Locked", .bool(registry.isLocked(collection, for: peer))),
             ("Attributes", .stringDictionary(item.attributes)),
             ("Label", .string(item.label)), ("Type", .string(item.contentType)),
             ("Created", .uint64(item.created)), ("Modified", .uint64(item.modified)),

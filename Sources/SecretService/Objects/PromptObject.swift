@@ -31,6 +31,12 @@ struct PromptOutcome: Sendable {
     let message: String
     /// The labels of the collections it was for, for the audit log.
     let label: String
+    /// Of those, the ones the person allowed the program from now on, with how long: each becomes
+    /// a grant of the collection, for the program as the kernel named it when it asked.
+    var remembered: [String: Grant.Lease] = [:]
+    /// The program the prompt was for, as a grant names it (its path and its file's hash); nil
+    /// when the kernel did not say.
+    var program: Grant.Subject? = nil
 }
 
 /// org.freedesktop.Secret.Prompt at `…/prompt/<n>`: unlocking a collection whose access control
@@ -114,6 +120,22 @@ struct PromptObject: SecretServiceObject {
             registry.emitCollectionChanged(collection)
         }
         registry.confirmations[prompt.owner, default: []].formUnion(outcome.confirmed)
+        if let program = outcome.program {
+            for (id, lease) in outcome.remembered {
+                guard let collection = registry.collections[id] else { continue }
+                let grant = Grant(
+                    id: GrantBook.newID(), effect: .allow, subject: program, lease: lease, created: GrantBook.now())
+                do {
+                    try collection.addGrant(grant)
+                    registry.audit?.record(
+                        event: "the person allowed \(program.description) from now on: grant \(grant.id)",
+                        collection: collection.label)
+                } catch {
+                    registry.audit?.record(
+                        event: "a remembered answer could not be kept: \(error.message)", collection: collection.label)
+                }
+            }
+        }
         finish(prompt, unlockedPaths: prompt.requestedPaths)
     }
 
@@ -150,9 +172,17 @@ struct PromptObject: SecretServiceObject {
         // Labels and executable paths are the callers' choice: quoted and escaped before a person
         // reads them (--confirm-command), so none can add a line or reword the question.
         // With what the kernel says of it: the chain that started it, its unit, app id and hash.
+        let asking = registry.peers[prompt.owner]
+        let askingIdentity = asking?.identity
+        // What a remembered answer grants: the program's file as it is now, at its path.
+        let program = askingIdentity.flatMap { identity -> Grant.Subject? in
+            guard let executable = identity.process.executable, let hash = identity.executableHash else { return nil }
+            return Grant.Subject(executable: executable, executableHash: hash)
+        }
+        let session = askingIdentity?.loginSession
         let who =
-            registry.peers[prompt.owner].map { peer in
-                let identity = peer.identity
+            asking.map { peer in
+                let identity = askingIdentity
                 let program =
                     peer.executable.map { DisplayText.quoted($0, limit: Self.shownLength) } ?? "an unknown program"
                 return "\(program) (\(identity?.details ?? "pid \(peer.pid)"))"
@@ -190,14 +220,19 @@ struct PromptObject: SecretServiceObject {
                 if Task.isCancelled { unlocked = nil }
             }
             var confirmed: [String] = []
+            var remembered: [String: Grant.Lease] = [:]
             for (id, label) in toConfirm where unlocked != nil {
-                if let confirm,
-                    await confirm(
+                let answer =
+                    await confirm?(
                         "Allow \(who) to read a secret of the keyring \(DisplayText.quoted(label, limit: shownLength))?"
-                    ),
-                    !Task.isCancelled
-                {
+                    ) ?? .refused
+                if answer.allows, !Task.isCancelled {
                     confirmed.append(id)
+                    switch answer {
+                    case .remembered: remembered[id] = .always
+                    case .forTheSession: if let session { remembered[id] = .loginSession(session) }
+                    case .once, .refused: break
+                    }
                 } else {
                     unlocked = nil
                     message = "The person did not allow the read"
@@ -207,7 +242,7 @@ struct PromptObject: SecretServiceObject {
                 $0.append(
                     PromptOutcome(
                         path: path, unlocked: unlocked, confirmed: unlocked == nil ? [] : confirmed, message: message,
-                        label: labels))
+                        label: labels, remembered: unlocked == nil ? [:] : remembered, program: program))
             }
             wakeup.signal()
         }

@@ -74,7 +74,7 @@ struct ServiceObject: SecretServiceObject {
             try registry.authorize(.readMetadata, collection, for: peer)
             let found = try collection.search(attributes)
             let paths = found.map { ItemObject.path(of: $0, in: collection) }
-            if registry.isLocked(collection, for: peer.sender) { locked += paths } else { unlocked += paths }
+            if registry.isLocked(collection, for: peer) { locked += paths } else { unlocked += paths }
         }
         return [.objectPaths(unlocked), .objectPaths(locked)]
     }
@@ -89,10 +89,10 @@ struct ServiceObject: SecretServiceObject {
         var waiting: [SecretCollection] = []
         var waitingPaths: [String] = []
         for (path, collection) in zip(paths, targets) {
-            if !registry.isLocked(collection, for: caller) {
+            if !registry.isLocked(collection, for: peer) {
                 unlocked.append(path)
             } else if (!collection.isLocked || collection.unlockWithoutPrompt())
-                && !registry.isLocked(collection, for: caller)
+                && !registry.isLocked(collection, for: peer)
             {
                 registry.emitCollectionChanged(collection)
                 unlocked.append(path)
