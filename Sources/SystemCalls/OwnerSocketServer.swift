@@ -111,10 +111,11 @@ package final class OwnerSocketServer: Sendable {
 
     /// Stops accepting (connections being answered finish their current message) and removes the socket.
     package func stop() {
-        stopped.withLock { $0 = true }
-        shutdown(listener, Int32(SHUT_RDWR))
+        // Gone before the serving thread wakes: a process that then ends has removed it.
         // A service manager's socket stays: it listens again for the next start.
         if ownsSocket { unlink(socketPath) }
+        stopped.withLock { $0 = true }
+        shutdown(listener, Int32(SHUT_RDWR))
     }
 
     // MARK: Messages

@@ -114,6 +114,23 @@ package enum ProcessGuard {
         return token
     }
 
+    /// Runs `serve` (a server's loop) until it returns; a termination signal calls `stop` (from
+    /// the guard's thread), and then this waits, never returning, while the guard's thread ends
+    /// the process with that signal once every cleanup is done: returning would let the process
+    /// exit 0 before them, with its socket perhaps still there.
+    package static func serveUntilInterrupted(stop: @escaping @Sendable () -> Void, _ serve: () -> Void) {
+        let interrupted = Locked(false)
+        let token = onInterruption {
+            interrupted.withLock { $0 = true }
+            stop()
+        }
+        defer { remove(token) }
+        serve()
+        if interrupted.withLock({ $0 }) {
+            while true { pause() }
+        }
+    }
+
     package static func remove(_ token: Int) {
         cleanups.withLock { _ = $0.removeValue(forKey: token) }
     }

@@ -69,11 +69,11 @@ struct AgentCommand: ParsableCommand {
                         throw CommandFailure(ExitStatus.ioError, error.description)
                     }
                 }
-                let token = ProcessGuard.onInterruption { server.stop() }
-                defer { ProcessGuard.remove(token) }
                 // Written at once, unbuffered: whoever waits for this line reads it before any request.
-                try? writeAll(1, Array("SSH_AUTH_SOCK=\(server.socketPath); export SSH_AUTH_SOCK;\n".utf8))
-                server.serve()
+                ProcessGuard.serveUntilInterrupted(stop: { server.stop() }) {
+                    try? writeAll(1, Array("SSH_AUTH_SOCK=\(server.socketPath); export SSH_AUTH_SOCK;\n".utf8))
+                    server.serve()
+                }
             }
         }
     }

@@ -49,12 +49,12 @@ struct HoldSession: ParsableCommand {
                     throw CommandFailure(ExitStatus.ioError, error.description)
                 }
             }
-            let token = ProcessGuard.onInterruption { server.stop() }
-            defer { ProcessGuard.remove(token) }
             let following = followSession(server, log: log)
             defer { following?.stop() }
             log("serving \(server.socketPath)")
-            server.serve()
+            // A unit's stop (SIGTERM) erases the keys held, removes the socket, and the holder
+            // dies of the signal.
+            ProcessGuard.serveUntilInterrupted(stop: { server.stop() }) { server.serve() }
         }
     }
 
