@@ -201,6 +201,8 @@ struct AgentWithOpenSSHTests {
     )
     func denyGrantStopsSignatures() throws {
         let fixture = try Fixture()
+        let audit = try fixture.run(Fixture.tool("tpm-keychain"), ["audit", "enable", "--keychain", fixture.store])
+        #expect(audit.status == 0, "\(audit.output)")
         let added = try fixture.run(
             Fixture.tool("tpm-keychain"),
             ["grants", "add", "--keychain", fixture.store, "--deny", "--program", "/usr/bin/ssh-keygen"])
@@ -216,6 +218,16 @@ struct AgentWithOpenSSHTests {
         #expect(revoked.status == 0, "\(revoked.output)")
         let signed = try Self.sign("laptop", in: fixture)
         #expect(signed.status == 0, "\(signed.output)\n\(fixture.agentErrors)")
+        // The trail has both, with the program the kernel named.
+        let trail = try fixture.run(Fixture.tool("tpm-keychain"), ["audit", "show", "--keychain", fixture.store])
+        let lines = trail.output.split(separator: "\n")
+        #expect(
+            lines.contains {
+                $0.contains("sshAgent read-secret refused (denied by grant \(id))")
+                    && $0.contains("exe=\"/usr/bin/ssh-keygen\"") && $0.contains("item=\"laptop\"")
+            }, "\(trail.output)")
+        #expect(lines.contains { $0.contains("sshAgent read-secret allowed ") }, "\(trail.output)")
+        #expect(lines.last?.hasPrefix("intact: ") == true, "\(trail.output)")
     }
 
     @Test("a key that needs the passcode asks for it, naming the key and the program; a wrong passcode signs nothing")

@@ -201,4 +201,50 @@ struct GrantTests {
         #expect(try Self.lookup(fixture).stdout == "", "asked again, and refused")
         #expect(questions() == 3)
     }
+
+    @Test(
+        "a collection that keeps an audit trail records each read and refusal with the program and its chain, never a secret; an edited or cut log is reported"
+    )
+    func auditTrail() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        let store = try Self.grantedCollection(fixture)
+        let enabled = try Self.cli(fixture, ["audit", "enable", "--keychain", store])
+        #expect(enabled.status == 0, "\(enabled)")
+        #expect(try Self.lookup(fixture).stdout == "", "refused by the rules")
+        let id = try Self.grant(fixture, store, ["--allow", "--program", Self.secretTool])
+        let chained = try fixture.run(
+            "/bin/bash",
+            ["-c", "\(Self.secretTool) lookup service granted account me; echo"])
+        #expect(chained.stdout == "first value\n", "\(chained)")
+
+        let shown = try Self.cli(fixture, ["audit", "show", "--keychain", store])
+        #expect(shown.status == 0, "\(shown)")
+        let lines = shown.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.last == "intact: \(lines.count - 1) records", "\(shown)")
+        #expect(
+            lines.contains {
+                $0.contains("secretService read-secret refused (not among the allowed programs)")
+                    && $0.contains("exe=\"\(Self.secretTool)\"")
+            }, "\(shown)")
+        #expect(
+            lines.contains {
+                $0.contains("secretService read-secret allowed by grant \(id)") && $0.contains("sha256=")
+                    && $0.contains("chain=\"") && $0.contains("bash → secret-tool\"")
+                    && $0.contains("collection=\"Granted\"")
+            }, "\(shown)")
+        let log = try String(contentsOfFile: store + "/audit.log", encoding: .utf8)
+        #expect(!log.contains("first value") && !log.contains("second value"), "no secret in the trail")
+
+        // Someone removes the refusal from the record: the trail says where it stops being true.
+        let kept = log.split(separator: "\n").filter { !$0.contains("refused") }
+        try (kept.map { $0 + "\n" }.joined()).write(toFile: store + "/audit.log", atomically: false, encoding: .utf8)
+        let edited = try Self.cli(fixture, ["audit", "show", "--keychain", store])
+        #expect(edited.status != 0 && edited.stderr.contains("cannot be trusted after record 0"), "\(edited)")
+        // Or cuts its last record.
+        let cut = log.split(separator: "\n").dropLast()
+        try (cut.map { $0 + "\n" }.joined()).write(toFile: store + "/audit.log", atomically: false, encoding: .utf8)
+        let shortened = try Self.cli(fixture, ["audit", "show", "--keychain", store])
+        #expect(shortened.status != 0 && shortened.stderr.contains("cut from its end"), "\(shortened)")
+    }
 }

@@ -154,6 +154,9 @@ struct EveryFaceDecisionTests {
         cli(
             "grants revoke", ["0123456789abcdef0123456789abcdef"],
             locked: .notCalled(why: "names a grant by its ID, which only the owner's list shows (GrantTests)")),
+        cli("audit enable", locked: .allowed(why: "the trail records decisions; starting it opens nothing")),
+        cli("audit show", locked: .allowed(why: "the trail holds no secret: who asked, for what, when")),
+        cli("audit disable", locked: .allowed(why: "stopping the trail is itself its last record")),
         cli("rotate-keys", locked: .refused),
         cli("add-recovery-key", locked: .notCalled(why: "store maintenance; the lock binds items, not the store")),
         cli(
@@ -203,8 +206,9 @@ struct EveryFaceDecisionTests {
             #expect(Self.table.contains { $0.face.rawValue == pair.first && $0.operation == pair.last }, "\(pair)")
         }
         let help = try Self.output(CLI.executable, ["--help"])
-        var verbs = Self.subcommands(help).filter { $0 != "key" && $0 != "grants" }
-        for parent in ["key", "grants"] {
+        let parents = ["key", "grants", "audit"]
+        var verbs = Self.subcommands(help).filter { !parents.contains($0) }
+        for parent in parents {
             verbs += Self.subcommands(try Self.output(CLI.executable, [parent, "--help"])).map { parent + " " + $0 }
         }
         #expect(verbs.count > 30, "\(help)")

@@ -265,15 +265,17 @@ struct AccessDecisionTests {
         #expect(Self.outcome(.readSecret, unknown, [allow]) == .refused(.notAllowed(executable: nil)))
     }
 
-    @Test("no face sees, reads, writes or deletes the grants' own group")
-    func grantsGroupIsNobodys() {
-        for face in AccessCaller.Face.allCases {
-            let caller = AccessCaller(face: face)
-            #expect(!AccessDecision.sees(GrantBook.accessGroup, caller), "\(face)")
-            for operation in AccessOperation.allCases {
-                #expect(throws: AccessRefusal.notEntitled(group: GrantBook.accessGroup)) {
-                    try AccessDecision.decide(
-                        operation, by: caller, on: AccessTarget(accessGroup: GrantBook.accessGroup))
+    @Test("no face sees, reads, writes or deletes the grants' group or the audit trail's")
+    func reservedGroupsAreNobodys() {
+        #expect(AccessDecision.reservedGroups == [GrantBook.accessGroup, AuditTrail.accessGroup])
+        for group in AccessDecision.reservedGroups {
+            for face in AccessCaller.Face.allCases {
+                let caller = AccessCaller(face: face)
+                #expect(!AccessDecision.sees(group, caller), "\(face)")
+                for operation in AccessOperation.allCases {
+                    #expect(throws: AccessRefusal.notEntitled(group: group)) {
+                        try AccessDecision.decide(operation, by: caller, on: AccessTarget(accessGroup: group))
+                    }
                 }
             }
         }

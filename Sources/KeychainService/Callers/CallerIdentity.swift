@@ -75,7 +75,7 @@ package struct CallerIdentity: Sendable, Hashable {
         CallerFacts(
             executable: process.executable, executableHash: executableHash, unit: unit,
             applicationID: flatpakApplicationID, ancestors: ancestors.compactMap(\.executable),
-            loginSession: loginSession)
+            loginSession: loginSession, pid: process.pid)
     }
 
     /// Reads the identity of `process` for a caller of user `uid`; nil when the process ended

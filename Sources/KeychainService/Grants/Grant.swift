@@ -15,11 +15,14 @@ package struct CallerFacts: Sendable, Hashable {
     /// The caller's login session: the boot's ID and the kernel's audit session ID
     /// (/proc/PID/sessionid), "-" where the kernel has none for it (a container).
     package let loginSession: String?
+    /// The process, for the audit trail (no grant names a pid: pids are reused).
+    package let pid: Int32?
 
     package init(
         executable: String?, executableHash: [UInt8]?, unit: String? = nil, applicationID: String? = nil,
-        ancestors: [String] = [], loginSession: String? = nil
+        ancestors: [String] = [], loginSession: String? = nil, pid: Int32? = nil
     ) {
+        self.pid = pid
         self.executable = executable
         self.executableHash = executableHash
         self.unit = unit

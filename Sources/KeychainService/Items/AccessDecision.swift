@@ -132,6 +132,10 @@ package enum AccessRefusal: Error, Equatable {
 }
 
 package enum AccessDecision {
+    /// The groups of the decision point's own items, which no face may name or see: the grants
+    /// (``GrantBook``) and the audit trail's head (``AuditTrail``).
+    package static let reservedGroups: Set<String> = [GrantBook.accessGroup, AuditTrail.accessGroup]
+
     /// Decides whether `caller` may do `operation` to `target`; returns when it may.
     ///
     /// - Parameter target: its `accessGroup` is the group the operation names (a SecItem query's
@@ -159,7 +163,7 @@ package enum AccessDecision {
         }
         if let group = target.accessGroup {
             // The grants' own group: read and written by the decision point's book only.
-            if group == GrantBook.accessGroup { throw .notEntitled(group: group) }
+            if AccessDecision.reservedGroups.contains(group) { throw .notEntitled(group: group) }
             if let entitled = caller.accessGroups, !entitled.contains(group) { throw .notEntitled(group: group) }
         }
         guard operation != .readMetadata else { return nil }
@@ -210,7 +214,7 @@ package enum AccessDecision {
     /// groups only, as ``decide(_:by:on:)`` would allow reading them. Nobody sees the grants'
     /// group (``GrantBook``).
     package static func sees(_ group: String, _ caller: AccessCaller) -> Bool {
-        if group == GrantBook.accessGroup { return false }
+        if reservedGroups.contains(group) { return false }
         guard let entitled = caller.accessGroups else { return true }
         return entitled.contains(group)
     }

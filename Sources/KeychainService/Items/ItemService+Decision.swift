@@ -1,5 +1,6 @@
 import KeychainStore
 package import KeychainVocabulary
+import WireFormat
 
 // The door's half of the one decision point: every item operation of the service describes what
 // it touches and asks AccessDecision for the service's caller before it acts. Faces describe
@@ -19,21 +20,49 @@ extension ItemService {
     ///   to, `.permissionDenied` for a caller the rules do not allow, `.interactionNotAllowed`
     ///   while locked.
     ///
-    /// - Parameter item: the persistent reference of the one item the operation is on, which an
-    ///   item's grants name.
+    /// A decision for a peer of a face that serves other programs goes to the keychain's audit
+    /// trail, when it keeps one (``AuditTrail``), refusals included.
+    ///
+    /// - Parameter item: the one item the operation is on, which an item's grants name.
     func authorize(
-        _ operation: AccessOperation, group: String, locked: Bool = false, item: [UInt8]? = nil
+        _ operation: AccessOperation, group: String, locked: Bool = false, item: ItemQueryResult? = nil
     ) throws(KeychainError) {
         // Grants name peers whose facts the face read: only then is the book opened.
-        let grants = caller.face.isNamedByGrants ? try grantsFor(operation) : []
+        let served = caller.face.isNamedByGrants && caller.source == .peerCredentials
+        let grants = served ? try grantsFor(operation) : []
         let used: Grant?
         do throws(AccessRefusal) {
             used = try AccessDecision.decide(
-                operation, by: caller, on: AccessTarget(accessGroup: group, locked: locked, grants: grants, item: item))
+                operation, by: caller,
+                on: AccessTarget(accessGroup: group, locked: locked, grants: grants, item: item?.reference))
         } catch {
+            if served && operation != .readMetadata {
+                try audit(
+                    AuditTrail.line(
+                        operation, by: caller, on: describe(item),
+                        outcome: AuditTrail.outcome(granted: nil, refusal: error)))
+            }
             throw KeychainError(refusal: error)
         }
+        if served && operation != .readMetadata {
+            try audit(
+                AuditTrail.line(
+                    operation, by: caller, on: describe(item), outcome: AuditTrail.outcome(granted: used, refusal: nil))
+            )
+        }
         if let used { try useUp(used) }
+    }
+
+    /// What an operation touched, for the audit trail: the item by its label (or service and
+    /// account), quoted.
+    private func describe(_ item: ItemQueryResult?) -> String {
+        guard let item else { return "keychain=" + DisplayText.quoted(location.path, limit: 300) }
+        let attributes = item.attributes
+        let name =
+            attributes.string(AttributeTag.label)
+            ?? "\(attributes.string(AttributeTag.service) ?? "") (\(attributes.string(AttributeTag.account) ?? ""))"
+        return "keychain=" + DisplayText.quoted(location.path, limit: 300) + " item="
+            + DisplayText.quoted(name, limit: 200)
     }
 
     /// The grants an operation is decided with: none for metadata, which grants do not govern.

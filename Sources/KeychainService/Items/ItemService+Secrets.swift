@@ -33,7 +33,7 @@ extension ItemService {
     package func keptKey(
         for result: ItemQueryResult, context: any ProofSource
     ) throws(KeychainError) -> OpenedKey? {
-        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result.reference)
+        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result)
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)
         return context.keptKey(protection, location: location).map(OpenedKey.init)
@@ -67,7 +67,7 @@ extension ItemService {
     private func openKeyUnrecorded(
         for result: ItemQueryResult, context: any ProofSource, allowsInteraction: Bool
     ) async throws(KeychainError) -> OpenedKey? {
-        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result.reference)
+        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result)
         guard result.isProtected else { return nil }
         let protection = try store.protection(ofRecord: result.keyRecord)
         if !allowsInteraction, context.keptKey(protection, location: location) == nil,
@@ -95,7 +95,7 @@ extension ItemService {
     ///
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` for a protected item without its key, `.tampered`.
     package func secret(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> [UInt8]? {
-        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result.reference)
+        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result)
         if let value = result.value { return value }
         if !result.isProtected, let value = warmSecret(of: result) { return value }
         return try store.secret(of: result, recordKey: key?.recordKey)
@@ -107,7 +107,7 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.interactionNotAllowed` while the keychain or the login
     ///   session is locked, or for an item that needs biometry or the passcode; `.tampered`.
     package func secretNeedingNoPerson(of result: ItemQueryResult) throws(KeychainError) -> [UInt8]? {
-        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result.reference)
+        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result)
         guard result.isProtected else { return try secret(of: result, key: nil) }
         let key = try recordKeyNeedingNoPerson(
             try store.protection(ofRecord: result.keyRecord),

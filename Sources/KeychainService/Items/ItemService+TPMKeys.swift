@@ -66,7 +66,7 @@ extension ItemService {
     package func signNeedingNoPerson(digest: [UInt8], with result: ItemQueryResult) throws(KeychainError) -> [UInt8] {
         try recordingUse("sign", of: result) { () throws(KeychainError) in
             guard result.isProtected else { return try signUnrecorded(digest: digest, with: result, key: nil) }
-            try authorize(.readSecret, group: Self.group(of: result.attributes), item: result.reference)
+            try authorize(.readSecret, group: Self.group(of: result.attributes), item: result)
             let recordKey = try recordKeyNeedingNoPerson(
                 try store.protection(ofRecord: result.keyRecord),
                 person: "The key needs biometry or the device passcode, which this face cannot ask for")
@@ -165,7 +165,7 @@ extension ItemService {
     /// - Throws: ``KeychainError`` `.invalidParameter` for an item that holds no TPM key,
     ///   `.itemNotFound` once it was deleted, the decision's refusals and the reading errors.
     private func tpmKey(of result: ItemQueryResult, key: OpenedKey?) throws(KeychainError) -> TPMKeyValue {
-        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result.reference)
+        try authorize(.readSecret, group: Self.group(of: result.attributes), item: result)
         guard Self.holdsTPMKey(result) else {
             throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
         }

@@ -311,6 +311,20 @@ final class SecretCollection {
         }
     }
 
+    /// Whether the collection's store keeps an audit trail (none in memory).
+    func keepsAuditTrail() -> Bool {
+        service?.keepsAuditTrail() ?? false
+    }
+
+    /// Appends to the collection's audit trail.
+    func audit(_ line: String) throws(SecretServiceError) {
+        do {
+            try service?.audit(line)
+        } catch {
+            throw SecretServiceError(error)
+        }
+    }
+
     /// Records a grant the person gave at a prompt.
     func addGrant(_ grant: Grant) throws(SecretServiceError) {
         guard let service else {

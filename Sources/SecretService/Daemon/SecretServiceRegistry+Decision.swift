@@ -1,6 +1,7 @@
 import DBus
 import SystemCalls
 import TPMKeychain
+import WireFormat
 
 /// What a call does to a collection or its items: the operations of the one decision point.
 typealias CollectionAccess = AccessOperation
@@ -21,8 +22,13 @@ extension SecretServiceRegistry {
         _ access: CollectionAccess, _ collection: SecretCollection, for peer: BusPeer, item: SecretItem? = nil
     ) throws(SecretServiceError) {
         let grants = access == .readMetadata ? [] : try collection.grants()
-        // The kernel's facts of the caller, read (a walk of /proc) only when a grant may name it.
-        let caller = peer.caller(facts: grants.isEmpty ? nil : peer.identity?.facts)
+        let audited = access != .readMetadata && collection.keepsAuditTrail()
+        // The kernel's facts of the caller, read (a walk of /proc) only when a grant may name it
+        // or the trail records it.
+        let caller = peer.caller(facts: grants.isEmpty && !audited ? nil : peer.identity?.facts)
+        let what =
+            "collection=" + DisplayText.quoted(collection.label, limit: 200)
+            + (item.map { " item=" + DisplayText.quoted($0.label, limit: 200) } ?? "")
         let rules: AccessTarget.Rules =
             collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
         let target = AccessTarget(
@@ -32,6 +38,11 @@ extension SecretServiceRegistry {
         do throws(AccessRefusal) {
             used = try AccessDecision.decide(access, by: caller, on: target)
         } catch {
+            if audited {
+                try collection.audit(
+                    AuditTrail.line(
+                        access, by: caller, on: what, outcome: AuditTrail.outcome(granted: nil, refusal: error)))
+            }
             switch error {
             case .denied(let grant):
                 audit?.record(
@@ -63,6 +74,10 @@ extension SecretServiceRegistry {
                 // The daemon names no access group, so this cannot happen; refused all the same.
                 throw SecretServiceError(.accessDenied, "The access group \(group) is not this caller's")
             }
+        }
+        if audited {
+            try collection.audit(
+                AuditTrail.line(access, by: caller, on: what, outcome: AuditTrail.outcome(granted: used, refusal: nil)))
         }
         if let used {
             audit?.record(
