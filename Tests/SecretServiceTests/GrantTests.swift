@@ -247,4 +247,74 @@ struct GrantTests {
         let shortened = try Self.cli(fixture, ["audit", "show", "--keychain", store])
         #expect(shortened.status != 0 && shortened.stderr.contains("cut from its end"), "\(shortened)")
     }
+
+    @Test(
+        "what a grant cannot stop: where Yama does not forbid it, a program no grant names reads the secret out of an allowed client's memory"
+    )
+    func ptraceReadsAnAllowedClient() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        let store = try Self.grantedCollection(fixture)
+        let python = URL(fileURLWithPath: SecretServiceFixture.python).resolvingSymlinksInPath().path
+        _ = try Self.grant(fixture, store, ["--allow", "--program", python])
+        #expect(try Self.lookup(fixture).stdout == "", "secret-tool is not granted")
+
+        // The allowed client: reads the secret, says so, and keeps it while it runs.
+        let output = fixture.directory + "/client.out"
+        _ = FileManager.default.createFile(atPath: output, contents: nil)
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: SecretServiceFixture.python)
+        client.arguments = [
+            "-c",
+            """
+            import secretstorage, sys, time
+            connection = secretstorage.dbus_init()
+            item = next(secretstorage.search_items(connection, {'service': 'granted', 'account': 'me'}))
+            held = item.get_secret()
+            print('read' if held == b'first value' else 'refused', flush=True)
+            time.sleep(120)
+            """,
+        ]
+        client.environment = fixture.environment
+        client.standardOutput = FileHandle(forWritingAtPath: output)
+        client.standardError = FileHandle(forWritingAtPath: output)
+        try client.run()
+        defer {
+            kill(client.processIdentifier, SIGKILL)
+            client.waitUntilExit()
+        }
+        let deadline = ContinuousClock.now + .seconds(120)
+        while client.isRunning, ContinuousClock.now < deadline,
+            !((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").contains("read")
+        {
+            usleep(20_000)
+        }
+        #expect((try? String(contentsOfFile: output, encoding: .utf8)) == "read\n", "the granted client read it")
+
+        // Another program of the same user, named by no grant, reads the client's memory.
+        let reader = """
+            my ($pid, $wanted) = @ARGV;
+            open(my $maps, '<', "/proc/$pid/maps") or die "maps: $!";
+            open(my $mem, '<:raw', "/proc/$pid/mem") or die "mem: $!";
+            while (my $line = <$maps>) {
+                my ($start, $end, $perms) = $line =~ /^([0-9a-f]+)-([0-9a-f]+) (\\S+)/ or next;
+                next unless $perms =~ /^rw/;
+                my ($from, $to) = (hex($start), hex($end));
+                next if $to - $from > 256 * 1024 * 1024;
+                seek($mem, $from, 0) or next;
+                my $bytes;
+                defined(read($mem, $bytes, $to - $from)) or next;
+                if (index($bytes, $wanted) >= 0) { print "found\n"; exit 0; }
+            }
+            print "not found\n";
+            """
+        let read = try fixture.run("/usr/bin/perl", ["-e", reader, String(client.processIdentifier), "first value"])
+        let scope = (try? String(contentsOfFile: "/proc/sys/kernel/yama/ptrace_scope", encoding: .utf8))?
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        if scope == nil || scope == "0" {
+            #expect(read.stdout == "found\n", "Yama off or at 0: \(read)")
+        } else {
+            #expect(read.stdout != "found\n", "Yama at \(scope ?? "?"): \(read)")
+        }
+    }
 }
