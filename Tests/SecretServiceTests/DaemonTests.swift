@@ -252,6 +252,31 @@ extension SecretServiceSuites {
             let refused = try fixture.secretTool(["lookup", "service", "confirm", "account", "a"])
             #expect(refused.stdout.isEmpty && refused.status != 0, "\(refused)")
             #expect(questions().count == 3, "\(questions())")
+            // The question names the item the Unlock named.
+            #expect(
+                questions().first?.contains("to read \"asked\" of the keyring \"Ask me\"?") == true, "\(questions())")
+
+            // A yes covers the items the Unlock named, not the others of the collection.
+            let other = try fixture.secretTool(
+                ["store", "--label", "other", "--collection", path, "service", "confirm", "account", "b"],
+                stdin: "not asked for")
+            #expect(other.status == 0, "\(other)")
+            _ = FileManager.default.createFile(atPath: allow, contents: nil)
+            let script = """
+                import secretstorage
+                connection = secretstorage.dbus_init()
+                items = {i.get_label(): i for i in secretstorage.search_items(connection, {'service': 'confirm'})}
+                asked, other = items['asked'], items['other']
+                print('dismissed' if asked.unlock() else 'unlocked', asked.is_locked(), other.is_locked())
+                print(asked.get_secret().decode())
+                try:
+                    print(other.get_secret().decode())
+                except secretstorage.exceptions.LockedException:
+                    print('other is locked')
+                """
+            let bound = try fixture.run(SecretServiceFixture.python, ["-c", script])
+            #expect(bound.stdout == "unlocked False True\nallowed\nother is locked\n", "\(bound)")
+            #expect(questions().last?.contains("to read \"asked\" of the keyring") == true, "\(questions())")
         }
     }
 }

@@ -33,7 +33,8 @@ extension SecretServiceRegistry {
             collection.isOpen ? collection.allowedExecutables.map { .executables($0) } ?? .anyProgram : .unknown
         let target = AccessTarget(
             owner: ownUID, rules: rules, locked: collection.isLocked,
-            lockedForReading: awaitsConfirmation(collection, from: peer.sender), grants: grants, item: item?.reference)
+            lockedForReading: awaitsConfirmation(collection, from: peer.sender, item: item), grants: grants,
+            item: item?.reference)
         let used: Grant?
         do throws(AccessRefusal) {
             used = try AccessDecision.decide(access, by: caller, on: target)

@@ -243,22 +243,35 @@ final class SecretServiceRegistry {
 
     /// Whether `collection` is locked for `caller`: locked, or it confirms each access and the
     /// caller holds no confirmation for it.
-    func isLocked(_ collection: SecretCollection, for peer: BusPeer) -> Bool {
-        guard awaitsConfirmation(collection, from: peer.sender) else { return false }
+    func isLocked(_ collection: SecretCollection, for peer: BusPeer, item: SecretItem? = nil) -> Bool {
+        guard awaitsConfirmation(collection, from: peer.sender, item: item) else { return false }
         // A grant that allows the caller is the person's answer, remembered: asked of the
         // decision point, as a read would be.
         return collection.isLocked || !isGranted(collection, to: peer)
     }
 
     /// Locked, or a confirm-each-access collection whose next read by `caller` nobody confirmed.
-    func awaitsConfirmation(_ collection: SecretCollection, from caller: String) -> Bool {
-        collection.isLocked
-            || (collection.confirmsEachAccess && confirmations[caller]?.contains(collection.id) != true)
+    ///
+    /// A confirmation is the person's yes to one Unlock: for the items it named (kept as
+    /// ``confirmationKey(_:_:)``), or, for an Unlock of the collection itself, for a read of any.
+    func awaitsConfirmation(_ collection: SecretCollection, from caller: String, item: SecretItem? = nil) -> Bool {
+        if collection.isLocked { return true }
+        guard collection.confirmsEachAccess else { return false }
+        let held = confirmations[caller] ?? []
+        if held.contains(collection.id) { return false }
+        if let item, held.contains(Self.confirmationKey(collection, item)) { return false }
+        return true
+    }
+
+    /// What a confirmation of one item of a collection is kept as.
+    static func confirmationKey(_ collection: SecretCollection, _ item: SecretItem) -> String {
+        collection.id + "/" + item.id
     }
 
     /// A read used the caller's confirmation for `collection`: the next read asks again.
-    func useConfirmation(of collection: SecretCollection, by caller: String) {
+    func useConfirmation(of collection: SecretCollection, item: SecretItem?, by caller: String) {
         guard collection.confirmsEachAccess else { return }
+        if let item, confirmations[caller]?.remove(Self.confirmationKey(collection, item)) != nil { return }
         confirmations[caller]?.remove(collection.id)
     }
 }

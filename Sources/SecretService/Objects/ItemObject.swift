@@ -29,7 +29,7 @@ struct ItemObject: SecretServiceObject {
             try call.requireSignature("o")
             let session = try registry.sessions.session(call.arguments[0].objectPath ?? "", of: call.sender)
             let secret = try Self.secret(of: item, in: collection, for: session, peer: peer, registry: registry)
-            registry.useConfirmation(of: collection, by: call.sender)
+            registry.useConfirmation(of: collection, item: item, by: call.sender)
             return [secret]
         case "SetSecret":
             try call.requireSignature("(oayays)")
@@ -57,7 +57,7 @@ struct ItemObject: SecretServiceObject {
         let (collection, item) = try resolve()
         try registry.authorize(.readMetadata, collection, for: peer)
         return [
-            ("Locked", .bool(registry.isLocked(collection, for: peer))),
+            ("Locked", .bool(registry.isLocked(collection, for: peer, item: item))),
             ("Attributes", .stringDictionary(item.attributes)),
             ("Label", .string(item.label)), ("Type", .string(item.contentType)),
             ("Created", .uint64(item.created)), ("Modified", .uint64(item.modified)),

@@ -158,13 +158,27 @@ struct PromptObject: SecretServiceObject {
                 failure = error.message
             }
         }
-        // Confirm-each-access collections this caller holds no confirmation for: asked by label.
-        var toConfirm: [(id: String, label: String)] = []
+        // Confirm-each-access collections this caller holds no confirmation for: asked by label,
+        // naming the items the Unlock named; a yes covers those (or, for an Unlock of the
+        // collection itself, the next read of any of its items), for this connection.
+        var toConfirm: [(id: String, label: String, items: [String], keys: [String])] = []
         for id in prompt.collectionIDs {
             guard let collection = registry.collections[id], collection.confirmsEachAccess,
                 registry.confirmations[prompt.owner]?.contains(id) != true
             else { continue }
-            toConfirm.append((id, collection.label))
+            var items: [String] = []
+            var keys: [String] = []
+            for path in prompt.requestedPaths {
+                guard let (target, item) = try? registry.resolve(path), target === collection else { continue }
+                if let item {
+                    items.append(item.label)
+                    keys.append(SecretServiceRegistry.confirmationKey(collection, item))
+                } else {
+                    keys.append(collection.id)
+                }
+            }
+            if keys.contains(collection.id) || keys.isEmpty { (items, keys) = ([], [collection.id]) }
+            toConfirm.append((id, collection.label, items, keys))
         }
         if !toConfirm.isEmpty && registry.confirm == nil {
             failure = "The collection confirms each access, and the daemon has no --confirm-command"
@@ -221,13 +235,18 @@ struct PromptObject: SecretServiceObject {
             }
             var confirmed: [String] = []
             var remembered: [String: Grant.Lease] = [:]
-            for (id, label) in toConfirm where unlocked != nil {
+            for (id, label, items, keys) in toConfirm where unlocked != nil {
+                let what =
+                    items.isEmpty
+                    ? "a secret"
+                    : items.prefix(5).map { DisplayText.quoted($0, limit: shownLength) }.joined(separator: ", ")
+                        + (items.count > 5 ? " and \(items.count - 5) more" : "")
                 let answer =
                     await confirm?(
-                        "Allow \(who) to read a secret of the keyring \(DisplayText.quoted(label, limit: shownLength))?"
+                        "Allow \(who) to read \(what) of the keyring \(DisplayText.quoted(label, limit: shownLength))?"
                     ) ?? .refused
                 if answer.allows, !Task.isCancelled {
-                    confirmed.append(id)
+                    confirmed += keys
                     switch answer {
                     case .remembered: remembered[id] = .always
                     case .forTheSession: if let session { remembered[id] = .loginSession(session) }

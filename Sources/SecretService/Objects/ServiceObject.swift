@@ -72,9 +72,14 @@ struct ServiceObject: SecretServiceObject {
         var locked: [String] = []
         for collection in registry.sortedCollections() {
             try registry.authorize(.readMetadata, collection, for: peer)
-            let found = try collection.search(attributes)
-            let paths = found.map { ItemObject.path(of: $0, in: collection) }
-            if registry.isLocked(collection, for: peer) { locked += paths } else { unlocked += paths }
+            for item in try collection.search(attributes) {
+                let path = ItemObject.path(of: item, in: collection)
+                if registry.isLocked(collection, for: peer, item: item) {
+                    locked.append(path)
+                } else {
+                    unlocked.append(path)
+                }
+            }
         }
         return [.objectPaths(unlocked), .objectPaths(locked)]
     }
@@ -83,16 +88,16 @@ struct ServiceObject: SecretServiceObject {
     /// unlocks at once; the others wait for a prompt, whose path is returned.
     private func unlock(_ paths: [String], peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
         let caller = peer.sender
-        let targets = try paths.map { (path) throws(SecretServiceError) in try registry.resolve(path).0 }
-        for collection in targets { try registry.authorize(.unlock, collection, for: peer) }
+        let resolved = try paths.map { (path) throws(SecretServiceError) in try registry.resolve(path) }
+        for (collection, _) in resolved { try registry.authorize(.unlock, collection, for: peer) }
         var unlocked: [String] = []
         var waiting: [SecretCollection] = []
         var waitingPaths: [String] = []
-        for (path, collection) in zip(paths, targets) {
-            if !registry.isLocked(collection, for: peer) {
+        for (path, (collection, item)) in zip(paths, resolved) {
+            if !registry.isLocked(collection, for: peer, item: item) {
                 unlocked.append(path)
             } else if (!collection.isLocked || collection.unlockWithoutPrompt())
-                && !registry.isLocked(collection, for: peer)
+                && !registry.isLocked(collection, for: peer, item: item)
             {
                 registry.emitCollectionChanged(collection)
                 unlocked.append(path)
@@ -141,8 +146,8 @@ struct ServiceObject: SecretServiceObject {
         }
         // One confirmation covers one read call, with every item it names.
         for path in paths {
-            if let (collection, _) = try? registry.resolve(path) {
-                registry.useConfirmation(of: collection, by: peer.sender)
+            if let (collection, item) = try? registry.resolve(path) {
+                registry.useConfirmation(of: collection, item: item, by: peer.sender)
             }
         }
         return [.array(element: "{o(oayays)}", entries)]
