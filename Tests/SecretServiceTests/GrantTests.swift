@@ -170,8 +170,17 @@ struct GrantTests {
             ((try? String(contentsOfFile: asked, encoding: .utf8)) ?? "").split(separator: "\n").count
         }
         try "remember\n".write(toFile: answer, atomically: true, encoding: .utf8)
-        #expect(try Self.lookup(fixture).stdout == "first value")
+        // The client says why it asks: the question shows it, and the grant keeps it.
+        let why = try fixture.run(
+            Self.secretTool,
+            ["lookup", "service", "granted", "account", "me", "tpm-keychain:purpose", "push to origin"])
+        #expect(why.stdout == "first value", "\(why)")
         #expect(questions() == 1)
+        let question = (try? String(contentsOfFile: asked, encoding: .utf8)) ?? ""
+        #expect(
+            question.contains("secret-tool")
+                && question.contains("to read \"asked\" of the keyring \"Ask me\" for \"push to origin\"?"),
+            "\(question)")
         try FileManager.default.removeItem(atPath: answer) // from now on, every question is a no
         #expect(try Self.lookup(fixture).stdout == "first value", "remembered")
         fixture.stopDaemon()
@@ -186,7 +195,8 @@ struct GrantTests {
         #expect(lines.count == 1, "\(listed)")
         #expect(
             lines.first?.contains("allow  executable \"\(Self.secretTool)\", sha256 ") == true
-                && lines.first?.hasSuffix("the whole keychain  until revoked") == true, "\(listed)")
+                && lines.first?.hasSuffix("the whole keychain  until revoked  for \"push to origin\"") == true,
+            "\(listed)")
 
         let changed = fixture.directory + "/secret-tool-changed"
         var bytes = try Data(contentsOf: URL(fileURLWithPath: Self.secretTool))

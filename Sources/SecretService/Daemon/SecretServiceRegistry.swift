@@ -35,6 +35,9 @@ final class SecretServiceRegistry {
     /// Confirmations given and not yet used, by caller: the collections (by ID) whose secrets the
     /// caller's next read may return (confirm-each-access collections).
     var confirmations: [String: Set<String>] = [:]
+    /// What each caller said its last search was for (``takePurpose(from:of:)``): shown in its
+    /// prompts and kept with a remembered answer's grant; never decided on.
+    var purposes: [String: String] = [:]
     let confirm: (@Sendable (String) async -> Confirmation)?
     /// The login session's lock state at the last look (``followSessionLock(_:)``).
     var sessionWasLocked = false
@@ -119,6 +122,7 @@ final class SecretServiceRegistry {
         peers[uniqueName] = nil
         sessions.forget(owner: uniqueName)
         confirmations[uniqueName] = nil
+        purposes[uniqueName] = nil
         for (path, prompt) in prompts where prompt.owner == uniqueName {
             prompt.task?.cancel()
             prompts[path] = nil
@@ -261,6 +265,20 @@ final class SecretServiceRegistry {
         if held.contains(collection.id) { return false }
         if let item, held.contains(Self.confirmationKey(collection, item)) { return false }
         return true
+    }
+
+    /// The search attribute a client may add to say why it asks (`secret-tool lookup service S
+    /// account A tpm-keychain:purpose "push to origin"`): taken out of the search, which it
+    /// would otherwise match against nothing, and kept for the caller's next prompt.
+    static let purposeAttribute = "tpm-keychain:purpose"
+
+    /// The search attributes without the purpose, which is kept for `caller`.
+    func takePurpose(from attributes: [String: String], of caller: String) -> [String: String] {
+        guard let purpose = attributes[Self.purposeAttribute] else { return attributes }
+        purposes[caller] = String(purpose.prefix(200))
+        var rest = attributes
+        rest[Self.purposeAttribute] = nil
+        return rest
     }
 
     /// What a confirmation of one item of a collection is kept as.

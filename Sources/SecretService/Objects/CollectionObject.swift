@@ -25,7 +25,8 @@ struct CollectionObject: SecretServiceObject {
         case "SearchItems":
             try call.requireSignature("a{ss}")
             try registry.authorize(.readMetadata, collection, for: peer)
-            let found = try collection.search(call.arguments[0].stringDictionary ?? [:])
+            let found = try collection.search(
+                registry.takePurpose(from: call.arguments[0].stringDictionary ?? [:], of: call.sender))
             return [.objectPaths(found.map { ItemObject.path(of: $0, in: collection) })]
         case "CreateItem":
             try call.requireSignature("a{sv}(oayays)b")

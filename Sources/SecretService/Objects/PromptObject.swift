@@ -37,6 +37,8 @@ struct PromptOutcome: Sendable {
     /// The program the prompt was for, as a grant names it (its path and its file's hash); nil
     /// when the kernel did not say.
     var program: Grant.Subject? = nil
+    /// What the caller said its search was for, kept with a remembered answer's grant.
+    var purpose: String? = nil
 }
 
 /// org.freedesktop.Secret.Prompt at `…/prompt/<n>`: unlocking a collection whose access control
@@ -124,7 +126,8 @@ struct PromptObject: SecretServiceObject {
             for (id, lease) in outcome.remembered {
                 guard let collection = registry.collections[id] else { continue }
                 let grant = Grant(
-                    id: GrantBook.newID(), effect: .allow, subject: program, lease: lease, created: GrantBook.now())
+                    id: GrantBook.newID(), effect: .allow, subject: program, lease: lease, purpose: outcome.purpose,
+                    created: GrantBook.now())
                 do {
                     try collection.addGrant(grant)
                     registry.audit?.record(
@@ -194,6 +197,7 @@ struct PromptObject: SecretServiceObject {
             return Grant.Subject(executable: executable, executableHash: hash)
         }
         let session = askingIdentity?.loginSession
+        let purpose = registry.purposes[prompt.owner]
         let who =
             asking.map { peer in
                 let identity = askingIdentity
@@ -241,9 +245,10 @@ struct PromptObject: SecretServiceObject {
                     ? "a secret"
                     : items.prefix(5).map { DisplayText.quoted($0, limit: shownLength) }.joined(separator: ", ")
                         + (items.count > 5 ? " and \(items.count - 5) more" : "")
+                let why = purpose.map { " for " + DisplayText.quoted($0, limit: shownLength) } ?? ""
                 let answer =
                     await confirm?(
-                        "Allow \(who) to read \(what) of the keyring \(DisplayText.quoted(label, limit: shownLength))?"
+                        "Allow \(who) to read \(what) of the keyring \(DisplayText.quoted(label, limit: shownLength))\(why)?"
                     ) ?? .refused
                 if answer.allows, !Task.isCancelled {
                     confirmed += keys
@@ -261,7 +266,8 @@ struct PromptObject: SecretServiceObject {
                 $0.append(
                     PromptOutcome(
                         path: path, unlocked: unlocked, confirmed: unlocked == nil ? [] : confirmed, message: message,
-                        label: labels, remembered: unlocked == nil ? [:] : remembered, program: program))
+                        label: labels, remembered: unlocked == nil ? [:] : remembered, program: program,
+                        purpose: purpose))
             }
             wakeup.signal()
         }

@@ -20,7 +20,8 @@ struct ServiceObject: SecretServiceObject {
             return try createCollection(properties: arguments[0].dictionary ?? [:], alias: arguments[1].string ?? "")
         case "SearchItems":
             try call.requireSignature("a{ss}")
-            return try searchItems(arguments[0].stringDictionary ?? [:], peer: peer)
+            return try searchItems(
+                registry.takePurpose(from: arguments[0].stringDictionary ?? [:], of: call.sender), peer: peer)
         case "Unlock":
             try call.requireSignature("ao")
             return try unlock(arguments[0].objectPathArray ?? [], peer: peer)
