@@ -317,7 +317,7 @@ struct WarmPathTests {
             try:
                 s.sendall(bytes.fromhex(sys.argv[2]))
                 data = s.recv(65536)
-            except ConnectionResetError:  # closed with the request unread
+            except (ConnectionResetError, BrokenPipeError):  # closed before or with the request unread
                 data = b""
             print("answered" if data else "closed", len(data))
             """
