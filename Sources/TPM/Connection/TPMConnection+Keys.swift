@@ -90,4 +90,29 @@ extension TPMConnection {
             try engine.ecdhZGen(object, peerX: x, peerY: y, session: session, continueSession: keep)
         }
     }
+
+    /// Makes an HMAC-SHA256 key in the TPM under the storage key (``TPMHMACKey``): its key bytes
+    /// are made by the TPM and never leave it. Used with ``hmac(_:with:)`` only, with no PIN.
+    public func createHMACKey() throws -> TPMHMACKey {
+        try withEngine { engine in
+            let parent = try engine.storageKey(algorithm: nil, pinnedName: nil)
+            let template = PublicTemplate.hmacKey(policy: Policy.authValue.digest)
+            let (publicArea, privateArea) = try engine.withHMACSession(saltedWith: parent) { session, _ in
+                try engine.create(under: parent, template: template, data: nil, authValue: nil, session: session)
+            }
+            return try TPMHMACKey(
+                publicArea: publicArea, privateArea: privateArea, storageKeyAlgorithm: parent.algorithm,
+                storageKeyName: parent.name)
+        }
+    }
+
+    /// HMAC-SHA256 of `data` (at most 1024 bytes) with `key`, computed in the TPM (TPM2_HMAC): 32
+    /// bytes that cross the bus encrypted, and that only this TPM can compute again.
+    ///
+    /// - Throws: ``TPMError``; `.invalidArgument` for more data than one command takes.
+    public func hmac(_ data: [UInt8], with key: TPMHMACKey) throws -> SecretBytes {
+        try use(key, policy: .authValue, authValue: nil, nvAuthorizations: [:]) { engine, object, session, keep in
+            try engine.hmac(object, data: data, session: session, continueSession: keep)
+        }
+    }
 }

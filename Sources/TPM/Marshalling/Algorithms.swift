@@ -3,6 +3,7 @@ enum AlgorithmID {
     static let rsa: UInt16 = 0x0001
     static let aes: UInt16 = 0x0006
     static let keyedHash: UInt16 = 0x0008
+    static let hmac: UInt16 = 0x0005
     static let sha256: UInt16 = 0x000B
     static let null: UInt16 = 0x0010
     static let ecc: UInt16 = 0x0023

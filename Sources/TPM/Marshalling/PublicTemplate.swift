@@ -114,6 +114,22 @@ struct PublicTemplate: Equatable {
         return PublicTemplate(bytes: writer.bytes)
     }
 
+    /// An HMAC-SHA256 key made in the TPM (a keyed-hash object with the HMAC scheme,
+    /// sensitiveDataOrigin), bound to it and its parent, unrestricted, for TPM2_HMAC only.
+    /// Authorization as for sealed data.
+    static func hmacKey(policy: PolicyDigest) -> PublicTemplate {
+        let attributes = authorization(policy, false).union([.fixedTPM, .fixedParent, .sensitiveDataOrigin, .sign])
+        var writer = WireWriter()
+        writer.append(AlgorithmID.keyedHash)
+        writer.append(AlgorithmID.sha256)
+        writer.append(attributes.rawValue)
+        writer.appendSized(policy.bytes)
+        writer.append(AlgorithmID.hmac) // keyed-hash scheme
+        writer.append(AlgorithmID.sha256) // its hash
+        writer.appendSized([]) // unique: computed by the TPM
+        return PublicTemplate(bytes: writer.bytes)
+    }
+
     /// How an object made by this layer is authorized: adminWithPolicy always, userWithAuth only
     /// beside the policy PolicyAuthValue alone (which asks no more), noDA without a PIN.
     private static func authorization(_ policy: PolicyDigest, _ dictionaryAttackProtected: Bool) -> ObjectAttributes {
