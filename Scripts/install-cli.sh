@@ -15,6 +15,10 @@
 # and with --secret-service (makes tpm-keychain the desktop's keyring; see README.md):
 #   share/dbus-1/services/org.freedesktop.secrets.service  D-Bus activation of `tpm-keychain secret-service`
 #   share/systemd/user/tpm-keychain-secrets.service        the same as a systemd user service
+# and with --portal (also the Secret portal's backend for sandboxed apps; implies --secret-service):
+#   share/xdg-desktop-portal/portals/tpmkeychain.portal    what xdg-desktop-portal reads (it reads
+#                                                           /usr/share only: use --prefix /usr)
+#   share/dbus-1/services/org.freedesktop.impl.portal.desktop.tpmkeychain.service
 # and with --ssh-agent:
 #   share/systemd/user/tpm-keychain-ssh-agent.service      the ssh agent as a systemd user service
 #   share/systemd/user/tpm-keychain-ssh-agent.socket       its socket: the agent starts on first use
@@ -36,7 +40,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [--session-holder] [--dry-run]
+Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--portal] [--ssh-agent] [--session-holder] [--dry-run]
 
   --prefix DIR   where to install (default: ~/.local): bin/, share/man/man1/,
                  share/bash-completion/completions/, share/zsh/site-functions/,
@@ -44,6 +48,8 @@ Usage: Scripts/install-cli.sh [--prefix DIR] [--secret-service] [--ssh-agent] [-
   --secret-service
                  also install the D-Bus activation file and systemd user unit that make
                  `tpm-keychain secret-service` the session's org.freedesktop.secrets
+  --portal       also make the daemon the Secret portal's backend (xdg-desktop-portal reads its
+                 portal file from /usr/share only: with --prefix /usr); implies --secret-service
   --ssh-agent    also install the systemd user units (socket and service) of tpm-keychain-ssh-agent
   --session-holder
                  also install the systemd user units (socket and service) of
@@ -56,6 +62,7 @@ EOF
 prefix="${HOME:?HOME is not set}/.local"
 dry_run=false
 secret_service=false
+portal=false
 ssh_agent=false
 session_holder=false
 while [ $# -gt 0 ]; do
@@ -69,6 +76,7 @@ while [ $# -gt 0 ]; do
             shift ;;
         --dry-run) dry_run=true; shift ;;
         --secret-service) secret_service=true; shift ;;
+        --portal) portal=true; secret_service=true; shift ;;
         --ssh-agent) ssh_agent=true; shift ;;
         --session-holder) session_holder=true; shift ;;
         -h|--help) usage; exit 0 ;;
@@ -159,12 +167,24 @@ run install -m 644 "$staging/tpm-keychain.fish" "$fish_dir/tpm-keychain.fish"
 if $secret_service; then
     dbus_dir="$prefix/share/dbus-1/services"
     unit_dir="$prefix/share/systemd/user"
+    # With --portal the one daemon serves both names, whichever starts it.
+    daemon_arguments=""
+    if $portal; then daemon_arguments=" --portal"; fi
     for template in org.freedesktop.secrets.service tpm-keychain-secrets.service; do
-        sed "s|@BINDIR@|$bin_dir|g" "Scripts/secret-service/$template.in" > "$staging/$template"
+        sed -e "s|@BINDIR@|$bin_dir|g" -e "s|tpm-keychain secret-service\$|tpm-keychain secret-service$daemon_arguments|" \
+            "Scripts/secret-service/$template.in" > "$staging/$template"
     done
     run install -d -m 755 "$dbus_dir" "$unit_dir"
     run install -m 644 "$staging/org.freedesktop.secrets.service" "$dbus_dir/org.freedesktop.secrets.service"
     run install -m 644 "$staging/tpm-keychain-secrets.service" "$unit_dir/tpm-keychain-secrets.service"
+    if $portal; then
+        portal_dir="$prefix/share/xdg-desktop-portal/portals"
+        template=org.freedesktop.impl.portal.desktop.tpmkeychain.service
+        sed "s|@BINDIR@|$bin_dir|g" "Scripts/secret-portal/$template.in" > "$staging/$template"
+        run install -d -m 755 "$portal_dir"
+        run install -m 644 Scripts/secret-portal/tpmkeychain.portal "$portal_dir/tpmkeychain.portal"
+        run install -m 644 "$staging/$template" "$dbus_dir/$template"
+    fi
 fi
 
 # 6. The ssh agent's user unit, when asked.

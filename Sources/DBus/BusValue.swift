@@ -25,6 +25,10 @@ package indirect enum BusValue: Sendable, Hashable {
     /// A `{kv}` entry of a dictionary (an array of entries).
     case dictionaryEntry(BusValue, BusValue)
     case variant(BusValue)
+    /// `h`: a Unix file descriptor. One received is borrowed from its message: valid only while
+    /// the handler of the call that carried it runs (dup it to keep it); nothing leaks when a
+    /// call that did not ask for one carries one. One sent is duplicated by sd-bus.
+    case unixFD(Int32)
 
     /// The value's D-Bus signature.
     package var signature: String {
@@ -46,6 +50,7 @@ package indirect enum BusValue: Sendable, Hashable {
         case .structure(let fields): "(" + fields.map(\.signature).joined() + ")"
         case .dictionaryEntry(let key, let value): "{" + key.signature + value.signature + "}"
         case .variant: "v"
+        case .unixFD: "h"
         }
     }
 

@@ -64,8 +64,10 @@ private func readValue(_ message: OpaquePointer) throws(BusError) -> BusValue? {
     case UInt8(ascii: "x"): return .int64(try readBasic(message, type, Int64(0)))
     case UInt8(ascii: "t"): return .uint64(try readBasic(message, type, UInt64(0)))
     case UInt8(ascii: "d"): return .double(try readBasic(message, type, Double(0)))
+    // Owned by the message: see BusValue.unixFD.
+    case UInt8(ascii: "h"): return .unixFD(try readBasic(message, type, Int32(-1)))
     default:
-        // Unix file descriptors ("h") and anything newer: no method this package serves takes them.
+        // Anything newer: no method this package serves takes it.
         throw invalid("values of type '\(Character(Unicode.Scalar(UInt8(bitPattern: type))))' are not accepted")
     }
 }
@@ -117,6 +119,7 @@ private func append(_ value: BusValue, to message: OpaquePointer) throws(BusErro
     case .int64(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
     case .uint64(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
     case .double(var number): try checkWrite(tk_sd_bus_message_append_basic(message, type, &number))
+    case .unixFD(var descriptor): try checkWrite(tk_sd_bus_message_append_basic(message, type, &descriptor))
     case .bytes(let bytes):
         try checkWrite(
             bytes.withUnsafeBytes {

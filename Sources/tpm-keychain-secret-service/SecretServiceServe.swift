@@ -75,12 +75,20 @@ struct SecretServiceServe: ParsableCommand {
     )
     var allowSimulated = false
 
+    @Flag(
+        name: .long,
+        help:
+            "Also be the Secret portal's backend (org.freedesktop.impl.portal.Secret) for xdg-desktop-portal: each sandboxed application gets a secret derived in the TPM from its ID, while the keychain is unlocked."
+    )
+    var portal = false
+
     func run() throws {
         var options = SecretServiceDaemon.Options(
             address: address,
             dataDirectory: dataDirectory.map(StoreDirectory.absolute) ?? KeychainLocation.dataDirectory)
         options.replace = replace
         options.allowsSimulatedTPM = allowSimulated || StoreTPM.simulationAllowedByEnvironment
+        options.servesPortal = portal
         options.auditLog = auditLog.map(StoreDirectory.absolute)
         if prompts.asksFprintd { options.authenticator = FprintdAuthenticator(busAddress: prompts.fprintdAddress) }
         options.passcode = prompts.passcodeCommand.map(PasscodeCommand.source)

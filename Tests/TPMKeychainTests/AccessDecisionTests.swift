@@ -265,9 +265,12 @@ struct AccessDecisionTests {
         #expect(Self.outcome(.readSecret, unknown, [allow]) == .refused(.notAllowed(executable: nil)))
     }
 
-    @Test("no face sees, reads, writes or deletes the grants' group or the audit trail's")
+    @Test("no face sees, reads, writes or deletes the grants' group, the audit trail's or the portal key's")
     func reservedGroupsAreNobodys() {
-        #expect(AccessDecision.reservedGroups == [GrantBook.accessGroup, AuditTrail.accessGroup])
+        #expect(
+            AccessDecision.reservedGroups == [
+                GrantBook.accessGroup, AuditTrail.accessGroup, "tpm-keychain.portal",
+            ])
         for group in AccessDecision.reservedGroups {
             for face in AccessCaller.Face.allCases {
                 let caller = AccessCaller(face: face)

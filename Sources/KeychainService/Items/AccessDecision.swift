@@ -1,3 +1,4 @@
+import KeychainStore
 import SystemCalls
 
 /// Who may do what, decided in one function for every face: the caller's user, its access-group
@@ -27,6 +28,8 @@ package enum AccessOperation: CaseIterable, Sendable {
 package struct AccessCaller: Sendable, Hashable {
     package enum Face: String, Sendable, CaseIterable {
         case keychain, secItem, keychainStorage, cli, gitHelper, secretService, sshAgent
+        /// The Secret portal's backend, whose one caller is xdg-desktop-portal.
+        case secretPortal
 
         /// Whether grants name this face's callers: the faces that serve other programs, which
         /// cannot open the store themselves. A face in the caller's own process (the library,
@@ -133,8 +136,10 @@ package enum AccessRefusal: Error, Equatable {
 
 package enum AccessDecision {
     /// The groups of the decision point's own items, which no face may name or see: the grants
-    /// (``GrantBook``) and the audit trail's head (``AuditTrail``).
-    package static let reservedGroups: Set<String> = [GrantBook.accessGroup, AuditTrail.accessGroup]
+    /// (``GrantBook``), the audit trail's head (``AuditTrail``) and the application secrets' key.
+    package static let reservedGroups: Set<String> = [
+        GrantBook.accessGroup, AuditTrail.accessGroup, ItemStore.applicationSecretsAccessGroup,
+    ]
 
     /// Decides whether `caller` may do `operation` to `target`; returns when it may.
     ///

@@ -311,6 +311,12 @@ final class SecretCollection {
         }
     }
 
+    /// The collection's store, opened if nothing opened it yet; nil for a collection in memory.
+    func openedService() throws(SecretServiceError) -> ItemService? {
+        _ = try currentIndex()
+        return service
+    }
+
     /// Whether the collection's store keeps an audit trail (none in memory).
     func keepsAuditTrail() -> Bool {
         service?.keepsAuditTrail() ?? false

@@ -32,6 +32,8 @@ package enum SecretServiceDaemon {
         /// is usable (`--allow-simulated`, `TPM_KEYCHAIN_ALLOW_SIMULATED=1`); otherwise creating
         /// it fails with what to do. Such a collection is reported as SIMULATED.
         package var allowsSimulatedTPM = false
+        /// Also serve the Secret portal's backend (``SecretPortalBackend``) for xdg-desktop-portal.
+        package var servesPortal = false
 
         package init(address: String?, dataDirectory: String) {
             self.address = address
@@ -113,6 +115,9 @@ package enum SecretServiceDaemon {
         var ending: Ending?
         do {
             try connection.serve(under: ObjectPaths.service) { registry.handle($0) }
+            if options.servesPortal {
+                try connection.serve(under: SecretPortalBackend.path) { registry.handlePortal($0) }
+            }
             let driver = SignalSender.busDriver
             driver.acceptsUnicast = true
             try connection.subscribe(
@@ -135,6 +140,11 @@ package enum SecretServiceDaemon {
                 let peer = try? connection.peer(owner)
                 throw Failure.nameOwned(
                     owner: peer.map { "pid \($0.pid), \($0.executable ?? "unknown executable")" } ?? owner)
+            }
+            if options.servesPortal,
+                try connection.requestName(SecretPortalBackend.busName, replacing: options.replace) == .ownedByAnother
+            {
+                warn("not serving the Secret portal: another process owns \(SecretPortalBackend.busName)")
             }
         } catch let failure as Failure {
             throw failure

@@ -142,7 +142,7 @@ final class SecretServiceRegistry {
     }
 
     /// The caller, identified once per connection; only the daemon's own user gets further.
-    private func identify(_ sender: String) throws(SecretServiceError) -> BusPeer {
+    func identify(_ sender: String) throws(SecretServiceError) -> BusPeer {
         if let known = peers[sender] { return try check(known) }
         let peer: BusPeer
         do {

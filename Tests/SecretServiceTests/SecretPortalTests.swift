@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The Secret portal's backend (`secret-service --portal`) behind Debian's xdg-desktop-portal on
+/// the fixture's bus, with libsecret's secret-tool in a bubblewrap sandbox that the portal takes
+/// for a Flatpak app (a `/.flatpak-info` in its root): libsecret asks the portal for its app's
+/// secret and keeps its items in its own file, encrypted with it.
+@Suite("the Secret portal, with xdg-desktop-portal and libsecret in a sandbox", .serialized)
+struct SecretPortalTests {
+    static let portal = "/usr/libexec/xdg-desktop-portal"
+    static let fixtures = SecretServiceFixture.fixtures
+
+    /// xdg-desktop-portal on the fixture's bus, choosing our backend; up once it owns its name.
+    static func startPortal(_ fixture: SecretServiceFixture) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: portal)
+        var environment = fixture.environment
+        // The portal file Scripts/install-cli.sh --portal installs, and the choice for 1.17 and later.
+        environment["XDG_DESKTOP_PORTAL_DIR"] =
+            URL(fileURLWithPath: fixtures).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/secret-portal").path
+        environment["XDG_CURRENT_DESKTOP"] = "tpmkeychain"
+        process.environment = environment
+        let log = fixture.directory + "/portal.log"
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process.standardOutput = FileHandle(forWritingAtPath: log)
+        process.standardError = FileHandle(forWritingAtPath: log)
+        try process.run()
+        let check = """
+            from jeepney import DBusAddress, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            bus = DBusAddress('/org/freedesktop/DBus', bus_name='org.freedesktop.DBus', interface='org.freedesktop.DBus')
+            reply = open_dbus_connection(bus='SESSION').send_and_get_reply(
+                new_method_call(bus, 'NameHasOwner', 's', ('org.freedesktop.portal.Desktop',)))
+            print(reply.body[0])
+            """
+        let deadline = ContinuousClock.now + .seconds(120)
+        while try fixture.run(SecretServiceFixture.python, ["-c", check]).stdout != "True\n" {
+            guard process.isRunning, ContinuousClock.now < deadline else {
+                throw FixtureError(
+                    "xdg-desktop-portal did not start: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+            }
+            usleep(50_000)
+        }
+        return process
+    }
+
+    /// `command` in a sandbox that xdg-desktop-portal takes for the Flatpak app `application`,
+    /// with a home of its own and the fixture's bus.
+    static func sandboxed(
+        _ fixture: SecretServiceFixture, as application: String, _ command: [String], stdin: String? = nil
+    ) throws -> ClientRun {
+        let info = fixture.directory + "/\(application).flatpak-info"
+        try "[Application]\nname=\(application)\n".write(toFile: info, atomically: true, encoding: .utf8)
+        let home = fixture.directory + "/home-\(application)"
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+        let sandbox = [
+            "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--ro-bind", "/etc", "/etc",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
+            "--ro-bind", info, "/.flatpak-info", "--bind", fixture.directory + "/bus", "/run/flatpak/bus",
+            "--ro-bind", fixtures, "/fixtures", "--bind", home, "/home/app",
+            "--setenv", "HOME", "/home/app", "--setenv", "XDG_DATA_HOME", "/home/app/.local/share",
+            "--setenv", "XDG_RUNTIME_DIR", "/run", "--setenv", "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/run/flatpak/bus",
+        ]
+        return try fixture.run("/usr/bin/bwrap", sandbox + command, stdin: stdin)
+    }
+
+    static func secret(_ fixture: SecretServiceFixture, of application: String) throws -> String {
+        try sandboxed(fixture, as: application, ["/usr/bin/python3", "/fixtures/portal_client.py", "frontend"]).stdout
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test(
+        "libsecret in a sandbox stores and finds its secret through the portal, also after a daemon restart; each app gets its own 64-byte secret, always the same; a host program, a caller that is not the portal and a locked keychain get none"
+    )
+    func sandboxedLibsecret() throws {
+        let fixture = try SecretServiceFixture(startDaemon: false)
+        defer { fixture.stop() }
+        try fixture.startDaemon(extraArguments: ["--portal"])
+        let portal = try Self.startPortal(fixture)
+        defer {
+            kill(portal.processIdentifier, SIGKILL)
+            portal.waitUntilExit()
+        }
+        let app = "org.example.App"
+        let stored = try Self.sandboxed(
+            fixture, as: app, ["/usr/bin/secret-tool", "store", "--label", "demo", "service", "demo", "user", "alice"],
+            stdin: "hunter2")
+        #expect(stored.status == 0, "\(stored)\n\(fixture.daemonLogs())")
+        let lookup = ["/usr/bin/secret-tool", "lookup", "service", "demo", "user", "alice"]
+        #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "hunter2")
+        let keyring = fixture.directory + "/home-\(app)/.local/share/keyrings/default.keyring"
+        let file = try Data(contentsOf: URL(fileURLWithPath: keyring))
+        #expect(file.range(of: Data("hunter2".utf8)) == nil, "libsecret's file holds the secret encrypted")
+
+        let first = try Self.secret(fixture, of: app)
+        #expect(first.count == 128 && first.allSatisfy(\.isHexDigit), "64 bytes: \(first)")
+        #expect(try Self.secret(fixture, of: app) == first)
+        let other = try Self.secret(fixture, of: "org.example.Other")
+        #expect(other.count == 128 && other != first)
+
+        // Derived again by the TPM after a restart: the same secret, so the same items.
+        fixture.stopDaemon()
+        try fixture.startDaemon(extraArguments: ["--portal"])
+        #expect(try Self.secret(fixture, of: app) == first)
+        #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "hunter2")
+
+        // A program outside a sandbox, and one that calls the backend itself, get nothing.
+        let host = try fixture.run(SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "frontend"])
+        #expect(host.stdout.hasPrefix("error") || host.stdout.hasPrefix("response"), "\(host)")
+        let direct = try fixture.run(SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "backend"])
+        #expect(direct.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(direct)")
+
+        // A locked keychain hands out nothing until it is unlocked.
+        let lock = """
+            import secretstorage
+            connection = secretstorage.dbus_init()
+            secretstorage.get_default_collection(connection).lock()
+            """
+        #expect(try fixture.run(SecretServiceFixture.python, ["-c", lock]).status == 0)
+        #expect(try Self.secret(fixture, of: app) == "response 2")
+        #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "")
+    }
+}
