@@ -197,7 +197,7 @@ struct AgentWithOpenSSHTests {
     }
 
     @Test(
-        "a grant that denies ssh-keygen stops its signatures through the agent (the key is still listed); revoked, it signs again"
+        "a grant that denies ssh-keygen the key laptop stops its signatures through the agent (the key is still listed); revoked, it signs again; the audit trail has both"
     )
     func denyGrantStopsSignatures() throws {
         let fixture = try Fixture()
@@ -205,7 +205,10 @@ struct AgentWithOpenSSHTests {
         #expect(audit.status == 0, "\(audit.output)")
         let added = try fixture.run(
             Fixture.tool("tpm-keychain"),
-            ["grants", "add", "--keychain", fixture.store, "--deny", "--program", "/usr/bin/ssh-keygen"])
+            [
+                "grants", "add", "--keychain", fixture.store, "--deny", "--program", "/usr/bin/ssh-keygen", "--key",
+                "laptop",
+            ])
         #expect(added.status == 0, "\(added.output)")
         let id = added.output.trimmingCharacters(in: .whitespacesAndNewlines)
         let refused = try Self.sign("laptop", in: fixture)

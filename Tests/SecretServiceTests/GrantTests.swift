@@ -327,4 +327,29 @@ struct GrantTests {
             #expect(read.stdout != "found\n", "Yama at \(scope ?? "?"): \(read)")
         }
     }
+
+    @Test("a grant by Flatpak app ID lets that app's sandbox read, and nothing else that the rules do not name")
+    func grantByApplicationID() throws {
+        let fixture = try SecretServiceFixture()
+        defer { fixture.stop() }
+        let store = try Self.grantedCollection(fixture)
+        _ = try Self.grant(fixture, store, ["--allow", "--app-id", "org.example.App", "--purpose", "sync"])
+        let read = """
+            import secretstorage
+            connection = secretstorage.dbus_init()
+            item = next(secretstorage.search_items(connection, {'service': 'granted', 'account': 'me'}))
+            try:
+                print(item.get_secret().decode())
+            except Exception as error:
+                print(type(error).__name__)
+            """
+        let inSandbox = try SecretPortalTests.sandboxed(
+            fixture, as: "org.example.App", ["/usr/bin/python3", "-c", read])
+        #expect(inSandbox.stdout == "first value\n", "\(inSandbox)")
+        let otherApp = try SecretPortalTests.sandboxed(
+            fixture, as: "org.example.Other", ["/usr/bin/python3", "-c", read])
+        #expect(otherApp.stdout != "first value\n", "\(otherApp)")
+        let host = try fixture.run(SecretServiceFixture.python, ["-c", read])
+        #expect(host.stdout != "first value\n", "\(host)")
+    }
 }

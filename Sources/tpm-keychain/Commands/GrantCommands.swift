@@ -41,12 +41,28 @@ struct GrantedItem: ParsableArguments {
     @Option(name: .long, help: "The item's label (a Secret Service item's), when exactly one item has it.")
     var label: String?
 
-    var namesAnItem: Bool { service != nil || account != nil || label != nil }
+    @Option(name: .long, help: "A key in the TPM, by its label (tpm-keychain key list): the ssh agent's keys.")
+    var key: String?
+
+    var namesAnItem: Bool { service != nil || account != nil || label != nil || key != nil }
 
     /// The item named, found in `service`; nil when none is named.
     func find(in items: ItemService) throws -> ItemQueryResult? {
         guard namesAnItem else { return nil }
         var matching = AttributeList()
+        if let key {
+            guard service == nil, account == nil, label == nil else {
+                throw ValidationError("Name a key by --key alone")
+            }
+            matching.setString(key, for: AttributeTag.label)
+            let keys = try items.query(.key, matching: matching).filter(ItemService.holdsTPMKey)
+            guard keys.count == 1, let found = keys.first else {
+                throw KeychainError(
+                    keys.isEmpty ? .itemNotFound : .invalidParameter,
+                    keys.isEmpty ? "No key is labelled so" : "\(keys.count) keys are labelled so")
+            }
+            return found
+        }
         if service != nil || account != nil {
             guard let service, let account, label == nil else {
                 throw ValidationError("Name an item by --service and --account, or by --label")
