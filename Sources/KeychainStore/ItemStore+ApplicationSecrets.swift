@@ -13,11 +13,7 @@ extension ItemStore {
     package static let applicationIDLimit = 255
 
     private static var hmacKeyPrimary: AttributeList {
-        var primary = AttributeList()
-        primary.setString(applicationSecretsAccessGroup, for: AttributeTag.accessGroup)
-        primary.setString("portal", for: AttributeTag.service)
-        primary.setString("hmac-key", for: AttributeTag.account)
-        return primary
+        AttributeList(ItemIdentity(unchecked: applicationSecretsAccessGroup, "portal", "hmac-key"))
     }
 
     /// The 64-byte secret of `application`: HMAC-SHA256 in the TPM with the store's HMAC key

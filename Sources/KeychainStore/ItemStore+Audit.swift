@@ -43,11 +43,7 @@ extension ItemStore {
     }
 
     private static var headPrimary: AttributeList {
-        var primary = AttributeList()
-        primary.setString(auditAccessGroup, for: AttributeTag.accessGroup)
-        primary.setString("audit", for: AttributeTag.service)
-        primary.setString("head", for: AttributeTag.account)
-        return primary
+        AttributeList(ItemIdentity(unchecked: auditAccessGroup, "audit", "head"))
     }
 
     /// Whether the store keeps an audit trail: its head exists (one file open).

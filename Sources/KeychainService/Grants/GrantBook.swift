@@ -64,11 +64,7 @@ package enum GrantBook {
 
     /// The primary key of the grant `id`'s item.
     static func primary(id: String) -> AttributeList {
-        var primary = AttributeList()
-        primary.setString(accessGroup, for: AttributeTag.accessGroup)
-        primary.setString(service, for: AttributeTag.service)
-        primary.setString(id, for: AttributeTag.account)
-        return primary
+        AttributeList(ItemIdentity(unchecked: accessGroup, service, id))
     }
 
     /// The item's attributes for `grant`: its primary key and its fields.
