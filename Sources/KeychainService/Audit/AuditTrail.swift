@@ -1,5 +1,6 @@
 package import KeychainStore
 package import KeychainVocabulary
+import SystemCalls
 import WireFormat
 
 /// A keychain's tamper-evident record of what the programs it serves did: every decision of the
@@ -60,10 +61,26 @@ package enum AuditTrail {
     }
 }
 
+extension AuditTrail {
+    /// Whether each store kept a trail when last looked at, with its change stamp then: a
+    /// decision asks once per change of the store, not once per call.
+    fileprivate static let kept = Locked<[String: (stamp: [Int64], kept: Bool)]>([:])
+}
+
 extension ItemService {
     /// Whether this keychain keeps an audit trail; false when its store cannot be read.
     package func keepsAuditTrail() -> Bool {
-        (try? (try store).auditIsEnabled()) ?? false
+        guard let store = try? store else { return false }
+        let stamp = store.changeStamp()
+        if !stamp.isEmpty, let known = AuditTrail.kept.withLock({ $0[location.path] }), known.stamp == stamp {
+            return known.kept
+        }
+        let kept = (try? store.auditIsEnabled()) ?? false
+        AuditTrail.kept.withLock { cache in
+            if cache.count >= 64 { cache.removeAll() }
+            cache[location.path] = (stamp, kept)
+        }
+        return kept
     }
 
     package func enableAuditTrail() throws(KeychainError) {
@@ -85,8 +102,7 @@ extension ItemService {
     /// - Throws: ``KeychainError`` when the trail is kept and cannot be written: the operation is
     ///   then refused (a kept trail is never silently skipped).
     package func audit(_ line: @autoclosure () -> String) throws(KeychainError) {
-        let store = try store
-        guard try store.auditIsEnabled() else { return }
+        guard keepsAuditTrail() else { return }
         try store.appendAudit(line())
     }
 }

@@ -20,30 +20,12 @@ import Glibc
 enum SecretPortalBackend {
     static let busName = "org.freedesktop.impl.portal.desktop.tpmkeychain"
     static let path = "/org/freedesktop/portal/desktop"
-    static let interface = "org.freedesktop.impl.portal.Secret"
+    static let interface = Introspection.portalInterface
     static let frontendName = "org.freedesktop.portal.Desktop"
     /// The version of the backend interface this implements.
     static let version: UInt32 = 1
     /// How long a write of the secret to the application's descriptor may wait.
     static let writeTimeout: Int32 = 5_000
-
-    static let introspection = """
-        <!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
-        <node>
-          <interface name="org.freedesktop.impl.portal.Secret">
-            <method name="RetrieveSecret">
-              <arg type="o" name="handle" direction="in"/>
-              <arg type="s" name="app_id" direction="in"/>
-              <arg type="h" name="fd" direction="in"/>
-              <arg type="a{sv}" name="options" direction="in"/>
-              <arg type="u" name="response" direction="out"/>
-              <arg type="a{sv}" name="results" direction="out"/>
-            </method>
-            <property name="version" type="u" access="read"/>
-          </interface>
-        </node>
-        """
 }
 
 extension SecretServiceRegistry {
@@ -60,7 +42,7 @@ extension SecretServiceRegistry {
     private func routePortal(_ call: BusMethodCall, from peer: BusPeer) throws(SecretServiceError) -> [BusValue] {
         switch (call.interface, call.member) {
         case ("org.freedesktop.DBus.Introspectable", "Introspect"):
-            return [.string(SecretPortalBackend.introspection)]
+            return [.string(Introspection.document(interfaces: [SecretPortalBackend.interface], children: []))]
         case ("org.freedesktop.DBus.Properties", "Get"):
             try call.requireSignature("ss")
             guard call.arguments[0].string == SecretPortalBackend.interface, call.arguments[1].string == "version"

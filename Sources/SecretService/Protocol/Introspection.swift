@@ -7,6 +7,8 @@ enum Introspection {
     static let itemInterface = "org.freedesktop.Secret.Item"
     static let sessionInterface = "org.freedesktop.Secret.Session"
     static let promptInterface = "org.freedesktop.Secret.Prompt"
+    /// The Secret portal's backend interface (``SecretPortalBackend``).
+    static let portalInterface = "org.freedesktop.impl.portal.Secret"
     static let propertiesInterface = "org.freedesktop.DBus.Properties"
     static let introspectableInterface = "org.freedesktop.DBus.Introspectable"
     static let peerInterface = "org.freedesktop.DBus.Peer"
@@ -126,6 +128,17 @@ enum Introspection {
             <property name="Type" type="s" access="readwrite"/>
             <property name="Created" type="t" access="read"/>
             <property name="Modified" type="t" access="read"/>
+          </interface>
+
+        """,
+        portalInterface: """
+          <interface name="org.freedesktop.impl.portal.Secret">
+            <method name="RetrieveSecret">
+              <arg name="handle" type="o" direction="in"/><arg name="app_id" type="s" direction="in"/>
+              <arg name="fd" type="h" direction="in"/><arg name="options" type="a{sv}" direction="in"/>
+              <arg name="response" type="u" direction="out"/><arg name="results" type="a{sv}" direction="out"/>
+            </method>
+            <property name="version" type="u" access="read"/>
           </interface>
 
         """,
