@@ -74,6 +74,29 @@ extension SecretServiceSuites {
             #expect(!audit.contains("first secret") && !audit.contains(Self.passcode), "\(audit)")
         }
 
+        @Test("a grant that allows the program opens nothing: a passcode collection stays locked until the passcode")
+        func grantDoesNotUnlock() throws {
+            let fixture = try fixture()
+            defer { fixture.stop() }
+            let created = try step(fixture, "create", "Vault")
+            let path = String(created.split(separator: " ")[1])
+            #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+            #expect(try step(fixture, "store", path, "a1", "first secret") == "stored")
+            #expect(try step(fixture, "lock", path) == "locked=True")
+            let python = URL(fileURLWithPath: SecretServiceFixture.python).resolvingSymlinksInPath().path
+            let granted = try fixture.run(
+                SecretServiceFixture.tool,
+                ["grants", "add", "--keychain", fixture.dataDirectory + "/vault", "--allow", "--program", python])
+            #expect(granted.status == 0, "\(granted)")
+            #expect(try step(fixture, "read", path, "a1") == "error org.freedesktop.Secret.Error.IsLocked")
+            try "wrong passcode".write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+            #expect(try step(fixture, "unlock", path) == "unlock dismissed=True locked=True")
+            #expect(try step(fixture, "read", path, "a1") == "error org.freedesktop.Secret.Error.IsLocked")
+            try Self.passcode.write(toFile: fixture.directory + "/passcode", atomically: true, encoding: .utf8)
+            #expect(try step(fixture, "unlock", path) == "unlock dismissed=False locked=False")
+            #expect(try step(fixture, "read", path, "a1") == "secret first secret")
+        }
+
         @Test("a userPresence collection with no biometric authenticator unlocks with the device passcode")
         func userPresenceFallsBackToThePasscode() throws {
             let fixture = try fixture()
