@@ -188,6 +188,7 @@ struct EveryFaceDecisionTests {
             locked: .notCalled(why: "WarmPathTests: a lock erases what it holds, and it answers nothing until unlocked")
         ),
         cli("doctor", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
+        cli("confirm", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
         cli("demo", otherUser: .notCalled(why: noStore), locked: .notCalled(why: noStore)),
         cli(
             "secret-service", otherUser: .notCalled(why: "SecretServiceTests' DecisionTests: every method"),

@@ -97,4 +97,29 @@ struct GrantCLITests {
         }
         #expect(try Self.grants(fixture, "list", []).stdout.hasPrefix("No grants"))
     }
+
+    @Test(
+        "tpm-keychain confirm asks on the terminal: y allows once, r remembers, s for the session, n refuses; with no terminal the answer is no"
+    )
+    func confirmOnTheTerminal() throws {
+        let question = "Allow \"secret-tool\" (pid 1) to read \"token\" of the keyring \"Login\"?"
+        for (typed, status, printed) in [("y", 0, ""), ("r", 0, "remember"), ("s", 0, "session"), ("n", 1, "")]
+            as [(String, Int32, String)]
+        {
+            // script(1) gives the command a terminal whose input is ours.
+            let answered = try CLI.run(
+                ["-qec", "\(CLI.executable) confirm", "/dev/null"],
+                environment: ["TPM_KEYCHAIN_PROMPT_REASON": question], stdin: Data((typed + "\n").utf8),
+                executable: "/usr/bin/script")
+            #expect(answered.status == status, "\(typed): \(answered)")
+            #expect(answered.stdout.contains(question), "the question is shown: \(answered)")
+            // What follows the prompt on the terminal is what the command printed.
+            let after = answered.stdout.components(separatedBy: "[n] no: ").last ?? ""
+            #expect(after.trimmingCharacters(in: .whitespacesAndNewlines) == printed, "\(typed): \(answered)")
+        }
+        let detached = try CLI.run(
+            ["--wait", CLI.executable, "confirm"], environment: ["TPM_KEYCHAIN_PROMPT_REASON": question],
+            executable: "/usr/bin/setsid")
+        #expect(detached.status == 1 && detached.stderr.contains("no terminal"), "\(detached)")
+    }
 }
