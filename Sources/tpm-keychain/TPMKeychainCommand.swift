@@ -27,7 +27,8 @@ struct TPMKeychainCommand: ParsableCommand {
             UnlockKeychain.self,
             TPMStatus.self, ResetLockout.self, Doctor.self, LoginUnlock.self, PAMHook.self, FollowScreenLock.self,
             HoldSession.self,
-            GrantCommands.self, AuditCommands.self, Confirm.self, KeyCommand.self, Export.self, Import.self, DeviceKey.self,
+            GrantCommands.self, AuditCommands.self, Confirm.self, KeyCommand.self, Export.self, Import.self,
+            DeviceKey.self,
             SecretServiceCommand.self, Demo.self,
         ])
 
