@@ -6,6 +6,10 @@
                               "response N" for a refusal, or "error NAME"
   portal_client.py backend    the backend's RetrieveSecret called directly, as a program that is
                               not the frontend would: "error NAME", or the secret in hex
+  portal_client.py malformed  the backend's RetrieveSecret with arguments of the wrong types
+  portal_client.py hangup     as frontend, with the pipe's read end closed before the call: the
+                              backend meets a reader that left
+Optional second argument: the bus address (default: the session bus).
 """
 import os
 import secrets
@@ -14,9 +18,19 @@ import sys
 from jeepney import DBusAddress, MatchRule, MessageType, message_bus, new_method_call
 from jeepney.io.blocking import Proxy, open_dbus_connection
 
-connection = open_dbus_connection(bus="SESSION", enable_fds=True)
+connection = open_dbus_connection(bus=sys.argv[2] if len(sys.argv) > 2 else "SESSION", enable_fds=True)
 read_end, write_end = os.pipe()
 
+if sys.argv[1] == "malformed":
+    backend = DBusAddress("/org/freedesktop/portal/desktop",
+                          bus_name="org.freedesktop.impl.portal.desktop.tpmkeychain",
+                          interface="org.freedesktop.impl.portal.Secret")
+    reply = connection.send_and_get_reply(new_method_call(
+        backend, "RetrieveSecret", "ssu", ("/not/a/path", "org.example.App", 7)), timeout=30)
+    print("error", reply.header.fields.get(4, "none"))
+    sys.exit(0)
+if sys.argv[1] == "hangup":
+    os.close(read_end)
 if sys.argv[1] == "backend":
     backend = DBusAddress("/org/freedesktop/portal/desktop",
                           bus_name="org.freedesktop.impl.portal.desktop.tpmkeychain",
@@ -47,6 +61,9 @@ else:
         if response.body[0] != 0:
             print("response", response.body[0])
             sys.exit(0)
+if sys.argv[1] == "hangup":
+    print("answered")
+    sys.exit(0)
 data = b""
 while chunk := os.read(read_end, 4096):
     data += chunk

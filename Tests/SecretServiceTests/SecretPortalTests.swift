@@ -127,4 +127,44 @@ struct SecretPortalTests {
         #expect(try Self.secret(fixture, of: app) == "response 2")
         #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "")
     }
+
+    @Test(
+        "hostile callers of the backend: an app that hangs up before its secret is written, a malformed call and another user get nothing, and the daemon goes on serving",
+        .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
+    func hostileCallers() throws {
+        let fixture = try SecretServiceFixture(anyUserMayConnect: true, startDaemon: false)
+        defer { fixture.stop() }
+        try fixture.startDaemon(extraArguments: ["--portal"])
+        let portal = try Self.startPortal(fixture)
+        defer {
+            kill(portal.processIdentifier, SIGKILL)
+            portal.waitUntilExit()
+        }
+        let app = "org.example.App"
+        let first = try Self.secret(fixture, of: app)
+        #expect(first.count == 128, "\(first)")
+        // The reader is gone before the backend writes: EPIPE for that call, not a SIGPIPE that
+        // would end the daemon.
+        let hungUp = try Self.sandboxed(
+            fixture, as: app, ["/usr/bin/python3", "/fixtures/portal_client.py", "hangup"])
+        #expect(hungUp.status == 0, "\(hungUp)")
+        #expect(try Self.secret(fixture, of: app) == first, "still serving: \(fixture.daemonLogs())")
+
+        let malformed = try fixture.run(
+            SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "malformed"])
+        #expect(malformed.stdout.hasPrefix("error org.freedesktop.DBus.Error.InvalidArgs"), "\(malformed)")
+
+        let user = "tkpt" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        let add = try fixture.run("/usr/sbin/useradd", ["-M", "-N", "-s", "/usr/sbin/nologin", user])
+        #expect(add.status == 0, "\(add)")
+        defer { _ = try? fixture.run("/usr/sbin/userdel", [user]) }
+        let stranger = try fixture.run(
+            "/usr/sbin/runuser",
+            [
+                "-u", user, "--", SecretServiceFixture.python, Self.fixtures + "/portal_client.py", "backend",
+                fixture.address,
+            ])
+        #expect(stranger.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(stranger)")
+        #expect(try Self.secret(fixture, of: app) == first)
+    }
 }

@@ -121,24 +121,10 @@ extension SecretServiceRegistry {
         return [.uint32(0), .properties([])]
     }
 
-    /// Writes `secret` to `descriptor` (a pipe, perhaps non-blocking), waiting at most
-    /// ``SecretPortalBackend/writeTimeout`` for room.
+    /// Writes `secret` to `descriptor`: the application's pipe, whose reader may have left.
     private static func writeAll(_ secret: SecretBytes, to descriptor: Int32) -> Bool {
-        secret.withUnsafeBytes { bytes -> Bool in
-            var offset = 0
-            while offset < bytes.count {
-                let written = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                if written > 0 {
-                    offset += written
-                    continue
-                }
-                guard written < 0, errno == EINTR || errno == EAGAIN else { return false }
-                if errno == EAGAIN {
-                    var request = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
-                    guard poll(&request, 1, SecretPortalBackend.writeTimeout) > 0 else { return false }
-                }
-            }
-            return true
+        secret.withUnsafeBytes { bytes in
+            (try? writeAllToPeer(descriptor, bytes, timeout: SecretPortalBackend.writeTimeout)) != nil
         }
     }
 }
