@@ -61,26 +61,11 @@ package enum AuditTrail {
     }
 }
 
-extension AuditTrail {
-    /// Whether each store kept a trail when last looked at, with its change stamp then: a
-    /// decision asks once per change of the store, not once per call.
-    fileprivate static let kept = Locked<[String: (stamp: [Int64], kept: Bool)]>([:])
-}
-
 extension ItemService {
-    /// Whether this keychain keeps an audit trail; false when its store cannot be read.
+    /// Whether this keychain keeps an audit trail (``policy()``); false when its store or its
+    /// grants cannot be read.
     package func keepsAuditTrail() -> Bool {
-        guard let store = try? store else { return false }
-        let stamp = store.changeStamp()
-        if !stamp.isEmpty, let known = AuditTrail.kept.withLock({ $0[location.path] }), known.stamp == stamp {
-            return known.kept
-        }
-        let kept = (try? store.auditIsEnabled()) ?? false
-        AuditTrail.kept.withLock { cache in
-            if cache.count >= 64 { cache.removeAll() }
-            cache[location.path] = (stamp, kept)
-        }
-        return kept
+        (try? policy())?.keepsAuditTrail ?? false
     }
 
     package func enableAuditTrail() throws(KeychainError) {
@@ -97,12 +82,12 @@ extension ItemService {
         try store.readAudit()
     }
 
-    /// Appends a decision for a peer to the trail, when the keychain keeps one.
+    /// Appends a decision for a peer to the trail, for a keychain whose ``policy()`` said it
+    /// keeps one (the store appends nothing when the trail was stopped meanwhile).
     ///
-    /// - Throws: ``KeychainError`` when the trail is kept and cannot be written: the operation is
-    ///   then refused (a kept trail is never silently skipped).
-    package func audit(_ line: @autoclosure () -> String) throws(KeychainError) {
-        guard keepsAuditTrail() else { return }
-        try store.appendAudit(line())
+    /// - Throws: ``KeychainError`` when the trail cannot be written: the operation is then
+    ///   refused (a kept trail is never silently skipped).
+    package func audit(_ line: String) throws(KeychainError) {
+        try store.appendAudit(line)
     }
 }

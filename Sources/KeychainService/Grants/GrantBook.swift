@@ -122,18 +122,32 @@ package enum GrantBook {
             created: attributes.nanoseconds(AttributeTag.creationDate) ?? 0)
     }
 
-    /// The grants read last, by store, with the store's change stamp then.
-    private static let cache = Locked<[String: (stamp: [Int64], grants: [Grant])]>([:])
+    /// What each store's policy was when last read, with the store's change stamp then.
+    private static let cache = Locked<[String: (stamp: [Int64], policy: StorePolicy)]>([:])
 
-    /// The grants of `store` (at `path`), read again only after the store changed.
+    /// The policy of `store` (at `path`), read again only after the store changed: one change
+    /// stamp (a few stat calls) per decision.
+    ///
+    /// - Throws: as ``grants(of:at:)``.
+    static func policy(of store: ItemStore, at path: String) throws(KeychainError) -> StorePolicy {
+        let stamp = store.changeStamp()
+        if !stamp.isEmpty, let cached = cache.withLock({ $0[path] }), cached.stamp == stamp {
+            return cached.policy
+        }
+        let policy = StorePolicy(
+            grants: try grants(of: store, at: path), keepsAuditTrail: (try? store.auditIsEnabled()) ?? false)
+        cache.withLock { cache in
+            if cache.count >= 64 { cache.removeAll() }
+            cache[path] = (stamp, policy)
+        }
+        return policy
+    }
+
+    /// The grants of `store` (at `path`), read from its items.
     ///
     /// - Throws: ``KeychainError`` from reading the items, and `.tampered` for an item of the
     ///   group that is not a grant: a grant that cannot be read might be a deny.
-    static func grants(of store: ItemStore, at path: String) throws(KeychainError) -> [Grant] {
-        let stamp = store.changeStamp()
-        if !stamp.isEmpty, let cached = cache.withLock({ $0[path] }), cached.stamp == stamp {
-            return cached.grants
-        }
+    private static func grants(of store: ItemStore, at path: String) throws(KeychainError) -> [Grant] {
         var matching = AttributeList()
         matching.setString(accessGroup, for: AttributeTag.accessGroup)
         matching.setString(service, for: AttributeTag.service)
@@ -149,20 +163,28 @@ package enum GrantBook {
             }
             grants.append(grant)
         }
-        cache.withLock { cache in
-            if cache.count >= 64 { cache.removeAll() }
-            cache[path] = (stamp, grants)
-        }
         return grants
     }
 }
 
+/// What the decision point reads of a keychain for an operation by a served peer: its grants,
+/// and whether it keeps an audit trail.
+package struct StorePolicy: Sendable {
+    package let grants: [Grant]
+    package let keepsAuditTrail: Bool
+}
+
 extension ItemService {
-    /// The keychain's grants, for the decision point and for people (`tpm-keychain grants list`).
+    /// The keychain's policy for the decision point: its grants and whether it keeps a trail.
     ///
-    /// - Throws: ``KeychainError`` as ``GrantBook/grants(of:at:)``, and from opening the store.
+    /// - Throws: ``KeychainError`` as ``GrantBook/policy(of:at:)``, and from opening the store.
+    package func policy() throws(KeychainError) -> StorePolicy {
+        try GrantBook.policy(of: try store, at: location.path)
+    }
+
+    /// The keychain's grants, for people (`tpm-keychain grants list`).
     package func grants() throws(KeychainError) -> [Grant] {
-        try GrantBook.grants(of: try store, at: location.path)
+        try policy().grants
     }
 
     /// Records `grant` (a new ID: an existing grant is never changed, only revoked).

@@ -27,16 +27,18 @@ extension ItemService {
     func authorize(
         _ operation: AccessOperation, group: String, locked: Bool = false, item: ItemQueryResult? = nil
     ) throws(KeychainError) {
-        // Grants name peers whose facts the face read: only then is the book opened.
-        let served = caller.face.isNamedByGrants && caller.source == .peerCredentials
-        let grants = served ? try grantsFor(operation) : []
+        // Grants and the trail concern the peers of faces that serve other programs, for
+        // everything but metadata: only then is the store's policy read (once per decision).
+        let served = caller.face.isNamedByGrants && caller.source == .peerCredentials && operation != .readMetadata
+        let storePolicy = served ? try policy() : nil
         let used: Grant?
         do throws(AccessRefusal) {
             used = try AccessDecision.decide(
                 operation, by: caller,
-                on: AccessTarget(accessGroup: group, locked: locked, grants: grants, item: item?.reference))
+                on: AccessTarget(
+                    accessGroup: group, locked: locked, grants: storePolicy?.grants ?? [], item: item?.reference))
         } catch {
-            if served && operation != .readMetadata {
+            if storePolicy?.keepsAuditTrail == true {
                 try audit(
                     AuditTrail.line(
                         operation, by: caller, on: describe(item),
@@ -44,7 +46,7 @@ extension ItemService {
             }
             throw KeychainError(refusal: error)
         }
-        if served && operation != .readMetadata {
+        if storePolicy?.keepsAuditTrail == true {
             try audit(
                 AuditTrail.line(
                     operation, by: caller, on: describe(item), outcome: AuditTrail.outcome(granted: used, refusal: nil))
@@ -63,11 +65,6 @@ extension ItemService {
             ?? "\(attributes.string(AttributeTag.service) ?? "") (\(attributes.string(AttributeTag.account) ?? ""))"
         return "keychain=" + DisplayText.quoted(location.path, limit: 300) + " item="
             + DisplayText.quoted(name, limit: 200)
-    }
-
-    /// The grants an operation is decided with: none for metadata, which grants do not govern.
-    private func grantsFor(_ operation: AccessOperation) throws(KeychainError) -> [Grant] {
-        operation == .readMetadata || caller.source != .peerCredentials ? [] : try grants()
     }
 
     /// As ``authorize(_:group:)`` for the group a search names; a search that names none is

@@ -304,8 +304,14 @@ final class SecretCollection {
 
     /// The collection's grants (none for a collection in memory).
     func grants() throws(SecretServiceError) -> [Grant] {
+        try policy()?.grants ?? []
+    }
+
+    /// The collection's policy for the decision point (its grants, whether it keeps a trail);
+    /// nil for a collection in memory.
+    func policy() throws(SecretServiceError) -> StorePolicy? {
         do {
-            return try service?.grants() ?? []
+            return try service?.policy()
         } catch {
             throw SecretServiceError(error)
         }

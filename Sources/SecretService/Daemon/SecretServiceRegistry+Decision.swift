@@ -21,8 +21,10 @@ extension SecretServiceRegistry {
     func authorize(
         _ access: CollectionAccess, _ collection: SecretCollection, for peer: BusPeer, item: SecretItem? = nil
     ) throws(SecretServiceError) {
-        let grants = access == .readMetadata ? [] : try collection.grants()
-        let audited = access != .readMetadata && collection.keepsAuditTrail()
+        // The collection's grants and trail, read once per call (nothing for metadata).
+        let policy = access == .readMetadata ? nil : try collection.policy()
+        let grants = policy?.grants ?? []
+        let audited = policy?.keepsAuditTrail ?? false
         // The kernel's facts of the caller, read (a walk of /proc) only when a grant may name it
         // or the trail records it.
         let caller = peer.caller(facts: grants.isEmpty && !audited ? nil : peer.identity?.facts)
