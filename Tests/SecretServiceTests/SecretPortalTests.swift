@@ -71,6 +71,22 @@ struct SecretPortalTests {
         return try fixture.run("/usr/bin/bwrap", sandbox + command, stdin: stdin)
     }
 
+    /// A fixture whose daemon also serves the portal's backend, with xdg-desktop-portal in
+    /// front of it, for `body`; both stopped afterwards.
+    static func withPortal(
+        anyUserMayConnect: Bool = false, _ body: (SecretServiceFixture) throws -> Void
+    ) throws {
+        let fixture = try SecretServiceFixture(anyUserMayConnect: anyUserMayConnect, startDaemon: false)
+        defer { fixture.stop() }
+        try fixture.startDaemon(extraArguments: ["--portal"])
+        let portal = try startPortal(fixture)
+        defer {
+            kill(portal.processIdentifier, SIGKILL)
+            portal.waitUntilExit()
+        }
+        try body(fixture)
+    }
+
     static func secret(_ fixture: SecretServiceFixture, of application: String) throws -> String {
         try sandboxed(fixture, as: application, ["/usr/bin/python3", "/fixtures/portal_client.py", "frontend"]).stdout
             .trimmingCharacters(in: .whitespacesAndNewlines)
@@ -80,91 +96,80 @@ struct SecretPortalTests {
         "libsecret in a sandbox stores and finds its secret through the portal, also after a daemon restart; each app gets its own 64-byte secret, always the same; a host program, a caller that is not the portal and a locked keychain get none"
     )
     func sandboxedLibsecret() throws {
-        let fixture = try SecretServiceFixture(startDaemon: false)
-        defer { fixture.stop() }
-        try fixture.startDaemon(extraArguments: ["--portal"])
-        let portal = try Self.startPortal(fixture)
-        defer {
-            kill(portal.processIdentifier, SIGKILL)
-            portal.waitUntilExit()
+        try Self.withPortal { fixture in
+            let app = "org.example.App"
+            let stored = try Self.sandboxed(
+                fixture, as: app,
+                ["/usr/bin/secret-tool", "store", "--label", "demo", "service", "demo", "user", "alice"],
+                stdin: "hunter2")
+            #expect(stored.status == 0, "\(stored)\n\(fixture.daemonLogs())")
+            let lookup = ["/usr/bin/secret-tool", "lookup", "service", "demo", "user", "alice"]
+            #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "hunter2")
+            let keyring = fixture.directory + "/home-\(app)/.local/share/keyrings/default.keyring"
+            let file = try Data(contentsOf: URL(fileURLWithPath: keyring))
+            #expect(file.range(of: Data("hunter2".utf8)) == nil, "libsecret's file holds the secret encrypted")
+
+            let first = try Self.secret(fixture, of: app)
+            #expect(first.count == 128 && first.allSatisfy(\.isHexDigit), "64 bytes: \(first)")
+            #expect(try Self.secret(fixture, of: app) == first)
+            let other = try Self.secret(fixture, of: "org.example.Other")
+            #expect(other.count == 128 && other != first)
+
+            // Derived again by the TPM after a restart: the same secret, so the same items.
+            fixture.stopDaemon()
+            try fixture.startDaemon(extraArguments: ["--portal"])
+            #expect(try Self.secret(fixture, of: app) == first)
+            #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "hunter2")
+
+            // A program outside a sandbox, and one that calls the backend itself, get nothing.
+            let host = try fixture.run(SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "frontend"])
+            #expect(host.stdout.hasPrefix("error") || host.stdout.hasPrefix("response"), "\(host)")
+            let direct = try fixture.run(SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "backend"])
+            #expect(direct.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(direct)")
+
+            // A locked keychain hands out nothing until it is unlocked.
+            let lock = """
+                import secretstorage
+                connection = secretstorage.dbus_init()
+                secretstorage.get_default_collection(connection).lock()
+                """
+            #expect(try fixture.run(SecretServiceFixture.python, ["-c", lock]).status == 0)
+            #expect(try Self.secret(fixture, of: app) == "response 2")
+            #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "")
         }
-        let app = "org.example.App"
-        let stored = try Self.sandboxed(
-            fixture, as: app, ["/usr/bin/secret-tool", "store", "--label", "demo", "service", "demo", "user", "alice"],
-            stdin: "hunter2")
-        #expect(stored.status == 0, "\(stored)\n\(fixture.daemonLogs())")
-        let lookup = ["/usr/bin/secret-tool", "lookup", "service", "demo", "user", "alice"]
-        #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "hunter2")
-        let keyring = fixture.directory + "/home-\(app)/.local/share/keyrings/default.keyring"
-        let file = try Data(contentsOf: URL(fileURLWithPath: keyring))
-        #expect(file.range(of: Data("hunter2".utf8)) == nil, "libsecret's file holds the secret encrypted")
-
-        let first = try Self.secret(fixture, of: app)
-        #expect(first.count == 128 && first.allSatisfy(\.isHexDigit), "64 bytes: \(first)")
-        #expect(try Self.secret(fixture, of: app) == first)
-        let other = try Self.secret(fixture, of: "org.example.Other")
-        #expect(other.count == 128 && other != first)
-
-        // Derived again by the TPM after a restart: the same secret, so the same items.
-        fixture.stopDaemon()
-        try fixture.startDaemon(extraArguments: ["--portal"])
-        #expect(try Self.secret(fixture, of: app) == first)
-        #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "hunter2")
-
-        // A program outside a sandbox, and one that calls the backend itself, get nothing.
-        let host = try fixture.run(SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "frontend"])
-        #expect(host.stdout.hasPrefix("error") || host.stdout.hasPrefix("response"), "\(host)")
-        let direct = try fixture.run(SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "backend"])
-        #expect(direct.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(direct)")
-
-        // A locked keychain hands out nothing until it is unlocked.
-        let lock = """
-            import secretstorage
-            connection = secretstorage.dbus_init()
-            secretstorage.get_default_collection(connection).lock()
-            """
-        #expect(try fixture.run(SecretServiceFixture.python, ["-c", lock]).status == 0)
-        #expect(try Self.secret(fixture, of: app) == "response 2")
-        #expect(try Self.sandboxed(fixture, as: app, lookup).stdout == "")
     }
 
     @Test(
         "hostile callers of the backend: an app that hangs up before its secret is written, a malformed call and another user get nothing, and the daemon goes on serving",
         .enabled(if: geteuid() == 0, "needs root: the test creates a second user with useradd"))
     func hostileCallers() throws {
-        let fixture = try SecretServiceFixture(anyUserMayConnect: true, startDaemon: false)
-        defer { fixture.stop() }
-        try fixture.startDaemon(extraArguments: ["--portal"])
-        let portal = try Self.startPortal(fixture)
-        defer {
-            kill(portal.processIdentifier, SIGKILL)
-            portal.waitUntilExit()
+        try Self.withPortal(anyUserMayConnect: true) { fixture in
+            let app = "org.example.App"
+            let first = try Self.secret(fixture, of: app)
+            #expect(first.count == 128, "\(first)")
+            // The reader is gone before the backend writes: EPIPE for that call, not a SIGPIPE that
+            // would end the daemon.
+            let hungUp = try Self.sandboxed(
+                fixture, as: app, ["/usr/bin/python3", "/fixtures/portal_client.py", "hangup"])
+            #expect(hungUp.status == 0, "\(hungUp)")
+            #expect(try Self.secret(fixture, of: app) == first, "still serving: \(fixture.daemonLogs())")
+
+            let malformed = try fixture.run(
+                SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "malformed"])
+            #expect(malformed.stdout.hasPrefix("error org.freedesktop.DBus.Error.InvalidArgs"), "\(malformed)")
+
+            let user = "tkpt" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
+            let add = try fixture.run("/usr/sbin/useradd", ["-M", "-N", "-s", "/usr/sbin/nologin", user])
+            #expect(add.status == 0, "\(add)")
+            defer { _ = try? fixture.run("/usr/sbin/userdel", [user]) }
+            let stranger = try fixture.run(
+                "/usr/sbin/runuser",
+                [
+                    "-u", user, "--", SecretServiceFixture.python, Self.fixtures + "/portal_client.py", "backend",
+                    fixture.address,
+                ])
+            #expect(stranger.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(stranger)")
+            #expect(try Self.secret(fixture, of: app) == first)
         }
-        let app = "org.example.App"
-        let first = try Self.secret(fixture, of: app)
-        #expect(first.count == 128, "\(first)")
-        // The reader is gone before the backend writes: EPIPE for that call, not a SIGPIPE that
-        // would end the daemon.
-        let hungUp = try Self.sandboxed(
-            fixture, as: app, ["/usr/bin/python3", "/fixtures/portal_client.py", "hangup"])
-        #expect(hungUp.status == 0, "\(hungUp)")
-        #expect(try Self.secret(fixture, of: app) == first, "still serving: \(fixture.daemonLogs())")
-
-        let malformed = try fixture.run(
-            SecretServiceFixture.python, [Self.fixtures + "/portal_client.py", "malformed"])
-        #expect(malformed.stdout.hasPrefix("error org.freedesktop.DBus.Error.InvalidArgs"), "\(malformed)")
-
-        let user = "tkpt" + String(UInt32.random(in: 0...UInt32.max), radix: 36)
-        let add = try fixture.run("/usr/sbin/useradd", ["-M", "-N", "-s", "/usr/sbin/nologin", user])
-        #expect(add.status == 0, "\(add)")
-        defer { _ = try? fixture.run("/usr/sbin/userdel", [user]) }
-        let stranger = try fixture.run(
-            "/usr/sbin/runuser",
-            [
-                "-u", user, "--", SecretServiceFixture.python, Self.fixtures + "/portal_client.py", "backend",
-                fixture.address,
-            ])
-        #expect(stranger.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(stranger)")
-        #expect(try Self.secret(fixture, of: app) == first)
     }
 }
