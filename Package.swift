@@ -173,7 +173,7 @@ let package = Package(
             name: "SecretService",
             dependencies: [
                 "TPMKeychain", "KeychainVocabulary", "ToolSupport", "DBus", "SystemCalls", "WireFormat",
-                "CModularExponentiation",
+                "CModularExponentiation", "Secrets",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
@@ -423,7 +423,7 @@ let package = Package(
         .testTarget(
             name: "SecretServiceUnitTests",
             dependencies: [
-                "SecretService", "KeychainVocabulary", "DBus", "WireFormat",
+                "SecretService", "KeychainVocabulary", "DBus", "WireFormat", "Secrets",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness

@@ -85,6 +85,11 @@ package indirect enum BusValue: Sendable, Hashable {
         return nil
     }
 
+    package var uint64: UInt64? {
+        if case .uint64(let value) = self { return value }
+        return nil
+    }
+
     package var bool: Bool? {
         if case .bool(let value) = self { return value }
         return nil

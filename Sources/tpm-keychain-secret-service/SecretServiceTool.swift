@@ -15,7 +15,7 @@ struct SecretServiceTool: ParsableCommand {
         commandName: "tpm-keychain secret-service",
         abstract: HandedOverVerb.secretService.abstract,
         discussion: ExitStatus.helpText,
-        subcommands: [SecretServiceServe.self, SecretServiceImport.self],
+        subcommands: [SecretServiceServe.self, SecretServiceImport.self, SecretServiceMoveToPortal.self],
         defaultSubcommand: SecretServiceServe.self)
 
     static func main() {

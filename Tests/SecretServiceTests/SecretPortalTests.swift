@@ -54,11 +54,16 @@ struct SecretPortalTests {
     static func sandboxed(
         _ fixture: SecretServiceFixture, as application: String, _ command: [String], stdin: String? = nil
     ) throws -> ClientRun {
+        try fixture.run("/usr/bin/bwrap", try sandbox(fixture, as: application) + command, stdin: stdin)
+    }
+
+    /// bubblewrap's arguments for a sandbox of the Flatpak app `application`.
+    static func sandbox(_ fixture: SecretServiceFixture, as application: String) throws -> [String] {
         let info = fixture.directory + "/\(application).flatpak-info"
         try "[Application]\nname=\(application)\n".write(toFile: info, atomically: true, encoding: .utf8)
         let home = fixture.directory + "/home-\(application)"
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
-        let sandbox = [
+        return [
             "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
             "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--ro-bind", "/etc", "/etc",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
@@ -68,7 +73,6 @@ struct SecretPortalTests {
             "--setenv", "XDG_RUNTIME_DIR", "/run", "--setenv", "DBUS_SESSION_BUS_ADDRESS",
             "unix:path=/run/flatpak/bus",
         ]
-        return try fixture.run("/usr/bin/bwrap", sandbox + command, stdin: stdin)
     }
 
     /// A fixture whose daemon also serves the portal's backend, with xdg-desktop-portal in
@@ -170,6 +174,78 @@ struct SecretPortalTests {
                 ])
             #expect(stranger.stdout == "error org.freedesktop.DBus.Error.AccessDenied\n", "\(stranger)")
             #expect(try Self.secret(fixture, of: app) == first)
+        }
+    }
+
+    @Test(
+        "move-to-portal: an app's Secret Service items move into its own keyring, merged with what it holds, found by libsecret in its sandbox and gone from the Secret Service; refused while the app runs and for a keyring sealed with another secret"
+    )
+    func moveIntoPortalKeyring() throws {
+        try Self.withPortal { fixture in
+            let app = "org.example.Mover"
+            // The app already keeps one item of its own through the portal.
+            let own = try Self.sandboxed(
+                fixture, as: app, ["/usr/bin/secret-tool", "store", "--label", "own", "service", "own"], stdin: "own-1")
+            #expect(own.status == 0, "\(own)")
+            // And two it stored through the Secret Service, when its sandbox let it onto the bus.
+            for (service, value) in [("api", "tok-1"), ("web", "tok-2")] {
+                let stored = try fixture.secretTool(
+                    ["store", "--label", "Mover \(service)", "application", app, "service", service], stdin: value)
+                #expect(stored.status == 0, "\(stored)")
+            }
+            let unrelated = try fixture.secretTool(["store", "--label", "other", "service", "api"], stdin: "keep-me")
+            #expect(unrelated.status == 0)
+            let keyring = fixture.directory + "/home-\(app)/.local/share/keyrings/default.keyring"
+            let move = [
+                "secret-service", "move-to-portal", "--app-id", app, "--attribute", "application=\(app)",
+                "--keyring-file", keyring, "--data-directory", fixture.dataDirectory,
+            ]
+
+            // While the app runs, its libsecret would write over the file: refused.
+            let started = fixture.directory + "/home-\(app)/started"
+            let running = Process()
+            running.executableURL = URL(fileURLWithPath: "/usr/bin/bwrap")
+            running.arguments =
+                try Self.sandbox(fixture, as: app) + ["/bin/sh", "-c", "touch /home/app/started; exec sleep 600"]
+            try running.run()
+            defer {
+                if running.isRunning { kill(running.processIdentifier, SIGKILL) }
+                running.waitUntilExit()
+            }
+            let deadline = ContinuousClock.now + .seconds(60)
+            while !FileManager.default.fileExists(atPath: started), ContinuousClock.now < deadline { usleep(20_000) }
+            let refused = try fixture.run(SecretServiceFixture.tool, move)
+            #expect(refused.status != 0 && refused.stderr.contains("is running"), "\(refused)")
+            kill(running.processIdentifier, SIGKILL)
+            running.waitUntilExit()
+            #expect(try fixture.secretTool(["lookup", "application", app, "service", "api"]).stdout == "tok-1")
+
+            // Another app's keyring (sealed with its secret) is not merged into: nothing moves.
+            _ = try Self.sandboxed(
+                fixture, as: "org.example.Other", ["/usr/bin/secret-tool", "store", "--label", "x", "k", "v"],
+                stdin: "x")
+            let otherKeyring = fixture.directory + "/home-org.example.Other/.local/share/keyrings/default.keyring"
+            let wrong = try fixture.run(
+                SecretServiceFixture.tool,
+                Array(move.dropLast(4)) + ["--keyring-file", otherKeyring, "--data-directory", fixture.dataDirectory])
+            #expect(wrong.status != 0 && wrong.stderr.contains("not sealed with this application"), "\(wrong)")
+            #expect(try fixture.secretTool(["lookup", "application", app, "service", "web"]).stdout == "tok-2")
+
+            let moved = try fixture.run(SecretServiceFixture.tool, move)
+            #expect(moved.status == 0 && moved.stdout.hasPrefix("Moved 2 items"), "\(moved)")
+            for (service, value) in [("api", "tok-1"), ("web", "tok-2"), ("own", "own-1")] {
+                let found = try Self.sandboxed(
+                    fixture, as: app, ["/usr/bin/secret-tool", "lookup", "service", service])
+                #expect(found.stdout == value, "\(service): \(found)")
+            }
+            let file = try Data(contentsOf: URL(fileURLWithPath: keyring))
+            #expect(file.range(of: Data("tok-1".utf8)) == nil && file.range(of: Data(app.utf8)) == nil)
+            var status = stat()
+            #expect(stat(keyring, &status) == 0 && status.st_mode & 0o777 == 0o600)
+            #expect(try fixture.secretTool(["lookup", "application", app, "service", "api"]).stdout == "")
+            #expect(try fixture.secretTool(["lookup", "service", "api"]).stdout == "keep-me")
+            let again = try fixture.run(SecretServiceFixture.tool, move)
+            #expect(again.status == 0 && again.stdout.hasPrefix("Moved 0 items"), "\(again)")
         }
     }
 }

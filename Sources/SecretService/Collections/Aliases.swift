@@ -25,6 +25,11 @@ struct Aliases {
         return collections[id] != nil ? id : nil
     }
 
+    /// The store `alias` names: its entry, else the store of its name; nil once SetAlias removed it.
+    func storeName(for alias: String) -> String? {
+        wasRemoved(alias) ? nil : entries[alias] ?? alias
+    }
+
     /// Whether SetAlias removed `alias` (so it names nothing, not the store of its name).
     func wasRemoved(_ alias: String) -> Bool { entries[alias] == "" }
 

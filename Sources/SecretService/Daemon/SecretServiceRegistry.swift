@@ -18,6 +18,8 @@ import Glibc
 /// ``SessionObject``, ``PromptObject``), which answers its interface's methods and properties and
 /// asks ``authorize(_:_:for:)`` before it touches a collection.
 final class SecretServiceRegistry {
+    /// The aliases' file in the data directory (``Aliases``).
+    static let aliasesFileName = ".secret-service-aliases"
     let connection: BusConnection
     let dataDirectory: String
     let audit: AuditLog?
@@ -64,7 +66,7 @@ final class SecretServiceRegistry {
         self.authenticator = authenticator
         self.passcode = passcode
         self.wakeup = wakeup
-        aliases = Aliases(file: dataDirectory + "/.secret-service-aliases")
+        aliases = Aliases(file: dataDirectory + "/" + Self.aliasesFileName)
         let session = SecretCollection(memoryNamed: SecretCollection.sessionName, label: "Session")
         collections[session.id] = session
         refreshCollections()
