@@ -81,8 +81,13 @@ final class SecretServiceFixture: @unchecked Sendable {
         environment["TPM_KEYCHAIN_TCTI"] = simulator.tcti
         environment["HOME"] = directory
         environment["XDG_DATA_HOME"] = directory + "/xdg"
+        environment["TPM_KEYCHAIN_TEST_CLOCK_OFFSET_FILE"] = testClockFile
         return environment
     }
+
+    /// Seconds the grants' leases are judged ahead of the real time by, in the fixture's
+    /// processes (debug builds' test clock, `GrantBook.now()`); none until a test writes it.
+    var testClockFile: String { directory + "/test-clock-offset" }
 
     private func startBus(anyUserMayConnect: Bool) throws {
         let config = """
