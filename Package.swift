@@ -26,6 +26,7 @@ let package = Package(
         .executable(name: "tpm-keychain-enrollment", targets: ["tpm-keychain-enrollment"]),
         .executable(name: "tpm-keychain-secret-service", targets: ["tpm-keychain-secret-service"]),
         .executable(name: "tpm-keychain-ssh-agent", targets: ["tpm-keychain-ssh-agent"]),
+        .executable(name: "tpm-keychain-passkeys", targets: ["tpm-keychain-passkeys"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
@@ -260,6 +261,26 @@ let package = Package(
             ],
             swiftSettings: strictness
         ),
+        // The passkey authenticator (CTAP 2.1 over CTAPHID reports): credentials are the
+        // keychain's TPM key items, the PIN is checked by the TPM, all through the service.
+        .target(
+            name: "Passkeys",
+            dependencies: [
+                "TPMKeychain", "SystemCalls", "WireFormat",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // Its binary: `tpm-keychain-passkeys [--socket PATH] [--presence-command CMD]`.
+        .executableTarget(
+            name: "tpm-keychain-passkeys",
+            dependencies: [
+                "Passkeys", "TPMKeychain", "ToolSupport", "SystemCalls", "CommandLineSupport", "PersonPrompts",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness
+        ),
         // The enrollment helper: run by root, tells each user a keyed hash of their own
         // fingerprint files (fprintd's store), so re-enrolling a finger is seen, and binds stores to users.
         .executableTarget(
@@ -436,6 +457,15 @@ let package = Package(
                 "SSHAgent", "TPMKeychain", "KeychainService", "KeychainVocabulary", "tpm-keychain-ssh-agent",
                 "tpm-keychain", "tpm-keychain-keys", "TPMKeychainTesting", "SystemCalls",
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictness
+        ),
+        // The passkey authenticator: its CBOR and CTAPHID on their own, and the binary over a
+        // private swtpm with python-fido2 as the client and py_webauthn as the relying party.
+        .testTarget(
+            name: "PasskeysTests",
+            dependencies: [
+                "Passkeys", "TPMKeychain", "tpm-keychain-passkeys", "tpm-keychain", "TPMKeychainTesting", "SystemCalls",
             ],
             swiftSettings: strictness
         ),

@@ -30,11 +30,13 @@ package struct AccessCaller: Sendable, Hashable {
         case keychain, secItem, keychainStorage, cli, gitHelper, secretService, sshAgent
         /// The Secret portal's backend, whose one caller is xdg-desktop-portal.
         case secretPortal
+        /// The passkey authenticator (CTAP 2.1), whose callers are browsers and FIDO clients.
+        case authenticator
 
         /// Whether grants name this face's callers: the faces that serve other programs, which
         /// cannot open the store themselves. A face in the caller's own process (the library,
         /// SecItem, the tools) runs as the user with the store's keys in hand: no grant binds it.
-        package var isNamedByGrants: Bool { self == .secretService || self == .sshAgent }
+        package var isNamedByGrants: Bool { self == .secretService || self == .sshAgent || self == .authenticator }
     }
 
     /// Where the caller's identity comes from.
@@ -139,6 +141,7 @@ package enum AccessDecision {
     /// (``GrantBook``), the audit trail's head (``AuditTrail``) and the application secrets' key.
     package static let reservedGroups: Set<String> = [
         GrantBook.accessGroup, AuditTrail.accessGroup, ItemStore.applicationSecretsAccessGroup,
+        ItemStore.passkeysAccessGroup,
     ]
 
     /// Decides whether `caller` may do `operation` to `target`; returns when it may.

@@ -1,0 +1,210 @@
+"""python-fido2 over the passkey authenticator's socket, with py_webauthn as the relying party.
+
+Usage: fido_client.py SOCKET MODE [ARGS]. The socket carries CTAPHID reports, 64 bytes each way,
+as a HID device node does; this wraps it in fido2's CtapHidConnection and drives fido2's own
+client (Fido2Client) and CTAP2 classes. Each mode prints one JSON object on its last line.
+"""
+
+import json
+import socket
+import sys
+
+from fido2.client import DefaultClientDataCollector, Fido2Client, UserInteraction
+from fido2.ctap2 import Ctap2, ClientPin, CredentialManagement
+from fido2.ctap import CtapError
+from fido2.hid import CtapHidDevice
+from fido2.hid.base import CtapHidConnection, HidDescriptor
+from fido2.webauthn import (
+    PublicKeyCredentialCreationOptions,
+    PublicKeyCredentialRequestOptions,
+)
+import webauthn
+from webauthn.helpers import options_to_json
+from webauthn.helpers.structs import (
+    AuthenticatorSelectionCriteria,
+    ResidentKeyRequirement,
+    UserVerificationRequirement,
+)
+
+RP_ID = "example.com"
+ORIGIN = "https://example.com"
+
+
+class SocketConnection(CtapHidConnection):
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+
+    def read_packet(self):
+        data = b""
+        while len(data) < 64:
+            chunk = self.sock.recv(64 - len(data))
+            if not chunk:
+                raise OSError("the authenticator hung up")
+            data += chunk
+        return data
+
+    def write_packet(self, data):
+        self.sock.sendall(data.ljust(64, b"\0"))
+
+    def close(self):
+        self.sock.close()
+
+
+def device(path):
+    descriptor = HidDescriptor(path, 0, 0, 64, 64, "tpm-keychain-passkeys", None)
+    return CtapHidDevice(descriptor, SocketConnection(path))
+
+
+class PinInteraction(UserInteraction):
+    def __init__(self, pin):
+        self.pin = pin
+
+    def prompt_up(self):
+        pass
+
+    def request_pin(self, permissions, rp_id):
+        return self.pin
+
+    def request_uv(self, permissions, rp_id):
+        return True
+
+
+def client(path, pin):
+    return Fido2Client(device(path), DefaultClientDataCollector(ORIGIN), PinInteraction(pin))
+
+
+def register(path, count, pin, resident):
+    fido = client(path, pin)
+    registered = []
+    for i in range(count):
+        uv = UserVerificationRequirement.REQUIRED if pin else UserVerificationRequirement.DISCOURAGED
+        options = webauthn.generate_registration_options(
+            rp_id=RP_ID,
+            rp_name="Example",
+            user_name=f"user{i}@example.com",
+            user_id=f"user-{i}".encode(),
+            user_display_name=f"User {i}",
+            authenticator_selection=AuthenticatorSelectionCriteria(
+                resident_key=ResidentKeyRequirement.REQUIRED if resident else ResidentKeyRequirement.DISCOURAGED,
+                user_verification=uv,
+            ),
+        )
+        request = PublicKeyCredentialCreationOptions.from_dict(json.loads(options_to_json(options)))
+        response = fido.make_credential(request)
+        verified = webauthn.verify_registration_response(
+            credential=dict(response),
+            expected_challenge=options.challenge,
+            expected_origin=ORIGIN,
+            expected_rp_id=RP_ID,
+            require_user_verification=bool(pin),
+        )
+        registered.append(
+            {
+                "id": verified.credential_id.hex(),
+                "public_key": verified.credential_public_key.hex(),
+                "sign_count": verified.sign_count,
+                "user": f"user-{i}",
+                "fmt": verified.fmt,
+                "uv": verified.user_verified,
+            }
+        )
+    return registered
+
+
+def assert_all(path, registered, pin, rounds, discoverable):
+    fido = client(path, pin)
+    counts = {entry["id"]: entry["sign_count"] for entry in registered}
+    results = []
+    for _ in range(rounds):
+        for entry in registered:
+            allow = [] if discoverable else [{"id": bytes.fromhex(entry["id"]), "type": "public-key"}]
+            options = webauthn.generate_authentication_options(
+                rp_id=RP_ID,
+                allow_credentials=[
+                    webauthn.helpers.structs.PublicKeyCredentialDescriptor(id=bytes.fromhex(entry["id"]))
+                ]
+                if not discoverable
+                else [],
+                user_verification=UserVerificationRequirement.REQUIRED if pin else UserVerificationRequirement.DISCOURAGED,
+            )
+            request = PublicKeyCredentialRequestOptions.from_dict(json.loads(options_to_json(options)))
+            selection = fido.get_assertion(request)
+            responses = selection.get_assertions()
+            chosen = None
+            for index in range(len(responses)):
+                response = selection.get_response(index)
+                if response.raw_id.hex() == entry["id"]:
+                    chosen = response
+            if chosen is None:
+                raise SystemExit(f"no assertion for {entry['id']}: got {[r.credential['id'].hex() for r in responses]}")
+            verified = webauthn.verify_authentication_response(
+                credential=dict(chosen),
+                expected_challenge=options.challenge,
+                expected_origin=ORIGIN,
+                expected_rp_id=RP_ID,
+                credential_public_key=bytes.fromhex(entry["public_key"]),
+                credential_current_sign_count=counts[entry["id"]],
+                require_user_verification=bool(pin),
+            )
+            if verified.new_sign_count <= counts[entry["id"]]:
+                raise SystemExit("the sign count did not increase")
+            counts[entry["id"]] = verified.new_sign_count
+            results.append({"id": entry["id"], "sign_count": verified.new_sign_count,
+                            "user_handle": chosen.response.user_handle.decode() if chosen.response.user_handle else None})
+    return results
+
+
+def main():
+    path, mode = sys.argv[1], sys.argv[2]
+    if mode == "info":
+        info = Ctap2(device(path)).get_info()
+        print(json.dumps({"versions": info.versions, "options": info.options, "aaguid": str(info.aaguid),
+                          "extensions": info.extensions, "pin_protocols": info.pin_uv_protocols}))
+    elif mode == "register-and-assert":
+        count, pin = int(sys.argv[3]), (sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None)
+        registered = register(path, count, pin, resident=True)
+        asserted = assert_all(path, registered, pin, rounds=1, discoverable=False)
+        discovered = assert_all(path, registered[:2], pin, rounds=1, discoverable=True)
+        print(json.dumps({"registered": registered, "asserted": asserted, "discovered": discovered}))
+    elif mode == "set-pin":
+        ClientPin(Ctap2(device(path))).set_pin(sys.argv[3])
+        print(json.dumps({"set": True}))
+    elif mode == "wrong-pins":
+        ctap = Ctap2(device(path))
+        errors = []
+        for _ in range(int(sys.argv[3])):
+            try:
+                ClientPin(ctap).get_pin_token(sys.argv[4])
+                errors.append("ok")
+            except CtapError as error:
+                errors.append(error.code.name)
+        retries = ClientPin(ctap).get_pin_retries()[0]
+        print(json.dumps({"errors": errors, "retries": retries}))
+    elif mode == "manage":
+        ctap = Ctap2(device(path))
+        pin = ClientPin(ctap)
+        token = pin.get_pin_token(sys.argv[3], ClientPin.PERMISSION.CREDENTIAL_MGMT)
+        manager = CredentialManagement(ctap, pin.protocol, token)
+        metadata = manager.get_metadata()
+        rps = manager.enumerate_rps()
+        listed = []
+        for rp in rps:
+            for credential in manager.enumerate_creds(rp[CredentialManagement.RESULT.RP_ID_HASH]):
+                listed.append(credential[CredentialManagement.RESULT.CREDENTIAL_ID]["id"].hex())
+        deleted = None
+        if len(sys.argv) > 4 and sys.argv[4] == "delete-first" and listed:
+            manager.delete_cred({"id": bytes.fromhex(listed[0]), "type": "public-key"})
+            deleted = listed[0]
+        print(json.dumps({"existing": metadata[CredentialManagement.RESULT.EXISTING_CRED_COUNT],
+                          "rps": [rp[CredentialManagement.RESULT.RP]["id"] for rp in rps],
+                          "credentials": listed, "deleted": deleted}))
+    elif mode == "reset":
+        Ctap2(device(path)).reset()
+        print(json.dumps({"reset": True}))
+    else:
+        raise SystemExit("unknown mode " + mode)
+
+
+if __name__ == "__main__":
+    main()

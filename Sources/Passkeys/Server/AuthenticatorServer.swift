@@ -1,0 +1,123 @@
+package import SystemCalls
+package import TPMKeychain
+import WireFormat
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The authenticator on a Unix socket carrying CTAPHID reports: each 64-byte report as is, in
+/// both directions, so that a FIDO client reads the socket as it reads a HID device. Only the
+/// socket's owner is served (OwnerSocketServer: a 0600 socket and each peer's uid checked). Each
+/// connection is a device of its own to the client: its own channels and framing, one command at
+/// a time for the whole authenticator.
+package final class AuthenticatorServer: Sendable {
+    private let server: OwnerSocketServer
+    private let authenticator: PasskeyAuthenticator
+    private let log: @Sendable (String) -> Void
+
+    /// How many clients are served at once; more are closed at once.
+    package static let connectionLimit = 16
+    /// How long a half-sent message waits for its next report (CTAPHID's transaction timeout).
+    static let continuationTimeout: Int32 = 3_000
+
+    package var socketPath: String { server.socketPath }
+
+    package init(
+        socketPath: String, authenticator: PasskeyAuthenticator, log: @escaping @Sendable (String) -> Void
+    ) throws(OwnerSocketServerError) {
+        server = try OwnerSocketServer(
+            socketPath: socketPath, name: "authenticator", connectionLimit: Self.connectionLimit, log: log)
+        self.authenticator = authenticator
+        self.log = log
+    }
+
+    package func serve() {
+        server.serve { [self] connection, pid, uid in answer(connection, pid: pid, uid: uid) }
+    }
+
+    package func stop() {
+        server.stop()
+    }
+
+    private func answer(_ connection: Int32, pid: Int32, uid: UInt32) {
+        let identity = PinnedProcess(peerOf: connection, pid: pid).flatMap { CallerIdentity.of($0, uid: uid) }
+        let executable = identity?.process.executable ?? executablePath(ofProcess: pid)
+        let requester = PasskeyAuthenticator.Requester(
+            caller: AccessCaller(
+                face: .authenticator, uid: uid, source: .peerCredentials, executable: executable,
+                facts: identity?.facts),
+            description: (executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program")
+                + " (\(identity?.details ?? "pid \(pid)"))")
+        var channels = CTAPHIDChannels()
+        while true {
+            let report: [UInt8]
+            switch Self.readReport(connection, timeout: channels.isAssembling ? Self.continuationTimeout : -1) {
+            case .report(let bytes): report = bytes
+            case .timedOut:
+                guard send(channels.timeOut(), to: connection) else { return }
+                continue
+            case .closed: return
+            }
+            switch channels.receive(report) {
+            case .none: continue
+            case .reply(let reports): guard send(reports, to: connection) else { return }
+            case .request(let request):
+                let reply = respond(to: request, from: requester)
+                guard send(reply, to: connection) else { return }
+            }
+        }
+    }
+
+    private func respond(
+        to request: CTAPHIDChannels.Request, from requester: PasskeyAuthenticator.Requester
+    ) -> [[UInt8]] {
+        typealias Command = CTAPHIDChannels.Command
+        switch Command(rawValue: request.command) {
+        case .ping:
+            return CTAPHIDChannels.frames(channel: request.channel, command: request.command, payload: request.payload)
+        case .cbor:
+            let response = authenticator.respond(to: request.payload, from: requester)
+            return CTAPHIDChannels.frames(channel: request.channel, command: request.command, payload: response)
+        case .wink:
+            return CTAPHIDChannels.frames(channel: request.channel, command: request.command, payload: [])
+        case .cancel:
+            // Commands run to their end before the next report is read: nothing is left to cancel.
+            return []
+        default:
+            return CTAPHIDChannels.error(.invalidCommand, channel: request.channel)
+        }
+    }
+
+    private func send(_ reports: [[UInt8]], to connection: Int32) -> Bool {
+        for report in reports {
+            let written = report.withUnsafeBytes { (try? writeAllToPeer(connection, $0, timeout: 5_000)) != nil }
+            guard written else { return false }
+        }
+        return true
+    }
+
+    private enum ReadOutcome {
+        case report([UInt8])
+        case timedOut
+        case closed
+    }
+
+    /// One 64-byte report; `timeout` milliseconds for its first byte (-1: no limit).
+    private static func readReport(_ connection: Int32, timeout: Int32) -> ReadOutcome {
+        var report = [UInt8](repeating: 0, count: CTAPHIDChannels.reportSize)
+        var filled = 0
+        while filled < report.count {
+            var poller = pollfd(fd: connection, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&poller, 1, filled == 0 ? timeout : 5_000)
+            if ready < 0, errno == EINTR { continue }
+            if ready == 0 { return filled == 0 ? .timedOut : .closed }
+            guard ready > 0 else { return .closed }
+            let count = report.withUnsafeMutableBytes { read(connection, $0.baseAddress! + filled, $0.count - filled) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return .closed }
+            filled += count
+        }
+        return .report(report)
+    }
+}

@@ -1,0 +1,85 @@
+import ArgumentParser
+import CommandLineSupport
+import Dispatch
+import Passkeys
+import PersonPrompts
+import SystemCalls
+import TPMKeychain
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tpm-keychain-passkeys`: a passkey authenticator (CTAP 2.1) whose keys the TPM makes and
+/// keeps, serving CTAPHID reports on a Unix socket. It stays in the foreground, as the ssh agent
+/// does, and its first line says where it listens.
+@main
+struct PasskeysCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tpm-keychain-passkeys",
+        abstract: "A passkey (FIDO2) authenticator whose keys the TPM makes and never lets out.",
+        discussion: """
+            Serves CTAP 2.1 as CTAPHID reports on a Unix socket (64 bytes each way, as a HID \
+            device's), to this user's programs only. Each passkey is a key item of the keychain, \
+            tagged passkey (`tpm-keychain key list` shows them); the PIN, once a client sets it, is \
+            checked by the TPM under its dictionary-attack lockout. Each registration, sign-in and \
+            reset asks the person through --presence-command, naming the site and the program; \
+            without one, every request that needs the person present is refused.
+
+            \(ExitStatus.helpText)
+            """)
+
+    @OptionGroup var store: KeychainOptions
+
+    @Option(
+        name: .customLong("socket"),
+        help: ArgumentHelp(
+            "The socket's path; default $XDG_RUNTIME_DIR/tpm-keychain/passkeys.socket.", valueName: "socket"))
+    var socket: String?
+
+    @Option(
+        name: .customLong("presence-command"),
+        help: ArgumentHelp(
+            "A command that asks the person to confirm (tpm-keychain confirm, a dialog); the question is in TPM_KEYCHAIN_PROMPT_REASON, exit status 0 is yes.",
+            valueName: "command"))
+    var presenceCommand: String?
+
+    static func main() {
+        CommandStart.prepare()
+        main(nil)
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let path = try socket ?? RuntimeSockets.directory(option: "--socket") + "/passkeys.socket"
+            let ask = presenceCommand.map(PasscodeCommand.confirmation)
+            try StoreSession.withExisting(store.path) { session in
+                let presence: @Sendable (String) -> Bool = { question in
+                    guard let ask else { return false }
+                    let answer = Locked(false)
+                    let done = DispatchSemaphore(value: 0)
+                    Task {
+                        let confirmed = await ask(question)
+                        answer.withLock { $0 = confirmed != .refused }
+                        done.signal()
+                    }
+                    done.wait()
+                    return answer.withLock { $0 }
+                }
+                let authenticator = PasskeyAuthenticator(.init(location: session.location, presence: presence))
+                let log: @Sendable (String) -> Void = { writeStandardError("tpm-keychain-passkeys: " + $0 + "\n") }
+                let server: AuthenticatorServer
+                do throws(OwnerSocketServerError) {
+                    server = try AuthenticatorServer(socketPath: path, authenticator: authenticator, log: log)
+                } catch {
+                    throw CommandFailure(ExitStatus.ioError, error.description)
+                }
+                ProcessGuard.serveUntilInterrupted(stop: { server.stop() }) {
+                    try? writeAll(1, Array("TPM_KEYCHAIN_PASSKEYS_SOCKET=\(server.socketPath)\n".utf8))
+                    server.serve()
+                }
+            }
+        }
+    }
+}
