@@ -324,7 +324,7 @@ let package = Package(
             name: "TPMBenchmarks",
             dependencies: [
                 "TPM", "TPMKeychainTesting", "TPMKeychain", "KeychainStore", "SystemCalls", "WireFormat",
-                "SecurityCompat", "KeychainStorageCompat", "SSHAgent",
+                "SecurityCompat", "KeychainStorageCompat", "SSHAgent", "Passkeys",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Tests/Benchmarks/TPMBenchmarks",
@@ -465,7 +465,8 @@ let package = Package(
         .testTarget(
             name: "PasskeysTests",
             dependencies: [
-                "Passkeys", "TPMKeychain", "tpm-keychain-passkeys", "tpm-keychain", "TPMKeychainTesting", "SystemCalls",
+                "Passkeys", "TPMKeychain", "KeychainStore", "tpm-keychain-passkeys", "tpm-keychain",
+                "tpm-keychain-keys", "TPMKeychainTesting", "SystemCalls",
             ],
             swiftSettings: strictness
         ),

@@ -199,6 +199,39 @@ def main():
         print(json.dumps({"existing": metadata[CredentialManagement.RESULT.EXISTING_CRED_COUNT],
                           "rps": [rp[CredentialManagement.RESULT.RP]["id"] for rp in rps],
                           "credentials": listed, "deleted": deleted}))
+    elif mode == "prf":
+        # WebAuthn's PRF, which python-fido2 carries over CTAP2's hmac-secret.
+        import os
+        fido = client(path, sys.argv[3])
+        options = PublicKeyCredentialCreationOptions.from_dict({
+            "rp": {"id": RP_ID, "name": "Example"},
+            "user": {"id": "cHJm", "name": "prf@example.com", "displayName": "PRF"},
+            "challenge": "Y2hhbGxlbmdl",
+            "pubKeyCredParams": [{"type": "public-key", "alg": -7}],
+            "authenticatorSelection": {"residentKey": "required", "userVerification": "required"},
+            "extensions": {"prf": {}},
+        })
+        made = fido.make_credential(options)
+        enabled = made.client_extension_results.get("prf", {}).get("enabled")
+        credential_id = made.raw_id
+
+        def evaluate(salt):
+            request = PublicKeyCredentialRequestOptions.from_dict({
+                "challenge": "Y2hhbGxlbmdl", "rpId": RP_ID, "userVerification": "required",
+                "allowCredentials": [{"type": "public-key", "id": websafe(credential_id)}],
+                "extensions": {"prf": {"eval": {"first": websafe(salt)}}},
+            })
+            response = fido.get_assertion(request).get_response(0)
+            return response.client_extension_results["prf"]["results"]["first"]
+
+        def websafe(data):
+            import base64
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        salt_a, salt_b = os.urandom(32), os.urandom(32)
+        first, again, other = evaluate(salt_a), evaluate(salt_a), evaluate(salt_b)
+        print(json.dumps({"enabled": enabled, "same": first == again, "different": first != other,
+                          "length": len(first) if isinstance(first, (bytes, str)) else None}))
     elif mode == "reset":
         Ctap2(device(path)).reset()
         print(json.dumps({"reset": True}))

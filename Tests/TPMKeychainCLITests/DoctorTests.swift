@@ -55,6 +55,12 @@ struct DoctorTests {
         #expect(owner.remedy?.contains("tpm2_changeauth -c owner") == true, "\(owner)")
         #expect(report.finding("nv room")?.verdict == "ok")
         #expect(report.finding("fingerprint")?.verdict == "info")
+        // Whether browsers could see the passkey authenticator: the kernel's UHID, as it is here.
+        let passkeys = try #require(report.finding("passkeys"))
+        let expected =
+            access("/dev/uhid", F_OK) != 0
+            ? "is missing" : access("/dev/uhid", R_OK | W_OK) != 0 ? "may not open it" : "is usable"
+        #expect(passkeys.verdict == "info" && passkeys.summary.contains(expected), "\(passkeys)")
         let binding = try #require(report.finding("user binding"))
         #expect(binding.verdict == "info" && binding.summary.contains("any other user"), "\(binding)")
         let store = try #require(report.finding("store \(fixture.store)"))

@@ -265,11 +265,13 @@ struct AccessDecisionTests {
         #expect(Self.outcome(.readSecret, unknown, [allow]) == .refused(.notAllowed(executable: nil)))
     }
 
-    @Test("no face sees, reads, writes or deletes the grants' group, the audit trail's or the portal key's")
+    @Test(
+        "no face sees, reads, writes or deletes the grants' group, the audit trail's, the portal key's or the passkey PIN's"
+    )
     func reservedGroupsAreNobodys() {
         #expect(
             AccessDecision.reservedGroups == [
-                GrantBook.accessGroup, AuditTrail.accessGroup, "tpm-keychain.portal",
+                GrantBook.accessGroup, AuditTrail.accessGroup, "tpm-keychain.portal", "tpm-keychain.passkeys",
             ])
         for group in AccessDecision.reservedGroups {
             for face in AccessCaller.Face.allCases {

@@ -60,6 +60,7 @@ package final class PasskeyAuthenticator: Sendable {
         let clientDataHash: [UInt8]
         let flags: UInt8
         let verified: Bool
+        let salts: HMACSecretSalts?
         let expires: ContinuousClock.Instant
     }
 
@@ -166,7 +167,7 @@ package final class PasskeyAuthenticator: Sendable {
         }
         return .map([
             .int(1): .array([.text("FIDO_2_0"), .text("FIDO_2_1")]),
-            .int(2): .array([.text("credProtect")]),
+            .int(2): .array([.text("credProtect"), .text("hmac-secret")]),
             .int(3): .bytes(configuration.aaguid),
             .int(4): .map([
                 .text("rk"): .bool(true), .text("up"): .bool(true), .text("clientPin"): .bool(pinSet),
@@ -213,6 +214,7 @@ package final class PasskeyAuthenticator: Sendable {
             throw .pinRequired("a discoverable credential needs the PIN once one is set")
         }
         let protection = try credentialProtection(request[6])
+        let hmacSecret = request[6]?["hmac-secret"]?.boolValue == true
         if let excluded = request[5]?.arrayValue {
             for entry in excluded {
                 guard let id = entry["id"]?.bytesValue else {
@@ -235,12 +237,14 @@ package final class PasskeyAuthenticator: Sendable {
         let made = try keychain { () throws(KeychainError) in
             try credentials(requester).create(
                 relyingParty: rpID, userID: userID, userName: userName,
-                displayName: user["displayName"]?.textValue, discoverable: residentKey, protection: protection ?? 1)
+                displayName: user["displayName"]?.textValue, discoverable: residentKey, protection: protection ?? 1,
+                hmacSecret: hmacSecret)
         }
         var flags: UInt8 = 0x01 | 0x40
         if verified { flags |= 0x04 }
         var extensions: [CBOR: CBOR] = [:]
         if let protection { extensions[.text("credProtect")] = .int(Int64(protection)) }
+        if hmacSecret { extensions[.text("hmac-secret")] = .bool(true) }
         if !extensions.isEmpty { flags |= 0x80 }
         var authenticatorData = Array(SHA256.hash(data: Array(rpID.utf8))) + [flags, 0, 0, 0, 0]
         authenticatorData += configuration.aaguid
@@ -317,15 +321,16 @@ package final class PasskeyAuthenticator: Sendable {
         }
         var flags: UInt8 = presence ? 0x01 : 0
         if verified { flags |= 0x04 }
+        let salts = try hmacSecretSalts(request[4])
         var response = try assertion(
             first, relyingParty: rpID, clientDataHash: clientDataHash, flags: flags, withUser: allowed.isEmpty,
-            verified: verified, requester)
+            verified: verified, salts: salts, requester)
         state.withLock { $0.nextAssertions = nil }
         if allowed.isEmpty, found.count > 1 {
             response[.int(5)] = .int(Int64(found.count))
             let next = NextAssertions(
                 credentials: Array(found.dropFirst()), relyingParty: rpID, clientDataHash: clientDataHash, flags: flags,
-                verified: verified, expires: .now + .seconds(30))
+                verified: verified, salts: salts, expires: .now + .seconds(30))
             state.withLock { $0.nextAssertions = next }
         }
         return .map(response)
@@ -347,34 +352,80 @@ package final class PasskeyAuthenticator: Sendable {
         return .map(
             try assertion(
                 credential, relyingParty: pending.relyingParty, clientDataHash: pending.clientDataHash,
-                flags: pending.flags, withUser: true, verified: pending.verified, requester))
+                flags: pending.flags, withUser: true, verified: pending.verified, salts: pending.salts, requester))
     }
 
     private func assertion(
         _ credential: PasskeyCredential, relyingParty: String, clientDataHash: [UInt8], flags: UInt8, withUser: Bool,
-        verified: Bool, _ requester: Requester
+        verified: Bool, salts: HMACSecretSalts?, _ requester: Requester
     ) throws(CTAP2Status) -> [CBOR: CBOR] {
         let rpIDHash = Array(SHA256.hash(data: Array(relyingParty.utf8)))
+        var flags = flags
+        var extensions: [UInt8] = []
+        if let salts, let output = try hmacSecretOutput(credential, salts: salts, verified: verified) {
+            flags |= 0x80
+            extensions = CBOR.map([.text("hmac-secret"): .bytes(output)]).encoded()
+        }
         let signed = try keychain { () throws(KeychainError) in
             try credentials(requester).sign(credential) { count in
                 rpIDHash + [
                     flags, UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF),
                     UInt8(count & 0xFF),
                 ]
-                    + clientDataHash
+                    + extensions + clientDataHash
             }
         }
         let count = signed.count
         let authenticatorData =
             rpIDHash + [
                 flags, UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF), UInt8(count & 0xFF),
-            ]
+            ] + extensions
         var response: [CBOR: CBOR] = [
             .int(1): .map([.text("id"): .bytes(credential.id), .text("type"): .text("public-key")]),
             .int(2): .bytes(authenticatorData), .int(3): .bytes(signed.signature),
         ]
         if withUser { response[.int(4)] = userEntity(credential, verified: verified) }
         return response
+    }
+
+    /// hmac-secret's input to an assertion (CTAP 2.1 §12.5), checked: the platform's key, and its
+    /// one or two 32-byte salts, decrypted with the shared secret they were sent under.
+    struct HMACSecretSalts {
+        let shared: SymmetricKey
+        let salts: [UInt8]
+    }
+
+    private func hmacSecretSalts(_ extensions: CBOR?) throws(CTAP2Status) -> HMACSecretSalts? {
+        guard let input = extensions?["hmac-secret"] else { return nil }
+        guard let platform = input[1], let encrypted = input[2]?.bytesValue, let authentication = input[3]?.bytesValue
+        else { throw .missingParameter("hmac-secret needs keyAgreement, saltEnc and saltAuth") }
+        if let number = input[4], number.int != PinUvAuthProtocolTwo.number {
+            throw .invalidParameter("hmac-secret: only PIN/UV auth protocol 2")
+        }
+        let shared = try sharedSecret(platform)
+        guard PinUvAuthProtocolTwo.verify(authentication, of: encrypted, with: shared) else {
+            throw .pinAuthInvalid("hmac-secret's saltAuth does not verify")
+        }
+        let salts = try PinUvAuthProtocolTwo.decrypt(encrypted, with: shared)
+        guard salts.count == 32 || salts.count == 64 else {
+            throw .invalidLength("hmac-secret takes one or two 32-byte salts")
+        }
+        return HMACSecretSalts(shared: shared, salts: salts)
+    }
+
+    /// HMAC-SHA-256(CredRandom, salt) for each salt, encrypted for the platform; nil for a
+    /// credential made without hmac-secret. The CredRandom of an assertion with user
+    /// verification is not the one without, so the two never give the same output.
+    private func hmacSecretOutput(
+        _ credential: PasskeyCredential, salts: HMACSecretSalts, verified: Bool
+    ) throws(CTAP2Status) -> [UInt8]? {
+        guard let randoms = credential.hmacSecret else { return nil }
+        let key = SymmetricKey(data: verified ? randoms.prefix(32) : randoms.suffix(32))
+        var output: [UInt8] = []
+        for start in stride(from: 0, to: salts.salts.count, by: 32) {
+            output += Array(HMAC<SHA256>.authenticationCode(for: salts.salts[start..<start + 32], using: key))
+        }
+        return try PinUvAuthProtocolTwo.encrypt(output, with: salts.shared)
     }
 
     /// The user entity: its ID always; its names only after user verification (CTAP 2.1 §6.2.2).

@@ -19,6 +19,9 @@ package struct PasskeyCredential: Sendable, Equatable {
     package let discoverable: Bool
     /// credProtect's level, 1 to 3.
     package let protection: UInt8
+    /// hmac-secret's CredRandom: 32 bytes for assertions with user verification, then 32
+    /// without; nil for a credential made without the extension.
+    let hmacSecret: [UInt8]?
     let result: ItemQueryResult
 }
 
@@ -33,6 +36,7 @@ package struct PasskeyCredentials: Sendable {
     static let signCountTag = FourCharacterCode("tkfc")
     static let discoverableTag = FourCharacterCode("tkfk")
     static let protectionTag = FourCharacterCode("tkfp")
+    static let hmacSecretTag = FourCharacterCode("tkfh")
     /// A discoverable credential's user entity is at most this long in each field (CTAP 2.1
     /// allows truncation at 64 bytes).
     static let nameLimit = 64
@@ -52,7 +56,7 @@ package struct PasskeyCredentials: Sendable {
     /// Makes a credential's key in the TPM and stores it.
     package func create(
         relyingParty: String, userID: [UInt8], userName: String?, displayName: String?, discoverable: Bool,
-        protection: UInt8
+        protection: UInt8, hmacSecret: Bool = false
     ) throws(KeychainError) -> PasskeyCredential {
         let id = SystemRandomNumberGenerator.bytes(32)
         var base = AttributeList()
@@ -72,6 +76,8 @@ package struct PasskeyCredentials: Sendable {
         base.setUInt32(0, for: Self.signCountTag)
         base.setBool(discoverable, for: Self.discoverableTag)
         base[Self.protectionTag] = [protection]
+        // Sealed with the item's other attributes, under the master key, like any item's metadata.
+        if hmacSecret { base[Self.hmacSecretTag] = SystemRandomNumberGenerator.bytes(64) }
         let items = try service()
         var primary = base
         _ = try items.createTPMKey(.signing, control: nil, enrollment: nil) { publicKey in
@@ -144,7 +150,8 @@ package struct PasskeyCredentials: Sendable {
             id: id, relyingParty: relyingParty, userID: userID, userName: userName?.isEmpty == true ? nil : userName,
             displayName: displayName?.isEmpty == true ? nil : displayName, publicKey: publicKey,
             signCount: attributes.uint32(signCountTag) ?? 0, discoverable: attributes.bool(discoverableTag) ?? true,
-            protection: attributes[protectionTag]?.first ?? 1, result: result)
+            protection: attributes[protectionTag]?.first ?? 1,
+            hmacSecret: attributes[hmacSecretTag].flatMap { $0.count == 64 ? $0 : nil }, result: result)
     }
 }
 

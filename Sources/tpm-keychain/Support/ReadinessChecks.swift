@@ -45,7 +45,36 @@ struct ReadinessChecks {
         findings.append(enrollmentHelper())
         findings.append(userBinding())
         findings.append(loginHook())
+        findings.append(passkeyTransport())
         return findings
+    }
+
+    // MARK: Passkeys
+
+    /// Whether browsers can see the passkey authenticator: they find FIDO devices among HID
+    /// devices, which a process creates through the kernel's UHID (`/dev/uhid`). Without it the
+    /// authenticator serves its socket only, for clients that can use it.
+    func passkeyTransport(uhid: String = "/dev/uhid") -> Finding {
+        guard access(uhid, F_OK) == 0 else {
+            return Finding(
+                check: "passkeys", verdict: .info,
+                summary:
+                    "\(uhid) is missing (this kernel has no UHID): tpm-keychain-passkeys serves its socket only, which browsers do not read",
+                remedy:
+                    "load the uhid module (modprobe uhid) on a kernel that has it; clients such as python-fido2 use the socket meanwhile"
+            )
+        }
+        guard access(uhid, R_OK | W_OK) == 0 else {
+            return Finding(
+                check: "passkeys", verdict: .info,
+                summary: "\(uhid) is there but this user may not open it: browsers would not see the authenticator",
+                remedy: "give your user access to \(uhid) (a udev rule, as for security keys)")
+        }
+        return Finding(
+            check: "passkeys", verdict: .info,
+            summary:
+                "\(uhid) is usable; tpm-keychain-passkeys serves its socket (a HID device through UHID is not built yet)"
+        )
     }
 
     // MARK: The TPM

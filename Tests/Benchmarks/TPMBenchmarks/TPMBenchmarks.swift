@@ -23,6 +23,8 @@ import Glibc
 /// - secitem: SecurityCompat's SecItem calls next to the Keychain API on the same store (SecItemBenchmarks).
 /// - keys: a signature with a P-256 key made in the TPM, against the C floor's TPM2_Sign (KeyBenchmarks).
 /// - agent: a signature through the ssh agent's socket, against the same floor (AgentBenchmarks).
+/// - passkeys: a getAssertion through the passkey authenticator's socket, against the same floor
+///   (PasskeyBenchmarks).
 /// - cli: one `tpm-keychain find-generic-password` process against tpm2-tools and systemd-creds
 ///   (CLIBenchmarks).
 /// - cold-lookup: `tpm-keychain find-generic-password` as a process in stores of 10,000 and
@@ -47,14 +49,14 @@ struct TPMBenchmarks {
         guard
             [
                 "tpm", "store", "store-get", "store-set", "store-list", "store-scale", "cli", "access", "access-first",
-                "keys", "agent",
+                "keys", "agent", "passkeys",
                 "secitem",
                 "secitem-get",
                 "storage", "rotate", "transfer", "cold-lookup", "all",
             ].contains(suite)
         else {
             print(
-                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|access-first|keys|agent|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
+                "usage: TPMBenchmarks [tpm|store|store-get|store-set|store-list|store-scale|cli|access|access-first|keys|agent|passkeys|secitem|storage|rotate|transfer|cold-lookup|all] [iterations]"
             )
             exit(64)
         }
@@ -95,6 +97,9 @@ struct TPMBenchmarks {
         }
         if suite == "agent" || suite == "all" {
             try AgentBenchmarks(summary: summary, iterations: iterations).run()
+        }
+        if suite == "passkeys" || suite == "all" {
+            try PasskeyBenchmarks(summary: summary, iterations: iterations).run()
         }
         if suite == "cli" || suite == "all" {
             try CLIBenchmarks(summary: summary, iterations: iterations).run()
