@@ -166,7 +166,18 @@ def main():
         registered = register(path, count, pin, resident=True)
         asserted = assert_all(path, registered, pin, rounds=1, discoverable=False)
         discovered = assert_all(path, registered[:2], pin, rounds=1, discoverable=True)
+        if len(sys.argv) > 5:
+            # Kept for assert-again: each credential with the highest count seen.
+            latest = {entry["id"]: entry["sign_count"] for entry in asserted + discovered}
+            with open(sys.argv[5], "w") as kept:
+                json.dump([dict(entry, sign_count=max(entry["sign_count"], latest.get(entry["id"], 0)))
+                           for entry in registered], kept)
         print(json.dumps({"registered": registered, "asserted": asserted, "discovered": discovered}))
+    elif mode == "assert-again":
+        with open(sys.argv[3]) as kept:
+            registered = json.load(kept)
+        asserted = assert_all(path, registered, None, rounds=1, discoverable=False)
+        print(json.dumps({"asserted": asserted}))
     elif mode == "set-pin":
         ClientPin(Ctap2(device(path))).set_pin(sys.argv[3])
         print(json.dumps({"set": True}))
@@ -193,6 +204,15 @@ def main():
             for credential in manager.enumerate_creds(rp[CredentialManagement.RESULT.RP_ID_HASH]):
                 listed.append(credential[CredentialManagement.RESULT.CREDENTIAL_ID]["id"].hex())
         deleted = None
+        if len(sys.argv) > 4 and sys.argv[4] == "rename-first" and listed:
+            rp_hash = rps[0][CredentialManagement.RESULT.RP_ID_HASH]
+            first = manager.enumerate_creds(rp_hash)[0]
+            user = first[CredentialManagement.RESULT.USER]
+            manager.update_user_info({"id": bytes.fromhex(listed[0]), "type": "public-key"},
+                                     {"id": user["id"], "name": "renamed@example.com", "displayName": "Renamed"})
+            after = manager.enumerate_creds(rp_hash)[0][CredentialManagement.RESULT.USER]
+            print(json.dumps({"renamed": after.get("name"), "display": after.get("displayName")}))
+            return
         if len(sys.argv) > 4 and sys.argv[4] == "delete-first" and listed:
             manager.delete_cred({"id": bytes.fromhex(listed[0]), "type": "public-key"})
             deleted = listed[0]

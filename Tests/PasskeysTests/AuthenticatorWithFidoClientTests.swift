@@ -164,7 +164,8 @@ struct AuthenticatorWithFidoClientTests {
         #expect((info["versions"] as? [String])?.contains("FIDO_2_1") == true, "\(info)")
         #expect((info["pin_protocols"] as? [Int]) == [2])
 
-        let outcome = try fixture.client(["register-and-assert", "10", ""])
+        let kept = fixture.directory + "/registered.json"
+        let outcome = try fixture.client(["register-and-assert", "10", "", kept])
         let registered = try #require(outcome["registered"] as? [[String: Any]])
         #expect(registered.count == 10)
         #expect(Set(registered.compactMap { $0["id"] as? String }).count == 10, "ten distinct credential IDs")
@@ -178,6 +179,13 @@ struct AuthenticatorWithFidoClientTests {
         #expect(questions.contains("Create a passkey for \"example.com\" as \"user3@example.com\""), "\(questions)")
         #expect(questions.contains("Sign in to \"example.com\""))
         #expect(questions.contains("python"), "the program asking is named: \(questions)")
+
+        // Restarted, the authenticator counts on past every count it handed out (py_webauthn
+        // checks each new count against the last one it saw).
+        fixture.stop()
+        try fixture.start()
+        let again = try fixture.client(["assert-again", kept])
+        #expect((again["asserted"] as? [[String: Any]])?.count == 10, "\(again)")
 
         // One vocabulary: the credentials are the keychain's TPM key items.
         let keys = try fixture.run(Self.tool("tpm-keychain-keys"), ["list", "--keychain", fixture.store])
@@ -199,6 +207,8 @@ struct AuthenticatorWithFidoClientTests {
         #expect(prf["enabled"] as? Bool == true && prf["same"] as? Bool == true, "\(prf)")
         #expect(prf["different"] as? Bool == true)
 
+        let renamed = try fixture.client(["manage", "4711", "rename-first"])
+        #expect(renamed["renamed"] as? String == "renamed@example.com" && renamed["display"] as? String == "Renamed")
         let managed = try fixture.client(["manage", "4711", "delete-first"])
         #expect(managed["existing"] as? Int == 3 && managed["rps"] as? [String] == ["example.com"], "\(managed)")
         let remaining = try fixture.client(["manage", "4711"])

@@ -169,7 +169,11 @@ extension ItemService {
         guard Self.holdsTPMKey(result) else {
             throw KeychainError(.invalidParameter, "The item holds no key that lives in the TPM")
         }
-        guard let secret = try store.secret(of: result, recordKey: key?.recordKey) else {
+        // A result read with its value (an unprotected key's blob) is not read again: a face that
+        // writes the item meanwhile (a passkey's sign count) then does not hold up the TPM's work.
+        var secret = result.isProtected ? nil : result.value
+        if secret == nil { secret = try store.secret(of: result, recordKey: key?.recordKey) }
+        guard let secret else {
             throw KeychainError(.itemNotFound, "The key item was deleted")
         }
         return try TPMKeyValue(parsing: secret)

@@ -74,6 +74,7 @@ package final class PasskeyAuthenticator: Sendable {
 
     private let configuration: Configuration
     private let state = Locked(State())
+    private let counts = SignCounts()
     /// One command at a time, as on a device.
     private let running = Locked(())
 
@@ -145,6 +146,7 @@ package final class PasskeyAuthenticator: Sendable {
             case .itemInvalidated: throw .noCredentials(error.message)
             case .permissionDenied, .interactionNotAllowed, .missingEntitlement: throw .operationDenied(error.message)
             case .passcodeNotSet: throw .pinNotSet(error.message)
+            case .invalidParameter: throw .invalidParameter(error.message)
             // The TPM's dictionary-attack lockout: it lifts with time, as a power cycle's block does.
             case .lockout: throw .pinAuthBlocked(error.message)
             default: throw .other(error.message)
@@ -367,7 +369,7 @@ package final class PasskeyAuthenticator: Sendable {
             extensions = CBOR.map([.text("hmac-secret"): .bytes(output)]).encoded()
         }
         let signed = try keychain { () throws(KeychainError) in
-            try credentials(requester).sign(credential) { count in
+            try credentials(requester).sign(credential, counts: counts) { count in
                 rpIDHash + [
                     flags, UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF),
                     UInt8(count & 0xFF),
@@ -599,6 +601,7 @@ package final class PasskeyAuthenticator: Sendable {
             try ItemService(location: configuration.location, caller: requester.caller).removeAuthenticatorPIN()
         }
         state.withLock { $0 = State() }
+        counts.forget(nil)
         return nil
     }
 
@@ -662,6 +665,22 @@ package final class PasskeyAuthenticator: Sendable {
                     throw KeychainError(.itemInvalidated, "no such credential")
                 }
                 try store.delete(found)
+                counts.forget(found.id)
+            }
+            return nil
+        case 7:
+            guard let id = parameters?[2]?["id"]?.bytesValue, let user = parameters?[3] else {
+                throw .missingParameter("credentialId and user are needed")
+            }
+            try keychain { () throws(KeychainError) in
+                guard let found = try store.all().first(where: { $0.id == id }) else {
+                    throw KeychainError(.itemInvalidated, "no such credential")
+                }
+                guard user["id"]?.bytesValue == found.userID else {
+                    throw KeychainError(.invalidParameter, "the user's ID is not the credential's")
+                }
+                try store.updateUser(
+                    of: found, name: user["name"]?.textValue, displayName: user["displayName"]?.textValue)
             }
             return nil
         default:

@@ -1,5 +1,6 @@
 import Crypto
 import FoundationEssentials
+import SystemCalls
 package import TPMKeychain
 
 /// One passkey: a key item of the keychain whose private key the TPM made and keeps (as
@@ -41,6 +42,23 @@ package struct PasskeyCredentials: Sendable {
     /// allows truncation at 64 bytes).
     static let nameLimit = 64
 
+    /// The longest credential ID looked up: ours are 32 bytes.
+    static let idLimit = 64
+
+    /// The attributes every passkey's item has: a private P-256 key in the TPM, as `key create`
+    /// makes them, of no access group, tagged `passkey`; with the ID, its primary key.
+    static var constantAttributes: AttributeList {
+        var attributes = AttributeList()
+        attributes[AttributeTag.keyClass] = Array("1".utf8)
+        attributes[AttributeTag.type] = Array("73".utf8)
+        attributes.setUInt32(256, for: AttributeTag.keySizeInBits)
+        attributes.setUInt32(256, for: AttributeTag.effectiveKeySize)
+        attributes.setString("com.apple.setoken", for: AttributeTag.tokenID)
+        attributes.setString("", for: AttributeTag.accessGroup)
+        attributes[AttributeTag.applicationTag] = tag
+        return attributes
+    }
+
     package let location: KeychainLocation
     package let caller: AccessCaller
 
@@ -59,14 +77,7 @@ package struct PasskeyCredentials: Sendable {
         protection: UInt8, hmacSecret: Bool = false
     ) throws(KeychainError) -> PasskeyCredential {
         let id = SystemRandomNumberGenerator.bytes(32)
-        var base = AttributeList()
-        base[AttributeTag.keyClass] = Array("1".utf8)
-        base[AttributeTag.type] = Array("73".utf8)
-        base.setUInt32(256, for: AttributeTag.keySizeInBits)
-        base.setUInt32(256, for: AttributeTag.effectiveKeySize)
-        base.setString("com.apple.setoken", for: AttributeTag.tokenID)
-        base.setString("", for: AttributeTag.accessGroup)
-        base[AttributeTag.applicationTag] = Self.tag
+        var base = Self.constantAttributes
         base[AttributeTag.applicationLabel] = id
         base.setString(relyingParty + (userName.map { " (\($0))" } ?? ""), for: AttributeTag.label)
         base.setString(relyingParty, for: Self.relyingPartyTag)
@@ -94,7 +105,9 @@ package struct PasskeyCredentials: Sendable {
         var matching = AttributeList()
         matching[AttributeTag.applicationTag] = Self.tag
         matching.setString(relyingParty, for: Self.relyingPartyTag)
-        return try service().query(.key, matching: matching).compactMap(Self.credential).reversed()
+        return try service().query(
+            ItemQuery(itemClass: .key, matching: matching, synchronizable: .any, returnsData: true)
+        ).compactMap(Self.credential).reversed()
     }
 
     /// Every credential, oldest first.
@@ -104,27 +117,50 @@ package struct PasskeyCredentials: Sendable {
         return try service().query(.key, matching: matching).compactMap(Self.credential)
     }
 
-    /// The credential `id` names, if it is of `relyingParty`.
+    /// The credential `id` names, if it is of `relyingParty`: read by its primary key, which the
+    /// ID and the constant attributes of a passkey make, without listing the store.
     package func credential(_ id: [UInt8], of relyingParty: String) throws(KeychainError) -> PasskeyCredential? {
-        var matching = AttributeList()
-        matching[AttributeTag.applicationTag] = Self.tag
-        matching[AttributeTag.applicationLabel] = id
-        return try service().query(.key, matching: matching).compactMap(Self.credential).first {
-            $0.relyingParty == relyingParty
-        }
+        guard (1...Self.idLimit).contains(id.count) else { return nil }
+        var primary = Self.constantAttributes
+        primary[AttributeTag.applicationLabel] = id
+        // With its value (the TPM key's blob), which the signature then needs not read again.
+        guard let found = try service().item(.key, primary: primary, withSecret: true),
+            let credential = Self.credential(found), credential.relyingParty == relyingParty
+        else { return nil }
+        return credential
     }
 
-    /// Moves the credential's signature counter on, durably, then signs `message` (authData ‖
-    /// clientDataHash, made by `message(count)` with the new count) in the TPM: an ES256
-    /// signature, DER-encoded as WebAuthn wants it.
+    /// Signs `message` (authData ‖ clientDataHash, made by `message(count)` with the credential's
+    /// next sign count) in the TPM: an ES256 signature, DER-encoded as WebAuthn wants it.
+    ///
+    /// Counts are handed out from blocks reserved durably before use (``SignCounts``): the
+    /// credential's `tkfc` is the end of the last block reserved, so no count is ever handed out
+    /// twice, whatever crashes, and only one signature in ``SignCounts/block`` writes the item.
     package func sign(
-        _ credential: PasskeyCredential, message: (UInt32) -> [UInt8]
+        _ credential: PasskeyCredential, counts: SignCounts, message: (UInt32) -> [UInt8]
     ) throws(KeychainError) -> (signature: [UInt8], count: UInt32) {
         let items = try service()
-        let count = credential.signCount &+ 1
-        var changed = credential.result.attributes
-        changed.setUInt32(count, for: Self.signCountTag)
-        try items.write(.key, primary: changed, mode: .update, value: nil)
+        let count = try counts.next(for: credential) { (current) throws(KeychainError) -> UInt32 in
+            // Reserved under a lock with the item read afresh: another authenticator process on
+            // this store reserves after this one's block, never inside it.
+            let lock: LockFile
+            do {
+                lock = try LockFile(location.path + "/" + Self.countsLockName)
+                _ = try lock.lock(wait: true)
+            } catch {
+                throw KeychainError(
+                    .storageFailed, "The passkeys' count lock in \(location.path) cannot be taken: \(error)")
+            }
+            defer { withExtendedLifetime(lock) {} }
+            let stored =
+                try items.item(.key, primary: credential.result.attributes, withSecret: false)
+                .flatMap { $0.attributes.uint32(Self.signCountTag) } ?? current
+            let start = max(stored, current, 1)
+            var changed = credential.result.attributes
+            changed.setUInt32(start &+ SignCounts.block, for: Self.signCountTag)
+            try items.write(.key, primary: changed, mode: .update, value: nil)
+            return start
+        }
         let digest = Array(SHA256.hash(data: message(count)))
         let raw = try items.signNeedingNoPerson(digest: digest, with: credential.result)
         do {
@@ -132,6 +168,21 @@ package struct PasskeyCredentials: Sendable {
         } catch {
             throw KeychainError(.tampered, "The TPM's signature is not r ‖ s of P-256")
         }
+    }
+
+    /// The lock file, in the store's directory, under which blocks of counts are reserved.
+    static let countsLockName = "passkeys.lock"
+
+    /// Replaces the user's name and display name (credential management's updateUserInformation).
+    package func updateUser(
+        of credential: PasskeyCredential, name: String?, displayName: String?
+    ) throws(KeychainError) {
+        var changed = credential.result.attributes
+        changed.setString(name.map { String($0.utf8.prefix(Self.nameLimit)) ?? "" } ?? "", for: Self.userNameTag)
+        changed.setString(
+            displayName.map { String($0.utf8.prefix(Self.nameLimit)) ?? "" } ?? "", for: Self.displayNameTag)
+        changed.setString(credential.relyingParty + (name.map { " (\($0))" } ?? ""), for: AttributeTag.label)
+        try service().write(.key, primary: changed, mode: .update, value: nil)
     }
 
     package func delete(_ credential: PasskeyCredential) throws(KeychainError) {
@@ -159,5 +210,45 @@ extension SystemRandomNumberGenerator {
     static func bytes(_ count: Int) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()
         return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+}
+
+/// The sign counts an authenticator process hands out: per credential, the next count and the
+/// end of the block it reserved. A block is reserved durably (the credential's `tkfc` moved to
+/// its end) before its first count is used, so a count is never reused: after a restart, or in
+/// another process, counting goes on from the stored end, skipping what was left of a block,
+/// which WebAuthn allows (a count must only grow).
+package final class SignCounts: Sendable {
+    /// Counts reserved per durable write.
+    package static let block: UInt32 = 64
+    private let reserved = Locked<[[UInt8]: (next: UInt32, end: UInt32)]>([:])
+
+    package init() {}
+
+    /// The credential's next count; `reserve(from)` reserves a new block durably when the
+    /// current one is used up, returning the block's first count.
+    func next(
+        for credential: PasskeyCredential, reserve: (UInt32) throws(KeychainError) -> UInt32
+    ) throws(KeychainError) -> UInt32 {
+        let taken = reserved.withLock { blocks -> UInt32? in
+            guard var block = blocks[credential.id], block.next < block.end else { return nil }
+            defer {
+                block.next += 1
+                blocks[credential.id] = block
+            }
+            return block.next
+        }
+        if let taken { return taken }
+        let known = reserved.withLock { $0[credential.id]?.end } ?? 0
+        let start = try reserve(max(known, credential.signCount))
+        reserved.withLock { $0[credential.id] = (start + 1, start &+ Self.block) }
+        return start
+    }
+
+    /// Forgets a credential's block (it was deleted, or the authenticator reset).
+    func forget(_ id: [UInt8]?) {
+        reserved.withLock { blocks in
+            if let id { blocks[id] = nil } else { blocks = [:] }
+        }
     }
 }
