@@ -277,7 +277,7 @@ let package = Package(
             name: "tpm-keychain-passkeys",
             dependencies: [
                 "Passkeys", "TPMKeychain", "ToolSupport", "SystemCalls", "CommandLineSupport", "PersonPrompts",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TPMKeychainFprintd", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness
         ),
@@ -404,8 +404,8 @@ let package = Package(
             name: "FprintdTests",
             dependencies: [
                 "TPMKeychainFprintd", "TPMKeychain", "TPMKeychainTesting", "SystemCalls", "tpm-keychain-enrollment",
-                "tpm-keychain", "tpm-keychain-keys", "tpm-keychain-ssh-agent", "LocalAuthenticationCompat", "TPM",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "tpm-keychain", "tpm-keychain-keys", "tpm-keychain-ssh-agent", "tpm-keychain-passkeys",
+                "LocalAuthenticationCompat", "TPM", .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictness
         ),

@@ -252,6 +252,40 @@ def main():
         first, again, other = evaluate(salt_a), evaluate(salt_a), evaluate(salt_b)
         print(json.dumps({"enabled": enabled, "same": first == again, "different": first != other,
                           "length": len(first) if isinstance(first, (bytes, str)) else None}))
+    elif mode == "uv-register":
+        # CTAP2 itself, to choose the options: "uv" asks for built-in user verification.
+        import os
+        ctap = Ctap2(device(path))
+        options = {"rk": True}
+        if sys.argv[3] == "uv":
+            options["uv"] = True
+        attestation = ctap.make_credential(
+            os.urandom(32), {"id": RP_ID, "name": "Example"},
+            {"id": os.urandom(8), "name": sys.argv[4], "displayName": sys.argv[4]},
+            [{"type": "public-key", "alg": -7}], options=options)
+        data = attestation.auth_data
+        with open(sys.argv[5], "w") as kept:
+            json.dump({"id": data.credential_data.credential_id.hex(),
+                       "key": {str(k): (v.hex() if isinstance(v, bytes) else v)
+                               for k, v in data.credential_data.public_key.items()}}, kept)
+        print(json.dumps({"uv": bool(data.flags & 0x04)}))
+    elif mode == "uv-assert":
+        import os
+        from fido2.cose import CoseKey
+        with open(sys.argv[3]) as kept:
+            credential = json.load(kept)
+        key = CoseKey.parse({int(k): (bytes.fromhex(v) if isinstance(v, str) else v)
+                             for k, v in credential["key"].items()})
+        ctap = Ctap2(device(path))
+        challenge = os.urandom(32)
+        try:
+            response = ctap.get_assertion(
+                RP_ID, challenge, [{"type": "public-key", "id": bytes.fromhex(credential["id"])}])
+        except CtapError as error:
+            print(json.dumps({"error": error.code.name}))
+            return
+        key.verify(bytes(response.auth_data) + challenge, response.signature)
+        print(json.dumps({"signed": True, "uv": bool(response.auth_data.flags & 0x04)}))
     elif mode == "reset":
         Ctap2(device(path)).reset()
         print(json.dumps({"reset": True}))

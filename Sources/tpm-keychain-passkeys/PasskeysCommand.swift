@@ -5,6 +5,7 @@ import Passkeys
 import PersonPrompts
 import SystemCalls
 import TPMKeychain
+import TPMKeychainFprintd
 import ToolSupport
 
 #if canImport(Glibc)
@@ -25,7 +26,9 @@ struct PasskeysCommand: ParsableCommand {
             tagged passkey (`tpm-keychain key list` shows them); the PIN, once a client sets it, is \
             checked by the TPM under its dictionary-attack lockout. Each registration, sign-in and \
             reset asks the person through --presence-command, naming the site and the program; \
-            without one, every request that needs the person present is refused.
+            without one, every request that needs the person present is refused. With --fprintd a \
+            fingerprint verifies the user; a passkey made so is bound to the enrolled fingers, and \
+            the TPM refuses it for good once they change.
 
             \(ExitStatus.helpText)
             """)
@@ -44,6 +47,17 @@ struct PasskeysCommand: ParsableCommand {
             "A command that asks the person to confirm (tpm-keychain confirm, a dialog); the question is in TPM_KEYCHAIN_PROMPT_REASON, exit status 0 is yes.",
             valueName: "command"))
     var presenceCommand: String?
+
+    @Flag(
+        help:
+            "Verify fingerprints through fprintd (system bus) as built-in user verification; a passkey made with a verified finger is bound to the fingers enrolled then."
+    )
+    var fprintd = false
+
+    @Option(
+        name: .customLong("fprintd-address"),
+        help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
+    var fprintdAddress: String?
 
     static func main() {
         CommandStart.prepare()
@@ -67,8 +81,13 @@ struct PasskeysCommand: ParsableCommand {
                     done.wait()
                     return answer.withLock { $0 }
                 }
-                let authenticator = PasskeyAuthenticator(.init(location: session.location, presence: presence))
+                var configuration = PasskeyAuthenticator.Configuration(location: session.location, presence: presence)
+                if fprintd || fprintdAddress != nil {
+                    configuration.fingerprints = FprintdAuthenticator(busAddress: fprintdAddress)
+                }
                 let log: @Sendable (String) -> Void = { writeStandardError("tpm-keychain-passkeys: " + $0 + "\n") }
+                configuration.log = log
+                let authenticator = PasskeyAuthenticator(configuration)
                 let server: AuthenticatorServer
                 do throws(OwnerSocketServerError) {
                     server = try AuthenticatorServer(socketPath: path, authenticator: authenticator, log: log)

@@ -1,4 +1,5 @@
 import Crypto
+import Dispatch
 import FoundationEssentials
 import SystemCalls
 package import TPMKeychain
@@ -29,6 +30,11 @@ package final class PasskeyAuthenticator: Sendable {
         package let presence: @Sendable (String) -> Bool
         /// The authenticator model's AAGUID: all zero, as attestation "none" goes with.
         package var aaguid = [UInt8](repeating: 0, count: 16)
+        /// Built-in user verification (a fingerprint through fprintd); nil: the PIN only. A
+        /// credential made with it is bound to the enrolled fingers (biometryCurrentSet).
+        package var fingerprints: (any Authenticator)?
+        /// Where refusals are told, with their reason (never a secret).
+        package var log: (@Sendable (String) -> Void)?
 
         package init(location: KeychainLocation, presence: @escaping @Sendable (String) -> Bool) {
             self.location = location
@@ -42,6 +48,8 @@ package final class PasskeyAuthenticator: Sendable {
         var token = SymmetricKey(size: .bits256)
         var tokenPermissions: UInt8 = 0
         var tokenRelyingParty: String?
+        /// Whether the token came from a finger (built-in UV), not the PIN.
+        var tokenByBiometry = false
         var mismatches = 0
         var nextAssertions: NextAssertions?
         var relyingPartiesLeft: [String] = []
@@ -51,6 +59,7 @@ package final class PasskeyAuthenticator: Sendable {
             token = SymmetricKey(size: .bits256)
             tokenPermissions = 0
             tokenRelyingParty = nil
+            tokenByBiometry = false
         }
     }
 
@@ -91,6 +100,8 @@ package final class PasskeyAuthenticator: Sendable {
                 guard let response = try run(command, parameters, requester) else { return [0] }
                 return [0] + response.encoded()
             } catch {
+                configuration.log?(
+                    "refused command 0x\(String(command, radix: 16)) of \(requester.description): \(error)")
                 return [error.code]
             }
         }
@@ -147,6 +158,8 @@ package final class PasskeyAuthenticator: Sendable {
             case .permissionDenied, .interactionNotAllowed, .missingEntitlement: throw .operationDenied(error.message)
             case .passcodeNotSet: throw .pinNotSet(error.message)
             case .invalidParameter: throw .invalidParameter(error.message)
+            case .authenticationFailed: throw CTAP2Status(0x3F, error.message)
+            case .userCanceled: throw .operationDenied(error.message)
             // The TPM's dictionary-attack lockout: it lifts with time, as a power cycle's block does.
             case .lockout: throw .pinAuthBlocked(error.message)
             default: throw .other(error.message)
@@ -171,11 +184,12 @@ package final class PasskeyAuthenticator: Sendable {
             .int(1): .array([.text("FIDO_2_0"), .text("FIDO_2_1")]),
             .int(2): .array([.text("credProtect"), .text("hmac-secret")]),
             .int(3): .bytes(configuration.aaguid),
-            .int(4): .map([
-                .text("rk"): .bool(true), .text("up"): .bool(true), .text("clientPin"): .bool(pinSet),
-                .text("credMgmt"): .bool(true), .text("pinUvAuthToken"): .bool(true),
-                .text("makeCredUvNotRqd"): .bool(true),
-            ]),
+            .int(4): .map(
+                [
+                    .text("rk"): .bool(true), .text("up"): .bool(true), .text("clientPin"): .bool(pinSet),
+                    .text("credMgmt"): .bool(true), .text("pinUvAuthToken"): .bool(true),
+                    .text("makeCredUvNotRqd"): .bool(true),
+                ].merging(configuration.fingerprints == nil ? [:] : [.text("uv"): .bool(true)]) { $1 }),
             .int(5): .int(Int64(Self.commandLimit)),
             .int(6): .array([.int(PinUvAuthProtocolTwo.number)]),
             .int(7): .int(Int64(Self.maximumCredentialsInList)),
@@ -207,11 +221,18 @@ package final class PasskeyAuthenticator: Sendable {
         let options = request[7]
         let residentKey = options?["rk"]?.boolValue ?? false
         if options?["up"]?.boolValue == false { throw .invalidOption("a credential is made with the person present") }
-        if options?["uv"]?.boolValue == true {
+        let wantsVerification = options?["uv"]?.boolValue == true
+        if wantsVerification, configuration.fingerprints == nil {
             throw .invalidOption("built-in user verification is not offered: use the PIN")
         }
-        let verified = try checkToken(
+        var verified = try checkToken(
             request[8], protocol: request[9], message: clientDataHash, permission: 0x01, relyingParty: rpID, requester)
+        var biometric = verified && state.withLock { $0.tokenByBiometry }
+        if wantsVerification, !verified {
+            try verifyFinger("Verify your fingerprint to create a passkey for \(DisplayText.quoted(rpID, limit: 100))")
+            verified = true
+            biometric = true
+        }
         if !verified, try pinIsSet(requester), residentKey {
             throw .pinRequired("a discoverable credential needs the PIN once one is set")
         }
@@ -236,11 +257,13 @@ package final class PasskeyAuthenticator: Sendable {
             "Create a passkey for \(DisplayText.quoted(rpID, limit: 100))"
                 + (userName.map { " as " + DisplayText.quoted($0, limit: 64) } ?? "") + ", for \(requester.description)"
         )
+        // A credential the person's finger verified is bound to the fingers enrolled now.
+        let enrollment = biometric ? try enrolledFingers() : nil
         let made = try keychain { () throws(KeychainError) in
             try credentials(requester).create(
                 relyingParty: rpID, userID: userID, userName: userName,
                 displayName: user["displayName"]?.textValue, discoverable: residentKey, protection: protection ?? 1,
-                hmacSecret: hmacSecret)
+                hmacSecret: hmacSecret, boundTo: enrollment)
         }
         var flags: UInt8 = 0x01 | 0x40
         if verified { flags |= 0x04 }
@@ -285,11 +308,12 @@ package final class PasskeyAuthenticator: Sendable {
         }
         let options = request[5]
         if options?["rk"] != nil { throw .unsupportedOption("rk is not an assertion's option") }
-        if options?["uv"]?.boolValue == true {
+        let wantsVerification = options?["uv"]?.boolValue == true
+        if wantsVerification, configuration.fingerprints == nil {
             throw .invalidOption("built-in user verification is not offered: use the PIN")
         }
         let presence = options?["up"]?.boolValue ?? true
-        let verified = try checkToken(
+        var verified = try checkToken(
             request[6], protocol: request[7], message: clientDataHash, permission: 0x02, relyingParty: rpID, requester)
         let allowed = request[3]?.arrayValue ?? []
         guard allowed.count <= 64 else { throw .limitExceeded("the allowList is too long") }
@@ -320,6 +344,11 @@ package final class PasskeyAuthenticator: Sendable {
                 "Sign in to \(DisplayText.quoted(rpID, limit: 100)) with a passkey"
                     + (first.userName.map { " as " + DisplayText.quoted($0, limit: 64) } ?? "")
                     + ", for \(requester.description)")
+        }
+        // A biometry-bound credential verifies the finger itself when it is opened.
+        if wantsVerification, !verified, !first.isBoundToBiometry {
+            try verifyFinger("Verify your fingerprint to sign in to \(DisplayText.quoted(rpID, limit: 100))")
+            verified = true
         }
         var flags: UInt8 = presence ? 0x01 : 0
         if verified { flags |= 0x04 }
@@ -363,13 +392,20 @@ package final class PasskeyAuthenticator: Sendable {
     ) throws(CTAP2Status) -> [CBOR: CBOR] {
         let rpIDHash = Array(SHA256.hash(data: Array(relyingParty.utf8)))
         var flags = flags
+        var verified = verified
+        var opened: ItemService.OpenedKey?
+        if credential.isBoundToBiometry {
+            opened = try openWithFinger(credential, relyingParty: relyingParty, requester)
+            verified = true
+            flags |= 0x04
+        }
         var extensions: [UInt8] = []
         if let salts, let output = try hmacSecretOutput(credential, salts: salts, verified: verified) {
             flags |= 0x80
             extensions = CBOR.map([.text("hmac-secret"): .bytes(output)]).encoded()
         }
         let signed = try keychain { () throws(KeychainError) in
-            try credentials(requester).sign(credential, counts: counts) { count in
+            try credentials(requester).sign(credential, counts: counts, key: opened) { count in
                 rpIDHash + [
                     flags, UInt8(count >> 24), UInt8((count >> 16) & 0xFF), UInt8((count >> 8) & 0xFF),
                     UInt8(count & 0xFF),
@@ -516,24 +552,37 @@ package final class PasskeyAuthenticator: Sendable {
             try keychain { () throws(KeychainError) in try service(requester).setAuthenticatorPIN(hash) }
             state.withLock { $0.newToken() }
             return nil
+        case 0x06:
+            guard configuration.fingerprints != nil else {
+                throw .invalidSubcommand("built-in user verification is not offered: use the PIN")
+            }
+            guard let platform = request[3] else { throw .missingParameter("a token needs keyAgreement") }
+            let (permissions, relyingParty) = try tokenPermissions(request)
+            let shared = try sharedSecret(platform)
+            try verifyFinger(
+                "Verify your fingerprint for passkeys"
+                    + (relyingParty.map { " of " + DisplayText.quoted($0, limit: 100) } ?? ""))
+            let token = state.withLock { state -> [UInt8] in
+                state.newToken()
+                state.tokenPermissions = permissions
+                state.tokenRelyingParty = relyingParty
+                state.tokenByBiometry = true
+                return state.token.withUnsafeBytes { Array($0) }
+            }
+            return .map([.int(2): .bytes(try PinUvAuthProtocolTwo.encrypt(token, with: shared))])
+        case 0x07:
+            guard configuration.fingerprints != nil else {
+                throw .invalidSubcommand("built-in user verification is not offered: use the PIN")
+            }
+            // fprintd keeps its own count of failed matches; CTAP's is not kept here.
+            return .map([.int(5): .int(3)])
         case 0x05, 0x09:
             guard let platform = request[3], let pinHash = request[6]?.bytesValue else {
                 throw .missingParameter("a token needs keyAgreement and pinHashEnc")
             }
             var permissions: UInt8 = 0x01 | 0x02
             var relyingParty: String?
-            if subcommand == 0x09 {
-                guard let given = request[9]?.int else { throw .missingParameter("permissions is missing") }
-                guard (1...0xFF).contains(given) else { throw .invalidParameter("permissions is 1 to 255") }
-                guard given & ~0x07 == 0 else {
-                    throw .unauthorizedPermission("only makeCredential, getAssertion and credential management")
-                }
-                permissions = UInt8(given)
-                relyingParty = request[0x0A]?.textValue
-                if permissions & 0x03 != 0, relyingParty == nil {
-                    throw .missingParameter("rpId is needed for makeCredential and getAssertion")
-                }
-            }
+            if subcommand == 0x09 { (permissions, relyingParty) = try tokenPermissions(request) }
             let shared = try sharedSecret(platform)
             try checkPIN(pinHash, shared: shared, requester)
             let token = state.withLock { state -> [UInt8] in
@@ -546,6 +595,86 @@ package final class PasskeyAuthenticator: Sendable {
         default:
             throw .invalidSubcommand("clientPIN subcommand \(subcommand) is not offered")
         }
+    }
+
+    /// A token request's permissions and RP ID (getPinUvAuthTokenUsing…WithPermissions).
+    private func tokenPermissions(_ request: CBOR) throws(CTAP2Status) -> (UInt8, String?) {
+        guard let given = request[9]?.int else { throw .missingParameter("permissions is missing") }
+        guard (1...0xFF).contains(given) else { throw .invalidParameter("permissions is 1 to 255") }
+        guard given & ~0x07 == 0 else {
+            throw .unauthorizedPermission("only makeCredential, getAssertion and credential management")
+        }
+        let relyingParty = request[0x0A]?.textValue
+        if given & 0x03 != 0, relyingParty == nil {
+            throw .missingParameter("rpId is needed for makeCredential and getAssertion")
+        }
+        return (UInt8(given), relyingParty)
+    }
+
+    // MARK: Fingerprints
+
+    /// Asks for a matching finger (built-in user verification).
+    private func verifyFinger(_ reason: String) throws(CTAP2Status) {
+        guard let fingerprints = configuration.fingerprints else {
+            throw .invalidOption("built-in user verification is not offered: use the PIN")
+        }
+        try keychain { () throws(KeychainError) in
+            try Self.waitFor { () async throws(KeychainError) in
+                do throws(AuthenticationError) {
+                    try await fingerprints.verify(reason: reason)
+                } catch {
+                    throw KeychainError(error)
+                }
+            }
+        }
+    }
+
+    /// What the fingers enrolled now are, for a new credential to be bound to.
+    private func enrolledFingers() throws(CTAP2Status) -> [UInt8] {
+        let fingerprints = configuration.fingerprints
+        let enrollment = try keychain { () throws(KeychainError) -> [UInt8]? in
+            let control = try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryCurrentSet)
+            return try Self.waitFor { () async throws(KeychainError) -> [UInt8]? in
+                try await ItemService.enrollment(binding: control, authenticator: fingerprints)
+            }
+        }
+        guard let enrollment else { throw .operationDenied("no finger is enrolled") }
+        return enrollment
+    }
+
+    /// Opens a biometry-bound credential's key: a matching finger, then the TPM's check that the
+    /// enrolled fingers are still those it was made under.
+    private func openWithFinger(
+        _ credential: PasskeyCredential, relyingParty: String, _ requester: Requester
+    ) throws(CTAP2Status) -> ItemService.OpenedKey? {
+        guard let fingerprints = configuration.fingerprints else {
+            throw .operationDenied("the passkey needs a fingerprint: start the authenticator with --fprintd")
+        }
+        let context = AuthenticationContext(authenticator: fingerprints, location: configuration.location)
+        context.localizedReason =
+            "Sign in to \(DisplayText.quoted(relyingParty, limit: 100)) with your fingerprint, for \(requester.description)"
+        let store = credentials(requester)
+        return try keychain { () throws(KeychainError) in
+            try Self.waitFor { () async throws(KeychainError) -> ItemService.OpenedKey? in
+                try await store.open(credential, context: context)
+            }
+        }
+    }
+
+    /// Runs `body` on the concurrency pool and waits for it on this thread (a connection's own).
+    private static func waitFor<T: Sendable>(
+        _ body: @escaping @Sendable () async throws(KeychainError) -> T
+    ) throws(KeychainError) -> T {
+        let outcome = Locked<Result<T, KeychainError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            let result: Result<T, KeychainError>
+            do throws(KeychainError) { result = .success(try await body()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return try outcome.withLock { $0! }.get()
     }
 
     private func sharedSecret(_ platform: CBOR) throws(CTAP2Status) -> SymmetricKey {

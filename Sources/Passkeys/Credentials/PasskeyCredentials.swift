@@ -24,6 +24,9 @@ package struct PasskeyCredential: Sendable, Equatable {
     /// without; nil for a credential made without the extension.
     let hmacSecret: [UInt8]?
     let result: ItemQueryResult
+
+    /// Whether the credential's key needs a matching finger of the enrollment it was made under.
+    package var isBoundToBiometry: Bool { result.isProtected }
 }
 
 /// The keychain's passkeys, read and written through the service for the authenticator's
@@ -74,7 +77,7 @@ package struct PasskeyCredentials: Sendable {
     /// Makes a credential's key in the TPM and stores it.
     package func create(
         relyingParty: String, userID: [UInt8], userName: String?, displayName: String?, discoverable: Bool,
-        protection: UInt8, hmacSecret: Bool = false
+        protection: UInt8, hmacSecret: Bool = false, boundTo enrollment: [UInt8]? = nil
     ) throws(KeychainError) -> PasskeyCredential {
         let id = SystemRandomNumberGenerator.bytes(32)
         var base = Self.constantAttributes
@@ -91,7 +94,11 @@ package struct PasskeyCredentials: Sendable {
         if hmacSecret { base[Self.hmacSecretTag] = SystemRandomNumberGenerator.bytes(64) }
         let items = try service()
         var primary = base
-        _ = try items.createTPMKey(.signing, control: nil, enrollment: nil) { publicKey in
+        // Bound to the enrolled fingers: the TPM refuses the key for good once they change.
+        let control = try enrollment.map { _ throws(KeychainError) in
+            try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryCurrentSet)
+        }
+        _ = try items.createTPMKey(.signing, control: control, enrollment: enrollment) { publicKey in
             primary[AttributeTag.publicKey] = publicKey
             return primary
         }
@@ -123,8 +130,16 @@ package struct PasskeyCredentials: Sendable {
         guard (1...Self.idLimit).contains(id.count) else { return nil }
         var primary = Self.constantAttributes
         primary[AttributeTag.applicationLabel] = id
-        // With its value (the TPM key's blob), which the signature then needs not read again.
-        guard let found = try service().item(.key, primary: primary, withSecret: true),
+        // With its value (the TPM key's blob), which the signature then needs not read again;
+        // a biometry-bound key's value waits for its finger.
+        let items = try service()
+        let found: ItemQueryResult?
+        do {
+            found = try items.item(.key, primary: primary, withSecret: true)
+        } catch  where error.code == .interactionNotAllowed {
+            found = try items.item(.key, primary: primary, withSecret: false)
+        }
+        guard let found,
             let credential = Self.credential(found), credential.relyingParty == relyingParty
         else { return nil }
         return credential
@@ -137,7 +152,8 @@ package struct PasskeyCredentials: Sendable {
     /// credential's `tkfc` is the end of the last block reserved, so no count is ever handed out
     /// twice, whatever crashes, and only one signature in ``SignCounts/block`` writes the item.
     package func sign(
-        _ credential: PasskeyCredential, counts: SignCounts, message: (UInt32) -> [UInt8]
+        _ credential: PasskeyCredential, counts: SignCounts, key: ItemService.OpenedKey? = nil,
+        message: (UInt32) -> [UInt8]
     ) throws(KeychainError) -> (signature: [UInt8], count: UInt32) {
         let items = try service()
         let count = try counts.next(for: credential) { (current) throws(KeychainError) -> UInt32 in
@@ -158,16 +174,31 @@ package struct PasskeyCredentials: Sendable {
             let start = max(stored, current, 1)
             var changed = credential.result.attributes
             changed.setUInt32(start &+ SignCounts.block, for: Self.signCountTag)
-            try items.write(.key, primary: changed, mode: .update, value: nil)
+            // A biometry-bound item keeps its value under its record: rewritten with the opened key.
+            try items.write(.key, primary: changed, mode: .update, value: nil, key: key)
             return start
         }
         let digest = Array(SHA256.hash(data: message(count)))
-        let raw = try items.signNeedingNoPerson(digest: digest, with: credential.result)
+        let raw =
+            credential.isBoundToBiometry
+            ? try items.sign(digest: digest, with: credential.result, key: key)
+            : try items.signNeedingNoPerson(digest: digest, with: credential.result)
         do {
             return (Array(try P256.Signing.ECDSASignature(rawRepresentation: raw).derRepresentation), count)
         } catch {
             throw KeychainError(.tampered, "The TPM's signature is not r ‖ s of P-256")
         }
+    }
+
+    /// Opens a biometry-bound credential's key: the person's finger (through `context`'s
+    /// authenticator), then the TPM, which refuses the key once the enrollment has changed
+    /// (`.itemInvalidated`).
+    package func open(
+        _ credential: PasskeyCredential, context: AuthenticationContext
+    ) async throws(KeychainError)
+        -> ItemService.OpenedKey?
+    {
+        try await service().openKey(for: credential.result, context: context)
     }
 
     /// The lock file, in the store's directory, under which blocks of counts are reserved.
