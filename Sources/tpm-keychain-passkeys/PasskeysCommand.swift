@@ -1,6 +1,5 @@
 import ArgumentParser
 import CommandLineSupport
-import Dispatch
 import Passkeys
 import PersonPrompts
 import SystemCalls
@@ -71,15 +70,7 @@ struct PasskeysCommand: ParsableCommand {
             try StoreSession.withExisting(store.path) { session in
                 let presence: @Sendable (String) -> Bool = { question in
                     guard let ask else { return false }
-                    let answer = Locked(false)
-                    let done = DispatchSemaphore(value: 0)
-                    Task {
-                        let confirmed = await ask(question)
-                        answer.withLock { $0 = confirmed != .refused }
-                        done.signal()
-                    }
-                    done.wait()
-                    return answer.withLock { $0 }
+                    return SynchronousWait.run { await ask(question) != .refused }
                 }
                 var configuration = PasskeyAuthenticator.Configuration(location: session.location, presence: presence)
                 if fprintd || fprintdAddress != nil {

@@ -1,5 +1,4 @@
 import Crypto
-import Dispatch
 import FoundationEssentials
 import SystemCalls
 package import TPMKeychain
@@ -54,6 +53,11 @@ package final class PasskeyAuthenticator: Sendable {
         var nextAssertions: NextAssertions?
         var relyingPartiesLeft: [String] = []
         var credentialsLeft: [PasskeyCredential] = []
+
+        /// Keeps only the large-blob-write permission of a token that was used with presence.
+        mutating func spendToken() {
+            tokenPermissions &= 0x10
+        }
 
         mutating func newToken() {
             token = SymmetricKey(size: .bits256)
@@ -227,6 +231,7 @@ package final class PasskeyAuthenticator: Sendable {
         }
         var verified = try checkToken(
             request[8], protocol: request[9], message: clientDataHash, permission: 0x01, relyingParty: rpID, requester)
+        let usedToken = verified
         var biometric = verified && state.withLock { $0.tokenByBiometry }
         if wantsVerification, !verified {
             try verifyFinger("Verify your fingerprint to create a passkey for \(DisplayText.quoted(rpID, limit: 100))")
@@ -276,6 +281,7 @@ package final class PasskeyAuthenticator: Sendable {
         authenticatorData += [UInt8(made.id.count >> 8), UInt8(made.id.count & 0xFF)] + made.id
         authenticatorData += Self.coseKey(made.publicKey).encoded()
         if !extensions.isEmpty { authenticatorData += CBOR.map(extensions).encoded() }
+        if usedToken { state.withLock { $0.spendToken() } }
         return .map([.int(1): .text("none"), .int(2): .bytes(authenticatorData), .int(3): .map([:])])
     }
 
@@ -315,6 +321,7 @@ package final class PasskeyAuthenticator: Sendable {
         let presence = options?["up"]?.boolValue ?? true
         var verified = try checkToken(
             request[6], protocol: request[7], message: clientDataHash, permission: 0x02, relyingParty: rpID, requester)
+        let usedToken = verified
         let allowed = request[3]?.arrayValue ?? []
         guard allowed.count <= 64 else { throw .limitExceeded("the allowList is too long") }
         var found: [PasskeyCredential]
@@ -356,7 +363,12 @@ package final class PasskeyAuthenticator: Sendable {
         var response = try assertion(
             first, relyingParty: rpID, clientDataHash: clientDataHash, flags: flags, withUser: allowed.isEmpty,
             verified: verified, salts: salts, requester)
-        state.withLock { $0.nextAssertions = nil }
+        // A token that brought the person's presence is spent with it (CTAP 2.1 §6.5.5.7); a
+        // silent check (up false), as clients make before the real request, leaves it.
+        state.withLock {
+            $0.nextAssertions = nil
+            if usedToken, presence { $0.spendToken() }
+        }
         if allowed.isEmpty, found.count > 1 {
             response[.int(5)] = .int(Int64(found.count))
             let next = NextAssertions(
@@ -619,7 +631,7 @@ package final class PasskeyAuthenticator: Sendable {
             throw .invalidOption("built-in user verification is not offered: use the PIN")
         }
         try keychain { () throws(KeychainError) in
-            try Self.waitFor { () async throws(KeychainError) in
+            try SynchronousWait.run { () async throws(KeychainError) in
                 do throws(AuthenticationError) {
                     try await fingerprints.verify(reason: reason)
                 } catch {
@@ -634,7 +646,7 @@ package final class PasskeyAuthenticator: Sendable {
         let fingerprints = configuration.fingerprints
         let enrollment = try keychain { () throws(KeychainError) -> [UInt8]? in
             let control = try AccessControl(.whenUnlockedThisDeviceOnly, flags: .biometryCurrentSet)
-            return try Self.waitFor { () async throws(KeychainError) -> [UInt8]? in
+            return try SynchronousWait.run { () async throws(KeychainError) -> [UInt8]? in
                 try await ItemService.enrollment(binding: control, authenticator: fingerprints)
             }
         }
@@ -655,26 +667,10 @@ package final class PasskeyAuthenticator: Sendable {
             "Sign in to \(DisplayText.quoted(relyingParty, limit: 100)) with your fingerprint, for \(requester.description)"
         let store = credentials(requester)
         return try keychain { () throws(KeychainError) in
-            try Self.waitFor { () async throws(KeychainError) -> ItemService.OpenedKey? in
+            try SynchronousWait.run { () async throws(KeychainError) -> ItemService.OpenedKey? in
                 try await store.open(credential, context: context)
             }
         }
-    }
-
-    /// Runs `body` on the concurrency pool and waits for it on this thread (a connection's own).
-    private static func waitFor<T: Sendable>(
-        _ body: @escaping @Sendable () async throws(KeychainError) -> T
-    ) throws(KeychainError) -> T {
-        let outcome = Locked<Result<T, KeychainError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let result: Result<T, KeychainError>
-            do throws(KeychainError) { result = .success(try await body()) } catch { result = .failure(error) }
-            outcome.withLock { $0 = result }
-            done.signal()
-        }
-        done.wait()
-        return try outcome.withLock { $0! }.get()
     }
 
     private func sharedSecret(_ platform: CBOR) throws(CTAP2Status) -> SymmetricKey {

@@ -148,26 +148,9 @@ package struct AgentKeyring: Sendable {
         context.localizedReason =
             "Sign with the SSH key \(DisplayText.quoted(key.comment, limit: 100)) for \(requester)"
             + (destination.map { ", to \($0)" } ?? "")
-        let opened = try Self.waitFor { () async throws(KeychainError) -> ItemService.OpenedKey? in
+        let opened = try SynchronousWait.run { () async throws(KeychainError) -> ItemService.OpenedKey? in
             try await service.openKey(for: key.result, context: context)
         }
         return try service.sign(digest: digest, with: key.result, key: opened)
-    }
-
-    /// Runs `body` on the concurrency pool and waits for it on this thread: a connection's own
-    /// thread, not one of the pool's, so that a person taking their time holds no pool thread.
-    private static func waitFor<T: Sendable>(
-        _ body: @escaping @Sendable () async throws(KeychainError) -> T
-    ) throws(KeychainError) -> T {
-        let outcome = Locked<Result<T, KeychainError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let result: Result<T, KeychainError>
-            do throws(KeychainError) { result = .success(try await body()) } catch { result = .failure(error) }
-            outcome.withLock { $0 = result }
-            done.signal()
-        }
-        done.wait()
-        return try outcome.withLock { $0! }.get()
     }
 }

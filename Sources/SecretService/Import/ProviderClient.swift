@@ -9,6 +9,22 @@ struct ProviderClient {
     let owner: String
     let name: String
 
+    /// A client of the provider that owns `name` on the bus at `address` (nil: the session bus).
+    static func connect(
+        address: String?, name: String, description: String
+    ) throws(ProviderImport.Failure)
+        -> ProviderClient
+    {
+        do {
+            let connection = try BusConnection(
+                address: address, sessionBus: address == nil, description: description,
+                methodCallTimeout: .seconds(25))
+            return ProviderClient(connection: connection, owner: try connection.nameOwner(name), name: name)
+        } catch {
+            throw ProviderImport.Failure("no Secret Service provider owns \(name) on this bus (\(error.message))")
+        }
+    }
+
     func call(
         _ path: String, _ interface: String, _ member: String, _ values: [BusValue]
     ) throws(ProviderImport.Failure)

@@ -55,17 +55,8 @@ package enum ProviderImport {
 
     /// Copies the items; `progress(done, total)` is called after each.
     package static func run(_ options: Options, progress: (Int, Int) -> Void) throws(Failure) -> Report {
-        let connection: BusConnection
-        let owner: String
-        do {
-            connection = try BusConnection(
-                address: options.address, sessionBus: options.address == nil, description: "tpm-keychain-import",
-                methodCallTimeout: .seconds(25))
-            owner = try connection.nameOwner(options.busName)
-        } catch {
-            throw Failure("no Secret Service provider to import from on this bus (\(error.message))")
-        }
-        let source = ProviderClient(connection: connection, owner: owner, name: options.busName)
+        let source = try ProviderClient.connect(
+            address: options.address, name: options.busName, description: "tpm-keychain-import")
         let session = try source.openSession()
 
         var targets: [String: SecretCollection] = [:]

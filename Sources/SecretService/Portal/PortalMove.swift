@@ -62,17 +62,8 @@ package enum PortalMove {
         if let chosen = options.keyringFile { file = chosen } else { file = try defaultKeyringFile(for: id) }
         try refuseWhileRunning(id)
 
-        let connection: BusConnection
-        let owner: String
-        do {
-            connection = try BusConnection(
-                address: options.address, sessionBus: options.address == nil, description: "tpm-keychain-portal-move",
-                methodCallTimeout: .seconds(25))
-            owner = try connection.nameOwner(SecretServiceDaemon.busName)
-        } catch {
-            throw Failure("no Secret Service provider on this bus (\(error.message))")
-        }
-        let source = ProviderClient(connection: connection, owner: owner, name: SecretServiceDaemon.busName)
+        let source = try ProviderClient.connect(
+            address: options.address, name: SecretServiceDaemon.busName, description: "tpm-keychain-portal-move")
         var report = Report()
         report.keyringFile = file
         var (items, locked) = try source.searchItems(options.attributes)

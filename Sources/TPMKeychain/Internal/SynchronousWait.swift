@@ -28,4 +28,14 @@ package enum SynchronousWait {
         // The task stored its value before signalling.
         return outcome.withLock { $0! }
     }
+
+    /// `body`'s result or error, once it has finished: for a thread of its own (a connection's)
+    /// that waits on work which may wait on a person.
+    package static func run<R: Sendable, E: Error>(
+        _ body: @escaping @Sendable () async throws(E) -> R
+    ) throws(E) -> R {
+        try run { () async -> Result<R, E> in
+            do throws(E) { return .success(try await body()) } catch { return .failure(error) }
+        }.get()
+    }
 }

@@ -173,11 +173,19 @@ final class SecretServiceFixture: @unchecked Sendable {
             input.fileHandleForWriting.write(Data(stdin.utf8))
             try input.fileHandleForWriting.close()
         }
-        let deadline = ContinuousClock.now + .seconds(120)
+        var deadline = ContinuousClock.now + .seconds(120)
+        var terminated = false
         while process.isRunning {
             if ContinuousClock.now > deadline {
+                // SIGTERM first; a client that outlives it (bubblewrap's outer process does not
+                // pass it on) is killed, and a sandbox dies with it (--die-with-parent).
+                if terminated {
+                    kill(process.processIdentifier, SIGKILL)
+                    break
+                }
                 process.terminate()
-                break
+                terminated = true
+                deadline = ContinuousClock.now + .seconds(5)
             }
             usleep(2_000)
         }
