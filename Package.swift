@@ -266,7 +266,7 @@ let package = Package(
         .target(
             name: "Passkeys",
             dependencies: [
-                "TPMKeychain", "SystemCalls", "WireFormat",
+                "TPMKeychain", "SystemCalls", "WireFormat", "Secrets",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],

@@ -1,5 +1,6 @@
 import Crypto
 import FoundationEssentials
+import Secrets
 import SystemCalls
 package import TPMKeychain
 import WireFormat
@@ -472,6 +473,7 @@ package final class PasskeyAuthenticator: Sendable {
         guard let randoms = credential.hmacSecret else { return nil }
         let key = SymmetricKey(data: verified ? randoms.prefix(32) : randoms.suffix(32))
         var output: [UInt8] = []
+        defer { output.withUnsafeMutableBytes { secureZero($0) } }
         for start in stride(from: 0, to: salts.salts.count, by: 32) {
             output += Array(HMAC<SHA256>.authenticationCode(for: salts.salts[start..<start + 32], using: key))
         }
@@ -548,7 +550,9 @@ package final class PasskeyAuthenticator: Sendable {
             guard PinUvAuthProtocolTwo.verify(signature, of: newPIN, with: shared) else {
                 throw .pinAuthInvalid("pinUvAuthParam does not verify")
             }
-            let hash = try Self.pinHash(try PinUvAuthProtocolTwo.decrypt(newPIN, with: shared))
+            var padded = try PinUvAuthProtocolTwo.decrypt(newPIN, with: shared)
+            defer { padded.withUnsafeMutableBytes { secureZero($0) } }
+            let hash = try Self.pinHash(padded)
             try keychain { () throws(KeychainError) in try service(requester).setAuthenticatorPIN(hash) }
             return nil
         case 0x04:
@@ -560,7 +564,9 @@ package final class PasskeyAuthenticator: Sendable {
                 throw .pinAuthInvalid("pinUvAuthParam does not verify")
             }
             try checkPIN(oldHash, shared: shared, requester)
-            let hash = try Self.pinHash(try PinUvAuthProtocolTwo.decrypt(newPIN, with: shared))
+            var padded = try PinUvAuthProtocolTwo.decrypt(newPIN, with: shared)
+            defer { padded.withUnsafeMutableBytes { secureZero($0) } }
+            let hash = try Self.pinHash(padded)
             try keychain { () throws(KeychainError) in try service(requester).setAuthenticatorPIN(hash) }
             state.withLock { $0.newToken() }
             return nil
@@ -574,13 +580,14 @@ package final class PasskeyAuthenticator: Sendable {
             try verifyFinger(
                 "Verify your fingerprint for passkeys"
                     + (relyingParty.map { " of " + DisplayText.quoted($0, limit: 100) } ?? ""))
-            let token = state.withLock { state -> [UInt8] in
+            var token = state.withLock { state -> [UInt8] in
                 state.newToken()
                 state.tokenPermissions = permissions
                 state.tokenRelyingParty = relyingParty
                 state.tokenByBiometry = true
                 return state.token.withUnsafeBytes { Array($0) }
             }
+            defer { token.withUnsafeMutableBytes { secureZero($0) } }
             return .map([.int(2): .bytes(try PinUvAuthProtocolTwo.encrypt(token, with: shared))])
         case 0x07:
             guard configuration.fingerprints != nil else {
@@ -597,12 +604,13 @@ package final class PasskeyAuthenticator: Sendable {
             if subcommand == 0x09 { (permissions, relyingParty) = try tokenPermissions(request) }
             let shared = try sharedSecret(platform)
             try checkPIN(pinHash, shared: shared, requester)
-            let token = state.withLock { state -> [UInt8] in
+            var token = state.withLock { state -> [UInt8] in
                 state.newToken()
                 state.tokenPermissions = permissions
                 state.tokenRelyingParty = relyingParty
                 return state.token.withUnsafeBytes { Array($0) }
             }
+            defer { token.withUnsafeMutableBytes { secureZero($0) } }
             return .map([.int(2): .bytes(try PinUvAuthProtocolTwo.encrypt(token, with: shared))])
         default:
             throw .invalidSubcommand("clientPIN subcommand \(subcommand) is not offered")
@@ -683,9 +691,14 @@ package final class PasskeyAuthenticator: Sendable {
     private static func pinHash(_ padded: [UInt8]) throws(CTAP2Status) -> SecretBytes {
         guard padded.count == 64 else { throw .pinPolicyViolation("newPinEnc is not 64 bytes") }
         let pin = padded.prefix { $0 != 0 }
-        guard pin.count <= 63, let text = String(validating: pin, as: UTF8.self),
-            text.unicodeScalars.count >= minimumPINLength
-        else { throw .pinPolicyViolation("a PIN has 4 to 63 bytes of UTF-8") }
+        // Counted without a String, which could not be erased.
+        var codePoints = 0
+        let malformed = transcode(pin.makeIterator(), from: UTF8.self, to: UTF32.self, stoppingOnError: true) { _ in
+            codePoints += 1
+        }
+        guard pin.count <= 63, !malformed, codePoints >= minimumPINLength else {
+            throw .pinPolicyViolation("a PIN has 4 to 63 bytes of UTF-8, at least 4 characters")
+        }
         return SecretBytes(copying: Array(SHA256.hash(data: pin).prefix(16)))
     }
 
@@ -696,7 +709,8 @@ package final class PasskeyAuthenticator: Sendable {
         guard state.withLock({ $0.mismatches }) < 3 else {
             throw .pinAuthBlocked("three wrong PINs in a row: restart the authenticator")
         }
-        let decrypted = try PinUvAuthProtocolTwo.decrypt(pinHashEncrypted, with: shared)
+        var decrypted = try PinUvAuthProtocolTwo.decrypt(pinHashEncrypted, with: shared)
+        defer { decrypted.withUnsafeMutableBytes { secureZero($0) } }
         guard decrypted.count == 16 else { throw .pinAuthInvalid("pinHashEnc is not one block") }
         let left = try keychain { () throws(KeychainError) in
             try service(requester).checkAuthenticatorPIN(SecretBytes(copying: decrypted))

@@ -86,6 +86,7 @@ package enum PortalMove {
             throw Failure("\(file): \(error.description)")
         }
         var moved: [(path: String, item: PortalKeyring.Item)] = []
+        defer { for index in moved.indices { moved[index].item.secret.withUnsafeMutableBytes { secureZero($0) } } }
         for path in items {
             guard let value = secrets[path]?.value else { continue }
             let properties = try source.allProperties(path, "org.freedesktop.Secret.Item")
