@@ -58,6 +58,12 @@ struct PasskeysCommand: ParsableCommand {
         help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
     var fprintdAddress: String?
 
+    @Flag(
+        help:
+            "Also be a HID security key through the kernel's UHID (/dev/uhid), which browsers and libfido2 find; fails where the kernel has no UHID."
+    )
+    var uhid = false
+
     static func main() {
         CommandStart.prepare()
         main(nil)
@@ -85,9 +91,28 @@ struct PasskeysCommand: ParsableCommand {
                 } catch {
                     throw CommandFailure(ExitStatus.ioError, error.description)
                 }
-                ProcessGuard.serveUntilInterrupted(stop: { server.stop() }) {
+                var made: UHIDAuthenticator?
+                if uhid {
+                    do throws(Errno) {
+                        made = try UHIDAuthenticator(authenticator: authenticator)
+                    } catch {
+                        server.stop()
+                        throw CommandFailure(
+                            ExitStatus.unavailable,
+                            error.rawValue == ENOENT
+                                ? "/dev/uhid is missing: this kernel has no UHID (modprobe uhid where it has), so no HID device can be made; the socket works without --uhid"
+                                : "/dev/uhid cannot be used: \(error) (a udev rule or group gives a user access to it)")
+                    }
+                }
+                let device = made
+                ProcessGuard.serveUntilInterrupted(stop: {
+                    server.stop()
+                    device?.stop()
+                }) {
                     try? writeAll(1, Array("TPM_KEYCHAIN_PASSKEYS_SOCKET=\(server.socketPath)\n".utf8))
+                    let hid = device.flatMap { device in try? JoinableThread { device.serve() } }
                     server.serve()
+                    hid?.join()
                 }
             }
         }

@@ -18,9 +18,6 @@ package final class AuthenticatorServer: Sendable {
 
     /// How many clients are served at once; more are closed at once.
     package static let connectionLimit = 16
-    /// How long a half-sent message waits for its next report (CTAPHID's transaction timeout).
-    static let continuationTimeout: Int32 = 3_000
-
     package var socketPath: String { server.socketPath }
 
     package init(
@@ -49,47 +46,16 @@ package final class AuthenticatorServer: Sendable {
                 facts: identity?.facts),
             description: (executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program")
                 + " (\(identity?.details ?? "pid \(pid)"))")
-        var channels = CTAPHIDChannels()
-        while true {
-            let report: [UInt8]
-            switch Self.readReport(connection, timeout: channels.isAssembling ? Self.continuationTimeout : -1) {
-            case .report(let bytes): report = bytes
-            case .timedOut:
-                guard send(channels.timeOut(), to: connection) else { return }
-                continue
-            case .closed: return
-            }
-            switch channels.receive(report) {
-            case .none: continue
-            case .reply(let reports): guard send(reports, to: connection) else { return }
-            case .request(let request):
-                let reply = respond(to: request, from: requester)
-                guard send(reply, to: connection) else { return }
-            }
-        }
+        var transport = SocketReports(connection: connection)
+        CTAPHIDSession.run(&transport, authenticator: authenticator, requester: requester)
     }
+}
 
-    private func respond(
-        to request: CTAPHIDChannels.Request, from requester: PasskeyAuthenticator.Requester
-    ) -> [[UInt8]] {
-        typealias Command = CTAPHIDChannels.Command
-        switch Command(rawValue: request.command) {
-        case .ping:
-            return CTAPHIDChannels.frames(channel: request.channel, command: request.command, payload: request.payload)
-        case .cbor:
-            let response = authenticator.respond(to: request.payload, from: requester)
-            return CTAPHIDChannels.frames(channel: request.channel, command: request.command, payload: response)
-        case .wink:
-            return CTAPHIDChannels.frames(channel: request.channel, command: request.command, payload: [])
-        case .cancel:
-            // Commands run to their end before the next report is read: nothing is left to cancel.
-            return []
-        default:
-            return CTAPHIDChannels.error(.invalidCommand, channel: request.channel)
-        }
-    }
+/// Reports on a Unix stream socket, 64 bytes each way, as a HID device node carries them.
+private struct SocketReports: CTAPHIDTransport {
+    let connection: Int32
 
-    private func send(_ reports: [[UInt8]], to connection: Int32) -> Bool {
+    mutating func send(_ reports: [[UInt8]]) -> Bool {
         for report in reports {
             let written = report.withUnsafeBytes { (try? writeAllToPeer(connection, $0, timeout: 5_000)) != nil }
             guard written else { return false }
@@ -97,14 +63,8 @@ package final class AuthenticatorServer: Sendable {
         return true
     }
 
-    private enum ReadOutcome {
-        case report([UInt8])
-        case timedOut
-        case closed
-    }
-
     /// One 64-byte report; `timeout` milliseconds for its first byte (-1: no limit).
-    private static func readReport(_ connection: Int32, timeout: Int32) -> ReadOutcome {
+    mutating func readReport(timeout: Int32) -> CTAPHIDReadOutcome {
         var report = [UInt8](repeating: 0, count: CTAPHIDChannels.reportSize)
         var filled = 0
         while filled < report.count {

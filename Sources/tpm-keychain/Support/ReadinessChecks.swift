@@ -59,7 +59,7 @@ struct ReadinessChecks {
             return Finding(
                 check: "passkeys", verdict: .info,
                 summary:
-                    "\(uhid) is missing (this kernel has no UHID): tpm-keychain-passkeys serves its socket only, which browsers do not read",
+                    "\(uhid) is missing (this kernel has no UHID): tpm-keychain-passkeys --uhid cannot make a HID device; its socket works, which browsers do not read",
                 remedy:
                     "load the uhid module (modprobe uhid) on a kernel that has it; clients such as python-fido2 use the socket meanwhile"
             )
@@ -73,7 +73,7 @@ struct ReadinessChecks {
         return Finding(
             check: "passkeys", verdict: .info,
             summary:
-                "\(uhid) is usable; tpm-keychain-passkeys serves its socket (a HID device through UHID is not built yet)"
+                "\(uhid) is usable: tpm-keychain-passkeys --uhid makes a HID security key that browsers find"
         )
     }
 
