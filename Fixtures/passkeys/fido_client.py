@@ -286,6 +286,14 @@ def main():
             return
         key.verify(bytes(response.auth_data) + challenge, response.signature)
         print(json.dumps({"signed": True, "uv": bool(response.auth_data.flags & 0x04)}))
+    elif mode == "discover":
+        import os
+        try:
+            response = Ctap2(device(path)).get_assertion(RP_ID, os.urandom(32))
+        except CtapError as error:
+            print(json.dumps({"error": error.code.name}))
+            return
+        print(json.dumps({"credentials": response.number_of_credentials or 1}))
     elif mode == "reset":
         Ctap2(device(path)).reset()
         print(json.dumps({"reset": True}))

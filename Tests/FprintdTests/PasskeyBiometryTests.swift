@@ -68,6 +68,8 @@ struct PasskeyBiometryTests {
             signed == #"{"signed": true, "uv": true}"#,
             "\(signed)\n\((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")")
         try await mock.waitForCall("VerifyStart", on: device)
+        // Found without an allow list too: the bound one among them (its key is not read to list it).
+        #expect(try client(["discover"]) == #"{"credentials": 2}"#)
 
         try await mock.setVerifyScript(device, [(result: "verify-no-match", done: true, milliseconds: 10)])
         let otherFinger = try client(["uv-assert", bound])

@@ -324,7 +324,9 @@ package final class PasskeyAuthenticator: Sendable {
             request[6], protocol: request[7], message: clientDataHash, permission: 0x02, relyingParty: rpID, requester)
         let usedToken = verified
         let allowed = request[3]?.arrayValue ?? []
-        guard allowed.count <= 64 else { throw .limitExceeded("the allowList is too long") }
+        guard allowed.count <= Self.maximumCredentialsInList else {
+            throw .limitExceeded("the allowList is longer than maxCredentialCountInList")
+        }
         var found: [PasskeyCredential]
         if allowed.isEmpty {
             found = try keychain { () throws(KeychainError) in try credentials(requester).credentials(of: rpID) }.filter

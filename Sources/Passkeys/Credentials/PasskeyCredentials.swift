@@ -112,9 +112,8 @@ package struct PasskeyCredentials: Sendable {
         var matching = AttributeList()
         matching[AttributeTag.applicationTag] = Self.tag
         matching.setString(relyingParty, for: Self.relyingPartyTag)
-        return try service().query(
-            ItemQuery(itemClass: .key, matching: matching, synchronizable: .any, returnsData: true)
-        ).compactMap(Self.credential).reversed()
+        // Without values: a biometry-bound key's waits for its finger, and only one is used.
+        return try service().query(.key, matching: matching).compactMap(Self.credential).reversed()
     }
 
     /// Every credential, oldest first.
