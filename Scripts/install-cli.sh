@@ -8,6 +8,7 @@
 #   bin/tpm-keychain-secret-service                    the same; `tpm-keychain secret-service` runs it
 #   bin/tpm-keychain-keys                              the same; `tpm-keychain key` runs it
 #   bin/tpm-keychain-ssh-agent                         the same; the ssh agent over TPM keys tagged ssh
+#   bin/tpm-keychain-passkeys                          the same; the passkey (FIDO2) authenticator
 #   share/man/man1/tpm-keychain.1                      swift-argument-parser's generate-manual plugin
 #   share/bash-completion/completions/tpm-keychain     tpm-keychain --generate-completion-script bash
 #   share/zsh/site-functions/_tpm-keychain             ... zsh
@@ -130,6 +131,7 @@ run Scripts/release-build.sh --product tpm-keychain
 run Scripts/release-build.sh --product tpm-keychain-secret-service
 run Scripts/release-build.sh --product tpm-keychain-keys
 run Scripts/release-build.sh --product tpm-keychain-ssh-agent
+run Scripts/release-build.sh --product tpm-keychain-passkeys
 if $dry_run; then
     binary=.build/release/tpm-keychain
 else
@@ -139,6 +141,7 @@ fi
 daemon="$(dirname "$binary")/tpm-keychain-secret-service"
 keys="$(dirname "$binary")/tpm-keychain-keys"
 agent="$(dirname "$binary")/tpm-keychain-ssh-agent"
+passkeys="$(dirname "$binary")/tpm-keychain-passkeys"
 
 # 3. Completion scripts, from the binary just built.
 for shell in bash zsh fish; do
@@ -158,6 +161,7 @@ run install -m 755 "$binary" "$bin_dir/tpm-keychain"
 run install -m 755 "$daemon" "$bin_dir/tpm-keychain-secret-service"
 run install -m 755 "$keys" "$bin_dir/tpm-keychain-keys"
 run install -m 755 "$agent" "$bin_dir/tpm-keychain-ssh-agent"
+run install -m 755 "$passkeys" "$bin_dir/tpm-keychain-passkeys"
 run install -m 644 "$manual_page" "$man_dir/tpm-keychain.1"
 run install -m 644 "$staging/tpm-keychain.bash" "$bash_dir/tpm-keychain"
 run install -m 644 "$staging/tpm-keychain.zsh" "$zsh_dir/_tpm-keychain"
