@@ -259,10 +259,14 @@ def main():
         options = {"rk": True}
         if sys.argv[3] == "uv":
             options["uv"] = True
-        attestation = ctap.make_credential(
-            os.urandom(32), {"id": RP_ID, "name": "Example"},
-            {"id": os.urandom(8), "name": sys.argv[4], "displayName": sys.argv[4]},
-            [{"type": "public-key", "alg": -7}], options=options)
+        try:
+            attestation = ctap.make_credential(
+                os.urandom(32), {"id": RP_ID, "name": "Example"},
+                {"id": os.urandom(8), "name": sys.argv[4], "displayName": sys.argv[4]},
+                [{"type": "public-key", "alg": -7}], options=options)
+        except CtapError as error:
+            print(json.dumps({"error": error.code.name}))
+            return
         data = attestation.auth_data
         with open(sys.argv[5], "w") as kept:
             json.dump({"id": data.credential_data.credential_id.hex(),

@@ -54,6 +54,13 @@ struct PasskeysCommand: ParsableCommand {
     var fprintd = false
 
     @Option(
+        name: .customLong("passcode-command"),
+        help: ArgumentHelp(
+            "Without --fprintd: verify the user by the device passcode, which this command asks for and prints (the TPM checks it); the reason is in TPM_KEYCHAIN_PROMPT_REASON.",
+            valueName: "command"))
+    var passcodeCommand: String?
+
+    @Option(
         name: .customLong("fprintd-address"),
         help: ArgumentHelp("fprintd's bus, instead of the system bus.", visibility: .hidden))
     var fprintdAddress: String?
@@ -82,6 +89,7 @@ struct PasskeysCommand: ParsableCommand {
                 if fprintd || fprintdAddress != nil {
                     configuration.fingerprints = FprintdAuthenticator(busAddress: fprintdAddress)
                 }
+                configuration.passcode = passcodeCommand.map(PasscodeCommand.source)
                 let log: @Sendable (String) -> Void = { writeStandardError("tpm-keychain-passkeys: " + $0 + "\n") }
                 configuration.log = log
                 let authenticator = PasskeyAuthenticator(configuration)

@@ -64,14 +64,18 @@ struct AuthenticatorWithFidoClientTests {
             return environment
         }
 
+        /// Given to the authenticator after its store, socket and presence command.
+        var extraArguments: [String] = []
+
         /// Starts the authenticator; its presence command says yes and keeps each question.
         func start() throws {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: AuthenticatorWithFidoClientTests.tool("tpm-keychain-passkeys"))
-            process.arguments = [
-                "--keychain", store, "--socket", socket, "--presence-command",
-                "printf '%s\\n' \"$TPM_KEYCHAIN_PROMPT_REASON\" >> '\(questions)'",
-            ]
+            process.arguments =
+                [
+                    "--keychain", store, "--socket", socket, "--presence-command",
+                    "printf '%s\\n' \"$TPM_KEYCHAIN_PROMPT_REASON\" >> '\(questions)'",
+                ] + extraArguments
             process.environment = environment
             let output = directory + "/server-\(UUID().uuidString).out"
             _ = FileManager.default.createFile(atPath: output, contents: nil)
@@ -109,7 +113,9 @@ struct AuthenticatorWithFidoClientTests {
             try? FileManager.default.removeItem(atPath: directory)
         }
 
-        func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+        func run(
+            _ executable: String, _ arguments: [String], stdin: String? = nil
+        ) throws -> (status: Int32, output: String) {
             let process = Process()
             let output = directory + "/run-\(UUID().uuidString).out"
             _ = FileManager.default.createFile(atPath: output, contents: nil)
@@ -119,7 +125,13 @@ struct AuthenticatorWithFidoClientTests {
             process.environment = environment
             process.standardOutput = FileHandle(forWritingAtPath: output)
             process.standardError = FileHandle(forWritingAtPath: output)
+            let input = Pipe()
+            process.standardInput = stdin == nil ? FileHandle.nullDevice : input
             try process.run()
+            if let stdin {
+                input.fileHandleForWriting.write(Data(stdin.utf8))
+                try input.fileHandleForWriting.close()
+            }
             process.waitUntilExit()
             return (process.terminationStatus, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
         }
@@ -241,6 +253,33 @@ struct AuthenticatorWithFidoClientTests {
         #expect(!keys.output.contains("example.com"), "\(keys.output)")
         let again = try fixture.client(["register-and-assert", "1", ""])
         #expect((again["registered"] as? [[String: Any]])?.count == 1)
+    }
+
+    @Test(
+        "the device passcode as built-in user verification: the right one verifies (UV), a wrong one is the TPM's refusal, counted by its lockout"
+    )
+    func passcodeVerification() throws {
+        let fixture = try Fixture()
+        let set = try fixture.run(
+            Self.tool("tpm-keychain"), ["set-passcode", "--keychain", fixture.store, "--passcode-fd", "0"],
+            stdin: "4711-correct-horse\n")
+        #expect(set.status == 0, "\(set)")
+        fixture.stop()
+        fixture.extraArguments = ["--passcode-command", "printf 4711-correct-horse"]
+        try fixture.start()
+        let info = try fixture.client(["info"])
+        #expect((info["options"] as? [String: Bool])?["uv"] == true, "\(info)")
+        let kept = fixture.directory + "/verified.json"
+        #expect(try fixture.client(["uv-register", "uv", "passcode@example.com", kept])["uv"] as? Bool == true)
+        #expect(try fixture.client(["uv-assert", kept])["signed"] as? Bool == true)
+
+        fixture.stop()
+        fixture.extraArguments = ["--passcode-command", "printf not-the-passcode"]
+        try fixture.start()
+        let before = try fixture.lockoutCounter()
+        let wrong = try fixture.client(["uv-register", "uv", "wrong@example.com", fixture.directory + "/none.json"])
+        #expect(wrong["error"] as? String == "UV_INVALID", "\(wrong) \(fixture.errors)")
+        #expect(try fixture.lockoutCounter() == before + 1, "the wrong passcode was the TPM's refusal")
     }
 
     @Test("each credential's key was made by the TPM and cannot leave it: fixedTPM, fixedParent, sensitiveDataOrigin")

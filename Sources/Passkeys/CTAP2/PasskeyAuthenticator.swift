@@ -33,6 +33,12 @@ package final class PasskeyAuthenticator: Sendable {
         /// Built-in user verification (a fingerprint through fprintd); nil: the PIN only. A
         /// credential made with it is bound to the enrolled fingers (biometryCurrentSet).
         package var fingerprints: (any Authenticator)?
+        /// Built-in user verification by the device passcode, which the TPM checks (its
+        /// dictionary-attack lockout counts wrong ones), where no fingerprint reader is given.
+        package var passcode: PasscodeSource?
+
+        /// Whether the authenticator verifies the user itself (CTAP's `uv` option).
+        var verifiesUsers: Bool { fingerprints != nil || passcode != nil }
         /// Where refusals are told, with their reason (never a secret).
         package var log: (@Sendable (String) -> Void)?
 
@@ -194,7 +200,7 @@ package final class PasskeyAuthenticator: Sendable {
                     .text("rk"): .bool(true), .text("up"): .bool(true), .text("clientPin"): .bool(pinSet),
                     .text("credMgmt"): .bool(true), .text("pinUvAuthToken"): .bool(true),
                     .text("makeCredUvNotRqd"): .bool(true),
-                ].merging(configuration.fingerprints == nil ? [:] : [.text("uv"): .bool(true)]) { $1 }),
+                ].merging(configuration.verifiesUsers ? [.text("uv"): .bool(true)] : [:]) { $1 }),
             .int(5): .int(Int64(Self.commandLimit)),
             .int(6): .array([.int(PinUvAuthProtocolTwo.number)]),
             .int(7): .int(Int64(Self.maximumCredentialsInList)),
@@ -227,7 +233,7 @@ package final class PasskeyAuthenticator: Sendable {
         let residentKey = options?["rk"]?.boolValue ?? false
         if options?["up"]?.boolValue == false { throw .invalidOption("a credential is made with the person present") }
         let wantsVerification = options?["uv"]?.boolValue == true
-        if wantsVerification, configuration.fingerprints == nil {
+        if wantsVerification, !configuration.verifiesUsers {
             throw .invalidOption("built-in user verification is not offered: use the PIN")
         }
         var verified = try checkToken(
@@ -235,9 +241,8 @@ package final class PasskeyAuthenticator: Sendable {
         let usedToken = verified
         var biometric = verified && state.withLock { $0.tokenByBiometry }
         if wantsVerification, !verified {
-            try verifyFinger("Verify your fingerprint to create a passkey for \(DisplayText.quoted(rpID, limit: 100))")
+            biometric = try verifyUser("create a passkey for \(DisplayText.quoted(rpID, limit: 100))")
             verified = true
-            biometric = true
         }
         if !verified, try pinIsSet(requester), residentKey {
             throw .pinRequired("a discoverable credential needs the PIN once one is set")
@@ -316,7 +321,7 @@ package final class PasskeyAuthenticator: Sendable {
         let options = request[5]
         if options?["rk"] != nil { throw .unsupportedOption("rk is not an assertion's option") }
         let wantsVerification = options?["uv"]?.boolValue == true
-        if wantsVerification, configuration.fingerprints == nil {
+        if wantsVerification, !configuration.verifiesUsers {
             throw .invalidOption("built-in user verification is not offered: use the PIN")
         }
         let presence = options?["up"]?.boolValue ?? true
@@ -357,7 +362,7 @@ package final class PasskeyAuthenticator: Sendable {
         }
         // A biometry-bound credential verifies the finger itself when it is opened.
         if wantsVerification, !verified, !first.isBoundToBiometry {
-            try verifyFinger("Verify your fingerprint to sign in to \(DisplayText.quoted(rpID, limit: 100))")
+            _ = try verifyUser("sign in to \(DisplayText.quoted(rpID, limit: 100))")
             verified = true
         }
         var flags: UInt8 = presence ? 0x01 : 0
@@ -573,29 +578,28 @@ package final class PasskeyAuthenticator: Sendable {
             state.withLock { $0.newToken() }
             return nil
         case 0x06:
-            guard configuration.fingerprints != nil else {
+            guard configuration.verifiesUsers else {
                 throw .invalidSubcommand("built-in user verification is not offered: use the PIN")
             }
             guard let platform = request[3] else { throw .missingParameter("a token needs keyAgreement") }
             let (permissions, relyingParty) = try tokenPermissions(request)
             let shared = try sharedSecret(platform)
-            try verifyFinger(
-                "Verify your fingerprint for passkeys"
-                    + (relyingParty.map { " of " + DisplayText.quoted($0, limit: 100) } ?? ""))
+            let biometric = try verifyUser(
+                "use passkeys" + (relyingParty.map { " of " + DisplayText.quoted($0, limit: 100) } ?? ""))
             var token = state.withLock { state -> [UInt8] in
                 state.newToken()
                 state.tokenPermissions = permissions
                 state.tokenRelyingParty = relyingParty
-                state.tokenByBiometry = true
+                state.tokenByBiometry = biometric
                 return state.token.withUnsafeBytes { Array($0) }
             }
             defer { token.withUnsafeMutableBytes { secureZero($0) } }
             return .map([.int(2): .bytes(try PinUvAuthProtocolTwo.encrypt(token, with: shared))])
         case 0x07:
-            guard configuration.fingerprints != nil else {
+            guard configuration.verifiesUsers else {
                 throw .invalidSubcommand("built-in user verification is not offered: use the PIN")
             }
-            // fprintd keeps its own count of failed matches; CTAP's is not kept here.
+            // fprintd and the TPM keep their own counts of failures; CTAP's is not kept here.
             return .map([.int(5): .int(3)])
         case 0x05, 0x09:
             guard let platform = request[3], let pinHash = request[6]?.bytesValue else {
@@ -635,20 +639,27 @@ package final class PasskeyAuthenticator: Sendable {
 
     // MARK: Fingerprints
 
-    /// Asks for a matching finger (built-in user verification).
-    private func verifyFinger(_ reason: String) throws(CTAP2Status) {
-        guard let fingerprints = configuration.fingerprints else {
-            throw .invalidOption("built-in user verification is not offered: use the PIN")
-        }
+    /// Built-in user verification, to `purpose`: a matching finger where fingerprints are
+    /// configured, else the device passcode, which the TPM checks.
+    ///
+    /// - Returns: whether a finger verified the user (a new credential is then bound to them).
+    private func verifyUser(_ purpose: String) throws(CTAP2Status) -> Bool {
+        let fingerprints = configuration.fingerprints
+        let context = AuthenticationContext(
+            authenticator: fingerprints, passcode: configuration.passcode, location: configuration.location)
+        let reason = (fingerprints != nil ? "Verify your fingerprint to " : "Enter the device passcode to ") + purpose
         try keychain { () throws(KeychainError) in
             try SynchronousWait.run { () async throws(KeychainError) in
                 do throws(AuthenticationError) {
-                    try await fingerprints.verify(reason: reason)
+                    try await context.evaluate(
+                        fingerprints != nil ? .deviceOwnerAuthenticationWithBiometrics : .deviceOwnerAuthentication,
+                        reason: reason)
                 } catch {
                     throw KeychainError(error)
                 }
             }
         }
+        return fingerprints != nil
     }
 
     /// What the fingers enrolled now are, for a new credential to be bound to.
