@@ -68,6 +68,18 @@ struct PasskeyBenchmarks: @unchecked Sendable { // Summary is only used from one
                 ours: ours, floorName: "C ESAPI: connect, ContextLoad, Load, salted HMAC session, Sign, flushes",
                 floor: floor, goal: 1.2))
 
+        // The same assertion on a connection kept open, as a client that holds the device for a
+        // ceremony sends it: one CTAPHID_INIT before, none in the timed part.
+        let kept = try KeptConnection(socket)
+        let (onKept, keptFloor) = try interleavedWithFloor(
+            batch: batch, ours: { _ = try kept.transact(assertion) },
+            floor: { try AccessBenchmarks.floorSamples(simulator.tcti, $0, mode: "sign") })
+        summary.add(
+            Figure(
+                name: "passkey getAssertion on a connection kept open (CBOR getAssertion, answer; one INIT before)",
+                ours: onKept, floorName: "C ESAPI: connect, ContextLoad, Load, salted HMAC session, Sign, flushes",
+                floor: keptFloor, goal: 1.2))
+
         // The same sign-in with the TPM behind a proxy at a discrete TPM's pace: the store opened
         // again through it, then each assertion timed (issue 47's goal: under 0.5 s).
         let proxy = try RecordingTPMProxy.start(forwardingTo: simulator.port, latency: .discrete)
@@ -102,20 +114,48 @@ struct PasskeyBenchmarks: @unchecked Sendable { // Summary is only used from one
 
     /// One client: connects, allocates a channel, sends a CTAPHID_CBOR message, reads the answer.
     static func transact(_ message: [UInt8], _ path: String) throws -> [UInt8] {
-        let descriptor = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        defer { close(descriptor) }
-        guard descriptor >= 0, withUnixSocketAddress(path, { connect(descriptor, $0, $1) }) == 0 else {
-            throw BenchmarkError("cannot connect to the authenticator")
+        try KeptConnection(path).transact(message)
+    }
+
+    /// A connection with its channel allocated (CTAPHID_INIT), for any number of messages.
+    final class KeptConnection {
+        let descriptor: Int32
+        let channel: UInt32
+
+        init(_ path: String) throws {
+            let descriptor = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard descriptor >= 0, withUnixSocketAddress(path, { connect(descriptor, $0, $1) }) == 0 else {
+                close(descriptor)
+                throw BenchmarkError("cannot connect to the authenticator")
+            }
+            do {
+                channel = try PasskeyBenchmarks.allocate(descriptor)
+            } catch {
+                close(descriptor)
+                throw error
+            }
+            self.descriptor = descriptor
         }
+
+        deinit { close(descriptor) }
+
+        func transact(_ message: [UInt8]) throws -> [UInt8] {
+            try PasskeyBenchmarks.exchange(message, on: channel, descriptor)
+        }
+    }
+
+    private static func allocate(_ descriptor: Int32) throws -> UInt32 {
         for report in CTAPHIDChannels.frames(
             channel: CTAPHIDChannels.broadcast, command: 0x06, payload: [UInt8](repeating: 9, count: 8))
         {
             try writeAll(descriptor, report)
         }
         let initReply = try readReport(descriptor)
-        let channel =
-            UInt32(initReply[15]) << 24 | UInt32(initReply[16]) << 16 | UInt32(initReply[17]) << 8
+        return UInt32(initReply[15]) << 24 | UInt32(initReply[16]) << 16 | UInt32(initReply[17]) << 8
             | UInt32(initReply[18])
+    }
+
+    private static func exchange(_ message: [UInt8], on channel: UInt32, _ descriptor: Int32) throws -> [UInt8] {
         for report in CTAPHIDChannels.frames(channel: channel, command: 0x10, payload: message) {
             try writeAll(descriptor, report)
         }
