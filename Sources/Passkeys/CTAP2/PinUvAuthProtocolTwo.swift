@@ -1,6 +1,7 @@
 package import Crypto
 import CryptoExtras
 import Foundation
+import Secrets
 
 /// PIN/UV auth protocol 2 (CTAP 2.1 §6.5.7): the platform and the authenticator agree on a
 /// shared secret by ECDH on P-256, from which HKDF-SHA-256 makes an HMAC key and an AES-256 key;
@@ -31,7 +32,12 @@ package enum PinUvAuthProtocolTwo {
             using: SHA256.self, salt: salt, sharedInfo: Array("CTAP2 HMAC key".utf8), outputByteCount: 32)
         let aesKey = shared.hkdfDerivedSymmetricKey(
             using: SHA256.self, salt: salt, sharedInfo: Array("CTAP2 AES key".utf8), outputByteCount: 32)
-        return SymmetricKey(data: hmacKey.withUnsafeBytes { Array($0) } + aesKey.withUnsafeBytes { Array($0) })
+        // Joined in a buffer that erases itself: no copy of either key outlives this call.
+        let joined = SecretBytes(count: 64) { target in
+            hmacKey.withUnsafeBytes { target.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 32) }
+            aesKey.withUnsafeBytes { (target.baseAddress! + 32).copyMemory(from: $0.baseAddress!, byteCount: 32) }
+        }
+        return joined.withUnsafeBytes { SymmetricKey(data: $0) }
     }
 
     /// The authenticator's key-agreement key as a COSE_Key (alg -25, ECDH-ES+HKDF-256).
@@ -68,17 +74,23 @@ package enum PinUvAuthProtocolTwo {
 
     /// HMAC-SHA-256 of `message` under a shared secret's HMAC half, or under a whole 32-byte token.
     package static func authenticate(_ message: [UInt8], with key: SymmetricKey) -> [UInt8] {
-        let hmacKey = key.bitCount == 512 ? SymmetricKey(data: key.withUnsafeBytes { Array($0.prefix(32)) }) : key
-        return Array(HMAC<SHA256>.authenticationCode(for: message, using: hmacKey))
+        Array(HMAC<SHA256>.authenticationCode(for: message, using: hmacKey(key)))
     }
 
     /// Whether `signature` is the authentication of `message` (compared in constant time).
     package static func verify(_ signature: [UInt8], of message: [UInt8], with key: SymmetricKey) -> Bool {
-        let hmacKey = key.bitCount == 512 ? SymmetricKey(data: key.withUnsafeBytes { Array($0.prefix(32)) }) : key
-        return HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: message, using: hmacKey)
+        HMAC<SHA256>.isValidAuthenticationCode(signature, authenticating: message, using: hmacKey(key))
     }
 
+    /// The HMAC half of a shared secret (its first 32 bytes), or a 32-byte token as it is;
+    /// taken straight from the key's own storage, with no copy left behind.
+    private static func hmacKey(_ key: SymmetricKey) -> SymmetricKey {
+        guard key.bitCount == 512 else { return key }
+        return key.withUnsafeBytes { SymmetricKey(data: UnsafeRawBufferPointer(rebasing: $0.prefix(32))) }
+    }
+
+    /// The AES half of a shared secret: its last 32 bytes.
     private static func aesKey(_ shared: SymmetricKey) -> SymmetricKey {
-        SymmetricKey(data: shared.withUnsafeBytes { Array($0.suffix(32)) })
+        shared.withUnsafeBytes { SymmetricKey(data: UnsafeRawBufferPointer(rebasing: $0.suffix(32))) }
     }
 }
