@@ -174,3 +174,26 @@ package enum ExecutableHashes {
         return hash
     }
 }
+
+extension AccessCaller {
+    /// The peer of a Unix-socket connection that a face serving other programs (the ssh agent,
+    /// the passkey authenticator) answers: its uid and pid from SO_PEERCRED, and what the kernel
+    /// says of it (``CallerIdentity``), read while the process is held by its pidfd; the
+    /// executable from /proc/PID/exe when the identity could not be confirmed.
+    package static func peer(
+        of connection: Int32, pid: Int32, uid: UInt32, face: Face
+    ) -> (caller: AccessCaller, identity: CallerIdentity?) {
+        let identity = PinnedProcess(peerOf: connection, pid: pid).flatMap { CallerIdentity.of($0, uid: uid) }
+        let caller = AccessCaller(
+            face: face, uid: uid, source: .peerCredentials,
+            executable: identity?.process.executable ?? executablePath(ofProcess: pid), facts: identity?.facts)
+        return (caller, identity)
+    }
+
+    /// The program as the person asked reads it: its path quoted and escaped, then its pid and
+    /// what the kernel says of where it comes from.
+    package static func describe(executable: String?, identity: CallerIdentity?, pid: Int32) -> String {
+        (executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program") + " ("
+            + (identity?.details ?? "pid \(pid)") + ")"
+    }
+}

@@ -1,6 +1,5 @@
 package import SystemCalls
 package import TPMKeychain
-import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -38,14 +37,10 @@ package final class AuthenticatorServer: Sendable {
     }
 
     private func answer(_ connection: Int32, pid: Int32, uid: UInt32) {
-        let identity = PinnedProcess(peerOf: connection, pid: pid).flatMap { CallerIdentity.of($0, uid: uid) }
-        let executable = identity?.process.executable ?? executablePath(ofProcess: pid)
+        let peer = AccessCaller.peer(of: connection, pid: pid, uid: uid, face: .authenticator)
         let requester = PasskeyAuthenticator.Requester(
-            caller: AccessCaller(
-                face: .authenticator, uid: uid, source: .peerCredentials, executable: executable,
-                facts: identity?.facts),
-            description: (executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program")
-                + " (\(identity?.details ?? "pid \(pid)"))")
+            caller: peer.caller,
+            description: AccessCaller.describe(executable: peer.caller.executable, identity: peer.identity, pid: pid))
         var transport = SocketReports(connection: connection)
         CTAPHIDSession.run(&transport, authenticator: authenticator, requester: requester)
     }

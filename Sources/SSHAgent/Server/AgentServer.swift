@@ -65,12 +65,8 @@ package final class AgentServer: Sendable {
 
     private func answer(_ connection: Int32, pid: Int32, uid: UInt32) {
         // Who asks, from the kernel: the process held by its pidfd while /proc is read.
-        let identity = PinnedProcess(peerOf: connection, pid: pid).flatMap { CallerIdentity.of($0, uid: uid) }
-        var state = ConnectionState(
-            caller: AccessCaller(
-                face: .sshAgent, uid: uid, source: .peerCredentials,
-                executable: identity?.process.executable ?? executablePath(ofProcess: pid), facts: identity?.facts),
-            pid: pid, identity: identity)
+        let peer = AccessCaller.peer(of: connection, pid: pid, uid: uid, face: .sshAgent)
+        var state = ConnectionState(caller: peer.caller, pid: pid, identity: peer.identity)
         while var body = OwnerSocketServer.readMessage(connection, maximumLength: AgentRequest.maximumLength) {
             let response: AgentResponse
             // The message may hold a lock passphrase: its bytes do not outlive their answer.
@@ -112,10 +108,8 @@ package final class AgentServer: Sendable {
         /// The pid, and what the kernel says of where the program comes from.
         private var details: String { identity?.details ?? "pid \(pid)" }
 
-        /// The program as the person asked reads it: its path quoted and escaped, then ``details``.
-        var requester: String {
-            (caller.executable.map { DisplayText.quoted($0, limit: 200) } ?? "an unknown program") + " (\(details))"
-        }
+        /// The program as the person asked reads it (``AccessCaller/describe(executable:identity:pid:)``).
+        var requester: String { AccessCaller.describe(executable: caller.executable, identity: identity, pid: pid) }
 
         /// The program, its details and, once bound, the host, as the log reads them.
         var description: String {
