@@ -191,9 +191,10 @@ let package = Package(
             swiftSettings: strictness
         ),
         // Asking the person through a command they configure (systemd-ask-password, a dialog):
-        // the passcode and yes/no questions of the daemons (Secret Service, ssh agent), which
-        // bring Foundation's Process (the lookup CLI does not link this target).
-        .target(name: "PersonPrompts", dependencies: ["TPMKeychain"], swiftSettings: strictness),
+        // the passcode and yes/no questions of the daemons (Secret Service, ssh agent, passkeys).
+        .target(
+            name: "PersonPrompts", dependencies: ["TPMKeychain", "SystemCalls", "WireFormat"], swiftSettings: strictness
+        ),
         // A fingerprint authenticator over fprintd (system D-Bus), and the session lock from logind.
         .target(
             name: "TPMKeychainFprintd",
@@ -371,10 +372,11 @@ let package = Package(
             name: "TPMKeychainCLITests",
             // KeychainStore only to set up stores a CLI cannot make (one recorded as made on a TPM device);
             // the git helper and the face probe for the table of every face's refusals;
-            // ToolSupport and KeychainVocabulary for the readers of other keyrings' exports.
+            // ToolSupport and KeychainVocabulary for the readers of other keyrings' exports;
+            // the ssh agent's and the authenticator's binaries for the libraries each links.
             dependencies: [
                 "TPMKeychain", "TPM", "TPMKeychainTesting", "tpm-keychain", "tpm-keychain-secret-service",
-                "tpm-keychain-keys",
+                "tpm-keychain-keys", "tpm-keychain-ssh-agent", "tpm-keychain-passkeys",
                 "git-credential-tpm-keychain", "tpm-keychain-face-probe", "KeychainStore", "ToolSupport",
                 "KeychainTransfer", "SystemCalls",
                 "KeychainVocabulary", .product(name: "Crypto", package: "swift-crypto"),

@@ -1,5 +1,6 @@
-import Foundation
+import SystemCalls
 package import TPMKeychain
+import WireFormat
 
 /// The device passcode from a command the person answers (systemd-ask-password, a dialog):
 /// its standard output up to the first line break. Run through /bin/sh with the reason in
@@ -13,7 +14,7 @@ package enum PasscodeCommand {
             await run(command, reason: question) { status, output in
                 guard status == 0 else { return .refused }
                 let line = String(decoding: output.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
-                switch line.trimmingCharacters(in: .whitespaces) {
+                switch line.trimmingWhitespace() {
                 case "remember": return .remembered
                 case "session": return .forTheSession
                 default: return .once
@@ -32,31 +33,33 @@ package enum PasscodeCommand {
         }
     }
 
-    /// Runs `command` through /bin/sh with the reason in `TPM_KEYCHAIN_PROMPT_REASON`, then hands
-    /// `answer` its exit status (-1 when it could not start) and standard output, which is
-    /// zeroized afterwards (it may hold a passcode). Waits without holding a thread.
+    /// Runs `command` through /bin/sh with the reason in `TPM_KEYCHAIN_PROMPT_REASON` and this
+    /// process's environment less what no child gets (``ChildEnvironment``), then hands `answer`
+    /// its exit status (-1 when it could not start or was killed) and standard output, which is
+    /// zeroized afterwards (it may hold a passcode); its standard error is ours, for the log. A person may take minutes to answer, so the
+    /// wait is on a thread of its own, never one of the concurrency pool's.
     private static func run<Answer: Sendable>(
         _ command: String, reason: String, answer: @escaping @Sendable (Int32, [UInt8]) -> Answer
     ) async -> Answer {
         await withCheckedContinuation { (continuation: CheckedContinuation<Answer, Never>) in
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", command]
-            var environment = ProcessInfo.processInfo.environment
-            environment["TPM_KEYCHAIN_PROMPT_REASON"] = reason
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardInput = FileHandle.nullDevice
-            process.terminationHandler = { finished in
-                var data = output.fileHandleForReading.readDataToEndOfFile()
-                var bytes = [UInt8](data)
-                data.resetBytes(in: 0..<data.count)
-                defer { for index in bytes.indices { bytes[index] = 0 } }
-                continuation.resume(returning: answer(finished.terminationStatus, bytes))
-            }
+            let environment =
+                ChildEnvironment.current().filter { !$0.hasPrefix("TPM_KEYCHAIN_PROMPT_REASON=") }
+                + ["TPM_KEYCHAIN_PROMPT_REASON=\(reason)"]
             do {
-                try process.run()
+                try DetachedThread.start {
+                    guard
+                        var run = try? ChildProcess.run(
+                            "/bin/sh", arguments: ["-c", command], environment: environment,
+                            standardError: .inherited, limit: 64 * 1024)
+                    else { return continuation.resume(returning: answer(-1, [])) }
+                    defer { erase(&run.output) }
+                    let status: Int32 =
+                        switch run.termination {
+                        case .exited(let code): code
+                        case .signaled: -1
+                        }
+                    continuation.resume(returning: answer(status, run.output))
+                }
             } catch {
                 continuation.resume(returning: answer(-1, []))
             }

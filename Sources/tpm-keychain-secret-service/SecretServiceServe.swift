@@ -1,7 +1,7 @@
 import ArgumentParser
 import CommandLineSupport
 import Dispatch
-import Foundation
+import FoundationEssentials
 import PersonPrompts
 import SecretService
 import SystemCalls

@@ -222,9 +222,14 @@ extension SecretServiceSuites {
             defer { fixture.stop() }
             let asked = fixture.directory + "/asked"
             let allow = fixture.directory + "/allow"
-            try fixture.startDaemon(extraArguments: [
-                "--confirm-command", "echo \"$TPM_KEYCHAIN_PROMPT_REASON\" >> \(asked); test -e \(allow)",
-            ])
+            let ownerAuthorization = fixture.directory + "/owner-authorization"
+            // The TPM owner's password (empty here, as swtpm's is) is the daemon's, never the prompt's.
+            try fixture.startDaemon(
+                extraArguments: [
+                    "--confirm-command",
+                    "echo \"${TPM_KEYCHAIN_OWNER_AUTH-withheld}\" > \(ownerAuthorization); "
+                        + "echo \"$TPM_KEYCHAIN_PROMPT_REASON\" >> \(asked); test -e \(allow)",
+                ], environment: ["TPM_KEYCHAIN_OWNER_AUTH": ""])
             let path = try fixture.createCollection(
                 label: "Ask me", properties: "'org.tpmkeychain.Collection.ConfirmEachAccess': ('b', True)")
             let store = try fixture.secretTool(
@@ -239,6 +244,7 @@ extension SecretServiceSuites {
             let first = try fixture.secretTool(["lookup", "service", "confirm", "account", "a"])
             #expect(first.stdout == "allowed", "\(first)\n\(fixture.daemonLogs())")
             #expect(questions().count == 1, "\(questions())")
+            #expect((try? String(contentsOfFile: ownerAuthorization, encoding: .utf8)) == "withheld\n")
             #expect(questions().first?.contains("secret-tool") == true && questions().first?.contains("Ask me") == true)
             // The person sees where the caller comes from, as the kernel says: the chain and the file's hash.
             #expect(

@@ -1,6 +1,6 @@
 package import Crypto
 import CryptoExtras
-import Foundation
+import FoundationEssentials
 import Secrets
 
 /// PIN/UV auth protocol 2 (CTAP 2.1 §6.5.7): the platform and the authenticator agree on a

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The Secret Service's aliases ("default" and any a client sets), kept in the data directory as
 /// lines `alias<TAB>store name` in a 0600 file. Without an entry, an alias names the store of the

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import KeychainVocabulary
 import TPMKeychain
 import WireFormat

@@ -1,5 +1,6 @@
 import DBus
-import Foundation
+import FoundationEssentials
+import SystemCalls
 import TPMKeychain
 import WireFormat
 
@@ -11,20 +12,19 @@ import Glibc
 /// file, the chain of processes that started it, its unit and Flatpak app id: CallerIdentity),
 /// what, and the collection's and item's labels. Never a secret, never an attribute value.
 final class AuditLog {
-    private let handle: FileHandle
+    private let descriptor: Int32
 
-    /// Appends to `path` (created 0600).
-    init(path: String) throws {
-        if !FileManager.default.fileExists(atPath: path) {
-            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
-            else { throw SecretServiceError(.failed, "The audit log \(path) could not be created") }
+    /// Appends to `path` (created 0600; a symbolic link there is refused).
+    init(path: String) throws(SecretServiceError) {
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw SecretServiceError(
+                .failed, "The audit log \(path) could not be opened: \(String(cString: strerror(errno)))")
         }
-        guard let handle = FileHandle(forWritingAtPath: path) else {
-            throw SecretServiceError(.failed, "The audit log \(path) could not be opened")
-        }
-        handle.seekToEndOfFile()
-        self.handle = handle
+        self.descriptor = descriptor
     }
+
+    deinit { close(descriptor) }
 
     func record(peer: BusPeer, action: String, collection: String, item: String?) {
         // What the kernel says of the caller: the file it runs (hashed through /proc/PID/exe,
@@ -48,8 +48,10 @@ final class AuditLog {
         write("\(event) collection=\(DisplayText.quoted(collection))")
     }
 
+    /// One write(2) per record on an O_APPEND descriptor: records of concurrent writers do not
+    /// interleave. A failed write is dropped; the call it records is not refused for it.
     private func write(_ line: String) {
-        let time = ISO8601DateFormatter().string(from: Date())
-        handle.write(Data((time + " " + line + "\n").utf8))
+        let time = Date.now.formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
+        try? writeAll(descriptor, Array((time + " " + line + "\n").utf8))
     }
 }

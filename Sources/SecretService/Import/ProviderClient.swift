@@ -1,5 +1,5 @@
 import DBus
-import Foundation
+import FoundationEssentials
 import SystemCalls
 
 /// A Secret Service provider as its clients call it, for moving items in (``ProviderImport``)

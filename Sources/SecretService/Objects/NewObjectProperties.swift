@@ -1,6 +1,7 @@
 import DBus
-import Foundation
+import FoundationEssentials
 import TPMKeychain
+import WireFormat
 
 /// CreateCollection's properties, read in full before anything is created, so that one of the
 /// wrong type is `InvalidArgs` and leaves no store behind.
@@ -66,7 +67,7 @@ struct NewCollectionProperties {
             "devicePasscode": .devicePasscode, "or": .or, "and": .and,
         ]
         var flags: AccessControl.Flags = []
-        for name in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) {
+        for name in text.split(separator: ",").map({ $0.trimmingWhitespace() }) {
             guard let flag = names[name] else {
                 throw SecretServiceError(
                     .invalidArgs,

@@ -1,5 +1,5 @@
 import DBus
-import Foundation
+import FoundationEssentials
 import TPMKeychain
 
 // CreateCollection: a new store in the data directory, sealed to the TPM the daemon was told to

@@ -1,6 +1,6 @@
 import Crypto
 import CryptoExtras
-import Foundation
+import FoundationEssentials
 import Secrets
 
 /// libsecret's own keyring file, the one a sandboxed application keeps its items in once the

@@ -1,5 +1,5 @@
 import DBus
-import Foundation
+import FoundationEssentials
 import Secrets
 import SystemCalls
 import TPMKeychain
@@ -196,7 +196,7 @@ package enum PortalMove {
 
     /// Replaces the file atomically: a private temporary beside it, synced, renamed over it.
     private static func write(_ keyring: PortalKeyring, to file: String) throws(Failure) {
-        let directory = (file as NSString).deletingLastPathComponent
+        let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
         do {
             try createDirectories(directory)
         } catch {

@@ -1,7 +1,7 @@
 import CModularExponentiation
 import Crypto
 import CryptoExtras
-import Foundation
+import FoundationEssentials
 import WireFormat
 
 /// How secrets cross the bus in one client's session (the spec's "Session"): in the clear

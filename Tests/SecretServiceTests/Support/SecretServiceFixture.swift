@@ -123,9 +123,11 @@ final class SecretServiceFixture: @unchecked Sendable {
     /// - Parameter withoutTCTI: no `TPM_KEYCHAIN_TCTI`, as on a desktop without a TPM setting.
     /// - Returns: the daemon's log file.
     @discardableResult
-    func startDaemon(extraArguments: [String] = [], withoutTCTI: Bool = false) throws -> String {
+    func startDaemon(
+        extraArguments: [String] = [], withoutTCTI: Bool = false, environment extra: [String: String] = [:]
+    ) throws -> String {
         let log = "\(directory)/daemon-\(UUID().uuidString).log"
-        var environment = environment
+        var environment = environment.merging(extra) { $1 }
         if withoutTCTI { environment["TPM_KEYCHAIN_TCTI"] = nil }
         let process = try Self.launch(
             Self.tool,
