@@ -4,6 +4,7 @@ import SystemCalls
 import TPMKeychain
 import TPMKeychainTesting
 import Testing
+import WireFormat
 
 #if canImport(Glibc)
 import Glibc
@@ -282,10 +283,32 @@ struct AuthenticatorWithFidoClientTests {
         #expect(try fixture.lockoutCounter() == before + 1, "the wrong passcode was the TPM's refusal")
     }
 
-    @Test("each credential's key was made by the TPM and cannot leave it: fixedTPM, fixedParent, sensitiveDataOrigin")
+    @Test(
+        "each credential's key was made by the TPM and cannot leave it: fixedTPM, fixedParent, sensitiveDataOrigin, as tpm2_print reads its item and tpm2_readpublic asks the TPM"
+    )
     func keysStayInTheTPM() throws {
         let fixture = try Fixture()
         _ = try fixture.client(["register-and-assert", "2", ""])
+        // tpm2-tools load the keys below: the authenticator must not use the TPM's few object slots meanwhile.
+        fixture.stop()
+        // The TCG storage root key (provisioning guidance §7.5.1: ECC P-256, AES-128-CFB, zero-filled
+        // unique), derived again by tpm2-tools: the parent each credential's key was made under.
+        let tools = fixture.directory + "/tpm2-tools"
+        try FileManager.default.createDirectory(atPath: tools, withIntermediateDirectories: false)
+        let tcti = fixture.simulator.tcti
+        // From standard input, tpm2-tools split the bytes into x and y: 32 zero bytes each.
+        let primary = try TPM2Tools.run(
+            [
+                "tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", "ecc256:null:aes128cfb", "-a",
+                "fixedtpm|fixedparent|sensitivedataorigin|userwithauth|noda|restricted|decrypt", "-u", "-",
+                "-c", tools + "/parent.ctx",
+            ], tcti: tcti, input: [UInt8](repeating: 0, count: 64))
+        #expect(primary.status == 0, "\(primary.errorOutput)")
+        // Without a resource manager, what tpm2-tools load stays loaded: each run's objects are flushed.
+        let flush = { _ = try? TPM2Tools.run(["tpm2_flushcontext", "-t"], tcti: tcti) }
+        flush()
+        let parent = try TPM2Tools.run(["tpm2_readpublic", "-c", tools + "/parent.ctx"], tcti: tcti)
+        flush()
         let location = try KeychainLocation(path: fixture.store, tcti: fixture.simulator.tcti)
         let service = try ItemService(location: location, caller: AccessCaller(face: .cli))
         var matching = AttributeList()
@@ -306,6 +329,25 @@ struct AuthenticatorWithFidoClientTests {
                 #expect(printed.output.contains(attribute), "\(attribute): \(printed.output)")
             }
             #expect(printed.output.contains("ecc") || printed.output.contains("ECC"))
+
+            // The TPM itself: the key loads only under the parent it was made under (its private
+            // area is sealed to that parent), and the TPM reports what it holds.
+            #expect(parent.output.contains("name: " + value.key.storageKeyName.hexString), "\(parent.output)")
+            try Data(value.key.privateArea).write(to: URL(fileURLWithPath: file + ".private"))
+            let loaded = try TPM2Tools.run(
+                ["tpm2_load", "-C", tools + "/parent.ctx", "-u", file, "-r", file + ".private", "-c", file + ".ctx"],
+                tcti: tcti)
+            #expect(loaded.status == 0, "\(loaded.errorOutput)")
+            flush()
+            let read = try TPM2Tools.run(["tpm2_readpublic", "-c", file + ".ctx"], tcti: tcti)
+            flush()
+            #expect(read.status == 0, "\(read.errorOutput)")
+            let attributes = read.output.split(separator: "\n").drop { !$0.hasPrefix("attributes:") }.prefix(2)
+                .joined(separator: " ")
+            for attribute in ["fixedtpm", "fixedparent", "sensitivedataorigin", "sign"] {
+                #expect(attributes.contains(attribute), "\(attribute): \(read.output)")
+            }
+            #expect(!attributes.contains("decrypt"), "a signing key only: \(read.output)")
         }
     }
 
