@@ -91,8 +91,11 @@ package final class OwnerSocketServer: Sendable {
                 close(connection)
                 continue
             }
+            // Detached: nobody joins a connection's thread, and a joinable one nobody joins keeps
+            // its stack mapped after it ends, one stack per connection ever answered. A detached
+            // thread's stack goes back to glibc's cache, so the next connection's thread reuses it.
             do {
-                _ = try JoinableThread { [self] in
+                try DetachedThread.start { [self] in
                     defer { connections.withLock { $0 -= 1 } }
                     defer { close(connection) }
                     guard let peer = peerCredentials(of: connection) else { return }

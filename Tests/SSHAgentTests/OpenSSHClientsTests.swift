@@ -182,7 +182,14 @@ struct OpenSSHClientsTests {
             (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(fixture.agent.processIdentifier)/fd"))?.count
                 ?? -1
         }
+        // The agent's address space, in bytes (statm's first field is pages).
+        let addressSpace = {
+            let statm = (try? String(contentsOfFile: "/proc/\(fixture.agent.processIdentifier)/statm", encoding: .utf8))
+            return (statm?.split(separator: " ").first.flatMap { Int($0) } ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+        }
         let before = descriptors()
+        let spaceBefore = addressSpace()
+        #expect(spaceBefore > 0, "the agent's /proc/PID/statm could not be read")
         let failures = Locked<[String]>([])
         let socket = fixture.socket
         DispatchQueue.concurrentPerform(iterations: 1000) { index in
@@ -209,6 +216,13 @@ struct OpenSSHClientsTests {
         let deadline = ContinuousClock.now + .seconds(60)
         while descriptors() > before, ContinuousClock.now < deadline { usleep(20_000) }
         #expect(descriptors() <= before, "descriptors before: \(before), after: \(descriptors())")
+        // Nor does its memory stay: an ended thread's stack (8 MB of address space each) is unmapped
+        // or reused, not kept for a join that never comes. glibc keeps a few stacks (40 MB) and
+        // malloc an arena per thread at most (64 MB each, 8 per core), so 1 GB is a generous bound;
+        // a thousand connections leaving their stacks add 8 GB.
+        let bound = spaceBefore + (1 << 30)
+        while addressSpace() > bound, ContinuousClock.now < deadline { usleep(20_000) }
+        #expect(addressSpace() <= bound, "address space before: \(spaceBefore), after: \(addressSpace())")
     }
 }
 
