@@ -26,6 +26,7 @@ package enum ProcessGuard {
     /// writes a core file. libcrypto, which only ESAPI uses here (in a private context), starts
     /// without its legacy name tables and openssl.cnf (``ESAPICryptoContext/startOpenSSLLean()``).
     package static func install(programName: String) {
+        refuseUnreadableArguments(programName)
         ESAPICryptoContext.startOpenSSLLean()
         name.withLock { $0 = programName }
         let message = Array("\(programName): terminated by a crash signal\n".utf8)
@@ -55,6 +56,18 @@ package enum ProcessGuard {
             writeStandardError(note)
         }
         setenv("TSS2_LOG", "all+NONE", 1)
+    }
+
+    /// Without /proc (a chroot or container that does not mount it), the Swift runtime cannot
+    /// find this process's arguments, which it locates through /proc/self/maps: `argc` is 0 and
+    /// the command would run as if typed without any, or trap where it counts from 1. It stops
+    /// here instead, saying what is missing (exit 69).
+    private static func refuseUnreadableArguments(_ programName: String) {
+        guard CommandLine.argc < 1 else { return }
+        writeStandardError(
+            "\(programName): this process's arguments cannot be read: /proc is not mounted (Swift finds them through /proc/self/maps)\n"
+        )
+        exit(ExitStatus.unavailable)
     }
 
     /// A `TPM_KEYCHAIN_OWNER_AUTH_FILE` that cannot be used (missing, a link, readable by others)

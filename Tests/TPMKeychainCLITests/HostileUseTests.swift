@@ -204,6 +204,24 @@ struct HostileUseTests {
             "only alice's item")
     }
 
+    @Test(
+        "without /proc, where Swift cannot find a process's arguments, the CLI and the git helper stop (69) naming /proc, not a crash",
+        .enabled(if: geteuid() == 0, "needs root: the test hides /proc in a mount namespace of its own"))
+    func withoutProc() throws {
+        let fixture = try CLIFixture()
+        let helper = URL(fileURLWithPath: CLI.executable).deletingLastPathComponent()
+            .appendingPathComponent("git-credential-tpm-keychain").path
+        for (tool, arguments) in [(CLI.executable, "create-keychain \"$STORE-new\""), (helper, "get")] {
+            let result = try CLI.runRaw(
+                shell: #"exec unshare --mount sh -c 'mount -t tmpfs none /proc && exec "$0" "$@"' "$TOOL" "#
+                    + arguments,
+                environment: fixture.environment.merging(["TOOL": tool, "STORE": fixture.store]) { $1 })
+            #expect(result.status == 69, "\(tool): \(result)")
+            #expect(result.stderr.contains("/proc is not mounted"), "\(tool): \(result)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: fixture.store + "-new"))
+    }
+
     // MARK: Errors that mislead
 
     @Test("another user without access gets permission denied (77) naming the path, not 'not found'")
