@@ -2,7 +2,9 @@
 
 Usage: fido_client.py SOCKET MODE [ARGS]. The socket carries CTAPHID reports, 64 bytes each way,
 as a HID device node does; this wraps it in fido2's CtapHidConnection and drives fido2's own
-client (Fido2Client) and CTAP2 classes. Each mode prints one JSON object on its last line.
+client (Fido2Client) and CTAP2 classes. A /dev/hidraw path instead of a socket is opened as fido2
+opens any security key, through the kernel (the UHID device). Each mode prints one JSON object on
+its last line.
 """
 
 import json
@@ -12,7 +14,7 @@ import sys
 from fido2.client import DefaultClientDataCollector, Fido2Client, UserInteraction
 from fido2.ctap2 import Ctap2, ClientPin, CredentialManagement
 from fido2.ctap import CtapError
-from fido2.hid import CtapHidDevice
+from fido2.hid import CtapHidDevice, open_device
 from fido2.hid.base import CtapHidConnection, HidDescriptor
 from fido2.webauthn import (
     PublicKeyCredentialCreationOptions,
@@ -52,6 +54,8 @@ class SocketConnection(CtapHidConnection):
 
 
 def device(path):
+    if path.startswith("/dev/hidraw"):
+        return open_device(path)
     descriptor = HidDescriptor(path, 0, 0, 64, 64, "tpm-keychain-passkeys", None)
     return CtapHidDevice(descriptor, SocketConnection(path))
 

@@ -88,6 +88,13 @@ def main():
         result["empty"] = transact(sock, cid, 0x10, b"")[2].hex()
         result["huge_array"] = transact(sock, cid, 0x10, bytes([0x01, 0xA1, 0x01, 0x9B]) + b"\xff" * 8)[2].hex()
         result["msg"] = error_of(transact(sock, cid, 0x03, b"\x00\x01"))
+    elif mode == "retries":
+        # clientPIN's retry counts as a CTAP 2.0 platform asks for them (libfido2 does): with
+        # pinUvAuthProtocol 1, which these subcommands do not use. Status byte, then the map's hex.
+        cid = allocate(sock)
+        for name, subcommand in (("pin", 0x01), ("uv", 0x07)):
+            answer = transact(sock, cid, 0x10, bytes([0x06, 0xA2, 0x01, 0x01, 0x02, subcommand]))[2]
+            result[name] = [answer[0], answer[1:].hex()]
     elif mode == "frames":
         cid = allocate(sock)
         other = allocate(sock)

@@ -270,6 +270,12 @@ struct AuthenticatorWithFidoClientTests {
         try fixture.start()
         let info = try fixture.client(["info"])
         #expect((info["options"] as? [String: Bool])?["uv"] == true, "\(info)")
+        // The retry counts as libfido2 asks for them, with protocol 1: answered, not refused.
+        let retries = try fixture.client(["retries"], script: Self.raw)
+        #expect((retries["pin"] as? [Any])?.first as? Int == 0, "\(retries)")
+        #expect(
+            (retries["uv"] as? [Any])?.first as? Int == 0 && (retries["uv"] as? [Any])?.last as? String == "a10503",
+            "\(retries)")
         let kept = fixture.directory + "/verified.json"
         #expect(try fixture.client(["uv-register", "uv", "passcode@example.com", kept])["uv"] as? Bool == true)
         #expect(try fixture.client(["uv-assert", kept])["signed"] as? Bool == true)

@@ -536,7 +536,9 @@ package final class PasskeyAuthenticator: Sendable {
 
     private func clientPIN(_ request: CBOR, _ requester: Requester) throws(CTAP2Status) -> CBOR? {
         guard let subcommand = request[2]?.int else { throw .missingParameter("clientPIN needs a subCommand") }
-        if subcommand != 1, subcommand != 2 || request[1] != nil {
+        // The two retry counts take no protocol (CTAP 2.1 §6.5.5.2); CTAP 2.0 platforms, libfido2
+        // among them, still send protocol 1 with them, which is not theirs to refuse.
+        if subcommand != 0x01, subcommand != 0x07, subcommand != 2 || request[1] != nil {
             guard request[1]?.int == PinUvAuthProtocolTwo.number else {
                 throw .invalidParameter("only PIN/UV auth protocol 2")
             }
