@@ -4,13 +4,13 @@
 # through the kernel's hidraw: libfido2's tools list the device and read its getInfo;
 # python-fido2 registers and asserts, py_webauthn verifying each answer; libfido2's fido2-assert
 # takes an assertion and verifies it against the credential's public key. Each step prints its
-# exit status ("list 0"). /tmp/out/vars names BIN (the directory of tpm-keychain and
+# exit status ("list 0"). /run/out/vars names BIN (the directory of tpm-keychain and
 # tpm-keychain-passkeys), PYTHON (the venv with python-fido2 and py_webauthn) and FIXTURES
 # (Fixtures/passkeys).
 set -u
-. /tmp/out/vars
-out=/tmp/out
-work=/tmp/work
+. /run/out/vars
+out=/run/out
+work=/run/work
 mkdir -p "$work/swtpm" && chmod 700 "$work"
 export HOME=$work XDG_STATE_HOME=$work/state XDG_DATA_HOME=$work/data
 export TPM_KEYCHAIN_TCTI=swtpm:host=127.0.0.1,port=2321

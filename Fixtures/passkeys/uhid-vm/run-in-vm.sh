@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Boots a kernel that has UHID (Debian's, which the build machine's may not be) in a small VM and
-# runs SCRIPT there, in the host's own root file system (read-only over 9p, with /tmp, /run and
-# /dev of the VM's own), so the binaries under test and libfido2's tools are the host's.
+# runs SCRIPT there, in the host's own root file system (read-only over 9p, with /run and /dev of
+# the VM's own), so the binaries under test and libfido2's tools are the host's.
 #
 #     run-in-vm.sh KERNEL_ROOT OUT SCRIPT
 #
 # KERNEL_ROOT is an unpacked linux-image package (boot/vmlinuz-*, lib/modules/*): .ci/install-dependencies
 # unpacks Debian's into .build/uhid-vm/kernel. OUT is a directory the VM writes (mounted at
-# /tmp/out inside): SCRIPT's output in inside.log, its exit status in status, and the VM's console
+# /run/out inside): SCRIPT's output in inside.log, its exit status in status, and the VM's console
 # in console.log. UHID_VM_ACCELERATION=kvm uses KVM; UHID_VM_TIMEOUT bounds the VM (600 s).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
