@@ -240,11 +240,13 @@ func uniqueName(_ prefix: String) -> String {
             // Exactly one of the two ciphers opens the store, and every item reads with it.
             let location = try KeychainLocation(path: storageRoot + "/private/" + name, tpm: .automaticOrSimulated)
             Keychain.closeStore(location)
-            let withOld = try? KeychainStorage.openStore(name: name, cipher: try cipher(password))
-            let withNew = try? KeychainStorage.openStore(name: name, cipher: try cipher(next))
+            let oldOpen = Result { try KeychainStorage.openStore(name: name, cipher: try cipher(password)) }
+            let newOpen = Result { try KeychainStorage.openStore(name: name, cipher: try cipher(next)) }
+            let withOld = try? oldOpen.get()
+            let withNew = try? newOpen.get()
             #expect(
                 (withOld == nil) != (withNew == nil),
-                "round \(round) (\(killPoint?.line ?? "to the end")): old \(withOld != nil), new \(withNew != nil)")
+                "round \(round) (\(killPoint?.line ?? "to the end")): old \(oldOpen), new \(newOpen)")
             guard let opened = withNew ?? withOld else { break }
             if withNew != nil {
                 password = next

@@ -109,6 +109,54 @@ struct SoftwareTPMTests {
         #expect(FileManager.default.fileExists(atPath: directory + "/tpm2-00.permall"))
     }
 
+    @Test(
+        "a state directory another swtpm still holds (a killed process's, until its watchdog ends it) is waited for, not a launch failure"
+    )
+    func waitsForAHeldStateDirectory() throws {
+        let directory = makeScratchPath("held")
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The holder: a swtpm of its own on the directory, as a killed process leaves one behind.
+        let holder = try ChildProcess.spawn(
+            executablePath: try #require(ChildProcess.resolveExecutable("swtpm")),
+            arguments: [
+                "socket", "--tpm2", "--server", "type=unixio,path=\(directory)/holder.socket", "--tpmstate",
+                "dir=\(directory)", "--flags", "not-need-init,startup-clear",
+            ], standardInput: .devNull, standardErrorPath: nil)
+        var holderRunning = true
+        defer { if holderRunning { ChildProcess.killAndReap(holder) } }
+        // It holds the state's lock once it listens.
+        let listening = ContinuousClock.now + .seconds(60)
+        while !FileManager.default.fileExists(atPath: directory + "/holder.socket"), ContinuousClock.now < listening {
+            usleep(10_000)
+        }
+        #expect(FileManager.default.fileExists(atPath: directory + "/holder.socket"))
+
+        let started = Locked<Result<SoftwareTPM, SoftwareTPMError>?>(nil)
+        let starter = try JoinableThread {
+            let result = Result { () throws(SoftwareTPMError) in try SoftwareTPM.start(.init(stateDirectory: directory))
+            }
+            started.withLock { $0 = result }
+        }
+        // The starter met the held lock (swtpm said so), and is still waiting: then the holder goes.
+        let log = directory + "/" + SimulatorProcess.stderrFileName
+        let refused = ContinuousClock.now + .seconds(60)
+        while ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains(SimulatorProcess.stateLockedMessage)
+            == false, started.withLock({ $0 == nil }), ContinuousClock.now < refused
+        {
+            usleep(5_000)
+        }
+        #expect(
+            started.withLock { $0 == nil }, "the start ended while the state was held: \(String(describing: started))")
+        ChildProcess.killAndReap(holder)
+        holderRunning = false
+        starter.join()
+        let tpm = try #require(try started.withLock { $0 }?.get())
+        defer { tpm.stop() }
+        #expect(try getRandom(tpm).responseCode == 0)
+    }
+
     @Test("powerCycle keeps the TPM answering, drops transient objects and counts no DA failure")
     func powerCycle() throws {
         let tpm = try SoftwareTPM.start()

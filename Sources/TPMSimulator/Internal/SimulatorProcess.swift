@@ -29,6 +29,8 @@ struct SimulatorProcess: Sendable {
     static let stderrFileName = "swtpm.stderr.log"
     /// Port conflicts are a race with unrelated processes; a handful of fresh pairs is plenty.
     static let maximumPortAttempts = 5
+    /// What swtpm says when another swtpm holds its state directory's lock file.
+    static let stateLockedMessage = "Could not lock access to lockfile"
 
     /// Spawns swtpm on fresh consecutive loopback ports and waits until it answers
     /// TPM2_GetRandom, retrying with new ports when swtpm lost a port to another process.
@@ -52,7 +54,9 @@ struct SimulatorProcess: Sendable {
         var conflicts: [String] = []
         var removedWithSimulator = ownsStateDirectory ? [stateDirectory] : []
         if let socketDirectory { removedWithSimulator.append(socketDirectory) }
-        for _ in 1...maximumPortAttempts {
+        var portAttempts = 0
+        while portAttempts < maximumPortAttempts {
+            portAttempts += 1
             let endpoint: SimulatorEndpoint
             if let socketDirectory {
                 endpoint = .unixSocket(directory: socketDirectory)
@@ -91,6 +95,15 @@ struct SimulatorProcess: Sendable {
                 let output = stderrTail(stderrPath)
                 if output.contains("Address already in use"), case .tcp(let port) = endpoint {
                     conflicts.append("ports \(port)/\(port + 1)")
+                    continue
+                }
+                // Another swtpm holds the state directory: one whose process was killed, which
+                // its watchdog is about to end (a store's simulator lock, released at that
+                // process's death, keeps every live process of ours out of a state directory in
+                // use). Wait for it until the deadline, rather than fail the open in that window.
+                if output.contains(stateLockedMessage), ContinuousClock.now < deadline {
+                    portAttempts -= 1
+                    sleep(for: .milliseconds(20))
                     continue
                 }
                 throw SoftwareTPMError(
