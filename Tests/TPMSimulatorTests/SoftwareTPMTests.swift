@@ -133,9 +133,11 @@ struct SoftwareTPMTests {
         }
         #expect(FileManager.default.fileExists(atPath: directory + "/holder.socket"))
 
+        // On a Unix socket, as a store's own simulator listens.
         let started = Locked<Result<SoftwareTPM, SoftwareTPMError>?>(nil)
         let starter = try JoinableThread {
-            let result = Result { () throws(SoftwareTPMError) in try SoftwareTPM.start(.init(stateDirectory: directory))
+            let result = Result { () throws(SoftwareTPMError) in
+                try SoftwareTPM.start(.init(stateDirectory: directory, listensOnUnixSocket: true))
             }
             started.withLock { $0 = result }
         }
