@@ -129,6 +129,23 @@ extension SecretServiceSuites {
             let check = try fixture.python("check_items.py", acked)
             #expect(check.stdout == "checked \(acked.count)\n", "\(check)")
         }
+
+        @Test("an audit log that cannot be written (a full disk) does not stop reads; the daemon's log says so once")
+        func unwritableAuditLog() throws {
+            let fixture = try SecretServiceFixture(startDaemon: false)
+            defer { fixture.stop() }
+            let log = try fixture.startDaemon(extraArguments: ["--audit-log", "/dev/full"])
+            for value in ["first", "second"] {
+                let store = try fixture.secretTool(
+                    ["store", "--label", "audited", "service", "audit", "account", value], stdin: value)
+                #expect(store.status == 0, "\(store)")
+                let lookup = try fixture.secretTool(["lookup", "service", "audit", "account", value])
+                #expect(lookup.stdout == value, "\(lookup)\n\(fixture.daemonLogs())")
+            }
+            let said = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").components(
+                separatedBy: "could not be written to the audit log /dev/full")
+            #expect(said.count == 2, "said once, not for each of four records: \(fixture.daemonLogs())")
+        }
     }
 
     /// A collection's rules: the programs that may use its items.

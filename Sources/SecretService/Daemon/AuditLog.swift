@@ -13,6 +13,10 @@ import Glibc
 /// what, and the collection's and item's labels. Never a secret, never an attribute value.
 final class AuditLog {
     private let descriptor: Int32
+    private let path: String
+    /// Whether the last record could not be written: a failure is said once on standard error
+    /// (the daemon's log), and so is the first record written again, not every record between.
+    private var failing = false
 
     /// Appends to `path` (created 0600; a symbolic link there is refused).
     init(path: String) throws(SecretServiceError) {
@@ -22,6 +26,7 @@ final class AuditLog {
                 .failed, "The audit log \(path) could not be opened: \(String(cString: strerror(errno)))")
         }
         self.descriptor = descriptor
+        self.path = path
     }
 
     deinit { close(descriptor) }
@@ -49,9 +54,23 @@ final class AuditLog {
     }
 
     /// One write(2) per record on an O_APPEND descriptor: records of concurrent writers do not
-    /// interleave. A failed write is dropped; the call it records is not refused for it.
+    /// interleave. The call a record is about is not refused when the record cannot be written
+    /// (a full disk would otherwise stop every client); the daemon's log says so instead.
     private func write(_ line: String) {
         let time = Date.now.formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
-        try? writeAll(descriptor, Array((time + " " + line + "\n").utf8))
+        do throws(Errno) {
+            try writeAll(descriptor, Array((time + " " + line + "\n").utf8))
+            if failing {
+                failing = false
+                writeStandardError("tpm-keychain-secret-service: the audit log \(path) is written again\n")
+            }
+        } catch {
+            if !failing {
+                failing = true
+                writeStandardError(
+                    "tpm-keychain-secret-service: a record could not be written to the audit log \(path) (\(error)); calls go on unrecorded until it can be\n"
+                )
+            }
+        }
     }
 }
