@@ -19,7 +19,8 @@ extension ItemStore {
             defer { unlock(lock, pooledAs: names.group, in: directory) }
             let generation =
                 names.version == 2 ? try recordDeletion(of: names.file, in: directory, group: names.group) : nil
-            let removed = try changing(directory, named: names.group) { () throws(KeychainError) in
+            let removed = try changing(directory, item: HeldItemFile.Key(group: names.group, file: names.file)) {
+                () throws(KeychainError) in
                 try directory.remove(names.file, durable: durable)
             }
             try recordDeletionDone(of: names.file, group: names.group, generation: generation)

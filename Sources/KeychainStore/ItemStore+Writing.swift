@@ -75,8 +75,9 @@ extension ItemStore {
             // Only an update without a value needs the old secret; an upsert reads header and attributes.
             // A file older than the manifest records is refused (its attributes would come back);
             // one an interrupted delete left counts as absent.
+            let key = HeldItemFile.Key(group: group, file: fileName)
             var existing: ItemFileV2.Contents?
-            if let file = try directory.openFile(fileName) {
+            if let file = try openItemFile(key, in: directory, held: groupDirectories.heldFile(key)) {
                 let contents = try readContents(
                     try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
                     withSecret: value == nil, recordKey: access?.recordKey, writtenAs: fileName, state)
@@ -148,8 +149,11 @@ extension ItemStore {
             if rollback.writeNeedsAnnouncement(fileName) {
                 try recordInManifest(.writing, [(path, contents.generation)])
             }
-            try changing(directory, named: group) { () throws(KeychainError) in
-                try directory.replace(fileName, with: bytes, durable: durable)
+            try changing(directory, item: key) { () throws(KeychainError) in
+                // The new file stays open for the next get, which then opens nothing.
+                let written = try directory.replace(fileName, with: bytes, durable: durable, keepOpen: true)
+                groupDirectories.hold(
+                    written.map { HeldItemFile(directory: directory, name: fileName, file: $0) }, for: key)
             }
             try recordInManifest(.set, [(path, contents.generation)])
         }
@@ -179,7 +183,8 @@ extension ItemStore {
             defer { unlock(lock, pooledAs: group, in: directory) }
             let fileName = ItemFileV2.fileName(of: itemClass, primary, keys: state.keys)
             let generation = try recordDeletion(of: fileName, in: directory, group: group)
-            let removed = try changing(directory, named: group) { () throws(KeychainError) in
+            let removed = try changing(directory, item: HeldItemFile.Key(group: group, file: fileName)) {
+                () throws(KeychainError) in
                 try directory.remove(fileName, durable: durable)
             }
             try recordDeletionDone(of: fileName, group: group, generation: generation)
@@ -266,12 +271,14 @@ extension ItemStore {
         }
     }
 
+    /// Runs `body`, which changes the file of `item` in `directory`, its group's directory.
     func changing<R>(
-        _ directory: Directory, named serviceName: String, _ body: () throws(KeychainError) -> R
+        _ directory: Directory, item: HeldItemFile.Key, _ body: () throws(KeychainError) -> R
     ) throws(KeychainError) -> R {
-        // Held item files of the directory are let go: the change makes them stale anyway, and a
-        // removed or replaced file's inode should not outlive it in this process.
-        let known = groupDirectories.releaseForWriting(serviceName)
+        // The item's held file is let go first: a removed or replaced file's inode should not
+        // outlive it in this process. Other items' held files stay: their names still name them.
+        let serviceName = item.group
+        let known = groupDirectories.releaseForWriting(item)
         // Nothing to carry forward for a directory never checked: spare the write path two fstats.
         guard let known else { return try body() }
         let unchangedBefore = try directory.stamp() == known

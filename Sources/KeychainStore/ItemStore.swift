@@ -215,8 +215,6 @@ package final class ItemStore: Sendable {
         groupDirectories.forget(name)
     }
 
-    /// The item's file, or nil: a held one when nothing can have replaced it (``HeldItemFile``),
-    /// else opened, and held for the next get once its directory has settled.
     /// Whether the directory this store opened is still the one at its path: false once the
     /// store was removed, or removed and made again there, by any process. One stat and one
     /// fstat: a process that keeps stores open for others (the session holder) asks it before
@@ -228,23 +226,28 @@ package final class ItemStore: Sendable {
         return held.st_nlink > 0 && atPath.st_dev == held.st_dev && atPath.st_ino == held.st_ino
     }
 
+    /// The item's file, or nil: the held one while its name still names it (``HeldItemFile``),
+    /// else opened, and held for the next get.
     func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
         let key = HeldItemFile.Key(group: names.group, file: names.file)
         let (cached, held) = groupDirectories.directoryAndHeldFile(key)
-        guard let cached, let stamp = try cached.revalidatedStamp() else {
-            if cached != nil { forgetGroupDirectory(names.group) }
-            return try groupDirectory(names.group, create: false, state)?.openFile(names.file)
-        }
-        if let held, held.directory === cached, held.stamp == stamp, let file = try held.reopen() {
+        if let cached, try cached.revalidate() { return try openItemFile(key, in: cached, held: held) }
+        if cached != nil { forgetGroupDirectory(names.group) }
+        guard let directory = try groupDirectory(names.group, create: false, state) else { return nil }
+        return try openItemFile(key, in: directory, held: held)
+    }
+
+    /// The item file `key` of `directory` (the group's open directory, already checked): through
+    /// `held` while its name still names it, else opened and held in its place.
+    func openItemFile(
+        _ key: HeldItemFile.Key, in directory: Directory, held: HeldItemFile?
+    ) throws(KeychainError) -> OpenFile? {
+        if let held, held.directory === directory, let file = try held.reopen() {
             return file
         }
-        let file = try cached.openFile(names.file)
-        let hold = file.flatMap { file in
-            HeldItemFile.isSettled(stamp)
-                ? HeldItemFile(directory: cached, stamp: stamp, owner: file.owner, path: file.path) : nil
-        }
-        if held != nil || hold != nil {
-            groupDirectories.hold(hold, for: key)
+        let file = try directory.openFile(key.file)
+        if held != nil || file != nil {
+            groupDirectories.hold(file.map { HeldItemFile(directory: directory, name: key.file, file: $0) }, for: key)
         }
         return file
     }

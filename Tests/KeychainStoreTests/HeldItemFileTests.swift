@@ -10,10 +10,9 @@ import Testing
 import Glibc
 #endif
 
-/// Item files a store keeps open between gets (HeldItemFile): used again only while nothing can
-/// have put another file at the name, and bounded. Each test waits, by reading, until the store
-/// is seen to hold the file (its directory must first be left alone for a moment), so the held
-/// path is what the rest of the test exercises.
+/// Item files a store keeps open between gets (HeldItemFile): used again only while the name
+/// still names the held file, and bounded. Each test reads until the store is seen to hold the
+/// file, so the held path is what the rest of the test exercises.
 @Suite struct HeldItemFileTests {
     private static func identity(_ account: String) throws -> ItemIdentity {
         try ItemIdentity(accessGroup: "", service: "svc", account: account)
@@ -36,23 +35,18 @@ import Glibc
         return held
     }
 
-    /// Reads `account` until the store holds `count` item files (progress, not a fixed wait: the
-    /// directory settles once the clock has moved on).
-    private static func readUntilHeld(
+    /// Reads `account` once and returns the item files the store then holds: a get holds the
+    /// file it opened at once, so `count` must be held by then.
+    private static func readHolding(
         _ store: ItemStore, _ account: String, count: Int = 1, root: String
     ) throws -> [Int32: String] {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline {
-            _ = try store.value(identity(account))
-            let held = heldItemFiles(under: root)
-            if held.count >= count { return held }
-            usleep(1000)
-        }
-        Issue.record("the store never held the item file of \(account)")
-        return [:]
+        _ = try store.value(identity(account))
+        let held = heldItemFiles(under: root)
+        #expect(held.count == count, "after reading \(account): \(held)")
+        return held
     }
 
-    private static func withStores(_ body: (ItemStore, ItemStore, String) throws -> Void) throws {
+    private static func withStores(_ body: (ItemStore, OtherInstance, String) throws -> Void) throws {
         let simulator = try SoftwareTPM.start()
         defer { simulator.stop() }
         let directory = NSTemporaryDirectory() + "tpm-keychain-held-" + UUID().uuidString
@@ -61,22 +55,41 @@ import Glibc
         let tpm = TPMConfiguration(tcti: simulator.tcti)
         let reader = try ItemStore.open(at: root, tpm: tpm)
         defer { reader.close() }
-        // A second instance with its own caches: to the files, another process.
-        let writer = try ItemStore.open(at: root, tpm: tpm, create: false)
-        defer { writer.close() }
-        try body(reader, writer, root)
+        try body(reader, OtherInstance(root: root, tpm: tpm), root)
+    }
+
+    /// Another instance with its own caches: to the files, another process. Each change opens
+    /// and closes it, so that the item files this process has open are the reader's alone (a
+    /// write holds the file it put in place).
+    private struct OtherInstance {
+        let root: String
+        let tpm: TPMConfiguration
+
+        func write(
+            _ identity: ItemIdentity, mode: ItemWriteMode, value: ItemValue, changes: AttributeChanges
+        ) throws {
+            let store = try ItemStore.open(at: root, tpm: tpm, create: false)
+            defer { store.close() }
+            try store.write(identity, mode: mode, value: value, changes: changes)
+        }
+
+        func delete(_ identity: ItemIdentity) throws -> Bool {
+            let store = try ItemStore.open(at: root, tpm: tpm, create: false)
+            defer { store.close() }
+            return try store.delete(identity)
+        }
     }
 
     @Test(
         "a held item file is read again through the same descriptor, at most 16 are held, and closing the store closes them"
     )
     func heldFilesAreReusedAndBounded() throws {
-        try Self.withStores { reader, _, root in
+        try Self.withStores { reader, writer, root in
             for index in 0..<20 {
-                try reader.write(
+                try writer.write(
                     Self.identity("a\(index)"), mode: .add, value: Self.value("v\(index)"), changes: AttributeChanges())
             }
-            let first = try Self.readUntilHeld(reader, "a0", root: root)
+            let first = try Self.readHolding(reader, "a0", root: root)
             #expect(first.count == 1)
             for _ in 0..<5 {
                 #expect(try reader.value(Self.identity("a0"))?.bytes == Array("v0".utf8))
@@ -93,18 +106,34 @@ import Glibc
     }
 
     @Test(
-        "this process's own write or delete of an item lets go of its group's held files at once: a removed file's inode does not stay open"
+        "this process's write holds the file it put in place, the next get reads through it, other items stay held, and a delete lets go at once"
     )
-    func ownChangesReleaseHeldFiles() throws {
-        try Self.withStores { reader, _, root in
-            try reader.write(Self.identity("alice"), mode: .add, value: Self.value("one"), changes: AttributeChanges())
-            _ = try Self.readUntilHeld(reader, "alice", root: root)
+    func ownWritesHoldTheNewFile() throws {
+        try Self.withStores { reader, writer, root in
+            // Another instance writes them, so that what this one holds is what its gets opened.
+            try writer.write(Self.identity("bob"), mode: .add, value: Self.value("b"), changes: AttributeChanges())
+            let bob = try #require(try Self.readHolding(reader, "bob", root: root).first)
+            try writer.write(Self.identity("alice"), mode: .add, value: Self.value("one"), changes: AttributeChanges())
+            let both = try Self.readHolding(reader, "alice", count: 2, root: root)
+            let before = try #require(both.first { $0.key != bob.key })
+
             try reader.write(
                 Self.identity("alice"), mode: .update, value: Self.value("two"), changes: AttributeChanges())
-            #expect(Self.heldItemFiles(under: root).isEmpty)
-            _ = try Self.readUntilHeld(reader, "alice", root: root)
+            let afterWrite = Self.heldItemFiles(under: root)
+            #expect(afterWrite.count == 2, "\(afterWrite)")
+            #expect(afterWrite[bob.key] == bob.value, "another item's held file stays held")
+            let alice = try #require(afterWrite.first { $0.key != bob.key })
+            // The descriptor is the file now at the name: its inode, with its one link.
+            var held = stat()
+            var atName = stat()
+            #expect(fstat(alice.key, &held) == 0 && stat(alice.value, &atName) == 0)
+            #expect(held.st_ino == atName.st_ino && held.st_nlink == 1)
+            #expect(alice.value == before.value && !alice.value.hasSuffix("(deleted)"))
+            #expect(try reader.value(Self.identity("alice"))?.bytes == Array("two".utf8))
+            #expect(Self.heldItemFiles(under: root) == afterWrite, "the get opened nothing")
+
             #expect(try reader.delete(Self.identity("alice")))
-            #expect(Self.heldItemFiles(under: root).isEmpty)
+            #expect(Self.heldItemFiles(under: root) == [bob.key: bob.value])
             #expect(try reader.value(Self.identity("alice")) == nil)
         }
     }
@@ -115,7 +144,7 @@ import Glibc
     func replacementByAnotherWriterIsSeenAtOnce() throws {
         try Self.withStores { reader, writer, root in
             try writer.write(Self.identity("alice"), mode: .add, value: Self.value("one"), changes: AttributeChanges())
-            let held = try Self.readUntilHeld(reader, "alice", root: root)
+            let held = try Self.readHolding(reader, "alice", root: root)
             let file = try #require(held.values.first)
             let directory = (file as NSString).deletingLastPathComponent
             let before = try Self.modificationTime(of: directory)
@@ -126,7 +155,7 @@ import Glibc
             try Self.setModificationTime(of: directory, to: before)
             #expect(try reader.value(Self.identity("alice"))?.bytes == Array("two".utf8))
 
-            _ = try Self.readUntilHeld(reader, "alice", root: root)
+            _ = try Self.readHolding(reader, "alice", root: root)
             #expect(try writer.delete(Self.identity("alice")))
             try Self.setModificationTime(of: directory, to: before)
             #expect(try reader.value(Self.identity("alice")) == nil)
@@ -134,14 +163,14 @@ import Glibc
     }
 
     @Test(
-        "held item files swapped by rename, or a held file's mode, or its directory's mode changed, are refused as without holding"
+        "held item files swapped by rename (the directory's mtime put back), or a held file's mode, or its directory's mode changed, are refused as without holding"
     )
     func tamperingWithHeldFilesIsFoundOut() throws {
         try Self.withStores { reader, writer, root in
             try writer.write(Self.identity("alice"), mode: .add, value: Self.value("a"), changes: AttributeChanges())
             try writer.write(Self.identity("bob"), mode: .add, value: Self.value("b"), changes: AttributeChanges())
-            _ = try Self.readUntilHeld(reader, "alice", root: root)
-            let held = try Self.readUntilHeld(reader, "bob", count: 2, root: root)
+            _ = try Self.readHolding(reader, "alice", root: root)
+            let held = try Self.readHolding(reader, "bob", count: 2, root: root)
             let files = held.values.sorted()
             #expect(files.count == 2)
             let directory = (files[0] as NSString).deletingLastPathComponent
@@ -159,9 +188,12 @@ import Glibc
             #expect(chmod(directory, 0o700) == 0)
             #expect(try reader.value(Self.identity("alice"))?.bytes == Array("a".utf8))
 
-            // Swap the two files by rename: each held inode keeps its one link, at the other name.
+            // Swap the two files by rename: each held inode keeps its one link, at the other name;
+            // the directory's mtime put back, as if the swap fell in its last change's clock tick.
+            let before = try Self.modificationTime(of: directory)
             let aside = directory + "/aside"
             #expect(rename(files[0], aside) == 0 && rename(files[1], files[0]) == 0 && rename(aside, files[1]) == 0)
+            try Self.setModificationTime(of: directory, to: before)
             expectRefused("alice", .tampered)
             expectRefused("bob", .tampered)
         }
@@ -176,7 +208,7 @@ import Glibc
             for account in accounts {
                 try writer.write(
                     Self.identity(account), mode: .add, value: Self.value("0"), changes: AttributeChanges())
-                _ = try Self.readUntilHeld(reader, account, count: accounts.firstIndex(of: account)! + 1, root: root)
+                _ = try Self.readHolding(reader, account, count: accounts.firstIndex(of: account)! + 1, root: root)
             }
             let failures = Locked<[String]>([])
             let seen = Locked<Set<String>>([])

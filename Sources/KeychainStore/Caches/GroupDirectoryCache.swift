@@ -28,6 +28,11 @@ final class GroupDirectoryCache: Sendable {
         entries.withLock { ($0.directories[key.group], $0.heldFiles[key]) }
     }
 
+    /// The file held for `key`, if one is.
+    func heldFile(_ key: HeldItemFile.Key) -> HeldItemFile? {
+        entries.withLock { $0.heldFiles[key] }
+    }
+
     func remember(_ directory: Directory, named name: String) {
         entries.withLock { entries in
             if entries.directories.count >= ItemStore.cacheLimit {
@@ -51,7 +56,7 @@ final class GroupDirectoryCache: Sendable {
         }
     }
 
-    /// Lets go of the held files of one group directory, which this process is changing.
+    /// Lets go of the held files of one group directory, whose items this process is removing.
     func releaseHeldFiles(inGroup group: String) {
         entries.withLock { $0.releaseHeldFiles(inGroup: group) }
     }
@@ -61,12 +66,12 @@ final class GroupDirectoryCache: Sendable {
         entries.withLock { $0.consistent[group] }
     }
 
-    /// Lets go of `group`'s held files and tells the stamp at which it was found consistent:
-    /// what a write into it does first.
-    func releaseForWriting(_ group: String) -> Directory.Stamp? {
+    /// Lets go of the held file of `key` and tells the stamp at which its group was found
+    /// consistent: what a write of that item does first.
+    func releaseForWriting(_ key: HeldItemFile.Key) -> Directory.Stamp? {
         entries.withLock { entries in
-            entries.releaseHeldFiles(inGroup: group)
-            return entries.consistent[group]
+            entries.heldFiles[key] = nil
+            return entries.consistent[key.group]
         }
     }
 

@@ -118,14 +118,23 @@ extension Directory {
     /// - Throws: ``KeychainError`` `.storageFailed`.
     /// - Parameter syncDirectory: false when the caller fsyncs the directory once after many
     ///   replacements (the format upgrade); the file itself is still fsynced when `durable`.
-    func replace(_ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true) throws(KeychainError) {
+    /// - Parameter keepOpen: returns the new file, open for reading, instead of closing it: what
+    ///   a write holds for the next get (``HeldItemFile``). Nil without it, or when the new file
+    ///   cannot be inspected after its rename (it is in place all the same).
+    @discardableResult
+    func replace(
+        _ name: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true, keepOpen: Bool = false
+    ) throws(KeychainError) -> OpenFile? {
         let temporary = name + Self.temporarySuffix
+        // Kept open, the file is read later: without the access time, as openFile reads (the
+        // writer owns the file it creates, so it may ask).
+        let flags = keepOpen ? O_RDWR | noAccessTimeFlag : O_WRONLY
         let fileDescriptor: Int32
         do {
             try FaultInjection.check(.createTemporary, path: path + "/" + name)
             let create = { () throws(Errno) in
                 try retryingInterrupts {
-                    openat(self.descriptor, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+                    openat(self.descriptor, temporary, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
                 }
             }
             do {
@@ -152,8 +161,10 @@ extension Directory {
                 try FaultInjection.check(.syncFile, path: path + "/" + name)
                 try retryingInterrupts { fsync(fileDescriptor) }
             }
-            closeDescriptor(fileDescriptor)
-            closed = true
+            if !keepOpen {
+                closeDescriptor(fileDescriptor)
+                closed = true
+            }
             OperationProgress.report(.replacing(name))
             try FaultInjection.check(.rename, path: path + "/" + name)
             try retryingInterrupts { renameat(descriptor, temporary, descriptor, name) }
@@ -162,6 +173,7 @@ extension Directory {
             _ = unlinkat(descriptor, temporary, 0)
             throw Self.writeFailed("write", path + "/" + name, error)
         }
+        let kept = keepOpen ? Self.openFile(owning: fileDescriptor, path: path + "/" + name) : nil
         if durable && syncDirectory {
             do {
                 try FaultInjection.check(.syncDirectory, path: path + "/" + name)
@@ -170,6 +182,16 @@ extension Directory {
             }
             try sync()
         }
+        return kept
+    }
+
+    /// The file just written through `descriptor`, which it now owns; nil (the descriptor
+    /// closed) when it cannot be inspected.
+    private static func openFile(owning descriptor: Int32, path: String) -> OpenFile? {
+        let owner = DescriptorOwner(descriptor)
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { return nil }
+        return OpenFile(owner: owner, path: path, status: status)
     }
 
     /// A failed write, its cause in words a person acts on: a full disk or quota says so first.

@@ -1,5 +1,6 @@
 import KeychainVocabulary
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,5 +1,6 @@
 package import KeychainVocabulary
 import SystemCalls
+
 #if canImport(Glibc)
 import Glibc
 #endif
