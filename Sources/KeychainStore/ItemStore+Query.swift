@@ -21,24 +21,32 @@ extension ItemStore {
         // A listing of a rotated-away key's directories would look complete: check first.
         _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
-        var found: [(entry: ScannedItem, created: Int64)] = []
         let tags = query.matching.tags.filter { $0 != AttributeTag.synchronizable }
-        for entry in try scan(query, state) where matches(entry, query, tags: tags) {
-            found.append((entry, entry.attributes.nanoseconds(AttributeTag.creationDate) ?? 0))
+        let scanned = try scan(query, state)
+        // The matches are ordered by index, not moved: an item is a dozen references, and a
+        // listing of 10,000 would copy each of them at every step of the sort.
+        var order: [(created: Int64, index: Int)] = []
+        order.reserveCapacity(scanned.count)
+        for index in scanned.indices where matches(scanned[index], query, tags: tags) {
+            order.append((scanned[index].attributes.nanoseconds(AttributeTag.creationDate) ?? 0, index))
         }
-        found.sort { lhs, rhs in
+        order.sort { lhs, rhs in
             lhs.created != rhs.created
-                ? lhs.created < rhs.created : lhs.entry.itemID.lexicographicallyPrecedes(rhs.entry.itemID)
+                ? lhs.created < rhs.created
+                : scanned[lhs.index].itemID.lexicographicallyPrecedes(scanned[rhs.index].itemID)
         }
-        if query.limit == .one { found = Array(found.prefix(1)) }
+        if query.limit == .one { order = Array(order.prefix(1)) }
         var results: [ItemQueryResult] = []
-        for (entry, _) in found {
-            let value = query.returnsData ? try secret(of: entry, state) : nil
+        results.reserveCapacity(order.count)
+        for (_, index) in order {
+            // Field by field: a copy of the whole entry would retain its directory and name too.
+            let value = query.returnsData ? try secret(of: scanned[index], state) : nil
+            let itemClass = scanned[index].itemClass
             results.append(
                 ItemQueryResult(
-                    reference: Self.reference(entry.itemClass, entry.itemID), itemClass: entry.itemClass,
-                    attributes: entry.attributes, accessibility: entry.accessibility, kind: entry.kind, value: value,
-                    keyRecord: entry.keyRecord))
+                    reference: Self.reference(itemClass, scanned[index].itemID), itemClass: itemClass,
+                    attributes: scanned[index].attributes, accessibility: scanned[index].accessibility,
+                    kind: scanned[index].kind, value: value, keyRecord: scanned[index].keyRecord))
         }
         return results
     }
