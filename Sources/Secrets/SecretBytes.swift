@@ -27,12 +27,17 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
         self.count = count
         // Whole pages, so MADV_DONTDUMP covers the secret and nothing else shares them.
         let page = SecretMemory.pageSize
-        storage = UnsafeMutableRawBufferPointer.allocate(
-            byteCount: (max(count, 1) + page - 1) / page * page, alignment: page)
-        storage.initializeMemory(as: UInt8.self, repeating: 0)
-        // Best effort: RLIMIT_MEMLOCK may be small; an unlocked secret is still zeroized.
-        locked = mlock(storage.baseAddress, storage.count) == 0
-        _ = tk_exclude_from_core_dumps(storage.baseAddress, storage.count)
+        let byteCount = (max(count, 1) + page - 1) / page * page
+        if byteCount == page, let kept = LockedPages.take() {
+            storage = kept
+            locked = true
+        } else {
+            storage = UnsafeMutableRawBufferPointer.allocate(byteCount: byteCount, alignment: page)
+            storage.initializeMemory(as: UInt8.self, repeating: 0)
+            // Best effort: RLIMIT_MEMLOCK may be small; an unlocked secret is still zeroized.
+            locked = mlock(storage.baseAddress, storage.count) == 0
+            _ = tk_exclude_from_core_dumps(storage.baseAddress, storage.count)
+        }
         do {
             try initializer(UnsafeMutableRawBufferPointer(rebasing: storage[0..<count]))
         } catch {
@@ -77,6 +82,7 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
     private static func release(_ storage: UnsafeMutableRawBufferPointer, count: Int, locked: Bool) {
         tk_secure_zero(storage.baseAddress, storage.count)
         releaseObserver.withLock { observer in observer?(UnsafeRawBufferPointer(rebasing: storage[0..<count])) }
+        if locked && storage.count == SecretMemory.pageSize && LockedPages.keep(storage) { return }
         if locked { munlock(storage.baseAddress, storage.count) }
         storage.deallocate()
     }
@@ -94,6 +100,29 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
             difference |= lhs.storage[index] ^ rhs.storage[index]
         }
         return difference == 0
+    }
+}
+
+/// Pages that held a secret, zeroized, still locked and left out of core dumps, kept for the next
+/// one: an mlock and an munlock are a system call and a page-table walk each, and a protected
+/// get makes three secrets (3 % of its CPU time, in `TPMBenchmarks access-first`). At most ``limit`` are
+/// kept, so a process that once held many secrets gives their pages back.
+enum LockedPages {
+    static let limit = 16
+    private static let kept = Locked<[UnsafeMutableRawBufferPointer]>([])
+
+    /// A kept page, all zeros, or nil when none is kept.
+    static func take() -> UnsafeMutableRawBufferPointer? {
+        kept.withLock { $0.popLast() }
+    }
+
+    /// Keeps `page` (one page, zeroized, locked) for the next secret; false when enough are kept.
+    static func keep(_ page: UnsafeMutableRawBufferPointer) -> Bool {
+        kept.withLock { pages in
+            guard pages.count < limit else { return false }
+            pages.append(page)
+            return true
+        }
     }
 }
 

@@ -18,6 +18,23 @@ import Testing
         #expect(released.allSatisfy { $0.allSatisfy { $0 == 0 } })
     }
 
+    @Test("A secret's memory starts as zeros, also when it is a page an earlier secret held")
+    func reusedPagesStartZeroed() {
+        for round in 0..<40 {
+            // More than the kept pages at once (fresh pages, and kept ones after the first round),
+            // released; then one more, which takes a page one of them held.
+            do {
+                let many = (0..<20).map { SecretBytes(copying: distinctSecret(UInt8(round), count: 64 + $0)) }
+                #expect(many.allSatisfy { $0.bytes.contains { $0 != 0 } })
+            }
+            let fresh = SecretBytes(count: 256) { buffer in
+                #expect(buffer.allSatisfy { $0 == 0 }, "round \(round): a secret began with earlier bytes")
+                buffer.storeBytes(of: 0xAB, toByteOffset: 0, as: UInt8.self)
+            }
+            #expect(fresh.bytes.first == 0xAB)
+        }
+    }
+
     @Test func equalityIsByContentAndLength() {
         #expect(SecretBytes(copying: [1, 2, 3]) == SecretBytes(copying: [1, 2, 3]))
         #expect(SecretBytes(copying: [1, 2, 3]) != SecretBytes(copying: [1, 2, 4]))
