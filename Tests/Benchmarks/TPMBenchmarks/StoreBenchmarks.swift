@@ -137,7 +137,7 @@ struct StoreBenchmarks {
                     next = (next + 1) % values.count
                     try keychain.set(values[next], forKey: "item")
                 }, { sink &+= try keychain.data(forKey: "item")?.count ?? 0 },
-                preparing: { try durableReplace(floorFile, with: floorBytes) }, floor)
+                preparing: { try durableReplace(floorFile, in: directory, with: floorBytes) }, floor)
             summary.add(
                 Figure(
                     name: "get \(size) B, the first after a write (Keychain.data)", ours: afterWrite,
@@ -170,7 +170,8 @@ struct StoreBenchmarks {
         let floorDirectory = directory + "/floor-set"
         mkdir(floorDirectory, 0o700)
         let bytes = randomBytes(fileSize)
-        let floor = { try durableReplace(floorDirectory + "/item", with: bytes) }
+        let floorItem = floorDirectory + "/item"
+        let floor = { try durableReplace(floorItem, in: floorDirectory, with: bytes) }
 
         // Each set stores a new value, made beforehand: the floor writes bytes it already has, so
         // making the value (a getrandom and a Data) is not part of what is timed on either side.
@@ -360,7 +361,9 @@ private func readWhole(_ path: String, into buffer: inout [UInt8]) throws {
 }
 
 /// The floor of a durable write: temporary file, write, fsync, close, rename, fsync the directory.
-private func durableReplace(_ path: String, with bytes: [UInt8]) throws {
+/// The durable set's floor: `path` replaced atomically and durably, `directory` being its
+/// directory (given, so that no path is worked out while the clock runs).
+private func durableReplace(_ path: String, in directory: String, with bytes: [UInt8]) throws {
     let temporary = path + ".tmp"
     let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
     guard descriptor >= 0 else { throw BenchmarkError("cannot create \(temporary)") }
@@ -368,10 +371,10 @@ private func durableReplace(_ path: String, with bytes: [UInt8]) throws {
     guard written == bytes.count, fsync(descriptor) == 0 else { throw BenchmarkError("cannot write \(temporary)") }
     close(descriptor)
     guard rename(temporary, path) == 0 else { throw BenchmarkError("cannot rename \(temporary)") }
-    let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    guard directory >= 0 else { throw BenchmarkError("cannot open the directory of \(path)") }
-    defer { close(directory) }
-    guard fsync(directory) == 0 else { throw BenchmarkError("cannot fsync the directory of \(path)") }
+    let directoryDescriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard directoryDescriptor >= 0 else { throw BenchmarkError("cannot open \(directory)") }
+    defer { close(directoryDescriptor) }
+    guard fsync(directoryDescriptor) == 0 else { throw BenchmarkError("cannot fsync \(directory)") }
 }
 
 private func randomBytes(_ count: Int) -> [UInt8] {
