@@ -31,7 +31,7 @@ Then, interleaved (round r: A,B for even r, B,A for odd r; each provider-turn is
            round trip, which no provider can go below (each ping is taken just before a get of
            the batch, so the two are interleaved one by one); get/ping is what a GetSecret adds
 Every sample checks the secret it got. Output: a table with fill seconds, medians and p90s
-(nearest rank), provider RSS after fill; --json FILE also dumps every sample.
+(nearest rank), provider RSS (and its anonymous and private parts) after fill; --json FILE also dumps every sample.
 """
 
 import argparse
@@ -113,6 +113,8 @@ class Provider:
         self.fill_finished = False
         self.owner_pid = None
         self.rss_kb = None
+        self.anon_kb = None
+        self.private_kb = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self):
@@ -236,15 +238,23 @@ class Provider:
     def get_property(self, path, iface, name):
         return self.call(path, 'org.freedesktop.DBus.Properties', 'Get', 'ss', (iface, name))
 
-    def rss(self):
+    def memory(self):
+        """Resident memory in KiB: VmRSS, its anonymous part (RssAnon: heap, stacks, what the
+        provider holds), and the pages no other process maps (smaps_rollup's Private_Clean +
+        Private_Dirty: what stopping the provider would give back)."""
+        found = {}
         try:
             with open(f'/proc/{self.owner_pid}/status') as f:
                 for line in f:
-                    if line.startswith('VmRSS:'):
-                        return int(line.split()[1])
-        except (OSError, TypeError):
-            return None
-        return None
+                    if line.startswith(('VmRSS:', 'RssAnon:')):
+                        found[line.split(':')[0]] = int(line.split()[1])
+            with open(f'/proc/{self.owner_pid}/smaps_rollup') as f:
+                for line in f:
+                    if line.startswith(('Private_Clean:', 'Private_Dirty:')):
+                        found['private'] = found.get('private', 0) + int(line.split()[1])
+        except (OSError, TypeError, ValueError):
+            pass
+        return found.get('VmRSS'), found.get('RssAnon'), found.get('private')
 
     # ------------------------------------------------------------ fill
     def fill(self, n):
@@ -278,7 +288,7 @@ class Provider:
                 log(f'[{self.name}] fill {self.filled}/{n} ({self.filled / (now - t0):.0f} items/s)')
         self.fill_seconds = time.perf_counter() - t0
         self.fill_finished = True
-        self.rss_kb = self.rss()
+        self.rss_kb, self.anon_kb, self.private_kb = self.memory()
         log(f'[{self.name}] filled {n} items in {self.fill_seconds:.2f} s ({n / self.fill_seconds:.0f} items/s)')
         return True
 
@@ -359,7 +369,7 @@ def measure(providers, args, rng):
 
 
 def print_table(rows):
-    head = ['provider', 'N', 'fill s', 'items/s', 'RSS MB',
+    head = ['provider', 'N', 'fill s', 'items/s', 'RSS MB', 'anon MB', 'private MB',
             'lookup med', 'lookup p90', 'get med', 'get p90', 'search med', 'search p90', 'ping med', 'ping p90',
             'get/ping']
     table = [head]
@@ -434,7 +444,8 @@ def main():
             samples, rounds = measure(measured, args, rng) if measured else ({}, {})
             for p in providers:
                 entry = {'provider': p.name, 'command': p.command, 'n': n, 'filled': p.filled,
-                         'fill_finished': p.fill_finished, 'fill_seconds': p.fill_seconds, 'rss_kb': p.rss_kb}
+                         'fill_finished': p.fill_finished, 'fill_seconds': p.fill_seconds, 'rss_kb': p.rss_kb,
+                         'anon_kb': p.anon_kb, 'private_kb': p.private_kb}
                 if p.fill_finished:
                     s = samples[p.name]
                     entry.update({f'{k}_{stat}': fn(s[k]) for k in KINDS
@@ -443,12 +454,14 @@ def main():
                     entry['samples'] = s
                     entry['batch_medians'] = rounds[p.name]
                     rows.append([p.name, n, f'{p.fill_seconds:.2f}', f'{n / p.fill_seconds:.0f}',
-                                 f'{p.rss_kb / 1024:.1f}' if p.rss_kb else '?']
+                                 f'{p.rss_kb / 1024:.1f}' if p.rss_kb else '?',
+                                 f'{p.anon_kb / 1024:.1f}' if p.anon_kb else '?',
+                                 f'{p.private_kb / 1024:.1f}' if p.private_kb else '?']
                                 + [f'{entry[f"{k}_{stat}"]:.3f}' for k in KINDS for stat in ('median', 'p90')]
                                 + [f'{entry["get_median"] / entry["ping_median"]:.2f}'])
                 else:
                     rows.append([p.name, n, f'not finished ({p.filled}/{n} in {p.fill_seconds:.0f} s)', '-', '-']
-                                + ['-'] * 9)
+                                + ['-'] * 11)
                 results.append(entry)
             for p in providers:
                 p.stop()
