@@ -77,7 +77,7 @@ extension ItemStore {
             // one an interrupted delete left counts as absent.
             let key = HeldItemFile.Key(group: group, file: fileName)
             var existing: ItemFileV2.Contents?
-            if let file = try openItemFile(key, in: directory, held: groupDirectories.heldFile(key)) {
+            if let file = try openItemFile(key, in: directory, stamp: nil, held: groupDirectories.heldFile(key)) {
                 let contents = try readContents(
                     try readWhole(file, version: 2), path: file.path, expectedPrimaryKey: primaryKey,
                     withSecret: value == nil, recordKey: access?.recordKey, writtenAs: fileName, state)
@@ -153,7 +153,7 @@ extension ItemStore {
                 // The new file stays open for the next get, which then opens nothing.
                 let written = try directory.replace(fileName, with: bytes, durable: durable, keepOpen: true)
                 groupDirectories.hold(
-                    written.map { HeldItemFile(directory: directory, name: fileName, file: $0) }, for: key)
+                    written.map { HeldItemFile(directory: directory, name: fileName, file: $0, stamp: nil) }, for: key)
             }
             try recordInManifest(.set, [(path, contents.generation)])
         }

@@ -226,28 +226,39 @@ package final class ItemStore: Sendable {
         return held.st_nlink > 0 && atPath.st_dev == held.st_dev && atPath.st_ino == held.st_ino
     }
 
-    /// The item's file, or nil: the held one while its name still names it (``HeldItemFile``),
-    /// else opened, and held for the next get.
+    /// The item's file, or nil: the held one while nothing can have put another file at its name
+    /// (``HeldItemFile``), else opened, and held for the next get.
     func openItem(_ names: ItemNames, _ state: OpenState) throws(KeychainError) -> OpenFile? {
         let key = HeldItemFile.Key(group: names.group, file: names.file)
         let (cached, held) = groupDirectories.directoryAndHeldFile(key)
-        if let cached, try cached.revalidate() { return try openItemFile(key, in: cached, held: held) }
+        if let cached, let stamp = try cached.revalidatedStamp() {
+            return try openItemFile(key, in: cached, stamp: stamp, held: held)
+        }
         if cached != nil { forgetGroupDirectory(names.group) }
         guard let directory = try groupDirectory(names.group, create: false, state) else { return nil }
-        return try openItemFile(key, in: directory, held: held)
+        return try openItemFile(key, in: directory, stamp: nil, held: held)
     }
 
-    /// The item file `key` of `directory` (the group's open directory, already checked): through
-    /// `held` while its name still names it, else opened and held in its place.
+    /// The item file `key` of `directory` (the group's open directory, already checked; `stamp`
+    /// its stamp from that check, nil when not at hand): through `held` while nothing can have
+    /// put another file at its name, else opened and held in its place.
     func openItemFile(
-        _ key: HeldItemFile.Key, in directory: Directory, held: HeldItemFile?
+        _ key: HeldItemFile.Key, in directory: Directory, stamp: Directory.Stamp?, held: HeldItemFile?
     ) throws(KeychainError) -> OpenFile? {
-        if let held, held.directory === directory, let file = try held.reopen() {
+        // A check by name (the open's or the held file's) made after `stamp` was read vouches for
+        // that stamp once it has settled: later changes of the directory cannot leave it.
+        let settled = stamp.flatMap { HeldItemFile.isSettled($0) ? $0 : nil }
+        if let held, held.directory === directory, let (file, checkedByName) = try held.reopen(directoryStamp: stamp) {
+            if checkedByName, let settled {
+                groupDirectories.hold(
+                    HeldItemFile(directory: directory, name: key.file, file: held.file, stamp: settled), for: key)
+            }
             return file
         }
         let file = try directory.openFile(key.file)
         if held != nil || file != nil {
-            groupDirectories.hold(file.map { HeldItemFile(directory: directory, name: key.file, file: $0) }, for: key)
+            groupDirectories.hold(
+                file.map { HeldItemFile(directory: directory, name: key.file, file: $0, stamp: settled) }, for: key)
         }
         return file
     }

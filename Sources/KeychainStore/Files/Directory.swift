@@ -108,12 +108,19 @@ package final class Directory: Sendable {
     /// - Returns: false when it was removed from the file system while we held it open.
     /// - Throws: ``KeychainError`` `.unsafeFileSystem` when its owner or mode changed.
     func revalidate() throws(KeychainError) -> Bool {
+        try revalidatedStamp() != nil
+    }
+
+    /// As ``revalidate()``, from the same fstat: the directory's ``Stamp``, or nil when it was
+    /// removed.
+    func revalidatedStamp() throws(KeychainError) -> Stamp? {
         var status = stat()
         guard fstat(descriptor, &status) == 0 else {
             throw KeychainError(.storageFailed, "Cannot inspect \(path)", underlying: Errno.current)
         }
         try Ownership.check(status, path: path, sharing: sharing)
-        return status.st_nlink > 0
+        guard status.st_nlink > 0 else { return nil }
+        return Stamp(status)
     }
 
     /// The user who owns the directory.
