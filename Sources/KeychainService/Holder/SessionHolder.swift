@@ -1,5 +1,5 @@
 import KeychainStore
-package import KeychainVocabulary
+import KeychainVocabulary
 import SystemCalls
 
 #if canImport(Glibc)

@@ -15,6 +15,6 @@ struct StorageKeyContextFile: StorageKeyContextCache {
     }
 
     func saveStorageKeyContext(_ context: [UInt8]) {
-        try? directory.replace(Self.name, with: context, durable: false)
+        _ = try? directory.replace(Self.name, with: context, durable: false)
     }
 }
