@@ -16,6 +16,10 @@ package final class SessionHolderServer: Sendable {
     private let server: OwnerSocketServer
     /// Whether the keychain was locked since the last unlock: nothing is held until it is unlocked.
     private let locked = Locked<Bool>(false)
+    /// The stores this holder has answered from since it last erased its keys: what a lock or
+    /// ``stop()`` closes. Only those: a process that runs a holder beside other work (a test
+    /// suite, a program embedding it) keeps its own stores open.
+    private let served = Locked<Set<KeychainLocation>>([])
     private let log: @Sendable (String) -> Void
 
     /// How many clients are served at once (each holds a thread while it reads).
@@ -57,9 +61,13 @@ package final class SessionHolderServer: Sendable {
         log("\(reason): every key held is erased")
     }
 
-    /// Closes every store this process holds: their keys are erased from memory.
+    /// Closes every store this holder answered from: their keys are erased from memory.
     private func eraseKeys() {
-        for location in OpenStores.openLocations { OpenStores.close(location) }
+        let locations = served.withLock { served in
+            defer { served.removeAll() }
+            return served
+        }
+        for location in locations { OpenStores.close(location) }
     }
 
     // MARK: One connection
@@ -138,6 +146,7 @@ package final class SessionHolderServer: Sendable {
                 if let held = OpenStores.openStore(at: location), !held.isStillAtItsPath() {
                     OpenStores.close(location)
                 }
+                served.withLock { _ = $0.insert(location) }
                 return try body(try ItemService(location: location, caller: caller))
             }
         } catch {

@@ -29,11 +29,6 @@ package enum OpenStores {
         openStore(at: location) != nil
     }
 
-    /// Every store this process has open, for a holder that lets go of them all at a lock.
-    static var openLocations: [KeychainLocation] {
-        opened.withLock { Array($0.keys) }
-    }
-
     /// The opened store at `location`, opening it (one TPM unseal) on first use.
     static func store(at location: KeychainLocation) throws(KeychainError) -> ItemStore {
         if let store = openStore(at: location) { return store }
