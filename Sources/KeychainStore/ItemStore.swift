@@ -246,10 +246,11 @@ package final class ItemStore: Sendable {
         _ key: HeldItemFile.Key, in directory: Directory, stamp: Directory.Stamp?, held: HeldItemFile?
     ) throws(KeychainError) -> OpenFile? {
         // A check by name (the open's or the held file's) made after `stamp` was read vouches for
-        // that stamp once it has settled: later changes of the directory cannot leave it.
-        let settled = stamp.flatMap { HeldItemFile.isSettled($0) ? $0 : nil }
+        // that stamp once it has settled: later changes of the directory cannot leave it. Asked
+        // only then: a get checked by stamp does not read the clock.
+        func settled() -> Directory.Stamp? { stamp.flatMap { HeldItemFile.isSettled($0) ? $0 : nil } }
         if let held, held.directory === directory, let (file, checkedByName) = try held.reopen(directoryStamp: stamp) {
-            if checkedByName, let settled {
+            if checkedByName, let settled = settled() {
                 groupDirectories.hold(
                     HeldItemFile(directory: directory, name: key.file, file: held.file, stamp: settled), for: key)
             }
@@ -257,8 +258,9 @@ package final class ItemStore: Sendable {
         }
         let file = try directory.openFile(key.file)
         if held != nil || file != nil {
+            let stamp = settled()
             groupDirectories.hold(
-                file.map { HeldItemFile(directory: directory, name: key.file, file: $0, stamp: settled) }, for: key)
+                file.map { HeldItemFile(directory: directory, name: key.file, file: $0, stamp: stamp) }, for: key)
         }
         return file
     }
