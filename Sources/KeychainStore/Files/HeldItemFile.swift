@@ -47,17 +47,14 @@ struct HeldItemFile {
         let file: String
     }
 
-    /// The held file, checked again against `current`, its directory's stamp now (nil: unknown, so
-    /// checked by name): nil when the file
-    /// was replaced or removed, or its name now names another file or none. `checkedByName` says
-    /// whether the check was by name (the caller may then keep the stamp, if it has settled).
+    /// The held file, checked again: by stamp when `current` (the directory's stamp now) is the
+    /// one kept, else by name. Nil when the file was replaced or removed, or its name now names
+    /// another file or none; `checkedByName` lets the caller keep the stamp once it has settled.
     ///
     /// - Throws: ``KeychainError`` `.unsafeFileSystem` (mode, owner, links), `.storageFailed`.
     func reopen(
         directoryStamp current: Directory.Stamp?
-    ) throws(KeychainError) -> (
-        file: OpenFile, checkedByName: Bool
-    )? {
+    ) throws(KeychainError) -> (file: OpenFile, checkedByName: Bool)? {
         guard let current, stamp == current else {
             return try directory.reopenFile(name, heldAs: file).map { ($0, true) }
         }
