@@ -135,6 +135,29 @@ struct ItemV2Vector: Decodable {
             try AttributeList(decoding: attributes.encoded(), path: "test").tags.contains(AttributeTag.account) == false
         )
 
+        // Built in any order, and changed in place, a list is the same canonical bytes.
+        var reordered = AttributeList()
+        reordered.setNanoseconds(-5, for: AttributeTag.creationDate)
+        reordered.setBool(true, for: AttributeTag.synchronizable)
+        reordered.setUInt32(1, for: AttributeTag.port)
+        reordered.setString("svc", for: AttributeTag.service)
+        reordered.setString("a much longer account than before", for: AttributeTag.account)
+        reordered.setUInt32(8443, for: AttributeTag.port)
+        #expect(reordered != decoded)
+        reordered.setString("alice", for: AttributeTag.account)
+        #expect(reordered == decoded && reordered.encoded() == encoded)
+        #expect(reordered.hashValue == decoded.hashValue)
+        #expect(reordered.uint32(AttributeTag.port) == 8443 && reordered.string(AttributeTag.service) == "svc")
+        #expect(reordered.value(AttributeTag.account, equals: Array("alice".utf8)))
+        #expect(!reordered.value(AttributeTag.account, equals: Array("alic".utf8)))
+        #expect(!reordered.value(AttributeTag.label, equals: []) && reordered.value(AttributeTag.label, equals: nil))
+        // Empty is not absent; text that is not UTF-8 reads as no text but keeps its bytes.
+        reordered[AttributeTag.label] = []
+        #expect(reordered.string(AttributeTag.label) == "" && reordered.value(AttributeTag.label, equals: []))
+        reordered[AttributeTag.comment] = [0xFF, 0x41]
+        #expect(reordered.string(AttributeTag.comment) == nil && reordered[AttributeTag.comment] == [0xFF, 0x41])
+        #expect(try AttributeList(decoding: reordered.encoded(), path: "test") == reordered)
+
         // Out of order, repeated, truncated, oversized.
         let acct: [UInt8] = [0x61, 0x63, 0x63, 0x74]
         let svce: [UInt8] = [0x73, 0x76, 0x63, 0x65]

@@ -11,66 +11,129 @@ package struct AttributeList: Sendable, Hashable {
     /// Every value's ceiling; the whole section is bounded by the item file's limits too.
     package static let maximumValueSize = 64 << 10
 
-    /// The entries in ascending tag order, as the section stores them. An item has a dozen
-    /// attributes or so: a binary search over 32-bit tags finds one faster than hashing the tag
-    /// would, and a decoding appends in order without growing a table.
-    private var entries: [Entry] = []
+    /// The section as stored: (tag UINT32, length UINT32, value) repeated in ascending tag
+    /// order. Kept as one buffer: a decoding adopts it whole, an encoding hands it back as it
+    /// is, and a listing of thousands reads each item's values from one allocation rather than
+    /// one per value (each a cache miss there). An item has a dozen attributes or so: walking
+    /// their headers finds one as fast as a search would. Canonical bytes make equal lists equal
+    /// buffers, so equality and hashing are the buffer's.
+    private var bytes: [UInt8] = []
 
-    private struct Entry: Sendable, Hashable {
+    /// A decoded entry's place in ``bytes``.
+    private struct Entry {
         let tag: FourCharacterCode
-        var value: [UInt8]
+        /// From the entry's header to the end of its value.
+        let range: Range<Int>
+        var value: Range<Int> { range.lowerBound + 8..<range.upperBound }
     }
 
     package init() {}
 
-    /// An empty list with room for `count` attributes, so that decoding one grows no storage.
-    package init(minimumCapacity count: Int) {
-        entries.reserveCapacity(count)
+    /// The attributes a section holds, or why it is not one a writer produced: a truncated
+    /// entry, a value over ``maximumValueSize``, or tags out of order or repeated.
+    package init(section: [UInt8]) throws(SectionDamage) {
+        var offset = 0
+        var previous: FourCharacterCode?
+        while offset < section.count {
+            guard section.count - offset >= 8 else { throw .truncated }
+            let tag = FourCharacterCode(rawValue: Self.uint32(section, at: offset))
+            let count = Int(Self.uint32(section, at: offset + 4))
+            guard count <= Self.maximumValueSize else { throw .oversized(tag, count) }
+            if let previous, tag <= previous { throw .outOfOrder }
+            guard section.count - offset - 8 >= count else { throw .truncated }
+            previous = tag
+            offset += 8 + count
+        }
+        bytes = section
     }
 
-    package var tags: [FourCharacterCode] { entries.map(\.tag) }
+    /// What makes bytes no attributes section: ``init(section:)``.
+    package enum SectionDamage: Error {
+        case truncated
+        case oversized(FourCharacterCode, Int)
+        case outOfOrder
+    }
+
+    package var tags: [FourCharacterCode] {
+        var tags: [FourCharacterCode] = []
+        var offset = 0
+        while let entry = entry(at: offset) {
+            tags.append(entry.tag)
+            offset = entry.range.upperBound
+        }
+        return tags
+    }
 
     package subscript(tag: FourCharacterCode) -> [UInt8]? {
         get {
-            let (index, found) = position(of: tag)
-            return found ? entries[index].value : nil
+            let (entry, _) = find(tag)
+            return entry.map { Array(bytes[$0.value]) }
         }
         set {
-            // Decoding and most building append in tag order: no search.
-            if let newValue, entries.last.map({ $0.tag < tag }) ?? true {
-                entries.append(Entry(tag: tag, value: newValue))
-                return
+            let (entry, insertion) = find(tag)
+            var replacement: [UInt8] = []
+            if let newValue {
+                replacement.reserveCapacity(8 + newValue.count)
+                BigEndian.append(tag.rawValue, to: &replacement)
+                BigEndian.append(UInt32(newValue.count), to: &replacement)
+                replacement.append(contentsOf: newValue)
             }
-            let (index, found) = position(of: tag)
-            switch (newValue, found) {
-            case (let value?, true): entries[index].value = value
-            case (let value?, false): entries.insert(Entry(tag: tag, value: value), at: index)
-            case (nil, true): entries.remove(at: index)
-            case (nil, false): break
-            }
+            bytes.replaceSubrange(entry?.range ?? insertion..<insertion, with: replacement)
         }
     }
 
-    /// Where `tag` is, or would be inserted, in `entries`.
-    private func position(of tag: FourCharacterCode) -> (index: Int, found: Bool) {
-        var low = 0
-        var high = entries.count
-        while low < high {
-            let middle = (low + high) / 2
-            let candidate = entries[middle].tag
-            if candidate == tag { return (middle, true) }
-            if candidate < tag { low = middle + 1 } else { high = middle }
+    /// The entry of `tag`, or nil and where it would be inserted.
+    private func find(_ tag: FourCharacterCode) -> (entry: Entry?, insertion: Int) {
+        var offset = 0
+        while let entry = entry(at: offset) {
+            if entry.tag == tag { return (entry, offset) }
+            if entry.tag > tag { break }
+            offset = entry.range.upperBound
         }
-        return (low, false)
+        return (nil, offset)
+    }
+
+    /// The entry starting at `offset`, nil at the end. The buffer is well formed: ``init(section:)``
+    /// checked one adopted whole, and the setter writes only whole entries.
+    private func entry(at offset: Int) -> Entry? {
+        guard offset < bytes.count else { return nil }
+        let count = Int(Self.uint32(bytes, at: offset + 4))
+        return Entry(
+            tag: FourCharacterCode(rawValue: Self.uint32(bytes, at: offset)), range: offset..<offset + 8 + count)
+    }
+
+    private static func uint32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        UInt32(bytes[offset]) << 24 | UInt32(bytes[offset + 1]) << 16 | UInt32(bytes[offset + 2]) << 8
+            | UInt32(bytes[offset + 3])
+    }
+
+    /// `body` over the bytes of `tag`'s value, read in place, or nil when it is absent. The typed
+    /// readers go through here: a listing reads a dozen values per item, and handing each out as
+    /// an array would allocate it.
+    private func withValue<R>(_ tag: FourCharacterCode, _ body: (UnsafeBufferPointer<UInt8>) -> R?) -> R? {
+        guard let entry = find(tag).entry else { return nil }
+        return bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[entry.value])) }
+    }
+
+    /// Whether `tag` holds exactly `bytes` (both absent counts as equal), compared in place.
+    package func value(_ tag: FourCharacterCode, equals other: [UInt8]?) -> Bool {
+        guard let other else { return find(tag).entry == nil }
+        return withValue(tag) { value in
+            other.withUnsafeBufferPointer { value.count == $0.count && value.elementsEqual($0) }
+        } ?? false
     }
 
     // MARK: Typed values
 
     /// UTF-8 text.
     package func string(_ tag: FourCharacterCode) -> String? {
-        // Validated from the contiguous bytes: the generic collection path is slower per string,
-        // and a listing makes several per item.
-        self[tag]?.withUnsafeBufferPointer { String(validating: $0, as: UTF8.self) }
+        // From the contiguous bytes, and ASCII without validation: a listing makes several
+        // strings per item, the generic collection path is slower per string, and the validating
+        // initialiser looks its encoding's metadata up at run time where decoding is specialised.
+        withValue(tag) { bytes in
+            bytes.allSatisfy { $0 < 0x80 }
+                ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
+        }
     }
 
     package mutating func setString(_ text: String?, for tag: FourCharacterCode) {
@@ -79,8 +142,7 @@ package struct AttributeList: Sendable, Hashable {
 
     /// A big-endian UINT32: a port, or a four-character code (protocol, authentication type).
     package func uint32(_ tag: FourCharacterCode) -> UInt32? {
-        guard let bytes = self[tag], bytes.count == 4 else { return nil }
-        return BigEndian.integer(bytes)
+        withValue(tag) { $0.count == 4 ? UInt32(truncatingIfNeeded: Self.bigEndian($0)) : nil }
     }
 
     package mutating func setUInt32(_ value: UInt32?, for tag: FourCharacterCode) {
@@ -89,8 +151,7 @@ package struct AttributeList: Sendable, Hashable {
 
     /// One byte, 0 or 1.
     package func bool(_ tag: FourCharacterCode) -> Bool? {
-        guard let bytes = self[tag], bytes.count == 1, bytes[0] <= 1 else { return nil }
-        return bytes[0] == 1
+        withValue(tag) { $0.count == 1 && $0[0] <= 1 ? $0[0] == 1 : nil }
     }
 
     package mutating func setBool(_ value: Bool?, for tag: FourCharacterCode) {
@@ -100,24 +161,22 @@ package struct AttributeList: Sendable, Hashable {
     /// A big-endian INT64 of nanoseconds since 1970-01-01T00:00:00Z: fine enough that items
     /// created in a burst still list in creation order.
     package func nanoseconds(_ tag: FourCharacterCode) -> Int64? {
-        guard let bytes = self[tag], bytes.count == 8 else { return nil }
-        return BigEndian.integer(bytes)
+        withValue(tag) { $0.count == 8 ? Int64(bitPattern: Self.bigEndian($0)) : nil }
     }
 
     package mutating func setNanoseconds(_ value: Int64?, for tag: FourCharacterCode) {
         self[tag] = value.map { BigEndian.bytes($0) }
     }
 
+    /// A big-endian value of at most 8 bytes, read by a plain loop over the bytes in place.
+    private static func bigEndian(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        var value: UInt64 = 0
+        for byte in bytes { value = value << 8 | UInt64(byte) }
+        return value
+    }
+
     // MARK: Bytes
 
     /// The section's plaintext: entries in ascending tag order.
-    package func encoded() -> [UInt8] {
-        var bytes: [UInt8] = []
-        for entry in entries {
-            BigEndian.append(entry.tag.rawValue, to: &bytes)
-            BigEndian.append(UInt32(entry.value.count), to: &bytes)
-            bytes.append(contentsOf: entry.value)
-        }
-        return bytes
-    }
+    package func encoded() -> [UInt8] { bytes }
 }
