@@ -51,6 +51,22 @@ import Testing
         #expect(rollback.verdict(generation, file: file) == expected)
     }
 
+    @Test("an item file's name gives its manifest key: 32 hex digits of either case and .item, nothing else")
+    func itemKeysFromFileNames() throws {
+        let digits = "0123456789abcdef0123456789ABCDEF"
+        let key = try #require(Manifest.ItemKey(fileName: digits + ".item"))
+        #expect(key.high == 0x0123_4567_89ab_cdef && key.low == 0x0123_4567_89ab_cdef)
+        #expect(key.fileName == digits.lowercased() + ".item")
+        #expect(Manifest.ItemKey(fileName: key.fileName) == key)
+        for name in [
+            digits, digits + ".itex", digits + ".items", String(digits.dropLast()) + ".item",
+            String(digits.dropLast()) + "g.item", String(digits.dropLast()) + "/.item", "." + digits + "item",
+            String(digits.dropLast()) + "é.item", "",
+        ] {
+            #expect(Manifest.ItemKey(fileName: name) == nil, "\(name)")
+        }
+    }
+
     @Test("a store without a manifest judges nothing and records everything as current")
     func unprotected() throws {
         let rollback = try Self.makeGuard(nil)

@@ -62,33 +62,39 @@ struct Manifest {
             low = BigEndian.integer(bytes.dropFirst(8).prefix(8))
         }
 
-        /// The key of `<32 hex digits>.item`, or nil for any other name. Parsed in place: a
-        /// listing parses one per file.
+        /// The key of `<32 hex digits>.item`, or nil for any other name. Parsed in place, byte
+        /// by byte: a listing parses one per file.
         init?(fileName: String) {
             var name = fileName
             let parsed = name.withUTF8 { (utf8) -> (UInt64, UInt64)? in
-                guard utf8.count == 32 + Manifest.itemSuffix.utf8.count,
-                    utf8[32...].elementsEqual(Manifest.itemSuffix.utf8)
+                guard utf8.count == 37, utf8[32] == UInt8(ascii: "."), utf8[33] == UInt8(ascii: "i"),
+                    utf8[34] == UInt8(ascii: "t"), utf8[35] == UInt8(ascii: "e"), utf8[36] == UInt8(ascii: "m"),
+                    let high = Self.hexWord(utf8, from: 0), let low = Self.hexWord(utf8, from: 16)
                 else { return nil }
-                var words: (UInt64, UInt64) = (0, 0)
-                for index in 0..<32 {
-                    guard let digit = Self.hexDigit(utf8[index]) else { return nil }
-                    if index < 16 { words.0 = words.0 << 4 | digit } else { words.1 = words.1 << 4 | digit }
-                }
-                return words
+                return (high, low)
             }
             guard let parsed else { return nil }
             self.high = parsed.0
             self.low = parsed.1
         }
 
-        private static func hexDigit(_ character: UInt8) -> UInt64? {
-            switch character {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt64(character - UInt8(ascii: "0"))
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt64(character - UInt8(ascii: "a") + 10)
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt64(character - UInt8(ascii: "A") + 10)
-            default: nil
+        /// The 16 hex digits from `start` as a number, or nil when one is not a hex digit.
+        private static func hexWord(_ utf8: UnsafeBufferPointer<UInt8>, from start: Int) -> UInt64? {
+            var word: UInt64 = 0
+            for index in start..<start + 16 {
+                let character = utf8[index]
+                let lowered = character | 0x20 // "A"-"F" to "a"-"f"; digits keep their value
+                let digit: UInt8
+                if character &- UInt8(ascii: "0") < 10 {
+                    digit = character &- UInt8(ascii: "0")
+                } else if lowered &- UInt8(ascii: "a") < 6 {
+                    digit = lowered &- UInt8(ascii: "a") &+ 10
+                } else {
+                    return nil
+                }
+                word = word << 4 | UInt64(digit)
             }
+            return word
         }
 
         var bytes: [UInt8] {
