@@ -21,34 +21,44 @@ extension ItemStore {
         // A listing of a rotated-away key's directories would look complete: check first.
         _ = try refreshIfRotated(try current())
         let state = try currentFollowingUpgrades()
-        let tags = query.matching.tags.filter { $0 != AttributeTag.synchronizable }
+        let wanted = query.matching.tags.filter { $0 != AttributeTag.synchronizable }.map {
+            (tag: $0, value: query.matching[$0])
+        }
         let scanned = try scan(query, state)
-        // The matches are ordered by index, not moved: an item is a dozen references, and a
-        // listing of 10,000 would copy each of them at every step of the sort.
-        var order: [(created: Int64, index: Int)] = []
-        order.reserveCapacity(scanned.count)
-        for index in scanned.indices where matches(scanned[index], query, tags: tags) {
-            order.append((scanned[index].attributes.nanoseconds(AttributeTag.creationDate) ?? 0, index))
+        // The entries are read in place and the matches ordered by index, never copied or moved:
+        // an entry is a dozen references, and a listing of 10,000 would retain and release each
+        // of them at every copy.
+        return try scanned.withUnsafeBufferPointer { (entries) throws(KeychainError) -> [ItemQueryResult] in
+            var order: [(created: Int64, index: Int)] = []
+            order.reserveCapacity(entries.count)
+            // Field by field: the compiler copies a whole entry it cannot prove unchanged across a
+            // call, and an entry read through a pointer is never proven so.
+            for index in entries.indices
+            where entries[index].itemClass.rawValue == query.itemClass.rawValue
+                && matches(entries[index].attributes, query, wanted)
+            {
+                order.append((entries[index].attributes.nanoseconds(AttributeTag.creationDate) ?? 0, index))
+            }
+            order.sort { lhs, rhs in
+                lhs.created != rhs.created
+                    ? lhs.created < rhs.created
+                    : entries[lhs.index].itemID.lexicographicallyPrecedes(entries[rhs.index].itemID)
+            }
+            if query.limit == .one { order = Array(order.prefix(1)) }
+            var results: [ItemQueryResult] = []
+            results.reserveCapacity(order.count)
+            for (_, index) in order {
+                // Field by field: a copy of the whole entry would retain its directory and name too.
+                let value = query.returnsData ? try secret(of: entries[index], state) : nil
+                let itemClass = entries[index].itemClass
+                results.append(
+                    ItemQueryResult(
+                        reference: Self.reference(itemClass, entries[index].itemID), itemClass: itemClass,
+                        attributes: entries[index].attributes, accessibility: entries[index].accessibility,
+                        kind: entries[index].kind, value: value, keyRecord: entries[index].keyRecord))
+            }
+            return results
         }
-        order.sort { lhs, rhs in
-            lhs.created != rhs.created
-                ? lhs.created < rhs.created
-                : scanned[lhs.index].itemID.lexicographicallyPrecedes(scanned[rhs.index].itemID)
-        }
-        if query.limit == .one { order = Array(order.prefix(1)) }
-        var results: [ItemQueryResult] = []
-        results.reserveCapacity(order.count)
-        for (_, index) in order {
-            // Field by field: a copy of the whole entry would retain its directory and name too.
-            let value = query.returnsData ? try secret(of: scanned[index], state) : nil
-            let itemClass = scanned[index].itemClass
-            results.append(
-                ItemQueryResult(
-                    reference: Self.reference(itemClass, scanned[index].itemID), itemClass: itemClass,
-                    attributes: scanned[index].attributes, accessibility: scanned[index].accessibility,
-                    kind: scanned[index].kind, value: value, keyRecord: scanned[index].keyRecord))
-        }
-        return results
     }
 
     /// Every item of the store, of every class and without its secret, handed to `body` as its
@@ -127,13 +137,16 @@ extension ItemStore {
         var keyRecord = ItemFileV2.masterKeyRecord
     }
 
-    /// - Parameter tags: the query's tags other than synchronizable, sorted once per query.
-    private func matches(_ entry: ScannedItem, _ query: ItemQuery, tags: [FourCharacterCode]) -> Bool {
-        guard entry.itemClass == query.itemClass else { return false }
-        for tag in tags {
-            guard entry.attributes[tag] == query.matching[tag] else { return false }
+    /// Whether an item of the query's class matches the rest of it.
+    ///
+    /// - Parameter wanted: the query's attributes other than synchronizable, taken out once per query.
+    private func matches(
+        _ attributes: AttributeList, _ query: ItemQuery, _ wanted: [(tag: FourCharacterCode, value: [UInt8]?)]
+    ) -> Bool {
+        for (tag, value) in wanted {
+            guard attributes.value(tag, equals: value) else { return false }
         }
-        let synchronizable = entry.attributes.bool(AttributeTag.synchronizable) ?? false
+        let synchronizable = attributes.bool(AttributeTag.synchronizable) ?? false
         switch query.synchronizable {
         case .yes: return synchronizable
         case .no: return !synchronizable
@@ -168,7 +181,11 @@ extension ItemStore {
         for group in groups {
             guard let directory = try groupDirectory(group, create: false, state) else { continue }
             let stamp = try directory.stamp()
-            for name in try directory.entries() where name.hasSuffix(".item") {
+            let names = try directory.entries()
+            // Sized once, as a listing's other arrays are: grown by doubling, it would be copied
+            // into fresh pages again and again.
+            scanned.reserveCapacity(scanned.count + names.count)
+            for name in names where name.hasSuffix(".item") {
                 guard let file = try directory.openFile(name) else { continue }
                 let key = Manifest.ItemKey(fileName: name)
                 if let key { seen.insert(key) }
@@ -197,12 +214,13 @@ extension ItemStore {
 
         mutating func name(of itemClass: ItemClass, _ attributes: AttributeList, keys: StoreKeys) -> String {
             let groupTag = itemClass == .internetPassword ? AttributeTag.server : AttributeTag.service
-            let accessGroup = attributes[AttributeTag.accessGroup]
-            let group = attributes[groupTag]
-            if let fields, fields.itemClass == itemClass, fields.accessGroup == accessGroup, fields.group == group {
+            if let fields, fields.itemClass == itemClass,
+                attributes.value(AttributeTag.accessGroup, equals: fields.accessGroup),
+                attributes.value(groupTag, equals: fields.group)
+            {
                 return name
             }
-            fields = (itemClass, accessGroup, group)
+            fields = (itemClass, attributes[AttributeTag.accessGroup], attributes[groupTag])
             name = ItemFileV2.groupName(of: itemClass, attributes, keys: keys)
             return name
         }
@@ -241,10 +259,9 @@ extension ItemStore {
             sealed = try file.read(count: header.attributesRange.count, at: header.attributesRange.lowerBound)[...]
         }
         let salt = WriteSalt(header.salt)
-        let cached = decryptions.listed(salt)
         let attributes: AttributeList
         let fileName: String
-        if let cached, cached.holds(header: header.bytes, sealed: sealed) {
+        if let cached = decryptions.listed(salt, holding: header.bytes, sealed: sealed) {
             // Byte for byte what GCM authenticated before, under the same key, nonce and AAD:
             // it decrypts to the same attributes.
             attributes = cached.attributes

@@ -122,19 +122,28 @@ extension ItemStore {
         var matching = AttributeList()
         matching.setString(service, for: AttributeTag.service)
         if !accessGroup.isEmpty { matching.setString(accessGroup, for: AttributeTag.accessGroup) }
-        return try genericPasswords(ItemQuery(itemClass: .genericPassword, matching: matching, synchronizable: .any))
-            .filter { $0.accessGroupName == accessGroup }
+        // A query without an access group matches every group's items: those of none are kept
+        // before their attributes are built, not filtered from the built list.
+        return try genericPasswords(ItemQuery(itemClass: .genericPassword, matching: matching, synchronizable: .any)) {
+            accessGroup.isEmpty ? ($0.string(AttributeTag.accessGroup) ?? "").isEmpty : true
+        }
     }
 
     /// The attributes of every generic password in the store, in creation order.
     package func listAll() throws(KeychainError) -> [ItemAttributes] {
-        try genericPasswords(ItemQuery(itemClass: .genericPassword, synchronizable: .any))
+        try genericPasswords(ItemQuery(itemClass: .genericPassword, synchronizable: .any)) { _ in true }
     }
 
-    private func genericPasswords(_ query: ItemQuery) throws(KeychainError) -> [ItemAttributes] {
+    private func genericPasswords(
+        _ query: ItemQuery, keeping keep: (AttributeList) -> Bool
+    ) throws(KeychainError) -> [ItemAttributes] {
+        let found = try self.query(query)
+        // Sized once: grown by doubling, a list of 10,000 would be copied a dozen times, each
+        // time into fresh pages the kernel faults in and zeroes.
         var result: [ItemAttributes] = []
-        for found in try self.query(query) {
-            result.append(try ItemAttributes(found.attributes, accessibility: found.accessibility, path: root))
+        result.reserveCapacity(found.count)
+        for item in found where keep(item.attributes) {
+            result.append(try ItemAttributes(item.attributes, accessibility: item.accessibility, path: root))
         }
         return result
     }

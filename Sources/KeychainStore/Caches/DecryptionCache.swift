@@ -34,8 +34,18 @@ final class DecryptionCache: Sendable {
         return key
     }
 
-    func listed(_ salt: WriteSalt) -> ListedWrite? {
-        entries.withLock { $0.listed[salt] }
+    /// The attributes and file name a listing derived from the write with `salt`, when `header`
+    /// and `sealed` are byte for byte what it read. Compared in place: a copy of the entry would
+    /// touch (retain) each of its buffers, a cache miss apiece in a listing of thousands.
+    func listed(
+        _ salt: WriteSalt, holding header: [UInt8], sealed: ArraySlice<UInt8>
+    ) -> (attributes: AttributeList, file: String)? {
+        entries.withLock { entries in
+            guard let index = entries.listed.index(forKey: salt),
+                entries.listed.values[index].holds(header: header, sealed: sealed)
+            else { return nil }
+            return (entries.listed.values[index].attributes, entries.listed.values[index].file)
+        }
     }
 
     func rememberListed(_ write: ListedWrite, salt: WriteSalt) {
