@@ -39,7 +39,7 @@ struct Confirm: ParsableCommand {
         var answer: [UInt8] = []
         var byte: UInt8 = 0
         while answer.count < 64, read(terminal, &byte, 1) == 1, byte != UInt8(ascii: "\n") { answer.append(byte) }
-        switch String(decoding: answer, as: UTF8.self).filter { !$0.isWhitespace }.lowercased() {
+        switch String(decoding: answer, as: UTF8.self).filter({ !$0.isWhitespace }).lowercased() {
         case "y", "yes": return
         case "r", "remember": print("remember")
         case "s", "session": print("session")
