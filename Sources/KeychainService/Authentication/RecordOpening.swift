@@ -44,7 +44,7 @@ package final class OpenedRecords: Sendable {
         let key: ItemStore.RecordKey
         let at: ContinuousClock.Instant
         let epoch: UInt64
-        let lockStamp: [Int64]?
+        let lockStamp: Device.LockStamp?
         let device: Device
     }
 

@@ -57,10 +57,19 @@ extension Device {
     static let lockStampName = "lock.stamp"
 
     /// The lock stamp's identity now (nil when the device was never locked or unlocked).
-    package func lockStamp() -> [Int64]? {
+    package func lockStamp() -> LockStamp? {
         var status = stat()
-        guard stat(directoryPath + "/" + Self.lockStampName, &status) == 0 else { return nil }
-        return [Int64(status.st_ino), Int64(status.st_mtim.tv_sec), Int64(status.st_mtim.tv_nsec)]
+        guard stat(lockStampPath, &status) == 0 else { return nil }
+        return LockStamp(
+            inode: UInt64(status.st_ino), seconds: Int64(status.st_mtim.tv_sec),
+            nanoseconds: Int64(status.st_mtim.tv_nsec))
+    }
+
+    /// Which version of `lock.stamp` is there: a lock or unlock replaces it.
+    package struct LockStamp: Equatable, Sendable {
+        let inode: UInt64
+        let seconds: Int64
+        let nanoseconds: Int64
     }
 
     /// Whether the lock state satisfies `requirement` now (one NV read): what a reuse window

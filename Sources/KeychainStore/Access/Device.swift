@@ -21,6 +21,8 @@ import Glibc
 /// write or stand in for them) and three indices at random handles.
 package final class Device: Sendable {
     package let directoryPath: String
+    /// `lock.stamp`'s path, made once: a reuse window stats it on every read.
+    let lockStampPath: String
     package let tpm: TPMConfiguration
     /// The handles a version-1 device of this user had, for reading one.
     private let legacyIndices: DeviceIndices
@@ -58,6 +60,7 @@ package final class Device: Sendable {
     /// - Parameter directory: where `device.meta` lives; created 0700 when first written.
     package init(directory: String, tpm: TPMConfiguration) {
         directoryPath = directory
+        lockStampPath = directory + "/" + Self.lockStampName
         self.tpm = tpm
         legacyIndices = DeviceIndices(legacyUserID: UInt32(getuid()))
     }
