@@ -285,7 +285,7 @@ struct WarmPathTests {
 
         // Something else at the socket's path (not this user's socket): never asked; cold path.
         let elsewhere = fixture.directory + "/not-a-socket"
-        FileManager.default.createFile(atPath: elsewhere, contents: Data("x".utf8))
+        #expect(FileManager.default.createFile(atPath: elsewhere, contents: Data("x".utf8)))
         var environment = fixture.environment
         environment[SessionHolder.socketVariable] = elsewhere
         let result = try CLI.run(
