@@ -67,6 +67,15 @@ public enum BigEndian {
         T(truncatingIfNeeded: bits(bytes[...]))
     }
 
+    /// The same, for bytes read in place (an attribute's value where its list holds it).
+    @inlinable package static func integer<T: FixedWidthInteger>(
+        _ bytes: UnsafeBufferPointer<UInt8>, as type: T.Type = T.self
+    ) -> T {
+        var value: UInt64 = 0
+        for byte in bytes { value = value << 8 | UInt64(byte) }
+        return T(truncatingIfNeeded: value)
+    }
+
     @inlinable static func bits(_ bytes: ArraySlice<UInt8>) -> UInt64 {
         var value: UInt64 = 0
         for byte in bytes { value = value << 8 | UInt64(byte) }

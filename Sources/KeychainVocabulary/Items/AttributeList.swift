@@ -36,8 +36,8 @@ package struct AttributeList: Sendable, Hashable {
         var previous: FourCharacterCode?
         while offset < section.count {
             guard section.count - offset >= 8 else { throw .truncated }
-            let tag = FourCharacterCode(rawValue: Self.uint32(section, at: offset))
-            let count = Int(Self.uint32(section, at: offset + 4))
+            let tag = FourCharacterCode(rawValue: BigEndian.integer(section[offset..<offset + 4], as: UInt32.self))
+            let count = Int(BigEndian.integer(section[offset + 4..<offset + 8], as: UInt32.self))
             guard count <= Self.maximumValueSize else { throw .oversized(tag, count) }
             if let previous, tag <= previous { throw .outOfOrder }
             guard section.count - offset - 8 >= count else { throw .truncated }
@@ -97,14 +97,10 @@ package struct AttributeList: Sendable, Hashable {
     /// checked one adopted whole, and the setter writes only whole entries.
     private func entry(at offset: Int) -> Entry? {
         guard offset < bytes.count else { return nil }
-        let count = Int(Self.uint32(bytes, at: offset + 4))
+        let count = Int(BigEndian.integer(bytes[offset + 4..<offset + 8], as: UInt32.self))
         return Entry(
-            tag: FourCharacterCode(rawValue: Self.uint32(bytes, at: offset)), range: offset..<offset + 8 + count)
-    }
-
-    private static func uint32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
-        UInt32(bytes[offset]) << 24 | UInt32(bytes[offset + 1]) << 16 | UInt32(bytes[offset + 2]) << 8
-            | UInt32(bytes[offset + 3])
+            tag: FourCharacterCode(rawValue: BigEndian.integer(bytes[offset..<offset + 4], as: UInt32.self)),
+            range: offset..<offset + 8 + count)
     }
 
     /// `body` over the bytes of `tag`'s value, read in place, or nil when it is absent. The typed
@@ -142,7 +138,7 @@ package struct AttributeList: Sendable, Hashable {
 
     /// A big-endian UINT32: a port, or a four-character code (protocol, authentication type).
     package func uint32(_ tag: FourCharacterCode) -> UInt32? {
-        withValue(tag) { $0.count == 4 ? UInt32(truncatingIfNeeded: Self.bigEndian($0)) : nil }
+        withValue(tag) { $0.count == 4 ? BigEndian.integer($0, as: UInt32.self) : nil }
     }
 
     package mutating func setUInt32(_ value: UInt32?, for tag: FourCharacterCode) {
@@ -161,18 +157,11 @@ package struct AttributeList: Sendable, Hashable {
     /// A big-endian INT64 of nanoseconds since 1970-01-01T00:00:00Z: fine enough that items
     /// created in a burst still list in creation order.
     package func nanoseconds(_ tag: FourCharacterCode) -> Int64? {
-        withValue(tag) { $0.count == 8 ? Int64(bitPattern: Self.bigEndian($0)) : nil }
+        withValue(tag) { $0.count == 8 ? BigEndian.integer($0, as: Int64.self) : nil }
     }
 
     package mutating func setNanoseconds(_ value: Int64?, for tag: FourCharacterCode) {
         self[tag] = value.map { BigEndian.bytes($0) }
-    }
-
-    /// A big-endian value of at most 8 bytes, read by a plain loop over the bytes in place.
-    private static func bigEndian(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
-        var value: UInt64 = 0
-        for byte in bytes { value = value << 8 | UInt64(byte) }
-        return value
     }
 
     // MARK: Bytes
