@@ -1,5 +1,5 @@
 package import SystemCalls
-package import TPMKeychain
+import TPMKeychain
 
 #if canImport(Glibc)
 import Glibc
