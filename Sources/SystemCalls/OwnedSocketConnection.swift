@@ -31,9 +31,7 @@ package func connectToOwnedSocket(
     guard status.st_mode & S_IFMT == S_IFSOCK, status.st_uid == owner else { throw .foreignSocket }
     let connection = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard connection >= 0 else { throw .refused("socket: \(Errno.current)") }
-    var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-    _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    setSocketTimeouts(connection, seconds: timeoutSeconds)
     guard withUnixSocketAddress(path, { Glibc.connect(connection, $0, $1) }) == 0 else {
         let reason = "\(Errno.current)"
         close(connection)
@@ -44,4 +42,11 @@ package func connectToOwnedSocket(
         throw .foreignPeer
     }
     return connection
+}
+
+/// Makes each read and each write on `connection` fail (EAGAIN) after waiting `seconds`.
+package func setSocketTimeouts(_ connection: Int32, seconds: Int) {
+    var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+    _ = setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    _ = setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
 }

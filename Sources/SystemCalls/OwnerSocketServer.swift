@@ -14,6 +14,10 @@ package final class OwnerSocketServer: Sendable {
     private let ownsSocket: Bool
     package let ownerUID: UInt32 = geteuid()
     package let connectionLimit: Int
+    /// How long one read or write of a connection may wait, nil for no limit: a server whose
+    /// clients ask at once and hang up (the session holder) does not let a silent or stopped
+    /// client keep one of its ``connectionLimit`` places.
+    private let waitLimitSeconds: Int?
     private let connections = Locked<Int>(0)
     private let stopped = Locked<Bool>(false)
     /// What the server is, as its refusals name it ("agent").
@@ -24,11 +28,13 @@ package final class OwnerSocketServer: Sendable {
     ///
     /// - Throws: ``OwnerSocketServerError`` when the socket cannot be made.
     package init(
-        socketPath: String, name: String, connectionLimit: Int, log: @escaping @Sendable (String) -> Void
+        socketPath: String, name: String, connectionLimit: Int, waitLimitSeconds: Int? = nil,
+        log: @escaping @Sendable (String) -> Void
     ) throws(OwnerSocketServerError) {
         self.socketPath = socketPath
         self.name = name
         self.connectionLimit = connectionLimit
+        self.waitLimitSeconds = waitLimitSeconds
         self.log = log
         var status = stat()
         if lstat(socketPath, &status) == 0 {
@@ -57,11 +63,13 @@ package final class OwnerSocketServer: Sendable {
 
     /// Serves `descriptor`, a listening Unix socket a service manager made and handed over.
     package init(
-        listeningOn descriptor: Int32, name: String, connectionLimit: Int, log: @escaping @Sendable (String) -> Void
+        listeningOn descriptor: Int32, name: String, connectionLimit: Int, waitLimitSeconds: Int? = nil,
+        log: @escaping @Sendable (String) -> Void
     ) {
         socketPath = boundPath(ofUnixSocket: descriptor) ?? "the socket handed over"
         self.name = name
         self.connectionLimit = connectionLimit
+        self.waitLimitSeconds = waitLimitSeconds
         self.log = log
         listener = descriptor
         ownsSocket = false
@@ -103,6 +111,7 @@ package final class OwnerSocketServer: Sendable {
                         log("refused uid \(peer.uid) (pid \(peer.pid)): this \(name) serves uid \(ownerUID) only")
                         return
                     }
+                    if let waitLimitSeconds { setSocketTimeouts(connection, seconds: waitLimitSeconds) }
                     answer(connection, peer.pid, peer.uid)
                 }
             } catch {

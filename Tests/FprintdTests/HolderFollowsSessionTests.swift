@@ -9,11 +9,12 @@ import Glibc
 
 /// `tpm-keychain hold-session` against python-dbusmock's logind: a suspend (PrepareForSleep)
 /// and a locked screen erase the keys it holds, so its next read opens the store again (TPM
-/// commands, counted by a recording proxy), and the read after is warm again.
+/// commands, counted by a recording proxy), and the read after is warm again; while the screen
+/// is locked, or logind is gone, it holds nothing.
 @Suite(.serialized)
 struct HolderFollowsSessionTests {
     @Test(
-        "a suspend and a screen lock make the session holder erase its keys: the next lookup opens the store again through the TPM"
+        "a suspend and a screen lock make the session holder erase its keys: the next lookup opens the store again through the TPM; while locked or without logind it holds nothing"
     )
     func suspendAndScreenLockEraseTheKeys() async throws {
         let mock = try await LogindMock.start()
@@ -97,6 +98,27 @@ struct HolderFollowsSessionTests {
         }
         read = try counted()
         #expect(read.output == "held\n" && read.commands > 0, "the keys outlived the screen lock: \(read)")
+        // While the screen stays locked the holder holds nothing: each lookup opens the store itself.
+        read = try counted()
+        #expect(read.output == "held\n" && read.commands > 0, "the holder held keys again while locked: \(read)")
+
+        try await mock.setLockedHint("c1", false)
+        try await ScreenLockFollowerTests.eventually("the holder answers again after the unlock") {
+            holderLog().contains("reads are answered again")
+        }
+        #expect(try run(lookup) == "held\n") // the holder opens the store again
+        read = try counted()
+        #expect(read.output == "held\n" && read.commands == 0, "\(read)")
+
+        // logind leaves the bus: the holder can no longer see a suspend or a lock, so it holds nothing.
+        mock.killService()
+        try await ScreenLockFollowerTests.eventually("the holder lets go when logind cannot say") {
+            holderLog().contains("logind can no longer say")
+        }
+        for _ in 0..<2 {
+            read = try counted()
+            #expect(read.output == "held\n" && read.commands > 0, "the holder held keys without logind: \(read)")
+        }
     }
 
     static func tool(_ name: String) -> String {

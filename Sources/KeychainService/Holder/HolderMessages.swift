@@ -21,6 +21,8 @@ package enum HolderRequest: Equatable, Sendable {
     static let version: UInt8 = 1
     /// The longest request: a query's attributes are bounded by the item format's limits.
     package static let maximumLength = 1 << 20
+    /// The longest text a request carries (a path, a TCTI, an access group).
+    package static let maximumTextLength = 4096
 
     /// The store and the caller a read is for.
     package struct HolderStore: Equatable, Sendable {
@@ -39,6 +41,15 @@ package enum HolderRequest: Equatable, Sendable {
             self.deviceDirectory = deviceDirectory
             self.face = face
             self.accessGroups = accessGroups
+        }
+
+        /// Whether a request can carry it: every text at most ``HolderRequest/maximumTextLength``
+        /// bytes, as the holder reads them, and a count of access groups that fits its UINT16. A
+        /// store that does not (a path longer than any the kernel opens) takes the cold path.
+        package var fitsARequest: Bool {
+            let texts = [path, tcti ?? "", deviceDirectory ?? ""] + (accessGroups ?? [])
+            return texts.allSatisfy { $0.utf8.count <= HolderRequest.maximumTextLength }
+                && (accessGroups?.count ?? 0) <= Int(UInt16.max)
         }
     }
 
@@ -222,7 +233,7 @@ package enum HolderRequest: Equatable, Sendable {
     }
 
     static func readText(_ reader: inout WireReader) throws(WireFormatError) -> String {
-        let bytes = try reader.readSized(maximum: 4096)
+        let bytes = try reader.readSized(maximum: HolderRequest.maximumTextLength)
         guard let text = String(validating: bytes, as: UTF8.self), !text.utf8.contains(0) else {
             throw WireFormatError("A name is not UTF-8 text without NUL")
         }
@@ -251,6 +262,9 @@ package enum HolderResponse: Equatable, Sendable {
 
     package var encoded: [UInt8] {
         var writer = WireWriter()
+        // Sized once: a buffer grown by copying would leave freed copies of the secrets behind,
+        // which nobody erases.
+        writer.reserveCapacity(encodedLength)
         switch self {
         case .value(let value):
             writer.append(Status.value.rawValue)
@@ -283,6 +297,20 @@ package enum HolderResponse: Equatable, Sendable {
             writer.appendSized(Array(reason.utf8.prefix(4096)))
         }
         return writer.bytes
+    }
+
+    /// The length of ``encoded``, as it writes it.
+    package var encodedLength: Int {
+        switch self {
+        case .value(let value): 2 + (value.map { 1 + 4 + $0.bytes.count } ?? 0)
+        case .results(let results):
+            results.reduce(1 + 4) { length, result in
+                length + 2 + result.reference.count + 4 + 1 + 1 + 2 + result.keyRecord.count + 1
+                    + (result.value.map { 4 + $0.count } ?? 0) + 4 + result.attributes.encoded().count
+            }
+        case .done: 1
+        case .cold(let reason): 1 + 2 + min(reason.utf8.count, 4096)
+        }
     }
 
     /// - Throws: ``WireFormatError`` for anything but a whole answer this version writes.

@@ -66,8 +66,9 @@ package enum SessionHolder {
     }
 
     /// The store and caller as a request names them; nil for a store with its own simulated TPM,
-    /// which this process started already (the holder would wait for its lock).
-    static func store(for location: KeychainLocation, caller: AccessCaller) -> HolderRequest.HolderStore? {
+    /// which this process started already (the holder would wait for its lock), and for one no
+    /// request can carry (``HolderRequest/HolderStore/fitsARequest``).
+    package static func store(for location: KeychainLocation, caller: AccessCaller) -> HolderRequest.HolderStore? {
         let tcti: String?
         switch location.tpm {
         // TPM_KEYCHAIN_TCTI as this process has it: the holder's own environment may differ.
@@ -79,9 +80,10 @@ package enum SessionHolder {
             if case .simulatedInStore = tpm.source { return nil }
             tcti = tpm.configuration.tcti
         }
-        return HolderRequest.HolderStore(
+        let store = HolderRequest.HolderStore(
             path: location.path, tcti: tcti, deviceDirectory: location.deviceDirectory, face: caller.face,
             accessGroups: caller.accessGroups)
+        return store.fitsARequest ? store : nil
     }
 
     /// The holder's answer to `request`; nil when there is no holder or it could not answer.

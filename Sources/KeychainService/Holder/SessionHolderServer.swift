@@ -14,8 +14,21 @@ import WireFormat
 /// holds and answers "cold" until an unlock; at ``stop()`` it erases them too.
 package final class SessionHolderServer: Sendable {
     private let server: OwnerSocketServer
-    /// Whether the keychain was locked since the last unlock: nothing is held until it is unlocked.
-    private let locked = Locked<Bool>(false)
+    /// When stores may be held, and how many times their keys were erased: a read that began
+    /// before an erasure lets go of what it opened and answers "cold". Neither a lock nor an
+    /// erasure waits for a read, which may be waiting for a TPM up to its timeout.
+    private let holding = Locked(Holding())
+
+    private struct Holding: Sendable {
+        /// The keychain was locked since the last unlock.
+        var locked = false
+        /// Why reads are answered "cold" for now (``holdBack(_:)``); nil when they are not.
+        var heldBack: String?
+        var erasures: UInt64 = 0
+
+        /// Why nothing may be held now; nil when stores may be.
+        var refusal: String? { locked ? "the keychain is locked" : heldBack }
+    }
     /// The stores this holder has answered from since it last erased its keys: what a lock or
     /// ``stop()`` closes. Only those: a process that runs a holder beside other work (a test
     /// suite, a program embedding it) keeps its own stores open.
@@ -24,22 +37,32 @@ package final class SessionHolderServer: Sendable {
 
     /// How many clients are served at once (each holds a thread while it reads).
     package static let connectionLimit = 64
+    /// How long the holder waits for a client's request, or for room to send its answer: a
+    /// client sends at once and reads at once (``SessionHolder``), so one silent or stopped for
+    /// longer is let go and its place freed.
+    package static let clientWaitLimitSeconds = 10
 
     package var socketPath: String { server.socketPath }
 
     /// Listens on `socketPath` (a stale socket there of this user's is replaced).
     ///
     /// - Throws: ``OwnerSocketServerError`` when the socket cannot be made.
-    package init(socketPath: String, log: @escaping @Sendable (String) -> Void) throws(OwnerSocketServerError) {
+    /// - Parameter clientWaitLimitSeconds: ``clientWaitLimitSeconds``; tests give less.
+    package init(
+        socketPath: String, clientWaitLimitSeconds: Int = SessionHolderServer.clientWaitLimitSeconds,
+        log: @escaping @Sendable (String) -> Void
+    ) throws(OwnerSocketServerError) {
         server = try OwnerSocketServer(
-            socketPath: socketPath, name: "session holder", connectionLimit: Self.connectionLimit, log: log)
+            socketPath: socketPath, name: "session holder", connectionLimit: Self.connectionLimit,
+            waitLimitSeconds: clientWaitLimitSeconds, log: log)
         self.log = log
     }
 
     /// Serves `descriptor`, a listening socket a service manager handed over.
     package init(listeningOn descriptor: Int32, log: @escaping @Sendable (String) -> Void) {
         server = OwnerSocketServer(
-            listeningOn: descriptor, name: "session holder", connectionLimit: Self.connectionLimit, log: log)
+            listeningOn: descriptor, name: "session holder", connectionLimit: Self.connectionLimit,
+            waitLimitSeconds: Self.clientWaitLimitSeconds, log: log)
         self.log = log
     }
 
@@ -51,18 +74,36 @@ package final class SessionHolderServer: Sendable {
     /// Stops answering and erases every key held.
     package func stop() {
         server.stop()
-        eraseKeys()
+        eraseKeys { $0.locked = true }
     }
 
     /// Erases every key held (a suspend, a locked screen): the next read opens its store again.
     package func eraseHeldKeys(because reason: String) {
-        // Under the lock flag: a read in progress finishes first.
-        locked.withLock { _ in eraseKeys() }
+        eraseKeys()
         log("\(reason): every key held is erased")
     }
 
-    /// Closes every store this holder answered from: their keys are erased from memory.
-    private func eraseKeys() {
+    /// Erases every key held and answers every read "cold" while `reason` is not nil (the
+    /// session's screen is locked, or logind can no longer say whether it is); nil serves reads
+    /// again.
+    package func holdBack(_ reason: String?) {
+        if let reason {
+            eraseKeys { $0.heldBack = reason }
+            log("\(reason): every key held is erased, and reads are answered cold meanwhile")
+        } else {
+            holding.withLock { $0.heldBack = nil }
+            log("reads are answered again")
+        }
+    }
+
+    /// Closes every store this holder answered from: their keys are erased from memory. Counted
+    /// first (with `change` to when stores may be held), so that a read in progress, which may
+    /// open its store again, lets it go when it ends.
+    private func eraseKeys(_ change: (inout Holding) -> Void = { _ in }) {
+        holding.withLock { holding in
+            holding.erasures &+= 1
+            change(&holding)
+        }
         let locations = served.withLock { served in
             defer { served.removeAll() }
             return served
@@ -99,14 +140,11 @@ package final class SessionHolderServer: Sendable {
     package func respond(to request: HolderRequest, uid: UInt32, executable: String?) -> HolderResponse {
         switch request {
         case .lock:
-            locked.withLock { locked in
-                locked = true
-                eraseKeys()
-            }
+            eraseKeys { $0.locked = true }
             log("the keychain was locked: every key held is erased")
             return .done
         case .unlock:
-            locked.withLock { $0 = false }
+            holding.withLock { $0.locked = false }
             return .done
         case .value(let target, let identity):
             return read(target, uid: uid, executable: executable) { (service) throws(KeychainError) in
@@ -132,25 +170,40 @@ package final class SessionHolderServer: Sendable {
         _ body: (ItemService) throws(KeychainError) -> HolderResponse
     ) -> HolderResponse {
         guard SessionHolder.warmFaces.contains(target.face) else { return .cold("the face holds its own stores") }
+        var location: KeychainLocation
         do throws(KeychainError) {
-            var location = try KeychainLocation(path: target.path, tcti: target.tcti)
-            location.deviceDirectory = target.deviceDirectory
-            let caller = AccessCaller(
-                face: target.face, uid: uid, source: .peerCredentials, accessGroups: target.accessGroups,
-                executable: executable)
-            // Under the lock flag: a lock arriving meanwhile waits, then erases what this opened.
-            return try locked.withLock { (locked) throws(KeychainError) -> HolderResponse in
-                guard !locked else { return .cold("the keychain is locked") }
-                // A store removed (and perhaps made again) since it was opened here is let go:
-                // the caller's own path would open what is at the path now, and so does this.
-                if let held = OpenStores.openStore(at: location), !held.isStillAtItsPath() {
-                    OpenStores.close(location)
-                }
-                served.withLock { _ = $0.insert(location) }
-                return try body(try ItemService(location: location, caller: caller))
-            }
+            location = try KeychainLocation(path: target.path, tcti: target.tcti)
         } catch {
             return .cold(error.message)
+        }
+        location.deviceDirectory = target.deviceDirectory
+        let caller = AccessCaller(
+            face: target.face, uid: uid, source: .peerCredentials, accessGroups: target.accessGroups,
+            executable: executable)
+        // Recorded in `served` before the store is opened, so that an erasure meanwhile closes it.
+        let begun = holding.withLock { holding -> (erasures: UInt64, refusal: String?) in
+            if let refusal = holding.refusal { return (holding.erasures, refusal) }
+            served.withLock { _ = $0.insert(location) }
+            return (holding.erasures, nil)
+        }
+        if let refusal = begun.refusal { return .cold(refusal) }
+        // A store removed (and perhaps made again) since it was opened here is let go: the
+        // caller's own path would open what is at the path now, and so does this.
+        if let store = OpenStores.openStore(at: location), !store.isStillAtItsPath() {
+            OpenStores.close(location)
+        }
+        let answer = Result { () throws(KeychainError) in
+            try body(try ItemService(location: location, caller: caller))
+        }
+        // Erased while this read ran: the store it may have opened again is let go, and the
+        // answer with it (the caller's own path decides after the lock).
+        guard holding.withLock({ $0.refusal == nil && $0.erasures == begun.erasures }) else {
+            OpenStores.close(location)
+            return .cold("the keys were erased while this read ran")
+        }
+        switch answer {
+        case .success(let response): return response
+        case .failure(let error): return .cold(error.message)
         }
     }
 }

@@ -8,10 +8,14 @@ import TPM
 ///
 /// The process-wide lock only finds or adds a location's entry; opening (a TPM unseal that may
 /// wait up to the TPM timeout) happens under that entry's own lock, so a store whose TPM hangs
-/// never delays operations on other stores.
+/// never delays operations on other stores, nor a close of its own: closing never waits for an
+/// open in progress (the session holder erases its keys at a lock or suspend while a read may be
+/// waiting for a TPM).
 package enum OpenStores {
     private final class Entry: Sendable {
         let store = Locked<ItemStore?>(nil)
+        /// Closed while it was opening: what the open makes is closed at once, not kept.
+        let abandoned = Locked(false)
     }
 
     private static let entries = Locked<[KeychainLocation: Entry]>([:])
@@ -46,8 +50,17 @@ package enum OpenStores {
             let newStore = try ItemStore.open(
                 at: location.path, tpm: tpm.configuration, lendTPM: lender(for: location),
                 tpmKind: location.storeExists ? tpm.kind : tpm.kindForNewStore)
+            // Published under the entry's abandoned flag, which ``close(_:)`` sets before it
+            // empties `opened`: a store made after a close is never found there again.
+            let kept = entry.abandoned.withLock { abandoned in
+                if !abandoned { opened.withLock { $0[location] = newStore } }
+                return !abandoned
+            }
+            guard kept else {
+                newStore.close()
+                throw KeychainError(.storeClosed, "The keychain store at \(location.path) was closed while it opened")
+            }
             store = newStore
-            opened.withLock { $0[location] = newStore }
             return newStore
         }
     }
@@ -65,13 +78,12 @@ package enum OpenStores {
         }
     }
 
-    /// Erases the store's keys from memory; the next use unseals the master key again.
+    /// Erases the store's keys from memory; the next use unseals the master key again. An open in
+    /// progress is not waited for: the store it makes is closed as soon as it is made, and that
+    /// open fails with `.storeClosed`.
     package static func close(_ location: KeychainLocation) {
         let entry = entries.withLock { $0.removeValue(forKey: location) }
-        opened.withLock { _ = $0.removeValue(forKey: location) }
-        entry?.store.withLock { store in
-            store?.close()
-            store = nil
-        }
+        entry?.abandoned.withLock { $0 = true }
+        opened.withLock { $0.removeValue(forKey: location) }?.close()
     }
 }

@@ -21,7 +21,8 @@ struct HoldSession: ParsableCommand {
             stores it keeps open, and the program opens the store itself for anything else. It \
             serves only this user, never hands out a key, and erases every key it holds when the \
             keychain is locked, when the session's screen locks or the machine is about to \
-            suspend (logind), and when it stops (logout stops its unit). The socket is \
+            suspend (logind), and when it stops (logout stops its unit); while the screen is \
+            locked it holds nothing. The socket is \
             $TPM_KEYCHAIN_SESSION_HOLDER, else $XDG_RUNTIME_DIR/tpm-keychain/session.socket.
 
             \(ExitStatus.helpText)
@@ -82,10 +83,12 @@ struct HoldSession: ParsableCommand {
     }
 }
 
-/// The holder's watch on logind: a lock of the screen or a suspend erases every key held. It
-/// reads the session lock's cached counts (memory only, no bus traffic) five times a second; when
-/// logind can no longer say, it erases once and stops watching. Where logind cannot be asked (no
-/// system bus, no session), it says so and watches nothing.
+/// The holder's watch on logind: a lock of the screen or a suspend erases every key held, and
+/// while the screen is locked, or logind cannot say whether it is (it left the bus, the session
+/// ended, the bus failed), reads are answered cold, so nothing is held again meanwhile. It reads
+/// the session lock's cached state (memory only, no bus traffic) five times a second, for as long
+/// as the holder runs: logind back on the bus is followed again. Where logind cannot be asked at
+/// the start (no system bus, no session), it says so and watches nothing.
 final class SessionFollowing: Sendable {
     private let lock = Locked<LogindSessionLock?>(nil)
     private let stopped = Locked(false)
@@ -107,22 +110,27 @@ final class SessionFollowing: Sendable {
             if stopped.withLock({ $0 }) { return following.stop() }
             log("following the screen lock and suspend of \(following.sessionPath)")
             var seen: (locks: UInt64, suspends: UInt64)?
+            var heldBack: String?
             while !stopped.withLock({ $0 }) {
-                let now: (locks: UInt64, suspends: UInt64)
+                // Why reads wait now; nil when they may be served.
+                let holdingBack: String?
                 do {
-                    now = (try following.timesLocked() ?? 0, try following.timesSuspended())
-                } catch {
-                    if !stopped.withLock({ $0 }) {
-                        server.eraseHeldKeys(because: "logind can no longer say (\(error))")
+                    // Counts, not only the state: a lock undone between two looks still erases.
+                    let now = (locks: try following.timesLocked() ?? 0, suspends: try following.timesSuspended())
+                    if let seen, now.suspends > seen.suspends {
+                        server.eraseHeldKeys(because: "the machine is about to suspend")
+                    } else if let seen, now.locks > seen.locks {
+                        server.eraseHeldKeys(because: "the session's screen locked")
                     }
-                    return
+                    seen = now
+                    holdingBack = try following.isLocked() ? "the session's screen is locked" : nil
+                } catch {
+                    holdingBack = "logind can no longer say whether the session is locked (\(error))"
                 }
-                if let seen, now.suspends > seen.suspends {
-                    server.eraseHeldKeys(because: "the machine is about to suspend")
-                } else if let seen, now.locks > seen.locks {
-                    server.eraseHeldKeys(because: "the session's screen locked")
+                if (holdingBack == nil) != (heldBack == nil), !stopped.withLock({ $0 }) {
+                    server.holdBack(holdingBack)
                 }
-                seen = now
+                heldBack = holdingBack
                 sleep(for: .milliseconds(200))
             }
         }
