@@ -14,6 +14,7 @@
     mockctl.py ADDRESS prepare-for-sleep true|false emits Manager.PrepareForSleep, as before a suspend (true)
                                                    and after the wake (false)
     mockctl.py ADDRESS connections PID             prints how many connections process PID has on the bus
+    mockctl.py ADDRESS inhibitors                  prints each inhibitor held, WHAT:WHO:MODE, one a line
     mockctl.py ADDRESS forge-unlock ID PID         another connection, owning nothing, sends what would
                                                    unlock session ID (PropertiesChanged LockedHint false,
                                                    Unlock) unicast to each connection of process PID,
@@ -131,6 +132,9 @@ def main(argv):
         forge_unlock(bus, manager.GetSession(args[0]), int(args[1]))
     elif command == 'prepare-for-sleep':
         mock.EmitSignal(MANAGER_IFACE, 'PrepareForSleep', 'b', [dbus.Boolean(args[0] == 'true')])
+    elif command == 'inhibitors':
+        for what, who, why, mode, _uid, _pid in manager.ListInhibitors():
+            print(f'{what}:{who}:{mode}')
     elif command == 'connections':
         print(connections(bus, int(args[0])))
     else:

@@ -76,6 +76,17 @@ package struct BusMessageReader: ~Copyable {
         return value != 0
     }
 
+    /// Reads a Unix file descriptor ("h"), as a descriptor of the caller's own (close-on-exec),
+    /// which it closes: the message's own closes with the message.
+    package mutating func readUnixFD() -> Int32? {
+        var borrowed: Int32 = -1
+        guard tk_sd_bus_message_read_basic(message, Self.typeCode("h"), &borrowed) > 0, borrowed >= 0 else {
+            return nil
+        }
+        let descriptor = fcntl(borrowed, F_DUPFD_CLOEXEC, 3)
+        return descriptor >= 0 ? descriptor : nil
+    }
+
     /// Reads an array of strings ("as").
     package mutating func readStringArray() -> [String]? {
         guard tk_sd_bus_message_enter_container(message, Self.typeCode("a"), "s") > 0 else { return nil }

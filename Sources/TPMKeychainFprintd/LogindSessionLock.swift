@@ -97,10 +97,24 @@ public final class LogindSessionLock: SessionLockState {
         try self.init(busAddress: busAddress, session: session, timeout: timeout, environmentSessionID: variable)
     }
 
+    /// The public initialiser, and `beforeSuspend`: run on the lock's thread each time logind
+    /// announces a suspend or hibernation, while a delay inhibitor this lock takes from logind
+    /// (`Inhibit("sleep", …, "delay")`) makes the suspend wait for it, up to logind's
+    /// InhibitDelayMaxSec. The session holder erases its keys there.
+    package convenience init(
+        busAddress: String?, session: String?, beforeSuspend: @escaping @Sendable () -> Void
+    ) throws(LogindSessionLockError) {
+        let variable = getenv("XDG_SESSION_ID").map { String(cString: $0) }
+        try self.init(
+            busAddress: busAddress, session: session, timeout: .seconds(5), environmentSessionID: variable,
+            beforeSuspend: beforeSuspend)
+    }
+
     /// The public initialiser with `$XDG_SESSION_ID` given rather than read, so tests need not
     /// change the process's environment.
     init(
-        busAddress: String?, session: String?, timeout: Duration, environmentSessionID: String?
+        busAddress: String?, session: String?, timeout: Duration, environmentSessionID: String?,
+        beforeSuspend: (@Sendable () -> Void)? = nil
     ) throws(LogindSessionLockError) {
         self.busAddress = busAddress
         cache = LockStateCache()
@@ -112,7 +126,7 @@ public final class LogindSessionLock: SessionLockState {
         }
         let follower = LogindFollower(
             busAddress: busAddress, session: session, environmentSessionID: environmentSessionID, timeout: timeout,
-            cache: cache, wakeup: wakeup
+            cache: cache, wakeup: wakeup, beforeSuspend: beforeSuspend
         )
         let startup = FollowerStartup()
         let thread: JoinableThread

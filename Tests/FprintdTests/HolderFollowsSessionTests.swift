@@ -82,11 +82,24 @@ struct HolderFollowsSessionTests {
         var read = try counted()
         #expect(read.output == "held\n" && read.commands == 0, "\(read) \(holderLog())")
 
-        try await mock.prepareForSleep(true)
-        try await ScreenLockFollowerTests.eventually("the holder erases its keys before the suspend") {
-            holderLog().contains("about to suspend: every key held is erased")
+        // logind waits for the holder before it suspends: a delay inhibitor, released once the
+        // keys are erased, and taken again after the wake.
+        func waitUntilInhibiting(_ expected: Bool, _ what: String) async throws {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try await mock.inhibitors().contains("sleep:tpm-keychain:delay") != expected {
+                guard ContinuousClock.now < deadline else {
+                    Issue.record("timed out waiting until \(what)")
+                    return
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
         }
+        try await waitUntilInhibiting(true, "the holder takes a delay inhibitor")
+        try await mock.prepareForSleep(true)
+        try await waitUntilInhibiting(false, "the holder releases its inhibitor")
+        #expect(holderLog().contains("about to suspend: every key held is erased"), "released before erasing")
         try await mock.prepareForSleep(false)
+        try await waitUntilInhibiting(true, "the holder takes its inhibitor again after the wake")
         read = try counted()
         #expect(read.output == "held\n" && read.commands > 0, "the keys outlived the suspend: \(read)")
         read = try counted()

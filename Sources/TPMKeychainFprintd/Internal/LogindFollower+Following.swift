@@ -21,8 +21,13 @@ extension LogindFollower {
                 else { return }
                 followed.logindOnBus = !owner.isEmpty
                 followed.logind.uniqueName = owner.isEmpty ? nil : owner
+                // A logind gone holds no inhibitor of ours; one back on the bus is asked again.
+                followed.releaseInhibitor()
                 // Back on the bus (restarted): what it says now replaces what was cached.
-                if !owner.isEmpty { followed.needsRead = true }
+                if !owner.isEmpty {
+                    followed.needsRead = true
+                    followed.needsInhibitor = beforeSuspend != nil
+                }
             }
         } catch {
             throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
@@ -64,7 +69,19 @@ extension LogindFollower {
                 from: followed.logind, name: Logind.service, path: Logind.managerPath,
                 interface: Logind.managerInterface, member: "PrepareForSleep"
             ) { message in
-                if message.readBool() == true { followed.timesSuspended += 1 }
+                switch message.readBool() {
+                case true?:
+                    followed.timesSuspended += 1
+                    // Done before logind may go on: it waits for the inhibitor to close.
+                    if let beforeSuspend {
+                        beforeSuspend()
+                        followed.releaseInhibitor()
+                    }
+                case false?:
+                    followed.needsInhibitor = beforeSuspend != nil
+                case nil:
+                    break
+                }
             }
         } catch {
             throw LogindSessionLockError(.busUnavailable, "The bus refused a subscription: \(error)", underlying: error)
@@ -141,6 +158,11 @@ extension LogindFollower {
         while true {
             do {
                 while try bus.process() {}
+                if followed.needsInhibitor, followed.logindOnBus {
+                    followed.needsInhibitor = false
+                    takeInhibitor(followed, on: bus)
+                    continue
+                }
                 if followed.needsRead, followed.logindOnBus, !followed.ended {
                     followed.needsRead = false
                     do {
@@ -162,6 +184,20 @@ extension LogindFollower {
                 return
             }
         }
+    }
+
+    /// Asks logind to wait for `beforeSuspend` before each suspend (a delay inhibitor). Without
+    /// one (logind refused, or gave no descriptor) the suspend is still seen, without the wait.
+    func takeInhibitor(_ followed: FollowedSession, on bus: BusConnection) {
+        followed.releaseInhibitor()
+        let descriptor = try? bus.call(
+            destination: Logind.service, path: Logind.managerPath, interface: Logind.managerInterface,
+            member: "Inhibit",
+            arguments: [
+                .string("sleep"), .string("tpm-keychain"), .string("erases the keys it holds"), .string("delay"),
+            ],
+            read: { $0.readUnixFD() })
+        followed.inhibitor = descriptor ?? nil
     }
 
     func publish(_ followed: FollowedSession) {

@@ -125,8 +125,20 @@ final class FollowedSession {
     var needsRead = false
     /// Why the last read failed.
     var readFailure: LogindSessionLockError?
+    /// logind's delay inhibitor for sleep (Manager.Inhibit): logind waits for it to be closed, or
+    /// for its own InhibitDelayMaxSec, before it suspends. Held only with a `beforeSuspend`.
+    var inhibitor: Int32?
+    /// Take the inhibitor (again): at the start, after a wake, and when logind is back on the bus.
+    var needsInhibitor = false
 
     init(path: String) { self.path = path }
+
+    deinit { releaseInhibitor() }
+
+    func releaseInhibitor() {
+        if let inhibitor { close(inhibitor) }
+        inhibitor = nil
+    }
 
     private func countLock(wasLocked: Bool) {
         if !wasLocked && (lockedHint || lockRequested) { timesLocked += 1 }
@@ -143,6 +155,9 @@ struct LogindFollower: Sendable {
     let timeout: Duration
     let cache: LockStateCache
     let wakeup: Wakeup
+    /// Run on this thread when logind announces a suspend, before the inhibitor that made logind
+    /// wait for it is released; nil takes no inhibitor.
+    let beforeSuspend: (@Sendable () -> Void)?
 
     func run(startup: FollowerStartup) {
         let bus: BusConnection
@@ -165,6 +180,7 @@ struct LogindFollower: Sendable {
             startup.finish(.failure(error))
             return
         }
+        if beforeSuspend != nil { takeInhibitor(followed, on: bus) }
         publish(followed)
         startup.finish(.success(followed.path))
         follow(followed, on: bus)

@@ -83,12 +83,13 @@ struct HoldSession: ParsableCommand {
     }
 }
 
-/// The holder's watch on logind: a lock of the screen or a suspend erases every key held, and
-/// while the screen is locked, or logind cannot say whether it is (it left the bus, the session
-/// ended, the bus failed), reads are answered cold, so nothing is held again meanwhile. It reads
-/// the session lock's cached state (memory only, no bus traffic) five times a second, for as long
-/// as the holder runs: logind back on the bus is followed again. Where logind cannot be asked at
-/// the start (no system bus, no session), it says so and watches nothing.
+/// The holder's watch on logind: a suspend erases every key held on logind's signal, while a
+/// delay inhibitor makes the suspend wait for it; a lock of the screen erases them too, and while
+/// the screen is locked, or logind cannot say whether it is (it left the bus, the session ended,
+/// the bus failed), reads are answered cold, so nothing is held again meanwhile. The screen's
+/// state is read from the session lock's cache (memory only, no bus traffic) five times a second,
+/// for as long as the holder runs: logind back on the bus is followed again. Where logind cannot
+/// be asked at the start (no system bus, no session), it says so and watches nothing.
 final class SessionFollowing: Sendable {
     private let lock = Locked<LogindSessionLock?>(nil)
     private let stopped = Locked(false)
@@ -101,7 +102,10 @@ final class SessionFollowing: Sendable {
         let started = try JoinableThread { [lock, stopped] in
             let following: LogindSessionLock
             do {
-                following = try LogindSessionLock(busAddress: busAddress, session: session)
+                // The suspend is erased for on logind's signal, with the suspend waiting for it.
+                following = try LogindSessionLock(busAddress: busAddress, session: session) {
+                    server.eraseHeldKeys(because: "the machine is about to suspend")
+                }
             } catch {
                 log("not following the session's screen lock and suspend: \(error)")
                 return
@@ -109,20 +113,16 @@ final class SessionFollowing: Sendable {
             lock.withLock { $0 = following }
             if stopped.withLock({ $0 }) { return following.stop() }
             log("following the screen lock and suspend of \(following.sessionPath)")
-            var seen: (locks: UInt64, suspends: UInt64)?
+            var seen: UInt64?
             var heldBack: String?
             while !stopped.withLock({ $0 }) {
                 // Why reads wait now; nil when they may be served.
                 let holdingBack: String?
                 do {
-                    // Counts, not only the state: a lock undone between two looks still erases.
-                    let now = (locks: try following.timesLocked() ?? 0, suspends: try following.timesSuspended())
-                    if let seen, now.suspends > seen.suspends {
-                        server.eraseHeldKeys(because: "the machine is about to suspend")
-                    } else if let seen, now.locks > seen.locks {
-                        server.eraseHeldKeys(because: "the session's screen locked")
-                    }
-                    seen = now
+                    // A count, not only the state: a lock undone between two looks still erases.
+                    let locks = try following.timesLocked() ?? 0
+                    if let seen, locks > seen { server.eraseHeldKeys(because: "the session's screen locked") }
+                    seen = locks
                     holdingBack = try following.isLocked() ? "the session's screen is locked" : nil
                 } catch {
                     holdingBack = "logind can no longer say whether the session is locked (\(error))"

@@ -114,6 +114,11 @@ final class LogindMock: @unchecked Sendable {
         try await control(["prepare-for-sleep", starting ? "true" : "false"])
     }
 
+    /// The inhibitors held now, as `what:who:mode` (Manager.ListInhibitors).
+    func inhibitors() async throws -> [String] {
+        try await control(["inhibitors"]).split(separator: "\n").map(String.init)
+    }
+
     /// How many connections process `pid` has on the bus.
     func connections(of pid: pid_t = getpid()) async throws -> Int {
         let output = try await control(["connections", String(pid)]).trimmingCharacters(in: .whitespacesAndNewlines)
