@@ -88,8 +88,9 @@ struct HoldSession: ParsableCommand {
 /// the screen is locked, or logind cannot say whether it is (it left the bus, the session ended,
 /// the bus failed), reads are answered cold, so nothing is held again meanwhile. The screen's
 /// state is read from the session lock's cache (memory only, no bus traffic) five times a second,
-/// for as long as the holder runs: logind back on the bus is followed again. Where logind cannot
-/// be asked at the start (no system bus, no session), it says so and watches nothing.
+/// for as long as the holder runs: logind back on the bus is followed again. Where there is no
+/// session to follow (no system bus, no login yet, the session ended), it says so and looks
+/// again every 5 seconds.
 final class SessionFollowing: Sendable {
     private let lock = Locked<LogindSessionLock?>(nil)
     private let stopped = Locked(false)
@@ -100,41 +101,73 @@ final class SessionFollowing: Sendable {
         log: @escaping @Sendable (String) -> Void
     ) throws {
         let started = try JoinableThread { [lock, stopped] in
-            let following: LogindSessionLock
-            do {
-                // The suspend is erased for on logind's signal, with the suspend waiting for it.
-                following = try LogindSessionLock(busAddress: busAddress, session: session) {
-                    server.eraseHeldKeys(because: "the machine is about to suspend")
-                }
-            } catch {
-                log("not following the session's screen lock and suspend: \(error)")
-                return
-            }
-            lock.withLock { $0 = following }
-            if stopped.withLock({ $0 }) { return following.stop() }
-            log("following the screen lock and suspend of \(following.sessionPath)")
-            var seen: UInt64?
+            var reported = false
+            // Why reads are held back now (the holder was told); nil when they are served.
             var heldBack: String?
             while !stopped.withLock({ $0 }) {
-                // Why reads wait now; nil when they may be served.
-                let holdingBack: String?
+                let following: LogindSessionLock
                 do {
-                    // A count, not only the state: a lock undone between two looks still erases.
-                    let locks = try following.timesLocked() ?? 0
-                    if let seen, locks > seen { server.eraseHeldKeys(because: "the session's screen locked") }
-                    seen = locks
-                    holdingBack = try following.isLocked() ? "the session's screen is locked" : nil
+                    // The suspend is erased for on logind's signal, with the suspend waiting for it.
+                    following = try LogindSessionLock(busAddress: busAddress, session: session) {
+                        server.eraseHeldKeys(because: "the machine is about to suspend")
+                    }
                 } catch {
-                    holdingBack = "logind can no longer say whether the session is locked (\(error))"
+                    // No session yet (a lookup from ssh or a timer started the holder, before
+                    // any login), or none since the last one ended: looked for again.
+                    if !reported { log("not following the session's screen lock and suspend yet: \(error)") }
+                    reported = true
+                    Self.wait(Self.retryInterval, unless: stopped)
+                    continue
                 }
-                if (holdingBack == nil) != (heldBack == nil), !stopped.withLock({ $0 }) {
-                    server.holdBack(holdingBack)
-                }
-                heldBack = holdingBack
-                sleep(for: .milliseconds(200))
+                reported = false
+                lock.withLock { $0 = following }
+                if stopped.withLock({ $0 }) { return following.stop() }
+                log("following the screen lock and suspend of \(following.sessionPath)")
+                Self.follow(following, server: server, stopped: stopped, heldBack: &heldBack)
+                lock.withLock { $0 = nil }
+                following.stop()
             }
         }
         thread.withLock { $0 = started }
+    }
+
+    /// How often a session to follow is looked for while there is none.
+    static let retryInterval = Duration.seconds(5)
+
+    /// Follows `following` until the holder stops or the lock can no longer say anything again
+    /// (its session ended, its connection failed): then a new one is looked for, and reads stay
+    /// held back (`heldBack`, what the holder was last told) until it knows the state.
+    private static func follow(
+        _ following: LogindSessionLock, server: SessionHolderServer, stopped: Locked<Bool>, heldBack: inout String?
+    ) {
+        var seen: UInt64?
+        while !stopped.withLock({ $0 }) {
+            // Why reads wait now; nil when they may be served.
+            let holdingBack: String?
+            var lost = false
+            do {
+                // A count, not only the state: a lock undone between two looks still erases.
+                let locks = try following.timesLocked() ?? 0
+                if let seen, locks > seen { server.eraseHeldKeys(because: "the session's screen locked") }
+                seen = locks
+                holdingBack = try following.isLocked() ? "the session's screen is locked" : nil
+            } catch {
+                holdingBack = "logind can no longer say whether the session is locked (\(error))"
+                lost = error.code == .noSession || error.code == .connectionLost
+            }
+            if (holdingBack == nil) != (heldBack == nil), !stopped.withLock({ $0 }) {
+                server.holdBack(holdingBack)
+            }
+            heldBack = holdingBack
+            if lost { return }
+            sleep(for: .milliseconds(200))
+        }
+    }
+
+    /// Sleeps `duration`, in steps, returning early once `stopped` is set.
+    private static func wait(_ duration: Duration, unless stopped: Locked<Bool>) {
+        let end = ContinuousClock.now + duration
+        while ContinuousClock.now < end, !stopped.withLock({ $0 }) { sleep(for: .milliseconds(100)) }
     }
 
     func stop() {
