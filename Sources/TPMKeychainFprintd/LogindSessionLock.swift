@@ -97,24 +97,24 @@ public final class LogindSessionLock: SessionLockState {
         try self.init(busAddress: busAddress, session: session, timeout: timeout, environmentSessionID: variable)
     }
 
-    /// The public initialiser, and `beforeSuspend`: run on the lock's thread each time logind
-    /// announces a suspend or hibernation, while a delay inhibitor this lock takes from logind
-    /// (`Inhibit("sleep", …, "delay")`) makes the suspend wait for it, up to logind's
-    /// InhibitDelayMaxSec. The session holder erases its keys there.
+    /// The public initialiser, and `aroundSleep`: run on the lock's thread with true each time
+    /// logind announces a suspend or hibernation, while a delay inhibitor this lock takes from
+    /// logind (`Inhibit("sleep", …, "delay")`) makes the suspend wait for it, up to logind's
+    /// InhibitDelayMaxSec; and with false at the wake. The session holder erases its keys there.
     package convenience init(
-        busAddress: String?, session: String?, beforeSuspend: @escaping @Sendable () -> Void
+        busAddress: String?, session: String?, aroundSleep: @escaping @Sendable (_ starting: Bool) -> Void
     ) throws(LogindSessionLockError) {
         let variable = getenv("XDG_SESSION_ID").map { String(cString: $0) }
         try self.init(
             busAddress: busAddress, session: session, timeout: .seconds(5), environmentSessionID: variable,
-            beforeSuspend: beforeSuspend)
+            aroundSleep: aroundSleep)
     }
 
     /// The public initialiser with `$XDG_SESSION_ID` given rather than read, so tests need not
     /// change the process's environment.
     init(
         busAddress: String?, session: String?, timeout: Duration, environmentSessionID: String?,
-        beforeSuspend: (@Sendable () -> Void)? = nil
+        aroundSleep: (@Sendable (_ starting: Bool) -> Void)? = nil
     ) throws(LogindSessionLockError) {
         self.busAddress = busAddress
         cache = LockStateCache()
@@ -126,7 +126,7 @@ public final class LogindSessionLock: SessionLockState {
         }
         let follower = LogindFollower(
             busAddress: busAddress, session: session, environmentSessionID: environmentSessionID, timeout: timeout,
-            cache: cache, wakeup: wakeup, beforeSuspend: beforeSuspend
+            cache: cache, wakeup: wakeup, aroundSleep: aroundSleep
         )
         let startup = FollowerStartup()
         let thread: JoinableThread

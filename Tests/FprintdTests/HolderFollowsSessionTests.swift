@@ -43,6 +43,11 @@ struct HolderFollowsSessionTests {
         try await mock.prepareForSleep(true)
         try await waitUntilInhibiting(false, "the holder releases its inhibitor")
         #expect(holder.log().contains("about to suspend: every key held is erased"), "released before erasing")
+        // Between the announcement and the wake nothing is held again: each lookup opens the store itself.
+        for _ in 0..<2 {
+            read = try holder.countedLookup()
+            #expect(read.output == "held\n" && read.commands > 0, "the holder held keys into the suspend: \(read)")
+        }
         try await mock.prepareForSleep(false)
         try await waitUntilInhibiting(true, "the holder takes its inhibitor again after the wake")
         read = try holder.countedLookup()

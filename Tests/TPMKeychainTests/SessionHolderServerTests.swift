@@ -90,6 +90,28 @@ import Glibc
         }
     }
 
+    @Test("a stopped holder answers nothing again, even after an unlock on a connection still open")
+    func stoppedForGood() throws {
+        let store = try TestStore()
+        try Keychain(service: "face", location: store.location).set("warm", forKey: "item")
+        let holder = try SessionHolderServer(socketPath: store.directory + "/session.socket", log: { _ in })
+        let target = HolderRequest.HolderStore(
+            path: store.location.path, tcti: store.simulator.tcti, deviceDirectory: store.location.deviceDirectory,
+            face: .keychain, accessGroups: nil)
+        let request = HolderRequest.value(target, try ItemIdentity(accessGroup: "", service: "face", account: "item"))
+        guard case .value(let value?) = holder.respond(to: request, uid: getuid(), executable: nil) else {
+            Issue.record("a running holder did not answer")
+            return
+        }
+        #expect(value.bytes == Array("warm".utf8))
+        holder.stop()
+        #expect(holder.respond(to: .unlock, uid: getuid(), executable: nil) == .done)
+        guard case .cold = holder.respond(to: request, uid: getuid(), executable: nil) else {
+            Issue.record("a stopped holder answered a read")
+            return
+        }
+    }
+
     @Test(
         "clients that connect and say nothing are let go after the wait limit, and a full house of them locks nobody out"
     )

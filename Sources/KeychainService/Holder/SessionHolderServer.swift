@@ -24,10 +24,19 @@ package final class SessionHolderServer: Sendable {
         var locked = false
         /// Why reads are answered "cold" for now (``holdBack(_:)``); nil when they are not.
         var heldBack: String?
+        /// Between logind's announcement of a suspend and the wake (``sleeping(_:)``).
+        var asleep = false
+        /// ``stop()`` was called: for good.
+        var stopped = false
         var erasures: UInt64 = 0
 
         /// Why nothing may be held now; nil when stores may be.
-        var refusal: String? { locked ? "the keychain is locked" : heldBack }
+        var refusal: String? {
+            if stopped { return "the holder has stopped" }
+            if locked { return "the keychain is locked" }
+            if asleep { return "the machine is suspending" }
+            return heldBack
+        }
     }
     /// The stores this holder has answered from since it last erased its keys: what a lock or
     /// ``stop()`` closes. Only those: a process that runs a holder beside other work (a test
@@ -74,13 +83,25 @@ package final class SessionHolderServer: Sendable {
     /// Stops answering and erases every key held.
     package func stop() {
         server.stop()
-        eraseKeys { $0.locked = true }
+        eraseKeys { $0.stopped = true }
     }
 
-    /// Erases every key held (a suspend, a locked screen): the next read opens its store again.
+    /// Erases every key held (a locked screen): the next read opens its store again.
     package func eraseHeldKeys(because reason: String) {
         eraseKeys()
         log("\(reason): every key held is erased")
+    }
+
+    /// Erases every key held when the machine is about to suspend (`starting`), and answers
+    /// every read "cold" until the wake (not `starting`): a read between the announcement and
+    /// the freeze would otherwise hold a store through the suspend.
+    package func sleeping(_ starting: Bool) {
+        if starting {
+            eraseKeys { $0.asleep = true }
+            log("the machine is about to suspend: every key held is erased")
+        } else {
+            holding.withLock { $0.asleep = false }
+        }
     }
 
     /// Erases every key held and answers every read "cold" while `reason` is not nil (the
@@ -100,13 +121,15 @@ package final class SessionHolderServer: Sendable {
     /// first (with `change` to when stores may be held), so that a read in progress, which may
     /// open its store again, lets it go when it ends.
     private func eraseKeys(_ change: (inout Holding) -> Void = { _ in }) {
-        holding.withLock { holding in
+        // `served` is emptied in the same step: a read that begins after it sees the new count,
+        // and one that began before has its location in what is closed here.
+        let locations = holding.withLock { holding in
             holding.erasures &+= 1
             change(&holding)
-        }
-        let locations = served.withLock { served in
-            defer { served.removeAll() }
-            return served
+            return served.withLock { served in
+                defer { served.removeAll() }
+                return served
+            }
         }
         for location in locations { OpenStores.close(location) }
     }

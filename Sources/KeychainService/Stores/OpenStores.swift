@@ -44,6 +44,8 @@ package enum OpenStores {
         }
         return try entry.store.withLock { (store) throws(KeychainError) -> ItemStore in
             if let store { return store }
+            // Closed while this waited for an open that was abandoned: no unseal for nothing.
+            guard !entry.abandoned.withLock({ $0 }) else { throw Self.closedWhileOpening(location) }
             let tpm = try StoreTPM.choose(for: location)
             // A simulated TPM is needed only for the unseal: stopped as soon as the store is open.
             defer { tpm.stop() }
@@ -58,11 +60,15 @@ package enum OpenStores {
             }
             guard kept else {
                 newStore.close()
-                throw KeychainError(.storeClosed, "The keychain store at \(location.path) was closed while it opened")
+                throw Self.closedWhileOpening(location)
             }
             store = newStore
             return newStore
         }
+    }
+
+    private static func closedWhileOpening(_ location: KeychainLocation) -> KeychainError {
+        KeychainError(.storeClosed, "The keychain store at \(location.path) was closed while it opened")
     }
 
     /// The TPM for a store's later work (a key rotation, or following one): chosen again each
@@ -82,8 +88,12 @@ package enum OpenStores {
     /// progress is not waited for: the store it makes is closed as soon as it is made, and that
     /// open fails with `.storeClosed`.
     package static func close(_ location: KeychainLocation) {
-        let entry = entries.withLock { $0.removeValue(forKey: location) }
-        entry?.abandoned.withLock { $0 = true }
-        opened.withLock { $0.removeValue(forKey: location) }?.close()
+        // One step under the entries' lock: no new entry can open and publish a store between
+        // the removal and the emptying of `opened`, so the store removed there is this entry's.
+        let store = entries.withLock { entries -> ItemStore? in
+            entries.removeValue(forKey: location)?.abandoned.withLock { $0 = true }
+            return opened.withLock { $0.removeValue(forKey: location) }
+        }
+        store?.close()
     }
 }

@@ -26,7 +26,12 @@ extension LogindFollower {
                 // Back on the bus (restarted): what it says now replaces what was cached.
                 if !owner.isEmpty {
                     followed.needsRead = true
-                    followed.needsInhibitor = beforeSuspend != nil
+                    followed.needsInhibitor = aroundSleep != nil
+                    // A logind that restarts is awake, whatever wake it did not announce.
+                    if followed.asleep {
+                        followed.asleep = false
+                        aroundSleep?(false)
+                    }
                 }
             }
         } catch {
@@ -72,13 +77,16 @@ extension LogindFollower {
                 switch message.readBool() {
                 case true?:
                     followed.timesSuspended += 1
+                    followed.asleep = true
                     // Done before logind may go on: it waits for the inhibitor to close.
-                    if let beforeSuspend {
-                        beforeSuspend()
+                    if let aroundSleep {
+                        aroundSleep(true)
                         followed.releaseInhibitor()
                     }
                 case false?:
-                    followed.needsInhibitor = beforeSuspend != nil
+                    followed.asleep = false
+                    aroundSleep?(false)
+                    followed.needsInhibitor = aroundSleep != nil
                 case nil:
                     break
                 }
@@ -175,8 +183,15 @@ extension LogindFollower {
                     continue
                 }
                 publish(followed)
-                // No deadline of its own: the wakeup ends the wait.
-                if try bus.wait(until: .now + .seconds(3_600), wakeup: wakeup.descriptor) == .woken { return }
+                // No deadline of its own (the wakeup ends the wait), but for an inhibitor logind
+                // refused, asked for again every few seconds; not between a suspend's
+                // announcement and the wake, when it was let go on purpose.
+                let missingInhibitor =
+                    aroundSleep != nil && followed.inhibitor == nil && followed.logindOnBus && !followed.asleep
+                let outcome = try bus.wait(
+                    until: .now + (missingInhibitor ? .seconds(5) : .seconds(3_600)), wakeup: wakeup.descriptor)
+                if outcome == .woken { return }
+                if outcome == .timedOut, missingInhibitor { followed.needsInhibitor = true }
             } catch {
                 cache.fail(
                     LogindSessionLockError(
@@ -186,8 +201,8 @@ extension LogindFollower {
         }
     }
 
-    /// Asks logind to wait for `beforeSuspend` before each suspend (a delay inhibitor). Without
-    /// one (logind refused, or gave no descriptor) the suspend is still seen, without the wait.
+    /// Asks logind to wait for `aroundSleep` before each suspend (a delay inhibitor). Without one
+    /// (logind refused, or gave no descriptor) the suspend is still seen, without the wait.
     func takeInhibitor(_ followed: FollowedSession, on bus: BusConnection) {
         followed.releaseInhibitor()
         let descriptor = try? bus.call(

@@ -126,10 +126,13 @@ final class FollowedSession {
     /// Why the last read failed.
     var readFailure: LogindSessionLockError?
     /// logind's delay inhibitor for sleep (Manager.Inhibit): logind waits for it to be closed, or
-    /// for its own InhibitDelayMaxSec, before it suspends. Held only with a `beforeSuspend`.
+    /// for its own InhibitDelayMaxSec, before it suspends. Held only with an `aroundSleep`.
     var inhibitor: Int32?
-    /// Take the inhibitor (again): at the start, after a wake, and when logind is back on the bus.
+    /// Take the inhibitor (again): at the start, after a wake, when logind is back on the bus,
+    /// and a few seconds after logind refused it.
     var needsInhibitor = false
+    /// Between PrepareForSleep(true) and PrepareForSleep(false).
+    var asleep = false
 
     init(path: String) { self.path = path }
 
@@ -155,9 +158,9 @@ struct LogindFollower: Sendable {
     let timeout: Duration
     let cache: LockStateCache
     let wakeup: Wakeup
-    /// Run on this thread when logind announces a suspend, before the inhibitor that made logind
-    /// wait for it is released; nil takes no inhibitor.
-    let beforeSuspend: (@Sendable () -> Void)?
+    /// Run on this thread with true when logind announces a suspend, before the inhibitor that
+    /// made logind wait for it is released, and with false at the wake; nil takes no inhibitor.
+    let aroundSleep: (@Sendable (_ starting: Bool) -> Void)?
 
     func run(startup: FollowerStartup) {
         let bus: BusConnection
@@ -180,7 +183,7 @@ struct LogindFollower: Sendable {
             startup.finish(.failure(error))
             return
         }
-        if beforeSuspend != nil { takeInhibitor(followed, on: bus) }
+        if aroundSleep != nil { takeInhibitor(followed, on: bus) }
         publish(followed)
         startup.finish(.success(followed.path))
         follow(followed, on: bus)

@@ -108,8 +108,8 @@ final class SessionFollowing: Sendable {
                 let following: LogindSessionLock
                 do {
                     // The suspend is erased for on logind's signal, with the suspend waiting for it.
-                    following = try LogindSessionLock(busAddress: busAddress, session: session) {
-                        server.eraseHeldKeys(because: "the machine is about to suspend")
+                    following = try LogindSessionLock(busAddress: busAddress, session: session) { starting in
+                        server.sleeping(starting)
                     }
                 } catch {
                     // No session yet (a lookup from ssh or a timer started the holder, before
@@ -126,6 +126,8 @@ final class SessionFollowing: Sendable {
                 Self.follow(following, server: server, stopped: stopped, heldBack: &heldBack)
                 lock.withLock { $0 = nil }
                 following.stop()
+                // A wake the lost lock did not hear: the next one follows suspends afresh.
+                server.sleeping(false)
             }
         }
         thread.withLock { $0 = started }
