@@ -21,7 +21,7 @@ package enum HolderRequest: Equatable, Sendable {
     static let version: UInt8 = 1
     /// The longest request: a query's attributes are bounded by the item format's limits.
     package static let maximumLength = 1 << 20
-    /// The longest text a request carries (a path, a TCTI, an access group).
+    /// The longest text a message carries (a path, a TCTI, an access group, a reason to go cold).
     package static let maximumTextLength = 4096
 
     /// The store and the caller a read is for.
@@ -294,7 +294,7 @@ package enum HolderResponse: Equatable, Sendable {
             writer.append(Status.done.rawValue)
         case .cold(let reason):
             writer.append(Status.cold.rawValue)
-            writer.appendSized(Array(reason.utf8.prefix(4096)))
+            writer.appendSized(Array(reason.utf8.prefix(HolderRequest.maximumTextLength)))
         }
         return writer.bytes
     }
@@ -309,7 +309,7 @@ package enum HolderResponse: Equatable, Sendable {
                     + (result.value.map { 4 + $0.count } ?? 0) + 4 + result.attributes.encoded().count
             }
         case .done: 1
-        case .cold(let reason): 1 + 2 + min(reason.utf8.count, 4096)
+        case .cold(let reason): 1 + 2 + min(reason.utf8.count, HolderRequest.maximumTextLength)
         }
     }
 
@@ -338,7 +338,8 @@ package enum HolderResponse: Equatable, Sendable {
         case .done:
             self = .done
         case .cold:
-            self = .cold(String(decoding: try reader.readSized(maximum: 4096), as: UTF8.self))
+            self = .cold(
+                String(decoding: try reader.readSized(maximum: HolderRequest.maximumTextLength), as: UTF8.self))
         }
         guard reader.remaining == 0 else { throw WireFormatError("Bytes after the answer") }
     }
